@@ -1,0 +1,17 @@
+"""Pure performance models for LLM serving fleets.
+
+Everything here is a function of its arguments: no file or network I/O, no
+printing, no randomness. Only the standard library, numpy and scipy are
+imported (a test enforces it).
+
+Modules
+-------
+units      constants defined once (hours per year, ...)
+power      logistic power curve and its inverse
+hardware   GPU and LLM catalogue records
+profiles   serving profiles: calibrated (measured constants) and computed (roofline)
+service    the iteration/service-time model shared by every profile
+workload   request-length distributions, traces and exact segment statistics
+queueing   Erlang-C, waiting-time tails, P99 TTFT and minimum replica counts
+fleet      analytic evaluation of a fleet of pools (cost, power, tok/W, SLO)
+"""

@@ -1,0 +1,116 @@
+"""Serving profiles: what one replica of a model on some GPUs can do.
+
+A *replica* (the seeds call it a "unit" or "GPU") is one serving engine
+instance; it may span several physical GPUs under tensor parallelism. Every
+profile answers the same questions (:class:`ServingProfile`):
+
+* ``n_slots(ctx)`` - sequences the replica holds at once when its context
+  window is ``ctx`` tokens (KV-cache and compute limits);
+* the iteration-latency constants ``W_s`` and ``H_s`` at ``calibration_ctx_tokens``
+  and the prefill chunk, used by :mod:`models.service`;
+* price, power curve and GPU count per replica, with quality labels.
+
+Two kinds exist: :class:`CalibratedProfile` (constants measured or fitted
+elsewhere, e.g. the seeds' A100/H100 units) and ``ComputedProfile`` in
+:mod:`models.roofline` (derived from hardware x model x serving config).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
+
+import numpy as np
+
+from .power import PowerCurve
+
+__all__ = ["ServingProfile", "CalibratedProfile", "quality_label"]
+
+LATENCY_QUALITIES = ("measured", "calibrated", "one-anchor", "projected", "roofline")
+
+
+@runtime_checkable
+class ServingProfile(Protocol):
+    """The interface every profile offers (see module docstring)."""
+
+    name: str
+    model_name: str
+    W_s: float
+    H_s: float
+    calibration_ctx_tokens: int
+    chunk_tokens: int
+    blk_size_tokens: int
+    cost_usd_per_hr: float
+    gpus_per_replica: int
+    power: PowerCurve
+    latency_quality: str
+
+    def n_slots(self, ctx_tokens): ...
+
+
+def quality_label(profile: ServingProfile) -> str:
+    """A short label of where a profile's numbers come from, e.g. ``latency calibrated / power measured``."""
+    return f"latency {profile.latency_quality} / power {profile.power.quality}"
+
+
+def _ceil_div(a, b):
+    return -(-np.asarray(a, dtype=np.int64) // b)
+
+
+@dataclass(frozen=True)
+class CalibratedProfile:
+    """A profile given by constants (the seeds' "manual" profiles).
+
+    .. math::
+
+        n_{slots}(B) = \\min\\left(\\left\\lfloor \\frac{m \\, B_{cal}}{B} \\right\\rfloor,
+        \\left\\lfloor \\frac{K}{\\lceil B / b \\rceil} \\right\\rfloor\\right)
+
+    with :math:`m` = ``max_slots`` (concurrency cap at the calibration context
+    :math:`B_{cal}`), :math:`K` = ``total_kv_blocks`` of :math:`b` tokens each.
+
+    Examples
+    --------
+    >>> from models.power import PowerCurve
+    >>> h100 = CalibratedProfile("H100-80GB", "Llama-3-70B-class (TP=8)", 0.004, 0.00032, 8192, 1024,
+    ...     16, 65536, 256, 4.02, 1, PowerCurve(300, 600, 1.0, 4.2, "measured"), "calibrated")
+    >>> [int(h100.n_slots(c)) for c in (2048, 8192, 65536)]
+    [512, 128, 16]
+    """
+
+    name: str
+    model_name: str
+    W_s: float
+    H_s: float
+    calibration_ctx_tokens: int
+    chunk_tokens: int
+    blk_size_tokens: int
+    total_kv_blocks: int
+    max_slots: int
+    cost_usd_per_hr: float
+    gpus_per_replica: int
+    power: PowerCurve
+    latency_quality: str = "calibrated"
+    source: str = ""
+    note: str = ""
+
+    def __post_init__(self) -> None:
+        for attr in ("W_s", "H_s"):
+            if not getattr(self, attr) > 0:
+                raise ValueError(f"profile {self.name}: {attr} must be > 0; got {getattr(self, attr)}")
+        for attr in ("calibration_ctx_tokens", "chunk_tokens", "blk_size_tokens", "total_kv_blocks",
+                     "max_slots", "gpus_per_replica"):
+            if not getattr(self, attr) >= 1:
+                raise ValueError(f"profile {self.name}: {attr} must be >= 1; got {getattr(self, attr)}")
+        if self.latency_quality not in LATENCY_QUALITIES:
+            raise ValueError(f"profile {self.name}: latency_quality must be one of {LATENCY_QUALITIES}")
+
+    def n_slots(self, ctx_tokens):
+        """Sequences held at context window ``ctx_tokens`` (array-aware)."""
+        ctx = np.asarray(ctx_tokens, dtype=np.int64)
+        if np.any(ctx < 1):
+            raise ValueError("ctx_tokens must be >= 1")
+        compute_cap = self.max_slots * self.calibration_ctx_tokens // ctx
+        kv_cap = self.total_kv_blocks // _ceil_div(ctx, self.blk_size_tokens)
+        out = np.minimum(compute_cap, kv_cap)
+        return out if out.ndim else int(out)

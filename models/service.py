@@ -1,0 +1,105 @@
+"""The per-iteration and per-request time model (the seeds' conventions).
+
+A replica runs continuous batching. One iteration with :math:`n` sequences of
+mean length :math:`L` tokens takes
+
+.. math:: t(n, L) = W + H \\frac{L}{B_{cal}} n
+
+(:math:`W`: weight streaming and fixed per-layer cost; :math:`H`: KV scan of one
+sequence at the calibration context :math:`B_{cal}`). A request of
+:math:`l_{in}` prompt and :math:`l_{out}` output tokens in a pool whose context
+window is :math:`B` holds one KV slot for
+
+.. math:: S = \\left(\\lceil l_{in}/c \\rceil + l_{out}\\right) t(n_{slots}(B), l_{in} + l_{out})
+
+(:math:`c` the prefill chunk) and its prefill takes
+
+.. math:: T_{pf} = \\lceil l_{in}/c \\rceil \\, (W + H)
+
+i.e. chunks at one sequence of calibration-context length - the convention
+of the reference tool vllm-sr-sim, which the seeds' tables were computed with.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .profiles import ServingProfile, quality_label
+
+__all__ = ["iteration_latency_s", "service_time_s", "prefill_time_s", "ContextPoint", "context_point"]
+
+
+def iteration_latency_s(profile: ServingProfile, n_active, seq_tokens):
+    """Iteration time :math:`t(n, L)` in seconds (array-aware)."""
+    n = np.asarray(n_active, dtype=float)
+    L = np.asarray(seq_tokens, dtype=float)
+    return profile.W_s + profile.H_s * (L / profile.calibration_ctx_tokens) * n
+
+
+def prefill_chunks(profile: ServingProfile, prompt_tokens):
+    """Number of prefill iterations :math:`\\lceil l_{in}/c \\rceil` (array-aware)."""
+    return np.ceil(np.asarray(prompt_tokens, dtype=float) / profile.chunk_tokens)
+
+
+def prefill_time_s(profile: ServingProfile, prompt_tokens):
+    """Prefill time :math:`T_{pf}` in seconds (array-aware)."""
+    return prefill_chunks(profile, prompt_tokens) * (profile.W_s + profile.H_s)
+
+
+def service_time_s(profile: ServingProfile, ctx_tokens: int, prompt_tokens, output_tokens):
+    """Slot holding time :math:`S` in seconds in a pool of context window ``ctx_tokens``."""
+    l_in = np.asarray(prompt_tokens, dtype=float)
+    l_out = np.asarray(output_tokens, dtype=float)
+    n = profile.n_slots(ctx_tokens)
+    return (prefill_chunks(profile, l_in) + l_out) * iteration_latency_s(profile, n, l_in + l_out)
+
+
+@dataclass(frozen=True)
+class ContextPoint:
+    """One replica at full concurrency with a given context window (the 1/W-law table row)."""
+
+    profile: str
+    model: str
+    context_tokens: int
+    n_slots: int
+    iter_latency_ms: float
+    tok_per_s: float
+    power_w: float
+    tok_per_watt: float
+    quality: str
+
+
+def context_point(profile: ServingProfile, ctx_tokens: int, mean_seq_tokens: float | None = None) -> ContextPoint:
+    """Decode throughput and tok/W of one replica filled to ``n_slots(ctx)``.
+
+    .. math::
+
+        \\mathrm{tok/W} = \\frac{n / t(n, \\bar L)}{P(n)}, \\quad n = n_{slots}(B),
+        \\quad \\bar L = B/2 \\text{ (the paper's Table-1 convention)}
+
+    Examples
+    --------
+    >>> from models.profiles import CalibratedProfile
+    >>> from models.power import PowerCurve
+    >>> h100 = CalibratedProfile("H100-80GB", "70B", 0.004, 0.00032, 8192, 1024, 16, 65536, 256, 4.02, 1,
+    ...     PowerCurve(300, 600, 1.0, 4.2, "measured"))
+    >>> p = context_point(h100, 4096)
+    >>> (p.n_slots, round(p.power_w), round(p.tok_per_watt, 2))
+    (256, 593, 17.62)
+    """
+    n = int(profile.n_slots(ctx_tokens))
+    seq = ctx_tokens / 2.0 if mean_seq_tokens is None else float(mean_seq_tokens)
+    if n < 1:
+        return ContextPoint(profile.name, profile.model_name, int(ctx_tokens), 0, float("nan"), 0.0,
+                            float(profile.power.power_w(0)), 0.0, _quality(profile))
+    t = float(iteration_latency_s(profile, n, seq))
+    tok_s = n / t
+    p = float(profile.power.power_w(n))
+    return ContextPoint(profile.name, profile.model_name, int(ctx_tokens), n, t * 1000.0, tok_s, p, tok_s / p,
+                        _quality(profile))
+
+
+def _quality(profile: ServingProfile) -> str:
+    return quality_label(profile)

@@ -1,0 +1,1 @@
+"""The fleetopt pipeline and user surface: instances, evaluation, reports, CLI."""
