@@ -1,0 +1,97 @@
+"""Exact segment statistics against brute-force numerical integration and trace sums."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from scipy import integrate
+
+from models.segments import segment_basis, segment_stats
+from models.service import prefill_time_s, service_time_s
+from models.workload import LengthDistribution, RequestTrace
+
+
+@pytest.fixture(scope="module")
+def dist():
+    return LengthDistribution.from_cdf([(64, 0.1), (512, 0.5), (1000, 0.7), (4096, 0.95), (20000, 1.0)])
+
+
+def _brute(d, profile, lo, hi, f=0.8):
+    """Integrate S, S^2 and prefill over (lo, hi] piece by piece with adaptive quadrature."""
+    m0 = m1 = m2 = pf = 0.0
+    for a, b, p in zip(d.lo_tokens, d.hi_tokens, d.prob):
+        u, v = max(a, lo), min(b, hi)
+        if v <= u:
+            continue
+        dens = p / (b - a)
+        pts = np.arange(np.ceil(f * u / profile.chunk_tokens), np.floor(f * v / profile.chunk_tokens) + 1)
+        brk = [x for x in pts * profile.chunk_tokens / f if u < x < v]
+        S = lambda L: float(service_time_s(profile, hi, f * L, (1 - f) * L))  # noqa: E731
+        kw = {"points": brk or None, "limit": 500, "epsabs": 0, "epsrel": 1e-11}
+        m0 += dens * (v - u)
+        m1 += dens * integrate.quad(S, u, v, **kw)[0]
+        m2 += dens * integrate.quad(lambda L: S(L) ** 2, u, v, **kw)[0]
+        pf += dens * integrate.quad(lambda L: float(prefill_time_s(profile, f * L)), u, v, **kw)[0]
+    return m0, m1 / m0, m2 / m1**2 * m0 - 1, pf / m0
+
+
+@pytest.mark.parametrize("profile_name", ["A10G", "A100-80GB", "H100-80GB"])
+@pytest.mark.parametrize("lo,hi", [(0, 20000), (0, 512), (512, 4096), (1000, 20000), (300, 700)])
+def test_cdf_segment_moments_are_exact(catalog, dist, profile_name, lo, hi):
+    p = catalog.profiles[profile_name]
+    b = np.unique([0, lo, hi, 20000])
+    basis = segment_basis(dist, b, p.chunk_tokens, 0.8)
+    i, j = int(np.searchsorted(b, lo)), int(np.searchsorted(b, hi))
+    s = segment_stats(basis, [i], [j], p)
+    mass, mean, cv2, pf = _brute(dist, p, lo, hi)
+    assert s.rate_share[0] == pytest.approx(mass, rel=1e-12)
+    assert s.mean_service_s[0] == pytest.approx(mean, rel=1e-9)
+    assert s.cv2_service[0] == pytest.approx(cv2, rel=1e-7)
+    assert s.mean_prefill_s[0] == pytest.approx(pf, rel=1e-9)
+    assert s.prefill_probs[0].sum() == pytest.approx(1.0, rel=1e-12)
+    assert s.prefill_probs[0] @ s.prefill_times_s == pytest.approx(pf, rel=1e-9)
+
+
+def test_segments_are_additive(catalog, dist):
+    p = catalog.profiles["A100-80GB"]
+    b = np.array([0, 512, 4096, 20000])
+    basis = segment_basis(dist, b, p.chunk_tokens, 0.8)
+    whole = basis.between("A", 0, 3)
+    assert whole == pytest.approx(basis.between("A", 0, 1) + basis.between("A", 1, 2) + basis.between("A", 2, 3))
+
+
+def test_trace_segments_equal_direct_sums(catalog):
+    rng = np.random.default_rng(7)
+    n = 5000
+    prompt = rng.integers(1, 6000, n)
+    out = rng.integers(1, 800, n)
+    t = RequestTrace(np.cumsum(rng.exponential(0.1, n)), prompt, out)
+    p = catalog.profiles["H100-80GB"]
+    b = np.array([0, 2048, 8192])
+    s = segment_stats(segment_basis(t, b, p.chunk_tokens), [0, 1], [1, 2], p)
+    for k, (lo, hi) in enumerate([(0, 2048), (2048, 8192)]):
+        sel = (prompt + out > lo) & (prompt + out <= hi)
+        S = service_time_s(p, hi, prompt[sel], out[sel])
+        assert s.rate_share[k] == pytest.approx(sel.mean())
+        assert s.mean_service_s[k] == pytest.approx(S.mean(), rel=1e-12)
+        assert s.cv2_service[k] == pytest.approx(S.var() / S.mean() ** 2, rel=1e-9)
+        assert s.mean_prefill_s[k] == pytest.approx(prefill_time_s(p, prompt[sel]).mean(), rel=1e-12)
+        assert s.mean_output_tokens[k] == pytest.approx(out[sel].mean())
+
+
+def test_truncation_moves_mass_to_an_atom(dist):
+    t, share = dist.truncated(4096)
+    assert share == pytest.approx(0.05)
+    assert t.cdf(4096) == pytest.approx(1.0) and t.cdf(4095.999) == pytest.approx(0.95, abs=1e-6)
+
+
+@pytest.mark.parametrize("points,phrase", [
+    ([(100, 0.5), (50, 1.0)], "increase strictly"),
+    ([(100, 0.6), (200, 0.5), (300, 1.0)], "must not decrease"),
+    ([(100, 0.5), (200, 0.9)], "end at cumulative fraction 1"),
+    ([(0, 0.5), (200, 1.0)], "must be > 0"),
+    ([(100, 1.5), (200, 1.0)], "[0, 1]"),
+])
+def test_bad_cdfs_are_rejected(points, phrase):
+    with pytest.raises(ValueError, match=phrase.replace("[", r"\[").replace("]", r"\]")):
+        LengthDistribution.from_cdf(points)
