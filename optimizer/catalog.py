@@ -16,6 +16,7 @@ import yaml
 from models.hardware import HardwareSpec, ModelSpec, MoESpec, RooflineDefaults
 from models.power import PowerCurve
 from models.profiles import CalibratedProfile
+from models.roofline import MoELatencyTable
 
 __all__ = ["Catalog", "data_dir", "load_catalog", "BUILTIN_WORKLOADS"]
 
@@ -55,6 +56,12 @@ class Catalog:
     moe_reference_bandwidth_bytes_per_s: float
     moe_bandwidth_exponent: float
     moe_decode_reference_tokens: int
+
+    @property
+    def moe_latency_table(self) -> MoELatencyTable:
+        """The MoE per-layer latency table as a record for :func:`models.roofline.computed_profile`."""
+        return MoELatencyTable.from_mapping(self.moe_layer_tables, self.moe_reference_bandwidth_bytes_per_s,
+                                            self.moe_bandwidth_exponent, self.moe_decode_reference_tokens)
 
     def find(self, kind: str, name: str):
         """Look ``name`` up case-insensitively (aliases too) in ``kind`` (hardware|models|profiles).

@@ -1,0 +1,617 @@
+"""Computed serving profiles: one replica of a model on ``tp`` GPUs, from first principles.
+
+A :class:`ComputedProfile` is built by :func:`computed_profile` from a GPU
+(:class:`~models.hardware.HardwareSpec`), an LLM (:class:`~models.hardware.ModelSpec`)
+and a serving configuration (tensor-parallel degree, dtype, KV layout, ...). It
+satisfies :class:`models.profiles.ServingProfile`, so everything that takes a
+calibrated profile takes a computed one.
+
+Decode is modelled as memory-bandwidth bound (a roofline): one iteration streams
+the weights a GPU holds once and scans the KV cache of every sequence in flight,
+
+.. math::
+
+    t(n, L) = W + H \\frac{L}{B_{cal}} n, \\qquad
+    W = \\frac{P_s \\, b_w}{tp \\, \\beta \\eta} + \\ell c, \\qquad
+    H = \\frac{B_{cal} \\, k_{scan}}{\\beta \\eta}
+
+with :math:`P_s` the parameters streamed per iteration (all of them for a dense
+model, the active ones for a MoE), :math:`b_w` bytes per weight, :math:`\\beta`
+the peak memory bandwidth (bytes/s), :math:`\\eta` the sustained fraction of it,
+:math:`\\ell` layers, :math:`c` a constant per-layer latency, :math:`B_{cal}` the
+calibration context (tokens) and :math:`k_{scan}` the KV bytes per token one GPU
+scans. Concurrency is limited by the KV cache left after the weights and by a
+compute cap (:func:`ridge_batch`).
+
+The recipe (bandwidth efficiency 0.80, 3 µs per layer, 0.90 memory utilisation,
+the NCCL reserve) is the one the 1/W-law paper's Tables 2 and 5 were computed
+with; see ``data/catalog/README.md`` and ``docs/profiles.md``.
+
+References
+----------
+.. [1] "The 1/W Law" seed paper, section 2.1, 3.2, 5.2, Tables 2 and 5, Appendix A.
+.. [2] vllm-sr-sim (vllm-project/semantic-router, ``src/fleet-sim``): profile builder
+   and computed profile, the source of the recipe's constants (Apache-2.0).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Mapping
+
+import numpy as np
+
+from .hardware import HardwareSpec, ModelSpec, RooflineDefaults
+from .power import PowerCurve
+
+__all__ = [
+    "ComputedProfile",
+    "MoELatencyTable",
+    "computed_profile",
+    "weight_bytes_per_gpu",
+    "kv_bytes_per_token_per_gpu",
+    "kv_budget_bytes",
+    "peak_flops_per_s",
+    "ridge_batch",
+    "moe_table_key",
+    "activity_power_per_gpu_w",
+    "WEIGHT_BYTES_BY_DTYPE",
+    "KV_BYTES_BY_DTYPE",
+    "KV_LAYOUTS",
+    "MOE_W_METHODS",
+]
+
+WEIGHT_BYTES_BY_DTYPE = {"fp16": 2.0, "bf16": 2.0, "fp8": 1.0, "int4": 0.5}
+"""Bytes per weight for each supported weight dtype."""
+
+KV_BYTES_BY_DTYPE = {"fp16": 2, "bf16": 2, "fp8": 1, "int4": 2}
+"""Bytes per KV-cache element implied by the weight dtype.
+
+fp8 serving stores an fp8 KV cache (the paper's DeepSeek-V3 fp8 row does); int4
+is weight-only quantisation (W4A16: GPTQ/AWQ), whose KV cache stays 16-bit.
+Override with ``kv_dtype``.
+"""
+
+KV_LAYOUTS = ("sharded", "replicated")
+MOE_W_METHODS = ("active-params", "layer-table")
+
+_BYTES_PER_GB = 1e9  # only for the human-readable note
+
+
+@dataclass(frozen=True)
+class ComputedProfile:
+    """One replica (``tp`` GPUs) serving one model, with roofline constants.
+
+    Satisfies :class:`models.profiles.ServingProfile`. Units are SI and in the
+    field names; ``*_per_gpu`` fields describe one of the ``tp`` GPUs.
+
+    .. math::
+
+        n_{slots}(B) = \\min\\left(\\left\\lfloor \\frac{M_{kv}}
+        {k_{cap} \\, b \\, \\lceil B / b \\rceil} \\right\\rfloor, \\; n_{cap}\\right)
+
+    with :math:`M_{kv}` = ``kv_budget_bytes`` (per GPU; 0 slots when it is not
+    positive), :math:`k_{cap}` = ``kv_bytes_per_token_per_gpu`` (the capacity
+    figure of the chosen ``kv_layout``), :math:`b` = ``blk_size_tokens`` (only
+    whole blocks are allocated) and :math:`n_{cap}` = ``compute_cap_seqs``.
+
+    Attributes
+    ----------
+    name, model_name : str
+        ``HARDWARE/MODEL/tpN/DTYPE`` (plus non-default options) and the model's name.
+    W_s, H_s : float
+        Iteration constants in seconds (see :mod:`models.roofline`).
+    calibration_ctx_tokens, chunk_tokens, blk_size_tokens : int
+        Context at which ``H_s`` is stated, prefill chunk and KV block size (tokens).
+    cost_usd_per_hr : float
+        Price of the whole replica: ``tp`` GPU-hours per hour.
+    gpus_per_replica : int
+        ``tp``.
+    power : PowerCurve
+        Logistic power curve of the whole replica (``tp`` GPUs).
+    latency_quality : str
+        ``"roofline"``.
+    hardware_name, dtype, kv_dtype, kv_layout, moe_w : str
+        The configuration the profile was built from (``moe_w`` is ``"dense"`` for a dense model).
+    tp : int
+        Tensor-parallel degree.
+    weight_bytes_per_gpu : float
+        Resident weight bytes on each GPU.
+    weight_stream_s : float
+        ``W_s`` without the per-layer constant (the memory-bound part of an iteration).
+    kv_budget_bytes : int
+        KV-cache bytes per GPU; negative when the weights do not fit (then 0 slots).
+    kv_bytes_per_token_per_gpu : float
+        KV bytes one token occupies in one GPU's budget under ``kv_layout``.
+    kv_scan_bytes_per_token_per_gpu : float
+        KV bytes one GPU reads per token per iteration (always TP-sharded; sets ``H_s``).
+    compute_cap_seqs : int
+        Concurrency cap: ``max_num_seqs`` or the roofline ridge batch.
+    peak_flops_per_s : float
+        Dense tensor FLOP/s of one GPU at the compute dtype.
+    flops_per_seq_per_gpu : float
+        Weight FLOPs per decoded token per GPU, :math:`2 P_a / tp`.
+    tdp_w : float
+        Board power of one GPU.
+    tdp_idle_fraction, tdp_nominal_fraction : float
+        TDP fractions of :func:`activity_power_per_gpu_w`.
+    note : str
+        Why the profile holds no sequence, when it does not; empty otherwise.
+    """
+
+    name: str
+    model_name: str
+    W_s: float
+    H_s: float
+    calibration_ctx_tokens: int
+    chunk_tokens: int
+    blk_size_tokens: int
+    cost_usd_per_hr: float
+    gpus_per_replica: int
+    power: PowerCurve
+    latency_quality: str
+    hardware_name: str
+    tp: int
+    dtype: str
+    kv_dtype: str
+    kv_layout: str
+    moe_w: str
+    weight_bytes_per_gpu: float
+    weight_stream_s: float
+    kv_budget_bytes: int
+    kv_bytes_per_token_per_gpu: float
+    kv_scan_bytes_per_token_per_gpu: float
+    compute_cap_seqs: int
+    peak_flops_per_s: float
+    flops_per_seq_per_gpu: float
+    tdp_w: float
+    tdp_idle_fraction: float
+    tdp_nominal_fraction: float
+    note: str = ""
+
+    @property
+    def kv_block_bytes(self) -> int:
+        """Bytes of one KV block of ``blk_size_tokens`` tokens on one GPU."""
+        return int(math.ceil(self.kv_bytes_per_token_per_gpu * self.blk_size_tokens))
+
+    @property
+    def total_kv_blocks(self) -> int:
+        """Whole KV blocks that fit in the budget (0 when the weights do not fit)."""
+        return max(0, self.kv_budget_bytes) // self.kv_block_bytes
+
+    def kv_slots(self, ctx_tokens):
+        """Sequences of ``ctx_tokens`` whose KV blocks fit, ignoring the compute cap (array-aware)."""
+        ctx = np.asarray(ctx_tokens, dtype=np.int64)
+        if np.any(ctx < 1):
+            raise ValueError("ctx_tokens must be >= 1")
+        blocks_per_seq = -(-ctx // self.blk_size_tokens)
+        out = self.total_kv_blocks // blocks_per_seq
+        return out if out.ndim else int(out)
+
+    def n_slots(self, ctx_tokens):
+        """Sequences held at context window ``ctx_tokens``: KV limit capped by compute (array-aware)."""
+        out = np.minimum(np.asarray(self.kv_slots(ctx_tokens)), self.compute_cap_seqs)
+        return out if out.ndim else int(out)
+
+
+@dataclass(frozen=True)
+class MoELatencyTable:
+    """Per-MoE-layer latency versus tokens in the batch, measured on a reference GPU.
+
+    On a GPU of bandwidth :math:`\\beta` the latency of one layer at :math:`x`
+    tokens is
+
+    .. math:: \\tau(x) = \\tau_{ref}(x) \\left(\\frac{\\beta_{ref}}{\\beta}\\right)^{\\gamma}
+
+    with :math:`\\tau_{ref}` interpolated piecewise linearly in tokens and clamped
+    to the end points, :math:`\\gamma` < 1 standing for a kernel that is only
+    partly memory-bound.
+
+    Parameters
+    ----------
+    curves : tuple of (key, dtype_bytes, points)
+        ``key`` is :func:`moe_table_key` (routed experts, experts per token, hidden
+        size, expert FFN width); ``points`` are ``(tokens, latency_ms)`` pairs in
+        increasing tokens.
+    reference_bandwidth_bytes_per_s : float
+        Peak memory bandwidth of the reference GPU (H100-SXM: 3.35e12).
+    bandwidth_exponent : float
+        :math:`\\gamma` (0.7 in the catalogue).
+    decode_reference_tokens : int
+        Tokens at which the table is read for a decode iteration (8).
+
+    Examples
+    --------
+    >>> t = MoELatencyTable.from_mapping({(128, 8, 2048, 768): {2.0: ((1, 0.072), (8, 0.240))}}, 3.35e12, 0.7, 8)
+    >>> round(t.layer_latency_s((128, 8, 2048, 768), 2.0, 8, 3.35e12) * 1e3, 3)
+    0.24
+    """
+
+    curves: tuple[tuple[tuple[int, int, int, int], float, tuple[tuple[float, float], ...]], ...]
+    reference_bandwidth_bytes_per_s: float
+    bandwidth_exponent: float
+    decode_reference_tokens: int
+
+    def __post_init__(self) -> None:
+        for key, dtype_bytes, points in self.curves:
+            tokens = [p[0] for p in points]
+            if len(points) < 1 or tokens != sorted(tokens) or any(ms <= 0 for _, ms in points):
+                raise ValueError(f"MoE latency table {key} at {dtype_bytes} B: points must be sorted "
+                                 f"by tokens with positive latencies; got {points}")
+        if self.reference_bandwidth_bytes_per_s <= 0 or self.decode_reference_tokens < 1:
+            raise ValueError("MoE latency table: reference bandwidth must be > 0 and decode tokens >= 1")
+
+    @classmethod
+    def from_mapping(cls, tables: Mapping, reference_bandwidth_bytes_per_s: float,
+                     bandwidth_exponent: float, decode_reference_tokens: int) -> "MoELatencyTable":
+        """Build from ``{key: {dtype_bytes: [(tokens, ms), ...]}}`` (the catalogue's layout)."""
+        curves = tuple(
+            (tuple(int(k) for k in key), float(dtype_bytes), tuple((float(t), float(ms)) for t, ms in points))
+            for key, by_dtype in sorted(tables.items())
+            for dtype_bytes, points in sorted(by_dtype.items())
+        )
+        return cls(curves, float(reference_bandwidth_bytes_per_s), float(bandwidth_exponent),
+                   int(decode_reference_tokens))
+
+    def layer_latency_s(self, key, dtype_bytes: float, tokens: float, bandwidth_bytes_per_s: float) -> float:
+        """Latency in seconds of one MoE layer at ``tokens`` on a GPU of the given bandwidth.
+
+        Raises ``ValueError`` naming the known configurations when ``(key, dtype_bytes)``
+        is not tabulated (no silent fallback).
+        """
+        for k, d, points in self.curves:
+            if k == tuple(key) and d == float(dtype_bytes):
+                xs, ms = zip(*points)
+                scale = (self.reference_bandwidth_bytes_per_s / bandwidth_bytes_per_s) ** self.bandwidth_exponent
+                return float(np.interp(tokens, xs, ms)) * scale / 1000.0
+        known = ", ".join(f"{'/'.join(map(str, k))}@{d}B" for k, d, _ in self.curves)
+        raise ValueError(f"no MoE layer latency for expert config {'/'.join(map(str, key))} at "
+                         f"{dtype_bytes} bytes per weight; known: {known}")
+
+
+def moe_table_key(model: ModelSpec) -> tuple[int, int, int, int]:
+    """Key of ``model`` in a :class:`MoELatencyTable`: (experts, experts/token, hidden, expert FFN)."""
+    if model.moe is None:
+        raise ValueError(f"model {model.name!r} is dense; it has no MoE latency-table key")
+    m = model.moe
+    return (m.routed_experts, m.experts_per_token, model.hidden_size, m.expert_intermediate_size)
+
+
+def weight_bytes_per_gpu(model: ModelSpec, dtype: str, tp: int) -> float:
+    """Resident weight bytes on each GPU, :math:`P \\, b_w / tp`.
+
+    :math:`P` is ``model.params``, the official count (every matrix, embedding and
+    untied LM head, norms). All experts of a MoE are resident.
+    """
+    return model.params * WEIGHT_BYTES_BY_DTYPE[dtype] / tp
+
+
+def _kv_shards(model: ModelSpec, tp: int) -> int:
+    """GPUs a token's KV is split over: min(tp, kv_heads) for GQA/MHA, 1 for MLA (latent replicated)."""
+    return 1 if model.attention == "MLA" else min(tp, model.kv_heads)
+
+
+def kv_bytes_per_token_per_gpu(model: ModelSpec, kv_dtype: str, tp: int, kv_layout: str = "sharded") -> float:
+    """KV-cache bytes one token occupies on one GPU.
+
+    .. math::
+
+        k = \\frac{k_{16} \\, b_{kv} / 2}{s}, \\qquad
+        s = \\begin{cases} \\min(tp, h_{kv}) & \\text{GQA/MHA, sharded} \\\\
+                           1 & \\text{MLA, or layout replicated} \\end{cases}
+
+    with :math:`k_{16}` = ``model.kv_bytes_per_token_fp16`` (whole model) and
+    :math:`h_{kv}` the KV heads. Under ``sharded`` (what vLLM does) each rank
+    holds its KV heads; with ``tp > kv_heads`` heads are replicated, so no GPU
+    holds less than one head. An MLA latent is needed by every rank and is
+    replicated. ``replicated`` charges every GPU the whole-model figure: the
+    convention of the paper's Tables 2 and 5, kept to reproduce them.
+
+    Examples
+    --------
+    >>> from models.hardware import ModelSpec
+    >>> m = ModelSpec("70B", "dense", 80, 8192, 64, 8, 128, 28672, 128256, 131072, 1, 1, 327680)
+    >>> kv_bytes_per_token_per_gpu(m, "fp16", 8), kv_bytes_per_token_per_gpu(m, "fp16", 8, "replicated")
+    (40960.0, 327680.0)
+    """
+    whole = model.kv_bytes_per_token_fp16 * KV_BYTES_BY_DTYPE[kv_dtype] / 2.0
+    return whole if kv_layout == "replicated" else whole / _kv_shards(model, tp)
+
+
+def kv_budget_bytes(hardware: HardwareSpec, weight_bytes: float, tp: int, gpu_memory_utilization: float,
+                    defaults: RooflineDefaults) -> int:
+    """KV-cache bytes per GPU, :math:`\\lfloor u \\, M - w - r_{nccl}(tp) \\rfloor`; may be negative.
+
+    :math:`u` is the memory utilisation (vLLM's ``--gpu-memory-utilization``),
+    :math:`M` the capacity, :math:`w` the resident weight bytes per GPU and
+    :math:`r_{nccl}` the NCCL workspace: the profile builder's convention, which
+    reproduces the paper's KV budgets (156 GB on B200, 60 GB on H100 for 70B TP=8).
+    """
+    return math.floor(gpu_memory_utilization * hardware.memory_bytes - weight_bytes - defaults.nccl_bytes(tp))
+
+
+def peak_flops_per_s(hardware: HardwareSpec, dtype: str) -> float:
+    """Dense tensor FLOP/s of one GPU for the dtype the matmuls run in.
+
+    fp16/bf16 and int4 weight-only (dequantised to 16-bit) use the FP16 rate,
+    fp8 the FP8 rate. Raises ``ValueError`` naming the GPU when it has no FP8.
+    """
+    if dtype != "fp8":
+        return hardware.fp16_dense_tflops * 1e12
+    if hardware.fp8_dense_tflops is None:
+        raise ValueError(f"dtype 'fp8' is not supported on {hardware.name}: it has no FP8 tensor cores")
+    return hardware.fp8_dense_tflops * 1e12
+
+
+def ridge_batch(peak_flops: float, weight_stream_s: float, active_params: int, tp: int) -> int:
+    """Largest batch for which a decode iteration stays memory-bound (at least 1).
+
+    Each sequence costs :math:`2 P_a / tp` weight FLOPs per GPU per iteration;
+    the iteration stays memory-bound while that compute fits in the weight
+    streaming time :math:`W_{stream}`:
+
+    .. math::
+
+        n_{ridge} = \\left\\lfloor \\frac{F \\, W_{stream}}{2 P_a / tp} \\right\\rfloor
+        = \\left\\lfloor \\frac{F \\, b_w}{2 \\beta \\eta} \\right\\rfloor
+        \\quad (\\text{when } W_{stream} = P_a b_w / (tp \\, \\beta \\eta))
+
+    i.e. the GPU's ridge point (FLOP per byte) times bytes per weight over 2:
+    369 for fp16 on an H100 (989e12 x 2 / (2 x 2.68e12)). Beyond it decode
+    turns compute-bound and the roofline ``W + H n`` no longer holds.
+
+    Examples
+    --------
+    >>> ridge_batch(989e12, 17.5e9 / 2.68e12, 8_750_000_000, 1)
+    369
+    """
+    return max(1, math.floor(peak_flops * weight_stream_s / (2.0 * active_params / tp)))
+
+
+def _moe_layer_table_stream_s(hardware: HardwareSpec, model: ModelSpec, dtype: str, tp: int,
+                              table: MoELatencyTable, defaults: RooflineDefaults) -> float:
+    """Decode time of a MoE without the per-layer constant, from the per-layer latency table.
+
+    .. math::
+
+        W_{stream} = \\ell \\, \\tau(x_{dec}) +
+        \\frac{\\ell (2 h_q + 2 h_{kv}) d \\, D \\, b_w}{tp \\, \\beta \\eta}
+
+    :math:`\\tau(x_{dec})` is the table read at ``decode_reference_tokens`` and
+    scaled to the GPU (not divided by tp, as the catalogue composes it); the
+    second term streams the attention projections (q and o: :math:`h_q d D`
+    each; k and v: :math:`h_{kv} d D` each, :math:`D` the hidden size). Every
+    layer is charged the MoE table (DeepSeek-V3's 3 dense layers included); for
+    MLA the projection count from the heads is an approximation.
+    """
+    bw = hardware.memory_bandwidth_bytes_per_s
+    tau_s = table.layer_latency_s(moe_table_key(model), WEIGHT_BYTES_BY_DTYPE[dtype],
+                                  table.decode_reference_tokens, bw)
+    attn_params = model.layers * 2 * (model.attention_heads + model.kv_heads) * model.head_dim * model.hidden_size
+    attn_s = attn_params * WEIGHT_BYTES_BY_DTYPE[dtype] / tp / (bw * defaults.bandwidth_efficiency)
+    return model.layers * tau_s + attn_s
+
+
+def _weight_stream_s(hardware: HardwareSpec, model: ModelSpec, dtype: str, tp: int, moe_w: str,
+                     moe_table: MoELatencyTable | None, defaults: RooflineDefaults) -> float:
+    """Memory-bound part of :math:`W`: streamed (active) weight bytes over sustained bandwidth."""
+    if model.is_moe and moe_w == "layer-table":
+        return _moe_layer_table_stream_s(hardware, model, dtype, tp, moe_table, defaults)
+    streamed_bytes = model.active_params * WEIGHT_BYTES_BY_DTYPE[dtype] / tp
+    return streamed_bytes / (hardware.memory_bandwidth_bytes_per_s * defaults.bandwidth_efficiency)
+
+
+def _replica_power(hardware: HardwareSpec, tp: int, W_s: float, H_s: float,
+                   defaults: RooflineDefaults) -> PowerCurve:
+    """Catalogue curve of one GPU scaled by tp; TDP-fraction rule where the catalogue has none.
+
+    The fallback is the paper's projection rule (section 2.1, Appendix A):
+    idle = 0.43 TDP, nominal = 0.86 TDP, k = 1, :math:`x_0 = \\log_2(W/H)`
+    with :math:`H` at the calibration context (quality ``projected``).
+    """
+    curve = hardware.power
+    if curve is None:
+        curve = PowerCurve(defaults.tdp_idle_fraction * hardware.tdp_w, defaults.tdp_nominal_fraction * hardware.tdp_w,
+                           1.0, math.log2(W_s / H_s), "projected")
+    return curve.scaled(tp)
+
+
+def _config_problems(hardware: HardwareSpec, model: ModelSpec, tp: int, dtype: str, kv_dtype: str,
+                     utilization: float, max_num_seqs: int | None, kv_layout: str, chunk_tokens: int,
+                     blk_size_tokens: int, calibration_ctx_tokens: int, moe_w: str,
+                     moe_table: MoELatencyTable | None) -> list[str]:
+    """Every problem with a serving configuration, one line each (empty when valid)."""
+    problems = []
+    if not (isinstance(tp, int) and tp >= 1):
+        problems.append(f"tp must be an integer >= 1; got {tp!r}")
+    elif model.attention_heads % tp:
+        problems.append(f"tp={tp} does not divide the {model.attention_heads} attention heads of {model.name}")
+    if dtype not in WEIGHT_BYTES_BY_DTYPE:
+        problems.append(f"dtype must be one of {tuple(WEIGHT_BYTES_BY_DTYPE)}; got {dtype!r}")
+    if kv_dtype not in ("fp16", "bf16", "fp8"):
+        problems.append(f"kv_dtype must be one of ('fp16', 'bf16', 'fp8'); got {kv_dtype!r}")
+    if not 0.0 < utilization <= 1.0:
+        problems.append(f"gpu_memory_utilization must be in (0, 1]; got {utilization!r}")
+    if max_num_seqs is not None and not max_num_seqs >= 1:
+        problems.append(f"max_num_seqs must be >= 1 or None; got {max_num_seqs!r}")
+    if kv_layout not in KV_LAYOUTS:
+        problems.append(f"kv_layout must be one of {KV_LAYOUTS}; got {kv_layout!r}")
+    for label, value in (("chunk_tokens", chunk_tokens), ("blk_size_tokens", blk_size_tokens),
+                         ("calibration_ctx_tokens", calibration_ctx_tokens)):
+        if not value >= 1:
+            problems.append(f"{label} must be >= 1; got {value!r}")
+    if moe_w not in MOE_W_METHODS:
+        problems.append(f"moe_w must be one of {MOE_W_METHODS}; got {moe_w!r}")
+    elif model.is_moe and moe_w == "layer-table" and moe_table is None:
+        problems.append("moe_w='layer-table' needs moe_table (e.g. Catalog.moe_latency_table)")
+    return problems
+
+
+def _profile_name(hardware: HardwareSpec, model: ModelSpec, tp: int, dtype: str, kv_dtype: str,
+                  kv_layout: str, moe_w: str) -> str:
+    parts = [hardware.name, model.name, f"tp{tp}", dtype]
+    if kv_dtype != _default_kv_dtype(dtype):
+        parts.append(f"kv-{kv_dtype}")
+    if kv_layout != "sharded":
+        parts.append(f"kv-{kv_layout}")
+    if model.is_moe and moe_w != "active-params":
+        parts.append(f"moe-{moe_w}")
+    return "/".join(parts)
+
+
+def _default_kv_dtype(dtype: str) -> str:
+    return {"fp8": "fp8", "bf16": "bf16"}.get(dtype, "fp16")
+
+
+def _empty_note(budget: int, weights: float, hardware: HardwareSpec, u: float, tp: int,
+                defaults: RooflineDefaults) -> str:
+    if budget > 0:
+        return ""
+    gb = _BYTES_PER_GB
+    return (f"no KV cache: {u:g} x {hardware.memory_bytes / gb:.1f} GB - weights {weights / gb:.1f} GB per GPU "
+            f"- NCCL {defaults.nccl_bytes(tp) / gb:.2f} GB = {budget / gb:.1f} GB on {hardware.name}")
+
+
+def computed_profile(hardware: HardwareSpec, model: ModelSpec, *, tp: int = 1, dtype: str = "fp16",
+                     kv_dtype: str | None = None, gpu_memory_utilization: float | None = None,
+                     max_num_seqs: int | None = None, kv_layout: str = "sharded", chunk_tokens: int = 512,
+                     blk_size_tokens: int = 16, calibration_ctx_tokens: int = 8192,
+                     moe_w: str = "active-params", moe_table: MoELatencyTable | None = None,
+                     defaults: RooflineDefaults) -> ComputedProfile:
+    """The roofline profile of one replica of ``model`` on ``tp`` GPUs of type ``hardware``.
+
+    Parameters
+    ----------
+    hardware, model : HardwareSpec, ModelSpec
+        Catalogue records.
+    tp : int, default 1
+        Tensor-parallel degree = GPUs per replica; must divide the attention heads.
+    dtype : {"fp16", "bf16", "fp8", "int4"}, default "fp16"
+        Weight dtype. fp8 needs FP8 tensor cores (not A10G/A100).
+    kv_dtype : {"fp16", "bf16", "fp8"}, optional
+        KV-cache dtype; default :data:`KV_BYTES_BY_DTYPE` of ``dtype`` (fp8 for fp8, else 16-bit).
+    gpu_memory_utilization : float, optional
+        Fraction of memory for weights + KV; default ``defaults.gpu_memory_utilization`` (0.90).
+    max_num_seqs : int, optional
+        Concurrency cap (vLLM's ``--max-num-seqs``); default the ridge batch (:func:`ridge_batch`).
+    kv_layout : {"sharded", "replicated"}, default "sharded"
+        KV capacity convention (:func:`kv_bytes_per_token_per_gpu`). ``replicated``
+        reproduces the paper's Tables 2 and 5; it changes only the capacity, never ``H_s``.
+    chunk_tokens, blk_size_tokens : int, default 512, 16
+        Prefill chunk and KV block (tokens).
+    calibration_ctx_tokens : int, default 8192
+        Context at which ``H_s`` is stated (only the product ``H_s / calibration_ctx_tokens`` matters
+        for latency; the fallback power curve's :math:`x_0` uses ``H_s`` itself).
+    moe_w : {"active-params", "layer-table"}, default "active-params"
+        How a MoE's weight-streaming time is computed; ignored for dense models.
+    moe_table : MoELatencyTable, optional
+        Required with ``moe_w="layer-table"``.
+    defaults : RooflineDefaults
+        Bandwidth efficiency, per-layer latency, memory reserves, TDP fractions.
+
+    Returns
+    -------
+    ComputedProfile
+
+    Raises
+    ------
+    ValueError
+        Listing every invalid argument, or naming the GPU when fp8 is not supported.
+
+    Notes
+    -----
+    .. math::
+
+        W = W_{stream} + \\ell c, \\quad
+        W_{stream} = \\frac{P_s b_w}{tp \\, \\beta \\eta}, \\quad
+        H = \\frac{B_{cal} \\, k_{scan}}{\\beta \\eta}, \\quad
+        M_{kv} = \\lfloor u M - P b_w / tp - r_{nccl}(tp) \\rfloor
+
+    :math:`P_s` is ``model.active_params`` (= ``params`` for a dense model; the
+    active experts for a MoE, the paper's "active-parameter weight streaming",
+    an upper bound on throughput since all-to-all dispatch and the experts that a
+    large batch touches are ignored) or, with ``moe_w="layer-table"``, replaced by
+    :func:`MoELatencyTable.layer_latency_s` plus attention streaming.
+    :math:`k_{scan}` is the TP-sharded KV bytes per token per GPU under *both*
+    layouts: every GPU scans only its own heads, and this is what reproduces
+    the tok/s column of Table 2 (2,716 tok/s for 70B on H100). Weights use the
+    official ``model.params``, which includes the input-embedding table a decode
+    step only gathers rows of, so :math:`W` is above the paper's by
+    vocab x hidden x :math:`b_w`/tp of streaming (+1.5% for Llama-3.1-70B, +7% for 8B).
+
+    The replica costs ``tp`` GPU-hours per hour and draws ``tp`` times one GPU's
+    power curve. Quality labels: latency ``roofline``; power as catalogued.
+
+    Examples
+    --------
+    >>> from models.hardware import HardwareSpec, ModelSpec, RooflineDefaults
+    >>> from models.power import PowerCurve
+    >>> h100 = HardwareSpec("H100", (), 85899345920, 3.35e12, 989.0, 1978.0, 700.0, 4.02,
+    ...                     PowerCurve(300.0, 600.0, 1.0, 4.2, "measured"))
+    >>> m70 = ModelSpec("70B", "dense", 80, 8192, 64, 8, 128, 28672, 128256, 131072,
+    ...                 70553706496, 70553706496, 327680)
+    >>> p = computed_profile(h100, m70, tp=8, defaults=RooflineDefaults())
+    >>> round(p.W_s * 1e3, 2), p.n_slots(8192), p.gpus_per_replica, p.cost_usd_per_hr
+    (6.82, 176, 8, 32.16)
+    >>> computed_profile(h100, m70, tp=8, kv_layout="replicated", defaults=RooflineDefaults()).n_slots(8192)
+    22
+    """
+    kv_dtype = _default_kv_dtype(dtype) if kv_dtype is None else kv_dtype
+    u = defaults.gpu_memory_utilization if gpu_memory_utilization is None else gpu_memory_utilization
+    problems = _config_problems(hardware, model, tp, dtype, kv_dtype, u, max_num_seqs, kv_layout, chunk_tokens,
+                                blk_size_tokens, calibration_ctx_tokens, moe_w, moe_table)
+    if problems:
+        raise ValueError(f"invalid serving configuration for {model.name} on {hardware.name}: "
+                         + "; ".join(problems))
+    flops = peak_flops_per_s(hardware, dtype)
+    weights = weight_bytes_per_gpu(model, dtype, tp)
+    stream_s = _weight_stream_s(hardware, model, dtype, tp, moe_w, moe_table, defaults)
+    W_s = stream_s + model.layers * defaults.per_layer_latency_s
+    scan = kv_bytes_per_token_per_gpu(model, kv_dtype, tp, "sharded")
+    H_s = calibration_ctx_tokens * scan / (hardware.memory_bandwidth_bytes_per_s * defaults.bandwidth_efficiency)
+    budget = kv_budget_bytes(hardware, weights, tp, u, defaults)
+    cap = max_num_seqs if max_num_seqs is not None else ridge_batch(flops, stream_s, model.active_params, tp)
+    return ComputedProfile(
+        name=_profile_name(hardware, model, tp, dtype, kv_dtype, kv_layout, moe_w),
+        model_name=model.name, W_s=W_s, H_s=H_s, calibration_ctx_tokens=calibration_ctx_tokens,
+        chunk_tokens=chunk_tokens, blk_size_tokens=blk_size_tokens,
+        cost_usd_per_hr=tp * hardware.usd_per_gpu_hour, gpus_per_replica=tp,
+        power=_replica_power(hardware, tp, W_s, H_s, defaults), latency_quality="roofline",
+        hardware_name=hardware.name, tp=tp, dtype=dtype, kv_dtype=kv_dtype, kv_layout=kv_layout,
+        moe_w=moe_w if model.is_moe else "dense", weight_bytes_per_gpu=weights, weight_stream_s=stream_s,
+        kv_budget_bytes=budget, kv_bytes_per_token_per_gpu=kv_bytes_per_token_per_gpu(model, kv_dtype, tp, kv_layout),
+        kv_scan_bytes_per_token_per_gpu=scan, compute_cap_seqs=int(cap), peak_flops_per_s=flops,
+        flops_per_seq_per_gpu=2.0 * model.active_params / tp, tdp_w=hardware.tdp_w,
+        tdp_idle_fraction=defaults.tdp_idle_fraction, tdp_nominal_fraction=defaults.tdp_nominal_fraction,
+        note=_empty_note(budget, weights, hardware, u, tp, defaults),
+    )
+
+
+def activity_power_per_gpu_w(profile: ComputedProfile, n_active, mean_seq_tokens):
+    """Power of one GPU of a replica under the activity rule behind the paper's Tables 2 and 5 (array-aware).
+
+    .. math::
+
+        P = T \\left(f_{idle} + (f_{nom} - f_{idle}) \\min(1, a_{kv} + a_{c})\\right), \\quad
+        a_{kv} = \\frac{n H \\bar L / B_{cal}}{t}, \\quad
+        a_{c} = \\frac{n \\, 2 P_a / tp}{t \\, F}, \\quad
+        t = W + H \\frac{\\bar L}{B_{cal}} n
+
+    :math:`T` is the GPU's TDP, :math:`f_{idle}, f_{nom}` = 0.43, 0.86,
+    :math:`a_{kv}` the KV-scan share of the iteration, :math:`a_c` the share of
+    peak tensor FLOP/s :math:`F` spent on weight matmuls. It is the reference
+    tool's computed-profile power (its ``power_at_concurrency``; it uses the FP16
+    rate for :math:`F` whatever the dtype, we use the dtype's rate) and gives
+    Table 5's P column (367 / 422 / 619 / 755 W) within 1%. It is not a
+    :class:`~models.power.PowerCurve` (it depends on :math:`\\bar L` too), so it is
+    offered beside ``profile.power``, not in place of it. Multiply by
+    ``profile.gpus_per_replica`` for the replica.
+    """
+    n = np.asarray(n_active, dtype=float)
+    kv_s = profile.H_s * (np.asarray(mean_seq_tokens, dtype=float) / profile.calibration_ctx_tokens) * n
+    t = profile.W_s + kv_s
+    activity = np.minimum(1.0, kv_s / t + n * profile.flops_per_seq_per_gpu / (t * profile.peak_flops_per_s))
+    span = profile.tdp_nominal_fraction - profile.tdp_idle_fraction
+    out = profile.tdp_w * (profile.tdp_idle_fraction + span * activity)
+    return out if out.ndim else float(out)
