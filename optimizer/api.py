@@ -1,0 +1,143 @@
+"""The Python API behind the CLI (usable from a notebook).
+
+>>> from optimizer import api                                     # doctest: +SKIP
+>>> inst = api.load("instances/lmsys_a100.yaml")                  # doctest: +SKIP
+>>> api.evaluate_report(inst, ["0-8192:a100,8192-65536:a100"])    # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from models.fleet import FleetResult
+from models.units import MS_PER_S
+
+from .catalog import load_catalog
+from .errors import InstanceError
+from .evaluate import baseline, context_sweep, evaluate, parse_fleet
+from .instance import Instance, load_instance
+from .report import fleet_json
+
+__all__ = ["load", "summarize_instance", "evaluate_report", "EvaluationReport", "tpw_rows"]
+
+DEFAULT_CONTEXTS = "2048,4096,8192,16384,32768,65536,131072"
+
+
+def load(path: str | Path, overrides=()) -> Instance:
+    """Load and validate an instance file (raises :class:`~optimizer.errors.InstanceError`)."""
+    return load_instance(path, overrides)
+
+
+def summarize_instance(inst: Instance) -> dict:
+    """What the instance asks for, with the derived facts a planner checks first."""
+    w = inst.workload
+    top = inst.pools.max_context_tokens
+    return {
+        "name": inst.name,
+        "workload": {"kind": w.kind, "source": w.source, "arrival_rate": w.arrival_rate_req_per_s,
+                     "input_fraction": w.input_fraction if w.kind == "cdf" else None,
+                     "truncated_share": w.truncated_share},
+        "slo": {"ttft_p99_ms": inst.slo.ttft_p99_s * MS_PER_S, "ttft_model": inst.slo.ttft_model,
+                "scope": inst.slo.scope,
+                "tpot_p99_ms": None if inst.slo.tpot_p99_s is None else inst.slo.tpot_p99_s * MS_PER_S},
+        "gpus": [{"name": g.name, "profile": g.profile.name, "kind": g.kind, "model": g.profile.model_name,
+                  "gpus_per_replica": g.profile.gpus_per_replica, "cost_per_hr": g.profile.cost_usd_per_hr,
+                  "n_slots_at_max_context": int(g.profile.n_slots(top)), "max_count": g.max_count,
+                  "availability": g.availability, "quality": f"latency {g.profile.latency_quality} / "
+                                                             f"power {g.profile.power.quality}"}
+                 for g in inst.gpus],
+        "pools": {"max_pools": inst.pools.max_pools, "max_context": top, "routing": inst.pools.routing,
+                  "boundaries": list(inst.pools.boundaries)},
+        "constraints": {"max_utilization": inst.constraints.max_utilization,
+                        "max_power_kw": inst.constraints.max_power_kw,
+                        "max_cost_per_hr": inst.constraints.max_cost_per_hr,
+                        "max_total_gpus": inst.constraints.max_total_gpus},
+        "objective": inst.objective,
+        "valid": True,
+    }
+
+
+@dataclass(frozen=True)
+class EvaluationReport:
+    """Analytic results of one or more fleets plus the homogeneous baseline."""
+
+    instance: Instance
+    fleets: tuple[tuple[str, FleetResult], ...]
+    baseline: FleetResult | None
+
+    def to_json(self) -> dict:
+        """The stable JSON contract (one fleet: keys at top level; several: a ``fleets`` list)."""
+        inst = self.instance
+        head = {"instance": inst.name, "command": "evaluate", "ttft_model": inst.slo.ttft_model,
+                "slo_ttft_p99_ms": inst.slo.ttft_p99_s * MS_PER_S,
+                "max_utilization": inst.constraints.max_utilization,
+                "truncated_share": inst.workload.truncated_share}
+        results = [{"fleet": text, **fleet_json(r)} for text, r in self.fleets]
+        tail = {"baseline": None if self.baseline is None else fleet_json(self.baseline)}
+        if len(results) == 1:
+            return {**head, **results[0], **tail}
+        return {**head, "fleets": results, **tail}
+
+
+def evaluate_report(inst: Instance, fleets) -> EvaluationReport:
+    """Evaluate each fleet spec (``"0-4096:a100x3,4096-65536:a100"``) and the homogeneous baseline."""
+    if isinstance(fleets, str):
+        fleets = [fleets]
+    problems, specs = [], []
+    for k, text in enumerate(fleets):
+        try:
+            specs.append(parse_fleet(text, inst, "--fleet" if len(fleets) == 1 else f"--fleet[{k}]"))
+        except InstanceError as err:
+            problems += err.problems
+    if problems:
+        raise InstanceError(problems)
+    return EvaluationReport(inst, tuple((spec.text, evaluate(inst, spec).result) for spec in specs), baseline(inst))
+
+
+def tpw_rows(profiles: str | None, hardware: str | None, models: str | None, tp: int = 1, dtype: str = "fp16",
+             kv_layout: str = "sharded", contexts: str = DEFAULT_CONTEXTS):
+    """Rows of the context sweep for calibrated profiles and/or computed (hardware x model) profiles."""
+    cat = load_catalog()
+    problems, chosen = [], []
+    try:
+        ctx = [int(c) for c in str(contexts).split(",") if c.strip()]
+        if not ctx or min(ctx) < 1:
+            raise ValueError
+    except ValueError:
+        problems.append(f"--contexts: '{contexts}' is not a comma-separated list of positive token counts")
+        ctx = []
+    for name in [p.strip() for p in (profiles or "").split(",") if p.strip()]:
+        try:
+            chosen.append(cat.find("profiles", name))
+        except KeyError as err:
+            problems.append(f"--profile: {err.args[0]}")
+    if bool(hardware) != bool(models):
+        problems.append("--hardware and --models go together")
+    elif hardware:
+        chosen += _computed(cat, hardware, models, tp, dtype, kv_layout, problems)
+    if not chosen and not problems:
+        problems.append("--profile or --hardware with --models: give at least one profile")
+    if problems:
+        raise InstanceError(problems)
+    return context_sweep(chosen, ctx)
+
+
+def _computed(cat, hardware, models, tp, dtype, kv_layout, problems):
+    from models.roofline import computed_profile
+
+    out = []
+    try:
+        hw = cat.find("hardware", hardware)
+    except KeyError as err:
+        problems.append(f"--hardware: {err.args[0]}")
+        return out
+    for name in [m.strip() for m in models.split(",") if m.strip()]:
+        try:
+            md = cat.find("models", name)
+            out.append(computed_profile(hw, md, tp=tp, dtype=dtype, kv_layout=kv_layout, defaults=cat.defaults))
+        except KeyError as err:
+            problems.append(f"--models: {err.args[0]}")
+        except ValueError as err:
+            problems.append(f"--models: {name}: {err}")
+    return out

@@ -1,0 +1,120 @@
+"""The ``fleetopt`` command: a thin layer over :mod:`optimizer.api`.
+
+Exit codes: 0 success, 2 invalid input, 3 infeasible, 4 time limit without
+a plan, 1 internal error (see README).
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import sys
+
+import click
+
+from . import api, report
+from .errors import FleetoptError
+from .output import write_json
+from .report import console
+
+CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"]}
+_json_opt = click.option("--json", "json_out", metavar="FILE", help="Also write the result as JSON ('-' = stdout).")
+_set_opt = click.option("--set", "overrides", multiple=True, metavar="PATH=VALUE",
+                        help="Override an instance field, e.g. constraints.max_utilization=0.8 (repeatable).")
+_instance_arg = click.argument("instance", type=click.Path(dir_okay=False))
+
+
+def _guard(fn):
+    """Turn fleetopt errors into one line each on stderr and the documented exit code."""
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except FleetoptError as err:
+            for line in str(err).splitlines():
+                click.echo(f"error: {line}", err=True)
+            raise click.exceptions.Exit(err.exit_code)
+        except (KeyboardInterrupt, click.exceptions.Exit, click.ClickException):
+            raise
+        except Exception as err:  # a bug: say so in one line unless debugging
+            if os.environ.get("FLEETOPT_DEBUG"):
+                raise
+            click.echo(f"error: internal error: {type(err).__name__}: {err} (set FLEETOPT_DEBUG=1 for details)",
+                       err=True)
+            raise click.exceptions.Exit(1)
+
+    return wrapper
+
+
+def _emit(table_fn, data: dict, json_out: str | None, protect=()) -> None:
+    if json_out != "-":
+        table_fn(console())
+    if json_out:
+        write_json(data, json_out, protect)
+
+
+@click.group(context_settings=CONTEXT_SETTINGS)
+@click.version_option(package_name="fleetopt")
+def main() -> None:
+    """Plan GPU fleets for LLM inference: pools, context splits, GPU types and replica counts."""
+
+
+@main.command()
+@_instance_arg
+@_set_opt
+@_json_opt
+@_guard
+def validate(instance, overrides, json_out):
+    """Check INSTANCE and summarize what it asks for."""
+    inst = api.load(instance, overrides)
+    summary = api.summarize_instance(inst)
+    _emit(lambda c: report.render_summary(c, summary), summary, json_out, (inst.path,))
+
+
+@main.command()
+@_instance_arg
+@click.option("--fleet", "fleets", multiple=True, required=True, metavar="SPEC",
+              help="Pools as LO-HI:GPU[xN],... e.g. '0-4096:a100x3,4096-65536:a100' (repeatable to compare).")
+@_set_opt
+@_json_opt
+@_guard
+def evaluate(instance, fleets, overrides, json_out):
+    """Evaluate given fleets analytically, next to the homogeneous baseline."""
+    inst = api.load(instance, overrides)
+    result = api.evaluate_report(inst, fleets)
+    _emit(lambda c: report.render_evaluation(c, result), result.to_json(), json_out, (inst.path,))
+
+
+@main.command()
+@click.option("--profile", "profiles", metavar="NAMES", help="Calibrated profiles, comma-separated (e.g. H100-80GB).")
+@click.option("--hardware", metavar="NAME", help="Hardware for computed profiles (e.g. H100-SXM-80GB).")
+@click.option("--models", metavar="NAMES", help="LLMs for computed profiles, comma-separated.")
+@click.option("--tp", type=click.IntRange(1, 64), default=1, show_default=True, help="Tensor parallelism.")
+@click.option("--dtype", type=click.Choice(["fp16", "bf16", "fp8", "int4"]), default="fp16", show_default=True)
+@click.option("--kv-layout", type=click.Choice(["sharded", "replicated"]), default="sharded", show_default=True,
+              help="KV cache split across TP ranks (vLLM) or whole on every GPU (the 1/W paper's Tables 2 and 5).")
+@click.option("--contexts", "--context", "contexts", default="2048,4096,8192,16384,32768,65536,131072",
+              show_default=True, metavar="TOKENS", help="Context windows, comma-separated.")
+@_json_opt
+@_guard
+def tpw(profiles, hardware, models, tp, dtype, kv_layout, contexts, json_out):
+    """Tokens per watt of one replica at full concurrency, per context window (the 1/W law)."""
+    rows = api.tpw_rows(profiles, hardware, models, tp, dtype, kv_layout, contexts)
+    _emit(lambda c: c.print(report.tpw_table(rows)), report.tpw_json(rows), json_out)
+
+
+@main.command()
+@click.option("--quick", is_flag=True, help="Fewer repetitions (smoke run).")
+@_json_opt
+@_guard
+def bench(quick, json_out):
+    """Run the benchmarks, print a table of medians and write JSON."""
+    from .bench import run_benchmarks, render_bench
+
+    result = run_benchmarks(repeats=1 if quick else 5)
+    _emit(lambda c: render_bench(c, result), result, json_out)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

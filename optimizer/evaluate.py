@@ -1,0 +1,111 @@
+"""Analytic evaluation of user-given fleets against an instance (``fleetopt evaluate``)."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from models.fleet import FleetResult, PoolPlan, ServiceLevel, evaluate_fleet
+from models.service import ContextPoint, context_point
+
+from .errors import InstanceError
+from .instance import Instance
+
+__all__ = ["FleetSpec", "parse_fleet", "evaluate", "baseline", "service_level", "Evaluation", "context_sweep"]
+
+_POOL_RE = re.compile(r"^\s*(?P<lo>\d+[kK]?)\s*-\s*(?P<hi>\d+[kK]?)\s*:\s*(?P<gpu>[A-Za-z0-9_.\-/]+?)"
+                      r"(?:\s*[xX]\s*(?P<n>\d+))?\s*$")
+
+
+@dataclass(frozen=True)
+class FleetSpec:
+    """A fleet as the user wrote it: ``(lo, hi, gpu name, replicas or None)`` per pool."""
+
+    text: str
+    pools: tuple[tuple[int, int, str, int | None], ...]
+
+
+def _tokens(s: str) -> int:
+    return int(s[:-1]) * 1024 if s[-1] in "kK" else int(s)
+
+
+def parse_fleet(text: str, instance: Instance, field: str = "--fleet") -> FleetSpec:
+    """Parse ``"0-4096:a100x3,4096-65536:a100"`` (``4k`` = 4,096; no ``xN`` = size to the minimum).
+
+    The pools must tile ``(0, max_context]`` in order and name GPUs of the instance.
+    """
+    pools, problems = [], []
+    for part in [p for p in text.split(",") if p.strip()]:
+        m = _POOL_RE.match(part)
+        if not m:
+            problems.append(f"'{part.strip()}' is not LO-HI:GPU or LO-HI:GPUxN (e.g. 0-4096:a100x3)")
+            continue
+        n = None if m["n"] is None else int(m["n"])
+        pools.append((_tokens(m["lo"]), _tokens(m["hi"]), m["gpu"], n))
+    known = {g.name.lower(): g.name for g in instance.gpus}
+    expected = 0
+    for lo, hi, gpu, n in pools:
+        if gpu.lower() not in known:
+            problems.append(f"unknown gpu '{gpu}'; the instance defines: {', '.join(known.values())}")
+        if lo != expected:
+            problems.append(f"pool {lo}-{hi} should start at {expected} (pools tile 0..max_context in order)")
+        if hi <= lo:
+            problems.append(f"pool {lo}-{hi} is empty")
+        if n is not None and n < 1:
+            problems.append(f"pool {lo}-{hi} needs at least one replica")
+        expected = hi
+    if pools and expected != instance.pools.max_context_tokens and not problems:
+        problems.append(f"the last pool ends at {expected}, but pools.max_context is "
+                        f"{instance.pools.max_context_tokens}")
+    if not pools and not problems:
+        problems.append("no pool given")
+    if problems:
+        raise InstanceError([f"{field}: {p}" for p in problems])
+    return FleetSpec(text, tuple((lo, hi, known[g.lower()], n) for lo, hi, g, n in pools))
+
+
+def service_level(instance: Instance) -> ServiceLevel:
+    return ServiceLevel(instance.slo.ttft_p99_s, instance.slo.ttft_model, instance.constraints.max_utilization)
+
+
+def _run(instance: Instance, pools: list[PoolPlan]) -> FleetResult:
+    w = instance.workload
+    return evaluate_fleet(pools, w.lengths, w.arrival_rate_req_per_s, service_level(instance), w.input_fraction)
+
+
+def _plan(instance: Instance, lo: int, hi: int, gpu: str, n: int | None) -> PoolPlan:
+    g = instance.gpu(gpu)
+    return PoolPlan(lo, hi, g.name, g.profile, n, g.availability)
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    fleet: FleetSpec
+    result: FleetResult
+
+
+def evaluate(instance: Instance, fleet: FleetSpec) -> Evaluation:
+    """Evaluate one fleet analytically (pools without a count are sized to their minimum)."""
+    return Evaluation(fleet, _run(instance, [_plan(instance, *p) for p in fleet.pools]))
+
+
+def baseline(instance: Instance) -> FleetResult | None:
+    """The cheapest homogeneous fleet: one pool ``(0, max_context]`` on one GPU option, sized to its minimum.
+
+    Feasible options win over infeasible ones; returns None if no GPU holds the context window.
+    """
+    top = instance.pools.max_context_tokens
+    best = None
+    for g in instance.gpus:
+        if int(g.profile.n_slots(top)) < 1:
+            continue
+        r = _run(instance, [PoolPlan(0, top, g.name, g.profile, None, g.availability)])
+        key = (not r.feasible, r.cost_per_hr)
+        if best is None or key < best[0]:
+            best = (key, r)
+    return None if best is None else best[1]
+
+
+def context_sweep(profiles, contexts) -> list[ContextPoint]:
+    """The 1/W-law table: each profile at full concurrency for each context window."""
+    return [context_point(p, int(c)) for p in profiles for c in contexts]

@@ -1,0 +1,160 @@
+"""Turn results into the stable JSON contract and into readable tables.
+
+Every number carries its provenance: ``source`` says analytic / MIP /
+simulated and ``quality`` the profile quality its inputs rest on.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+
+from rich.console import Console
+from rich.table import Table
+
+from models.fleet import FleetResult, PoolResult
+from models.service import ContextPoint
+
+__all__ = ["fleet_json", "pool_json", "fleet_table", "tpw_json", "tpw_table", "fmt_ms"]
+
+ANALYTIC = "analytic"
+
+_POOL_KEYS = ("min_tokens", "max_tokens", "gpu", "replicas", "gpus", "arrival_rate", "utilization", "ttft_p99_ms",
+              "power_w", "slo_met")
+
+
+def pool_json(p: PoolResult, source: str = ANALYTIC) -> dict:
+    """The contract keys first, then the details."""
+    d = asdict(p)
+    out = {k: d.pop(k) for k in _POOL_KEYS}
+    out.update(d)
+    out["source"] = source
+    return out
+
+
+def fleet_json(r: FleetResult, source: str = ANALYTIC) -> dict:
+    return {
+        "cost_per_hr": r.cost_per_hr,
+        "cost_per_year": r.cost_per_year,
+        "total_replicas": r.total_replicas,
+        "total_gpus": r.total_gpus,
+        "power_kw": r.power_kw,
+        "tok_per_watt": r.tok_per_watt,
+        "slo_met": r.slo_met,
+        "feasible": r.feasible,
+        "pools": [pool_json(p, source) for p in r.pools],
+        "source": source,
+    }
+
+
+def fmt_ms(x: float) -> str:
+    return "inf" if x == float("inf") else f"{x:,.1f}"
+
+
+def fleet_table(title: str, r: FleetResult, slo_ms: float, source: str = ANALYTIC) -> Table:
+    t = Table(title=f"{title}  [P99 TTFT SLO {slo_ms:,.0f} ms]", title_justify="left", show_footer=True)
+    t.add_column("tokens", footer="fleet", no_wrap=True)
+    t.add_column("gpu", footer="")
+    t.add_column("replicas (GPUs)", justify="right", footer=f"{r.total_replicas} ({r.total_gpus})", no_wrap=True)
+    t.add_column("req/s", justify="right", footer=f"{sum(p.arrival_rate for p in r.pools):,.1f}")
+    t.add_column("util", justify="right")
+    t.add_column("P99 TTFT ms", justify="right")
+    t.add_column("power W", justify="right", footer=f"{r.power_kw * 1000:,.0f}")
+    t.add_column("tok/W", justify="right", footer=f"{r.tok_per_watt:.2f}")
+    t.add_column("$/hr", justify="right", footer=f"{r.cost_per_hr:,.2f}")
+    t.add_column("SLO", footer="met" if r.feasible else "MISSED")
+    for p in r.pools:
+        sized = "*" if p.sized else ""
+        t.add_row(f"{p.min_tokens:,}-{p.max_tokens:,}", p.gpu, f"{p.replicas}{sized} ({p.gpus})",
+                  f"{p.arrival_rate:,.2f}", f"{p.utilization:.2f}", fmt_ms(p.ttft_p99_ms), f"{p.power_w:,.0f}",
+                  f"{p.tok_per_watt:.2f}", f"{p.cost_per_hr:,.2f}",
+                  "met" if p.slo_met and p.utilization_ok else "MISSED")
+    return t
+
+
+def fleet_notes(r: FleetResult, ttft_model: str) -> list[str]:
+    """Provenance and caveat lines printed under a fleet table."""
+    lines = [f"source: analytic (M/G/c per KV slot, Erlang-C with Kimura tail; TTFT model '{ttft_model}'); "
+             f"cost/yr ${r.cost_per_year:,.0f}; * = sized to the minimum count"]
+    seen = {}
+    for p in r.pools:
+        seen.setdefault(p.gpu, (p.profile, p.model, p.quality))
+    for gpu, (prof, model, q) in seen.items():
+        lines.append(f"  {gpu}: profile {prof} serving {model}; {q}")
+    if len({m for _, m, _ in seen.values()}) > 1:
+        lines.append("  note: these pools serve different models; compare their costs with care")
+    for p in r.pools:
+        if p.miss_reason:
+            lines.append(f"  {p.min_tokens:,}-{p.max_tokens:,} on {p.gpu}: {p.miss_reason}")
+    return lines
+
+
+def tpw_json(rows: list[ContextPoint]) -> dict:
+    return {"rows": [{"profile": r.profile, "model": r.model, "context": r.context_tokens, "n_slots": r.n_slots,
+                      "iter_latency_ms": r.iter_latency_ms, "tok_per_s": r.tok_per_s, "power_w": r.power_w,
+                      "tok_per_watt": r.tok_per_watt, "quality": r.quality, "source": ANALYTIC} for r in rows]}
+
+
+def tpw_table(rows: list[ContextPoint]) -> Table:
+    t = Table(title="one replica at full concurrency (mean sequence = context/2) - analytic",
+              title_justify="left")
+    for name, just in (("profile", "left"), ("model", "left"), ("context", "right"), ("n_slots", "right"),
+                       ("iter ms", "right"), ("tok/s", "right"), ("power W", "right"), ("tok/W", "right"),
+                       ("quality", "left")):
+        t.add_column(name, justify=just)
+    for r in rows:
+        t.add_row(r.profile, r.model, f"{r.context_tokens:,}", str(r.n_slots), f"{r.iter_latency_ms:.3f}",
+                  f"{r.tok_per_s:,.1f}", f"{r.power_w:,.1f}", f"{r.tok_per_watt:.3f}", r.quality)
+    return t
+
+
+def console() -> Console:
+    """Rich console; output that is not a terminal gets 140 columns so tables are not squeezed."""
+    import sys
+
+    return Console(soft_wrap=True, width=None if sys.stdout.isatty() else 140)
+
+
+def render_summary(c: Console, s: dict) -> None:
+    w = s["workload"]
+    c.print(f"[bold]{s['name']}[/bold]: valid")
+    c.print(f"  workload: {w['kind']} {w['source']}, {w['arrival_rate']:,.2f} req/s"
+            + (f", input fraction {w['input_fraction']}" if w["input_fraction"] is not None else "")
+            + (f"; {w['truncated_share']:.4%} of requests exceed max_context and are truncated"
+               if w["truncated_share"] > 0 else ""))
+    slo = s["slo"]
+    c.print(f"  SLO: P99 TTFT {slo['ttft_p99_ms']:,.0f} ms ({slo['ttft_model']}, scope {slo['scope']})"
+            + (f", P99 TPOT {slo['tpot_p99_ms']:,.0f} ms" if slo["tpot_p99_ms"] else ""))
+    p = s["pools"]
+    c.print(f"  pools: up to {p['max_pools']}, max context {p['max_context']:,}, {len(p['boundaries'])} "
+            f"boundaries, routing {p['routing']}; objective {s['objective']}")
+    t = Table(title="GPU options", title_justify="left")
+    for col in ("name", "profile", "model", "GPUs/replica", "$/hr/replica", "slots @max ctx", "max GPUs",
+                "availability", "quality"):
+        t.add_column(col)
+    for g in s["gpus"]:
+        t.add_row(g["name"], g["profile"], g["model"], str(g["gpus_per_replica"]), f"{g['cost_per_hr']:.2f}",
+                  str(g["n_slots_at_max_context"]), "-" if g["max_count"] is None else str(g["max_count"]),
+                  f"{g['availability']:g}", g["quality"])
+    c.print(t)
+
+
+def render_evaluation(c: Console, report) -> None:
+    """Print an :class:`optimizer.api.EvaluationReport`: each fleet, the baseline and the saving."""
+    inst = report.instance
+    slo_ms = inst.slo.ttft_p99_s * 1000.0
+    for text, r in report.fleets:
+        c.print(fleet_table(f"fleet {text}", r, slo_ms))
+        for line in fleet_notes(r, inst.slo.ttft_model):
+            c.print(line)
+    b = report.baseline
+    if b is not None:
+        c.print(fleet_table("homogeneous baseline (cheapest single pool)", b, slo_ms))
+        for line in fleet_notes(b, inst.slo.ttft_model)[1:]:
+            c.print(line)
+        for text, r in report.fleets:
+            if b.cost_per_hr > 0:
+                c.print(f"fleet {text}: ${r.cost_per_year:,.0f}/yr vs baseline ${b.cost_per_year:,.0f}/yr "
+                        f"({1 - r.cost_per_hr / b.cost_per_hr:+.1%} saving)")
+    if inst.workload.truncated_share > 0:
+        c.print(f"note: {inst.workload.truncated_share:.4%} of requests are longer than the largest context "
+                "window and are served truncated to it")
