@@ -1,0 +1,118 @@
+"""Benchmarks (``fleetopt bench``): medians over repeats, printed as a table and returned as JSON.
+
+Targets are stated next to each figure; nothing here asserts on time (tests never do).
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+from rich.console import Console
+from rich.table import Table
+
+from models.queueing import min_replicas
+from models.segments import segment_basis, segment_stats
+from models.workload import LengthDistribution
+
+from .catalog import load_catalog
+
+__all__ = ["run_benchmarks", "render_bench"]
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _median_s(fn, repeats: int) -> float:
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def bench_sizing(n_pairs: int = 20_000, repeats: int = 5) -> dict:
+    """Segment statistics plus minimum replicas for ``n_pairs`` (segment, profile) pairs."""
+    cat = load_catalog()
+    profiles = [cat.profiles[n] for n in ("A10G", "A100-80GB", "H100-80GB", "B200-projected")]
+    dist = LengthDistribution.from_cdf([(t, f) for t, f in _lmsys()])
+    per_profile = n_pairs // len(profiles)
+    m = int(np.ceil((1 + np.sqrt(1 + 8 * per_profile)) / 2))  # m boundaries give m(m-1)/2 segments
+    grid = np.unique(np.round(np.geomspace(32, 65536, m)).astype(int))
+    b = np.concatenate(([0], grid))
+    ii, jj = np.triu_indices(len(b), k=1)
+    ii, jj = ii[:per_profile], jj[:per_profile]
+    bases = {p.chunk_tokens: segment_basis(dist, b, p.chunk_tokens, 0.8) for p in profiles}
+
+    def run():
+        for p in profiles:
+            s = segment_stats(bases[p.chunk_tokens], ii, jj, p)
+            lam = 100.0 * s.rate_share
+            min_replicas(lam, s.mean_service_s, s.cv2_service, s.n_slots, 0.5, s.prefill_times_s,
+                         s.prefill_probs, s.mean_prefill_s, 0.85, "tail")
+
+    basis_s = _median_s(lambda: [segment_basis(dist, b, c, 0.8) for c in bases], repeats)
+    median = _median_s(run, repeats)
+    return {"name": "size N* for (segment, profile) pairs", "pairs": len(ii) * len(profiles),
+            "median_s": median, "basis_precompute_median_s": basis_s, "target_s": 0.5,
+            "meets_target": median <= 0.5}
+
+
+def _lmsys():
+    import json
+
+    from .catalog import data_dir
+
+    return json.loads((data_dir() / "workloads" / "lmsys_cdf.json").read_text())
+
+
+def _cli() -> list[str]:
+    exe = shutil.which("fleetopt")
+    return [exe] if exe else [sys.executable, "-m", "optimizer.cli"]
+
+
+def bench_evaluate_process(repeats: int = 5) -> dict:
+    """``fleetopt evaluate`` from process start to exit on the Puzzle-1 instance."""
+    inst = REPO / "instances" / "lmsys_a100.yaml"
+    if not inst.is_file():
+        return {"name": "fleetopt evaluate end-to-end", "skipped": "instances/ not found (installed wheel)"}
+    cmd = _cli() + ["evaluate", str(inst), "--fleet", "0-8192:a100,8192-65536:a100", "--json", os.devnull]
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+
+    def run():
+        subprocess.run(cmd, check=True, capture_output=True, env=env)
+
+    run()  # warm the file cache
+    median = _median_s(run, repeats)
+    return {"name": "fleetopt evaluate end-to-end", "median_s": median, "target_s": 1.0,
+            "meets_target": median <= 1.0}
+
+
+def run_benchmarks(repeats: int = 5) -> dict:
+    """Run every benchmark; the result is JSON-ready."""
+    results = [bench_sizing(repeats=repeats), bench_evaluate_process(repeats=repeats)]
+    return {"machine": {"python": platform.python_version(), "platform": platform.platform(),
+                        "cpus": os.cpu_count()},
+            "repeats": repeats, "statistic": "median", "benchmarks": results}
+
+
+def render_bench(c: Console, result: dict) -> None:
+    t = Table(title=f"fleetopt bench (median of {result['repeats']})", title_justify="left")
+    for col in ("benchmark", "median s", "target s", "met", "detail"):
+        t.add_column(col)
+    for b in result["benchmarks"]:
+        if "skipped" in b:
+            t.add_row(b["name"], "-", "-", "-", b["skipped"])
+            continue
+        detail = ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in b.items()
+                           if k not in ("name", "median_s", "target_s", "meets_target"))
+        t.add_row(b["name"], f"{b['median_s']:.4f}", f"{b['target_s']}", "yes" if b["meets_target"] else "NO",
+                  detail)
+    c.print(t)
