@@ -1,0 +1,309 @@
+"""The fleet MIP (Pyomo model, solved by HiGHS).
+
+Sets
+----
+NODES     boundaries :math:`k = 0..M` (tokens :math:`b_k`)
+POOLS     candidate pools :math:`p = (i_p, j_p, g_p)`
+CHOICES   replica choices :math:`c` of the pools (:math:`p(c)` their pool)
+GPUS      GPU options :math:`g`
+
+Variables
+---------
+:math:`z_c \\in \\{0, 1\\}`: choice :math:`c` is built. Pool :math:`p` is used,
+:math:`x_p = \\sum_{c \\in p} z_c`, with :math:`n_p = \\sum_{c \\in p} n_c z_c` replicas.
+
+Objective
+---------
+:math:`\\min \\sum_c w_c z_c` with :math:`w_c` the choice's $/hr, kW or
+$/hr + energy price x PUE x kW (:meth:`FleetProblem.choice_objective`).
+The objective stays in $/hr or kW so coefficients are of order one.
+
+Each constraint family is a ``*_rule`` below whose docstring is its math.
+"""
+
+from __future__ import annotations
+
+import enum
+import time
+from dataclasses import dataclass
+
+import numpy as np
+import pyomo.environ as pyo
+from pyomo.contrib.solver.common.factory import SolverFactory
+from pyomo.contrib.solver.common.results import SolutionStatus, TerminationCondition
+
+from .problem import FleetProblem
+
+__all__ = ["build_model", "solve", "Termination", "SolveResult", "Solution", "lp_bound"]
+
+
+class Termination(enum.Enum):
+    OPTIMAL = "optimal"
+    TIME_LIMIT = "time_limit"
+    INFEASIBLE = "infeasible"
+    ERROR = "error"
+
+
+_TERMINATION = {
+    TerminationCondition.convergenceCriteriaSatisfied: Termination.OPTIMAL,
+    TerminationCondition.maxTimeLimit: Termination.TIME_LIMIT,
+    TerminationCondition.iterationLimit: Termination.TIME_LIMIT,
+    TerminationCondition.interrupted: Termination.TIME_LIMIT,
+    TerminationCondition.provenInfeasible: Termination.INFEASIBLE,
+    TerminationCondition.locallyInfeasible: Termination.INFEASIBLE,
+    TerminationCondition.infeasibleOrUnbounded: Termination.INFEASIBLE,
+}
+"""HiGHS (via Pyomo) termination -> ours; anything else is ERROR."""
+
+
+@dataclass(frozen=True)
+class Solution:
+    """One fleet: the chosen replica choices and its objective value."""
+
+    choices: tuple[int, ...]
+    objective: float
+
+
+@dataclass(frozen=True)
+class SolveResult:
+    """What the solver proved. ``solutions`` are best first (several with ``top > 1``).
+
+    ``rel_gap`` is :math:`|ub - lb| / |ub|` as HiGHS defines it (None without an incumbent).
+    """
+
+    termination: Termination
+    solutions: tuple[Solution, ...]
+    bound: float | None
+    rel_gap: float | None
+    wall_s: float
+    solver: str
+    options: dict
+    message: str = ""
+
+    @property
+    def best(self) -> Solution | None:
+        return self.solutions[0] if self.solutions else None
+
+
+# ---------------------------------------------------------------- model
+
+def build_model(problem: FleetProblem) -> pyo.ConcreteModel:
+    """The Pyomo model of ``problem`` (pure: no solver is called)."""
+    m = pyo.ConcreteModel(name="fleet")
+    m.problem = problem
+    m.NODES = pyo.RangeSet(0, problem.n_boundaries - 1)
+    m.POOLS = pyo.RangeSet(0, problem.n_pools - 1)
+    m.CHOICES = pyo.RangeSet(0, problem.n_choices - 1)
+    m.GPUS = pyo.RangeSet(0, len(problem.gpu_names) - 1)
+    m.z = pyo.Var(m.CHOICES, within=pyo.Binary)
+    _index(m, problem)
+    m.tiling = pyo.Constraint(m.NODES, rule=tiling_rule)
+    m.one_count = pyo.Constraint(m.POOLS, rule=one_count_rule)
+    m.max_pools = pyo.Constraint(rule=max_pools_rule)
+    m.gpu_inventory = pyo.Constraint(m.GPUS, rule=gpu_inventory_rule)
+    m.gpu_minimum = pyo.Constraint(m.GPUS, rule=gpu_minimum_rule)
+    m.total_gpus = pyo.Constraint(rule=total_gpus_rule)
+    m.budget = pyo.Constraint(rule=budget_rule)
+    m.power_cap = pyo.Constraint(rule=power_cap_rule)
+    m.fleet_slo = pyo.Constraint(rule=fleet_slo_rule)
+    weights = problem.choice_objective()
+    m.objective = pyo.Objective(expr=pyo.quicksum(float(weights[c]) * m.z[c] for c in m.CHOICES))
+    m.cuts = pyo.ConstraintList()
+    return m
+
+
+def _index(m, problem: FleetProblem) -> None:
+    """Precomputed index lists so every rule is a single sparse sum."""
+    cp = problem.choice_pool
+    starts = problem.pool_i[cp]
+    ends = problem.pool_j[cp]
+    m._leaving = [np.flatnonzero(starts == k) for k in range(problem.n_boundaries)]
+    m._entering = [np.flatnonzero(ends == k) for k in range(problem.n_boundaries)]
+    order = np.argsort(cp, kind="stable")
+    bounds = np.searchsorted(cp[order], np.arange(problem.n_pools + 1))
+    m._of_pool = [order[bounds[p]:bounds[p + 1]] for p in range(problem.n_pools)]
+    gpu_of_choice = problem.pool_gpu[cp]
+    m._of_gpu = [np.flatnonzero(gpu_of_choice == g) for g in range(len(problem.gpu_names))]
+
+
+def tiling_rule(m, k):
+    """Chosen pools tile :math:`(b_0, b_M]` exactly once (flow conservation on the boundary path).
+
+    .. math::
+
+        \\sum_{c:\\, i_{p(c)} = k} z_c - \\sum_{c:\\, j_{p(c)} = k} z_c =
+        \\begin{cases} 1 & k = 0 \\\\ -1 & k = M \\\\ 0 & \\text{otherwise} \\end{cases}
+        \\qquad \\forall k \\in \\mathrm{NODES}
+    """
+    last = m.problem.n_boundaries - 1
+    rhs = 1 if k == 0 else (-1 if k == last else 0)
+    out = pyo.quicksum(m.z[int(c)] for c in m._leaving[k])
+    inn = pyo.quicksum(m.z[int(c)] for c in m._entering[k])
+    if len(m._leaving[k]) == 0 and len(m._entering[k]) == 0:
+        return pyo.Constraint.Feasible if rhs == 0 else pyo.Constraint.Infeasible
+    return out - inn == rhs
+
+
+def one_count_rule(m, p):
+    """A pool is built with at most one replica count: :math:`x_p = \\sum_{c \\in p} z_c \\le 1`."""
+    idx = m._of_pool[p]
+    if len(idx) <= 1:
+        return pyo.Constraint.Skip
+    return pyo.quicksum(m.z[int(c)] for c in idx) <= 1
+
+
+def max_pools_rule(m):
+    """At most :math:`K` pools: :math:`\\sum_c z_c \\le K`."""
+    if m.problem.max_pools >= m.problem.n_boundaries - 1:
+        return pyo.Constraint.Skip
+    return pyo.quicksum(m.z[c] for c in m.CHOICES) <= m.problem.max_pools
+
+
+def _gpus(m, idx):
+    g = m.problem.choice_gpus
+    return pyo.quicksum(int(g[c]) * m.z[int(c)] for c in idx)
+
+
+def gpu_inventory_rule(m, g):
+    """Inventory of GPU option :math:`g` in physical GPUs: :math:`\\sum_{c:\\, g_{p(c)} = g} G_c z_c \\le \\bar G_g`."""
+    cap = m.problem.gpu_max_gpus[g]
+    if cap is None:
+        return pyo.Constraint.Skip
+    return _gpus(m, m._of_gpu[g]) <= cap
+
+
+def gpu_minimum_rule(m, g):
+    """Committed GPUs of option :math:`g`: :math:`\\sum_{c:\\, g_{p(c)} = g} G_c z_c \\ge \\underline G_g`."""
+    low = m.problem.gpu_min_gpus[g]
+    if not low:
+        return pyo.Constraint.Skip
+    return _gpus(m, m._of_gpu[g]) >= low
+
+
+def total_gpus_rule(m):
+    """Fleet size: :math:`\\sum_c G_c z_c \\le G_{max}`."""
+    cap = m.problem.max_total_gpus
+    return pyo.Constraint.Skip if cap is None else _gpus(m, range(m.problem.n_choices)) <= cap
+
+
+def budget_rule(m):
+    """Budget: :math:`\\sum_c \\kappa_c z_c \\le \\$_{max}` ($/hr)."""
+    cap = m.problem.max_cost_per_hr
+    cost = m.problem.choice_cost_per_hr
+    return pyo.Constraint.Skip if cap is None else pyo.quicksum(float(cost[c]) * m.z[c] for c in m.CHOICES) <= cap
+
+
+def power_cap_rule(m):
+    """Power cap: :math:`\\sum_c \\pi_c z_c \\le P_{max}` (kW, with :math:`\\pi_c` in kW)."""
+    cap = m.problem.max_power_w
+    pw = m.problem.choice_power_w
+    if cap is None:
+        return pyo.Constraint.Skip
+    return pyo.quicksum(float(pw[c]) / 1000.0 * m.z[c] for c in m.CHOICES) <= cap / 1000.0
+
+
+def fleet_slo_rule(m):
+    """Fleet-scope SLO: requests missing the TTFT SLO stay within 1 % of all:
+    :math:`\\sum_c m_c z_c \\le 0.01 \\Lambda`.
+    """
+    cap = m.problem.max_miss_rate
+    miss = m.problem.choice_miss_rate
+    if cap is None:
+        return pyo.Constraint.Skip
+    return pyo.quicksum(float(miss[c]) * m.z[c] for c in m.CHOICES) <= cap
+
+
+def add_no_good_cut(m, chosen: tuple[int, ...]) -> None:
+    """Exclude one fleet: :math:`\\sum_{c \\in S} (1 - z_c) + \\sum_{c \\notin S} z_c \\ge 1`."""
+    s = set(chosen)
+    m.cuts.add(pyo.quicksum(1 - m.z[c] for c in s) + pyo.quicksum(m.z[c] for c in m.CHOICES if c not in s) >= 1)
+
+
+# ---------------------------------------------------------------- solve
+
+def _highs(time_limit_s: float | None, mip_gap: float, threads: int | None, verbose: bool):
+    opts = {"tee": verbose, "rel_gap": mip_gap, "load_solutions": False,
+            "raise_exception_on_nonoptimal_result": False}
+    if time_limit_s is not None:
+        opts["time_limit"] = time_limit_s
+    if threads is not None:
+        opts["threads"] = threads
+    return SolverFactory("highs"), opts
+
+
+def _solve_once(m, solver, opts):
+    res = solver.solve(m, **opts)
+    term = _TERMINATION.get(res.termination_condition, Termination.ERROR)
+    has_solution = res.solution_status in (SolutionStatus.optimal, SolutionStatus.feasible)
+    chosen = ()
+    if has_solution:
+        res.solution_loader.load_vars()
+        chosen = tuple(int(c) for c in m.CHOICES if pyo.value(m.z[c]) > 0.5)
+    return res, term, has_solution, chosen
+
+
+def solve(problem: FleetProblem, *, top: int = 1, time_limit_s: float | None = None, mip_gap: float = 0.0,
+          threads: int | None = None, verbose: bool = False, tie_break: bool = True) -> SolveResult:
+    """Solve the fleet MIP with HiGHS; with ``top > 1`` return up to ``top`` distinct fleets (no-good cuts).
+
+    With ``tie_break`` and a proven optimum, ties are broken lexicographically:
+    among fleets within 1e-9 of the optimum, fewest physical GPUs, then fewest pools.
+    """
+    t0 = time.perf_counter()
+    m = build_model(problem)
+    solver, opts = _highs(time_limit_s, mip_gap, threads, verbose)
+    name = f"highs {'.'.join(map(str, solver.version()))}"
+    options = {"time_limit_s": time_limit_s, "mip_gap": mip_gap, "threads": threads, "top": top}
+    res, term, has, chosen = _solve_once(m, solver, opts)
+    if not has:
+        return SolveResult(term if term != Termination.OPTIMAL else Termination.ERROR, (), None, None,
+                           time.perf_counter() - t0, name, options, str(res.termination_condition))
+    bound, gap = _bound_gap(res)
+    weights = problem.choice_objective()
+    if tie_break and term == Termination.OPTIMAL:
+        chosen = _tie_break(m, problem, solver, opts, chosen, weights)
+    solutions = [Solution(chosen, float(weights[list(chosen)].sum()))]
+    while len(solutions) < top:
+        add_no_good_cut(m, solutions[-1].choices)
+        _, t2, has2, nxt = _solve_once(m, solver, opts)
+        if not has2:
+            break
+        solutions.append(Solution(nxt, float(weights[list(nxt)].sum())))
+    return SolveResult(term, tuple(solutions), bound, gap, time.perf_counter() - t0, name, options)
+
+
+def _bound_gap(res) -> tuple[float | None, float | None]:
+    ub, lb = res.incumbent_objective, res.objective_bound
+    if ub is None or lb is None or not np.isfinite(lb):
+        return lb, None
+    return float(lb), (abs(ub - lb) / abs(ub) if ub != 0 else 0.0)
+
+
+def _tie_break(m, problem, solver, opts, chosen, weights):
+    """Fix the objective at its optimum, then minimize physical GPUs, then pools."""
+    best = float(weights[list(chosen)].sum())
+    m.objective.deactivate()
+    m.fix_primary = pyo.Constraint(expr=m.objective.expr <= best + 1e-9 * max(1.0, abs(best)))
+    for name, coef in (("gpus", problem.choice_gpus.astype(float)), ("pools", np.ones(problem.n_choices))):
+        obj = pyo.Objective(expr=pyo.quicksum(float(coef[c]) * m.z[c] for c in m.CHOICES))
+        setattr(m, f"tie_{name}", obj)
+        _, term, has, cand = _solve_once(m, solver, opts)
+        if term == Termination.OPTIMAL and has:
+            value = float(coef[list(cand)].sum())
+            chosen = cand
+            setattr(m, f"fix_{name}", pyo.Constraint(expr=obj.expr <= value + 1e-9))
+        obj.deactivate()
+    for name in ("fix_primary", "fix_gpus", "fix_pools"):
+        if hasattr(m, name):
+            getattr(m, name).deactivate()
+    m.objective.activate()
+    return chosen
+
+
+def lp_bound(problem: FleetProblem) -> float | None:
+    """Objective of the LP relaxation (the root bound before cuts)."""
+    m = build_model(problem)
+    pyo.TransformationFactory("core.relax_integer_vars").apply_to(m)
+    solver, opts = _highs(None, 0.0, None, False)
+    res = solver.solve(m, **opts)
+    return res.incumbent_objective
