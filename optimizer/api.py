@@ -14,7 +14,7 @@ from models.fleet import FleetResult
 from models.units import MS_PER_S
 
 from .catalog import load_catalog
-from .errors import InstanceError
+from .errors import EXIT_CODES, InstanceError
 from .evaluate import baseline, context_sweep, evaluate, parse_fleet
 from .instance import Instance, load_instance
 from .report import fleet_json
@@ -93,6 +93,22 @@ def evaluate_report(inst: Instance, fleets) -> EvaluationReport:
     if problems:
         raise InstanceError(problems)
     return EvaluationReport(inst, tuple((spec.text, evaluate(inst, spec).result) for spec in specs), baseline(inst))
+
+
+def solve(inst: Instance, *, top: int = 1, time_limit_s: float | None = None, mip_gap: float = 0.0,
+          threads: int | None = None, method: str = "auto", verbose: bool = False):
+    """Optimal fleet(s) of ``inst`` (see :func:`optimizer.solve.solve_instance`)."""
+    from .solve import SolveOptions, solve_instance
+
+    return solve_instance(inst, SolveOptions(top=top, time_limit_s=time_limit_s, mip_gap=mip_gap, threads=threads,
+                                             verbose=verbose, method=method))
+
+
+def exit_code(report) -> int:
+    """0 with a plan (optimal or time-limited), 3 infeasible, 4 time limit without a plan, 1 solver error."""
+    if report.plans:
+        return EXIT_CODES["ok"]
+    return {"infeasible": EXIT_CODES["infeasible"], "time_limit": EXIT_CODES["time_limit"]}.get(report.status, 1)
 
 
 def tpw_rows(profiles: str | None, hardware: str | None, models: str | None, tp: int = 1, dtype: str = "fp16",

@@ -87,6 +87,30 @@ def evaluate(instance, fleets, overrides, json_out):
 
 
 @main.command()
+@_instance_arg
+@click.option("--top", type=click.IntRange(1, 100), default=1, show_default=True, help="Return the N best distinct fleets.")
+@click.option("--max-pools", type=click.IntRange(1, 64), help="Override pools.max_pools.")
+@click.option("--objective", type=click.Choice(["cost", "power", "tok_per_watt"]), help="Override the objective.")
+@click.option("--time-limit", type=click.FloatRange(0, min_open=True), metavar="SECONDS", help="Solver time limit.")
+@click.option("--mip-gap", type=click.FloatRange(0, 1), default=0.0, show_default=True, help="Relative MIP gap.")
+@click.option("--threads", type=click.IntRange(1, 256), help="Solver threads.")
+@click.option("--method", type=click.Choice(["auto", "mip", "oracle"]), default="auto", show_default=True,
+              help="auto: exact graph oracle when only the tiling binds, else the MIP.")
+@click.option("--verbose", is_flag=True, help="Show the HiGHS log.")
+@_set_opt
+@_json_opt
+@_guard
+def solve(instance, top, max_pools, objective, time_limit, mip_gap, threads, method, verbose, overrides, json_out):
+    """Find the cheapest (or least-power) fleet: pools, splits, GPU types and replica counts."""
+    extra = [f"pools.max_pools={max_pools}"] * (max_pools is not None) + [f"objective={objective}"] * bool(objective)
+    inst = api.load(instance, list(overrides) + extra)
+    rep = api.solve(inst, top=top, time_limit_s=time_limit, mip_gap=mip_gap, threads=threads, method=method,
+                    verbose=verbose)
+    _emit(lambda c: report.render_solve(c, rep), report.solve_json(rep), json_out, (inst.path,))
+    raise click.exceptions.Exit(api.exit_code(rep))
+
+
+@main.command()
 @click.option("--profile", "profiles", metavar="NAMES", help="Calibrated profiles, comma-separated (e.g. H100-80GB).")
 @click.option("--hardware", metavar="NAME", help="Hardware for computed profiles (e.g. H100-SXM-80GB).")
 @click.option("--models", metavar="NAMES", help="LLMs for computed profiles, comma-separated.")

@@ -11,7 +11,7 @@ from models.service import ContextPoint, context_point
 from .errors import InstanceError
 from .instance import Instance
 
-__all__ = ["FleetSpec", "parse_fleet", "evaluate", "baseline", "service_level", "Evaluation", "context_sweep"]
+__all__ = ["FleetSpec", "parse_fleet", "evaluate", "evaluate_plans", "baseline", "service_level", "Evaluation", "context_sweep"]
 
 _POOL_RE = re.compile(r"^\s*(?P<lo>\d+[kK]?)\s*-\s*(?P<hi>\d+[kK]?)\s*:\s*(?P<gpu>[A-Za-z0-9_.\-/]+?)"
                       r"(?:\s*[xX]\s*(?P<n>\d+))?\s*$")
@@ -82,6 +82,11 @@ def _plan(instance: Instance, lo: int, hi: int, gpu: str, n: int | None) -> Pool
 class Evaluation:
     fleet: FleetSpec
     result: FleetResult
+
+
+def evaluate_plans(instance: Instance, pools: list[PoolPlan]) -> FleetResult:
+    """Exact analytic evaluation of pools (with or without fixed counts) under the instance's SLO."""
+    return _run(instance, pools)
 
 
 def evaluate(instance: Instance, fleet: FleetSpec) -> Evaluation:

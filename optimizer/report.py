@@ -158,3 +158,61 @@ def render_evaluation(c: Console, report) -> None:
     if inst.workload.truncated_share > 0:
         c.print(f"note: {inst.workload.truncated_share:.4%} of requests are longer than the largest context "
                 "window and are served truncated to it")
+
+
+def _pool_contract(p: PoolResult, source: str) -> dict:
+    d = pool_json(p, source)
+    d["routing_share"] = p.routing_share
+    return d
+
+
+def solve_json(report) -> dict:
+    """The stable JSON contract of ``fleetopt solve`` (see README)."""
+    inst = report.instance
+    unit = {"cost": "usd_per_hr", "power": "kw", "tok_per_watt": "kw", "cost+power": "usd_per_hr"}[inst.objective]
+    best = report.best
+    out = {"instance": inst.name, "command": "solve", "status": report.status, "method": report.method,
+           "solver": report.solver, "explanation": report.explanation,
+           "objective": {"name": inst.objective, "value": None if best is None else best.objective, "unit": unit,
+                         "bound": report.bound}}
+    fleet = fleet_json(best.fleet, "analytic") if best else {k: None for k in (
+        "cost_per_hr", "cost_per_year", "total_replicas", "total_gpus", "power_kw", "tok_per_watt", "slo_met",
+        "feasible", "pools")}
+    if best:
+        fleet["pools"] = [_pool_contract(p, "analytic") for p in best.fleet.pools]
+    out.update(fleet)
+    out["baseline"] = None if report.baseline is None else fleet_json(report.baseline)
+    out.update({
+        "solve_seconds": report.solve_seconds, "mip_gap": report.mip_gap,
+        "ttft_model": inst.slo.ttft_model, "slo_ttft_p99_ms": inst.slo.ttft_p99_s * 1000.0,
+        "candidates": {"generated": report.candidates_generated, "feasible": report.candidates_feasible,
+                       "after_pruning": report.candidates_after_pruning, "dropped": list(report.dropped_reasons)},
+        "solutions": [{"rank": p.rank, "objective": p.objective, **fleet_json(p.fleet)} for p in report.plans],
+        "provenance": {"selection": report.method, "numbers": "analytic re-evaluation of the selected pools",
+                       "profiles": sorted({f"{p.gpu}: {p.quality}" for p in (best.fleet.pools if best else ())})},
+    })
+    return out
+
+
+def render_solve(c: Console, report) -> None:
+    inst = report.instance
+    slo_ms = inst.slo.ttft_p99_s * 1000.0
+    gap = "-" if report.mip_gap is None else f"{report.mip_gap:.2%}"
+    c.print(f"[bold]{inst.name}[/bold]: {report.status} ({report.method}, {report.solver}; gap {gap}; "
+            f"{report.solve_seconds:.2f} s; candidates {report.candidates_generated} -> feasible "
+            f"{report.candidates_feasible} -> after pruning {report.candidates_after_pruning})")
+    if not report.plans:
+        c.print(f"no plan: {report.explanation}")
+        return
+    for plan in report.plans:
+        title = f"plan {plan.rank}: objective {inst.objective} = {plan.objective:,.4g}"
+        c.print(fleet_table(title, plan.fleet, slo_ms))
+        for line in fleet_notes(plan.fleet, inst.slo.ttft_model):
+            c.print(line.replace("source: analytic", f"selected by {report.method}; numbers analytic", 1))
+    b = report.baseline
+    if b is not None:
+        best = report.best.fleet
+        c.print(f"homogeneous baseline: {b.pools[0].gpu} x {b.total_replicas} on 0-{b.pools[0].max_tokens:,}, "
+                f"${b.cost_per_year:,.0f}/yr, {b.power_kw:,.1f} kW, {b.tok_per_watt:.2f} tok/W"
+                + ("" if b.feasible else " (misses the SLO)")
+                + (f" -> plan 1 saves {1 - best.cost_per_hr / b.cost_per_hr:.1%} of cost" if b.cost_per_hr else ""))

@@ -1,0 +1,144 @@
+"""``fleetopt solve``: instance -> candidates -> oracle or MIP -> exact re-evaluation -> report."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from models.fleet import FleetResult, PoolPlan
+from solvers.mip import SolveResult, Termination, solve as solve_mip
+from solvers.oracle import NoFleetError, shortest_fleet
+from solvers.problem import FleetProblem
+
+from .candidates import Candidates, generate_candidates, prune_dominated
+from .evaluate import baseline, evaluate_plans
+from .errors import InstanceError
+from .instance import Instance
+
+__all__ = ["SolveOptions", "Plan", "SolveReport", "build_problem", "solve_instance"]
+
+
+@dataclass(frozen=True)
+class SolveOptions:
+    top: int = 1
+    time_limit_s: float | None = None
+    mip_gap: float = 0.0
+    threads: int | None = None
+    verbose: bool = False
+    method: str = "auto"
+    """``auto`` (graph oracle when the problem is separable, else MIP), ``mip`` or ``oracle``."""
+
+
+@dataclass(frozen=True)
+class Plan:
+    """One fleet: the solver's objective and the exact analytic re-evaluation of its pools."""
+
+    rank: int
+    objective: float
+    fleet: FleetResult
+
+
+@dataclass(frozen=True)
+class SolveReport:
+    instance: Instance
+    status: str  # optimal | time_limit | infeasible | error
+    method: str  # oracle | mip
+    plans: tuple[Plan, ...]
+    baseline: FleetResult | None
+    explanation: str
+    solve_seconds: float
+    mip_gap: float | None
+    bound: float | None
+    solver: str
+    candidates_generated: int
+    candidates_feasible: int
+    candidates_after_pruning: int
+    dropped_reasons: tuple[str, ...]
+
+    @property
+    def best(self) -> Plan | None:
+        return self.plans[0] if self.plans else None
+
+
+def build_problem(instance: Instance, c: Candidates) -> FleetProblem:
+    """The MIP input of an instance's (pruned) candidates: one replica choice per pool (pool-scope SLO)."""
+    cons = instance.constraints
+    gpu_max = tuple(g.max_count for g in instance.gpus)
+    gpu_min = tuple(g.min_count for g in instance.gpus)
+    return FleetProblem(
+        boundaries=c.boundaries, gpu_names=c.gpu_names, pool_i=c.i, pool_j=c.j, pool_gpu=c.gpu,
+        pool_arrival_rate=c.arrival_rate, choice_pool=np.arange(len(c)), choice_replicas=c.replicas,
+        choice_gpus=c.gpus, choice_cost_per_hr=c.cost_per_hr, choice_power_w=c.power_w,
+        choice_miss_rate=np.zeros(len(c)), max_pools=instance.pools.max_pools, gpu_max_gpus=gpu_max,
+        gpu_min_gpus=gpu_min, max_total_gpus=cons.max_total_gpus, max_cost_per_hr=cons.max_cost_per_hr,
+        max_power_w=None if cons.max_power_kw is None else cons.max_power_kw * 1000.0,
+        objective=instance.objective, labels=tuple(c.label(p) for p in range(len(c))),
+    )
+
+
+def _prune(instance: Instance, c: Candidates, top: int) -> Candidates:
+    if top > 1:  # the runners-up may use dominated pools: keep them all
+        return c
+    unlimited = np.array([g.max_count is None for g in instance.gpus])
+    protected = np.array([bool(g.min_count) for g in instance.gpus])
+    return prune_dominated(c, unlimited, protected)
+
+
+def solve_instance(instance: Instance, options: SolveOptions = SolveOptions()) -> SolveReport:
+    """Find the optimal fleet(s) of ``instance`` and re-evaluate them exactly."""
+    t0 = time.perf_counter()
+    allc = generate_candidates(instance)
+    cands = _prune(instance, allc, options.top)
+    problem = build_problem(instance, cands)
+    if options.method == "oracle" and not (problem.separable and options.top == 1):
+        raise InstanceError("--method: the graph oracle solves only instances without inventory, budget, power "
+                            "or GPU-count limits, with --top 1; use --method mip or auto")
+    use_oracle = options.method == "oracle" or (options.method == "auto" and problem.separable and options.top == 1)
+    if use_oracle:
+        result = _oracle(problem)
+    else:
+        result = solve_mip(problem, top=options.top, time_limit_s=options.time_limit_s, mip_gap=options.mip_gap,
+                           threads=options.threads, verbose=options.verbose)
+    plans = tuple(Plan(k + 1, s.objective, evaluate_plans(instance, _pool_plans(instance, cands, s.choices)))
+                  for k, s in enumerate(result.solutions))
+    status = result.termination.value
+    explanation = ""
+    if not plans:
+        from .explain import explain_infeasible
+
+        explanation = explain_infeasible(instance, allc, problem, result)
+        if result.termination == Termination.TIME_LIMIT:
+            status = "time_limit"
+    return SolveReport(
+        instance=instance, status=status, method="oracle" if use_oracle else "mip", plans=plans,
+        baseline=baseline(instance), explanation=explanation, solve_seconds=time.perf_counter() - t0,
+        mip_gap=result.rel_gap, bound=result.bound, solver=result.solver,
+        candidates_generated=allc.generated, candidates_feasible=len(allc), candidates_after_pruning=len(cands),
+        dropped_reasons=tuple(f"{d.lo_tokens:,}-{d.hi_tokens:,} on {d.gpu}: {d.reason}" for d in allc.dropped),
+    )
+
+
+def _oracle(problem: FleetProblem) -> SolveResult:
+    from solvers.mip import Solution
+
+    t0 = time.perf_counter()
+    try:
+        value, choices = shortest_fleet(problem)
+    except NoFleetError as err:
+        return SolveResult(Termination.INFEASIBLE, (), None, None, time.perf_counter() - t0, "networkx dijkstra",
+                           {}, str(err))
+    return SolveResult(Termination.OPTIMAL, (Solution(choices, value),), value, 0.0, time.perf_counter() - t0,
+                       "networkx dijkstra (exact)", {})
+
+
+def _pool_plans(instance: Instance, c: Candidates, choices) -> list[PoolPlan]:
+    pools = sorted(choices, key=lambda p: c.i[p])
+    b = c.boundaries
+    out = []
+    for p in pools:
+        opt = instance.gpus[c.gpu[p]]
+        out.append(PoolPlan(int(b[c.i[p]]), int(b[c.j[p]]), opt.name, opt.profile, int(c.replicas[p]),
+                            opt.availability))
+    return out
