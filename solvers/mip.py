@@ -149,14 +149,27 @@ def one_count_rule(m, p):
     idx = m._of_pool[p]
     if len(idx) <= 1:
         return pyo.Constraint.Skip
-    return pyo.quicksum(m.z[int(c)] for c in idx) <= 1
+    return _le(pyo.quicksum(m.z[int(c)] for c in idx), 1)
 
 
 def max_pools_rule(m):
     """At most :math:`K` pools: :math:`\\sum_c z_c \\le K`."""
     if m.problem.max_pools >= m.problem.n_boundaries - 1:
         return pyo.Constraint.Skip
-    return pyo.quicksum(m.z[c] for c in m.CHOICES) <= m.problem.max_pools
+    return _le(pyo.quicksum(m.z[c] for c in m.CHOICES), m.problem.max_pools)
+
+
+def _le(lhs, rhs):
+    """``lhs <= rhs``, or Feasible/Infeasible when ``lhs`` has no variable (an empty sum)."""
+    if isinstance(lhs, (int, float)):
+        return pyo.Constraint.Feasible if lhs <= rhs else pyo.Constraint.Infeasible
+    return lhs <= rhs
+
+
+def _ge(lhs, rhs):
+    if isinstance(lhs, (int, float)):
+        return pyo.Constraint.Feasible if lhs >= rhs else pyo.Constraint.Infeasible
+    return lhs >= rhs
 
 
 def _gpus(m, idx):
@@ -169,7 +182,7 @@ def gpu_inventory_rule(m, g):
     cap = m.problem.gpu_max_gpus[g]
     if cap is None:
         return pyo.Constraint.Skip
-    return _gpus(m, m._of_gpu[g]) <= cap
+    return _le(_gpus(m, m._of_gpu[g]), cap)
 
 
 def gpu_minimum_rule(m, g):
@@ -177,20 +190,20 @@ def gpu_minimum_rule(m, g):
     low = m.problem.gpu_min_gpus[g]
     if not low:
         return pyo.Constraint.Skip
-    return _gpus(m, m._of_gpu[g]) >= low
+    return _ge(_gpus(m, m._of_gpu[g]), low)
 
 
 def total_gpus_rule(m):
     """Fleet size: :math:`\\sum_c G_c z_c \\le G_{max}`."""
     cap = m.problem.max_total_gpus
-    return pyo.Constraint.Skip if cap is None else _gpus(m, range(m.problem.n_choices)) <= cap
+    return pyo.Constraint.Skip if cap is None else _le(_gpus(m, range(m.problem.n_choices)), cap)
 
 
 def budget_rule(m):
     """Budget: :math:`\\sum_c \\kappa_c z_c \\le \\$_{max}` ($/hr)."""
     cap = m.problem.max_cost_per_hr
     cost = m.problem.choice_cost_per_hr
-    return pyo.Constraint.Skip if cap is None else pyo.quicksum(float(cost[c]) * m.z[c] for c in m.CHOICES) <= cap
+    return pyo.Constraint.Skip if cap is None else _le(pyo.quicksum(float(cost[c]) * m.z[c] for c in m.CHOICES), cap)
 
 
 def power_cap_rule(m):
@@ -199,7 +212,7 @@ def power_cap_rule(m):
     pw = m.problem.choice_power_w
     if cap is None:
         return pyo.Constraint.Skip
-    return pyo.quicksum(float(pw[c]) / 1000.0 * m.z[c] for c in m.CHOICES) <= cap / 1000.0
+    return _le(pyo.quicksum(float(pw[c]) / 1000.0 * m.z[c] for c in m.CHOICES), cap / 1000.0)
 
 
 def fleet_slo_rule(m):
@@ -210,7 +223,7 @@ def fleet_slo_rule(m):
     miss = m.problem.choice_miss_rate
     if cap is None:
         return pyo.Constraint.Skip
-    return pyo.quicksum(float(miss[c]) * m.z[c] for c in m.CHOICES) <= cap
+    return _le(pyo.quicksum(float(miss[c]) * m.z[c] for c in m.CHOICES), cap)
 
 
 def add_no_good_cut(m, chosen: tuple[int, ...]) -> None:

@@ -1,0 +1,168 @@
+"""The fleet MIP against exhaustive enumeration, the graph oracle and monotonicity properties.
+
+Instances are random but real: random length CDFs, rates, SLOs, GPU options and
+boundary grids, sized by the analytic models; caps are drawn around the
+unconstrained optimum so that they bind about half of the time.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from optimizer.candidates import generate_candidates
+from optimizer.instance import instance_from_dict
+from optimizer.solve import SolveOptions, build_problem, solve_instance
+from solvers.mip import Termination, solve as solve_mip
+from solvers.oracle import enumerate_fleets, fleet_is_feasible, shortest_fleet
+
+PROFILES = ["A10G", "A100-80GB", "H100-80GB", "B200-projected"]
+
+
+def random_instance(seed: int, caps: bool):
+    rng = np.random.default_rng(seed)
+    top = int(rng.choice([8192, 16384, 32768, 65536]))
+    knots = np.unique(np.round(np.geomspace(64, top, int(rng.integers(4, 10))))).astype(int)
+    knots[-1] = top
+    fractions = np.sort(rng.random(len(knots)))
+    fractions = fractions / fractions[-1]
+    n_bound = int(rng.integers(3, 12))
+    bounds = sorted({int(x) for x in rng.choice(knots[:-1], size=min(n_bound, len(knots) - 1), replace=False)})
+    gpus = [{"name": f"g{k}", "profile": p, "availability": float(rng.choice([1.0, 1.0, 0.95]))}
+            for k, p in enumerate(rng.choice(PROFILES, size=int(rng.integers(1, 5)), replace=False))]
+    data = {
+        "name": f"random-{seed}",
+        "workload": {"cdf": [[int(t), float(f)] for t, f in zip(knots, fractions)],
+                     "arrival_rate": float(rng.choice([5, 20, 100, 400]))},
+        "slo": {"ttft_p99_ms": float(rng.choice([300, 500, 1000, 2000])),
+                "ttft_model": str(rng.choice(["tail", "mean-prefill"]))},
+        "gpus": gpus,
+        "pools": {"max_pools": int(rng.integers(1, 4)), "max_context": top, "boundaries": bounds},
+        "objective": str(rng.choice(["cost", "power"])),
+    }
+    inst = instance_from_dict(data)
+    if not caps:
+        return inst
+    free = solve_instance(inst, SolveOptions(method="mip"))
+    if not free.plans:
+        return inst
+    f = free.best.fleet
+    extra = {}
+    if rng.random() < 0.5:
+        extra["max_power_kw"] = float(f.power_kw * rng.uniform(0.7, 1.3))
+    if rng.random() < 0.5:
+        extra["max_cost_per_hr"] = float(f.cost_per_hr * rng.uniform(0.8, 1.4))
+    if rng.random() < 0.4:
+        extra["max_total_gpus"] = int(max(1, round(f.total_gpus * rng.uniform(0.7, 1.3))))
+    for g in data["gpus"]:
+        if rng.random() < 0.3:
+            g["max_count"] = int(rng.integers(1, max(2, f.total_gpus + 2)))
+    data["constraints"] = extra
+    return instance_from_dict(data)
+
+
+def _check(inst):
+    """MIP (pruned candidates) == enumeration (all candidates); the plan re-evaluates feasible."""
+    full = build_problem(inst, generate_candidates(inst))
+    ref = enumerate_fleets(full)
+    rep = solve_instance(inst, SolveOptions(method="mip"))
+    if ref is None:
+        assert rep.status == "infeasible" and not rep.plans and rep.explanation
+        return None
+    assert rep.status == "optimal"
+    assert rep.best.objective == pytest.approx(ref[0], rel=1e-6, abs=1e-9)
+    fleet = rep.best.fleet
+    assert fleet.feasible  # exact re-evaluation meets the SLO and the utilisation cap
+    cons = inst.constraints
+    assert cons.max_power_kw is None or fleet.power_kw <= cons.max_power_kw * (1 + 1e-9)
+    assert cons.max_cost_per_hr is None or fleet.cost_per_hr <= cons.max_cost_per_hr * (1 + 1e-9)
+    assert cons.max_total_gpus is None or fleet.total_gpus <= cons.max_total_gpus
+    for g in inst.gpus:
+        used = sum(p.gpus for p in fleet.pools if p.gpu == g.name)
+        assert g.max_count is None or used <= g.max_count
+    assert len(fleet.pools) <= inst.pools.max_pools
+    independent = fleet.cost_per_hr if inst.objective == "cost" else fleet.power_kw
+    assert independent == pytest.approx(ref[0], rel=1e-9)  # re-priced independently of the solver
+    return full, ref
+
+
+@pytest.mark.parametrize("seed", range(120))
+def test_mip_equals_enumeration_without_caps(seed):
+    inst = random_instance(seed, caps=False)
+    out = _check(inst)
+    if out is not None:
+        full, ref = out
+        assert full.separable
+        value, choices = shortest_fleet(full)
+        assert value == pytest.approx(ref[0], rel=1e-9)
+        assert fleet_is_feasible(full, choices)
+
+
+@pytest.mark.parametrize("seed", range(1000, 1100))
+def test_mip_equals_enumeration_with_caps(seed):
+    _check(random_instance(seed, caps=True))
+
+
+def test_top_n_are_distinct_and_ordered():
+    inst = random_instance(3, caps=False)
+    rep = solve_instance(inst, SolveOptions(method="mip", top=4))
+    keys = [tuple((p.min_tokens, p.max_tokens, p.gpu, p.replicas) for p in plan.fleet.pools) for plan in rep.plans]
+    assert len(set(keys)) == len(keys) >= 2
+    objectives = [plan.objective for plan in rep.plans]
+    assert objectives == sorted(objectives)
+
+
+def test_mip_reports_gap_and_bound():
+    inst = random_instance(11, caps=True)
+    res = solve_mip(build_problem(inst, generate_candidates(inst)))
+    if res.termination == Termination.OPTIMAL:
+        assert res.rel_gap is not None and res.rel_gap <= 1e-6
+        assert res.bound == pytest.approx(res.best.objective, rel=1e-6)
+
+
+# ------------------------------------------------------------ properties
+
+def _cost(data) -> float | None:
+    rep = solve_instance(instance_from_dict(data), SolveOptions(method="mip"))
+    return rep.best.objective if rep.plans else None
+
+
+def _base(rate=50.0):
+    return {"workload": {"cdf": "builtin:lmsys", "arrival_rate": rate}, "slo": {"ttft_p99_ms": 500},
+            "gpus": [{"name": "a100", "profile": "A100-80GB"}, {"name": "h100", "profile": "H100-80GB"}],
+            "pools": {"max_pools": 2, "max_context": 65536}}
+
+
+@pytest.mark.parametrize("rate", [10, 40, 100, 250])
+def test_more_traffic_never_costs_less(rate):
+    assert _cost(_base(rate * 1.3)) >= _cost(_base(rate)) - 1e-9
+
+
+@pytest.mark.parametrize("rate", [10, 100])
+def test_another_gpu_type_never_costs_more(rate):
+    fewer = _base(rate)
+    more = _base(rate)
+    more["gpus"] = more["gpus"] + [{"name": "a10g", "profile": "A10G"}]
+    assert _cost(more) <= _cost(fewer) + 1e-9
+
+
+@pytest.mark.parametrize("field,values", [("max_power_kw", [4.0, 3.0, 2.5]), ("max_total_gpus", [12, 8, 6]),
+                                          ("max_cost_per_hr", [40.0, 25.0, 18.0])])
+def test_tighter_caps_never_cost_less(field, values):
+    previous = -1.0
+    for v in values:
+        data = _base(100)
+        data["constraints"] = {field: v}
+        cost = _cost(data)
+        if cost is None:
+            break
+        assert cost >= previous - 1e-9
+        previous = cost
+
+
+def test_more_pools_never_cost_more(repo_root):
+    from optimizer import api
+
+    costs = [solve_instance(api.load(repo_root / "instances" / "lmsys_mixed.yaml", [f"pools.max_pools={k}"]))
+             .best.objective for k in (1, 2, 3, 4)]
+    assert costs == sorted(costs, reverse=True)
