@@ -24,8 +24,14 @@ def explain_infeasible(instance: Instance, allc: Candidates, problem: FleetProbl
         covered[i:j] = True
     if not covered.all():
         k = int(np.flatnonzero(~covered)[-1])
-        why = [d for d in allc.dropped if d.hi_tokens >= b[k + 1] and d.lo_tokens <= b[k]]
-        detail = "; ".join(sorted({f"{d.gpu}: {d.reason}" for d in why})[:4])
+        best_per_gpu = {}
+        for d in allc.dropped:  # each GPU's best attempt: its widest pool covering the range
+            if d.hi_tokens >= b[k + 1] and d.lo_tokens <= b[k]:
+                width = d.hi_tokens - d.lo_tokens
+                if d.gpu not in best_per_gpu or width > best_per_gpu[d.gpu][0]:
+                    best_per_gpu[d.gpu] = (width, d)
+        detail = "; ".join(f"{g} on {d.lo_tokens:,}-{d.hi_tokens:,}: {d.reason}"
+                           for g, (_, d) in sorted(best_per_gpu.items()))
         return (f"no configuration serves {int(b[k]):,}-{int(b[k + 1]):,}-token requests within {slo_ms:,.0f} ms "
                 f"P99 TTFT ({detail})")
     # 2. the pool count
@@ -35,7 +41,7 @@ def explain_infeasible(instance: Instance, allc: Candidates, problem: FleetProbl
     except NoFleetError:
         return f"no tiling of 0-{int(b[-1]):,} tokens uses at most {problem.max_pools} feasible pools"
     # 3. each cap on its own, against its own minimum
-    checks = [("power", problem.max_power_w, 1e-3, "kW", "the power cap of {cap:,.1f} kW is below the {low:,.1f} kW minimum"),
+    checks = [("power", problem.max_power_w, 1e-3, "kW", "the power cap of {cap:,.2f} kW is below the {low:,.2f} kW minimum"),
               ("cost", problem.max_cost_per_hr, 1.0, "$/hr",
                "the budget of ${cap:,.2f}/hr is below the ${low:,.2f}/hr minimum"),
               ("gpus", problem.max_total_gpus, 1.0, "GPUs", "the limit of {cap:,.0f} GPUs is below the {low:,.0f}-GPU minimum")]

@@ -182,6 +182,7 @@ def solve_json(report) -> dict:
         fleet["pools"] = [_pool_contract(p, "analytic") for p in best.fleet.pools]
     out.update(fleet)
     out["baseline"] = None if report.baseline is None else fleet_json(report.baseline)
+    out["warnings"] = solve_warnings(report)
     out.update({
         "solve_seconds": report.solve_seconds, "mip_gap": report.mip_gap,
         "ttft_model": inst.slo.ttft_model, "slo_ttft_p99_ms": inst.slo.ttft_p99_s * 1000.0,
@@ -191,6 +192,26 @@ def solve_json(report) -> dict:
         "provenance": {"selection": report.method, "numbers": "analytic re-evaluation of the selected pools",
                        "profiles": sorted({f"{p.gpu}: {p.quality}" for p in (best.fleet.pools if best else ())})},
     })
+    return out
+
+
+def solve_warnings(report) -> list[str]:
+    """Caveats a reader of a plan must see: mixed models, truncated requests, a baseline that misses."""
+    out = []
+    best = report.best
+    plan_models = sorted({p.model for p in best.fleet.pools}) if best else []
+    if len(plan_models) > 1:
+        out.append("the plan's pools serve different models: " + "; ".join(plan_models))
+    if best and report.baseline is not None:
+        base_models = sorted({p.model for p in report.baseline.pools})
+        if base_models != plan_models:
+            out.append(f"the plan serves {', '.join(plan_models)} but the baseline serves {', '.join(base_models)}: "
+                       "the saving compares different models")
+        if not report.baseline.feasible:
+            out.append("the homogeneous baseline misses the SLO")
+    share = report.instance.workload.truncated_share
+    if share > 0:
+        out.append(f"{share:.4%} of requests exceed max_context and are served truncated")
     return out
 
 
@@ -216,3 +237,5 @@ def render_solve(c: Console, report) -> None:
                 f"${b.cost_per_year:,.0f}/yr, {b.power_kw:,.1f} kW, {b.tok_per_watt:.2f} tok/W"
                 + ("" if b.feasible else " (misses the SLO)")
                 + (f" -> plan 1 saves {1 - best.cost_per_hr / b.cost_per_hr:.1%} of cost" if b.cost_per_hr else ""))
+    for w in solve_warnings(report):
+        c.print(f"note: {w}")

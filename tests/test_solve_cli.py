@@ -1,0 +1,119 @@
+"""fleetopt solve through the CLI: the JSON contract, --top, objectives, exit codes and explanations."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from optimizer.cli import main
+
+CONTRACT = ("status", "objective", "cost_per_hr", "cost_per_year", "total_replicas", "total_gpus", "power_kw",
+            "tok_per_watt", "pools", "baseline", "solve_seconds", "mip_gap", "solutions")
+POOL_KEYS = ("min_tokens", "max_tokens", "gpu", "replicas", "gpus", "arrival_rate", "utilization", "ttft_p99_ms",
+             "power_w", "routing_share")
+
+
+def solve(*args):
+    res = CliRunner().invoke(main, ["solve", *map(str, args), "--json", "-"])
+    assert "Traceback" not in res.output
+    return res, (json.loads(res.stdout) if res.stdout.strip() else None)
+
+
+def test_contract_and_seed_optimum(repo_root):
+    res, r = solve(repo_root / "instances" / "lmsys_a100.yaml")
+    assert res.exit_code == 0
+    for key in CONTRACT:
+        assert key in r
+    for key in POOL_KEYS:
+        assert key in r["pools"][0] and key in r["baseline"]["pools"][0]
+    assert r["status"] == "optimal" and r["mip_gap"] == pytest.approx(0.0, abs=1e-9)
+    assert r["cost_per_year"] == pytest.approx(8 * 2.21 * 8760) and r["total_replicas"] == 8
+    assert sum(p["routing_share"] for p in r["pools"]) == pytest.approx(1.0)
+    assert r["baseline"]["total_replicas"] in (13, 14) and r["cost_per_hr"] < r["baseline"]["cost_per_hr"]
+    assert r["objective"] == {"name": "cost", "value": pytest.approx(r["cost_per_hr"]), "unit": "usd_per_hr",
+                              "bound": pytest.approx(r["cost_per_hr"])}
+
+
+@pytest.mark.parametrize("k", [3, 4])
+def test_more_pools_never_worse_on_puzzle1(repo_root, k):
+    _, two = solve(repo_root / "instances" / "lmsys_a100.yaml")
+    _, more = solve(repo_root / "instances" / "lmsys_a100.yaml", "--max-pools", k)
+    assert more["cost_per_hr"] <= two["cost_per_hr"] + 1e-9
+
+
+def test_top_three(repo_root):
+    res, r = solve(repo_root / "instances" / "lmsys_mixed.yaml", "--top", 3)
+    assert res.exit_code == 0 and len(r["solutions"]) == 3
+    assert [s["rank"] for s in r["solutions"]] == [1, 2, 3]
+    values = [s["objective"] for s in r["solutions"]]
+    assert values == sorted(values)
+    fleets = {json.dumps([(p["min_tokens"], p["gpu"], p["replicas"]) for p in s["pools"]]) for s in r["solutions"]}
+    assert len(fleets) == 3
+
+
+def test_power_objective_draws_no_more_power(repo_root):
+    _, cost = solve(repo_root / "instances" / "lmsys_mixed.yaml")
+    _, power = solve(repo_root / "instances" / "lmsys_mixed.yaml", "--objective", "power")
+    assert power["power_kw"] <= cost["power_kw"] + 1e-9
+    assert power["objective"]["unit"] == "kw"
+
+
+@pytest.mark.parametrize("overrides,phrase", [
+    (["slo.ttft_p99_ms=40", "slo.ttft_model=tail"], "no configuration serves"),
+    (["constraints.max_power_kw=1.5"], "the power cap of 1.50 kW is below the 2.71 kW minimum"),
+    (["constraints.max_cost_per_hr=10"], "the budget of $10.00/hr is below the $17.68/hr minimum"),
+    (["constraints.max_total_gpus=5"], "the limit of 5 GPUs is below the 8-GPU minimum"),
+])
+def test_infeasible_instances_explain_themselves(repo_root, overrides, phrase):
+    args = [repo_root / "instances" / "lmsys_a100.yaml"]
+    for o in overrides:
+        args += ["--set", o]
+    res, r = solve(*args)
+    assert res.exit_code == 3
+    assert r["status"] == "infeasible" and phrase in r["explanation"] and r["pools"] is None
+    plain = CliRunner().invoke(main, ["solve", *map(str, args)])
+    assert plain.exit_code == 3 and phrase in plain.output
+
+
+def test_prefill_explanation_names_each_gpu(repo_root):
+    # under the tail model a pool's slowest 1 % may be slow, so only a very tight SLO leaves
+    # the longest requests without any pool
+    res, r = solve(repo_root / "instances" / "lmsys_mixed.yaml", "--set", "slo.ttft_p99_ms=8",
+                   "--set", "slo.ttft_model=tail")
+    assert res.exit_code == 3
+    text = r["explanation"]
+    assert "-65,536-token requests within 8 ms" in text and "h100 on 0-65,536: P99 prefill alone is" in text
+    assert "a10g on" in text and "a100 on" in text
+
+
+def test_limits_that_hold_alone_but_not_together(tmp_path):
+    # cheapest fleet: $14.67/hr at 2.10 kW (H100 + A100); least power: 1.76 kW at $16.08/hr (all H100)
+    inst = tmp_path / "joint.yaml"
+    inst.write_text("""
+workload: {cdf: builtin:lmsys, arrival_rate: 100}
+slo: {ttft_p99_ms: 500, ttft_model: mean-prefill}
+gpus: [{name: a100, profile: A100-80GB}, {name: h100, profile: H100-80GB}]
+pools: {max_pools: 2, max_context: 65536}
+constraints: {max_cost_per_hr: 15.0, max_power_kw: 1.9}
+""")
+    res, r = solve(inst)
+    assert res.exit_code == 3 and "each limit can be met on its own, but not all together" in r["explanation"]
+    assert "max_power_kw <= 1.9" in r["explanation"] and "max_cost_per_hr <= 15.0" in r["explanation"]
+
+
+def test_exit_code_mapping():
+    from types import SimpleNamespace
+
+    from optimizer.api import exit_code
+
+    assert exit_code(SimpleNamespace(plans=(1,), status="time_limit")) == 0
+    assert exit_code(SimpleNamespace(plans=(), status="infeasible")) == 3
+    assert exit_code(SimpleNamespace(plans=(), status="time_limit")) == 4
+    assert exit_code(SimpleNamespace(plans=(), status="error")) == 1
+
+
+def test_oracle_method_refuses_coupled_instances(repo_root):
+    res = CliRunner().invoke(main, ["solve", str(repo_root / "instances" / "lmsys_a100.yaml"), "--method", "oracle"])
+    assert res.exit_code == 2 and "graph oracle" in res.stderr
