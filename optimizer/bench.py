@@ -95,9 +95,98 @@ def bench_evaluate_process(repeats: int = 5) -> dict:
             "meets_target": median <= 1.0}
 
 
-def run_benchmarks(repeats: int = 5) -> dict:
+def _stress_data(boundaries=None) -> dict:
+    import yaml
+
+    data = yaml.safe_load((REPO / "instances" / "stress_60x8.yaml").read_text())
+    data["workload"]["cdf"] = "builtin:agent_heavy"
+    if boundaries is not None:
+        data["pools"]["boundaries"] = boundaries
+    return data
+
+
+def bench_stress_solve(repeats: int = 5) -> dict:
+    """The stress instance (60 boundaries x 8 GPU options x 4 pools, power cap, inventories), precompute included."""
+    from solvers.mip import lp_bound
+
+    from .candidates import generate_candidates
+    from .instance import instance_from_dict
+    from .solve import SolveOptions, _prune, build_problem, solve_instance
+
+    if not (REPO / "instances" / "stress_60x8.yaml").is_file():
+        return {"name": "stress solve (60 x 8 x K=4)", "skipped": "instances/ not found (installed wheel)"}
+    data = _stress_data()
+    reports = []
+
+    def run():
+        reports.append(solve_instance(instance_from_dict(data), SolveOptions(method="mip")))
+
+    median = _median_s(run, repeats)
+    rep = reports[-1]
+    inst = instance_from_dict(data)
+    root = lp_bound(build_problem(inst, _prune(inst, generate_candidates(inst), 1)))
+    opt = rep.best.objective
+    return {"name": "stress solve (60 x 8 x K=4)", "median_s": median, "target_s": 2.0,
+            "meets_target": median <= 2.0 and rep.status == "optimal" and (rep.mip_gap or 0.0) <= 1e-9,
+            "status": rep.status, "mip_gap": rep.mip_gap, "candidates_generated": rep.candidates_generated,
+            "candidates_feasible": rep.candidates_feasible, "candidates_after_pruning": rep.candidates_after_pruning,
+            "root_lp_gap": (opt - root) / opt if root is not None else None}
+
+
+def bench_solve_process(repeats: int = 5) -> dict:
+    """``fleetopt solve`` from process start to exit on the Puzzle-1 instance (MIP path: it has an inventory)."""
+    inst = REPO / "instances" / "lmsys_a100.yaml"
+    if not inst.is_file():
+        return {"name": "fleetopt solve end-to-end", "skipped": "instances/ not found (installed wheel)"}
+    cmd = _cli() + ["solve", str(inst), "--json", os.devnull]
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+
+    def run():
+        subprocess.run(cmd, check=True, capture_output=True, env=env)
+
+    run()
+    median = _median_s(run, repeats)
+    return {"name": "fleetopt solve end-to-end", "median_s": median, "target_s": 1.5, "meets_target": median <= 1.5}
+
+
+def bench_enumeration(limit_s: float = 60.0) -> dict:
+    """Largest stress sub-grid the brute-force enumerator finishes within ``limit_s``, against the MIP on it."""
+    from solvers.oracle import enumerate_fleets
+
+    from .candidates import generate_candidates
+    from .instance import instance_from_dict
+    from .solve import SolveOptions, build_problem, solve_instance
+
+    if not (REPO / "instances" / "stress_60x8.yaml").is_file():
+        return {"name": "enumeration vs MIP", "skipped": "instances/ not found (installed wheel)"}
+    full = _stress_data()["pools"]["boundaries"]
+    last = None
+    for m in (4, 6, 8, 10, 12, 14, 16, 18, 20, 24, 28, 32):
+        grid = [int(x) for x in np.asarray(full)[np.linspace(0, len(full) - 1, m).round().astype(int)]]
+        inst = instance_from_dict(_stress_data(sorted(set(grid))))
+        problem = build_problem(inst, generate_candidates(inst))
+        t0 = time.perf_counter()
+        try:
+            enumerate_fleets(problem, time_limit_s=limit_s)
+        except TimeoutError:
+            break
+        enum_s = time.perf_counter() - t0
+        t1 = time.perf_counter()
+        solve_instance(inst, SolveOptions(method="mip"))
+        mip_s = time.perf_counter() - t1
+        last = {"boundaries": len(inst.pools.boundaries) - 1, "choices": problem.n_choices,
+                "enumeration_s": enum_s, "mip_s": mip_s, "speedup": enum_s / mip_s}
+    out = {"name": "enumeration vs MIP", "limit_s": limit_s}
+    if last is None:
+        return {**out, "skipped": "the smallest grid did not finish"}
+    return {**out, **last, "median_s": last["mip_s"], "target_s": limit_s, "meets_target": True}
+
+
+def run_benchmarks(repeats: int = 5, enumeration_limit_s: float = 60.0) -> dict:
     """Run every benchmark; the result is JSON-ready."""
-    results = [bench_sizing(repeats=repeats), bench_evaluate_process(repeats=repeats)]
+    results = [bench_sizing(repeats=repeats), bench_evaluate_process(repeats=repeats),
+               bench_stress_solve(repeats=repeats), bench_solve_process(repeats=repeats),
+               bench_enumeration(enumeration_limit_s)]
     return {"machine": {"python": platform.python_version(), "platform": platform.platform(),
                         "cpus": os.cpu_count()},
             "repeats": repeats, "statistic": "median", "benchmarks": results}

@@ -12,12 +12,11 @@ dominated candidates are pruned (:func:`prune_dominated`).
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import numpy as np
 
-from models.queueing import min_replicas, ttft_p99_s
+from models.queueing import min_replicas
 from models.segments import segment_basis, segment_stats
 from models.units import MS_PER_S
 
@@ -41,7 +40,8 @@ class Candidates:
     """Candidate pools as parallel arrays (one entry per candidate).
 
     ``gpu`` indexes ``gpu_names``; ``i``/``j`` index ``boundaries``. All figures
-    are analytic at ``replicas`` (= :math:`\\lceil N^*/A \\rceil`).
+    are analytic at ``replicas`` (= :math:`\\lceil N^*/A \\rceil`); P99 TTFT is computed only for the
+    pools a plan uses, in the exact re-evaluation.
     """
 
     boundaries: np.ndarray
@@ -55,7 +55,6 @@ class Candidates:
     cost_per_hr: np.ndarray
     power_w: np.ndarray
     output_tok_per_s: np.ndarray
-    ttft_p99_ms: np.ndarray
     dropped: tuple[Dropped, ...]
     generated: int
 
@@ -65,7 +64,7 @@ class Candidates:
     def subset(self, keep: np.ndarray) -> "Candidates":
         """The candidates selected by boolean or index array ``keep``."""
         arrays = {f: getattr(self, f)[keep] for f in ("i", "j", "gpu", "arrival_rate", "replicas", "gpus",
-                                                     "cost_per_hr", "power_w", "output_tok_per_s", "ttft_p99_ms")}
+                                                     "cost_per_hr", "power_w", "output_tok_per_s")}
         return Candidates(self.boundaries, self.gpu_names, dropped=self.dropped, generated=self.generated, **arrays)
 
     def label(self, p: int) -> str:
@@ -81,7 +80,7 @@ def generate_candidates(instance: Instance) -> Candidates:
     slo = instance.slo
     rho = instance.constraints.max_utilization
     cols: dict[str, list] = {k: [] for k in ("i", "j", "gpu", "arrival_rate", "replicas", "gpus", "cost_per_hr",
-                                             "power_w", "output_tok_per_s", "ttft_p99_ms")}
+                                             "power_w", "output_tok_per_s")}
     dropped: list[Dropped] = []
     bases: dict[int, object] = {}
     for g_idx, opt in enumerate(instance.gpus):
@@ -96,8 +95,6 @@ def generate_candidates(instance: Instance) -> Candidates:
         n = np.where(z.feasible, np.ceil(z.replicas / opt.availability - 1e-9), 0).astype(np.int64)
         es = np.nan_to_num(s.mean_service_s)
         batch = np.where(n > 0, lam * es / np.maximum(n, 1), 0.0)
-        ttft = ttft_p99_s(n * s.n_slots, lam, np.where(lam > 0, es, 1.0), s.cv2_service, s.prefill_times_s,
-                          s.prefill_probs, s.mean_prefill_s, slo.ttft_model)
         ok = z.feasible
         for k in np.flatnonzero(~ok):
             dropped.append(Dropped(int(b[ii[k]]), int(b[jj[k]]), opt.name, _reason(z.reason[k], s, k, slo)))
@@ -110,7 +107,6 @@ def generate_candidates(instance: Instance) -> Candidates:
         cols["cost_per_hr"].append(n[ok] * prof.cost_usd_per_hr)
         cols["power_w"].append(n[ok] * prof.power.power_w(np.minimum(batch[ok], s.n_slots[ok])))
         cols["output_tok_per_s"].append(lam[ok] * np.nan_to_num(s.mean_output_tokens[ok]))
-        cols["ttft_p99_ms"].append(np.where(lam[ok] > 0, np.atleast_1d(ttft)[ok] * MS_PER_S, 0.0))
     arrays = {k: np.concatenate(v) for k, v in cols.items()}
     arrays["i"] = arrays["i"].astype(np.int64)
     arrays["j"] = arrays["j"].astype(np.int64)
@@ -167,10 +163,3 @@ def prune_dominated(c: Candidates, unlimited_gpu: np.ndarray, protected_gpu: np.
                     break
     return c.subset(keep)
 
-
-def count_per_gpu(c: Candidates) -> dict[str, int]:
-    return {name: int(np.sum(c.gpu == k)) for k, name in enumerate(c.gpu_names)}
-
-
-def _isclose(a: float, b: float) -> bool:
-    return math.isclose(a, b, rel_tol=1e-12, abs_tol=1e-12)

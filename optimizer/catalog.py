@@ -151,9 +151,9 @@ def _profile(name: str, d: dict) -> CalibratedProfile:
 def load_catalog() -> Catalog:
     """Read the shipped catalogue once per process."""
     root = data_dir() / "catalog"
-    hw = yaml.safe_load((root / "hardware.yaml").read_text())
-    md = yaml.safe_load((root / "models.yaml").read_text())
-    pr = yaml.safe_load((root / "calibrated_profiles.yaml").read_text())
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml when present: ~10x faster start-up
+    hw, md, pr = (yaml.load((root / f).read_text(), Loader=loader)
+                  for f in ("hardware.yaml", "models.yaml", "calibrated_profiles.yaml"))
     dd = hw["defaults"]
     reserves = dd["memory_reserves"]
     defaults = RooflineDefaults(

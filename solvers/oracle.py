@@ -10,6 +10,7 @@ node :math:`(k, h)` means "at :math:`b_k` after :math:`h` pools".
 from __future__ import annotations
 
 import itertools
+import time
 
 import networkx as nx
 import numpy as np
@@ -104,11 +105,13 @@ def fleet_is_feasible(problem: FleetProblem, choices) -> bool:
     return all(cap is None or value <= cap * (1 + 1e-9) + 1e-12 for cap, value in checks)
 
 
-def enumerate_fleets(problem: FleetProblem) -> tuple[float, tuple[int, ...]] | None:
+def enumerate_fleets(problem: FleetProblem, time_limit_s: float | None = None) -> tuple[float, tuple[int, ...]] | None:
     """Brute force: every tiling with at most K pools x every choice per pool. Exponential; for tests.
 
-    Returns the optimum (objective, choices) or None when nothing is feasible.
+    Returns the optimum (objective, choices) or None when nothing is feasible; raises
+    ``TimeoutError`` when ``time_limit_s`` runs out first.
     """
+    deadline = None if time_limit_s is None else time.perf_counter() + time_limit_s
     w = problem.choice_objective()
     by_segment: dict[tuple[int, int], list[int]] = {}
     for c in range(problem.n_choices):
@@ -122,6 +125,8 @@ def enumerate_fleets(problem: FleetProblem) -> tuple[float, tuple[int, ...]] | N
             options = [by_segment.get(e, []) for e in edges]
             if any(not o for o in options):
                 continue
+            if deadline is not None and time.perf_counter() > deadline:
+                raise TimeoutError(f"enumeration exceeded {time_limit_s} s")
             for combo in itertools.product(*options):
                 value = float(w[list(combo)].sum())
                 if (best is None or value < best[0] - 1e-12) and fleet_is_feasible(problem, combo):
