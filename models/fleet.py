@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .profiles import ServingProfile, quality_label
-from .queueing import min_replicas, ttft_p99_s
+from .queueing import min_replicas, ttft_miss_prob, ttft_p99_s
 from .segments import segment_basis, segment_stats
 from .units import HOURS_PER_YEAR, MS_PER_S
 from .workload import LengthDistribution, RequestTrace
@@ -39,6 +39,8 @@ class ServiceLevel:
     ttft_p99_s: float
     ttft_model: str = "tail"
     max_utilization: float = 0.85
+    scope: str = "pool"
+    """``pool``: every pool meets the P99 on its own requests; ``fleet``: the P99 over all requests."""
 
 
 @dataclass(frozen=True)
@@ -81,6 +83,8 @@ class PoolResult:
     slo_met: bool
     utilization_ok: bool
     miss_reason: str
+    slo_miss_prob: float
+    """:math:`P(T > T_{SLO})` for this pool's requests."""
 
 
 @dataclass(frozen=True)
@@ -94,6 +98,11 @@ class FleetResult:
     tok_per_watt: float
     slo_met: bool
     feasible: bool
+    ttft_p99_ms: float
+    """P99 TTFT over all requests of the fleet (the mixture of the pools)."""
+    slo_miss_share: float
+    """Share of all requests whose TTFT exceeds the SLO."""
+    scope: str = "pool"
 
 
 def _bases(workload, boundaries, chunks, input_fraction):
@@ -118,15 +127,51 @@ def evaluate_fleet(pools: list[PoolPlan], workload: LengthDistribution | Request
         raise ValueError("the first pool must start at 0 tokens")
     boundaries = np.asarray(edges, dtype=float)
     bases = _bases(workload, boundaries, [p.profile.chunk_tokens for p in pools], input_fraction)
-    results = [_evaluate_pool(k, p, bases[p.profile.chunk_tokens], arrival_rate, level) for k, p in enumerate(pools)]
-    return summarize(results)
+    evaluated = [_evaluate_pool(k, p, bases[p.profile.chunk_tokens], arrival_rate, level) for k, p in enumerate(pools)]
+    results = [r for r, _ in evaluated]
+    return summarize(results, fleet_ttft_p99_s([q for _, q in evaluated], level), level)
 
 
-def summarize(results: list[PoolResult]) -> FleetResult:
-    """Fleet totals of evaluated pools."""
+def fleet_ttft_p99_s(queues: list[tuple], level: ServiceLevel) -> float:
+    """99th percentile of TTFT over all requests: solve :math:`\sum_p \lambda_p P_p(T > t) = 0.01 \sum_p \lambda_p`.
+
+    ``queues`` holds, per pool, the arguments of :func:`models.queueing.ttft_miss_prob` after ``t``
+    (servers, rate, E[S], cv2, prefill times, prefill probabilities, mean prefill).
+    """
+    live = [q for q in queues if q[1] > 0]
+    if not live:
+        return 0.0
+    total = sum(q[1] for q in live)
+
+    def miss(t):
+        return sum(q[1] * float(ttft_miss_prob(t, *q, model=level.ttft_model)[0]) for q in live) / total
+
+    hi = max(float(np.atleast_1d(ttft_p99_s(*q, model=level.ttft_model))[0]) for q in live)
+    if not np.isfinite(hi) or miss(hi) > 0.01 + 1e-12:
+        return math.inf
+    lo = 0.0
+    for _ in range(60):
+        mid = (lo + hi) / 2.0
+        if miss(mid) > 0.01:
+            lo = mid
+        else:
+            hi = mid
+    return hi
+
+
+def summarize(results: list[PoolResult], fleet_p99_s: float = math.nan,
+              level: ServiceLevel | None = None) -> FleetResult:
+    """Fleet totals of evaluated pools; feasibility follows the SLO scope of ``level``."""
     cost = sum(r.cost_per_hr for r in results)
     power_w = sum(r.power_w for r in results)
     out = sum(r.output_tok_per_s for r in results)
+    scope = "pool" if level is None else level.scope
+    total = sum(r.arrival_rate for r in results)
+    miss_share = sum(r.arrival_rate * r.slo_miss_prob for r in results) / total if total > 0 else 0.0
+    if scope == "fleet":
+        slo_met = miss_share <= 0.01 * (1 + 1e-9) and all(r.utilization < 1.0 for r in results)
+    else:
+        slo_met = all(r.slo_met for r in results)
     return FleetResult(
         pools=tuple(results),
         cost_per_hr=cost,
@@ -135,12 +180,16 @@ def summarize(results: list[PoolResult]) -> FleetResult:
         total_gpus=sum(r.gpus for r in results),
         power_kw=power_w / 1000.0,
         tok_per_watt=out / power_w if power_w > 0 else 0.0,
-        slo_met=all(r.slo_met for r in results),
-        feasible=all(r.slo_met and r.utilization_ok for r in results),
+        slo_met=slo_met,
+        feasible=slo_met and all(r.utilization_ok for r in results),
+        ttft_p99_ms=fleet_p99_s * MS_PER_S,
+        slo_miss_share=miss_share,
+        scope=scope,
     )
 
 
-def _evaluate_pool(k: int, plan: PoolPlan, basis, arrival_rate: float, level: ServiceLevel) -> PoolResult:
+def _evaluate_pool(k: int, plan: PoolPlan, basis, arrival_rate: float, level: ServiceLevel):
+    """One pool's result and its queue parameters (for the fleet-wide P99)."""
     s = segment_stats(basis, [k], [k + 1], plan.profile)
     lam = float(arrival_rate * s.rate_share[0])
     n = int(s.n_slots[0])
@@ -160,8 +209,10 @@ def _evaluate_pool(k: int, plan: PoolPlan, basis, arrival_rate: float, level: Se
         replicas = int(plan.replicas)
     es = float(s.mean_service_s[0]) if lam > 0 else 0.0
     servers = replicas * n
-    ttft = float(np.atleast_1d(ttft_p99_s(servers, lam, es if lam > 0 else 1.0, s.cv2_service, s.prefill_times_s,
-                                          s.prefill_probs, s.mean_prefill_s, level.ttft_model))[0]) if lam > 0 else 0.0
+    queue = (servers, lam, es if lam > 0 else 1.0, s.cv2_service, s.prefill_times_s, s.prefill_probs,
+             s.mean_prefill_s)
+    ttft = float(np.atleast_1d(ttft_p99_s(*queue, model=level.ttft_model))[0]) if lam > 0 else 0.0
+    miss = float(ttft_miss_prob(level.ttft_p99_s, *queue, model=level.ttft_model)[0]) if lam > 0 else 0.0
     pf99 = _prefill_p99_s(s) if lam > 0 else 0.0
     util = lam * es / servers if servers > 0 else (0.0 if lam == 0 else math.inf)
     batch = lam * es / replicas if replicas > 0 else 0.0
@@ -170,6 +221,7 @@ def _evaluate_pool(k: int, plan: PoolPlan, basis, arrival_rate: float, level: Se
     slo_met = bool(ttft <= level.ttft_p99_s * (1 + 1e-12))
     util_ok = bool(util <= level.max_utilization * (1 + 1e-12))
     return PoolResult(
+        slo_miss_prob=miss,
         min_tokens=plan.lo_tokens, max_tokens=plan.hi_tokens, gpu=plan.gpu, profile=plan.profile.name,
         model=plan.profile.model_name, quality=quality_label(plan.profile), replicas=replicas,
         gpus=replicas * plan.profile.gpus_per_replica, sized=sized, n_slots=n, arrival_rate=lam,
@@ -180,7 +232,7 @@ def _evaluate_pool(k: int, plan: PoolPlan, basis, arrival_rate: float, level: Se
         cost_per_hr=replicas * plan.profile.cost_usd_per_hr, slo_met=slo_met and util < 1.0,
         utilization_ok=util_ok,
         miss_reason=_miss_reason(n, lam, util, ttft, pf99, float(np.nan_to_num(s.mean_prefill_s[0])), level),
-    )
+    ), queue
 
 
 def _prefill_p99_s(s) -> float:

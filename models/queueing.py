@@ -32,7 +32,7 @@ Time to first token is wait plus prefill. Two models (``ttft_model``):
 
   .. math::
 
-      P(T > t) = \\sum_k p_k \\left[ \\tau_k \\ge t \\; ? \\; 1 : \\min(1, C e^{-\\theta (t - \\tau_k)}) \\right]
+      P(T > t) = \\sum_k p_k \\left[ \\tau_k > t \\; ? \\; 1 : \\min(1, C e^{-\\theta (t - \\tau_k)}) \\right]
 
 References
 ----------
@@ -49,7 +49,7 @@ import numpy as np
 from scipy import special
 
 __all__ = [
-    "erlang_c", "wait_decay_rate", "wait_p99_s", "ttft_exceed_prob", "ttft_p99_s", "min_replicas",
+    "erlang_c", "wait_decay_rate", "wait_p99_s", "ttft_exceed_prob", "ttft_miss_prob", "ttft_p99_s", "min_replicas",
     "Sizing", "TTFT_MODELS",
 ]
 
@@ -135,7 +135,8 @@ def ttft_exceed_prob(t_s, C, theta, prefill_times_s, prefill_probs):
     slack = t - tau
     with np.errstate(over="ignore", invalid="ignore"):
         tail = np.minimum(1.0, np.asarray(C)[..., None] * np.exp(-np.asarray(theta)[..., None] * slack))
-    term = np.where(slack > 0, np.where(np.asarray(theta)[..., None] > 0, tail, 1.0), 1.0)
+    # P(W > x) = C e^{-theta x} for x >= 0 (the atom at 0 has mass 1 - C), and 1 for x < 0
+    term = np.where(slack >= 0, np.where(np.asarray(theta)[..., None] > 0, tail, 1.0), 1.0)
     return np.sum(np.asarray(prefill_probs) * term, axis=-1)
 
 
@@ -162,6 +163,31 @@ def ttft_p99_s(servers, arrival_rate, mean_service_s, cv2, prefill_times_s, pref
         lo = np.where(over, mid, lo)
         hi = np.where(over, hi, mid)
     return np.where(np.atleast_1d(unstable) | ~np.isfinite(w99), np.inf, hi)
+
+
+def ttft_miss_prob(t_s, servers, arrival_rate, mean_service_s, cv2, prefill_times_s, prefill_probs, mean_prefill_s,
+                   model: str = "tail"):
+    """:math:`P(T > t)` under ``model`` (array over segments; 1 where unstable).
+
+    ``tail``: the mixture over prefill atoms (:func:`ttft_exceed_prob`).
+    ``mean-prefill``: the seeds' convention read as a distribution,
+    :math:`P(T > t) = P(W_q > t - E[T_{pf}])`, so that its 99th percentile is
+    exactly :math:`W_{99} + E[T_{pf}]`.
+    """
+    if model not in TTFT_MODELS:
+        raise ValueError(f"ttft_model must be one of {TTFT_MODELS}; got {model!r}")
+    C, theta, unstable = _wait_tail(servers, arrival_rate, mean_service_s, cv2)
+    C, theta = np.atleast_1d(C), np.atleast_1d(theta)
+    t = np.broadcast_to(np.asarray(t_s, dtype=float), C.shape)
+    if model == "mean-prefill":
+        slack = t - np.broadcast_to(np.asarray(mean_prefill_s, dtype=float), C.shape)
+        with np.errstate(over="ignore", invalid="ignore"):
+            p = np.where(slack >= 0, np.minimum(1.0, C * np.exp(-np.where(theta > 0, theta, 0.0) * slack)), 1.0)
+        p = np.where(theta > 0, p, 1.0)
+    else:
+        probs = np.atleast_2d(prefill_probs)
+        p = ttft_exceed_prob(t, C, theta, np.broadcast_to(np.asarray(prefill_times_s, dtype=float), probs.shape), probs)
+    return np.where(np.atleast_1d(unstable), 1.0, p)
 
 
 @dataclass(frozen=True, eq=False)

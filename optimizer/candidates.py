@@ -2,12 +2,20 @@
 
 A candidate :math:`p = (i, j, g)` serves requests of total length in
 :math:`(b_i, b_j]` with context window :math:`b_j` on GPU option :math:`g`.
-For each one the foundation's models give its arrival rate, the minimum
-replica count :math:`N^*_p` meeting the P99-TTFT SLO and :math:`\\rho_{max}`
-(inflated to :math:`\\lceil N^*_p / A_g \\rceil` for availability :math:`A_g`),
-and cost, physical GPUs, power and output tokens at that count. Candidates
-that no count can bring within the SLO are dropped with their reason;
-dominated candidates are pruned (:func:`prune_dominated`).
+Each candidate offers one or more *replica choices* :math:`c`:
+
+* pool-scope SLO: the single minimum count :math:`N^*_p` meeting the P99-TTFT
+  SLO and :math:`\\rho_{max}`;
+* fleet-scope SLO: every count from the utilisation floor
+  :math:`N_\\rho = \\lceil \\lambda E[S] / (n \\rho_{max}) \\rceil` up to the count where
+  the pool's miss probability stops falling (within :math:`10^{-9}` of its limit
+  as :math:`N \\to \\infty`), each with its exact miss rate
+  :math:`\\lambda_p P(T > T_{SLO} \\mid N)`.
+
+Counts are inflated to :math:`\\lceil N / A_g \\rceil` for availability
+:math:`A_g` (the SLO then holds while a share :math:`1 - A_g` of replicas is
+down). Candidates that cannot meet the SLO at any count are dropped with their
+reason; dominated choices are pruned (:func:`prune_dominated`).
 """
 
 from __future__ import annotations
@@ -16,13 +24,15 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from models.queueing import min_replicas
-from models.segments import segment_basis, segment_stats
+from models.queueing import min_replicas, ttft_miss_prob
 from models.units import MS_PER_S
 
 from .instance import Instance
 
 __all__ = ["Candidates", "Dropped", "generate_candidates", "prune_dominated"]
+
+MAX_EXTRA_COUNTS = 64
+"""Fleet scope: at most this many replica counts above the utilisation floor per candidate."""
 
 
 @dataclass(frozen=True)
@@ -37,11 +47,13 @@ class Dropped:
 
 @dataclass(frozen=True, eq=False)
 class Candidates:
-    """Candidate pools as parallel arrays (one entry per candidate).
+    """Candidate pools and their replica choices as parallel arrays.
 
-    ``gpu`` indexes ``gpu_names``; ``i``/``j`` index ``boundaries``. All figures
-    are analytic at ``replicas`` (= :math:`\\lceil N^*/A \\rceil`); P99 TTFT is computed only for the
-    pools a plan uses, in the exact re-evaluation.
+    Pool arrays (``i``, ``j``, ``gpu``, ``arrival_rate``, ``output_tok_per_s``)
+    have one entry per candidate; ``choice_*`` arrays one per replica choice,
+    ``choice_pool`` pointing at its candidate. All figures are analytic;
+    P99 TTFT is computed only for the pools a plan uses, in the exact
+    re-evaluation.
     """
 
     boundaries: np.ndarray
@@ -50,69 +62,150 @@ class Candidates:
     j: np.ndarray
     gpu: np.ndarray
     arrival_rate: np.ndarray
-    replicas: np.ndarray
-    gpus: np.ndarray
-    cost_per_hr: np.ndarray
-    power_w: np.ndarray
     output_tok_per_s: np.ndarray
+    choice_pool: np.ndarray
+    choice_replicas: np.ndarray
+    choice_gpus: np.ndarray
+    choice_cost_per_hr: np.ndarray
+    choice_power_w: np.ndarray
+    choice_miss_rate: np.ndarray
     dropped: tuple[Dropped, ...]
     generated: int
 
     def __len__(self) -> int:
         return len(self.i)
 
-    def subset(self, keep: np.ndarray) -> "Candidates":
-        """The candidates selected by boolean or index array ``keep``."""
-        arrays = {f: getattr(self, f)[keep] for f in ("i", "j", "gpu", "arrival_rate", "replicas", "gpus",
-                                                     "cost_per_hr", "power_w", "output_tok_per_s")}
-        return Candidates(self.boundaries, self.gpu_names, dropped=self.dropped, generated=self.generated, **arrays)
+    @property
+    def n_choices(self) -> int:
+        return len(self.choice_pool)
 
     def label(self, p: int) -> str:
         b = self.boundaries
         return f"{int(b[self.i[p]]):,}-{int(b[self.j[p]]):,}:{self.gpu_names[self.gpu[p]]}"
 
+    def keep_choices(self, keep: np.ndarray) -> "Candidates":
+        """Only the selected choices, and the candidates that still have one (indices renumbered)."""
+        keep = np.asarray(keep, dtype=bool)
+        pools = np.unique(self.choice_pool[keep])
+        renumber = np.full(len(self), -1)
+        renumber[pools] = np.arange(len(pools))
+        pool_fields = {f: getattr(self, f)[pools] for f in ("i", "j", "gpu", "arrival_rate", "output_tok_per_s")}
+        choice_fields = {f: getattr(self, f)[keep] for f in ("choice_replicas", "choice_gpus", "choice_cost_per_hr",
+                                                             "choice_power_w", "choice_miss_rate")}
+        return Candidates(self.boundaries, self.gpu_names, choice_pool=renumber[self.choice_pool[keep]],
+                          dropped=self.dropped, generated=self.generated, **pool_fields, **choice_fields)
+
 
 def generate_candidates(instance: Instance) -> Candidates:
     """Size every (segment, GPU option) pair of the instance's boundary grid (vectorized per GPU)."""
+    from models.segments import segment_basis, segment_stats
+
     w = instance.workload
     b = np.asarray(instance.pools.boundaries, dtype=float)
     ii, jj = np.triu_indices(len(b), k=1)
-    slo = instance.slo
-    rho = instance.constraints.max_utilization
-    cols: dict[str, list] = {k: [] for k in ("i", "j", "gpu", "arrival_rate", "replicas", "gpus", "cost_per_hr",
-                                             "power_w", "output_tok_per_s")}
-    dropped: list[Dropped] = []
+    pools, choices, dropped = _Columns(), _Columns(), []
     bases: dict[int, object] = {}
     for g_idx, opt in enumerate(instance.gpus):
-        prof = opt.profile
-        chunk = prof.chunk_tokens
+        chunk = opt.profile.chunk_tokens
         if chunk not in bases:
             bases[chunk] = segment_basis(w.lengths, b, chunk, w.input_fraction)
-        s = segment_stats(bases[chunk], ii, jj, prof)
+        s = segment_stats(bases[chunk], ii, jj, opt.profile)
         lam = w.arrival_rate_req_per_s * s.rate_share
-        z = min_replicas(lam, s.mean_service_s, s.cv2_service, s.n_slots, slo.ttft_p99_s, s.prefill_times_s,
-                         s.prefill_probs, s.mean_prefill_s, rho, slo.ttft_model)
-        n = np.where(z.feasible, np.ceil(z.replicas / opt.availability - 1e-9), 0).astype(np.int64)
-        es = np.nan_to_num(s.mean_service_s)
-        batch = np.where(n > 0, lam * es / np.maximum(n, 1), 0.0)
-        ok = z.feasible
+        if instance.slo.scope == "fleet":
+            counts, ok, reasons = _fleet_counts(instance, s, lam)
+        else:
+            counts, ok, reasons = _pool_counts(instance, s, lam)
         for k in np.flatnonzero(~ok):
-            dropped.append(Dropped(int(b[ii[k]]), int(b[jj[k]]), opt.name, _reason(z.reason[k], s, k, slo)))
-        cols["i"].append(ii[ok])
-        cols["j"].append(jj[ok])
-        cols["gpu"].append(np.full(ok.sum(), g_idx))
-        cols["arrival_rate"].append(lam[ok])
-        cols["replicas"].append(n[ok])
-        cols["gpus"].append(n[ok] * prof.gpus_per_replica)
-        cols["cost_per_hr"].append(n[ok] * prof.cost_usd_per_hr)
-        cols["power_w"].append(n[ok] * prof.power.power_w(np.minimum(batch[ok], s.n_slots[ok])))
-        cols["output_tok_per_s"].append(lam[ok] * np.nan_to_num(s.mean_output_tokens[ok]))
-    arrays = {k: np.concatenate(v) for k, v in cols.items()}
-    arrays["i"] = arrays["i"].astype(np.int64)
-    arrays["j"] = arrays["j"].astype(np.int64)
-    arrays["gpu"] = arrays["gpu"].astype(np.int64)
-    return Candidates(b, tuple(g.name for g in instance.gpus), dropped=tuple(dropped),
-                      generated=len(ii) * len(instance.gpus), **arrays)
+            dropped.append(Dropped(int(b[ii[k]]), int(b[jj[k]]), opt.name, reasons[k]))
+        first = len(pools)
+        keep = np.flatnonzero(ok)
+        pools.add(i=ii[keep], j=jj[keep], gpu=np.full(len(keep), g_idx), arrival_rate=lam[keep],
+                  output_tok_per_s=lam[keep] * np.nan_to_num(s.mean_output_tokens[keep]))
+        for k_local, k in enumerate(keep):
+            n_base, miss = counts[k]
+            n = np.ceil(n_base / opt.availability - 1e-9).astype(np.int64)
+            es = float(np.nan_to_num(s.mean_service_s[k]))
+            batch = lam[k] * es / n
+            choices.add(pool=np.full(len(n), first + k_local), replicas=n, gpus=n * opt.profile.gpus_per_replica,
+                        cost=n * opt.profile.cost_usd_per_hr,
+                        power=n * opt.profile.power.power_w(np.minimum(batch, s.n_slots[k])),
+                        miss=lam[k] * miss)
+    P, C = pools.arrays(), choices.arrays()
+    return Candidates(b, tuple(g.name for g in instance.gpus), P["i"].astype(np.int64), P["j"].astype(np.int64),
+                      P["gpu"].astype(np.int64), P["arrival_rate"], P["output_tok_per_s"],
+                      C["pool"].astype(np.int64), C["replicas"].astype(np.int64), C["gpus"].astype(np.int64),
+                      C["cost"], C["power"], C["miss"], tuple(dropped), len(ii) * len(instance.gpus))
+
+
+class _Columns:
+    """Accumulates named numpy columns."""
+
+    def __init__(self):
+        self._cols: dict[str, list] = {}
+        self._n = 0
+
+    def add(self, **cols):
+        for k, v in cols.items():
+            self._cols.setdefault(k, []).append(np.asarray(v))
+        self._n += len(next(iter(cols.values())))
+
+    def __len__(self):
+        return self._n
+
+    def arrays(self) -> dict[str, np.ndarray]:
+        return {k: np.concatenate(v) if v else np.zeros(0) for k, v in self._cols.items()}
+
+
+def _sizing_args(instance, s, lam):
+    return (lam, s.mean_service_s, s.cv2_service, s.n_slots)
+
+
+def _pool_counts(instance: Instance, s, lam):
+    """Pool scope: the minimum count meeting the pool's own P99 (one choice, no misses counted)."""
+    slo = instance.slo
+    z = min_replicas(lam, s.mean_service_s, s.cv2_service, s.n_slots, slo.ttft_p99_s, s.prefill_times_s,
+                     s.prefill_probs, s.mean_prefill_s, instance.constraints.max_utilization, slo.ttft_model)
+    counts = {int(k): (np.array([z.replicas[k]]), np.array([0.0])) for k in np.flatnonzero(z.feasible)}
+    reasons = {int(k): _reason(z.reason[k], s, k, slo) for k in np.flatnonzero(~z.feasible)}
+    return counts, z.feasible, reasons
+
+
+def _fleet_counts(instance: Instance, s, lam):
+    """Fleet scope: counts from the utilisation floor until the miss probability reaches its limit."""
+    slo = instance.slo
+    total = instance.workload.arrival_rate_req_per_s
+    floor = min_replicas(lam, s.mean_service_s, s.cv2_service, s.n_slots, np.inf, s.prefill_times_s,
+                         s.prefill_probs, s.mean_prefill_s, instance.constraints.max_utilization, slo.ttft_model)
+    if slo.ttft_model == "tail":
+        limit = np.sum(np.where(s.prefill_times_s[None, :] >= slo.ttft_p99_s, s.prefill_probs, 0.0), axis=1)
+    else:
+        limit = np.where(np.nan_to_num(s.mean_prefill_s) < slo.ttft_p99_s, 0.0, 1.0)
+    ok = floor.feasible & (lam * limit <= 0.01 * total * (1 + 1e-12))
+    reasons = {}
+    for k in np.flatnonzero(~ok):
+        if not floor.feasible[k]:
+            reasons[int(k)] = _reason(floor.reason[k], s, k, slo)
+        else:
+            reasons[int(k)] = (f"requests whose prefill alone exceeds the SLO are {lam[k] * limit[k] / total:.2%} "
+                               "of all traffic, above the fleet's 1 % budget")
+    counts = {}
+    active = np.flatnonzero(ok)
+    per = {int(k): ([], []) for k in active}
+    for extra in range(MAX_EXTRA_COUNTS + 1):
+        if not len(active):
+            break
+        n = floor.replicas[active] + extra
+        miss = ttft_miss_prob(slo.ttft_p99_s, n * s.n_slots[active], lam[active],
+                              np.where(lam[active] > 0, s.mean_service_s[active], 1.0), s.cv2_service[active],
+                              s.prefill_times_s, s.prefill_probs[active], s.mean_prefill_s[active], slo.ttft_model)
+        miss = np.where(lam[active] > 0, miss, 0.0)
+        for k, nk, mk in zip(active, n, miss):
+            per[int(k)][0].append(int(nk))
+            per[int(k)][1].append(float(mk))
+        active = active[miss > limit[active] + 1e-9]
+    for k, (ns, ms) in per.items():
+        counts[k] = (np.array(ns), np.array(ms))
+    return counts, ok, reasons
 
 
 def _reason(code: str, s, k: int, slo) -> str:
@@ -129,37 +222,33 @@ def _reason(code: str, s, k: int, slo) -> str:
 
 
 def prune_dominated(c: Candidates, unlimited_gpu: np.ndarray, protected_gpu: np.ndarray) -> Candidates:
-    """Drop candidates another candidate of the same segment beats on every resource.
+    """Drop replica choices another choice for the same segment beats on every resource.
 
-    :math:`q` dominates :math:`p` (same :math:`(i, j)`) when its cost, power and
-    physical GPUs are all no larger, it draws on an unlimited inventory or on
-    :math:`p`'s own, and :math:`p`'s GPU option carries no lower bound
-    (``protected_gpu``); ties keep the lower index. Cost, power and GPU counts
-    are the only quantities the objective and the coupling constraints read,
-    so pruning never changes the optimum.
+    Choice :math:`q` dominates :math:`p` (same :math:`(i, j)`, different pool)
+    when its cost, power, physical GPUs and miss rate are all no larger, it
+    draws on an unlimited inventory or on :math:`p`'s own, and :math:`p`'s GPU
+    option carries no lower bound (``protected_gpu``); exact ties keep the
+    lower index. These are the only quantities the objective and the coupling
+    constraints read, so pruning never changes the optimum.
     """
-    keep = np.ones(len(c), dtype=bool)
-    seg = c.i * (len(c.boundaries) + 1) + c.j
+    cp = c.choice_pool
+    seg = c.i[cp] * (len(c.boundaries) + 1) + c.j[cp]
+    gpu = c.gpu[cp]
+    metrics = np.stack([c.choice_cost_per_hr, c.choice_power_w, c.choice_gpus.astype(float), c.choice_miss_rate], 1)
+    keep = np.ones(c.n_choices, dtype=bool)
     order = np.argsort(seg, kind="stable")
     starts = np.flatnonzero(np.r_[True, np.diff(seg[order]) != 0])
-    ends = np.r_[starts[1:], len(order)]
-    for s0, s1 in zip(starts, ends):
-        group = order[s0:s1]
-        if len(group) < 2:
+    for s0, s1 in zip(starts, np.r_[starts[1:], len(order)]):
+        idx = order[s0:s1]
+        if len(idx) < 2:
             continue
-        for p in group:
-            if protected_gpu[c.gpu[p]]:
-                continue
-            for q in group:
-                if q == p or not keep[q]:
-                    continue
-                same_or_free = unlimited_gpu[c.gpu[q]] or c.gpu[q] == c.gpu[p]
-                no_worse = (c.cost_per_hr[q] <= c.cost_per_hr[p] and c.power_w[q] <= c.power_w[p]
-                            and c.gpus[q] <= c.gpus[p])
-                better = (c.cost_per_hr[q] < c.cost_per_hr[p] or c.power_w[q] < c.power_w[p]
-                          or c.gpus[q] < c.gpus[p] or q < p)
-                if same_or_free and no_worse and better:
-                    keep[p] = False
-                    break
-    return c.subset(keep)
-
+        m = metrics[idx]
+        no_worse = np.all(m[:, None, :] <= m[None, :, :], axis=2)  # [q, p]: q no worse than p
+        strictly = np.any(m[:, None, :] < m[None, :, :], axis=2)
+        earlier = idx[:, None] < idx[None, :]
+        g = gpu[idx]
+        inventory_ok = unlimited_gpu[g][:, None] | (g[:, None] == g[None, :])
+        other_pool = cp[idx][:, None] != cp[idx][None, :]
+        dom = no_worse & (strictly | earlier) & inventory_ok & other_pool & ~protected_gpu[g][None, :]
+        keep[idx[dom.any(axis=0)]] = False
+    return c.keep_choices(keep)

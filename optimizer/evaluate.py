@@ -65,7 +65,8 @@ def parse_fleet(text: str, instance: Instance, field: str = "--fleet") -> FleetS
 
 
 def service_level(instance: Instance) -> ServiceLevel:
-    return ServiceLevel(instance.slo.ttft_p99_s, instance.slo.ttft_model, instance.constraints.max_utilization)
+    return ServiceLevel(instance.slo.ttft_p99_s, instance.slo.ttft_model, instance.constraints.max_utilization,
+                        instance.slo.scope)
 
 
 def _run(instance: Instance, pools: list[PoolPlan]) -> FleetResult:

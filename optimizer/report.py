@@ -41,6 +41,9 @@ def fleet_json(r: FleetResult, source: str = ANALYTIC) -> dict:
         "tok_per_watt": r.tok_per_watt,
         "slo_met": r.slo_met,
         "feasible": r.feasible,
+        "scope": r.scope,
+        "ttft_p99_ms": r.ttft_p99_ms,
+        "slo_miss_share": r.slo_miss_share,
         "pools": [pool_json(p, source) for p in r.pools],
         "source": source,
     }
@@ -57,17 +60,22 @@ def fleet_table(title: str, r: FleetResult, slo_ms: float, source: str = ANALYTI
     t.add_column("replicas (GPUs)", justify="right", footer=f"{r.total_replicas} ({r.total_gpus})", no_wrap=True)
     t.add_column("req/s", justify="right", footer=f"{sum(p.arrival_rate for p in r.pools):,.1f}")
     t.add_column("util", justify="right")
-    t.add_column("P99 TTFT ms", justify="right")
+    t.add_column("P99 TTFT ms", justify="right", footer=fmt_ms(r.ttft_p99_ms))
+    t.add_column("miss %", justify="right", footer=f"{100 * r.slo_miss_share:.2f}")
     t.add_column("power W", justify="right", footer=f"{r.power_kw * 1000:,.0f}")
     t.add_column("tok/W", justify="right", footer=f"{r.tok_per_watt:.2f}")
     t.add_column("$/hr", justify="right", footer=f"{r.cost_per_hr:,.2f}")
-    t.add_column("SLO", footer="met" if r.feasible else "MISSED")
+    t.add_column("SLO", footer=("met" if r.feasible else "MISSED") + (" (fleet)" if r.scope == "fleet" else ""))
     for p in r.pools:
         sized = "*" if p.sized else ""
+        if r.scope == "fleet":
+            status = "-" if p.utilization_ok and p.utilization < 1 else "MISSED"
+        else:
+            status = "met" if p.slo_met and p.utilization_ok else "MISSED"
         t.add_row(f"{p.min_tokens:,}-{p.max_tokens:,}", p.gpu, f"{p.replicas}{sized} ({p.gpus})",
-                  f"{p.arrival_rate:,.2f}", f"{p.utilization:.2f}", fmt_ms(p.ttft_p99_ms), f"{p.power_w:,.0f}",
-                  f"{p.tok_per_watt:.2f}", f"{p.cost_per_hr:,.2f}",
-                  "met" if p.slo_met and p.utilization_ok else "MISSED")
+                  f"{p.arrival_rate:,.2f}", f"{p.utilization:.2f}", fmt_ms(p.ttft_p99_ms),
+                  f"{100 * p.slo_miss_prob:.2f}", f"{p.power_w:,.0f}", f"{p.tok_per_watt:.2f}", f"{p.cost_per_hr:,.2f}",
+                  status)
     return t
 
 
@@ -82,6 +90,16 @@ def fleet_notes(r: FleetResult, ttft_model: str) -> list[str]:
         lines.append(f"  {gpu}: profile {prof} serving {model}; {q}")
     if len({m for _, m, _ in seen.values()}) > 1:
         lines.append("  note: these pools serve different models; compare their costs with care")
+    if r.scope == "fleet":
+        lines.append(f"  fleet-scope SLO: {100 * r.slo_miss_share:.3f} % of all requests exceed the TTFT SLO "
+                     f"(budget 1 %); fleet-wide P99 TTFT {fmt_ms(r.ttft_p99_ms)} ms")
+        for p in r.pools:
+            if p.slo_miss_prob > 0.01:
+                share = p.arrival_rate * p.slo_miss_prob / max(sum(q.arrival_rate for q in r.pools), 1e-300)
+                lines.append(f"  {p.min_tokens:,}-{p.max_tokens:,} on {p.gpu}: {100 * p.slo_miss_prob:.1f} % of its "
+                             f"requests are slow ({100 * share:.3f} % of all)"
+                             + (f"; {p.miss_reason}" if p.miss_reason else ""))
+        return lines
     for p in r.pools:
         if p.miss_reason:
             lines.append(f"  {p.min_tokens:,}-{p.max_tokens:,} on {p.gpu}: {p.miss_reason}")

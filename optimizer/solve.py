@@ -63,15 +63,18 @@ class SolveReport:
 
 
 def build_problem(instance: Instance, c: Candidates) -> FleetProblem:
-    """The MIP input of an instance's (pruned) candidates: one replica choice per pool (pool-scope SLO)."""
+    """The MIP input of an instance's (pruned) candidates and their replica choices."""
     cons = instance.constraints
     gpu_max = tuple(g.max_count for g in instance.gpus)
     gpu_min = tuple(g.min_count for g in instance.gpus)
+    fleet_scope = instance.slo.scope == "fleet"
     return FleetProblem(
         boundaries=c.boundaries, gpu_names=c.gpu_names, pool_i=c.i, pool_j=c.j, pool_gpu=c.gpu,
-        pool_arrival_rate=c.arrival_rate, choice_pool=np.arange(len(c)), choice_replicas=c.replicas,
-        choice_gpus=c.gpus, choice_cost_per_hr=c.cost_per_hr, choice_power_w=c.power_w,
-        choice_miss_rate=np.zeros(len(c)), max_pools=instance.pools.max_pools, gpu_max_gpus=gpu_max,
+        pool_arrival_rate=c.arrival_rate, choice_pool=c.choice_pool, choice_replicas=c.choice_replicas,
+        choice_gpus=c.choice_gpus, choice_cost_per_hr=c.choice_cost_per_hr, choice_power_w=c.choice_power_w,
+        choice_miss_rate=c.choice_miss_rate,
+        max_miss_rate=0.01 * instance.workload.arrival_rate_req_per_s if fleet_scope else None,
+        max_pools=instance.pools.max_pools, gpu_max_gpus=gpu_max,
         gpu_min_gpus=gpu_min, max_total_gpus=cons.max_total_gpus, max_cost_per_hr=cons.max_cost_per_hr,
         max_power_w=None if cons.max_power_kw is None else cons.max_power_kw * 1000.0,
         objective=instance.objective, labels=tuple(c.label(p) for p in range(len(c))),
@@ -134,11 +137,11 @@ def _oracle(problem: FleetProblem) -> SolveResult:
 
 
 def _pool_plans(instance: Instance, c: Candidates, choices) -> list[PoolPlan]:
-    pools = sorted(choices, key=lambda p: c.i[p])
     b = c.boundaries
     out = []
-    for p in pools:
+    for ch in sorted(choices, key=lambda ch: c.i[c.choice_pool[ch]]):
+        p = c.choice_pool[ch]
         opt = instance.gpus[c.gpu[p]]
-        out.append(PoolPlan(int(b[c.i[p]]), int(b[c.j[p]]), opt.name, opt.profile, int(c.replicas[p]),
+        out.append(PoolPlan(int(b[c.i[p]]), int(b[c.j[p]]), opt.name, opt.profile, int(c.choice_replicas[ch]),
                             opt.availability))
     return out

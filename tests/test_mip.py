@@ -19,7 +19,7 @@ from solvers.oracle import enumerate_fleets, fleet_is_feasible, shortest_fleet
 PROFILES = ["A10G", "A100-80GB", "H100-80GB", "B200-projected"]
 
 
-def random_instance(seed: int, caps: bool):
+def random_instance(seed: int, caps: bool, scope: str = "pool"):
     rng = np.random.default_rng(seed)
     top = int(rng.choice([8192, 16384, 32768, 65536]))
     knots = np.unique(np.round(np.geomspace(64, top, int(rng.integers(4, 10))))).astype(int)
@@ -35,7 +35,7 @@ def random_instance(seed: int, caps: bool):
         "workload": {"cdf": [[int(t), float(f)] for t, f in zip(knots, fractions)],
                      "arrival_rate": float(rng.choice([5, 20, 100, 400]))},
         "slo": {"ttft_p99_ms": float(rng.choice([300, 500, 1000, 2000])),
-                "ttft_model": str(rng.choice(["tail", "mean-prefill"]))},
+                "ttft_model": str(rng.choice(["tail", "mean-prefill"])), "scope": scope},
         "gpus": gpus,
         "pools": {"max_pools": int(rng.integers(1, 4)), "max_context": top, "boundaries": bounds},
         "objective": str(rng.choice(["cost", "power"])),
@@ -83,6 +83,9 @@ def _check(inst):
     assert len(fleet.pools) <= inst.pools.max_pools
     independent = fleet.cost_per_hr if inst.objective == "cost" else fleet.power_kw
     assert independent == pytest.approx(ref[0], rel=1e-9)  # re-priced independently of the solver
+    if inst.slo.scope == "fleet":
+        assert fleet.slo_miss_share <= 0.01 * (1 + 1e-9)
+        assert fleet.ttft_p99_ms <= inst.slo.ttft_p99_s * 1000 * (1 + 1e-6)
     return full, ref
 
 
@@ -101,6 +104,35 @@ def test_mip_equals_enumeration_without_caps(seed):
 @pytest.mark.parametrize("seed", range(1000, 1100))
 def test_mip_equals_enumeration_with_caps(seed):
     _check(random_instance(seed, caps=True))
+
+
+@pytest.mark.parametrize("seed", range(2000, 2060))
+def test_fleet_scope_mip_equals_enumeration(seed):
+    _check(random_instance(seed, caps=seed % 2 == 0, scope="fleet"))
+
+
+@pytest.mark.parametrize("seed", range(3000, 3030))
+def test_fleet_scope_never_costs_more_than_pool_scope(seed):
+    pool = solve_instance(random_instance(seed, caps=False, scope="pool"), SolveOptions(method="mip"))
+    fleet = solve_instance(random_instance(seed, caps=False, scope="fleet"), SolveOptions(method="mip"))
+    if pool.plans:
+        assert fleet.plans and fleet.best.objective <= pool.best.objective * (1 + 1e-9) + 1e-12
+    if fleet.plans:
+        f = fleet.best.fleet
+        assert f.feasible and f.slo_miss_share <= 0.01 * (1 + 1e-9)
+
+
+def test_fleet_scope_lets_a_few_long_prompts_be_slow(repo_root):
+    from optimizer import api
+
+    overrides = ["slo.ttft_model=tail"]
+    pool = solve_instance(api.load(repo_root / "instances" / "lmsys_mixed.yaml", overrides))
+    fleet = solve_instance(api.load(repo_root / "instances" / "lmsys_mixed.yaml", overrides + ["slo.scope=fleet"]))
+    assert fleet.best.objective < pool.best.objective
+    f = fleet.best.fleet
+    slow = [p for p in f.pools if p.slo_miss_prob > 0.01]
+    assert slow and sum(p.arrival_rate * p.slo_miss_prob for p in f.pools) / 100.0 == pytest.approx(f.slo_miss_share)
+    assert f.ttft_p99_ms <= 500.0 and f.slo_miss_share <= 0.01
 
 
 def test_top_n_are_distinct_and_ordered():
