@@ -25,7 +25,7 @@ import numpy as np
 
 from .profiles import ServingProfile, quality_label
 from .queueing import min_replicas, ttft_miss_prob, ttft_p99_s
-from .segments import segment_basis, segment_stats
+from .segments import compressed_band, raw_between, segment_basis, stats_from_raw
 from .units import HOURS_PER_YEAR, MS_PER_S
 from .workload import LengthDistribution, RequestTrace
 
@@ -53,6 +53,9 @@ class PoolPlan:
     profile: ServingProfile
     replicas: int | None = None
     availability: float = 1.0
+    compress_gamma: float = 1.0
+    """Compress-and-route: the pool also takes requests in :math:`(hi, \\gamma \\cdot hi]`, prompt-compressed to
+    fit its window, with the fleet's success probability (the rest stay with the pool above)."""
 
 
 @dataclass(frozen=True)
@@ -85,6 +88,8 @@ class PoolResult:
     miss_reason: str
     slo_miss_prob: float
     """:math:`P(T > T_{SLO})` for this pool's requests."""
+    compress_gamma: float = 1.0
+    """Compress-and-route factor: the pool also serves compressed requests up to this multiple of its window."""
 
 
 @dataclass(frozen=True)
@@ -105,19 +110,29 @@ class FleetResult:
     scope: str = "pool"
 
 
-def _bases(workload, boundaries, chunks, input_fraction):
-    return {c: segment_basis(workload, boundaries, c, input_fraction) for c in sorted(set(chunks))}
-
-
 def evaluate_fleet(pools: list[PoolPlan], workload: LengthDistribution | RequestTrace, arrival_rate: float,
-                   level: ServiceLevel, input_fraction: float = 0.8) -> FleetResult:
+                   level: ServiceLevel, input_fraction: float = 0.8, compress_success: float = 1.0) -> FleetResult:
     """Evaluate (and where asked, size) every pool analytically.
 
     ``pools`` must tile :math:`(0, B_{max}]` in order; the workload must not
-    extend beyond :math:`B_{max}` (truncate it first).
+    extend beyond :math:`B_{max}` (truncate it first). With compress-and-route
+    (``compress_gamma > 1``) pool :math:`p` serves its own range less the share
+    ``compress_success`` of :math:`(lo_p, \\gamma_{p-1} lo_p]` compressed into the
+    pool below, plus that share of :math:`(hi_p, \\gamma_p hi_p]` compressed to
+    :math:`hi_p`; a band must end within the next pool, and the top pool has none.
     """
+    raws, grid = _pool_traffic(pools, workload, input_fraction, compress_success)
+    evaluated = [_evaluate_pool(raw, p, arrival_rate, level) for raw, p in zip(raws, pools)]
+    results = [r for r, _ in evaluated]
+    return summarize(results, fleet_ttft_p99_s([q for _, q in evaluated], level), level)
+
+
+def _pool_traffic(pools: list[PoolPlan], workload, input_fraction: float, p_c: float):
+    """Raw traffic sums of every pool (see :func:`evaluate_fleet`)."""
     if not pools:
         raise ValueError("a fleet needs at least one pool")
+    if not 0.0 <= p_c <= 1.0:
+        raise ValueError(f"compress_success must lie in [0, 1]; got {p_c}")
     edges = [pools[0].lo_tokens]
     for p in pools:
         if p.lo_tokens != edges[-1] or p.hi_tokens <= p.lo_tokens:
@@ -125,11 +140,36 @@ def evaluate_fleet(pools: list[PoolPlan], workload: LengthDistribution | Request
         edges.append(p.hi_tokens)
     if edges[0] != 0:
         raise ValueError("the first pool must start at 0 tokens")
-    boundaries = np.asarray(edges, dtype=float)
-    bases = _bases(workload, boundaries, [p.profile.chunk_tokens for p in pools], input_fraction)
-    evaluated = [_evaluate_pool(k, p, bases[p.profile.chunk_tokens], arrival_rate, level) for k, p in enumerate(pools)]
-    results = [r for r, _ in evaluated]
-    return summarize(results, fleet_ttft_p99_s([q for _, q in evaluated], level), level)
+    tops = []
+    for k, p in enumerate(pools):
+        if p.compress_gamma < 1.0:
+            raise ValueError(f"compress_gamma must be >= 1; pool {p.lo_tokens}-{p.hi_tokens} has {p.compress_gamma}")
+        if p.compress_gamma > 1.0:
+            if k == len(pools) - 1:
+                raise ValueError("the top pool has no pool above it to take compressed requests from")
+            top = p.compress_gamma * p.hi_tokens
+            if top > pools[k + 1].hi_tokens:
+                raise ValueError(f"the compression band of pool {p.lo_tokens}-{p.hi_tokens} ends at {top:g} tokens, "
+                                 f"beyond the next pool's {pools[k + 1].hi_tokens}")
+            tops.append(top)
+    grid = np.unique(np.asarray(edges + tops, dtype=float))
+    index = {float(x): n for n, x in enumerate(grid)}
+    bases = {c: segment_basis(workload, grid, c, input_fraction) for c in sorted({p.profile.chunk_tokens for p in pools})}
+    raws = []
+    for k, p in enumerate(pools):
+        basis = bases[p.profile.chunk_tokens]
+        lo, hi = index[float(p.lo_tokens)], index[float(p.hi_tokens)]
+        gamma_below = pools[k - 1].compress_gamma if k > 0 else 1.0
+        if gamma_below > 1.0 and p_c > 0:
+            mid = index[float(gamma_below * p.lo_tokens)]
+            raw = raw_between(basis, lo, mid).scaled([1.0 - p_c]) + raw_between(basis, mid, hi)
+        else:
+            raw = raw_between(basis, lo, hi)
+        if p.compress_gamma > 1.0 and p_c > 0:
+            raw = raw + compressed_band(workload, p.hi_tokens, p.compress_gamma, p.profile.chunk_tokens,
+                                        input_fraction).scaled([p_c])
+        raws.append(raw)
+    return raws, grid
 
 
 def fleet_ttft_p99_s(queues: list[tuple], level: ServiceLevel) -> float:
@@ -188,9 +228,9 @@ def summarize(results: list[PoolResult], fleet_p99_s: float = math.nan,
     )
 
 
-def _evaluate_pool(k: int, plan: PoolPlan, basis, arrival_rate: float, level: ServiceLevel):
+def _evaluate_pool(raw, plan: PoolPlan, arrival_rate: float, level: ServiceLevel):
     """One pool's result and its queue parameters (for the fleet-wide P99)."""
-    s = segment_stats(basis, [k], [k + 1], plan.profile)
+    s = stats_from_raw(raw, [plan.lo_tokens], [plan.hi_tokens], plan.profile)
     lam = float(arrival_rate * s.rate_share[0])
     n = int(s.n_slots[0])
     args = (lam, s.mean_service_s, s.cv2_service)
@@ -222,6 +262,7 @@ def _evaluate_pool(k: int, plan: PoolPlan, basis, arrival_rate: float, level: Se
     util_ok = bool(util <= level.max_utilization * (1 + 1e-12))
     return PoolResult(
         slo_miss_prob=miss,
+        compress_gamma=plan.compress_gamma,
         min_tokens=plan.lo_tokens, max_tokens=plan.hi_tokens, gpu=plan.gpu, profile=plan.profile.name,
         model=plan.profile.model_name, quality=quality_label(plan.profile), replicas=replicas,
         gpus=replicas * plan.profile.gpus_per_replica, sized=sized, n_slots=n, arrival_rate=lam,

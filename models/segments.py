@@ -33,7 +33,8 @@ import numpy as np
 from .profiles import ServingProfile
 from .workload import LengthDistribution, RequestTrace
 
-__all__ = ["SegmentBasis", "SegmentStats", "segment_basis", "segment_stats"]
+__all__ = ["SegmentBasis", "SegmentStats", "RawSums", "segment_basis", "segment_stats", "raw_between",
+           "compressed_band", "stats_from_raw"]
 
 _GL_X, _GL_W = np.polynomial.legendre.leggauss(3)
 _NAMES = ("mass", "A", "AL", "A2", "A2L", "A2L2", "k", "out", "L")
@@ -138,6 +139,123 @@ def segment_basis(workload: LengthDistribution | RequestTrace, boundaries, chunk
 
 
 @dataclass(frozen=True, eq=False)
+class RawSums:
+    """Unnormalised basis integrals of a traffic component (arrays over components).
+
+    ``A`` .. ``A2L2`` are :math:`E[g(L) 1_{comp}]` for the basis functions of the
+    module docstring, ``k_hist[:, k]`` the probability of :math:`k` prefill chunks,
+    ``out`` and ``L`` the output and total tokens. Components add: a pool's
+    traffic is a weighted sum of components (:meth:`scaled`, ``+``).
+    """
+
+    mass: np.ndarray
+    A: np.ndarray
+    AL: np.ndarray
+    A2: np.ndarray
+    A2L: np.ndarray
+    A2L2: np.ndarray
+    k: np.ndarray
+    out: np.ndarray
+    L: np.ndarray
+    k_hist: np.ndarray
+
+    def take(self, idx) -> "RawSums":
+        """The components at ``idx`` (array of row indices)."""
+        return RawSums(*(getattr(self, f)[idx] for f in _RAW_FIELDS))
+
+    @staticmethod
+    def stack(parts: list["RawSums"]) -> "RawSums":
+        """Concatenate components (prefill histograms padded to a common width)."""
+        width = max(p.k_hist.shape[1] for p in parts)
+        return RawSums(*(np.concatenate([_pad(p.k_hist, width) if f == "k_hist" else getattr(p, f) for p in parts])
+                         for f in _RAW_FIELDS))
+
+    def scaled(self, w) -> "RawSums":
+        w = np.asarray(w, dtype=float)
+        return RawSums(*(getattr(self, f) * (w[:, None] if f == "k_hist" else w) for f in _RAW_FIELDS))
+
+    def __add__(self, other: "RawSums") -> "RawSums":
+        width = max(self.k_hist.shape[1], other.k_hist.shape[1])
+        return RawSums(*(getattr(self, f) + getattr(other, f) if f != "k_hist"
+                         else _pad(self.k_hist, width) + _pad(other.k_hist, width) for f in _RAW_FIELDS))
+
+
+_RAW_FIELDS = ("mass", "A", "AL", "A2", "A2L", "A2L2", "k", "out", "L", "k_hist")
+
+
+def _pad(a: np.ndarray, width: int) -> np.ndarray:
+    return a if a.shape[1] == width else np.pad(a, ((0, 0), (0, width - a.shape[1])))
+
+
+def raw_between(basis: SegmentBasis, i, j) -> RawSums:
+    """Raw sums of the traffic in :math:`(b_i, b_j]` (array-aware in i, j)."""
+    i = np.atleast_1d(np.asarray(i, dtype=np.int64))
+    j = np.atleast_1d(np.asarray(j, dtype=np.int64))
+    fields = {name: basis.between(name, i, j) for name in _NAMES}
+    hist = basis.chunk_mass_prefix[j] - basis.chunk_mass_prefix[i]
+    return RawSums(fields["mass"], fields["A"], fields["AL"], fields["A2"], fields["A2L"], fields["A2L2"],
+                   fields["k"], fields["out"], fields["L"], hist)
+
+
+def compressed_band(workload: LengthDistribution | RequestTrace, window_tokens: float, gamma: float,
+                    chunk_tokens: int, input_fraction: float = 0.8) -> RawSums:
+    """Raw sums of the requests in :math:`(B, \\gamma B]` compressed to fit a window :math:`B`.
+
+    Prompt compression shortens the prompt and keeps the output:
+    :math:`l_{out}` unchanged, :math:`l'_{in} = B - l_{out}`, so every compressed
+    request has total length :math:`B` (its service time uses :math:`L = B`).
+    A trace request whose output alone fills the window cannot be compressed:
+    such a band raises ``ValueError`` (for a CDF, :math:`\\gamma (1 - f) < 1` guarantees
+    it never happens). Exact: Gauss-Legendre between
+    the breakpoints of :math:`\\lceil l'_{in}/\\mathrm{chunk} \\rceil`.
+    """
+    B = float(window_tokens)
+    top = gamma * B
+    if isinstance(workload, RequestTrace):
+        L = workload.total_tokens.astype(float)
+        out = workload.output_tokens.astype(float)
+        sel = (L > B) & (L <= top)
+        if np.any(out[sel] >= B):
+            raise ValueError(f"the trace has requests in ({B:g}, {top:g}] whose output alone fills the {B:g}-token window")
+        w = np.full(int(sel.sum()), 1.0 / len(L))
+        return _band_sums(w, out[sel], B, chunk_tokens)
+    f = input_fraction
+    if gamma * (1 - f) >= 1:
+        raise ValueError(f"gamma {gamma} with input fraction {f}: outputs would fill the window; need gamma < {1 / (1 - f):g}")
+    d = workload
+    pieces = (d.hi_tokens > d.lo_tokens) & (d.prob > 0)
+    # breakpoints of ceil((B - (1 - f) L) / chunk) inside (B, top]
+    m = np.arange(np.floor((B - (1 - f) * top) / chunk_tokens), np.ceil(f * B / chunk_tokens) + 1)
+    cuts = (B - m * chunk_tokens) / (1 - f)
+    grid = np.unique(np.concatenate(([B, top], cuts[(cuts > B) & (cuts < top)],
+                                     d.lo_tokens[pieces], d.hi_tokens[pieces])))
+    grid = grid[(grid >= B) & (grid <= top)]
+    u, v = grid[:-1], grid[1:]
+    mid = (u + v) / 2
+    own = np.searchsorted(d.hi_tokens[pieces], mid, side="left")
+    own = np.minimum(own, max(pieces.sum() - 1, 0))
+    lo, hi, p = d.lo_tokens[pieces][own], d.hi_tokens[pieces][own], d.prob[pieces][own]
+    dens = np.where((mid > lo) & (mid < hi), p / np.where(hi > lo, hi - lo, 1.0), 0.0)
+    half = (v - u) / 2
+    Lg = (mid[:, None] + half[:, None] * _GL_X[None, :]).ravel()
+    wg = ((half * dens)[:, None] * _GL_W[None, :]).ravel()
+    atoms = (d.hi_tokens <= d.lo_tokens) & (d.prob > 0) & (d.hi_tokens > B) & (d.hi_tokens <= top)
+    L_all = np.concatenate((Lg, d.hi_tokens[atoms]))
+    w_all = np.concatenate((wg, d.prob[atoms]))
+    return _band_sums(w_all, (1 - f) * L_all, B, chunk_tokens)
+
+
+def _band_sums(weights, out_tokens, window: float, chunk_tokens: int) -> RawSums:
+    k = np.ceil((window - out_tokens) / chunk_tokens)
+    A = k + out_tokens
+    k_max = int(k.max(initial=0))
+    hist = np.bincount(k.astype(np.int64), weights=weights, minlength=k_max + 1)[None, :]
+    one = lambda x: np.array([float(np.sum(weights * x))])  # noqa: E731
+    return RawSums(one(1.0), one(A), one(A * window), one(A * A), one(A * A * window), one(A * A * window * window),
+                   one(k), one(out_tokens), one(np.full_like(A, window)), hist)
+
+
+@dataclass(frozen=True, eq=False)
 class SegmentStats:
     """Per-segment service statistics for one profile (arrays over segments).
 
@@ -175,20 +293,31 @@ def segment_stats(basis: SegmentBasis, i, j, profile: ServingProfile) -> Segment
     j = np.atleast_1d(np.asarray(j, dtype=np.int64))
     if np.any(j <= i):
         raise ValueError("segments need i < j")
-    hi = basis.boundaries[j]
+    return stats_from_raw(raw_between(basis, i, j), basis.boundaries[i], basis.boundaries[j], profile)
+
+
+def stats_from_raw(raw: RawSums, lo_tokens, window_tokens, profile: ServingProfile) -> SegmentStats:
+    """Normalised statistics of traffic components (:class:`RawSums`) served at ``window_tokens``.
+
+    .. math::
+
+        E[S] = \\frac{W \\Sigma_A + c \\Sigma_{AL}}{\\Sigma_1}, \\quad
+        E[S^2] = \\frac{W^2 \\Sigma_{A^2} + 2 W c \\Sigma_{A^2 L} + c^2 \\Sigma_{A^2 L^2}}{\\Sigma_1},
+        \\quad c = H \\, n_{slots}(B) / B_{cal}
+    """
+    hi = np.atleast_1d(np.asarray(window_tokens, dtype=float))
     n = np.asarray(profile.n_slots(hi.astype(np.int64)), dtype=float)
     c = profile.H_s * n / profile.calibration_ctx_tokens
     W = profile.W_s
-    g = {name: basis.between(name, i, j) for name in _NAMES}
-    mass = g["mass"]
+    mass = raw.mass
     with np.errstate(divide="ignore", invalid="ignore"):
-        m1 = (W * g["A"] + c * g["AL"]) / mass
-        m2 = (W * W * g["A2"] + 2 * W * c * g["A2L"] + c * c * g["A2L2"]) / mass
+        m1 = (W * raw.A + c * raw.AL) / mass
+        m2 = (W * W * raw.A2 + 2 * W * c * raw.A2L + c * c * raw.A2L2) / mass
         cv2 = np.maximum(m2 / (m1 * m1) - 1.0, 0.0)
-        probs = (basis.chunk_mass_prefix[j] - basis.chunk_mass_prefix[i]) / mass[:, None]
-        out = g["out"] / mass
-        tot = g["L"] / mass
+        probs = raw.k_hist / mass[:, None]
+        out = raw.out / mass
+        tot = raw.L / mass
         chunk_s = W + profile.H_s
-        mean_pf = g["k"] / mass * chunk_s
-    return SegmentStats(basis.boundaries[i], hi, n, mass, m1, cv2, mean_pf, out, tot, chunk_s,
-                        np.clip(probs, 0.0, None))
+        mean_pf = raw.k / mass * chunk_s
+    return SegmentStats(np.broadcast_to(np.asarray(lo_tokens, dtype=float), hi.shape), hi, n, mass, m1, cv2, mean_pf,
+                        out, tot, chunk_s, np.clip(probs, 0.0, None))

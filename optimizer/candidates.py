@@ -71,6 +71,20 @@ class Candidates:
     choice_miss_rate: np.ndarray
     dropped: tuple[Dropped, ...]
     generated: int
+    state_in: np.ndarray
+    """Compression state at the pool's lower boundary: index into ``gammas`` of the pool below (0 = none)."""
+    state_out: np.ndarray
+    """The pool's own compression factor, as an index into ``gammas`` (0 = none)."""
+    gammas: tuple[float, ...] = (1.0,)
+
+    @property
+    def from_node(self) -> np.ndarray:
+        """Path node at the pool's lower boundary: boundary x compression state."""
+        return self.i * len(self.gammas) + self.state_in
+
+    @property
+    def to_node(self) -> np.ndarray:
+        return self.j * len(self.gammas) + self.state_out
 
     def __len__(self) -> int:
         return len(self.i)
@@ -81,7 +95,9 @@ class Candidates:
 
     def label(self, p: int) -> str:
         b = self.boundaries
-        return f"{int(b[self.i[p]]):,}-{int(b[self.j[p]]):,}:{self.gpu_names[self.gpu[p]]}"
+        gamma = self.gammas[self.state_out[p]]
+        return (f"{int(b[self.i[p]]):,}-{int(b[self.j[p]]):,}:{self.gpu_names[self.gpu[p]]}"
+                + (f"@{gamma:g}" if gamma > 1 else ""))
 
     def keep_choices(self, keep: np.ndarray) -> "Candidates":
         """Only the selected choices, and the candidates that still have one (indices renumbered)."""
@@ -89,52 +105,85 @@ class Candidates:
         pools = np.unique(self.choice_pool[keep])
         renumber = np.full(len(self), -1)
         renumber[pools] = np.arange(len(pools))
-        pool_fields = {f: getattr(self, f)[pools] for f in ("i", "j", "gpu", "arrival_rate", "output_tok_per_s")}
+        pool_fields = {f: getattr(self, f)[pools] for f in ("i", "j", "gpu", "arrival_rate", "output_tok_per_s",
+                                                           "state_in", "state_out")}
         choice_fields = {f: getattr(self, f)[keep] for f in ("choice_replicas", "choice_gpus", "choice_cost_per_hr",
                                                              "choice_power_w", "choice_miss_rate")}
         return Candidates(self.boundaries, self.gpu_names, choice_pool=renumber[self.choice_pool[keep]],
-                          dropped=self.dropped, generated=self.generated, **pool_fields, **choice_fields)
+                          dropped=self.dropped, generated=self.generated, gammas=self.gammas, **pool_fields,
+                          **choice_fields)
 
 
 def generate_candidates(instance: Instance) -> Candidates:
-    """Size every (segment, GPU option) pair of the instance's boundary grid (vectorized per GPU)."""
-    from models.segments import segment_basis, segment_stats
+    """Size every (segment, GPU option, compression states) candidate of the instance (vectorized per GPU)."""
+    from models.segments import RawSums, compressed_band, raw_between, segment_basis, stats_from_raw
 
     w = instance.workload
     b = np.asarray(instance.pools.boundaries, dtype=float)
-    ii, jj = np.triu_indices(len(b), k=1)
+    top = len(b) - 1
+    gammas = (1.0,) + tuple(instance.pools.compress_gammas)
+    p_c = instance.pools.compress_success
+    n_states = len(gammas)
+    grid = np.unique(np.concatenate([b] + [g * b[1:-1] for g in gammas[1:]]))
+    grid = grid[grid <= b[-1]]
+    at = {float(x): n for n, x in enumerate(grid)}
+    pairs = []  # (i, j, s_in, s_out) arrays
+    for s_in in range(n_states):
+        for s_out in range(n_states):
+            ii, jj = np.triu_indices(len(b), k=1)
+            ok = np.ones(len(ii), dtype=bool)
+            if s_in:
+                ok &= (ii > 0) & (gammas[s_in] * b[ii] <= b[jj])
+            if s_out:  # the band (b_j, gamma b_j] must exist above this pool
+                ok &= (jj < top) & (gammas[s_out] * b[jj] <= b[-1])
+            pairs.append((ii[ok], jj[ok], np.full(ok.sum(), s_in), np.full(ok.sum(), s_out)))
+    ii, jj, sin, sout = (np.concatenate(x) for x in zip(*pairs))
+    gi = np.array([at[float(x)] for x in b[ii]])
+    gj = np.array([at[float(x)] for x in b[jj]])
+    gm = np.array([at.get(float(gammas[s] * b[i]), at[float(b[i])]) for i, s in zip(ii, sin)])
     pools, choices, dropped = _Columns(), _Columns(), []
-    bases: dict[int, object] = {}
     for g_idx, opt in enumerate(instance.gpus):
         chunk = opt.profile.chunk_tokens
-        if chunk not in bases:
-            bases[chunk] = segment_basis(w.lengths, b, chunk, w.input_fraction)
-        s = segment_stats(bases[chunk], ii, jj, opt.profile)
-        lam = w.arrival_rate_req_per_s * s.rate_share
+        basis = segment_basis(w.lengths, grid, chunk, w.input_fraction)
+        kept_below = np.where(sin > 0, 1.0 - p_c, 1.0)
+        raw = raw_between(basis, gi, gm).scaled(kept_below) + raw_between(basis, gm, gj)
+        if n_states > 1 and p_c > 0:
+            zero = raw_between(basis, [0], [0])
+            # row j + 1 of bands[s - 1]: the p_c share of (b_j, gamma_s b_j] compressed to b_j; row 0: nothing
+            bands = [RawSums.stack([zero] + [compressed_band(w.lengths, b[j], gammas[s], chunk, w.input_fraction)
+                                             .scaled([p_c]) if 0 < j < top and gammas[s] * b[j] <= b[-1] else zero
+                                             for j in range(len(b))]) for s in range(1, n_states)]
+            for s in range(1, n_states):
+                raw = raw + bands[s - 1].take(np.where(sout == s, jj + 1, 0))
+        s_ = stats_from_raw(raw, b[ii], b[jj], opt.profile)
+        lam = w.arrival_rate_req_per_s * s_.rate_share
         if instance.slo.scope == "fleet":
-            counts, ok, reasons = _fleet_counts(instance, s, lam)
+            counts, ok, reasons = _fleet_counts(instance, s_, lam)
         else:
-            counts, ok, reasons = _pool_counts(instance, s, lam)
+            counts, ok, reasons = _pool_counts(instance, s_, lam)
         for k in np.flatnonzero(~ok):
-            dropped.append(Dropped(int(b[ii[k]]), int(b[jj[k]]), opt.name, reasons[k]))
+            if sin[k] == 0 and sout[k] == 0:  # compressed variants of a dropped segment say nothing new
+                dropped.append(Dropped(int(b[ii[k]]), int(b[jj[k]]), opt.name, reasons[k]))
         first = len(pools)
         keep = np.flatnonzero(ok)
         pools.add(i=ii[keep], j=jj[keep], gpu=np.full(len(keep), g_idx), arrival_rate=lam[keep],
-                  output_tok_per_s=lam[keep] * np.nan_to_num(s.mean_output_tokens[keep]))
+                  output_tok_per_s=lam[keep] * np.nan_to_num(s_.mean_output_tokens[keep]),
+                  state_in=sin[keep], state_out=sout[keep])
         for k_local, k in enumerate(keep):
             n_base, miss = counts[k]
             n = np.ceil(n_base / opt.availability - 1e-9).astype(np.int64)
-            es = float(np.nan_to_num(s.mean_service_s[k]))
+            es = float(np.nan_to_num(s_.mean_service_s[k]))
             batch = lam[k] * es / n
             choices.add(pool=np.full(len(n), first + k_local), replicas=n, gpus=n * opt.profile.gpus_per_replica,
                         cost=n * opt.profile.cost_usd_per_hr,
-                        power=n * opt.profile.power.power_w(np.minimum(batch, s.n_slots[k])),
+                        power=n * opt.profile.power.power_w(np.minimum(batch, s_.n_slots[k])),
                         miss=lam[k] * miss)
     P, C = pools.arrays(), choices.arrays()
     return Candidates(b, tuple(g.name for g in instance.gpus), P["i"].astype(np.int64), P["j"].astype(np.int64),
                       P["gpu"].astype(np.int64), P["arrival_rate"], P["output_tok_per_s"],
                       C["pool"].astype(np.int64), C["replicas"].astype(np.int64), C["gpus"].astype(np.int64),
-                      C["cost"], C["power"], C["miss"], tuple(dropped), len(ii) * len(instance.gpus))
+                      C["cost"], C["power"], C["miss"], tuple(dropped), len(ii) * len(instance.gpus),
+                      P["state_in"].astype(np.int64), P["state_out"].astype(np.int64), gammas)
 
 
 class _Columns:
@@ -224,15 +273,17 @@ def _reason(code: str, s, k: int, slo) -> str:
 def prune_dominated(c: Candidates, unlimited_gpu: np.ndarray, protected_gpu: np.ndarray) -> Candidates:
     """Drop replica choices another choice for the same segment beats on every resource.
 
-    Choice :math:`q` dominates :math:`p` (same :math:`(i, j)`, different pool)
-    when its cost, power, physical GPUs and miss rate are all no larger, it
-    draws on an unlimited inventory or on :math:`p`'s own, and :math:`p`'s GPU
-    option carries no lower bound (``protected_gpu``); exact ties keep the
-    lower index. These are the only quantities the objective and the coupling
+    Choice :math:`q` dominates :math:`p` (same path nodes, i.e. same :math:`(i, j)` and compression
+    states; different pool)
+    when its cost, power, physical GPUs and miss rate are all no larger, its GPU
+    option has no inventory or pool-count limit (``unlimited_gpu``) or is
+    :math:`p`'s own, and :math:`p`'s GPU option carries no lower bound
+    (``protected_gpu``); exact ties keep the lower index. These are the only quantities the objective and the coupling
     constraints read, so pruning never changes the optimum.
     """
     cp = c.choice_pool
-    seg = c.i[cp] * (len(c.boundaries) + 1) + c.j[cp]
+    n_nodes = len(c.boundaries) * len(c.gammas)
+    seg = c.from_node[cp] * (n_nodes + 1) + c.to_node[cp]
     gpu = c.gpu[cp]
     metrics = np.stack([c.choice_cost_per_hr, c.choice_power_w, c.choice_gpus.astype(float), c.choice_miss_rate], 1)
     keep = np.ones(c.n_choices, dtype=bool)

@@ -14,15 +14,15 @@ from .instance import Instance
 __all__ = ["FleetSpec", "parse_fleet", "evaluate", "evaluate_plans", "baseline", "service_level", "Evaluation", "context_sweep"]
 
 _POOL_RE = re.compile(r"^\s*(?P<lo>\d+[kK]?)\s*-\s*(?P<hi>\d+[kK]?)\s*:\s*(?P<gpu>[A-Za-z0-9_.\-/]+?)"
-                      r"(?:\s*[xX]\s*(?P<n>\d+))?\s*$")
+                      r"(?:\s*[xX]\s*(?P<n>\d+))?(?:\s*@\s*(?P<gamma>\d+(?:\.\d+)?))?\s*$")
 
 
 @dataclass(frozen=True)
 class FleetSpec:
-    """A fleet as the user wrote it: ``(lo, hi, gpu name, replicas or None)`` per pool."""
+    """A fleet as the user wrote it: ``(lo, hi, gpu name, replicas or None, compression factor)`` per pool."""
 
     text: str
-    pools: tuple[tuple[int, int, str, int | None], ...]
+    pools: tuple[tuple[int, int, str, int | None, float], ...]
 
 
 def _tokens(s: str) -> int:
@@ -30,7 +30,8 @@ def _tokens(s: str) -> int:
 
 
 def parse_fleet(text: str, instance: Instance, field: str = "--fleet") -> FleetSpec:
-    """Parse ``"0-4096:a100x3,4096-65536:a100"`` (``4k`` = 4,096; no ``xN`` = size to the minimum).
+    """Parse ``"0-4096:a100x3@2,4096-65536:a100"`` (``4k`` = 4,096; no ``xN`` = size to the minimum;
+    ``@g`` = compress-and-route: the pool also takes requests up to g x its window).
 
     The pools must tile ``(0, max_context]`` in order and name GPUs of the instance.
     """
@@ -38,13 +39,14 @@ def parse_fleet(text: str, instance: Instance, field: str = "--fleet") -> FleetS
     for part in [p for p in text.split(",") if p.strip()]:
         m = _POOL_RE.match(part)
         if not m:
-            problems.append(f"'{part.strip()}' is not LO-HI:GPU or LO-HI:GPUxN (e.g. 0-4096:a100x3)")
+            problems.append(f"'{part.strip()}' is not LO-HI:GPU[xN][@GAMMA] (e.g. 0-4096:a100x3 or 0-4096:a100@2)")
             continue
         n = None if m["n"] is None else int(m["n"])
-        pools.append((_tokens(m["lo"]), _tokens(m["hi"]), m["gpu"], n))
+        gamma = 1.0 if m["gamma"] is None else float(m["gamma"])
+        pools.append((_tokens(m["lo"]), _tokens(m["hi"]), m["gpu"], n, gamma))
     known = {g.name.lower(): g.name for g in instance.gpus}
     expected = 0
-    for lo, hi, gpu, n in pools:
+    for k, (lo, hi, gpu, n, gamma) in enumerate(pools):
         if gpu.lower() not in known:
             problems.append(f"unknown gpu '{gpu}'; the instance defines: {', '.join(known.values())}")
         if lo != expected:
@@ -53,6 +55,11 @@ def parse_fleet(text: str, instance: Instance, field: str = "--fleet") -> FleetS
             problems.append(f"pool {lo}-{hi} is empty")
         if n is not None and n < 1:
             problems.append(f"pool {lo}-{hi} needs at least one replica")
+        if gamma < 1:
+            problems.append(f"pool {lo}-{hi}: compression factor {gamma:g} must be >= 1")
+        elif gamma > 1 and (k == len(pools) - 1 or gamma * hi > pools[k + 1][1]):
+            problems.append(f"pool {lo}-{hi}@{gamma:g}: the band up to {gamma * hi:g} tokens must end within the "
+                            "next pool")
         expected = hi
     if pools and expected != instance.pools.max_context_tokens and not problems:
         problems.append(f"the last pool ends at {expected}, but pools.max_context is "
@@ -61,7 +68,7 @@ def parse_fleet(text: str, instance: Instance, field: str = "--fleet") -> FleetS
         problems.append("no pool given")
     if problems:
         raise InstanceError([f"{field}: {p}" for p in problems])
-    return FleetSpec(text, tuple((lo, hi, known[g.lower()], n) for lo, hi, g, n in pools))
+    return FleetSpec(text, tuple((lo, hi, known[g.lower()], n, gm) for lo, hi, g, n, gm in pools))
 
 
 def service_level(instance: Instance) -> ServiceLevel:
@@ -71,12 +78,13 @@ def service_level(instance: Instance) -> ServiceLevel:
 
 def _run(instance: Instance, pools: list[PoolPlan]) -> FleetResult:
     w = instance.workload
-    return evaluate_fleet(pools, w.lengths, w.arrival_rate_req_per_s, service_level(instance), w.input_fraction)
+    return evaluate_fleet(pools, w.lengths, w.arrival_rate_req_per_s, service_level(instance), w.input_fraction,
+                          instance.pools.compress_success)
 
 
-def _plan(instance: Instance, lo: int, hi: int, gpu: str, n: int | None) -> PoolPlan:
+def _plan(instance: Instance, lo: int, hi: int, gpu: str, n: int | None, gamma: float = 1.0) -> PoolPlan:
     g = instance.gpu(gpu)
-    return PoolPlan(lo, hi, g.name, g.profile, n, g.availability)
+    return PoolPlan(lo, hi, g.name, g.profile, n, g.availability, gamma)
 
 
 @dataclass(frozen=True)

@@ -54,11 +54,16 @@ def explain_infeasible(instance: Instance, allc: Candidates, problem: FleetProbl
     for g, cap in enumerate(problem.gpu_max_gpus):
         if cap is not None and problem.gpu_min_gpus[g] > cap:
             return f"gpus[{g}] ({problem.gpu_names[g]}): min_count {problem.gpu_min_gpus[g]} exceeds max_count {cap}"
+    if sum(problem.gpu_min_pools) > problem.max_pools:
+        return (f"the GPU options ask for at least {sum(problem.gpu_min_pools)} pools (min_pools), "
+                f"more than pools.max_pools = {problem.max_pools}")
     limits = [f"{n} <= {v}" for n, v in (("max_power_kw", instance.constraints.max_power_kw),
                                           ("max_cost_per_hr", instance.constraints.max_cost_per_hr),
                                           ("max_total_gpus", instance.constraints.max_total_gpus)) if v is not None]
     limits += [f"{g.name}.max_count <= {g.max_count}" for g in instance.gpus if g.max_count is not None]
     limits += [f"{g.name}.min_count >= {g.min_count}" for g in instance.gpus if g.min_count]
+    limits += [f"{g.name}.max_pools <= {g.max_pools}" for g in instance.gpus if g.max_pools is not None]
+    limits += [f"{g.name}.min_pools >= {g.min_pools}" for g in instance.gpus if g.min_pools]
     return ("each limit can be met on its own, but not all together: " + ", ".join(limits)
             + f" (solver: {result.message or result.termination.value})")
 
@@ -66,9 +71,10 @@ def explain_infeasible(instance: Instance, allc: Candidates, problem: FleetProbl
 def _relaxed(problem: FleetProblem, objective: str = "cost") -> FleetProblem:
     from dataclasses import replace
 
-    return replace(problem, gpu_max_gpus=tuple(None for _ in problem.gpu_max_gpus),
-                   gpu_min_gpus=tuple(0 for _ in problem.gpu_min_gpus), max_total_gpus=None, max_cost_per_hr=None,
-                   max_power_w=None, max_miss_rate=None, objective=objective)
+    n = len(problem.gpu_names)
+    return replace(problem, gpu_max_gpus=(None,) * n, gpu_min_gpus=(0,) * n, gpu_max_pools=(None,) * n,
+                   gpu_min_pools=(0,) * n, max_total_gpus=None, max_cost_per_hr=None, max_power_w=None,
+                   max_miss_rate=None, objective=objective)
 
 
 def _minimum(problem: FleetProblem, kind: str) -> float:

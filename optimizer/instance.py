@@ -101,6 +101,8 @@ class GpuOption:
     min_count: int
     availability: float
     kind: str
+    min_pools: int = 0
+    max_pools: int | None = None
 
 
 @dataclass(frozen=True)
@@ -139,6 +141,10 @@ class PoolsSpec:
     max_context_tokens: int
     boundaries: tuple[int, ...]
     routing: str
+    compress_gammas: tuple[float, ...] = ()
+    """Compress-and-route factors the optimizer may use (empty: off)."""
+    compress_success: float = 1.0
+    """Probability that compressing a request to a pool's window succeeds."""
 
 
 @dataclass(frozen=True)
@@ -164,6 +170,8 @@ class Instance:
     constraints: Constraints
     objective: str
     description: str = ""
+    energy_usd_per_kwh: float | None = None
+    pue: float = 1.0
 
     def gpu(self, name: str) -> GpuOption:
         """The GPU option called ``name`` (case-insensitive).
@@ -194,7 +202,8 @@ def _gpu_options(data: dict, problems: Problems) -> list[GpuOption] | None:
     resolved = resolve_gpus(data, problems)
     if resolved is None:
         return None
-    return [GpuOption(r.raw.name, r.profile, r.raw.max_count, r.raw.min_count, r.raw.availability, r.kind)
+    return [GpuOption(r.raw.name, r.profile, r.raw.max_count, r.raw.min_count, r.raw.availability, r.kind,
+                      r.raw.min_pools, r.raw.max_pools)
             for r in resolved]
 
 
@@ -270,6 +279,27 @@ def _constraints(raw: RawConstraints) -> Constraints:
     return Constraints(raw.max_utilization, raw.max_power_kw, raw.max_cost_per_hr, raw.max_total_gpus)
 
 
+def _cross_field_problems(data: dict, workload, problems: Problems) -> None:
+    """Rules that tie several sections together (checked once every section is valid on its own)."""
+    raw = RawInstance.model_validate(data)
+    if raw.objective == "cost+power" and raw.energy is None:
+        problems.add("objective", "'cost+power' needs an energy section; add energy: {usd_per_kwh: ..., pue: ...}")
+    comp = raw.pools.compress
+    if comp is not None and workload is not None and workload.kind == "cdf":
+        limit = 1.0 / (1.0 - workload.input_fraction)
+        for k, g in enumerate(comp.gammas):
+            if g >= limit:
+                problems.add(f"pools.compress.gammas[{k}]", f"{g:g} is too large: with input_fraction "
+                             f"{workload.input_fraction:g} the outputs alone would fill the window; allowed: < {limit:g}")
+    for k, g in enumerate(raw.gpus):
+        if g.max_pools is not None and g.min_pools > g.max_pools:
+            problems.add(f"gpus[{k}].min_pools", f"{g.min_pools} exceeds max_pools {g.max_pools}")
+    if raw.pools.routing == "split" and raw.slo.scope == "fleet":
+        problems.add("pools.routing", "'split' routing works with slo.scope 'pool' only")
+    if raw.pools.routing == "split" and comp is not None:
+        problems.add("pools.routing", "'split' routing and pools.compress cannot be combined; choose one")
+
+
 def _resolve(data: dict, path: Path | None, problems: Problems) -> Instance | None:
     """Both passes over a raw mapping; an :class:`Instance` when no problem was found."""
     structure_problems(data, problems)
@@ -283,6 +313,8 @@ def _resolve(data: dict, path: Path | None, problems: Problems) -> Instance | No
         boundaries = _resolve_boundaries(pools_raw, None if workload is None else workload.lengths, problems)
         if options is not None:
             check_context_fits([o.profile for o in options], pools_raw.max_context, problems)
+    if not problems.lines:
+        _cross_field_problems(data, workload, problems)
     if problems.lines:
         return None
     raw = RawInstance.model_validate(data)
@@ -292,10 +324,14 @@ def _resolve(data: dict, path: Path | None, problems: Problems) -> Instance | No
         workload=_workload_spec(workload, raw.pools.max_context),
         slo=_slo(raw.slo),
         gpus=tuple(options),
-        pools=PoolsSpec(raw.pools.max_pools, raw.pools.max_context, boundaries, raw.pools.routing),
+        pools=PoolsSpec(raw.pools.max_pools, raw.pools.max_context, boundaries, raw.pools.routing,
+                        tuple(sorted(set(raw.pools.compress.gammas))) if raw.pools.compress else (),
+                        raw.pools.compress.success_probability if raw.pools.compress else 1.0),
         constraints=_constraints(raw.constraints),
         objective=raw.objective,
         description=raw.description or "",
+        energy_usd_per_kwh=raw.energy.usd_per_kwh if raw.energy else None,
+        pue=raw.energy.pue if raw.energy else 1.0,
     )
 
 

@@ -72,7 +72,8 @@ def fleet_table(title: str, r: FleetResult, slo_ms: float, source: str = ANALYTI
             status = "-" if p.utilization_ok and p.utilization < 1 else "MISSED"
         else:
             status = "met" if p.slo_met and p.utilization_ok else "MISSED"
-        t.add_row(f"{p.min_tokens:,}-{p.max_tokens:,}", p.gpu, f"{p.replicas}{sized} ({p.gpus})",
+        band = f" (+@{p.compress_gamma:g})" if p.compress_gamma > 1 else ""
+        t.add_row(f"{p.min_tokens:,}-{p.max_tokens:,}{band}", p.gpu, f"{p.replicas}{sized} ({p.gpus})",
                   f"{p.arrival_rate:,.2f}", f"{p.utilization:.2f}", fmt_ms(p.ttft_p99_ms),
                   f"{100 * p.slo_miss_prob:.2f}", f"{p.power_w:,.0f}", f"{p.tok_per_watt:.2f}", f"{p.cost_per_hr:,.2f}",
                   status)
@@ -83,6 +84,9 @@ def fleet_notes(r: FleetResult, ttft_model: str) -> list[str]:
     """Provenance and caveat lines printed under a fleet table."""
     lines = [f"source: analytic (M/G/c per KV slot, Erlang-C with Kimura tail; TTFT model '{ttft_model}'); "
              f"cost/yr ${r.cost_per_year:,.0f}; * = sized to the minimum count"]
+    if any(p.compress_gamma > 1 for p in r.pools):
+        lines.append("  (+@g): the pool also serves requests up to g x its window, prompt-compressed to fit "
+                     "(output kept), when compression succeeds")
     seen = {}
     for p in r.pools:
         seen.setdefault(p.gpu, (p.profile, p.model, p.quality))

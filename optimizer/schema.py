@@ -26,6 +26,8 @@ __all__ = [
     "RawSlo",
     "RawGpu",
     "RawPools",
+    "RawCompress",
+    "RawEnergy",
     "RawConstraints",
     "RawInstance",
     "DEFAULT_MAX_UTILIZATION",
@@ -141,6 +143,22 @@ class RawGpu(_Raw):
     min_count: Annotated[int, Field(ge=0)] = 0
     availability: _Fraction = 1.0
     cost_per_hr: _PositiveFloat | None = None
+    min_pools: Annotated[int, Field(ge=0)] = 0
+    max_pools: _PositiveInt | None = None
+
+
+class RawCompress(_Raw):
+    """``pools.compress``: compress-and-route; a pool of window B may also take requests up to gamma x B."""
+
+    gammas: Annotated[list[Annotated[float, Field(gt=1, allow_inf_nan=False)]], Field(min_length=1)]
+    success_probability: _Fraction = 1.0
+
+
+class RawEnergy(_Raw):
+    """``energy``: what a kWh costs at the meter and the facility's PUE (for the cost+power objective)."""
+
+    usd_per_kwh: Annotated[float, Field(ge=0, allow_inf_nan=False)]
+    pue: Annotated[float, Field(ge=1, allow_inf_nan=False)] = 1.0
 
 
 class RawPools(_Raw):
@@ -150,6 +168,7 @@ class RawPools(_Raw):
     max_context: _ContextTokens
     boundaries: Any = "auto"
     routing: Literal["length", "split"] = "length"
+    compress: RawCompress | None = None
 
 
 class RawConstraints(_Raw):
@@ -171,7 +190,8 @@ class RawInstance(_Raw):
     gpus: Annotated[list[RawGpu], Field(min_length=1)]
     pools: RawPools
     constraints: RawConstraints = Field(default_factory=RawConstraints)
-    objective: Literal["cost", "power", "tok_per_watt"] = "cost"
+    energy: RawEnergy | None = None
+    objective: Literal["cost", "power", "tok_per_watt", "cost+power"] = "cost"
 
 
 _SECTION_MODELS: dict[tuple[str, ...], type[_Raw]] = {
@@ -180,7 +200,9 @@ _SECTION_MODELS: dict[tuple[str, ...], type[_Raw]] = {
     ("slo",): RawSlo,
     ("gpus",): RawGpu,
     ("pools",): RawPools,
+    ("pools", "compress"): RawCompress,
     ("constraints",): RawConstraints,
+    ("energy",): RawEnergy,
 }
 
 

@@ -75,6 +75,11 @@ def build_problem(instance: Instance, c: Candidates) -> FleetProblem:
         choice_miss_rate=c.choice_miss_rate,
         max_miss_rate=0.01 * instance.workload.arrival_rate_req_per_s if fleet_scope else None,
         max_pools=instance.pools.max_pools, gpu_max_gpus=gpu_max,
+        pool_from_node=c.from_node, pool_to_node=c.to_node, n_nodes=len(c.boundaries) * len(c.gammas),
+        sink_node=(len(c.boundaries) - 1) * len(c.gammas),
+        gpu_min_pools=tuple(g.min_pools for g in instance.gpus),
+        gpu_max_pools=tuple(g.max_pools for g in instance.gpus),
+        energy_usd_per_kwh=instance.energy_usd_per_kwh or 0.0, pue=instance.pue,
         gpu_min_gpus=gpu_min, max_total_gpus=cons.max_total_gpus, max_cost_per_hr=cons.max_cost_per_hr,
         max_power_w=None if cons.max_power_kw is None else cons.max_power_kw * 1000.0,
         objective=instance.objective, labels=tuple(c.label(p) for p in range(len(c))),
@@ -84,8 +89,10 @@ def build_problem(instance: Instance, c: Candidates) -> FleetProblem:
 def _prune(instance: Instance, c: Candidates, top: int) -> Candidates:
     if top > 1:  # the runners-up may use dominated pools: keep them all
         return c
-    unlimited = np.array([g.max_count is None for g in instance.gpus])
-    protected = np.array([bool(g.min_count) for g in instance.gpus])
+    # a choice may stand in for another only on an option without inventory or pool-count limits (or its own),
+    # and no option with a lower bound may lose choices
+    unlimited = np.array([g.max_count is None and g.max_pools is None for g in instance.gpus])
+    protected = np.array([bool(g.min_count) or bool(g.min_pools) for g in instance.gpus])
     return prune_dominated(c, unlimited, protected)
 
 
@@ -143,5 +150,5 @@ def _pool_plans(instance: Instance, c: Candidates, choices) -> list[PoolPlan]:
         p = c.choice_pool[ch]
         opt = instance.gpus[c.gpu[p]]
         out.append(PoolPlan(int(b[c.i[p]]), int(b[c.j[p]]), opt.name, opt.profile, int(c.choice_replicas[ch]),
-                            opt.availability))
+                            opt.availability, c.gammas[c.state_out[p]]))
     return out

@@ -2,7 +2,7 @@
 
 Sets
 ----
-NODES     boundaries :math:`k = 0..M` (tokens :math:`b_k`)
+NODES     path nodes :math:`v` (a boundary, and with compress-and-route a compression state); source 0
 POOLS     candidate pools :math:`p = (i_p, j_p, g_p)`
 CHOICES   replica choices :math:`c` of the pools (:math:`p(c)` their pool)
 GPUS      GPU options :math:`g`
@@ -93,7 +93,7 @@ def build_model(problem: FleetProblem) -> pyo.ConcreteModel:
     """The Pyomo model of ``problem`` (pure: no solver is called)."""
     m = pyo.ConcreteModel(name="fleet")
     m.problem = problem
-    m.NODES = pyo.RangeSet(0, problem.n_boundaries - 1)
+    m.NODES = pyo.RangeSet(0, problem.n_nodes - 1)
     m.POOLS = pyo.RangeSet(0, problem.n_pools - 1)
     m.CHOICES = pyo.RangeSet(0, problem.n_choices - 1)
     m.GPUS = pyo.RangeSet(0, len(problem.gpu_names) - 1)
@@ -104,6 +104,7 @@ def build_model(problem: FleetProblem) -> pyo.ConcreteModel:
     m.max_pools = pyo.Constraint(rule=max_pools_rule)
     m.gpu_inventory = pyo.Constraint(m.GPUS, rule=gpu_inventory_rule)
     m.gpu_minimum = pyo.Constraint(m.GPUS, rule=gpu_minimum_rule)
+    m.gpu_pool_count = pyo.Constraint(m.GPUS, rule=gpu_pool_count_rule)
     m.total_gpus = pyo.Constraint(rule=total_gpus_rule)
     m.budget = pyo.Constraint(rule=budget_rule)
     m.power_cap = pyo.Constraint(rule=power_cap_rule)
@@ -117,10 +118,10 @@ def build_model(problem: FleetProblem) -> pyo.ConcreteModel:
 def _index(m, problem: FleetProblem) -> None:
     """Precomputed index lists so every rule is a single sparse sum."""
     cp = problem.choice_pool
-    starts = problem.pool_i[cp]
-    ends = problem.pool_j[cp]
-    m._leaving = [np.flatnonzero(starts == k) for k in range(problem.n_boundaries)]
-    m._entering = [np.flatnonzero(ends == k) for k in range(problem.n_boundaries)]
+    starts = problem.pool_from_node[cp]
+    ends = problem.pool_to_node[cp]
+    m._leaving = [np.flatnonzero(starts == v) for v in range(problem.n_nodes)]
+    m._entering = [np.flatnonzero(ends == v) for v in range(problem.n_nodes)]
     order = np.argsort(cp, kind="stable")
     bounds = np.searchsorted(cp[order], np.arange(problem.n_pools + 1))
     m._of_pool = [order[bounds[p]:bounds[p + 1]] for p in range(problem.n_pools)]
@@ -129,16 +130,18 @@ def _index(m, problem: FleetProblem) -> None:
 
 
 def tiling_rule(m, k):
-    """Chosen pools tile :math:`(b_0, b_M]` exactly once (flow conservation on the boundary path).
+    """Chosen pools tile :math:`(b_0, b_M]` exactly once: one path from the source to the sink.
 
     .. math::
 
-        \\sum_{c:\\, i_{p(c)} = k} z_c - \\sum_{c:\\, j_{p(c)} = k} z_c =
-        \\begin{cases} 1 & k = 0 \\\\ -1 & k = M \\\\ 0 & \\text{otherwise} \\end{cases}
-        \\qquad \\forall k \\in \\mathrm{NODES}
+        \\sum_{c:\\, \\mathrm{tail}(p(c)) = v} z_c - \\sum_{c:\\, \\mathrm{head}(p(c)) = v} z_c =
+        \\begin{cases} 1 & v = \\text{source} \\\\ -1 & v = \\text{sink} \\\\ 0 & \\text{otherwise} \\end{cases}
+        \\qquad \\forall v \\in \\mathrm{NODES}
+
+    With compress-and-route a node also carries the compression factor of the
+    pool that ends there, so consecutive pools agree on who serves the band.
     """
-    last = m.problem.n_boundaries - 1
-    rhs = 1 if k == 0 else (-1 if k == last else 0)
+    rhs = 1 if k == 0 else (-1 if k == m.problem.sink_node else 0)
     out = pyo.quicksum(m.z[int(c)] for c in m._leaving[k])
     inn = pyo.quicksum(m.z[int(c)] for c in m._entering[k])
     if len(m._leaving[k]) == 0 and len(m._entering[k]) == 0:
@@ -156,7 +159,7 @@ def one_count_rule(m, p):
 
 def max_pools_rule(m):
     """At most :math:`K` pools: :math:`\\sum_c z_c \\le K`."""
-    if m.problem.max_pools >= m.problem.n_boundaries - 1:
+    if m.problem.max_pools >= m.problem.n_boundaries - 1:  # a path never has more pools than segments
         return pyo.Constraint.Skip
     return _le(pyo.quicksum(m.z[c] for c in m.CHOICES), m.problem.max_pools)
 
@@ -193,6 +196,18 @@ def gpu_minimum_rule(m, g):
     if not low:
         return pyo.Constraint.Skip
     return _ge(_gpus(m, m._of_gpu[g]), low)
+
+
+def gpu_pool_count_rule(m, g):
+    """Pools per GPU option: :math:`\\underline K_g \\le \\sum_{c:\\, g_{p(c)} = g} z_c \\le \\bar K_g`."""
+    low, high = m.problem.gpu_min_pools[g], m.problem.gpu_max_pools[g]
+    if not low and high is None:
+        return pyo.Constraint.Skip
+    expr = pyo.quicksum(m.z[int(c)] for c in m._of_gpu[g])
+    if isinstance(expr, (int, float)):
+        ok = expr >= low and (high is None or expr <= high)
+        return pyo.Constraint.Feasible if ok else pyo.Constraint.Infeasible
+    return (low, expr, high)
 
 
 def total_gpus_rule(m):

@@ -9,7 +9,6 @@ node :math:`(k, h)` means "at :math:`b_k` after :math:`h` pools".
 
 from __future__ import annotations
 
-import itertools
 import time
 
 import networkx as nx
@@ -25,12 +24,12 @@ class NoFleetError(nx.NetworkXNoPath):
 
 
 def _best_choice_per_segment(problem: FleetProblem) -> dict[tuple[int, int], tuple[float, int, int]]:
-    """Per segment, the choice with the least (objective, physical GPUs, index)."""
+    """Per (tail node, head node), the choice with the least (objective, physical GPUs, index)."""
     w = problem.choice_objective()
     best: dict[tuple[int, int], tuple[float, int, int]] = {}
     for c in range(problem.n_choices):
         p = problem.choice_pool[c]
-        key = (int(problem.pool_i[p]), int(problem.pool_j[p]))
+        key = (int(problem.pool_from_node[p]), int(problem.pool_to_node[p]))
         cand = (float(w[c]), int(problem.choice_gpus[c]), c)
         if key not in best or cand < best[key]:
             best[key] = cand
@@ -40,7 +39,7 @@ def _best_choice_per_segment(problem: FleetProblem) -> dict[tuple[int, int], tup
 def segment_graph(problem: FleetProblem) -> nx.DiGraph:
     """The layered boundary DAG. Edge attributes: ``objective``, ``gpus``, ``pools`` (1) and ``choice``."""
     g = nx.DiGraph()
-    last = problem.n_boundaries - 1
+    last = problem.sink_node
     for (i, j), (w, gpus, c) in _best_choice_per_segment(problem).items():
         for h in range(problem.max_pools):
             g.add_edge((i, h), (j, h + 1), objective=w, gpus=float(gpus), pools=1.0, choice=c)
@@ -81,23 +80,27 @@ def shortest_fleet(problem: FleetProblem) -> tuple[float, tuple[int, ...]]:
 
 
 def fleet_is_feasible(problem: FleetProblem, choices) -> bool:
-    """Check every constraint family of the MIP in plain Python (tiling, counts, inventories, caps)."""
+    """Check every constraint family of the MIP in plain Python (path, counts, inventories, caps)."""
     ch = np.asarray(list(choices), dtype=int)
     pools = problem.choice_pool[ch]
     if len(set(pools.tolist())) != len(pools) or len(ch) > problem.max_pools or len(ch) == 0:
         return False
-    segs = sorted(zip(problem.pool_i[pools].tolist(), problem.pool_j[pools].tolist()))
-    at = 0
-    for i, j in segs:
-        if i != at:
-            return False
-        at = j
-    if at != problem.n_boundaries - 1:
+    edges = dict(zip(problem.pool_from_node[pools].tolist(), problem.pool_to_node[pools].tolist()))
+    if len(edges) != len(pools):
+        return False
+    at, steps = 0, 0
+    while at in edges and steps <= len(pools):
+        at, steps = edges[at], steps + 1
+    if at != problem.sink_node or steps != len(pools):
         return False
     gpus = problem.choice_gpus[ch]
     for g, cap in enumerate(problem.gpu_max_gpus):
-        used = gpus[problem.pool_gpu[pools] == g].sum()
+        mine = problem.pool_gpu[pools] == g
+        used = gpus[mine].sum()
         if (cap is not None and used > cap) or used < problem.gpu_min_gpus[g]:
+            return False
+        high = problem.gpu_max_pools[g]
+        if mine.sum() < problem.gpu_min_pools[g] or (high is not None and mine.sum() > high):
             return False
     checks = ((problem.max_total_gpus, gpus.sum()), (problem.max_cost_per_hr, problem.choice_cost_per_hr[ch].sum()),
               (problem.max_power_w, problem.choice_power_w[ch].sum()),
@@ -106,29 +109,33 @@ def fleet_is_feasible(problem: FleetProblem, choices) -> bool:
 
 
 def enumerate_fleets(problem: FleetProblem, time_limit_s: float | None = None) -> tuple[float, tuple[int, ...]] | None:
-    """Brute force: every tiling with at most K pools x every choice per pool. Exponential; for tests.
+    """Brute force: every source-to-sink path of at most K pools x every choice per pool. For tests.
 
     Returns the optimum (objective, choices) or None when nothing is feasible; raises
     ``TimeoutError`` when ``time_limit_s`` runs out first.
     """
     deadline = None if time_limit_s is None else time.perf_counter() + time_limit_s
     w = problem.choice_objective()
-    by_segment: dict[tuple[int, int], list[int]] = {}
+    leaving: dict[int, list[int]] = {}
     for c in range(problem.n_choices):
-        p = problem.choice_pool[c]
-        by_segment.setdefault((int(problem.pool_i[p]), int(problem.pool_j[p])), []).append(c)
-    last = problem.n_boundaries - 1
-    best: tuple[float, tuple[int, ...]] | None = None
-    for k in range(1, problem.max_pools + 1):
-        for cuts in itertools.combinations(range(1, last), k - 1):
-            edges = list(zip((0,) + cuts, cuts + (last,)))
-            options = [by_segment.get(e, []) for e in edges]
-            if any(not o for o in options):
-                continue
-            if deadline is not None and time.perf_counter() > deadline:
-                raise TimeoutError(f"enumeration exceeded {time_limit_s} s")
-            for combo in itertools.product(*options):
-                value = float(w[list(combo)].sum())
-                if (best is None or value < best[0] - 1e-12) and fleet_is_feasible(problem, combo):
-                    best = (value, tuple(sorted(combo)))
-    return best
+        leaving.setdefault(int(problem.pool_from_node[problem.choice_pool[c]]), []).append(c)
+    best: list = [None]
+    path: list[int] = []
+
+    def walk(node: int) -> None:
+        if deadline is not None and time.perf_counter() > deadline:
+            raise TimeoutError(f"enumeration exceeded {time_limit_s} s")
+        if node == problem.sink_node:
+            value = float(w[path].sum())
+            if (best[0] is None or value < best[0][0] - 1e-12) and fleet_is_feasible(problem, path):
+                best[0] = (value, tuple(sorted(path)))
+            return
+        if len(path) == problem.max_pools:
+            return
+        for c in leaving.get(node, ()):
+            path.append(c)
+            walk(int(problem.pool_to_node[problem.choice_pool[c]]))
+            path.pop()
+
+    walk(0)
+    return best[0]

@@ -3,6 +3,9 @@
 Sets and parameters (units in names):
 
 * boundaries :math:`b_0 = 0 < b_1 < \\dots < b_M` (tokens);
+* nodes :math:`v`: a boundary and a compression state (the factor :math:`\\gamma` of the pool that ends
+  there, or none); without compress-and-route node :math:`v` is boundary :math:`v`. Pools run from node
+  to node and a plan is a path from the source (node 0) to the sink;
 * candidate pools :math:`p = (i_p, j_p, g_p)` serving :math:`(b_{i_p}, b_{j_p}]` on GPU option :math:`g_p`;
 * replica *choices* :math:`c` of a pool, each with a replica count :math:`n_c`, physical GPUs
   :math:`G_c`, cost :math:`\\kappa_c` ($/hr), power :math:`\\pi_c` (W) and SLO-miss rate :math:`m_c`
@@ -46,6 +49,14 @@ class FleetProblem:
     max_pools: int
     gpu_max_gpus: tuple[int | None, ...]
     gpu_min_gpus: tuple[int, ...]
+    pool_from_node: np.ndarray | None = None
+    """Tail node of each pool (default: ``pool_i``)."""
+    pool_to_node: np.ndarray | None = None
+    """Head node of each pool (default: ``pool_j``)."""
+    n_nodes: int | None = None
+    sink_node: int | None = None
+    gpu_min_pools: tuple[int, ...] | None = None
+    gpu_max_pools: tuple[int | None, ...] | None = None
     max_total_gpus: int | None = None
     max_cost_per_hr: float | None = None
     max_power_w: float | None = None
@@ -61,6 +72,17 @@ class FleetProblem:
             raise ValueError(f"objective must be one of {OBJECTIVES}; got {self.objective!r}")
         if self.max_pools < 1:
             raise ValueError("max_pools must be >= 1")
+        set_ = object.__setattr__
+        if self.pool_from_node is None:
+            set_(self, "pool_from_node", np.asarray(self.pool_i))
+            set_(self, "pool_to_node", np.asarray(self.pool_j))
+            set_(self, "n_nodes", len(self.boundaries))
+            set_(self, "sink_node", len(self.boundaries) - 1)
+        gpus = len(self.gpu_names)
+        if self.gpu_min_pools is None:
+            set_(self, "gpu_min_pools", (0,) * gpus)
+        if self.gpu_max_pools is None:
+            set_(self, "gpu_max_pools", (None,) * gpus)
 
     @property
     def n_boundaries(self) -> int:
@@ -87,5 +109,6 @@ class FleetProblem:
     def separable(self) -> bool:
         """True when only the tiling and the pool count bind: the graph oracle solves it exactly."""
         return (all(v is None for v in self.gpu_max_gpus) and not any(self.gpu_min_gpus)
+                and all(v is None for v in self.gpu_max_pools) and not any(self.gpu_min_pools)
                 and self.max_total_gpus is None and self.max_cost_per_hr is None and self.max_power_w is None
                 and self.max_miss_rate is None)

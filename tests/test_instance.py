@@ -152,7 +152,7 @@ CASES = [
     Case("bad-ttft-model", setting("slo", "ttft_model", "fast"), "slo.ttft_model",
          "'fast' is not allowed; choose tail or mean-prefill"),
     Case("bad-scope", setting("slo", "scope", "global"), "slo.scope", "choose pool or fleet"),
-    Case("bad-objective", setting("objective", "speed"), "objective", "choose cost, power or tok_per_watt"),
+    Case("bad-objective", setting("objective", "speed"), "objective", "choose cost, power, tok_per_watt or cost+power"),
     Case("bad-routing", setting("pools", "routing", "random"), "pools.routing", "choose length or split"),
     Case("bad-gpu-name", setting("gpus", 0, "name", "a 100"), "gpus[0].name", "'a 100' is not a valid name"),
     Case("bad-tp", with_gpus({"name": "x", "hardware": "h100", "model": "Llama-3.1-8B", "tp": 3}),
@@ -385,7 +385,7 @@ profile = "H100-80GB"
 max_pools = 3
 max_context = 16384
 boundaries = [2048, 8192]
-routing = "split"
+routing = "length"
 
 [constraints]
 max_utilization = 0.8

@@ -19,7 +19,7 @@ from solvers.oracle import enumerate_fleets, fleet_is_feasible, shortest_fleet
 PROFILES = ["A10G", "A100-80GB", "H100-80GB", "B200-projected"]
 
 
-def random_instance(seed: int, caps: bool, scope: str = "pool"):
+def random_instance(seed: int, caps: bool, scope: str = "pool", compress: bool = False):
     rng = np.random.default_rng(seed)
     top = int(rng.choice([8192, 16384, 32768, 65536]))
     knots = np.unique(np.round(np.geomspace(64, top, int(rng.integers(4, 10))))).astype(int)
@@ -40,6 +40,12 @@ def random_instance(seed: int, caps: bool, scope: str = "pool"):
         "pools": {"max_pools": int(rng.integers(1, 4)), "max_context": top, "boundaries": bounds},
         "objective": str(rng.choice(["cost", "power"])),
     }
+    if compress:
+        data["pools"]["compress"] = {"gammas": sorted({float(x) for x in rng.choice([1.25, 1.5, 2.0, 3.0], 2)}),
+                                     "success_probability": float(rng.choice([0.5, 0.8, 1.0]))}
+        for g in data["gpus"]:
+            if rng.random() < 0.3:
+                g["max_pools"] = 1
     inst = instance_from_dict(data)
     if not caps:
         return inst
@@ -104,6 +110,12 @@ def test_mip_equals_enumeration_without_caps(seed):
 @pytest.mark.parametrize("seed", range(1000, 1100))
 def test_mip_equals_enumeration_with_caps(seed):
     _check(random_instance(seed, caps=True))
+
+
+@pytest.mark.parametrize("seed", range(4000, 4040))
+def test_compress_and_route_mip_equals_enumeration(seed):
+    """Compression states on the path nodes: MIP == brute force over all (unpruned) candidates."""
+    _check(random_instance(seed, caps=seed % 3 == 0, compress=True))
 
 
 @pytest.mark.parametrize("seed", range(2000, 2060))

@@ -95,3 +95,44 @@ def test_truncation_moves_mass_to_an_atom(dist):
 def test_bad_cdfs_are_rejected(points, phrase):
     with pytest.raises(ValueError, match=phrase.replace("[", r"\[").replace("]", r"\]")):
         LengthDistribution.from_cdf(points)
+
+
+@pytest.mark.parametrize("window,gamma", [(512, 1.5), (1000, 2.0), (4096, 3.0)])
+def test_compressed_band_is_exact(catalog, dist, window, gamma):
+    """Requests in (B, gamma B] with the prompt cut to B - l_out, output kept, served at length B."""
+    from models.segments import compressed_band, stats_from_raw
+
+    p = catalog.profiles["A100-80GB"]
+    s = stats_from_raw(compressed_band(dist, window, gamma, p.chunk_tokens, 0.8), [window], [window], p)
+    m0 = m1 = m2 = pf = 0.0
+    for a, b, pr in zip(dist.lo_tokens, dist.hi_tokens, dist.prob):
+        u, v = max(a, window), min(b, gamma * window)
+        if v <= u:
+            continue
+        dens = pr / (b - a)
+        S = lambda L: float(service_time_s(p, window, window - 0.2 * L, 0.2 * L))  # noqa: E731
+        pre = lambda L: float(prefill_time_s(p, window - 0.2 * L))  # noqa: E731
+        m0 += dens * (v - u)
+        m1 += dens * integrate.quad(S, u, v, limit=500, epsrel=1e-11)[0]
+        m2 += dens * integrate.quad(lambda L: S(L) ** 2, u, v, limit=500, epsrel=1e-11)[0]
+        pf += dens * integrate.quad(pre, u, v, limit=500, epsrel=1e-11)[0]
+    assert s.rate_share[0] == pytest.approx(m0, rel=1e-12)
+    assert s.mean_service_s[0] == pytest.approx(m1 / m0, rel=1e-8)
+    assert s.cv2_service[0] == pytest.approx(m2 / m1 ** 2 * m0 - 1, rel=1e-6, abs=1e-10)
+    assert s.mean_prefill_s[0] == pytest.approx(pf / m0, rel=1e-8)
+    assert s.mean_total_tokens[0] == pytest.approx(window)
+
+
+def test_compress_and_route_conserves_traffic(catalog, dist):
+    from models.fleet import PoolPlan, ServiceLevel, evaluate_fleet
+
+    p = catalog.profiles["H100-80GB"]
+    for p_c in (0.0, 0.4, 1.0):
+        r = evaluate_fleet([PoolPlan(0, 1000, "h", p, compress_gamma=2.0), PoolPlan(1000, 4096, "h", p, compress_gamma=1.5),
+                            PoolPlan(4096, 20000, "h", p)], dist, 50.0, ServiceLevel(1.0), 0.8, p_c)
+        assert sum(x.routing_share for x in r.pools) == pytest.approx(1.0, rel=1e-12)
+        moved = p_c * (float(dist.cdf(2000)) - float(dist.cdf(1000)))
+        assert r.pools[0].routing_share == pytest.approx(float(dist.cdf(1000)) + moved, rel=1e-12)
+    with pytest.raises(ValueError, match="beyond the next pool"):
+        evaluate_fleet([PoolPlan(0, 1000, "h", p, compress_gamma=3.0), PoolPlan(1000, 2000, "h", p),
+                        PoolPlan(2000, 20000, "h", p)], dist, 50.0, ServiceLevel(1.0))
