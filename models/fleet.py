@@ -26,6 +26,7 @@ import numpy as np
 from .profiles import ServingProfile, quality_label
 from .queueing import min_replicas, ttft_miss_prob, ttft_p99_s
 from .segments import compressed_band, raw_between, segment_basis, stats_from_raw
+from .service import tpot_batch_cap, tpot_bound_s
 from .units import HOURS_PER_YEAR, MS_PER_S
 from .workload import LengthDistribution, RequestTrace
 
@@ -41,6 +42,8 @@ class ServiceLevel:
     max_utilization: float = 0.85
     scope: str = "pool"
     """``pool``: every pool meets the P99 on its own requests; ``fleet``: the P99 over all requests."""
+    tpot_p99_s: float | None = None
+    """Time per output token bound each pool must meet (None: no TPOT SLO)."""
 
 
 @dataclass(frozen=True)
@@ -56,6 +59,8 @@ class PoolPlan:
     compress_gamma: float = 1.0
     """Compress-and-route: the pool also takes requests in :math:`(hi, \\gamma \\cdot hi]`, prompt-compressed to
     fit its window, with the fleet's success probability (the rest stay with the pool above)."""
+    max_num_seqs: int | None = None
+    """Batch cap per replica (None: the profile's slots; with a TPOT SLO, the largest cap meeting it)."""
 
 
 @dataclass(frozen=True)
@@ -90,6 +95,10 @@ class PoolResult:
     """:math:`P(T > T_{SLO})` for this pool's requests."""
     compress_gamma: float = 1.0
     """Compress-and-route factor: the pool also serves compressed requests up to this multiple of its window."""
+    max_num_seqs: int = 0
+    """The batch cap the pool runs with (= ``n_slots``)."""
+    tpot_p99_ms: float = 0.0
+    """Upper bound on the time per output token: one iteration at the batch cap with full contexts."""
 
 
 @dataclass(frozen=True)
@@ -230,7 +239,13 @@ def summarize(results: list[PoolResult], fleet_p99_s: float = math.nan,
 
 def _evaluate_pool(raw, plan: PoolPlan, arrival_rate: float, level: ServiceLevel):
     """One pool's result and its queue parameters (for the fleet-wide P99)."""
-    s = stats_from_raw(raw, [plan.lo_tokens], [plan.hi_tokens], plan.profile)
+    full = int(plan.profile.n_slots(plan.hi_tokens))
+    cap = full if plan.max_num_seqs is None else min(full, int(plan.max_num_seqs))
+    if plan.max_num_seqs is None and level.tpot_p99_s is not None:
+        cap = min(cap, int(tpot_batch_cap(plan.profile, plan.hi_tokens, level.tpot_p99_s)))
+    s = stats_from_raw(raw, [plan.lo_tokens], [plan.hi_tokens], plan.profile, n_slots=[cap])
+    tpot = float(tpot_bound_s(plan.profile, max(cap, 1), plan.hi_tokens))
+    tpot_ok = level.tpot_p99_s is None or (cap >= 1 and tpot <= level.tpot_p99_s * (1 + 1e-12))
     lam = float(arrival_rate * s.rate_share[0])
     n = int(s.n_slots[0])
     args = (lam, s.mean_service_s, s.cv2_service)
@@ -263,16 +278,21 @@ def _evaluate_pool(raw, plan: PoolPlan, arrival_rate: float, level: ServiceLevel
     return PoolResult(
         slo_miss_prob=miss,
         compress_gamma=plan.compress_gamma,
+        max_num_seqs=cap,
+        tpot_p99_ms=tpot * MS_PER_S,
         min_tokens=plan.lo_tokens, max_tokens=plan.hi_tokens, gpu=plan.gpu, profile=plan.profile.name,
         model=plan.profile.model_name, quality=quality_label(plan.profile), replicas=replicas,
-        gpus=replicas * plan.profile.gpus_per_replica, sized=sized, n_slots=n, arrival_rate=lam,
+        gpus=replicas * plan.profile.gpus_per_replica, sized=sized, n_slots=full, arrival_rate=lam,
         routing_share=float(s.rate_share[0]), utilization=util, ttft_p99_ms=ttft * MS_PER_S,
         prefill_p99_ms=pf99 * MS_PER_S, mean_prefill_ms=float(np.nan_to_num(s.mean_prefill_s[0])) * MS_PER_S,
         mean_service_s=es, cv2_service=float(np.nan_to_num(s.cv2_service[0])), mean_batch=batch,
         power_w=power, output_tok_per_s=out_tps, tok_per_watt=out_tps / power if power > 0 else 0.0,
-        cost_per_hr=replicas * plan.profile.cost_usd_per_hr, slo_met=slo_met and util < 1.0,
+        cost_per_hr=replicas * plan.profile.cost_usd_per_hr, slo_met=slo_met and util < 1.0 and tpot_ok,
         utilization_ok=util_ok,
-        miss_reason=_miss_reason(n, lam, util, ttft, pf99, float(np.nan_to_num(s.mean_prefill_s[0])), level),
+        miss_reason=(_miss_reason(full, lam, util, ttft, pf99, float(np.nan_to_num(s.mean_prefill_s[0])), level)
+                     if cap >= 1 or full < 1 else "")
+        or ("" if tpot_ok else f"TPOT bound {tpot * MS_PER_S:,.1f} ms at batch cap {max(cap, 1)} "
+                               f"exceeds the {level.tpot_p99_s * MS_PER_S:,.0f} ms SLO"),
     ), queue
 
 

@@ -296,7 +296,7 @@ def segment_stats(basis: SegmentBasis, i, j, profile: ServingProfile) -> Segment
     return stats_from_raw(raw_between(basis, i, j), basis.boundaries[i], basis.boundaries[j], profile)
 
 
-def stats_from_raw(raw: RawSums, lo_tokens, window_tokens, profile: ServingProfile) -> SegmentStats:
+def stats_from_raw(raw: RawSums, lo_tokens, window_tokens, profile: ServingProfile, n_slots=None) -> SegmentStats:
     """Normalised statistics of traffic components (:class:`RawSums`) served at ``window_tokens``.
 
     .. math::
@@ -304,9 +304,13 @@ def stats_from_raw(raw: RawSums, lo_tokens, window_tokens, profile: ServingProfi
         E[S] = \\frac{W \\Sigma_A + c \\Sigma_{AL}}{\\Sigma_1}, \\quad
         E[S^2] = \\frac{W^2 \\Sigma_{A^2} + 2 W c \\Sigma_{A^2 L} + c^2 \\Sigma_{A^2 L^2}}{\\Sigma_1},
         \\quad c = H \\, n_{slots}(B) / B_{cal}
+
+    ``n_slots`` overrides the profile's slots per replica (a batch cap below them).
     """
     hi = np.atleast_1d(np.asarray(window_tokens, dtype=float))
     n = np.asarray(profile.n_slots(hi.astype(np.int64)), dtype=float)
+    if n_slots is not None:
+        n = np.broadcast_to(np.asarray(n_slots, dtype=float), n.shape).copy()
     c = profile.H_s * n / profile.calibration_ctx_tokens
     W = profile.W_s
     mass = raw.mass

@@ -28,7 +28,8 @@ import numpy as np
 
 from .profiles import ServingProfile, quality_label
 
-__all__ = ["iteration_latency_s", "service_time_s", "prefill_time_s", "ContextPoint", "context_point"]
+__all__ = ["iteration_latency_s", "service_time_s", "prefill_time_s", "ContextPoint", "context_point",
+           "tpot_bound_s", "tpot_batch_cap"]
 
 
 def iteration_latency_s(profile: ServingProfile, n_active, seq_tokens):
@@ -36,6 +37,28 @@ def iteration_latency_s(profile: ServingProfile, n_active, seq_tokens):
     n = np.asarray(n_active, dtype=float)
     L = np.asarray(seq_tokens, dtype=float)
     return profile.W_s + profile.H_s * (L / profile.calibration_ctx_tokens) * n
+
+
+def tpot_bound_s(profile: ServingProfile, batch, window_tokens):
+    """Upper bound on the time per output token: one iteration with ``batch`` sequences at full context.
+
+    .. math:: \\mathrm{TPOT} \\le t(n, B) = W + H \\frac{B}{B_{cal}} n
+
+    Every sequence in a pool of window :math:`B` holds at most :math:`B` tokens,
+    so no decode iteration of :math:`n` sequences takes longer.
+    """
+    return iteration_latency_s(profile, batch, window_tokens)
+
+
+def tpot_batch_cap(profile: ServingProfile, window_tokens, tpot_s: float):
+    """Largest batch cap (max_num_seqs) whose :func:`tpot_bound_s` meets ``tpot_s`` (0: none; array-aware).
+
+    .. math:: n_{max} = \\left\\lfloor \\frac{T_{tpot} - W}{H B / B_{cal}} \\right\\rfloor
+    """
+    B = np.asarray(window_tokens, dtype=float)
+    per_seq = profile.H_s * B / profile.calibration_ctx_tokens
+    cap = np.floor((tpot_s - profile.W_s) / per_seq * (1 + 1e-12))
+    return np.maximum(cap, 0).astype(np.int64)
 
 
 def prefill_chunks(profile: ServingProfile, prompt_tokens):

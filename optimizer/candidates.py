@@ -25,6 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from models.queueing import min_replicas, ttft_miss_prob
+from models.service import tpot_batch_cap, tpot_bound_s
 from models.units import MS_PER_S
 
 from .instance import Instance
@@ -75,6 +76,8 @@ class Candidates:
     """Compression state at the pool's lower boundary: index into ``gammas`` of the pool below (0 = none)."""
     state_out: np.ndarray
     """The pool's own compression factor, as an index into ``gammas`` (0 = none)."""
+    cap: np.ndarray
+    """Batch cap (max_num_seqs) per replica of each pool."""
     gammas: tuple[float, ...] = (1.0,)
 
     @property
@@ -106,7 +109,7 @@ class Candidates:
         renumber = np.full(len(self), -1)
         renumber[pools] = np.arange(len(pools))
         pool_fields = {f: getattr(self, f)[pools] for f in ("i", "j", "gpu", "arrival_rate", "output_tok_per_s",
-                                                           "state_in", "state_out")}
+                                                           "state_in", "state_out", "cap")}
         choice_fields = {f: getattr(self, f)[keep] for f in ("choice_replicas", "choice_gpus", "choice_cost_per_hr",
                                                              "choice_power_w", "choice_miss_rate")}
         return Candidates(self.boundaries, self.gpu_names, choice_pool=renumber[self.choice_pool[keep]],
@@ -155,20 +158,26 @@ def generate_candidates(instance: Instance) -> Candidates:
                                              for j in range(len(b))]) for s in range(1, n_states)]
             for s in range(1, n_states):
                 raw = raw + bands[s - 1].take(np.where(sout == s, jj + 1, 0))
-        s_ = stats_from_raw(raw, b[ii], b[jj], opt.profile)
+        rows, caps, slow = _batch_caps(instance, opt.profile, b[jj])
+        for k in np.flatnonzero(slow):
+            if sin[k] == 0 and sout[k] == 0:
+                dropped.append(Dropped(int(b[ii[k]]), int(b[jj[k]]), opt.name, _tpot_reason(instance, opt.profile, b[jj[k]])))
+        s_ = stats_from_raw(raw.take(rows), b[ii[rows]], b[jj[rows]], opt.profile, n_slots=caps)
         lam = w.arrival_rate_req_per_s * s_.rate_share
         if instance.slo.scope == "fleet":
             counts, ok, reasons = _fleet_counts(instance, s_, lam)
         else:
             counts, ok, reasons = _pool_counts(instance, s_, lam)
-        for k in np.flatnonzero(~ok):
-            if sin[k] == 0 and sout[k] == 0:  # compressed variants of a dropped segment say nothing new
-                dropped.append(Dropped(int(b[ii[k]]), int(b[jj[k]]), opt.name, reasons[k]))
+        largest_cap = np.r_[rows[1:] != rows[:-1], True]  # rows are sorted by (row, cap)
+        for k in np.flatnonzero(~ok & largest_cap):
+            r = rows[k]
+            if sin[r] == 0 and sout[r] == 0:  # compressed variants of a dropped segment say nothing new
+                dropped.append(Dropped(int(b[ii[r]]), int(b[jj[r]]), opt.name, reasons[k]))
         first = len(pools)
         keep = np.flatnonzero(ok)
-        pools.add(i=ii[keep], j=jj[keep], gpu=np.full(len(keep), g_idx), arrival_rate=lam[keep],
+        pools.add(i=ii[rows[keep]], j=jj[rows[keep]], gpu=np.full(len(keep), g_idx), arrival_rate=lam[keep],
                   output_tok_per_s=lam[keep] * np.nan_to_num(s_.mean_output_tokens[keep]),
-                  state_in=sin[keep], state_out=sout[keep])
+                  state_in=sin[rows[keep]], state_out=sout[rows[keep]], cap=caps[keep])
         for k_local, k in enumerate(keep):
             n_base, miss = counts[k]
             n = np.ceil(n_base / opt.availability - 1e-9).astype(np.int64)
@@ -183,7 +192,41 @@ def generate_candidates(instance: Instance) -> Candidates:
                       P["gpu"].astype(np.int64), P["arrival_rate"], P["output_tok_per_s"],
                       C["pool"].astype(np.int64), C["replicas"].astype(np.int64), C["gpus"].astype(np.int64),
                       C["cost"], C["power"], C["miss"], tuple(dropped), len(ii) * len(instance.gpus),
-                      P["state_in"].astype(np.int64), P["state_out"].astype(np.int64), gammas)
+                      P["state_in"].astype(np.int64), P["state_out"].astype(np.int64), P["cap"].astype(np.int64),
+                      gammas)
+
+
+CAP_LEVELS = (1.0, 0.5, 0.25)
+"""With a TPOT SLO, each window offers these fractions of its largest TPOT-feasible batch cap."""
+
+
+def _batch_caps(instance: Instance, profile, windows: np.ndarray):
+    """Candidate rows and batch caps: one per row without a TPOT SLO, else up to one per cap level.
+
+    Returns (row indices into ``windows``, caps, rows whose smallest batch already breaks the TPOT SLO).
+    """
+    full = np.asarray(profile.n_slots(windows.astype(np.int64)), dtype=np.int64)
+    tpot = instance.slo.tpot_p99_s
+    if tpot is None:
+        return np.arange(len(windows)), full, np.zeros(len(windows), dtype=bool)
+    top = np.minimum(full, tpot_batch_cap(profile, windows, tpot))
+    slow = (top < 1) & (full >= 1)
+    rows, caps, seen = [], [], set()
+    for level in CAP_LEVELS:
+        cap = np.floor(level * top).astype(np.int64)
+        for r in np.flatnonzero(cap >= 1):
+            if (r, cap[r]) not in seen:
+                seen.add((r, cap[r]))
+                rows.append(r)
+                caps.append(cap[r])
+    order = np.lexsort((np.array(caps), np.array(rows))) if rows else np.zeros(0, dtype=int)
+    return np.array(rows, dtype=np.int64)[order], np.array(caps, dtype=np.int64)[order], slow
+
+
+def _tpot_reason(instance: Instance, profile, window: float) -> str:
+    t = float(tpot_bound_s(profile, 1, window)) * MS_PER_S
+    return (f"one sequence at the {int(window):,}-token window decodes in {t:,.1f} ms per token, above the "
+            f"{instance.slo.tpot_p99_s * MS_PER_S:,.0f} ms TPOT SLO")
 
 
 class _Columns:

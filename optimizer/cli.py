@@ -90,7 +90,8 @@ def evaluate(instance, fleets, overrides, json_out):
 @_instance_arg
 @click.option("--top", type=click.IntRange(1, 100), default=1, show_default=True, help="Return the N best distinct fleets.")
 @click.option("--max-pools", type=click.IntRange(1, 64), help="Override pools.max_pools.")
-@click.option("--objective", type=click.Choice(["cost", "power", "tok_per_watt"]), help="Override the objective.")
+@click.option("--objective", type=click.Choice(["cost", "power", "tok_per_watt", "cost+power"]),
+              help="Override the objective (cost+power needs an energy section).")
 @click.option("--time-limit", type=click.FloatRange(0, min_open=True), metavar="SECONDS", help="Solver time limit.")
 @click.option("--mip-gap", type=click.FloatRange(0, 1), default=0.0, show_default=True, help="Relative MIP gap.")
 @click.option("--threads", type=click.IntRange(1, 256), help="Solver threads.")

@@ -73,7 +73,7 @@ def parse_fleet(text: str, instance: Instance, field: str = "--fleet") -> FleetS
 
 def service_level(instance: Instance) -> ServiceLevel:
     return ServiceLevel(instance.slo.ttft_p99_s, instance.slo.ttft_model, instance.constraints.max_utilization,
-                        instance.slo.scope)
+                        instance.slo.scope, instance.slo.tpot_p99_s)
 
 
 def _run(instance: Instance, pools: list[PoolPlan]) -> FleetResult:

@@ -150,5 +150,5 @@ def _pool_plans(instance: Instance, c: Candidates, choices) -> list[PoolPlan]:
         p = c.choice_pool[ch]
         opt = instance.gpus[c.gpu[p]]
         out.append(PoolPlan(int(b[c.i[p]]), int(b[c.j[p]]), opt.name, opt.profile, int(c.choice_replicas[ch]),
-                            opt.availability, c.gammas[c.state_out[p]]))
+                            opt.availability, c.gammas[c.state_out[p]], int(c.cap[p])))
     return out

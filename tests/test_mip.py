@@ -19,7 +19,7 @@ from solvers.oracle import enumerate_fleets, fleet_is_feasible, shortest_fleet
 PROFILES = ["A10G", "A100-80GB", "H100-80GB", "B200-projected"]
 
 
-def random_instance(seed: int, caps: bool, scope: str = "pool", compress: bool = False):
+def random_instance(seed: int, caps: bool, scope: str = "pool", compress: bool = False, tpot: bool = False):
     rng = np.random.default_rng(seed)
     top = int(rng.choice([8192, 16384, 32768, 65536]))
     knots = np.unique(np.round(np.geomspace(64, top, int(rng.integers(4, 10))))).astype(int)
@@ -40,6 +40,8 @@ def random_instance(seed: int, caps: bool, scope: str = "pool", compress: bool =
         "pools": {"max_pools": int(rng.integers(1, 4)), "max_context": top, "boundaries": bounds},
         "objective": str(rng.choice(["cost", "power"])),
     }
+    if tpot:
+        data["slo"]["tpot_p99_ms"] = float(rng.choice([30, 45, 60, 100]))
     if compress:
         data["pools"]["compress"] = {"gammas": sorted({float(x) for x in rng.choice([1.25, 1.5, 2.0, 3.0], 2)}),
                                      "success_probability": float(rng.choice([0.5, 0.8, 1.0]))}
@@ -116,6 +118,16 @@ def test_mip_equals_enumeration_with_caps(seed):
 def test_compress_and_route_mip_equals_enumeration(seed):
     """Compression states on the path nodes: MIP == brute force over all (unpruned) candidates."""
     _check(random_instance(seed, caps=seed % 3 == 0, compress=True))
+
+
+@pytest.mark.parametrize("seed", range(5000, 5040))
+def test_tpot_mip_equals_enumeration(seed):
+    """Batch caps as a candidate dimension: MIP == brute force, and every pool meets the TPOT bound."""
+    inst = random_instance(seed, caps=seed % 2 == 0, tpot=True, compress=seed % 4 == 1)
+    _check(inst)
+    rep = solve_instance(inst, SolveOptions(method="mip"))
+    for p in (rep.best.fleet.pools if rep.plans else ()):
+        assert p.tpot_p99_ms <= inst.slo.tpot_p99_s * 1000 * (1 + 1e-9) and 1 <= p.max_num_seqs <= p.n_slots
 
 
 @pytest.mark.parametrize("seed", range(2000, 2060))

@@ -117,3 +117,29 @@ def test_exit_code_mapping():
 def test_oracle_method_refuses_coupled_instances(repo_root):
     res = CliRunner().invoke(main, ["solve", str(repo_root / "instances" / "lmsys_a100.yaml"), "--method", "oracle"])
     assert res.exit_code == 2 and "graph oracle" in res.stderr
+
+
+def test_tpot_bound_and_caps(repo_root):
+    from models.service import tpot_batch_cap, tpot_bound_s
+    from optimizer.catalog import load_catalog
+
+    h100 = load_catalog().profiles["H100-80GB"]
+    # t(n, B) = W + H (B / 8192) n: at 4,096 tokens and 256 sequences, 4 + 0.32 x 0.5 x 256 = 44.96 ms
+    assert float(tpot_bound_s(h100, 256, 4096)) == pytest.approx(0.04496)
+    assert int(tpot_batch_cap(h100, 4096, 0.030)) == 162  # floor((30 - 4) / 0.16)
+    res, r = solve(repo_root / "instances" / "lmsys_mixed.yaml", "--set", "slo.tpot_p99_ms=30")
+    assert res.exit_code == 0
+    assert all(p["tpot_p99_ms"] <= 30 and p["max_num_seqs"] <= p["n_slots"] for p in r["pools"])
+    assert any(p["max_num_seqs"] < p["n_slots"] for p in r["pools"])  # the SLO binds
+    res, r = solve(repo_root / "instances" / "lmsys_mixed.yaml", "--set", "slo.tpot_p99_ms=6")
+    assert res.exit_code == 3 and "decodes in" in r["explanation"] and "TPOT SLO" in r["explanation"]
+
+
+def test_cost_plus_power_objective(repo_root):
+    base = repo_root / "instances" / "lmsys_mixed.yaml"
+    _, cost = solve(base)
+    _, power = solve(base, "--objective", "power")
+    res, both = solve(base, "--objective", "cost+power", "--set", "energy.usd_per_kwh=0.5", "--set", "energy.pue=1.3")
+    assert res.exit_code == 0
+    assert both["objective"]["value"] == pytest.approx(both["cost_per_hr"] + 0.5 * 1.3 * both["power_kw"])
+    assert cost["cost_per_hr"] <= both["cost_per_hr"] + 1e-9 and power["power_kw"] <= both["power_kw"] + 1e-9
