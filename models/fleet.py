@@ -30,7 +30,7 @@ from .service import tpot_batch_cap, tpot_bound_s
 from .units import HOURS_PER_YEAR, MS_PER_S
 from .workload import LengthDistribution, RequestTrace
 
-__all__ = ["PoolPlan", "PoolResult", "FleetResult", "ServiceLevel", "evaluate_fleet"]
+__all__ = ["PoolPlan", "PoolResult", "FleetResult", "ServiceLevel", "evaluate_fleet", "evaluate_traffic"]
 
 
 @dataclass(frozen=True)
@@ -130,7 +130,16 @@ def evaluate_fleet(pools: list[PoolPlan], workload: LengthDistribution | Request
     pool below, plus that share of :math:`(hi_p, \\gamma_p hi_p]` compressed to
     :math:`hi_p`; a band must end within the next pool, and the top pool has none.
     """
-    raws, grid = _pool_traffic(pools, workload, input_fraction, compress_success)
+    raws, _ = _pool_traffic(pools, workload, input_fraction, compress_success)
+    return evaluate_traffic(raws, pools, arrival_rate, level)
+
+
+def evaluate_traffic(raws: list, pools: list[PoolPlan], arrival_rate: float, level: ServiceLevel) -> FleetResult:
+    """Evaluate pools whose traffic is given as raw moment sums (:class:`models.segments.RawSums`).
+
+    This is the entry point for routings other than length tiling (e.g. split routing, where a pool
+    receives a weighted mix of elementary segments).
+    """
     evaluated = [_evaluate_pool(raw, p, arrival_rate, level) for raw, p in zip(raws, pools)]
     results = [r for r, _ in evaluated]
     return summarize(results, fleet_ttft_p99_s([q for _, q in evaluated], level), level)

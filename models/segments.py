@@ -170,6 +170,11 @@ class RawSums:
         return RawSums(*(np.concatenate([_pad(p.k_hist, width) if f == "k_hist" else getattr(p, f) for p in parts])
                          for f in _RAW_FIELDS))
 
+    def total(self) -> "RawSums":
+        """One component holding the sum of all components."""
+        return RawSums(*(getattr(self, f).sum(axis=0)[None, ...] if f == "k_hist" else np.array([getattr(self, f).sum()])
+                         for f in _RAW_FIELDS))
+
     def scaled(self, w) -> "RawSums":
         w = np.asarray(w, dtype=float)
         return RawSums(*(getattr(self, f) * (w[:, None] if f == "k_hist" else w) for f in _RAW_FIELDS))

@@ -208,6 +208,7 @@ def solve_json(report) -> dict:
     out.update({
         "solve_seconds": report.solve_seconds, "mip_gap": report.mip_gap,
         "ttft_model": inst.slo.ttft_model, "slo_ttft_p99_ms": inst.slo.ttft_p99_s * 1000.0,
+        "power_linearization_error_w": report.power_error_w,
         "candidates": {"generated": report.candidates_generated, "feasible": report.candidates_feasible,
                        "after_pruning": report.candidates_after_pruning, "dropped": list(report.dropped_reasons)},
         "solutions": [{"rank": p.rank, "objective": p.objective, **fleet_json(p.fleet)} for p in report.plans],

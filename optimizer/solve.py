@@ -56,6 +56,8 @@ class SolveReport:
     candidates_feasible: int
     candidates_after_pruning: int
     dropped_reasons: tuple[str, ...]
+    power_error_w: float = 0.0
+    """Split routing: largest over-estimate of one pool's power in the MIP (reported plans are re-evaluated)."""
 
     @property
     def best(self) -> Plan | None:
@@ -98,6 +100,8 @@ def _prune(instance: Instance, c: Candidates, top: int) -> Candidates:
 
 def solve_instance(instance: Instance, options: SolveOptions = SolveOptions()) -> SolveReport:
     """Find the optimal fleet(s) of ``instance`` and re-evaluate them exactly."""
+    if instance.pools.routing == "split":
+        return _solve_split(instance, options)
     t0 = time.perf_counter()
     allc = generate_candidates(instance)
     cands = _prune(instance, allc, options.top)
@@ -128,6 +132,30 @@ def solve_instance(instance: Instance, options: SolveOptions = SolveOptions()) -
         candidates_generated=allc.generated, candidates_feasible=len(allc), candidates_after_pruning=len(cands),
         dropped_reasons=tuple(f"{d.lo_tokens:,}-{d.hi_tokens:,} on {d.gpu}: {d.reason}" for d in allc.dropped),
     )
+
+
+def _solve_split(instance: Instance, options: SolveOptions) -> SolveReport:
+    """Split routing: the split MIP, then the exact re-evaluation of each plan's routed mixes."""
+    from solvers.split import solve_split
+
+    from .split import build_split_problem, decode_split_plan
+
+    if options.method == "oracle":
+        raise InstanceError("--method: the graph oracle solves length routing only; split routing needs the MIP")
+    t0 = time.perf_counter()
+    model = build_split_problem(instance)
+    result, plans = solve_split(model.problem, top=options.top, time_limit_s=options.time_limit_s,
+                                mip_gap=options.mip_gap, threads=options.threads, verbose=options.verbose)
+    decoded = tuple(Plan(k + 1, p.objective, decode_split_plan(instance, model, p.choices, p.link_rate))
+                    for k, p in enumerate(plans))
+    status = result.termination.value
+    explanation = "" if decoded else (result.message or "no split-routing plan satisfies the instance")
+    return SolveReport(
+        instance=instance, status=status, method="mip (split routing)", plans=decoded, baseline=baseline(instance),
+        explanation=explanation, solve_seconds=time.perf_counter() - t0, mip_gap=result.rel_gap, bound=result.bound,
+        solver=result.solver, candidates_generated=model.generated, candidates_feasible=len(model.problem.pool_gpu),
+        candidates_after_pruning=len(model.problem.pool_gpu), dropped_reasons=model.dropped,
+        power_error_w=model.problem.power_error_w)
 
 
 def _oracle(problem: FleetProblem) -> SolveResult:

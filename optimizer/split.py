@@ -1,0 +1,200 @@
+"""Split routing (``pools.routing: split``): build the split MIP from an instance and decode its plans.
+
+Each candidate pool :math:`p = (i, j, g)` (with a batch cap under a TPOT SLO) may serve any
+elementary segment inside its range. Its replica counts :math:`n` come from a ladder up to its
+length-routing minimum :math:`N^*_p`; each count gets an operating point from the exact Erlang-C
+curve at the pool's nominal mix: the largest load :math:`A` (Erlangs) meeting the SLO and
+:math:`\\rho_{max}`, with :math:`C = C(n s, A)` and :math:`\\theta = 2(n s - A)/R_p`
+(:math:`R_p = E[S^2]/E[S]`). See :mod:`solvers.split` for the constraints.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from models.fleet import FleetResult, PoolPlan, evaluate_traffic
+from models.queueing import erlang_c, ttft_miss_prob
+from models.segments import raw_between, segment_basis, stats_from_raw
+from solvers.split import SplitProblem
+
+from .candidates import _batch_caps
+from .evaluate import service_level
+from .instance import Instance
+
+__all__ = ["SplitModel", "build_split_problem", "decode_split_plan", "replica_ladder"]
+
+_Q = 0.01
+
+
+def replica_ladder(n_max: int, dense: int = 24) -> np.ndarray:
+    """Replica counts offered to a pool: every count up to ``dense``, then the top 16 below ``n_max`` and a
+    geometric ladder under them (each count is exact; a missing count only costs optimality)."""
+    if n_max <= dense:
+        return np.arange(1, n_max + 1)
+    geometric = np.unique(np.round(np.geomspace(1, n_max, 24)).astype(int))
+    return np.unique(np.concatenate([geometric, np.arange(max(1, n_max - 15), n_max + 1)]))
+
+
+@dataclass(frozen=True, eq=False)
+class SplitModel:
+    """The split MIP's input plus what decoding a plan needs."""
+
+    problem: SplitProblem
+    boundaries: np.ndarray
+    pool_i: np.ndarray
+    pool_j: np.ndarray
+    pool_cap: np.ndarray
+    segment_raws: dict            # chunk -> RawSums of the elementary segments
+    dropped: tuple[str, ...]
+    generated: int
+
+
+def _capacity(n_servers, es, cv2, probs, tau, mean_pf, slo_s, rho_max, model):
+    """Largest load (Erlangs) meeting the SLO and the utilisation cap at the nominal mix (bisection)."""
+    lo = np.zeros(len(n_servers))
+    hi = rho_max * n_servers
+    ok_hi = _slo_ok_load(hi, n_servers, es, cv2, probs, tau, mean_pf, slo_s, model)
+    lo = np.where(ok_hi, hi, lo)
+    for _ in range(60):
+        mid = (lo + hi) / 2
+        ok = _slo_ok_load(mid, n_servers, es, cv2, probs, tau, mean_pf, slo_s, model)
+        lo = np.where(ok, mid, lo)
+        hi = np.where(ok, hi, mid)
+    return lo
+
+
+def _slo_ok_load(a, servers, es, cv2, probs, tau, mean_pf, slo_s, model):
+    lam = a / es
+    miss = ttft_miss_prob(slo_s, servers, lam, es, cv2, tau, probs, mean_pf, model)
+    return np.where(a > 0, miss <= _Q, True)
+
+
+def build_split_problem(instance: Instance) -> SplitModel:
+    """Candidates, operating points, link coefficients and power secants of a split-routing instance."""
+    from .candidates import _pool_counts
+
+    w = instance.workload
+    b = np.asarray(instance.pools.boundaries, dtype=float)
+    M = len(b) - 1
+    slo, rho = instance.slo, instance.constraints.max_utilization
+    ii, jj = np.triu_indices(len(b), k=1)
+    seg_rate = None
+    cols = {k: [] for k in ("gpu", "i", "j", "cap")}
+    link = {k: [] for k in ("seg", "pool", "load", "resid")}
+    ch = {k: [] for k in ("pool", "n", "gpus", "cost", "cap_erl", "base", "slope")}
+    slo_coef, dropped, power_err, raws_by_chunk = [], [], 0.0, {}
+    for g_idx, opt in enumerate(instance.gpus):
+        prof = opt.profile
+        basis = segment_basis(w.lengths, b, prof.chunk_tokens, w.input_fraction)
+        elem = raw_between(basis, np.arange(M), np.arange(1, M + 1))
+        raws_by_chunk[prof.chunk_tokens] = elem
+        seg_rate = w.arrival_rate_req_per_s * elem.mass
+        rows, caps, _ = _batch_caps(instance, prof, b[jj])
+        pi, pj = ii[rows], jj[rows]
+        nominal = stats_from_raw(raw_between(basis, pi, pj), b[pi], b[pj], prof, n_slots=caps)
+        lam = w.arrival_rate_req_per_s * nominal.rate_share
+        counts, ok, reasons = _pool_counts(instance, nominal, lam)
+        for k in np.flatnonzero(~ok):
+            dropped.append(f"{int(b[pi[k]]):,}-{int(b[pj[k]]):,} on {opt.name}: {reasons[k]}")
+        chunk_s = prof.W_s + prof.H_s
+        for k in np.flatnonzero(ok & (lam > 0)):
+            p = len(cols["gpu"])
+            for key, value in (("gpu", g_idx), ("i", pi[k]), ("j", pj[k]), ("cap", caps[k])):
+                cols[key].append(value)
+            es, cv2 = float(nominal.mean_service_s[k]), float(nominal.cv2_service[k])
+            resid_nom = es * (1 + cv2)
+            segs = np.arange(pi[k], pj[k])
+            c_eff = prof.H_s * caps[k] / prof.calibration_ctx_tokens
+            with np.errstate(divide="ignore", invalid="ignore"):
+                m1 = np.where(elem.mass[segs] > 0, (prof.W_s * elem.A[segs] + c_eff * elem.AL[segs]) / elem.mass[segs], 0)
+                m2 = np.where(elem.mass[segs] > 0, (prof.W_s ** 2 * elem.A2[segs] + 2 * prof.W_s * c_eff * elem.A2L[segs]
+                                                    + c_eff ** 2 * elem.A2L2[segs]) / elem.mass[segs], 0)
+                seg_probs = np.where(elem.mass[segs, None] > 0, elem.k_hist[segs] / elem.mass[segs, None], 0)
+                seg_pf = np.where(elem.mass[segs] > 0, elem.k[segs] / elem.mass[segs] * chunk_s, 0)
+            link["seg"].extend(segs)
+            link["pool"].extend([p] * len(segs))
+            link["load"].extend(m1)
+            link["resid"].extend(m2 - resid_nom * m1)
+            n_base = replica_ladder(int(counts[k][0][0]))
+            servers = n_base * caps[k]
+            tau = np.arange(nominal.prefill_probs.shape[1]) * chunk_s
+            probs = np.repeat(nominal.prefill_probs[k:k + 1], len(n_base), 0)
+            A = _capacity(servers.astype(float), np.full(len(n_base), es), np.full(len(n_base), cv2), probs, tau,
+                          np.full(len(n_base), nominal.mean_prefill_s[k]), slo.ttft_p99_s, rho, slo.ttft_model)
+            usable = A > 0
+            replicas = np.ceil(n_base / opt.availability - 1e-9).astype(np.int64)
+            C = erlang_c(servers.astype(float), np.minimum(A, servers - 1e-9))
+            theta = 2 * (servers - A) / resid_nom
+            for n_rep, a_c, c_c, th in zip(replicas[usable], A[usable], C[usable], theta[usable]):
+                base, slope, err = _power_secant(prof, int(n_rep), float(a_c), int(caps[k]))
+                row = {"pool": p, "n": n_rep, "gpus": n_rep * prof.gpus_per_replica,
+                       "cost": n_rep * prof.cost_usd_per_hr, "cap_erl": a_c, "base": base, "slope": slope}
+                for key, value in row.items():
+                    ch[key].append(value)
+                power_err = max(power_err, err)
+                slo_coef.append(_slo_coefficients(seg_probs, seg_pf, tau, c_c, th, slo.ttft_p99_s, slo.ttft_model))
+    cons = instance.constraints
+    problem = SplitProblem(
+        segment_rate=seg_rate, pool_gpu=np.array(cols["gpu"], dtype=np.int64),
+        gpu_names=tuple(g.name for g in instance.gpus),
+        link_segment=np.array(link["seg"], dtype=np.int64), link_pool=np.array(link["pool"], dtype=np.int64),
+        link_load=np.array(link["load"]), link_residual=np.array(link["resid"]),
+        choice_pool=np.array(ch["pool"], dtype=np.int64), choice_replicas=np.array(ch["n"], dtype=np.int64),
+        choice_gpus=np.array(ch["gpus"], dtype=np.int64), choice_cost_per_hr=np.array(ch["cost"]),
+        choice_capacity=np.array(ch["cap_erl"]), choice_power_base_w=np.array(ch["base"]),
+        choice_power_slope_w=np.array(ch["slope"]), slo_coef=tuple(slo_coef), max_pools=instance.pools.max_pools,
+        gpu_max_gpus=tuple(g.max_count for g in instance.gpus), gpu_min_gpus=tuple(g.min_count for g in instance.gpus),
+        max_total_gpus=cons.max_total_gpus, max_cost_per_hr=cons.max_cost_per_hr,
+        max_power_w=None if cons.max_power_kw is None else cons.max_power_kw * 1000.0, objective=instance.objective,
+        energy_usd_per_kwh=instance.energy_usd_per_kwh or 0.0, pue=instance.pue, power_error_w=power_err)
+    return SplitModel(problem, b, np.array(cols["i"], dtype=np.int64), np.array(cols["j"], dtype=np.int64),
+                      np.array(cols["cap"], dtype=np.int64), raws_by_chunk, tuple(dropped), len(ii) * len(instance.gpus))
+
+
+def _slo_coefficients(seg_probs, seg_pf, tau, C, theta, slo_s, model):
+    """sigma_kc of :func:`solvers.split.slo_rule` for every segment of a pool at one operating point."""
+    if model == "mean-prefill":
+        w99 = np.log(C / _Q) / theta if C > _Q else 0.0
+        return seg_pf + w99 - slo_s
+    slack = slo_s - tau
+    with np.errstate(over="ignore"):
+        wait_tail = np.where(slack >= 0, np.minimum(1.0, C * np.exp(-theta * np.maximum(slack, 0))), 1.0)
+    return seg_probs[:, :len(tau)] @ wait_tail[:seg_probs.shape[1]] - _Q
+
+
+def _power_secant(profile, replicas: int, load_max: float, cap: int, grid: int = 2049):
+    """Linear over-estimate of pool power :math:`h(a) = N P(a/N)` on :math:`[0, A]`.
+
+    The line is the tangent at the operating point's load :math:`A` (power saturates, so
+    :math:`h` is concave over most of the range and the tangent lies above it), raised by the
+    largest amount :math:`h` still exceeds it (the convex start of the logistic curve), bounded
+    safely on a fine grid. Returns (value at 0 in W, slope in W/Erlang, raise in W).
+    """
+    if load_max <= 0:
+        return float(replicas * profile.power.power_w(0.0)), 0.0, 0.0
+    a = np.linspace(0.0, load_max, grid)
+    h = replicas * profile.power.power_w(np.minimum(a / replicas, cap))
+    slope = (h[-1] - h[-2]) / (a[-1] - a[-2])
+    gap = h - (h[-1] + slope * (a - load_max))
+    raise_w = max(0.0, float(gap.max()) + float(np.abs(np.diff(gap)).max(initial=0.0)))
+    return float(h[-1] - slope * load_max + raise_w), float(slope), raise_w
+
+
+def decode_split_plan(instance: Instance, model: SplitModel, choices, link_rate) -> FleetResult:
+    """Exact analytic re-evaluation of a split plan: each pool's traffic is its routed mix of segments."""
+    pr = model.problem
+    b = model.boundaries
+    pools, raws = [], []
+    for c in sorted(choices, key=lambda c: (model.pool_j[pr.choice_pool[c]], model.pool_i[pr.choice_pool[c]])):
+        p = int(pr.choice_pool[c])
+        opt = instance.gpus[pr.pool_gpu[p]]
+        mine = np.flatnonzero(pr.link_pool == p)
+        segs = pr.link_segment[mine]
+        frac = np.where(pr.segment_rate[segs] > 0, link_rate[mine] / np.maximum(pr.segment_rate[segs], 1e-300), 0.0)
+        elem = model.segment_raws[opt.profile.chunk_tokens]
+        pools.append(PoolPlan(int(b[model.pool_i[p]]), int(b[model.pool_j[p]]), opt.name, opt.profile,
+                              int(pr.choice_replicas[c]), opt.availability, max_num_seqs=int(model.pool_cap[p])))
+        raws.append(elem.take(segs).scaled(frac).total())
+    return evaluate_traffic(raws, pools, instance.workload.arrival_rate_req_per_s, service_level(instance))
