@@ -191,7 +191,7 @@ def _pool_traffic(pools: list[PoolPlan], workload, input_fraction: float, p_c: f
 
 
 def fleet_ttft_p99_s(queues: list[tuple], level: ServiceLevel) -> float:
-    """99th percentile of TTFT over all requests: solve :math:`\sum_p \lambda_p P_p(T > t) = 0.01 \sum_p \lambda_p`.
+    r"""99th percentile of TTFT over all requests: solve :math:`\sum_p \lambda_p P_p(T > t) = 0.01 \sum_p \lambda_p`.
 
     ``queues`` holds, per pool, the arguments of :func:`models.queueing.ttft_miss_prob` after ``t``
     (servers, rate, E[S], cv2, prefill times, prefill probabilities, mean prefill).

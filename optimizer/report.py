@@ -196,7 +196,7 @@ def solve_json(report) -> dict:
     out = {"instance": inst.name, "command": "solve", "status": report.status, "method": report.method,
            "solver": report.solver, "explanation": report.explanation,
            "objective": {"name": inst.objective, "value": None if best is None else best.objective, "unit": unit,
-                         "bound": report.bound}}
+                         "bound": report.bound, "lp_bound": report.lp_bound}}
     fleet = fleet_json(best.fleet, "analytic") if best else {k: None for k in (
         "cost_per_hr", "cost_per_year", "total_replicas", "total_gpus", "power_kw", "tok_per_watt", "slo_met",
         "feasible", "pools")}

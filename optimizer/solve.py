@@ -58,6 +58,8 @@ class SolveReport:
     dropped_reasons: tuple[str, ...]
     power_error_w: float = 0.0
     """Split routing: largest over-estimate of one pool's power in the MIP (reported plans are re-evaluated)."""
+    lp_bound: float | None = None
+    """Objective of the MIP's LP relaxation (the root bound before cuts); None when the oracle solved it."""
 
     @property
     def best(self) -> Plan | None:
@@ -117,6 +119,11 @@ def solve_instance(instance: Instance, options: SolveOptions = SolveOptions()) -
                            threads=options.threads, verbose=options.verbose)
     plans = tuple(Plan(k + 1, s.objective, evaluate_plans(instance, _pool_plans(instance, cands, s.choices)))
                   for k, s in enumerate(result.solutions))
+    root = None
+    if not use_oracle and plans:
+        from solvers.mip import lp_bound
+
+        root = lp_bound(problem)
     status = result.termination.value
     explanation = ""
     if not plans:
@@ -131,6 +138,7 @@ def solve_instance(instance: Instance, options: SolveOptions = SolveOptions()) -
         mip_gap=result.rel_gap, bound=result.bound, solver=result.solver,
         candidates_generated=allc.generated, candidates_feasible=len(allc), candidates_after_pruning=len(cands),
         dropped_reasons=tuple(f"{d.lo_tokens:,}-{d.hi_tokens:,} on {d.gpu}: {d.reason}" for d in allc.dropped),
+        lp_bound=root,
     )
 
 

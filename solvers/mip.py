@@ -319,7 +319,7 @@ def _bound_gap(res) -> tuple[float | None, float | None]:
 
 
 def _tie_break(m, problem, solver, opts, chosen, weights, budget_s: float):
-    """Among primary-optimal fleets, fewest physical GPUs, then fewest pools, in one solve.
+    r"""Among primary-optimal fleets, fewest physical GPUs, then fewest pools, in one solve.
 
     .. math:: \min \sum_c ((K + 1) G_c + 1) z_c \quad \text{s.t.} \quad \sum_c w_c z_c \le w^* (1 + 10^{-9})
 

@@ -39,3 +39,14 @@ def test_models_do_no_io_or_printing():
         src = f.read_text()
         for word in ("open(", "print(", "read_text(", "np.random.seed", "random.seed"):
             assert word not in src, f"{f.name} uses {word}"
+
+
+@pytest.mark.parametrize("package", ["models", "solvers", "optimizer"])
+def test_sources_compile_without_warnings(package):
+    """No invalid escape sequences (LaTeX in a non-raw docstring turns \\t, \\b, \\f into control characters)."""
+    import warnings
+
+    for f in sorted((REPO / package).glob("*.py")):
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            compile(f.read_text(), str(f), "exec")

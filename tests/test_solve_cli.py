@@ -33,7 +33,8 @@ def test_contract_and_seed_optimum(repo_root):
     assert sum(p["routing_share"] for p in r["pools"]) == pytest.approx(1.0)
     assert r["baseline"]["total_replicas"] in (13, 14) and r["cost_per_hr"] < r["baseline"]["cost_per_hr"]
     assert r["objective"] == {"name": "cost", "value": pytest.approx(r["cost_per_hr"]), "unit": "usd_per_hr",
-                              "bound": pytest.approx(r["cost_per_hr"])}
+                              "bound": pytest.approx(r["cost_per_hr"]), "lp_bound": pytest.approx(r["objective"]["lp_bound"])}
+    assert 0 < r["objective"]["lp_bound"] <= r["cost_per_hr"] + 1e-9  # the root relaxation bounds the optimum
 
 
 @pytest.mark.parametrize("k", [3, 4])
