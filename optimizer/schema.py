@@ -108,11 +108,29 @@ class _Raw(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
 
 
+class RawMixtureComponent(_Raw):
+    """One lognormal component of a synthetic workload (total tokens)."""
+
+    weight: _PositiveFloat
+    median_tokens: _PositiveFloat
+    sigma: _PositiveFloat
+
+
+class RawSynthetic(_Raw):
+    """``workload.synthetic``: a lognormal mixture of total lengths, tabulated up to ``max_tokens``."""
+
+    mixture: Annotated[list[RawMixtureComponent], Field(min_length=1)]
+    max_tokens: Annotated[int, Field(ge=2, le=MAX_CONTEXT_LIMIT_TOKENS)] = 131072
+    points: Annotated[int, Field(ge=2, le=4096)] = 256
+
+
 class RawWorkload(_Raw):
-    """``workload``: a ``cdf`` or a ``trace`` (checked in pass 2), arrival rate in req/s, prompt share."""
+    """``workload``: a ``cdf``, a ``trace`` or a ``synthetic`` mixture (checked in pass 2), arrival rate in req/s,
+    prompt share."""
 
     cdf: Any = None
     trace: str | None = None
+    synthetic: RawSynthetic | None = None
     arrival_rate: _PositiveFloat | None = None
     input_fraction: _OpenFraction | None = None
 
@@ -197,6 +215,7 @@ class RawInstance(_Raw):
 _SECTION_MODELS: dict[tuple[str, ...], type[_Raw]] = {
     (): RawInstance,
     ("workload",): RawWorkload,
+    ("workload", "synthetic"): RawSynthetic,
     ("slo",): RawSlo,
     ("gpus",): RawGpu,
     ("pools",): RawPools,

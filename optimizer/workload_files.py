@@ -307,16 +307,33 @@ class LoadedWorkload(NamedTuple):
     input_fraction: float | None
 
 
+def _synthetic(raw: RawWorkload, problems: Problems) -> LoadedWorkload | None:
+    """A lognormal-mixture workload (no file involved)."""
+    syn = raw.synthetic
+    if raw.arrival_rate is None:
+        problems.add("workload.arrival_rate", "missing; a synthetic workload needs an arrival rate (req/s > 0)")
+        return None
+    dist = LengthDistribution.from_lognormal_mixture([c.weight for c in syn.mixture],
+                                                     [c.median_tokens for c in syn.mixture],
+                                                     [c.sigma for c in syn.mixture], syn.max_tokens, syn.points)
+    parts = ", ".join(f"{c.weight:g} x lognormal(median {c.median_tokens:g}, sigma {c.sigma:g})" for c in syn.mixture)
+    fraction = DEFAULT_INPUT_FRACTION if raw.input_fraction is None else raw.input_fraction
+    return LoadedWorkload("cdf", f"synthetic: {parts}", dist, raw.arrival_rate, fraction)
+
+
 def load_workload(raw: RawWorkload, base_dir: Path, problems: Problems) -> LoadedWorkload | None:
     """The workload a structurally valid ``workload`` section describes, or None after reporting why not.
 
     Relative paths resolve against ``base_dir`` (the instance file's folder).
     """
-    has_cdf, has_trace = raw.cdf is not None, raw.trace is not None
-    if has_cdf == has_trace:
-        which = "both cdf and trace are given" if has_cdf else "neither cdf nor trace is given"
+    given = [k for k in ("cdf", "trace", "synthetic") if getattr(raw, k) is not None]
+    if len(given) != 1:
+        which = f"{' and '.join(given)} are given" if given else "none of cdf, trace or synthetic is given"
         problems.add("workload", f"{which}; give exactly one of them")
         return None
+    has_trace = raw.trace is not None
+    if raw.synthetic is not None:
+        return _synthetic(raw, problems)
     if has_trace:
         if raw.input_fraction is not None:
             problems.add("workload.input_fraction", "only applies to a cdf workload; a trace carries its own "

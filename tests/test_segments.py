@@ -136,3 +136,15 @@ def test_compress_and_route_conserves_traffic(catalog, dist):
     with pytest.raises(ValueError, match="beyond the next pool"):
         evaluate_fleet([PoolPlan(0, 1000, "h", p, compress_gamma=3.0), PoolPlan(1000, 2000, "h", p),
                         PoolPlan(2000, 20000, "h", p)], dist, 50.0, ServiceLevel(1.0))
+
+
+def test_lognormal_mixture_workload_matches_scipy():
+    from scipy.stats import lognorm
+
+    d = LengthDistribution.from_lognormal_mixture([0.3, 0.7], [800.0, 6000.0], [0.5, 0.9], max_tokens=65536, points=512)
+    grid = d.breakpoints
+    cut = 0.3 * lognorm.cdf(65536, 0.5, scale=800) + 0.7 * lognorm.cdf(65536, 0.9, scale=6000)
+    expected = (0.3 * lognorm.cdf(grid, 0.5, scale=800) + 0.7 * lognorm.cdf(grid, 0.9, scale=6000)) / cut
+    np.testing.assert_allclose(d.cdf(grid), expected, rtol=1e-12, atol=1e-15)
+    with pytest.raises(ValueError, match="one entry per component"):
+        LengthDistribution.from_lognormal_mixture([1.0], [800.0, 900.0], [0.5], 4096)
