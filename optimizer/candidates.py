@@ -118,82 +118,108 @@ class Candidates:
 
 
 def generate_candidates(instance: Instance) -> Candidates:
-    """Size every (segment, GPU option, compression states) candidate of the instance (vectorized per GPU)."""
-    from models.segments import RawSums, compressed_band, raw_between, segment_basis, stats_from_raw
+    """Size every (segment, GPU option, compression states, batch cap) candidate of the instance."""
+    from models.segments import segment_basis
 
     w = instance.workload
     b = np.asarray(instance.pools.boundaries, dtype=float)
-    top = len(b) - 1
     gammas = (1.0,) + tuple(instance.pools.compress_gammas)
-    p_c = instance.pools.compress_success
-    n_states = len(gammas)
+    rows = _candidate_rows(b, gammas)
     grid = np.unique(np.concatenate([b] + [g * b[1:-1] for g in gammas[1:]]))
     grid = grid[grid <= b[-1]]
-    at = {float(x): n for n, x in enumerate(grid)}
-    pairs = []  # (i, j, s_in, s_out) arrays
-    for s_in in range(n_states):
-        for s_out in range(n_states):
-            ii, jj = np.triu_indices(len(b), k=1)
-            ok = np.ones(len(ii), dtype=bool)
-            if s_in:
-                ok &= (ii > 0) & (gammas[s_in] * b[ii] <= b[jj])
-            if s_out:  # the band (b_j, gamma b_j] must exist above this pool
-                ok &= (jj < top) & (gammas[s_out] * b[jj] <= b[-1])
-            pairs.append((ii[ok], jj[ok], np.full(ok.sum(), s_in), np.full(ok.sum(), s_out)))
-    ii, jj, sin, sout = (np.concatenate(x) for x in zip(*pairs))
-    gi = np.array([at[float(x)] for x in b[ii]])
-    gj = np.array([at[float(x)] for x in b[jj]])
-    gm = np.array([at.get(float(gammas[s] * b[i]), at[float(b[i])]) for i, s in zip(ii, sin)])
     pools, choices, dropped = _Columns(), _Columns(), []
+    bases: dict[int, object] = {}
     for g_idx, opt in enumerate(instance.gpus):
         chunk = opt.profile.chunk_tokens
-        basis = segment_basis(w.lengths, grid, chunk, w.input_fraction)
-        kept_below = np.where(sin > 0, 1.0 - p_c, 1.0)
-        raw = raw_between(basis, gi, gm).scaled(kept_below) + raw_between(basis, gm, gj)
-        if n_states > 1 and p_c > 0:
-            zero = raw_between(basis, [0], [0])
-            # row j + 1 of bands[s - 1]: the p_c share of (b_j, gamma_s b_j] compressed to b_j; row 0: nothing
-            bands = [RawSums.stack([zero] + [compressed_band(w.lengths, b[j], gammas[s], chunk, w.input_fraction)
-                                             .scaled([p_c]) if 0 < j < top and gammas[s] * b[j] <= b[-1] else zero
-                                             for j in range(len(b))]) for s in range(1, n_states)]
-            for s in range(1, n_states):
-                raw = raw + bands[s - 1].take(np.where(sout == s, jj + 1, 0))
-        rows, caps, slow = _batch_caps(instance, opt.profile, b[jj])
-        for k in np.flatnonzero(slow):
-            if sin[k] == 0 and sout[k] == 0:
-                dropped.append(Dropped(int(b[ii[k]]), int(b[jj[k]]), opt.name, _tpot_reason(instance, opt.profile, b[jj[k]])))
-        s_ = stats_from_raw(raw.take(rows), b[ii[rows]], b[jj[rows]], opt.profile, n_slots=caps)
-        lam = w.arrival_rate_req_per_s * s_.rate_share
-        if instance.slo.scope == "fleet":
-            counts, ok, reasons = _fleet_counts(instance, s_, lam)
-        else:
-            counts, ok, reasons = _pool_counts(instance, s_, lam)
-        largest_cap = np.r_[rows[1:] != rows[:-1], True]  # rows are sorted by (row, cap)
-        for k in np.flatnonzero(~ok & largest_cap):
-            r = rows[k]
-            if sin[r] == 0 and sout[r] == 0:  # compressed variants of a dropped segment say nothing new
-                dropped.append(Dropped(int(b[ii[r]]), int(b[jj[r]]), opt.name, reasons[k]))
-        first = len(pools)
-        keep = np.flatnonzero(ok)
-        pools.add(i=ii[rows[keep]], j=jj[rows[keep]], gpu=np.full(len(keep), g_idx), arrival_rate=lam[keep],
-                  output_tok_per_s=lam[keep] * np.nan_to_num(s_.mean_output_tokens[keep]),
-                  state_in=sin[rows[keep]], state_out=sout[rows[keep]], cap=caps[keep])
-        for k_local, k in enumerate(keep):
-            n_base, miss = counts[k]
-            n = np.ceil(n_base / opt.availability - 1e-9).astype(np.int64)
-            es = float(np.nan_to_num(s_.mean_service_s[k]))
-            batch = lam[k] * es / n
-            choices.add(pool=np.full(len(n), first + k_local), replicas=n, gpus=n * opt.profile.gpus_per_replica,
-                        cost=n * opt.profile.cost_usd_per_hr,
-                        power=n * opt.profile.power.power_w(np.minimum(batch, s_.n_slots[k])),
-                        miss=lam[k] * miss)
+        if chunk not in bases:
+            bases[chunk] = segment_basis(w.lengths, grid, chunk, w.input_fraction)
+        raw = _traffic(instance, bases[chunk], grid, b, gammas, rows, chunk)
+        _size_option(instance, g_idx, opt, raw, b, rows, pools, choices, dropped)
     P, C = pools.arrays(), choices.arrays()
     return Candidates(b, tuple(g.name for g in instance.gpus), P["i"].astype(np.int64), P["j"].astype(np.int64),
                       P["gpu"].astype(np.int64), P["arrival_rate"], P["output_tok_per_s"],
                       C["pool"].astype(np.int64), C["replicas"].astype(np.int64), C["gpus"].astype(np.int64),
-                      C["cost"], C["power"], C["miss"], tuple(dropped), len(ii) * len(instance.gpus),
+                      C["cost"], C["power"], C["miss"], tuple(dropped), len(rows[0]) * len(instance.gpus),
                       P["state_in"].astype(np.int64), P["state_out"].astype(np.int64), P["cap"].astype(np.int64),
                       gammas)
+
+
+def _candidate_rows(b: np.ndarray, gammas: tuple[float, ...]):
+    """All (i, j, state in, state out) with i < j whose compression bands fit: arrays ``ii, jj, sin, sout``.
+
+    A pool entered in state :math:`s > 0` lost :math:`(b_i, \\gamma_s b_i]` to the pool below, so that band must
+    end within it; a pool leaving in state :math:`s > 0` needs a pool above it for its band.
+    """
+    top = len(b) - 1
+    parts = []
+    for s_in in range(len(gammas)):
+        for s_out in range(len(gammas)):
+            ii, jj = np.triu_indices(len(b), k=1)
+            ok = np.ones(len(ii), dtype=bool)
+            if s_in:
+                ok &= (ii > 0) & (gammas[s_in] * b[ii] <= b[jj])
+            if s_out:
+                ok &= (jj < top) & (gammas[s_out] * b[jj] <= b[-1])
+            parts.append((ii[ok], jj[ok], np.full(ok.sum(), s_in), np.full(ok.sum(), s_out)))
+    return tuple(np.concatenate(x) for x in zip(*parts))
+
+
+def _traffic(instance: Instance, basis, grid: np.ndarray, b: np.ndarray, gammas, rows, chunk: int):
+    """Raw moment sums of every candidate's traffic: its range, less the band the pool below compresses
+    away, plus its own compressed band (see :func:`models.fleet.evaluate_fleet`)."""
+    from models.segments import RawSums, compressed_band, raw_between
+
+    w = instance.workload
+    p_c = instance.pools.compress_success
+    ii, jj, sin, sout = rows
+    at = {float(x): n for n, x in enumerate(grid)}
+    gi = np.array([at[float(x)] for x in b[ii]], dtype=np.int64)
+    gj = np.array([at[float(x)] for x in b[jj]], dtype=np.int64)
+    gm = np.array([at.get(float(gammas[s] * b[i]), at[float(b[i])]) for i, s in zip(ii, sin)], dtype=np.int64)
+    raw = raw_between(basis, gi, gm).scaled(np.where(sin > 0, 1.0 - p_c, 1.0)) + raw_between(basis, gm, gj)
+    if len(gammas) == 1 or p_c == 0:
+        return raw
+    top = len(b) - 1
+    zero = raw_between(basis, [0], [0])
+    for s in range(1, len(gammas)):
+        # row j + 1: the p_c share of (b_j, gamma_s b_j] compressed to b_j; row 0: nothing
+        bands = RawSums.stack([zero] + [compressed_band(w.lengths, b[j], gammas[s], chunk, w.input_fraction).scaled([p_c])
+                                        if 0 < j < top and gammas[s] * b[j] <= b[-1] else zero
+                                        for j in range(len(b))])
+        raw = raw + bands.take(np.where(sout == s, jj + 1, 0))
+    return raw
+
+
+def _size_option(instance: Instance, g_idx: int, opt, raw, b, rows, pools, choices, dropped) -> None:
+    """Statistics, sizing and replica choices of one GPU option's candidates (appended to the columns)."""
+    from models.segments import stats_from_raw
+
+    ii, jj, sin, sout = rows
+    w = instance.workload
+    prof = opt.profile
+    idx, caps, slow = _batch_caps(instance, prof, b[jj])
+    for k in np.flatnonzero(slow & (sin == 0) & (sout == 0)):
+        dropped.append(Dropped(int(b[ii[k]]), int(b[jj[k]]), opt.name, _tpot_reason(instance, prof, b[jj[k]])))
+    s = stats_from_raw(raw.take(idx), b[ii[idx]], b[jj[idx]], prof, n_slots=caps)
+    lam = w.arrival_rate_req_per_s * s.rate_share
+    counts, ok, reasons = (_fleet_counts if instance.slo.scope == "fleet" else _pool_counts)(instance, s, lam)
+    largest_cap = np.r_[idx[1:] != idx[:-1], True]  # rows are sorted by (row, cap)
+    for k in np.flatnonzero(~ok & largest_cap):
+        r = idx[k]
+        if sin[r] == 0 and sout[r] == 0:  # compressed variants of a dropped segment say nothing new
+            dropped.append(Dropped(int(b[ii[r]]), int(b[jj[r]]), opt.name, reasons[k]))
+    first = len(pools)
+    keep = np.flatnonzero(ok)
+    pools.add(i=ii[idx[keep]], j=jj[idx[keep]], gpu=np.full(len(keep), g_idx), arrival_rate=lam[keep],
+              output_tok_per_s=lam[keep] * np.nan_to_num(s.mean_output_tokens[keep]),
+              state_in=sin[idx[keep]], state_out=sout[idx[keep]], cap=caps[keep])
+    for k_local, k in enumerate(keep):
+        n_base, miss = counts[k]
+        n = np.ceil(n_base / opt.availability - 1e-9).astype(np.int64)
+        batch = lam[k] * float(np.nan_to_num(s.mean_service_s[k])) / n
+        choices.add(pool=np.full(len(n), first + k_local), replicas=n, gpus=n * prof.gpus_per_replica,
+                    cost=n * prof.cost_usd_per_hr, power=n * prof.power.power_w(np.minimum(batch, s.n_slots[k])),
+                    miss=lam[k] * miss)
 
 
 CAP_LEVELS = (1.0, 0.5, 0.25)
