@@ -105,8 +105,10 @@ def solve(instance, top, max_pools, objective, time_limit, mip_gap, threads, met
     """Find the cheapest (or least-power) fleet: pools, splits, GPU types and replica counts."""
     extra = [f"pools.max_pools={max_pools}"] * (max_pools is not None) + [f"objective={objective}"] * bool(objective)
     inst = api.load(instance, list(overrides) + extra)
+    # the HiGHS log goes to stderr when stdout carries the JSON
+    tee = [sys.stderr] if (verbose and json_out == "-") else verbose
     rep = api.solve(inst, top=top, time_limit_s=time_limit, mip_gap=mip_gap, threads=threads, method=method,
-                    verbose=verbose)
+                    verbose=tee)
     _emit(lambda c: report.render_solve(c, rep), report.solve_json(rep), json_out, (inst.path,))
     raise click.exceptions.Exit(api.exit_code(rep))
 
