@@ -71,11 +71,15 @@ def prefill_time_s(profile: ServingProfile, prompt_tokens):
     return prefill_chunks(profile, prompt_tokens) * (profile.W_s + profile.H_s)
 
 
-def service_time_s(profile: ServingProfile, ctx_tokens: int, prompt_tokens, output_tokens):
-    """Slot holding time :math:`S` in seconds in a pool of context window ``ctx_tokens``."""
+def service_time_s(profile: ServingProfile, ctx_tokens: int, prompt_tokens, output_tokens, batch_cap=None):
+    """Slot holding time :math:`S` in seconds in a pool of context window ``ctx_tokens``.
+
+    ``batch_cap`` (max_num_seqs) replaces :math:`n_{slots}(B)` in the iteration time when the pool runs
+    fewer sequences than its KV cache holds.
+    """
     l_in = np.asarray(prompt_tokens, dtype=float)
     l_out = np.asarray(output_tokens, dtype=float)
-    n = profile.n_slots(ctx_tokens)
+    n = profile.n_slots(ctx_tokens) if batch_cap is None else batch_cap
     return (prefill_chunks(profile, l_in) + l_out) * iteration_latency_s(profile, n, l_in + l_out)
 
 

@@ -1,0 +1,700 @@
+"""A discrete-event simulator of LLM serving pools, in two service modes.
+
+A run takes plain data: pools (:class:`SimPool`), a request stream
+(:class:`solvers.des_routing.Requests`), a router between pools and a dispatch
+policy within a pool (:mod:`solvers.des_routing`). It returns one record per
+request, as the columns of a frozen :class:`SimResult`. The engine is
+deterministic; randomness enters only through the request stream and the
+routers, which take an explicit ``numpy.random.Generator``.
+
+Modes
+-----
+``mode="slot"`` - the analytic model's own view (:mod:`models.queueing`).
+Every request holds one KV slot (a server) for its service time
+
+.. math:: S = \\left(\\lceil l_{in}/c \\rceil + l_{out}\\right) t(n, l_{in} + l_{out})
+
+(:mod:`models.service` with :math:`n` the pool's batch cap ``max_num_seqs``,
+as :mod:`models.fleet` does), or for a time given per request. With
+``queue="pool"`` (the default) one FCFS queue feeds any free slot of the pool:
+an M/G/c queue with :math:`c` = replicas x slots, which is what Erlang-C
+models. With ``queue="replica"`` a dispatch policy picks the replica on arrival
+and each replica has its own FCFS queue. The first token comes
+:math:`T_{pf} = \\lceil l_{in}/c \\rceil (W + H)` after the start
+(:func:`models.service.prefill_time_s`), or at the end if a given service
+time is shorter.
+
+``mode="iteration"`` - continuous batching as in vLLM, per replica. A request
+joins its replica's FCFS waiting queue and is admitted while fewer than
+``max_num_seqs`` sequences run. Every iteration advances each running
+sequence one step: a prefill chunk of :math:`c` tokens
+(``profile.chunk_tokens``) while its prompt lasts, then one output token. The
+first token comes at the end of the last of :math:`k = \\lceil l_{in}/c \\rceil`
+prefill iterations, and the request completes :math:`l_{out}` decode
+iterations later (:math:`k + l_{out}` iterations, as in :math:`S` above). An
+iteration over sequences with contexts :math:`x_1, \\dots, x_n` takes
+
+.. math:: t = t(n, \\bar x) = W + h \\sum_s x_s, \\qquad h = H / B_{cal}
+
+(:func:`models.service.iteration_latency_s` with the batch's mean context,
+which is affine in :math:`n \\bar x`), where the context :math:`x_s` of a
+sequence is the number of tokens in its KV cache at the *start* of the
+iteration: :math:`0, c, 2c, \\dots, (k-1)c` over its prefill chunks and
+:math:`l_{in}, l_{in}+1, \\dots, l_{in}+l_{out}-1` over its decode steps.
+
+Between two events of a replica (an admission, a prefill end, a completion)
+every iteration has the same sequences and the total context grows by
+:math:`g = c\\, n_{pf} + n_{dec}` per iteration, so :math:`m` iterations from
+an anchor of total context :math:`C_0` take exactly
+
+.. math:: T(m) = \\sum_{j=0}^{m-1} \\left(W + h (C_0 + j g)\\right)
+          = m (W + h C_0) + h g \\frac{m (m - 1)}{2}
+
+(integrated exactly, no frozen mean). The engine therefore jumps from event to
+event: each replica keeps its sequences' event *iteration indices* in a heap
+(every running sequence advances one step per iteration, whatever the batch),
+and only the replica's next event goes onto the global event heap. Context
+sums are kept in integer tokens, so they never drift.
+
+Order of simultaneous events
+----------------------------
+1. Events on the heap (a slot freed, a replica boundary) come before arrivals
+   at the same instant; among themselves, in the order they were scheduled
+   (the heap's sequence number). Either order of an arrival and a departure at
+   one instant gives the same waits: a freed slot or batch place goes to the
+   queue head, and an arrival joins the back of the queue.
+2. At a replica boundary, every sequence whose prefill ends or which completes
+   there is handled first (in request order), then waiting requests are
+   admitted FCFS into the freed places, then the replica's next boundary is
+   scheduled.
+3. A request arriving at a busy replica joins at the first iteration boundary
+   at or after its arrival; an iteration in progress is never joined. An idle
+   replica starts an iteration at once.
+
+Arrivals are exogenous and sorted, so they are merged into the loop from their
+array instead of being pushed onto the heap.
+
+Records
+-------
+Every request leaves exactly one record: ``COMPLETED`` (all times known),
+``UNFINISHED`` (in the system or not yet arrived at the horizon; times after
+the horizon are NaN) or ``REJECTED`` (no pool takes it, or it is longer than
+its pool's context window; never served, times NaN). Per pool the run also
+integrates the number in system (for Little's law), busy slot-seconds
+(utilisation), and per replica the batch and the power
+:math:`\\int P(b(t))\\,dt` exactly over the piecewise-constant batch
+:math:`b(t)` (:class:`models.power.PowerCurve`), all over the observation
+window ``[warmup_s, end]``.
+
+References
+----------
+.. [1] W. Kwon et al., "Efficient Memory Management for Large Language Model
+       Serving with PagedAttention", SOSP 2023 (continuous batching in vLLM).
+.. [2] L. Kleinrock, *Queueing Systems Vol. 1*, Wiley 1975 (M/G/c, Little's law).
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import math
+from collections import deque
+from dataclasses import dataclass
+from enum import IntEnum
+from typing import Iterator, Sequence
+
+import numpy as np
+
+from models.profiles import ServingProfile
+from models.service import iteration_latency_s, prefill_chunks, prefill_time_s, service_time_s
+
+from .des_routing import Dispatch, JoinShortestQueue, Requests, Router
+
+__all__ = ["SimPool", "Outcome", "EventKind", "RequestRecord", "SimResult", "simulate", "MODES", "QUEUES"]
+
+MODES = ("slot", "iteration")
+QUEUES = ("pool", "replica")
+
+
+class Outcome(IntEnum):
+    """How a request left the simulation (its record's ``outcome``)."""
+
+    COMPLETED = 0
+    UNFINISHED = 1
+    REJECTED = 2
+
+
+class EventKind(IntEnum):
+    """Kinds of events. ``ARRIVAL`` is merged from the sorted arrival stream and never sits on the heap."""
+
+    ARRIVAL = 0
+    SLOT_FREED = 1   # slot mode: target is the request whose service ends
+    BOUNDARY = 2     # iteration mode: target is the replica reaching its next event boundary
+
+
+@dataclass(frozen=True)
+class SimPool:
+    """A pool of identical replicas (configuration only; the run keeps its state elsewhere).
+
+    Parameters
+    ----------
+    name : str
+        Unique pool name (routers address pools by name).
+    profile : ServingProfile
+        What one replica can do (:mod:`models.profiles`).
+    replicas : int
+        Number of replicas, >= 1.
+    max_num_seqs : int or None
+        Batch cap per replica (slots in slot mode); None means
+        ``profile.n_slots(window_tokens)``. Must not exceed that.
+    window_tokens : int
+        Context window: requests with :math:`l_{in} + l_{out}` above it are rejected.
+    """
+
+    name: str
+    profile: ServingProfile
+    replicas: int
+    max_num_seqs: int | None
+    window_tokens: int
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not self.name:
+            raise ValueError(f"pool name must be a non-empty string; got {self.name!r}")
+        if not isinstance(self.profile, ServingProfile):
+            raise ValueError(f"pool {self.name}: profile must be a ServingProfile; got {type(self.profile).__name__}")
+        if int(self.replicas) != self.replicas or self.replicas < 1:
+            raise ValueError(f"pool {self.name}: replicas must be a whole number >= 1; got {self.replicas}")
+        if int(self.window_tokens) != self.window_tokens or self.window_tokens < 1:
+            raise ValueError(f"pool {self.name}: window_tokens must be a whole number >= 1; got {self.window_tokens}")
+        slots = int(self.profile.n_slots(int(self.window_tokens)))
+        if slots < 1:
+            raise ValueError(f"pool {self.name}: a {self.window_tokens}-token window does not fit one sequence "
+                             f"in the KV cache of {self.profile.name}")
+        cap = slots if self.max_num_seqs is None else self.max_num_seqs
+        if int(cap) != cap or not 1 <= cap <= slots:
+            raise ValueError(f"pool {self.name}: max_num_seqs must be a whole number in [1, {slots}] "
+                             f"(sequences {self.profile.name} holds at {self.window_tokens} tokens); got {cap}")
+        object.__setattr__(self, "replicas", int(self.replicas))
+        object.__setattr__(self, "window_tokens", int(self.window_tokens))
+        object.__setattr__(self, "max_num_seqs", int(cap))
+
+
+@dataclass(frozen=True, slots=True)
+class RequestRecord:
+    """One request's record (a row of :class:`SimResult`); a missing time or index is None."""
+
+    request_id: int
+    pool: int | None
+    replica: int | None
+    arrival_at_s: float
+    start_at_s: float | None
+    first_token_at_s: float | None
+    end_at_s: float | None
+    outcome: Outcome
+
+
+@dataclass(frozen=True, eq=False)
+class SimResult:
+    """What a run produced: per-request columns plus per-pool and per-replica integrals.
+
+    Request columns (length = number of requests, in input order): ``arrival_at_s``,
+    ``start_at_s`` (admitted to a slot or batch), ``first_token_at_s``, ``end_at_s``
+    (NaN when unknown), ``prompt_tokens``, ``output_tokens``, ``pool`` (router's
+    choice, -1 none), ``replica`` (global index, -1 none) and ``outcome``
+    (:class:`Outcome` codes). Time integrals cover ``[window_start_s, window_end_s]``.
+    """
+
+    mode: str
+    pool_names: tuple[str, ...]
+    arrival_at_s: np.ndarray
+    start_at_s: np.ndarray
+    first_token_at_s: np.ndarray
+    end_at_s: np.ndarray
+    prompt_tokens: np.ndarray
+    output_tokens: np.ndarray
+    pool: np.ndarray
+    replica: np.ndarray
+    outcome: np.ndarray
+    window_start_s: float
+    window_end_s: float
+    pool_mean_in_system: np.ndarray
+    """Time-average number of requests in each pool (waiting or served)."""
+    pool_busy_slot_s: np.ndarray
+    """Slot-seconds in use per pool (integral of the running sequences)."""
+    pool_slots: np.ndarray
+    """Slots per pool: replicas x max_num_seqs."""
+    replica_pool: np.ndarray
+    replica_mean_batch: np.ndarray
+    """Time-average running sequences (batch) of each replica."""
+    replica_energy_j: np.ndarray
+    """:math:`\\int P(b(t))\\,dt` of each replica over the window, in joules."""
+    events: int
+    """Events handled (arrivals plus heap events, stale ones included)."""
+
+    @property
+    def window_s(self) -> float:
+        return self.window_end_s - self.window_start_s
+
+    def count(self, outcome: Outcome) -> int:
+        return int(np.count_nonzero(self.outcome == outcome))
+
+    @property
+    def pool_utilization(self) -> np.ndarray:
+        """Busy slot-seconds over slot-seconds available, per pool."""
+        return self.pool_busy_slot_s / (self.pool_slots * self.window_s)
+
+    @property
+    def pool_mean_batch(self) -> np.ndarray:
+        """Mean over a pool's replicas of their time-average batch."""
+        return np.bincount(self.replica_pool, self.replica_mean_batch, len(self.pool_names)) / np.bincount(
+            self.replica_pool, minlength=len(self.pool_names))
+
+    @property
+    def pool_mean_power_w(self) -> np.ndarray:
+        """Time-average power of each pool (sum over its replicas), in watts."""
+        return np.bincount(self.replica_pool, self.replica_energy_j, len(self.pool_names)) / self.window_s
+
+    def record(self, i: int) -> RequestRecord:
+        """Request ``i`` as a :class:`RequestRecord` (NaN and -1 become None)."""
+        def opt(x):
+            return None if math.isnan(x) else float(x)
+        return RequestRecord(int(i), None if self.pool[i] < 0 else int(self.pool[i]),
+                             None if self.replica[i] < 0 else int(self.replica[i]), float(self.arrival_at_s[i]),
+                             opt(self.start_at_s[i]), opt(self.first_token_at_s[i]), opt(self.end_at_s[i]),
+                             Outcome(int(self.outcome[i])))
+
+    def records(self) -> Iterator[RequestRecord]:
+        return (self.record(i) for i in range(len(self.arrival_at_s)))
+
+
+def simulate(pools: Sequence[SimPool], requests: Requests, router: Router, *, mode: str = "iteration",
+             queue: str | None = None, dispatch: Dispatch | None = None, horizon_s: float | None = None,
+             warmup_s: float = 0.0) -> SimResult:
+    """Simulate ``requests`` through ``pools``; every request gets exactly one record.
+
+    Parameters
+    ----------
+    pools : sequence of SimPool
+        The pools, with unique names.
+    requests : Requests
+        Arrival instants and lengths (and, for slot mode, optional service times).
+    router : Router
+        Picks each request's pool by name before the run (:mod:`solvers.des_routing`).
+    mode : {"iteration", "slot"}
+        Service model (see the module docstring).
+    queue : {"pool", "replica"} or None
+        Slot mode: one FCFS queue per pool (default; M/G/c) or per replica.
+        Iteration mode always queues per replica (None or "replica").
+    dispatch : Dispatch or None
+        Replica choice on arrival when queueing per replica (default
+        :class:`~solvers.des_routing.JoinShortestQueue`).
+    horizon_s : float or None
+        Stop at this instant (requests still in flight are ``UNFINISHED``);
+        None runs until every accepted request completes.
+    warmup_s : float
+        Start of the window of the time integrals (per-request columns are unaffected).
+
+    Returns
+    -------
+    SimResult
+
+    Raises
+    ------
+    ValueError
+        For an unknown ``mode`` or ``queue``, a router naming an unknown pool,
+        duplicate pool names, service times outside slot mode, or a bad horizon.
+
+    Notes
+    -----
+    Time averages (number in system, batch, power, utilisation) cover
+    ``[warmup_s, end]``; without a horizon the end is the last completion, so
+    the window includes the drain after the last arrival. For steady-state
+    averages pass a horizon (e.g. the last arrival instant) and a warm-up.
+
+    Examples
+    --------
+    >>> from models.power import PowerCurve
+    >>> from models.profiles import CalibratedProfile
+    >>> from solvers.des_routing import LengthRouter, Requests
+    >>> gpu = CalibratedProfile("g", "m", 0.004, 0.00032, 8192, 1024, 16, 65536, 256, 1.0, 1,
+    ...     PowerCurve(300.0, 600.0, 1.0, 4.2, "measured"))
+    >>> req = Requests(np.array([0.0, 0.001]), np.array([1500, 200]), np.array([20, 5]))
+    >>> res = simulate([SimPool("p", gpu, 1, None, 4096)], req, LengthRouter([0, 4096], ["p"]))
+    >>> [Outcome(int(k)).name for k in res.outcome]
+    ['COMPLETED', 'COMPLETED']
+    >>> float(res.start_at_s[1])      # joins when the first 4 ms iteration (context 0) ends
+    0.004
+    """
+    if not isinstance(requests, Requests):
+        raise ValueError(f"requests must be a Requests stream; got {type(requests).__name__}")
+    if mode not in MODES:
+        raise ValueError(f"mode must be one of {MODES}; got {mode!r}")
+    queue = queue if queue is not None else ("pool" if mode == "slot" else "replica")
+    if queue not in QUEUES:
+        raise ValueError(f"queue must be one of {QUEUES}; got {queue!r}")
+    if mode == "iteration" and queue != "replica":
+        raise ValueError("mode='iteration' queues per replica (vLLM schedules each replica); use queue='replica'")
+    if mode == "iteration" and requests.service_s is not None:
+        raise ValueError("requests.service_s applies to mode='slot' only; "
+                         "iteration mode derives service from the profile")
+    pools = list(pools)
+    if not pools:
+        raise ValueError("simulate needs at least one pool")
+    names = [p.name for p in pools]
+    if len(set(names)) != len(names):
+        raise ValueError(f"pool names must be unique; got {names}")
+    unknown = [x for x in router.pool_names if x not in names]
+    if unknown:
+        raise ValueError(f"router {router!r} names unknown pools {unknown}; known: {', '.join(names)}")
+    hi_s = math.inf if horizon_s is None else float(horizon_s)
+    if not (0 < hi_s < math.inf or horizon_s is None):
+        raise ValueError(f"horizon_s must be finite and > 0, or None; got {horizon_s}")
+    if not 0.0 <= warmup_s < hi_s:
+        raise ValueError(f"warmup_s must lie in [0, horizon_s); got {warmup_s}")
+    dispatch = JoinShortestQueue() if dispatch is None else dispatch
+    if not isinstance(dispatch, Dispatch):
+        raise ValueError(f"dispatch must be a Dispatch policy; got {dispatch!r}")
+
+    n = len(requests)
+    routed = np.asarray(router.route(requests.prompt_tokens, requests.output_tokens), dtype=np.int64)
+    if routed.shape != (n,) or np.any((routed < -1) | (routed >= len(router.pool_names))):
+        raise ValueError(f"router {router!r} returned pool indices outside [-1, {len(router.pool_names)})")
+    to_pool = np.array([names.index(x) for x in router.pool_names] + [-1], dtype=np.int64)
+    pool_of = to_pool[routed]                      # routed == -1 picks the trailing -1
+    window = np.array([p.window_tokens for p in pools] + [0])
+    accepted = (pool_of >= 0) & (requests.total_tokens <= window[pool_of])
+
+    state = _State(pools, n, float(warmup_s), hi_s)
+    if mode == "slot":
+        arrive, serve = _slot_station(state, pools, requests, pool_of, accepted, queue, dispatch)
+    else:
+        arrive, serve = _iteration_station(state, pools, requests, pool_of, dispatch)
+    order = np.flatnonzero(accepted)
+    last_at, events = _run(state.heap, arrive, serve, requests.arrival_at_s[order].tolist(), order.tolist(), hi_s)
+    end_s = hi_s if horizon_s is not None else max(last_at, float(warmup_s))
+    return state.result(mode, tuple(names), requests, pool_of, accepted, end_s, events)
+
+
+def _run(heap: list, arrive, serve, arrival_at_s: list, order: list, horizon_s: float) -> tuple[float, int]:
+    """The engine loop: merge the sorted arrivals with the event heap until both run dry or the horizon.
+
+    Heap entries are ``(at_s, sequence number, EventKind, target)``; the
+    sequence number (an ``itertools.count``) breaks ties, so kinds and targets
+    are never compared. A heap event at the same instant as an arrival is
+    handled first (module docstring, "Order of simultaneous events").
+    Returns the instant of the last event handled and the number of events.
+    """
+    pop = heapq.heappop
+    times = arrival_at_s + [math.inf]
+    j, events, last_at = 0, 0, 0.0
+    next_arrival = times[0]
+    while True:
+        service_at = heap[0][0] if heap else math.inf
+        if service_at <= next_arrival:
+            if service_at > horizon_s or service_at == math.inf:
+                break
+            at, seq, kind, target = pop(heap)
+            serve(at, seq, kind, target)
+        else:
+            at = next_arrival
+            if at > horizon_s:
+                break
+            arrive(at, order[j])
+            j += 1
+            next_arrival = times[j]
+        events += 1
+        last_at = at
+    return last_at, events
+
+
+class _State:
+    """Run-time state shared by both modes: the heap, the record columns and the time integrals."""
+
+    def __init__(self, pools: list[SimPool], n: int, lo_s: float, hi_s: float) -> None:
+        self.heap: list = []
+        self.counter = itertools.count()
+        self.start = [math.nan] * n
+        self.first = [math.nan] * n
+        self.end = [math.nan] * n
+        self.rep = [-1] * n
+        self.ranges, self.replica_pool, self.cap, self.power = [], [], [], []
+        r = 0
+        for k, p in enumerate(pools):
+            self.ranges.append(range(r, r + p.replicas))
+            table = np.asarray(p.profile.power.power_w(np.arange(p.max_num_seqs + 1)), dtype=float).tolist()
+            for _ in range(p.replicas):
+                self.replica_pool.append(k)
+                self.cap.append(p.max_num_seqs)
+                self.power.append(table)
+            r += p.replicas
+        R, P = r, len(pools)
+        self.lo_s, self.hi_s = lo_s, hi_s
+        self.batch = [0] * R                         # running sequences (busy slots) per replica
+        self.outstanding = [0] * R                   # running plus waiting, for dispatch
+        self.batch_last = [lo_s] * R
+        self.batch_area = [0.0] * R
+        self.energy = [0.0] * R
+        self.in_system = [0] * P
+        self.system_last = [lo_s] * P
+        self.system_area = [0.0] * P
+        self.slots = [p.replicas * p.max_num_seqs for p in pools]
+
+    def batch_to(self, r: int, t: float) -> None:
+        """Integrate replica ``r``'s batch and power up to instant ``t`` (clipped to the window)."""
+        t = self.lo_s if t < self.lo_s else (self.hi_s if t > self.hi_s else t)
+        dt = t - self.batch_last[r]
+        if dt > 0:
+            b = self.batch[r]
+            self.batch_area[r] += b * dt
+            self.energy[r] += self.power[r][b] * dt
+            self.batch_last[r] = t
+
+    def system_to(self, p: int, t: float, delta: int) -> None:
+        """Integrate pool ``p``'s number in system up to ``t``, then change it by ``delta``."""
+        t = self.lo_s if t < self.lo_s else (self.hi_s if t > self.hi_s else t)
+        dt = t - self.system_last[p]
+        if dt > 0:
+            self.system_area[p] += self.in_system[p] * dt
+            self.system_last[p] = t
+        self.in_system[p] += delta
+
+    def result(self, mode, names, requests: Requests, pool_of, accepted, end_s: float, events: int) -> SimResult:
+        for r in range(len(self.batch)):
+            self.batch_to(r, end_s)
+        for p in range(len(names)):
+            self.system_to(p, end_s, 0)
+        cols = [np.array(x, dtype=float) for x in (self.start, self.first, self.end)]
+        for c in cols:
+            c[c > end_s] = math.nan
+        start, first, end = cols
+        outcome = np.where(~accepted, Outcome.REJECTED,
+                           np.where(np.isfinite(end), Outcome.COMPLETED, Outcome.UNFINISHED)).astype(np.int8)
+        window = end_s - self.lo_s
+        with np.errstate(divide="ignore", invalid="ignore"):
+            mean_in_system = np.array(self.system_area) / window
+            mean_batch = np.array(self.batch_area) / window
+        columns = [requests.arrival_at_s.copy(), start, first, end, requests.prompt_tokens.copy(),
+                   requests.output_tokens.copy(), pool_of, np.array(self.rep, dtype=np.int64), outcome]
+        pools = [mean_in_system, np.bincount(self.replica_pool, self.batch_area, len(names)),
+                 np.array(self.slots, dtype=np.int64), np.array(self.replica_pool, dtype=np.int64),
+                 mean_batch, np.array(self.energy)]
+        for a in columns + pools:
+            a.flags.writeable = False
+        return SimResult(mode, names, *columns, self.lo_s, end_s, *pools, events)
+
+
+def _slot_service_s(pool: SimPool, prompt, output) -> np.ndarray:
+    """:math:`S = (\\lceil l_{in}/c \\rceil + l_{out})\\, t(n_{cap}, l_{in} + l_{out})`.
+
+    :func:`models.service.service_time_s` with the pool's batch cap in place of
+    :math:`n_{slots}(B)` (equal when ``max_num_seqs`` is left at its default).
+    """
+    return service_time_s(pool.profile, pool.window_tokens, prompt, output, batch_cap=pool.max_num_seqs)
+
+
+def _slot_station(st: _State, pools, requests: Requests, pool_of, accepted, queue: str, dispatch: Dispatch):
+    """Arrival and slot-release handlers of slot mode (FCFS per pool or per replica)."""
+    n = len(requests)
+    service = np.zeros(n) if requests.service_s is None else requests.service_s.copy()
+    prefill = np.zeros(n)
+    for k, p in enumerate(pools):
+        sel = accepted & (pool_of == k)
+        l_in, l_out = requests.prompt_tokens[sel], requests.output_tokens[sel]
+        if requests.service_s is None:
+            service[sel] = _slot_service_s(p, l_in, l_out)
+        prefill[sel] = prefill_time_s(p.profile, l_in)
+    prefill = np.minimum(prefill, service)   # a given service time shorter than the prefill ends with it
+    service, prefill, rpool = service.tolist(), prefill.tolist(), pool_of.tolist()
+    heap, counter, push = st.heap, st.counter, heapq.heappush
+    start, first, end, rep, busy, cap = st.start, st.first, st.end, st.rep, st.batch, st.cap
+    batch_to, system_to = st.batch_to, st.system_to
+    free = list(st.slots)
+    pool_queue = [deque() for _ in pools]
+    replica_queue = [deque() for _ in busy]
+    outstanding, ranges = st.outstanding, st.ranges
+    least_busy = JoinShortestQueue().bind(ranges, busy)   # pool queue: a free slot on the least busy replica
+    choose = dispatch.bind(ranges, outstanding)
+    SLOT_FREED = EventKind.SLOT_FREED
+
+    def begin(r: int, i: int, now: float) -> None:
+        batch_to(r, now)
+        busy[r] += 1
+        start[i] = now
+        first[i] = now + prefill[i]
+        e = end[i] = now + service[i]
+        rep[i] = r
+        push(heap, (e, next(counter), SLOT_FREED, i))
+
+    def arrive_pool(now: float, i: int) -> None:
+        p = rpool[i]
+        system_to(p, now, 1)
+        if free[p]:
+            free[p] -= 1
+            begin(least_busy(p), i, now)
+        else:
+            pool_queue[p].append(i)
+
+    def serve_pool(at: float, seq: int, kind, i: int) -> None:
+        r, p = rep[i], rpool[i]
+        system_to(p, at, -1)
+        batch_to(r, at)
+        busy[r] -= 1
+        q = pool_queue[p]
+        if q:
+            begin(r, q.popleft(), at)
+        else:
+            free[p] += 1
+
+    def arrive_replica(now: float, i: int) -> None:
+        p = rpool[i]
+        system_to(p, now, 1)
+        r = choose(p)
+        outstanding[r] += 1
+        if busy[r] < cap[r]:
+            begin(r, i, now)
+        else:
+            rep[i] = r
+            replica_queue[r].append(i)
+
+    def serve_replica(at: float, seq: int, kind, i: int) -> None:
+        r = rep[i]
+        system_to(rpool[i], at, -1)
+        batch_to(r, at)
+        busy[r] -= 1
+        outstanding[r] -= 1
+        q = replica_queue[r]
+        if q:
+            begin(r, q.popleft(), at)
+
+    return (arrive_pool, serve_pool) if queue == "pool" else (arrive_replica, serve_replica)
+
+
+def _latency_affine(profile: ServingProfile) -> tuple[float, float]:
+    """Intercept :math:`W` and slope :math:`h` of :math:`t(n, \\bar x) = W + h\\, n \\bar x`, read from
+    :func:`models.service.iteration_latency_s` (raises if it is not affine in :math:`n \\bar x`)."""
+    ctx = float(profile.calibration_ctx_tokens)
+    W = float(iteration_latency_s(profile, 0, 0.0))
+    h = (float(iteration_latency_s(profile, 1, ctx)) - W) / ctx
+    probe = float(iteration_latency_s(profile, 37, 0.3 * ctx))
+    if not math.isclose(probe, W + h * 37 * 0.3 * ctx, rel_tol=1e-9):
+        raise ValueError(f"profile {profile.name}: iteration latency is not affine in n x mean context")
+    return W, h
+
+
+def _iteration_station(st: _State, pools, requests: Requests, pool_of, dispatch: Dispatch):
+    """Arrival and boundary handlers of iteration mode (module docstring: the closed-form jump :math:`T(m)`).
+
+    Per replica: ``it`` iterations done at the anchor instant ``ref``, total
+    start-of-iteration context ``c0`` there and growth ``g`` per iteration, and a
+    heap of keys ``index * M + 2 i + kind`` (kind 0: prefill of request ``i`` ends
+    at iteration ``index``; kind 1: it completes there).
+    """
+    n = len(requests)
+    chunks = np.zeros(n, dtype=np.int64)
+    for k, p in enumerate(pools):
+        sel = pool_of == k
+        chunks[sel] = prefill_chunks(p.profile, requests.prompt_tokens[sel]).astype(np.int64)
+    lin, kch, lout = requests.prompt_tokens.tolist(), chunks.tolist(), requests.output_tokens.tolist()
+    rpool = pool_of.tolist()
+    M = 2 * max(n, 1)
+    W, h, chunk = [], [], []
+    for p in pools:
+        w0, h0 = _latency_affine(p.profile)
+        W += [w0] * p.replicas
+        h += [h0] * p.replicas
+        chunk += [int(p.profile.chunk_tokens)] * p.replicas
+    R = len(W)
+    it, ref, c0, g = [0] * R, [0.0] * R, [0] * R, [0] * R
+    seqs = [[] for _ in range(R)]
+    waiting = [deque() for _ in range(R)]
+    token = [-1] * R
+    heap, counter, push, pop = st.heap, st.counter, heapq.heappush, heapq.heappop
+    start, first, end, rep, run, cap = st.start, st.first, st.end, st.rep, st.batch, st.cap
+    outstanding, replica_pool = st.outstanding, st.replica_pool
+    batch_to, system_to = st.batch_to, st.system_to
+    choose = dispatch.bind(st.ranges, outstanding)
+    BOUNDARY = EventKind.BOUNDARY
+
+    def after(r: int, m: int) -> float:
+        """Instant of boundary ``it + m``: :math:`ref + T(m)`."""
+        return ref[r] + m * (W[r] + h[r] * c0[r]) + h[r] * g[r] * (m * (m - 1) // 2)
+
+    def admit(r: int, i: int, b: float) -> None:
+        run[r] += 1
+        start[i] = b
+        k = kch[i]
+        if k:
+            g[r] += chunk[r]
+            push(seqs[r], (it[r] + k) * M + 2 * i)
+        else:                                   # no prompt: decoding from the start
+            first[i] = b
+            g[r] += 1
+            push(seqs[r], (it[r] + lout[i]) * M + 2 * i + 1)
+
+    def reschedule(r: int) -> None:
+        if run[r]:
+            s = next(counter)
+            push(heap, (after(r, seqs[r][0] // M - it[r]), s, BOUNDARY, r))
+            token[r] = s
+        else:
+            token[r] = -1
+
+    def arrive(now: float, i: int) -> None:
+        system_to(rpool[i], now, 1)
+        r = choose(rpool[i])
+        outstanding[r] += 1
+        rep[i] = r
+        if run[r] >= cap[r]:
+            waiting[r].append(i)
+            return
+        if not run[r]:
+            ref[r] = now                          # idle: an iteration starts now (c0 = g = 0)
+        elif now > ref[r]:                        # first boundary at or after now
+            w, a = W[r] + h[r] * c0[r], h[r] * g[r]
+            x = now - ref[r]
+            m = math.ceil(x / w if a == 0 else (math.sqrt((w - a / 2) ** 2 + 2 * a * x) - (w - a / 2)) / a)
+            while after(r, m) < now:
+                m += 1
+            while m > 0 and after(r, m - 1) >= now:
+                m -= 1
+            ref[r] = after(r, m)
+            c0[r] += m * g[r]
+            it[r] += m
+        batch_to(r, ref[r])
+        admit(r, i, ref[r])
+        reschedule(r)
+
+    def serve(at: float, seq: int, kind, r: int) -> None:
+        if token[r] != seq:
+            return                                # superseded by a later schedule of this replica
+        sq, ch, p = seqs[r], chunk[r], replica_pool[r]
+        e = sq[0] // M
+        c, gr = c0[r] + (e - it[r]) * g[r], g[r]
+        it[r], ref[r] = e, at
+        batch_to(r, at)
+        done = 0
+        while sq and sq[0] // M == e:
+            key = pop(sq)
+            i = (key % M) >> 1
+            if not key & 1:                       # prefill ends: first token; context jumps to l_in
+                first[i] = at
+                c += lin[i] - kch[i] * ch
+                if lout[i]:
+                    gr += 1 - ch
+                    push(sq, (e + lout[i]) * M + 2 * i + 1)
+                    continue
+                gr += 1 - ch                      # no output: it completes at once
+            end[i] = at
+            c -= lin[i] + lout[i]
+            gr -= 1
+            done += 1
+            system_to(p, at, -1)
+        c0[r], g[r] = c, gr
+        run[r] -= done
+        outstanding[r] -= done
+        q = waiting[r]
+        while q and run[r] < cap[r]:
+            admit(r, q.popleft(), at)
+        reschedule(r)
+
+    return arrive, serve
