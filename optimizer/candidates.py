@@ -30,7 +30,7 @@ from models.units import MS_PER_S
 
 from .instance import Instance
 
-__all__ = ["Candidates", "Dropped", "generate_candidates", "prune_dominated"]
+__all__ = ["Candidates", "Dropped", "generate_candidates", "prune_dominated", "restrict"]
 
 MAX_EXTRA_COUNTS = 64
 """Fleet scope: at most this many replica counts above the utilisation floor per candidate."""
@@ -78,6 +78,8 @@ class Candidates:
     """The pool's own compression factor, as an index into ``gammas`` (0 = none)."""
     cap: np.ndarray
     """Batch cap (max_num_seqs) per replica of each pool."""
+    load_erlangs: np.ndarray
+    """Offered load :math:`\\lambda E[S]` of each pool (busy slots on average)."""
     gammas: tuple[float, ...] = (1.0,)
 
     @property
@@ -109,7 +111,7 @@ class Candidates:
         renumber = np.full(len(self), -1)
         renumber[pools] = np.arange(len(pools))
         pool_fields = {f: getattr(self, f)[pools] for f in ("i", "j", "gpu", "arrival_rate", "output_tok_per_s",
-                                                           "state_in", "state_out", "cap")}
+                                                           "state_in", "state_out", "cap", "load_erlangs")}
         choice_fields = {f: getattr(self, f)[keep] for f in ("choice_replicas", "choice_gpus", "choice_cost_per_hr",
                                                              "choice_power_w", "choice_miss_rate")}
         return Candidates(self.boundaries, self.gpu_names, choice_pool=renumber[self.choice_pool[keep]],
@@ -141,7 +143,7 @@ def generate_candidates(instance: Instance) -> Candidates:
                       C["pool"].astype(np.int64), C["replicas"].astype(np.int64), C["gpus"].astype(np.int64),
                       C["cost"], C["power"], C["miss"], tuple(dropped), len(rows[0]) * len(instance.gpus),
                       P["state_in"].astype(np.int64), P["state_out"].astype(np.int64), P["cap"].astype(np.int64),
-                      gammas)
+                      P["load_erlangs"], gammas)
 
 
 def _candidate_rows(b: np.ndarray, gammas: tuple[float, ...]):
@@ -212,7 +214,8 @@ def _size_option(instance: Instance, g_idx: int, opt, raw, b, rows, pools, choic
     keep = np.flatnonzero(ok)
     pools.add(i=ii[idx[keep]], j=jj[idx[keep]], gpu=np.full(len(keep), g_idx), arrival_rate=lam[keep],
               output_tok_per_s=lam[keep] * np.nan_to_num(s.mean_output_tokens[keep]),
-              state_in=sin[idx[keep]], state_out=sout[idx[keep]], cap=caps[keep])
+              state_in=sin[idx[keep]], state_out=sout[idx[keep]], cap=caps[keep],
+              load_erlangs=lam[keep] * np.nan_to_num(s.mean_service_s[keep]))
     for k_local, k in enumerate(keep):
         n_base, miss = counts[k]
         n = np.ceil(n_base / opt.availability - 1e-9).astype(np.int64)
@@ -337,6 +340,29 @@ def _reason(code: str, s, k: int, slo) -> str:
         tau = s.prefill_times_s[min(int(np.searchsorted(cum, 0.99 - 1e-12)), len(cum) - 1)]
         return f"P99 prefill alone is {tau * MS_PER_S:,.0f} ms, above the {slo_ms:,.0f} ms SLO, at any replica count"
     return "no replica count up to the search cap meets the SLO"
+
+
+def restrict(c: Candidates, instance: Instance, min_replicas: dict, forbidden: set) -> Candidates:
+    """Apply cuts from verification: pools ``forbidden`` (keys ``(lo, hi, gpu)``) disappear, and a pool with a
+    minimum count gets every smaller choice raised to it (re-priced: GPUs, cost, power at the same load)."""
+    b = c.boundaries
+    keys = [(int(b[c.i[p]]), int(b[c.j[p]]), c.gpu_names[c.gpu[p]]) for p in range(len(c))]
+    keep = np.array([keys[p] not in forbidden for p in c.choice_pool])
+    replicas = c.choice_replicas.copy()
+    gpus, cost, power = c.choice_gpus.copy(), c.choice_cost_per_hr.copy(), c.choice_power_w.copy()
+    for ch, p in enumerate(c.choice_pool):
+        low = min_replicas.get(keys[p])
+        if low is None or replicas[ch] >= low:
+            continue
+        prof = instance.gpus[c.gpu[p]].profile
+        replicas[ch] = low
+        gpus[ch] = low * prof.gpus_per_replica
+        cost[ch] = low * prof.cost_usd_per_hr
+        power[ch] = low * float(prof.power.power_w(min(c.load_erlangs[p] / low, c.cap[p])))
+    raised = Candidates(c.boundaries, c.gpu_names, c.i, c.j, c.gpu, c.arrival_rate, c.output_tok_per_s, c.choice_pool,
+                        replicas, gpus, cost, power, c.choice_miss_rate, c.dropped, c.generated, c.state_in,
+                        c.state_out, c.cap, c.load_erlangs, c.gammas)
+    return raised.keep_choices(keep)
 
 
 def prune_dominated(c: Candidates, unlimited_gpu: np.ndarray, protected_gpu: np.ndarray) -> Candidates:

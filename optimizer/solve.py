@@ -12,7 +12,7 @@ from solvers.mip import SolveResult, Termination, solve as solve_mip
 from solvers.oracle import NoFleetError, shortest_fleet
 from solvers.problem import FleetProblem
 
-from .candidates import Candidates, generate_candidates, prune_dominated
+from .candidates import Candidates, generate_candidates, prune_dominated, restrict
 from .evaluate import baseline, evaluate_plans
 from .errors import InstanceError
 from .instance import Instance
@@ -29,6 +29,10 @@ class SolveOptions:
     verbose: bool = False
     method: str = "auto"
     """``auto`` (graph oracle when the problem is separable, else MIP), ``mip`` or ``oracle``."""
+    min_replicas: tuple = ()
+    """Cuts from verification: ``((lo, hi, gpu), n)`` pairs, a pool's least replica count."""
+    forbidden: tuple = ()
+    """Cuts from verification: ``(lo, hi, gpu)`` pools the plan may not use."""
 
 
 @dataclass(frozen=True)
@@ -106,6 +110,8 @@ def solve_instance(instance: Instance, options: SolveOptions = SolveOptions()) -
         return _solve_split(instance, options)
     t0 = time.perf_counter()
     allc = generate_candidates(instance)
+    if options.min_replicas or options.forbidden:
+        allc = restrict(allc, instance, dict(options.min_replicas), set(options.forbidden))
     cands = _prune(instance, allc, options.top)
     problem = build_problem(instance, cands)
     if options.method == "oracle" and not (problem.separable and options.top == 1):

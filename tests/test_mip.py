@@ -264,3 +264,21 @@ def test_split_routing_fills_rounding_slack(rate):
     assert split.best.fleet.feasible and len(split.best.fleet.pools) == 2
     assert split.best.fleet.cost_per_hr < length.best.fleet.cost_per_hr - 1e-9
     assert sum(p.routing_share for p in split.best.fleet.pools) == pytest.approx(1.0)
+
+
+def test_verification_cuts_raise_or_forbid_pools(repo_root):
+    """Cuts from a failed simulation: a raised least count is re-priced exactly; a forbidden pool disappears."""
+    from optimizer import api
+
+    inst = api.load(repo_root / "instances" / "agent_h100.yaml")
+    free = solve_instance(inst).best.fleet
+    long_ = free.pools[-1]
+    key = (long_.min_tokens, long_.max_tokens, long_.gpu)
+    raised = solve_instance(inst, SolveOptions(min_replicas=((key, long_.replicas + 3),))).best
+    for p in raised.fleet.pools:
+        if (p.min_tokens, p.max_tokens, p.gpu) == key:
+            assert p.replicas >= long_.replicas + 3
+    assert raised.objective == pytest.approx(raised.fleet.cost_per_hr)  # the MIP priced what evaluation finds
+    assert raised.fleet.cost_per_hr >= free.cost_per_hr
+    barred = solve_instance(inst, SolveOptions(forbidden=(key,))).best.fleet
+    assert key not in {(p.min_tokens, p.max_tokens, p.gpu) for p in barred.pools}
