@@ -19,7 +19,8 @@ from .evaluate import baseline, context_sweep, evaluate, parse_fleet
 from .instance import Instance, load_instance
 from .report import fleet_json
 
-__all__ = ["load", "summarize_instance", "evaluate_report", "EvaluationReport", "tpw_rows"]
+__all__ = ["load", "summarize_instance", "evaluate_report", "EvaluationReport", "tpw_rows", "simulate_report",
+           "simulate_plan"]
 
 DEFAULT_CONTEXTS = "2048,4096,8192,16384,32768,65536,131072"
 
@@ -102,6 +103,48 @@ def solve(inst: Instance, *, top: int = 1, time_limit_s: float | None = None, mi
 
     return solve_instance(inst, SolveOptions(top=top, time_limit_s=time_limit_s, mip_gap=mip_gap, threads=threads,
                                              verbose=verbose, method=method))
+
+
+def verify(inst: Instance, *, verify_top: int = 3, rule: str = "ci-upper", max_rounds: int = 3, seed: int = 0,
+           requests: int = 100_000, top: int = 1, time_limit_s: float | None = None, mip_gap: float = 0.0,
+           threads: int | None = None, method: str = "auto", verbose=False):
+    """Solve and verify by simulation (see :mod:`optimizer.verify`); returns (solve report, verification)."""
+    from .solve import SolveOptions
+    from .verify import verify as run
+
+    del top  # verification asks the solver for verify_top plans itself
+    options = SolveOptions(time_limit_s=time_limit_s, mip_gap=mip_gap, threads=threads, verbose=verbose,
+                           method="mip" if method == "auto" else method)
+    return run(inst, options, top=verify_top, seed=seed, rule=rule, max_rounds=max_rounds,
+               simulate_options={"requests": requests})
+
+
+def simulate_report(inst: Instance, fleet: str, *, precision=None, **options):
+    """Simulate one fleet spec (``"0-4096:a100x3,4096-65536:a100"``; no ``xN`` = sized analytically first).
+
+    ``precision`` is a percentage (``"5%"``, ``5``); the other options are those of
+    :func:`optimizer.simulate.simulate_plan`. Problems with the spec and the precision are reported together.
+    """
+    from .simulate import parse_precision, plans_from_spec, simulate_plan
+
+    problems, pools, target = [], None, None
+    for parse in (lambda: plans_from_spec(inst, fleet), lambda: parse_precision(precision)):
+        try:
+            value = parse()
+        except InstanceError as err:
+            problems += err.problems
+            continue
+        pools, target = (value, target) if isinstance(value, list) else (pools, value)
+    if problems:
+        raise InstanceError(problems)
+    return simulate_plan(inst, pools, precision=target, **options)
+
+
+def simulate_plan(inst: Instance, pools, **options):
+    """Simulate pools (``models.fleet.PoolPlan``) of a plan (see :func:`optimizer.simulate.simulate_plan`)."""
+    from .simulate import simulate_plan as run
+
+    return run(inst, pools, **options)
 
 
 def exit_code(report) -> int:

@@ -98,18 +98,31 @@ def evaluate(instance, fleets, overrides, json_out):
 @click.option("--method", type=click.Choice(["auto", "mip", "oracle"]), default="auto", show_default=True,
               help="auto: exact graph oracle when only the tiling binds, else the MIP.")
 @click.option("--verbose", is_flag=True, help="Show the HiGHS log.")
+@click.option("--verify-top", type=click.IntRange(1, 20), help="Simulate the N best plans; keep the cheapest that "
+              "meets the SLO in simulation (cut and re-solve otherwise).")
+@click.option("--verify-rule", type=click.Choice(["ci-upper", "point", "attainment"]), default="ci-upper",
+              show_default=True, help="What 'meets the SLO in simulation' means.")
+@click.option("--max-rounds", type=click.IntRange(1, 20), default=3, show_default=True, help="Verification rounds.")
+@click.option("--seed", type=click.IntRange(0), default=0, show_default=True, help="Simulation seed.")
+@click.option("--sim-requests", type=click.IntRange(1000), default=100_000, show_default=True,
+              help="Requests simulated per plan when verifying (over all replications).")
 @_set_opt
 @_json_opt
 @_guard
-def solve(instance, top, max_pools, objective, time_limit, mip_gap, threads, method, verbose, overrides, json_out):
+def solve(instance, top, max_pools, objective, time_limit, mip_gap, threads, method, verbose, verify_top, verify_rule,
+          max_rounds, seed, sim_requests, overrides, json_out):
     """Find the cheapest (or least-power) fleet: pools, splits, GPU types and replica counts."""
     extra = [f"pools.max_pools={max_pools}"] * (max_pools is not None) + [f"objective={objective}"] * bool(objective)
     inst = api.load(instance, list(overrides) + extra)
     # the HiGHS log goes to stderr when stdout carries the JSON
     tee = [sys.stderr] if (verbose and json_out == "-") else verbose
-    rep = api.solve(inst, top=top, time_limit_s=time_limit, mip_gap=mip_gap, threads=threads, method=method,
-                    verbose=tee)
-    _emit(lambda c: report.render_solve(c, rep), report.solve_json(rep), json_out, (inst.path,))
+    kwargs = dict(top=top, time_limit_s=time_limit, mip_gap=mip_gap, threads=threads, method=method, verbose=tee)
+    if verify_top:
+        rep, ver = api.verify(inst, verify_top=verify_top, rule=verify_rule, max_rounds=max_rounds, seed=seed,
+                              requests=sim_requests, **kwargs)
+    else:
+        rep, ver = api.solve(inst, **kwargs), None
+    _emit(lambda c: report.render_solve(c, rep, ver), report.solve_json(rep, ver), json_out, (inst.path,))
     raise click.exceptions.Exit(api.exit_code(rep))
 
 
@@ -129,6 +142,45 @@ def tpw(profiles, hardware, models, tp, dtype, kv_layout, contexts, json_out):
     """Tokens per watt of one replica at full concurrency, per context window (the 1/W law)."""
     rows = api.tpw_rows(profiles, hardware, models, tp, dtype, kv_layout, contexts)
     _emit(lambda c: c.print(report.tpw_table(rows)), report.tpw_json(rows), json_out)
+
+
+@main.command()
+@_instance_arg
+@click.option("--fleet", required=True, metavar="SPEC", help="Pools as LO-HI:GPU[xN][@GAMMA],... (no xN: sized "
+              "analytically first).")
+@click.option("--requests", "n_requests", type=click.IntRange(100), default=50_000, show_default=True,
+              help="Requests per round, over all replications.")
+@click.option("--seed", type=click.IntRange(0), default=0, show_default=True, help="Root of the replications' seeds.")
+@click.option("--router", type=click.Choice(["length", "split", "random", "compress"]), default="length",
+              show_default=True, help="Routing between pools (compress: for @GAMMA pools; random: baseline).")
+@click.option("--dispatch", type=click.Choice(["jsq", "round-robin"]), default="jsq", show_default=True,
+              help="Replica choice within a pool (iteration mode).")
+@click.option("--arrivals", type=click.Choice(["poisson", "trace", "mmpp", "diurnal"]), default="poisson",
+              show_default=True, help="Arrival process at the instance's rate (trace: replay its own instants).")
+@click.option("--peak-to-mean", type=click.FloatRange(1.0), default=2.0, show_default=True,
+              help="Burstiness of mmpp and diurnal arrivals (diurnal: at most 2).")
+@click.option("--mode", type=click.Choice(["iteration", "slot"]), default="iteration", show_default=True,
+              help="Continuous batching per iteration, or the analytic model's slot view.")
+@click.option("--precision", metavar="PCT", help="Double the requests until the P99 TTFT CI half-width is below "
+              "PCT % of it (e.g. 5%).")
+@click.option("--max-requests", type=click.IntRange(100), default=1_000_000, show_default=True,
+              help="Cap on the requests of a round with --precision.")
+@click.option("--replications", type=click.IntRange(1, 1000), default=5, show_default=True,
+              help="Independent replications (1: batch means).")
+@_set_opt
+@_json_opt
+@_guard
+def simulate(instance, fleet, n_requests, seed, router, dispatch, arrivals, peak_to_mean, mode, precision,
+             max_requests, replications, overrides, json_out):
+    """Simulate a fleet with the discrete-event simulator, next to its analytic numbers."""
+    from .simulate import progress_bar, render_simulation
+
+    inst = api.load(instance, overrides)
+    with progress_bar(sys.stderr.isatty()) as progress:
+        rep = api.simulate_report(inst, fleet, requests=n_requests, seed=seed, router=router, dispatch=dispatch,
+                                  arrivals=arrivals, peak_to_mean=peak_to_mean, mode=mode, precision=precision,
+                                  max_requests=max_requests, replications=replications, progress=progress)
+    _emit(lambda c: render_simulation(c, rep), rep.to_json(), json_out, (inst.path,))
 
 
 @main.command()

@@ -1,0 +1,280 @@
+"""``fleetopt simulate``: arrival processes, compress-and-route, the pipeline's contract and statistics, the CLI.
+
+Statistical checks compare with closed forms inside generous multiples of
+their standard error; no seeded digits are pinned.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from optimizer import api
+from optimizer.cli import main
+from optimizer.errors import InstanceError
+from optimizer.evaluate import evaluate_plans
+from optimizer.simulate import plans_from_fleet, plans_from_spec, simulate_plan
+from solvers.des_arrivals import diurnal_arrivals, mmpp_arrivals, mmpp_dispersion_limit, mmpp_rates
+from solvers.des_routers_extra import CompressRouter, SpilloverRouter
+from solvers.des_routing import Requests
+
+CONTRACT = {"requests_simulated", "simulated_seconds", "wall_seconds", "ttft_p99_ms", "ttft_p99_ci_ms", "tpot_p99_ms",
+            "slo_met", "slo_attainment", "power_kw", "energy_per_output_token_j", "pools"}
+POOL_CONTRACT = {"min_tokens", "max_tokens", "gpu", "replicas", "gpus", "arrival_rate", "utilization", "ttft_p99_ms",
+                 "power_w", "slo_met", "ttft_p99_ms_sim", "ttft_p99_ci_ms", "tpot_p99_ms_sim", "slo_attainment",
+                 "mean_batch", "preemptions"}
+TRACE_FLEET = "0-2048:h100,2048-16384:h100"
+
+
+@pytest.fixture(scope="module")
+def trace_inst(repo_root):
+    return api.load(repo_root / "instances" / "azure_trace_h100.yaml")
+
+
+@pytest.fixture(scope="module")
+def quick_inst(repo_root):
+    return api.load(repo_root / "instances" / "quickstart.yaml")
+
+
+def run(*args):
+    return CliRunner().invoke(main, [str(a) for a in args])
+
+
+def counts_in_windows(t: np.ndarray, window_s: float) -> np.ndarray:
+    return np.bincount((t // window_s).astype(int))[:-1]        # drop the last, partial window
+
+
+# --- arrival processes ------------------------------------------------------------------------------------------
+
+
+def test_mmpp_long_run_rate_and_index_of_dispersion():
+    lam, kappa, dwell = 50.0, 3.0, 1.0
+    t = mmpp_arrivals(lam, kappa, 200_000, np.random.default_rng(np.random.SeedSequence(5)), mean_dwell_s=dwell)
+    assert t.shape == (200_000,) and np.all(np.diff(t) >= 0) and t[0] >= 0
+    limit = mmpp_dispersion_limit(lam, kappa, dwell)
+    # N(t) has variance ~ I * E N(t): the rate lies within 4 standard errors
+    assert abs(len(t) / t[-1] - lam) <= 4 * math.sqrt(limit * len(t)) / t[-1]
+    c = counts_in_windows(t, 20.0)
+    idc = c.var(ddof=1) / c.mean()
+    r = 1 / dwell + 1 / (kappa * dwell)                       # IDC(t) = 1 + (I - 1)(1 - (1 - e^{-rt})/(rt))
+    expected = 1 + (limit - 1) * (1 - (1 - math.exp(-r * 20.0)) / (r * 20.0))
+    assert idc > 10 and abs(idc / expected - 1) < 0.35
+
+
+def test_mmpp_parametrisation_and_poisson_limit():
+    (hi, lo), (d_hi, d_lo) = mmpp_rates(10.0, 4.0, 2.0)
+    share_hi = d_hi / (d_hi + d_lo)
+    assert hi == 40.0 and math.isclose(share_hi * hi + (1 - share_hi) * lo, 10.0)
+    assert mmpp_dispersion_limit(10.0, 1.0) == 1.0
+    t = mmpp_arrivals(10.0, 1.0, 20_000, np.random.default_rng(2))
+    c = counts_in_windows(t, 5.0)
+    assert 0.7 < c.var(ddof=1) / c.mean() < 1.3
+
+
+def test_diurnal_arrivals_keep_the_mean_and_follow_the_sinusoid():
+    lam, period = 40.0, 100.0
+    t = diurnal_arrivals(lam, 80_000, np.random.default_rng(np.random.SeedSequence(9)), 0.8, period)
+    whole = t[t < period * math.floor(t[-1] / period)]
+    assert abs(len(whole) / (period * math.floor(t[-1] / period)) - lam) < 4 * math.sqrt(lam / t[-1]) * 1.5
+    phase = (t % period) / period
+    peak, trough = np.sum((phase > 0.125) & (phase < 0.375)), np.sum((phase > 0.625) & (phase < 0.875))
+    # rate integrals over the quarters around the peak and the trough: 1 +- a * 2*sqrt(2)/pi
+    ratio = (1 + 0.8 * 2 * math.sqrt(2) / math.pi) / (1 - 0.8 * 2 * math.sqrt(2) / math.pi)
+    assert abs(peak / trough / ratio - 1) < 0.1
+
+
+@pytest.mark.parametrize("call", [
+    lambda rng: mmpp_arrivals(0.0, 2.0, 10, rng), lambda rng: mmpp_arrivals(1.0, 0.5, 10, rng),
+    lambda rng: mmpp_arrivals(1.0, 2.0, 10, rng, mean_dwell_s=-1), lambda rng: diurnal_arrivals(1.0, 10, rng, 1.5, 10.0),
+    lambda rng: diurnal_arrivals(1.0, -1, rng, 0.5, 10.0), lambda rng: diurnal_arrivals(1.0, 10, rng, 0.5, 0.0),
+])
+def test_arrival_processes_reject_bad_parameters(call):
+    with pytest.raises(ValueError):
+        call(np.random.default_rng(0))
+
+
+# --- routers ----------------------------------------------------------------------------------------------------
+
+
+def test_compress_router_moves_the_band_with_its_success_probability():
+    rng = np.random.default_rng(4)
+    n = 20_000
+    out = rng.integers(1, 60, n)
+    total = rng.integers(2, 400, n)
+    req = Requests(np.zeros(n), np.maximum(total - out, 0), out)
+    band = (req.total_tokens > 100) & (req.total_tokens <= 200)
+    for p_c, share in ((1.0, 1.0), (0.0, 0.0), (0.3, 0.3)):
+        router = CompressRouter([0, 100, 400], ["s", "l"], [2.0, 1.0], p_c, np.random.default_rng(1))
+        moved = router.compress(req)
+        pools = router.route(moved.prompt_tokens, moved.output_tokens)
+        changed = moved.prompt_tokens != req.prompt_tokens
+        assert np.array_equal(moved.output_tokens, req.output_tokens) and not np.any(changed & ~band)
+        assert np.all(moved.total_tokens[changed] == 100) and np.all(pools[changed] == 0)
+        assert abs(changed[band].mean() - share) < 0.03
+        assert np.all(pools[band & ~changed] == 1)
+    with pytest.raises(ValueError, match="next pool"):
+        CompressRouter([0, 100, 150], ["s", "l"], [2.0, 1.0], 1.0, rng)
+
+
+def test_spillover_is_a_documented_limitation():
+    with pytest.raises(ValueError, match="routes every request before the run"):
+        SpilloverRouter(["a", "b"], 10)
+
+
+# --- the pipeline -----------------------------------------------------------------------------------------------
+
+
+def test_json_contract_and_books(trace_inst):
+    rep = simulate_plan(trace_inst, plans_from_spec(trace_inst, TRACE_FLEET), requests=6000, replications=3)
+    data = rep.to_json()
+    assert CONTRACT <= set(data) and all(POOL_CONTRACT <= set(p) for p in data["pools"])
+    assert data["requests_simulated"] == 6000 and data["replications"] == 3 and data["seed"] == 0
+    low, high = data["ttft_p99_ci_ms"]
+    assert low <= data["ttft_p99_ms"] <= high and 0 <= data["slo_attainment"] <= 1
+    assert all(p["preemptions"] == 0 and p["replicas"] >= 1 for p in data["pools"])
+    assert data["power_kw"] > 0 and data["energy_per_output_token_j"] > 0
+    assert data["scope"] == "pool" and data["slo_met"] == all(p["ttft_p99_ci_ms"][1] <= data["slo_ttft_p99_ms"]
+                                                              for p in data["pools"])
+    assert math.isclose(data["power_kw"] * 1000, sum(p["power_w_sim"] for p in data["pools"]))
+    assert sum(p["requests"] for p in data["pools"]) == data["requests_measured"]
+    for p, d in zip(rep.pools, data["pools"]):          # the analytic evaluate fields read as attributes too
+        assert (p.min_tokens, p.max_tokens, p.gpu, p.replicas, p.ttft_p99_ms) == \
+            (d["min_tokens"], d["max_tokens"], d["gpu"], d["replicas"], d["ttft_p99_ms"])
+    json.dumps(data)
+
+
+@pytest.mark.parametrize("mode,arrivals,router", [("iteration", "poisson", "length"), ("slot", "mmpp", "length"),
+                                                  ("iteration", "trace", "random"), ("slot", "diurnal", "split")])
+def test_littles_law_holds_in_every_run(trace_inst, mode, arrivals, router):
+    rep = simulate_plan(trace_inst, plans_from_spec(trace_inst, TRACE_FLEET), requests=4000, replications=2,
+                        mode=mode, arrivals=arrivals, router=router)
+    assert rep.littles_law_rel_error < 1e-9
+    assert rep.requests_measured > 0 and rep.unfinished + rep.rejected <= rep.requests_measured
+
+
+def test_lightly_loaded_slot_p99_matches_the_analytic_tail(trace_inst):
+    rep = simulate_plan(trace_inst, plans_from_spec(trace_inst, "0-2048:h100x2,2048-16384:h100x2"), requests=20_000,
+                        mode="slot")
+    assert trace_inst.slo.ttft_model == "tail"
+    for p in rep.pools:
+        analytic = p.analytic.ttft_p99_ms
+        low, high = p.ttft_p99_ci_ms
+        assert p.analytic.utilization < 0.35
+        assert low <= analytic <= high or abs(p.ttft_p99_ms_sim / analytic - 1) < 0.03
+        assert abs(p.utilization_sim / p.analytic.utilization - 1) < 0.1
+    assert rep.slo_met and rep.slo_attainment == 1.0
+
+
+def test_trace_replay_and_poisson_at_the_same_rate(trace_inst):
+    plans = plans_from_spec(trace_inst, TRACE_FLEET)
+    replay = simulate_plan(trace_inst, plans, requests=8000, arrivals="trace", replications=5)
+    poisson = simulate_plan(trace_inst, plans, requests=8000, arrivals="poisson", replications=2)
+    assert replay.replications == 1 and replay.ci_method.startswith("batch-means")
+    assert replay.requests_simulated == 8000 and poisson.requests_simulated == 8000
+    for rep in (replay, poisson):
+        rate = sum(p.arrival_rate_sim for p in rep.pools)
+        assert abs(rate / trace_inst.workload.arrival_rate_req_per_s - 1) < 0.15
+        assert math.isfinite(rep.ttft_p99_ms) and rep.ttft_p99_ci_ms[0] <= rep.ttft_p99_ms <= rep.ttft_p99_ci_ms[1]
+    again = simulate_plan(trace_inst, plans, requests=8000, arrivals="trace", seed=99)
+    assert again.ttft_p99_ms == replay.ttft_p99_ms           # a replay does not depend on the seed
+
+
+def test_mmpp_raises_p99_on_a_loaded_pool(quick_inst):
+    plans = plans_from_spec(quick_inst, "0-4096:h100x1,4096-65536:h100x3")
+    assert evaluate_plans(quick_inst, plans).pools[0].utilization > 0.7
+    kw = dict(requests=20_000, replications=2, mode="slot")
+    poisson = simulate_plan(quick_inst, plans, arrivals="poisson", **kw)
+    bursty = simulate_plan(quick_inst, plans, arrivals="mmpp", peak_to_mean=2.0, **kw)
+    assert bursty.pools[0].ttft_p99_ms_sim > 2 * poisson.pools[0].ttft_p99_ms_sim
+    assert bursty.slo_attainment < poisson.slo_attainment
+
+
+def test_random_router_rejects_what_does_not_fit_and_split_identity_is_length(trace_inst):
+    plans = plans_from_spec(trace_inst, TRACE_FLEET)
+    rand = simulate_plan(trace_inst, plans, requests=4000, replications=2, router="random")
+    assert rand.rejected > 0 and rand.slo_attainment < 1 and not rand.slo_met
+    length = simulate_plan(trace_inst, plans, requests=4000, replications=2).to_json()
+    split = simulate_plan(trace_inst, plans, requests=4000, replications=2, router="split").to_json()
+    for d in (length, split):
+        d.pop("wall_seconds"), d.pop("router"), d.pop("notes")
+    assert length == split
+
+
+def test_compress_and_route(repo_root):
+    inst = api.load(repo_root / "instances" / "table3_azure.yaml")
+    plans = plans_from_spec(inst, "0-4096:h100@2,4096-65536:h100")
+    with pytest.raises(InstanceError, match="--router compress"):
+        simulate_plan(inst, plans, requests=2000)
+    rep = simulate_plan(inst, plans, requests=30_000, replications=2, router="compress")
+    share = rep.pools[0].requests / rep.requests_measured
+    beyond = float(1 - inst.workload.lengths.cdf(4096))          # ~10 % of requests are longer than 4,096
+    assert beyond > 0.05 and share > 1 - beyond / 20              # the band (4096, 8192] lands in pool 0
+    assert abs(share - rep.pools[0].analytic.routing_share) < 1e-3 and rep.rejected == 0
+    idle = simulate_plan(inst, plans, requests=2000, replications=2, router="compress").pools[1]
+    assert idle.requests == 0 and idle.slo_met_sim                 # ~0.04 req/s: nothing measured, nothing missed
+    assert math.isnan(idle.ttft_p99_ms_sim) and all(math.isnan(x) for x in idle.ttft_p99_ci_ms)
+
+
+def test_precision_doubles_until_met_or_capped(trace_inst):
+    plans = plans_from_spec(trace_inst, TRACE_FLEET)
+    met = simulate_plan(trace_inst, plans, requests=2000, replications=2, precision=0.1, max_requests=200_000)
+    half = (met.ttft_p99_ci_ms[1] - met.ttft_p99_ci_ms[0]) / 2
+    assert met.stopped_by == "precision" and half <= 0.1 * met.ttft_p99_ms
+    capped = simulate_plan(trace_inst, plans, requests=2000, replications=2, precision=1e-4, max_requests=7000)
+    assert capped.stopped_by == "max_requests" and capped.requests_simulated == 4000
+
+
+def test_plans_from_fleet_round_trip(quick_inst):
+    fleet = api.evaluate_report(quick_inst, "0-4096:h100,4096-65536:a100").fleets[0][1]
+    again = evaluate_plans(quick_inst, plans_from_fleet(quick_inst, fleet))
+    assert [(p.replicas, p.max_num_seqs, p.ttft_p99_ms) for p in again.pools] == \
+        [(p.replicas, p.max_num_seqs, p.ttft_p99_ms) for p in fleet.pools]
+
+
+def test_option_errors_are_collected(trace_inst, quick_inst):
+    plans = plans_from_spec(trace_inst, TRACE_FLEET)
+    with pytest.raises(InstanceError) as err:
+        simulate_plan(trace_inst, plans, router="spillover", arrivals="diurnal", peak_to_mean=3.0, requests=50)
+    text = str(err.value)
+    assert "live queue" in text and "--peak-to-mean" in text and "--requests" in text and len(err.value.problems) == 3
+    with pytest.raises(InstanceError, match="length CDF"):
+        simulate_plan(quick_inst, plans_from_spec(quick_inst, "0-65536:h100"), arrivals="trace")
+
+
+# --- the CLI ----------------------------------------------------------------------------------------------------
+
+
+def test_cli_is_deterministic_per_seed(repo_root, tmp_path):
+    args = ["simulate", repo_root / "instances" / "azure_trace_h100.yaml", "--fleet", TRACE_FLEET,
+            "--requests", 3000, "--replications", 2]
+    out = []
+    for seed, name in ((1, "a"), (1, "b"), (2, "c")):
+        res = run(*args, "--seed", seed, "--json", tmp_path / f"{name}.json")
+        assert res.exit_code == 0, res.output
+        data = json.loads((tmp_path / f"{name}.json").read_text())
+        assert data.pop("wall_seconds") >= 0
+        out.append(data)
+    assert out[0] == out[1] and out[0] != out[2]
+    assert "simulated: 3,000 requests" in run(*args).stdout
+
+
+@pytest.mark.parametrize("extra,phrase", [
+    (["--fleet", "0-2048:zz,2048-16384:h100"], "error: --fleet: unknown gpu 'zz'"),
+    (["--fleet", TRACE_FLEET, "--precision", "abc"], "error: --precision: 'abc' is not a percentage"),
+    (["--fleet", TRACE_FLEET, "--arrivals", "diurnal", "--peak-to-mean", "3"], "error: --peak-to-mean: 3 is above 2"),
+])
+def test_cli_errors_are_one_line(repo_root, extra, phrase):
+    res = run("simulate", repo_root / "instances" / "azure_trace_h100.yaml", *extra)
+    assert res.exit_code == 2 and "Traceback" not in res.output
+    lines = res.stderr.strip().splitlines()
+    assert lines == [lines[0]] and lines[0].startswith(phrase)
+
+
+def test_cli_rejects_unknown_choices(repo_root):
+    res = run("simulate", repo_root / "instances" / "azure_trace_h100.yaml", "--fleet", TRACE_FLEET,
+              "--router", "spillover")
+    assert res.exit_code == 2 and "Invalid value for '--router'" in res.stderr
