@@ -188,11 +188,34 @@ def _pool_contract(p: PoolResult, source: str) -> dict:
     return d
 
 
-def solve_json(report) -> dict:
-    """The stable JSON contract of ``fleetopt solve`` (see README)."""
+def verification_json(v) -> dict:
+    """The ``verification`` block of ``solve --verify-top N``: every simulated plan, per round."""
+    plans = []
+    for vp in v.plans:
+        sim_pools = {(p.min_tokens, p.max_tokens, p.gpu): p for p in vp.sim.pools}
+        pools = []
+        for p in vp.plan.fleet.pools:
+            s = sim_pools.get((p.min_tokens, p.max_tokens, p.gpu))
+            pools.append({"min_tokens": p.min_tokens, "max_tokens": p.max_tokens, "gpu": p.gpu, "replicas": p.replicas,
+                          "ttft_p99_ms_analytic": p.ttft_p99_ms,
+                          "ttft_p99_ms_sim": None if s is None else s.ttft_p99_ms_sim,
+                          "ttft_p99_ci_ms": None if s is None else list(s.ttft_p99_ci_ms),
+                          "slo_met_sim": (p.min_tokens, p.max_tokens, p.gpu) not in vp.failing_pools})
+        plans.append({"round": vp.round, "rank": vp.rank, "cost_per_hr": vp.plan.fleet.cost_per_hr, "passed": vp.passed,
+                      "ttft_p99_ms_sim": vp.sim.ttft_p99_ms, "ttft_p99_ci_ms": list(vp.sim.ttft_p99_ci_ms),
+                      "requests_simulated": vp.sim.requests_simulated, "pools": pools})
+    return {"rule": v.rule, "rounds": v.rounds, "cuts": list(v.cuts), "plans": plans,
+            "chosen_rank": None if v.chosen is None else v.chosen.rank,
+            "chosen_round": None if v.chosen is None else v.chosen.round}
+
+
+def solve_json(report, verification=None) -> dict:
+    """The stable JSON contract of ``fleetopt solve`` (see README); with a verification, its chosen plan heads it."""
     inst = report.instance
     unit = {"cost": "usd_per_hr", "power": "kw", "tok_per_watt": "kw", "cost+power": "usd_per_hr"}[inst.objective]
     best = report.best
+    if verification is not None and verification.chosen is not None:
+        best = verification.chosen.plan
     out = {"instance": inst.name, "command": "solve", "status": report.status, "method": report.method,
            "solver": report.solver, "explanation": report.explanation,
            "objective": {"name": inst.objective, "value": None if best is None else best.objective, "unit": unit,
@@ -212,6 +235,8 @@ def solve_json(report) -> dict:
         "candidates": {"generated": report.candidates_generated, "feasible": report.candidates_feasible,
                        "after_pruning": report.candidates_after_pruning, "dropped": list(report.dropped_reasons)},
         "solutions": [{"rank": p.rank, "objective": p.objective, **fleet_json(p.fleet)} for p in report.plans],
+        "verified": None if verification is None else verification.verified,
+        **({} if verification is None else {"verification": verification_json(verification)}),
         "provenance": {"selection": report.method, "numbers": "analytic re-evaluation of the selected pools",
                        "profiles": sorted({f"{p.gpu}: {p.quality}" for p in (best.fleet.pools if best else ())})},
     })
@@ -238,7 +263,33 @@ def solve_warnings(report) -> list[str]:
     return out
 
 
-def render_solve(c: Console, report) -> None:
+def render_verification(c: Console, v, slo_ms: float) -> None:
+    """Analytic vs simulated P99 per pool for every simulated plan, and the verdict."""
+    t = Table(title=f"verification (rule {v.rule}): analytic vs simulated P99 TTFT, SLO {slo_ms:,.0f} ms",
+              title_justify="left")
+    for col in ("round", "plan", "$/hr", "pool", "replicas", "analytic ms", "simulated ms (95% CI)", "verdict"):
+        t.add_column(col)
+    for vp in v.plans:
+        sims = {(p.min_tokens, p.max_tokens, p.gpu): p for p in vp.sim.pools}
+        for k, p in enumerate(vp.plan.fleet.pools):
+            s = sims.get((p.min_tokens, p.max_tokens, p.gpu))
+            sim_txt = "-" if s is None else (f"{s.ttft_p99_ms_sim:,.1f} ({s.ttft_p99_ci_ms[0]:,.1f}-"
+                                             f"{s.ttft_p99_ci_ms[1]:,.1f})")
+            miss = (p.min_tokens, p.max_tokens, p.gpu) in vp.failing_pools
+            t.add_row(str(vp.round) if k == 0 else "", str(vp.rank) if k == 0 else "",
+                      f"{vp.plan.fleet.cost_per_hr:,.2f}" if k == 0 else "", f"{p.min_tokens:,}-{p.max_tokens:,} {p.gpu}",
+                      str(p.replicas), fmt_ms(p.ttft_p99_ms), sim_txt, "MISSES" if miss else "ok")
+    c.print(t)
+    for cut in v.cuts:
+        c.print(f"cut {cut}")
+    if v.chosen is None:
+        c.print(f"no plan met the SLO in simulation within {v.rounds} round(s)")
+    else:
+        c.print(f"chosen: round {v.chosen.round}, plan {v.chosen.rank}, ${v.chosen.plan.fleet.cost_per_hr:,.2f}/hr "
+                f"(simulated fleet P99 {v.chosen.sim.ttft_p99_ms:,.1f} ms, {v.chosen.sim.requests_simulated:,} requests)")
+
+
+def render_solve(c: Console, report, verification=None) -> None:
     inst = report.instance
     slo_ms = inst.slo.ttft_p99_s * 1000.0
     gap = "-" if report.mip_gap is None else f"{report.mip_gap:.2%}"
@@ -262,3 +313,5 @@ def render_solve(c: Console, report) -> None:
                 + (f" -> plan 1 saves {1 - best.cost_per_hr / b.cost_per_hr:.1%} of cost" if b.cost_per_hr else ""))
     for w in solve_warnings(report):
         c.print(f"note: {w}")
+    if verification is not None:
+        render_verification(c, verification, slo_ms)
