@@ -191,7 +191,7 @@ def bench(quick, json_out):
     """Run the benchmarks, print a table of medians and write JSON."""
     from .bench import run_benchmarks, render_bench
 
-    result = run_benchmarks(repeats=1 if quick else 5, enumeration_limit_s=5.0 if quick else 60.0)
+    result = run_benchmarks(repeats=1 if quick else 5, enumeration_limit_s=5.0 if quick else 60.0, memory=not quick)
     _emit(lambda c: render_bench(c, result), result, json_out)
 
 
