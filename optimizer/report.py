@@ -6,6 +6,8 @@ simulated and ``quality`` the profile quality its inputs rest on.
 
 from __future__ import annotations
 
+import math
+from contextlib import contextmanager, nullcontext
 from dataclasses import asdict
 
 from rich.console import Console
@@ -14,7 +16,9 @@ from rich.table import Table
 from models.fleet import FleetResult, PoolResult
 from models.service import ContextPoint
 
-__all__ = ["fleet_json", "pool_json", "fleet_table", "tpw_json", "tpw_table", "fmt_ms"]
+__all__ = ["fleet_json", "pool_json", "fleet_table", "fleet_notes", "tpw_json", "tpw_table", "fmt_ms", "solve_json",
+           "render_solve", "render_evaluation", "render_summary", "render_verification", "render_simulation",
+           "progress_bar"]
 
 ANALYTIC = "analytic"
 
@@ -315,3 +319,66 @@ def render_solve(c: Console, report, verification=None) -> None:
         c.print(f"note: {w}")
     if verification is not None:
         render_verification(c, verification, slo_ms)
+
+
+def render_simulation(c: Console, rep) -> None:
+    """Print an :class:`optimizer.sim_report.SimReport`: per pool, analytic next to simulated, then provenance."""
+
+    def ms(x: float) -> str:
+        """A time in ms: ``-`` when nothing was measured (NaN), ``inf`` when unbounded."""
+        return "-" if math.isnan(x) else ("inf" if x == math.inf else f"{x:,.1f}")
+
+    def ci(bounds: tuple[float, float]) -> str:
+        return "" if all(math.isnan(x) for x in bounds) else f" [{ms(bounds[0])}, {ms(bounds[1])}]"
+
+    t = Table(title=f"{rep.instance_name}: simulated vs analytic  [P99 TTFT SLO {rep.slo_ttft_p99_ms:,.0f} ms, "
+                    f"scope {rep.scope}]", title_justify="left", show_footer=True, pad_edge=False,
+              caption="util, batch, power W: analytic / simulated; TTFT, TPOT: P99 in ms", caption_justify="left")
+    a = rep.analytic
+    cols = [("tokens", "fleet"), ("gpu", ""), ("repl.", str(a.total_replicas)), ("util", ""), ("batch", ""),
+            ("TTFT an", ms(a.ttft_p99_ms)), ("TTFT sim [95% CI]", ms(rep.ttft_p99_ms) + ci(rep.ttft_p99_ci_ms)),
+            ("attain %", f"{100 * rep.slo_attainment:.2f}"), ("TPOT sim", ms(rep.tpot_p99_ms)),
+            ("power W", f"{a.power_kw * 1000:,.0f} / {rep.power_kw * 1000:,.0f}"),
+            ("SLO", "met" if rep.slo_met else "MISSED")]
+    for name, footer in cols:
+        t.add_column(name, footer=footer, no_wrap=True,
+                     justify="left" if name in ("tokens", "gpu", "SLO") else "right")
+    for p in rep.pools:
+        q = p.analytic
+        t.add_row(f"{q.min_tokens:,}-{q.max_tokens:,}" + (f" (+@{q.compress_gamma:g})" if q.compress_gamma > 1 else ""),
+                  q.gpu, str(q.replicas), f"{q.utilization:.2f} / {p.utilization_sim:.2f}",
+                  f"{q.mean_batch:,.1f} / {p.mean_batch:,.1f}", ms(q.ttft_p99_ms),
+                  ms(p.ttft_p99_ms_sim) + ci(p.ttft_p99_ci_ms),
+                  "-" if math.isnan(p.slo_attainment) else f"{100 * p.slo_attainment:.2f}", ms(p.tpot_p99_ms_sim),
+                  f"{q.power_w:,.0f} / {p.power_w_sim:,.0f}", "met" if p.slo_met_sim else "MISSED")
+    c.print(t)
+    e = rep.energy_per_output_token_j
+    c.print(f"simulated: {rep.requests_simulated:,} requests ({rep.requests_measured:,} measured), "
+            f"{rep.replications} replications, seed {rep.seed}, mode {rep.mode}, router {rep.router}, "
+            f"dispatch {rep.dispatch}, arrivals {rep.arrivals}; CI {rep.ci_method}, stopped by {rep.stopped_by}; "
+            f"{rep.simulated_seconds:,.0f} s simulated in {rep.wall_seconds:,.1f} s; analytic numbers from models/")
+    c.print(f"  energy per output token {'-' if math.isnan(e) else f'{e:.3f} J'}; Little's law error "
+            f"{rep.littles_law_rel_error:.1e}; unfinished {rep.unfinished:,}, rejected {rep.rejected:,}; "
+            f"SLO on the CI upper bound (point estimate: {'met' if rep.slo_met_point else 'MISSED'})")
+    for line in rep.notes:
+        c.print(f"  note: {line}")
+
+
+def progress_bar(enabled: bool):
+    """A rich progress bar on stderr yielding ``progress(done, total)``, or None when not ``enabled``.
+
+    A context manager: ``with progress_bar(sys.stderr.isatty()) as progress: ...``.
+    """
+
+    if not enabled:
+        return nullcontext(None)
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    @contextmanager
+    def bar():
+        with Progress(TextColumn("simulating"), BarColumn(), MofNCompleteColumn(), TextColumn("requests"),
+                      TimeElapsedColumn(), console=Console(stderr=True), transient=True) as shown:
+            task = shown.add_task("simulate", total=None)
+            yield lambda done, total: shown.update(task, completed=done, total=total)
+
+    return bar()

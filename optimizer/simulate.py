@@ -8,6 +8,13 @@ analytic evaluation), draws the request stream of the instance's workload,
 runs independent replications and reports, per pool and for the fleet, the
 simulated latencies next to the analytic numbers.
 
+This module holds the pipeline (options and plan checked at the edge, the
+replications, the stopping rule); the report records and their assembly from
+the replications are in :mod:`optimizer.sim_report`, the CLI's table and
+progress bar (:func:`optimizer.report.render_simulation`,
+:func:`optimizer.report.progress_bar`) in :mod:`optimizer.report`. All three
+record types and both renderers stay importable from here.
+
 Measurement protocol
 --------------------
 Each replication generates ``n`` requests and runs until the last arrival
@@ -68,20 +75,16 @@ from __future__ import annotations
 import math
 import re
 import time
-from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Callable
 
 import numpy as np
 
 from models.fleet import FleetResult, PoolPlan, PoolResult
-from models.units import MS_PER_S
 from models.workload import RequestTrace
 from solvers.des import MODES, Outcome, SimPool, simulate
 from solvers.des_arrivals import DEFAULT_MEAN_DWELL_S, diurnal_arrivals, mmpp_arrivals
-from solvers.des_metrics import (
-    Estimate, batch_means_ci, e2e_s, littles_law, percentile, quantile_ci, replicate, tpot_s, ttft_s, wait_s,
-)
+from solvers.des_metrics import e2e_s, littles_law, replicate, tpot_s, ttft_s, wait_s
 from solvers.des_routers_extra import SPILLOVER_UNSUPPORTED, CompressRouter
 from solvers.des_routing import (
     JoinShortestQueue, LengthRouter, RandomRouter, Requests, RoundRobin, SplitRouter, poisson_arrivals,
@@ -91,6 +94,8 @@ from solvers.des_routing import (
 from .errors import InstanceError
 from .evaluate import evaluate_plans, parse_fleet
 from .instance import Instance
+from .report import progress_bar, render_simulation
+from .sim_report import Latency, Replication, SimPoolReport, SimReport, build_report, p99_estimate
 
 __all__ = ["ROUTERS", "DISPATCHES", "ARRIVALS", "MODES", "COOLDOWN_SHARE", "Latency", "SimPoolReport", "SimReport",
            "simulate_plan", "plans_from_fleet", "plans_from_spec", "parse_precision", "render_simulation",
@@ -103,178 +108,7 @@ COOLDOWN_SHARE = 0.05
 """Share of a replication's span at its end whose arrivals are not measured (they keep the load on)."""
 COOLDOWN_SLOS = 10.0
 """The unmeasured end of a replication lasts at least this many TTFT SLOs (up to a quarter of the span)."""
-CONFIDENCE = 0.95
-N_BATCHES = 20
 MIN_REQUESTS_PER_REPLICATION = 100
-_SOURCE = "simulated"
-ANALYTIC_POOL_KEYS = ("min_tokens", "max_tokens", "gpu", "replicas", "gpus", "arrival_rate", "utilization",
-                      "ttft_p99_ms", "power_w", "slo_met")
-"""The ``evaluate`` contract keys every simulated pool also carries (analytic values)."""
-
-
-# --------------------------------------------------------------------------------------------
-# Records
-# --------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Latency:
-    """P50/P90/P99 of one latency in ms (NaN: no measured request has it; inf: some never got it)."""
-
-    p50_ms: float
-    p90_ms: float
-    p99_ms: float
-
-    def to_json(self) -> dict:
-        return {"p50": self.p50_ms, "p90": self.p90_ms, "p99": self.p99_ms}
-
-
-@dataclass(frozen=True)
-class SimPoolReport:
-    """One pool: its analytic evaluation and what the simulation measured (pooled over replications).
-
-    The analytic ``evaluate`` fields of the pool (``min_tokens``, ``max_tokens``, ``gpu``, ``replicas``,
-    ``gpus``, ``arrival_rate``, ``utilization``, ``ttft_p99_ms``, ``power_w``, ``slo_met``) are read from
-    ``analytic``. A simulated statistic is NaN when the pool had no measured request to take it from (it
-    cannot miss), and an interval's upper end is inf when fewer than 20 requests (or one replication
-    group) leave it unbounded.
-    """
-
-    analytic: PoolResult
-    requests: int
-    """Measured requests routed to this pool (all replications)."""
-    arrival_rate_sim: float
-    ttft_p99_ms_sim: float
-    ttft_p99_ci_ms: tuple[float, float]
-    tpot_p99_ms_sim: float
-    tpot_p99_ci_ms: tuple[float, float]
-    slo_attainment: float
-    slo_met_sim: bool
-    mean_batch: float
-    preemptions: int
-    utilization_sim: float
-    power_w_sim: float
-    energy_per_output_token_j: float
-    unfinished: int
-    rejected: int
-    ttft: Latency
-    tpot: Latency
-    wait: Latency
-    e2e: Latency
-
-    min_tokens = property(lambda self: self.analytic.min_tokens)
-    max_tokens = property(lambda self: self.analytic.max_tokens)
-    gpu = property(lambda self: self.analytic.gpu)
-    replicas = property(lambda self: self.analytic.replicas)
-    gpus = property(lambda self: self.analytic.gpus)
-    arrival_rate = property(lambda self: self.analytic.arrival_rate)
-    utilization = property(lambda self: self.analytic.utilization)
-    ttft_p99_ms = property(lambda self: self.analytic.ttft_p99_ms)
-    power_w = property(lambda self: self.analytic.power_w)
-    slo_met = property(lambda self: self.analytic.slo_met)
-
-    def to_json(self) -> dict:
-        a = self.analytic
-        return {
-            **{k: getattr(a, k) for k in ANALYTIC_POOL_KEYS},
-            "ttft_p99_ms_sim": self.ttft_p99_ms_sim, "ttft_p99_ci_ms": self.ttft_p99_ci_ms,
-            "tpot_p99_ms_sim": self.tpot_p99_ms_sim, "slo_attainment": self.slo_attainment,
-            "mean_batch": self.mean_batch, "preemptions": self.preemptions,
-            "tpot_p99_ci_ms": self.tpot_p99_ci_ms, "slo_met_sim": self.slo_met_sim,
-            "utilization_sim": self.utilization_sim, "power_w_sim": self.power_w_sim,
-            "energy_per_output_token_j": self.energy_per_output_token_j,
-            "arrival_rate_sim": self.arrival_rate_sim, "requests": self.requests, "unfinished": self.unfinished,
-            "rejected": self.rejected, "max_num_seqs": a.max_num_seqs, "compress_gamma": a.compress_gamma,
-            "mean_batch_analytic": a.mean_batch, "tpot_p99_ms_bound": a.tpot_p99_ms,
-            "latency_ms": {"ttft": self.ttft.to_json(), "tpot": self.tpot.to_json(), "wait": self.wait.to_json(),
-                           "e2e": self.e2e.to_json()},
-            "profile": a.profile, "quality": a.quality, "source": _SOURCE,
-        }
-
-
-@dataclass(frozen=True)
-class SimReport:
-    """What :func:`simulate_plan` measured, with the analytic evaluation of the same pools beside it.
-
-    Times in ms, pooled over the replications' measured requests (module docstring); a statistic is NaN
-    when no measured request has it (written as null in JSON, like inf).
-    """
-
-    requests_simulated: int
-    requests_measured: int
-    simulated_seconds: float
-    wall_seconds: float
-    ttft_p99_ms: float
-    ttft_p99_ci_ms: tuple[float, float]
-    tpot_p99_ms: float
-    tpot_p99_ci_ms: tuple[float, float]
-    slo_met: bool
-    slo_met_point: bool
-    slo_attainment: float
-    power_kw: float
-    energy_per_output_token_j: float
-    utilization_sim: float
-    """Busy slot-seconds over slot-seconds of the whole fleet (mean over replications)."""
-    pools: tuple[SimPoolReport, ...]
-    seed: int
-    mode: str
-    router: str
-    dispatch: str
-    arrivals: str
-    replications: int
-    ci_method: str
-    stopped_by: str
-    precision: float | None
-    relaxation_s: float
-    """:math:`\\max_p E[S_p^2]/E[S_p]`, the start-up time scale behind the warm-up floor (module docstring)."""
-    warmup_s: float
-    """Mean warm-up discarded per replication, in simulated seconds."""
-    cooldown_s: float
-    """Mean unmeasured end of a replication, in simulated seconds."""
-    littles_law_rel_error: float
-    """Largest :math:`|L - \\lambda W| / L` over pools and replications (the engine's books; ~0)."""
-    unfinished: int
-    rejected: int
-    ttft: Latency
-    tpot: Latency
-    wait: Latency
-    e2e: Latency
-    analytic: FleetResult
-    instance_name: str
-    slo_ttft_p99_ms: float
-    slo_tpot_p99_ms: float | None
-    scope: str
-    ttft_model: str
-    notes: tuple[str, ...] = ()
-
-    def to_json(self) -> dict:
-        """The stable JSON contract: the keys of the issue first, then provenance and details."""
-        a = self.analytic
-        return {
-            "requests_simulated": self.requests_simulated, "simulated_seconds": self.simulated_seconds,
-            "wall_seconds": self.wall_seconds, "ttft_p99_ms": self.ttft_p99_ms,
-            "ttft_p99_ci_ms": self.ttft_p99_ci_ms, "tpot_p99_ms": self.tpot_p99_ms, "slo_met": self.slo_met,
-            "slo_attainment": self.slo_attainment, "power_kw": self.power_kw,
-            "energy_per_output_token_j": self.energy_per_output_token_j,
-            "pools": [p.to_json() for p in self.pools],
-            "instance": self.instance_name, "command": "simulate", "source": _SOURCE,
-            "slo_ttft_p99_ms": self.slo_ttft_p99_ms, "slo_tpot_p99_ms": self.slo_tpot_p99_ms,
-            "scope": self.scope, "ttft_model": self.ttft_model, "slo_met_point": self.slo_met_point,
-            "tpot_p99_ci_ms": self.tpot_p99_ci_ms, "requests_measured": self.requests_measured,
-            "utilization_sim": self.utilization_sim,
-            "unfinished": self.unfinished, "rejected": self.rejected, "preemptions": 0,
-            "latency_ms": {"ttft": self.ttft.to_json(), "tpot": self.tpot.to_json(), "wait": self.wait.to_json(),
-                           "e2e": self.e2e.to_json()},
-            "seed": self.seed, "mode": self.mode, "router": self.router, "dispatch": self.dispatch,
-            "arrivals": self.arrivals, "replications": self.replications, "confidence": CONFIDENCE,
-            "ci_method": self.ci_method, "stopped_by": self.stopped_by, "precision": self.precision,
-            "warmup_s": self.warmup_s, "cooldown_s": self.cooldown_s, "relaxation_s": self.relaxation_s,
-            "littles_law_rel_error": self.littles_law_rel_error,
-            "analytic": {"ttft_p99_ms": a.ttft_p99_ms, "power_kw": a.power_kw, "slo_met": a.slo_met,
-                         "feasible": a.feasible, "cost_per_hr": a.cost_per_hr, "total_replicas": a.total_replicas,
-                         "total_gpus": a.total_gpus, "source": "analytic"},
-            "notes": list(self.notes),
-        }
 
 
 # --------------------------------------------------------------------------------------------
@@ -336,31 +170,6 @@ class _RunSpec:
     period_s: float | None
     split_shares: object
 
-
-@dataclass(frozen=True, eq=False)
-class _Run:
-    """What one replication leaves: the measured requests (arrival order) and the window's time averages."""
-
-    pool: np.ndarray
-    ttft_s: np.ndarray          # +inf: no first token by the horizon
-    wait_s: np.ndarray          # +inf: not started by the horizon
-    tpot_s: np.ndarray          # NaN unless completed with > 1 output token
-    e2e_s: np.ndarray           # NaN unless completed
-    unfinished: np.ndarray
-    rejected: np.ndarray
-    utilization: np.ndarray
-    mean_batch: np.ndarray
-    power_w: np.ndarray
-    energy_j: np.ndarray        # per pool, over the window
-    output_tokens_done: np.ndarray   # per pool: output tokens of the requests completed in the window
-    busy_slot_s: np.ndarray     # per pool
-    slot_s: np.ndarray          # per pool: slots x window
-    n_requests: int
-    span_s: float
-    warmup_s: float
-    warmup_cut: bool
-    measured_s: float
-    littles_error: float
 
 
 def simulate_plan(instance: Instance, pools: list[PoolPlan], *, requests: int = 50_000, seed: int = 0,
@@ -445,7 +254,7 @@ def simulate_plan(instance: Instance, pools: list[PoolPlan], *, requests: int = 
                     COOLDOWN_SLOS * instance.slo.ttft_p99_s, peak_to_mean, mean_dwell_s, period_s, split_shares)
 
     def one(n: int):
-        def run(rng: np.random.Generator) -> _Run:
+        def run(rng: np.random.Generator) -> Replication:
             out = _replication(spec, n, rng)
             done[0] += n
             if progress is not None:
@@ -455,7 +264,7 @@ def simulate_plan(instance: Instance, pools: list[PoolPlan], *, requests: int = 
 
     while True:
         runs = replicate(one(n_rep), seed, R).results
-        fleet = _p99([r.ttft_s for r in runs])
+        fleet = p99_estimate([r.ttft_s for r in runs])
         if precision is None:
             stop = "requests"
         elif not math.isfinite(fleet.value):
@@ -473,7 +282,7 @@ def simulate_plan(instance: Instance, pools: list[PoolPlan], *, requests: int = 
             planned = done[0] + R * n_rep
             continue
         break
-    return _report(instance, analytic, runs, fleet, dict(
+    return build_report(instance, analytic, runs, fleet, dict(
         seed=int(seed), mode=mode, router=router, dispatch=dispatch if mode == "iteration" else "pool-fcfs",
         arrivals=arrivals, replications=R, stopped_by=stop, precision=precision,
         requests_simulated=R * n_rep, relaxation_s=relax_s), time.perf_counter() - t0)
@@ -586,7 +395,7 @@ def _router(kind: str, instance: Instance, analytic: FleetResult, names: list[st
     return LengthRouter(edges, names)
 
 
-def _replication(spec: _RunSpec, n: int, rng: np.random.Generator) -> _Run:
+def _replication(spec: _RunSpec, n: int, rng: np.random.Generator) -> Replication:
     """One replication: stream, route, simulate to the last arrival, keep the measured requests."""
     req = _stream(spec.instance, n, rng, spec.arrivals, spec.peak_to_mean, spec.mean_dwell_s, spec.period_s)
     route = _router(spec.router, spec.instance, spec.analytic, [p.name for p in spec.pools], rng, spec.split_shares)
@@ -603,7 +412,7 @@ def _replication(spec: _RunSpec, n: int, rng: np.random.Generator) -> _Run:
     L, lam_w = littles_law(res)
     done = res.outcome == Outcome.COMPLETED
     in_window = done & (res.end_at_s >= warmup_s)
-    return _Run(
+    return Replication(
         pool=res.pool[keep], ttft_s=np.where(np.isnan(ttft), np.inf, ttft),
         wait_s=np.where(np.isnan(wait), np.inf, wait), tpot_s=tpot_s(res)[keep], e2e_s=e2e_s(res)[keep],
         unfinished=(res.outcome == Outcome.UNFINISHED)[keep], rejected=(res.outcome == Outcome.REJECTED)[keep],
@@ -614,192 +423,3 @@ def _replication(spec: _RunSpec, n: int, rng: np.random.Generator) -> _Run:
         n_requests=len(req), span_s=horizon_s, warmup_s=warmup_s, warmup_cut=spec.warmup_floor_s > 0.5 * horizon_s,
         measured_s=measure_end_s - warmup_s,
         littles_error=float(np.max(np.abs(L - lam_w) / np.maximum(L, 1e-12), initial=0.0)))
-
-
-def _p99(groups: list[np.ndarray]) -> Estimate:
-    """P99 of the non-NaN values with its 95 % interval (module docstring).
-
-    Over the non-empty replication groups when there are two or more, else by
-    batch means of their concatenation (arrival order) when it holds at least
-    :data:`N_BATCHES` values, else the point estimate with an unbounded upper
-    end; NaN throughout when there is no value.
-    """
-    groups = [g[~np.isnan(g)] for g in groups]
-    full = [g for g in groups if g.size]
-    if len(full) >= 2:
-        return quantile_ci(full, 99.0, CONFIDENCE)
-    v = np.concatenate(groups)
-    if v.size >= N_BATCHES:
-        return batch_means_ci(v, 99.0, N_BATCHES, CONFIDENCE)
-    if v.size:
-        return Estimate(float(percentile(v, 99)), math.nan, math.inf, CONFIDENCE, 0)
-    return Estimate(math.nan, math.nan, math.nan, CONFIDENCE, 0)
-
-
-def _latency(values: np.ndarray) -> Latency:
-    v = values[~np.isnan(values)]
-    if v.size == 0:
-        return Latency(math.nan, math.nan, math.nan)
-    p = percentile(v, [50, 90, 99]) * MS_PER_S
-    return Latency(float(p[0]), float(p[1]), float(p[2]))
-
-
-def _ratio(num: float, den: float) -> float:
-    return float(num / den) if den > 0 else math.nan
-
-
-def _ci_ms(e: Estimate) -> tuple[float, float]:
-    return (e.low * MS_PER_S, e.high * MS_PER_S)
-
-
-def _within(e: Estimate, limit_s: float | None, upper: bool) -> bool:
-    """Whether the P99 (its interval's upper end if ``upper``) meets ``limit_s``; nothing measured cannot miss."""
-    if limit_s is None or math.isnan(e.value):
-        return True
-    return bool((e.high if upper else e.value) <= limit_s * (1 + 1e-12))
-
-
-def _pool_report(instance: Instance, a: PoolResult, k: int, runs: list[_Run]) -> SimPoolReport:
-    sel = [r.pool == k for r in runs]
-
-    def pooled(name: str) -> list[np.ndarray]:
-        return [getattr(r, name)[s] for r, s in zip(runs, sel)]
-
-    n = int(sum(s.sum() for s in sel))
-    ttft, tpot = _p99(pooled("ttft_s")), _p99(pooled("tpot_s"))
-    slo = instance.slo
-    all_ttft = np.concatenate(pooled("ttft_s"))
-    return SimPoolReport(
-        analytic=a, requests=n, arrival_rate_sim=n / sum(r.measured_s for r in runs),
-        ttft_p99_ms_sim=ttft.value * MS_PER_S, ttft_p99_ci_ms=_ci_ms(ttft),
-        tpot_p99_ms_sim=tpot.value * MS_PER_S, tpot_p99_ci_ms=_ci_ms(tpot),
-        slo_attainment=float(np.mean(all_ttft <= slo.ttft_p99_s)) if n else math.nan,
-        slo_met_sim=_within(ttft, slo.ttft_p99_s, True) and _within(tpot, slo.tpot_p99_s, True),
-        mean_batch=float(np.mean([r.mean_batch[k] for r in runs])), preemptions=0,
-        utilization_sim=float(np.mean([r.utilization[k] for r in runs])),
-        power_w_sim=float(np.mean([r.power_w[k] for r in runs])),
-        energy_per_output_token_j=_ratio(sum(r.energy_j[k] for r in runs), sum(r.output_tokens_done[k] for r in runs)),
-        unfinished=int(sum(x.sum() for x in pooled("unfinished"))),
-        rejected=int(sum(x.sum() for x in pooled("rejected"))),
-        ttft=_latency(all_ttft), tpot=_latency(np.concatenate(pooled("tpot_s"))),
-        wait=_latency(np.concatenate(pooled("wait_s"))), e2e=_latency(np.concatenate(pooled("e2e_s"))))
-
-
-def _report(instance: Instance, analytic: FleetResult, runs, fleet: Estimate, opts: dict, wall_s: float) -> SimReport:
-    slo = instance.slo
-    pools = tuple(_pool_report(instance, a, k, runs) for k, a in enumerate(analytic.pools))
-    tpot = _p99([r.tpot_s for r in runs])
-    ttft_all = np.concatenate([r.ttft_s for r in runs])
-    if slo.scope == "fleet":
-        met = _within(fleet, slo.ttft_p99_s, True) and _within(tpot, slo.tpot_p99_s, True)
-        met_point = _within(fleet, slo.ttft_p99_s, False) and _within(tpot, slo.tpot_p99_s, False)
-    else:
-        met = all(p.slo_met_sim for p in pools)
-        met_point = all(_within(_p99([r.ttft_s[r.pool == k] for r in runs]), slo.ttft_p99_s, False)
-                        and _within(_p99([r.tpot_s[r.pool == k] for r in runs]), slo.tpot_p99_s, False)
-                        for k in range(len(pools)))
-    ci_method = "replications" if opts["replications"] >= 2 else f"batch-means ({N_BATCHES} batches)"
-    return SimReport(
-        requests_measured=int(ttft_all.size), simulated_seconds=float(sum(r.span_s for r in runs)),
-        wall_seconds=wall_s, ttft_p99_ms=fleet.value * MS_PER_S, ttft_p99_ci_ms=_ci_ms(fleet),
-        tpot_p99_ms=tpot.value * MS_PER_S, tpot_p99_ci_ms=_ci_ms(tpot),
-        slo_met=met, slo_met_point=met_point, slo_attainment=float(np.mean(ttft_all <= slo.ttft_p99_s)),
-        power_kw=float(np.mean([r.power_w.sum() for r in runs])) / 1000.0,
-        energy_per_output_token_j=_ratio(sum(r.energy_j.sum() for r in runs),
-                                         sum(r.output_tokens_done.sum() for r in runs)),
-        utilization_sim=float(np.mean([r.busy_slot_s.sum() / r.slot_s.sum() for r in runs])),
-        pools=pools, ci_method=ci_method, warmup_s=float(np.mean([r.warmup_s for r in runs])),
-        cooldown_s=float(np.mean([r.span_s - r.warmup_s - r.measured_s for r in runs])),
-        littles_law_rel_error=max(r.littles_error for r in runs),
-        unfinished=int(sum(r.unfinished.sum() for r in runs)), rejected=int(sum(r.rejected.sum() for r in runs)),
-        ttft=_latency(ttft_all), tpot=_latency(np.concatenate([r.tpot_s for r in runs])),
-        wait=_latency(np.concatenate([r.wait_s for r in runs])), e2e=_latency(np.concatenate([r.e2e_s for r in runs])),
-        analytic=analytic, instance_name=instance.name, slo_ttft_p99_ms=slo.ttft_p99_s * MS_PER_S,
-        slo_tpot_p99_ms=None if slo.tpot_p99_s is None else slo.tpot_p99_s * MS_PER_S, scope=slo.scope,
-        ttft_model=slo.ttft_model, notes=_notes(instance, opts, runs), **opts)
-
-
-def _notes(instance: Instance, opts: dict, runs) -> tuple[str, ...]:
-    out = ["preemptions: the engine has no KV preemption; 0 by construction",
-           "all replicas up: availability is not simulated"]
-    if instance.slo.ttft_model == "mean-prefill":
-        out.append("analytic P99 TTFT uses the 'mean-prefill' model (P99 wait + mean prefill); the simulated one is "
-                   "the true P99 of wait + prefill")
-    if any(r.warmup_cut for r in runs):
-        out.append(f"the service times' start-up scale E[S^2]/E[S] = {opts['relaxation_s']:,.0f} s is long against a "
-                   f"replication ({np.mean([r.span_s for r in runs]):,.0f} s): warm-up cut to half the span, so the "
-                   "utilisation, batch and power of the slowest pools are low estimates; raise --requests or lower "
-                   "--replications")
-    if opts["arrivals"] == "trace":
-        out.append(f"trace replay: the first {runs[0].n_requests} requests of the trace, rescaled to "
-                   f"{instance.workload.arrival_rate_req_per_s:g} req/s; one deterministic run")
-    if opts["router"] == "split":
-        out.append("split routing of a tiled plan: each segment's shares (default: all to its own pool)")
-    if opts["mode"] == "slot":
-        out.append("slot mode: one FCFS queue per pool (M/G/c), the analytic model's own view; dispatch unused")
-    return tuple(out)
-
-
-# --------------------------------------------------------------------------------------------
-# Rendering (the CLI's table and progress bar)
-# --------------------------------------------------------------------------------------------
-
-
-def _ms(x: float) -> str:
-    return "-" if math.isnan(x) else ("inf" if x == math.inf else f"{x:,.1f}")
-
-
-def _ci(ci: tuple[float, float]) -> str:
-    return "" if all(math.isnan(x) for x in ci) else f" [{_ms(ci[0])}, {_ms(ci[1])}]"
-
-
-def render_simulation(c, rep: SimReport) -> None:
-    """Print a :class:`SimReport`: per pool, analytic next to simulated, then the provenance line."""
-    from rich.table import Table
-
-    t = Table(title=f"{rep.instance_name}: simulated vs analytic  [P99 TTFT SLO {rep.slo_ttft_p99_ms:,.0f} ms, "
-                    f"scope {rep.scope}]", title_justify="left", show_footer=True, pad_edge=False,
-              caption="util, batch, power W: analytic / simulated; TTFT, TPOT: P99 in ms", caption_justify="left")
-    a = rep.analytic
-    cols = [("tokens", "fleet"), ("gpu", ""), ("repl.", str(a.total_replicas)), ("util", ""), ("batch", ""),
-            ("TTFT an", _ms(a.ttft_p99_ms)), ("TTFT sim [95% CI]", _ms(rep.ttft_p99_ms) + _ci(rep.ttft_p99_ci_ms)),
-            ("attain %", f"{100 * rep.slo_attainment:.2f}"), ("TPOT sim", _ms(rep.tpot_p99_ms)),
-            ("power W", f"{a.power_kw * 1000:,.0f} / {rep.power_kw * 1000:,.0f}"),
-            ("SLO", "met" if rep.slo_met else "MISSED")]
-    for name, footer in cols:
-        t.add_column(name, footer=footer, no_wrap=True,
-                     justify="left" if name in ("tokens", "gpu", "SLO") else "right")
-    for p in rep.pools:
-        q = p.analytic
-        t.add_row(f"{q.min_tokens:,}-{q.max_tokens:,}" + (f" (+@{q.compress_gamma:g})" if q.compress_gamma > 1 else ""),
-                  q.gpu, str(q.replicas), f"{q.utilization:.2f} / {p.utilization_sim:.2f}",
-                  f"{q.mean_batch:,.1f} / {p.mean_batch:,.1f}", _ms(q.ttft_p99_ms),
-                  _ms(p.ttft_p99_ms_sim) + _ci(p.ttft_p99_ci_ms),
-                  "-" if math.isnan(p.slo_attainment) else f"{100 * p.slo_attainment:.2f}", _ms(p.tpot_p99_ms_sim),
-                  f"{q.power_w:,.0f} / {p.power_w_sim:,.0f}", "met" if p.slo_met_sim else "MISSED")
-    c.print(t)
-    e = rep.energy_per_output_token_j
-    c.print(f"simulated: {rep.requests_simulated:,} requests ({rep.requests_measured:,} measured), "
-            f"{rep.replications} replications, seed {rep.seed}, mode {rep.mode}, router {rep.router}, "
-            f"dispatch {rep.dispatch}, arrivals {rep.arrivals}; CI {rep.ci_method}, stopped by {rep.stopped_by}; "
-            f"{rep.simulated_seconds:,.0f} s simulated in {rep.wall_seconds:,.1f} s; analytic numbers from models/")
-    c.print(f"  energy per output token {'-' if math.isnan(e) else f'{e:.3f} J'}; Little's law error "
-            f"{rep.littles_law_rel_error:.1e}; unfinished {rep.unfinished:,}, rejected {rep.rejected:,}; "
-            f"SLO on the CI upper bound (point estimate: {'met' if rep.slo_met_point else 'MISSED'})")
-    for line in rep.notes:
-        c.print(f"  note: {line}")
-
-
-@contextmanager
-def progress_bar(enabled: bool):
-    """A rich progress bar on stderr yielding ``progress(done, total)``, or None when not ``enabled``."""
-    if not enabled:
-        yield None
-        return
-    from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-    with Progress(TextColumn("simulating"), BarColumn(), MofNCompleteColumn(), TextColumn("requests"),
-                  TimeElapsedColumn(), console=Console(stderr=True), transient=True) as bar:
-        task = bar.add_task("simulate", total=None)
-        yield lambda done, total: bar.update(task, completed=done, total=total)
