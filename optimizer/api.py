@@ -106,13 +106,13 @@ def solve(inst: Instance, *, top: int = 1, time_limit_s: float | None = None, mi
 
 
 def verify(inst: Instance, *, verify_top: int = 3, rule: str = "ci-upper", max_rounds: int = 3, seed: int = 0,
-           requests: int = 100_000, top: int = 1, time_limit_s: float | None = None, mip_gap: float = 0.0,
+           requests: int = 100_000, time_limit_s: float | None = None, mip_gap: float = 0.0,
            threads: int | None = None, method: str = "auto", verbose=False):
-    """Solve and verify by simulation (see :mod:`optimizer.verify`); returns (solve report, verification)."""
+    """Solve for the ``verify_top`` best plans and verify them by simulation (see :mod:`optimizer.verify`);
+    returns (solve report, verification)."""
     from .solve import SolveOptions
     from .verify import verify as run
 
-    del top  # verification asks the solver for verify_top plans itself
     options = SolveOptions(time_limit_s=time_limit_s, mip_gap=mip_gap, threads=threads, verbose=verbose,
                            method="mip" if method == "auto" else method)
     return run(inst, options, top=verify_top, seed=seed, rule=rule, max_rounds=max_rounds,

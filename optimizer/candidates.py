@@ -30,7 +30,8 @@ from models.units import MS_PER_S
 
 from .instance import Instance
 
-__all__ = ["Candidates", "Dropped", "generate_candidates", "prune_dominated", "restrict"]
+__all__ = ["Candidates", "Dropped", "generate_candidates", "prune_dominated", "restrict", "batch_caps", "pool_counts",
+           "fleet_counts"]
 
 MAX_EXTRA_COUNTS = 64
 """Fleet scope: at most this many replica counts above the utilisation floor per candidate."""
@@ -199,12 +200,12 @@ def _size_option(instance: Instance, g_idx: int, opt, raw, b, rows, pools, choic
     ii, jj, sin, sout = rows
     w = instance.workload
     prof = opt.profile
-    idx, caps, slow = _batch_caps(instance, prof, b[jj])
+    idx, caps, slow = batch_caps(instance, prof, b[jj])
     for k in np.flatnonzero(slow & (sin == 0) & (sout == 0)):
         dropped.append(Dropped(int(b[ii[k]]), int(b[jj[k]]), opt.name, _tpot_reason(instance, prof, b[jj[k]])))
     s = stats_from_raw(raw.take(idx), b[ii[idx]], b[jj[idx]], prof, n_slots=caps)
     lam = w.arrival_rate_req_per_s * s.rate_share
-    counts, ok, reasons = (_fleet_counts if instance.slo.scope == "fleet" else _pool_counts)(instance, s, lam)
+    counts, ok, reasons = (fleet_counts if instance.slo.scope == "fleet" else pool_counts)(instance, s, lam)
     largest_cap = np.r_[idx[1:] != idx[:-1], True]  # rows are sorted by (row, cap)
     for k in np.flatnonzero(~ok & largest_cap):
         r = idx[k]
@@ -229,7 +230,7 @@ CAP_LEVELS = (1.0, 0.5, 0.25)
 """With a TPOT SLO, each window offers these fractions of its largest TPOT-feasible batch cap."""
 
 
-def _batch_caps(instance: Instance, profile, windows: np.ndarray):
+def batch_caps(instance: Instance, profile, windows: np.ndarray):
     """Candidate rows and batch caps: one per row without a TPOT SLO, else up to one per cap level.
 
     Returns (row indices into ``windows``, caps, rows whose smallest batch already breaks the TPOT SLO).
@@ -281,7 +282,7 @@ def _sizing_args(instance, s, lam):
     return (lam, s.mean_service_s, s.cv2_service, s.n_slots)
 
 
-def _pool_counts(instance: Instance, s, lam):
+def pool_counts(instance: Instance, s, lam):
     """Pool scope: the minimum count meeting the pool's own P99 (one choice, no misses counted)."""
     slo = instance.slo
     z = min_replicas(lam, s.mean_service_s, s.cv2_service, s.n_slots, slo.ttft_p99_s, s.prefill_times_s,
@@ -291,7 +292,7 @@ def _pool_counts(instance: Instance, s, lam):
     return counts, z.feasible, reasons
 
 
-def _fleet_counts(instance: Instance, s, lam):
+def fleet_counts(instance: Instance, s, lam):
     """Fleet scope: counts from the utilisation floor until the miss probability reaches its limit."""
     slo = instance.slo
     total = instance.workload.arrival_rate_req_per_s

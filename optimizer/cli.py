@@ -116,12 +116,12 @@ def solve(instance, top, max_pools, objective, time_limit, mip_gap, threads, met
     inst = api.load(instance, list(overrides) + extra)
     # the HiGHS log goes to stderr when stdout carries the JSON
     tee = [sys.stderr] if (verbose and json_out == "-") else verbose
-    kwargs = dict(top=top, time_limit_s=time_limit, mip_gap=mip_gap, threads=threads, method=method, verbose=tee)
+    kwargs = dict(time_limit_s=time_limit, mip_gap=mip_gap, threads=threads, method=method, verbose=tee)
     if verify_top:
         rep, ver = api.verify(inst, verify_top=verify_top, rule=verify_rule, max_rounds=max_rounds, seed=seed,
                               requests=sim_requests, **kwargs)
     else:
-        rep, ver = api.solve(inst, **kwargs), None
+        rep, ver = api.solve(inst, top=top, **kwargs), None
     _emit(lambda c: report.render_solve(c, rep, ver), report.solve_json(rep, ver), json_out, (inst.path,))
     raise click.exceptions.Exit(api.exit_code(rep))
 

@@ -19,7 +19,7 @@ from models.queueing import erlang_c, ttft_miss_prob
 from models.segments import raw_between, segment_basis, stats_from_raw
 from solvers.split import SplitProblem
 
-from .candidates import _batch_caps
+from .candidates import batch_caps, pool_counts
 from .evaluate import service_level
 from .instance import Instance
 
@@ -73,8 +73,6 @@ def _slo_ok_load(a, servers, es, cv2, probs, tau, mean_pf, slo_s, model):
 
 def build_split_problem(instance: Instance) -> SplitModel:
     """Candidates, operating points, link coefficients and power secants of a split-routing instance."""
-    from .candidates import _pool_counts
-
     w = instance.workload
     b = np.asarray(instance.pools.boundaries, dtype=float)
     M = len(b) - 1
@@ -91,11 +89,11 @@ def build_split_problem(instance: Instance) -> SplitModel:
         elem = raw_between(basis, np.arange(M), np.arange(1, M + 1))
         raws_by_chunk[prof.chunk_tokens] = elem
         seg_rate = w.arrival_rate_req_per_s * elem.mass
-        rows, caps, _ = _batch_caps(instance, prof, b[jj])
+        rows, caps, _ = batch_caps(instance, prof, b[jj])
         pi, pj = ii[rows], jj[rows]
         nominal = stats_from_raw(raw_between(basis, pi, pj), b[pi], b[pj], prof, n_slots=caps)
         lam = w.arrival_rate_req_per_s * nominal.rate_share
-        counts, ok, reasons = _pool_counts(instance, nominal, lam)
+        counts, ok, reasons = pool_counts(instance, nominal, lam)
         for k in np.flatnonzero(~ok):
             dropped.append(f"{int(b[pi[k]]):,}-{int(b[pj[k]]):,} on {opt.name}: {reasons[k]}")
         chunk_s = prof.W_s + prof.H_s
