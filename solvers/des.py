@@ -364,34 +364,57 @@ def simulate(pools: Sequence[SimPool], requests: Requests, router: Router, *, mo
     window = np.array([p.window_tokens for p in pools] + [0])
     accepted = (pool_of >= 0) & (requests.total_tokens <= window[pool_of])
 
+    del routed
     state = _State(pools, n, float(warmup_s), hi_s)
     if mode == "slot":
         arrive, serve = _slot_station(state, pools, requests, pool_of, accepted, queue, dispatch)
     else:
         arrive, serve = _iteration_station(state, pools, requests, pool_of, dispatch)
-    order = np.flatnonzero(accepted)
-    last_at, events = _run(state.heap, arrive, serve, requests.arrival_at_s[order].tolist(), order.tolist(), hi_s)
+    last_at, events = _run(state.heap, arrive, serve, _arrival_chunks(requests.arrival_at_s, accepted), hi_s)
+    del arrive, serve
     end_s = hi_s if horizon_s is not None else max(last_at, float(warmup_s))
     return state.result(mode, tuple(names), requests, pool_of, accepted, end_s, events)
 
 
-def _run(heap: list, arrive, serve, arrival_at_s: list, order: list, horizon_s: float) -> tuple[float, int]:
+_CHUNK = 1 << 16
+
+
+def _arrival_chunks(arrival_at_s: np.ndarray, accepted: np.ndarray) -> Iterator[tuple[list, list]]:
+    """The accepted requests' arrival instants and indices as Python lists, ``_CHUNK`` requests at a time.
+
+    Only one chunk is materialised at once, so the engine's memory does not grow
+    with Python objects per request of the whole run.
+    """
+    n = len(arrival_at_s)
+    for lo in range(0, n, _CHUNK):
+        idx = np.flatnonzero(accepted[lo:lo + _CHUNK])
+        if idx.size:
+            idx += lo
+            yield arrival_at_s[idx].tolist(), idx.tolist()
+
+
+def _run(heap: list, arrive, serve, chunks: Iterator[tuple[list, list]], horizon_s: float) -> tuple[float, int]:
     """The engine loop: merge the sorted arrivals with the event heap until both run dry or the horizon.
 
     Heap entries are ``(at_s, sequence number, EventKind, target)``; the
     sequence number (an ``itertools.count``) breaks ties, so kinds and targets
     are never compared. A heap event at the same instant as an arrival is
     handled first (module docstring, "Order of simultaneous events").
+    Arrivals come in chunks (:func:`_arrival_chunks`); each chunk's list of
+    instants ends with ``inf`` as a sentinel, so a chunk's end is noticed only
+    when its sentinel is reached.
     Returns the instant of the last event handled and the number of events.
     """
     pop = heapq.heappop
-    times = arrival_at_s + [math.inf]
+    inf = math.inf
+    times, order = next(chunks, ([], []))
+    times.append(inf)
     j, events, last_at = 0, 0, 0.0
     next_arrival = times[0]
     while True:
-        service_at = heap[0][0] if heap else math.inf
+        service_at = heap[0][0] if heap else inf
         if service_at <= next_arrival:
-            if service_at > horizon_s or service_at == math.inf:
+            if service_at > horizon_s or service_at == inf:
                 break
             at, seq, kind, target = pop(heap)
             serve(at, seq, kind, target)
@@ -402,6 +425,13 @@ def _run(heap: list, arrive, serve, arrival_at_s: list, order: list, horizon_s: 
             arrive(at, order[j])
             j += 1
             next_arrival = times[j]
+            if next_arrival == inf:               # the chunk's sentinel (arrival instants are finite)
+                nxt = next(chunks, None)
+                if nxt is not None:
+                    times, order = nxt
+                    times.append(inf)
+                    j = 0
+                    next_arrival = times[0]
         events += 1
         last_at = at
     return last_at, events
@@ -413,10 +443,14 @@ class _State:
     def __init__(self, pools: list[SimPool], n: int, lo_s: float, hi_s: float) -> None:
         self.heap: list = []
         self.counter = itertools.count()
-        self.start = [math.nan] * n
-        self.first = [math.nan] * n
-        self.end = [math.nan] * n
-        self.rep = [-1] * n
+        # Record columns as numpy arrays, written in place through memoryviews (Python floats and ints
+        # in, no per-request Python objects kept for the whole run).
+        self.start_at = np.full(n, math.nan)
+        self.first_at = np.full(n, math.nan)
+        self.end_at = np.full(n, math.nan)
+        self.replica = np.full(n, -1, dtype=np.int64)
+        self.start, self.first, self.end, self.rep = (memoryview(a) for a in (
+            self.start_at, self.first_at, self.end_at, self.replica))
         self.ranges, self.replica_pool, self.cap, self.power = [], [], [], []
         r = 0
         for k, p in enumerate(pools):
@@ -463,10 +497,12 @@ class _State:
             self.batch_to(r, end_s)
         for p in range(len(names)):
             self.system_to(p, end_s, 0)
-        cols = [np.array(x, dtype=float) for x in (self.start, self.first, self.end)]
-        for c in cols:
-            c[c > end_s] = math.nan
-        start, first, end = cols
+        for v in (self.start, self.first, self.end, self.rep):
+            v.release()
+        start, first, end = cols = (self.start_at, self.first_at, self.end_at)
+        if end_s < math.inf:
+            for c in cols:
+                c[c > end_s] = math.nan
         outcome = np.where(~accepted, Outcome.REJECTED,
                            np.where(np.isfinite(end), Outcome.COMPLETED, Outcome.UNFINISHED)).astype(np.int8)
         window = end_s - self.lo_s
@@ -474,7 +510,7 @@ class _State:
             mean_in_system = np.array(self.system_area) / window
             mean_batch = np.array(self.batch_area) / window
         columns = [requests.arrival_at_s.copy(), start, first, end, requests.prompt_tokens.copy(),
-                   requests.output_tokens.copy(), pool_of, np.array(self.rep, dtype=np.int64), outcome]
+                   requests.output_tokens.copy(), pool_of, self.replica, outcome]
         pools = [mean_in_system, np.bincount(self.replica_pool, self.batch_area, len(names)),
                  np.array(self.slots, dtype=np.int64), np.array(self.replica_pool, dtype=np.int64),
                  mean_batch, np.array(self.energy)]
@@ -504,7 +540,7 @@ def _slot_station(st: _State, pools, requests: Requests, pool_of, accepted, queu
             service[sel] = _slot_service_s(p, l_in, l_out)
         prefill[sel] = prefill_time_s(p.profile, l_in)
     prefill = np.minimum(prefill, service)   # a given service time shorter than the prefill ends with it
-    service, prefill, rpool = service.tolist(), prefill.tolist(), pool_of.tolist()
+    service, prefill, rpool = (memoryview(np.ascontiguousarray(a)) for a in (service, prefill, pool_of))
     heap, counter, push = st.heap, st.counter, heapq.heappush
     start, first, end, rep, busy, cap = st.start, st.first, st.end, st.rep, st.batch, st.cap
     batch_to, system_to = st.batch_to, st.system_to
@@ -590,12 +626,14 @@ def _iteration_station(st: _State, pools, requests: Requests, pool_of, dispatch:
     at iteration ``index``; kind 1: it completes there).
     """
     n = len(requests)
-    chunks = np.zeros(n, dtype=np.int64)
+    chunks = np.zeros(n, dtype=np.int32)
     for k, p in enumerate(pools):
         sel = pool_of == k
-        chunks[sel] = prefill_chunks(p.profile, requests.prompt_tokens[sel]).astype(np.int64)
-    lin, kch, lout = requests.prompt_tokens.tolist(), chunks.tolist(), requests.output_tokens.tolist()
-    rpool = pool_of.tolist()
+        chunks[sel] = prefill_chunks(p.profile, requests.prompt_tokens[sel])
+        del sel
+    # Per-request inputs read through memoryviews of the arrays (Python ints out, no per-request lists).
+    lin, kch, lout, rpool = (memoryview(np.ascontiguousarray(a)) for a in (
+        requests.prompt_tokens, chunks, requests.output_tokens, pool_of))
     M = 2 * max(n, 1)
     W, h, chunk = [], [], []
     for p in pools:
@@ -640,8 +678,9 @@ def _iteration_station(st: _State, pools, requests: Requests, pool_of, dispatch:
             token[r] = -1
 
     def arrive(now: float, i: int) -> None:
-        system_to(rpool[i], now, 1)
-        r = choose(rpool[i])
+        p = rpool[i]
+        system_to(p, now, 1)
+        r = choose(p)
         outstanding[r] += 1
         rep[i] = r
         if run[r] >= cap[r]:
@@ -676,16 +715,17 @@ def _iteration_station(st: _State, pools, requests: Requests, pool_of, dispatch:
         while sq and sq[0] // M == e:
             key = pop(sq)
             i = (key % M) >> 1
+            li, lo = lin[i], lout[i]
             if not key & 1:                       # prefill ends: first token; context jumps to l_in
                 first[i] = at
-                c += lin[i] - kch[i] * ch
-                if lout[i]:
-                    gr += 1 - ch
-                    push(sq, (e + lout[i]) * M + 2 * i + 1)
+                c += li - kch[i] * ch
+                gr += 1 - ch
+                if lo:
+                    push(sq, (e + lo) * M + 2 * i + 1)
                     continue
-                gr += 1 - ch                      # no output: it completes at once
+                # no output: it completes at once
             end[i] = at
-            c -= lin[i] + lout[i]
+            c -= li + lo
             gr -= 1
             done += 1
             system_to(p, at, -1)
