@@ -192,7 +192,8 @@ class SimReport(_Measured):
             "scope": self.scope, "ttft_model": self.ttft_model, "slo_met_point": self.slo_met_point,
             "tpot_p99_ci_ms": self.tpot_p99_ci_ms, "requests_measured": self.requests_measured,
             "utilization_sim": self.utilization_sim,
-            "unfinished": self.unfinished, "rejected": self.rejected, "preemptions": 0,
+            "unfinished": self.unfinished, "rejected": self.rejected,
+            "preemptions": int(sum(p.preemptions for p in self.pools)),
             "latency_ms": self._latency_json(),
             "seed": self.seed, "mode": self.mode, "router": self.router, "dispatch": self.dispatch,
             "arrivals": self.arrivals, "replications": self.replications, "confidence": CONFIDENCE,
@@ -220,6 +221,7 @@ class Replication:
     utilization: np.ndarray
     mean_batch: np.ndarray
     power_w: np.ndarray
+    preemptions: np.ndarray     # per pool: KV-cache preemptions in the run
     energy_j: np.ndarray        # per pool, over the window
     output_tokens_done: np.ndarray   # per pool: output tokens of the requests completed in the window
     busy_slot_s: np.ndarray     # per pool
@@ -295,7 +297,8 @@ def _pool_report(instance: Instance, a: PoolResult, k: int, runs: list[Replicati
         tpot_p99_ms_sim=tpot.value * MS_PER_S, tpot_p99_ci_ms=_ci_ms(tpot),
         slo_attainment=float(np.mean(all_ttft <= slo.ttft_p99_s)) if n else math.nan,
         slo_met_sim=_within(ttft, slo.ttft_p99_s, True) and _within(tpot, slo.tpot_p99_s, True),
-        mean_batch=float(np.mean([r.mean_batch[k] for r in runs])), preemptions=0,
+        mean_batch=float(np.mean([r.mean_batch[k] for r in runs])),
+        preemptions=int(sum(int(r.preemptions[k]) for r in runs)),
         utilization_sim=float(np.mean([r.utilization[k] for r in runs])),
         power_w_sim=float(np.mean([r.power_w[k] for r in runs])),
         energy_per_output_token_j=_ratio(sum(r.energy_j[k] for r in runs), sum(r.output_tokens_done[k] for r in runs)),
@@ -347,7 +350,8 @@ def build_report(instance: Instance, analytic: FleetResult, runs: list[Replicati
 
 
 def _notes(instance: Instance, opts: dict, runs: list[Replication]) -> tuple[str, ...]:
-    out = ["preemptions: the engine has no KV preemption; 0 by construction",
+    out = ["preemptions: KV-cache preemptions (recompute) summed over the replications; 0 unless a pool's "
+           "max_num_seqs exceeds the sequences its KV blocks hold at the window",
            "all replicas up: availability is not simulated"]
     if instance.slo.ttft_model == "mean-prefill":
         out.append("analytic P99 TTFT uses the 'mean-prefill' model (P99 wait + mean prefill); the simulated one is "

@@ -56,9 +56,10 @@ power) cover :math:`[T_w, T]`.
 * Power is the engine's exact integral of each replica's power curve over its
   simulated batch; energy per output token is the fleet's energy over the
   window divided by the output tokens of the requests completed in it.
-* Preemptions: the engine has no KV-cache preemption (a replica never admits
-  more than ``max_num_seqs`` sequences, and their KV always fits), so
-  ``preemptions`` is 0 by construction, not a measurement.
+* Preemptions: the engine's count of KV-cache preemptions (recompute), per
+  pool summed over the replications (:mod:`solvers.des`, "KV blocks and
+  preemption"). A pool whose ``max_num_seqs`` is at most ``n_slots`` of its
+  window never runs out of KV blocks, so it reports 0.
 * All replicas are up: availability (``gpus[].availability``) is not
   simulated, as the analytic evaluation of fixed counts does not derate them.
 
@@ -417,6 +418,7 @@ def _replication(spec: _RunSpec, n: int, rng: np.random.Generator) -> Replicatio
         wait_s=np.where(np.isnan(wait), np.inf, wait), tpot_s=tpot_s(res)[keep], e2e_s=e2e_s(res)[keep],
         unfinished=(res.outcome == Outcome.UNFINISHED)[keep], rejected=(res.outcome == Outcome.REJECTED)[keep],
         utilization=res.pool_utilization, mean_batch=res.pool_mean_batch, power_w=res.pool_mean_power_w,
+        preemptions=res.preemptions,
         energy_j=np.bincount(res.replica_pool, res.replica_energy_j, len(spec.pools)),
         output_tokens_done=np.bincount(res.pool[in_window], res.output_tokens[in_window], len(spec.pools)),
         busy_slot_s=res.pool_busy_slot_s, slot_s=res.pool_slots * res.window_s,

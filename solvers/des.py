@@ -26,7 +26,8 @@ time is shorter.
 
 ``mode="iteration"`` - continuous batching as in vLLM, per replica. A request
 joins its replica's FCFS waiting queue and is admitted while fewer than
-``max_num_seqs`` sequences run. Every iteration advances each running
+``max_num_seqs`` sequences run (and, on an overcommitted pool, while its KV
+blocks fit: "KV blocks and preemption" below). Every iteration advances each running
 sequence one step: a prefill chunk of :math:`c` tokens
 (``profile.chunk_tokens``) while its prompt lasts, then one output token. The
 first token comes at the end of the last of :math:`k = \\lceil l_{in}/c \\rceil`
@@ -56,6 +57,44 @@ event: each replica keeps its sequences' event *iteration indices* in a heap
 and only the replica's next event goes onto the global event heap. Context
 sums are kept in integer tokens, so they never drift.
 
+KV blocks and preemption
+------------------------
+A replica has ``profile.total_kv_blocks`` KV blocks of :math:`b` =
+``profile.blk_size_tokens`` tokens. During its step of an iteration a running
+sequence holds :math:`\\lceil x' / b \\rceil` blocks, :math:`x'` being the
+tokens in its KV cache once the step is written (its context plus the chunk or
+the one token of the step). The longest admitted request, :math:`l_{in} +
+l_{out} \\le B`, never holds more than :math:`\\lceil B/b \\rceil`, so a pool
+with ``max_num_seqs`` :math:`\\le n_{slots}(B)` can never run out of blocks:
+such pools skip the block bookkeeping entirely (their runs are unchanged). A
+pool built with ``allow_overcommit=True`` and ``max_num_seqs`` above
+:math:`n_{slots}(B)` (:attr:`SimPool.overcommitted`) tracks blocks, as vLLM's
+scheduler with the recompute policy [1]_:
+
+* Admission (FCFS, up to ``max_num_seqs``) also needs free blocks for the
+  request's first step; the queue head that does not fit blocks the queue.
+* The step index at which a running sequence needs another block is known
+  in closed form (a prefill chunk or a decode token crossing a block
+  boundary), so it is one more event on the replica's heap. At a boundary
+  the sequences needing blocks are served oldest admission first; when too
+  few blocks are free the most recently admitted running sequence is
+  preempted (possibly the needy one itself) until the need fits.
+* A preempted sequence frees all its blocks and goes to the *front* of the
+  waiting queue. If it had decoded :math:`d` tokens since its last
+  admission, it is readmitted with a prefill of :math:`l_{in} + d` tokens
+  (its prompt and the tokens it generated, from scratch, in chunks of
+  :math:`c`) followed by its :math:`l_{out} - d` remaining decode steps, so
+  its last decode step still starts at context :math:`l_{in} + l_{out} - 1`;
+  preempted during its prefill, it redoes the same prefill. Its
+  ``start_at_s`` stays its first admission and its ``first_token_at_s`` the
+  first time a token was produced (a recompute produces no new first token).
+* As in vLLM, a boundary that preempted admits nobody; the next boundary is
+  then an event, where admissions resume.
+
+:attr:`SimResult.preemptions` counts preemptions per pool
+(:attr:`SimResult.replica_preemptions` per replica); slot mode has no KV
+blocks and refuses overcommitted pools.
+
 Order of simultaneous events
 ----------------------------
 1. Events on the heap (a slot freed, a replica boundary) come before arrivals
@@ -64,9 +103,11 @@ Order of simultaneous events
    one instant gives the same waits: a freed slot or batch place goes to the
    queue head, and an arrival joins the back of the queue.
 2. At a replica boundary, every sequence whose prefill ends or which completes
-   there is handled first (in request order), then waiting requests are
-   admitted FCFS into the freed places, then the replica's next boundary is
-   scheduled.
+   there is handled first (in request order), then (overcommitted pools)
+   block needs and preemptions, then waiting requests are admitted FCFS into
+   the freed places, then the replica's next boundary is scheduled. On an
+   overcommitted pool an arrival whose joining boundary is an event boundary
+   waits for that event's admissions.
 3. A request arriving at a busy replica joins at the first iteration boundary
    at or after its arrival; an iteration in progress is never joined. An idle
    replica starts an iteration at once.
@@ -146,9 +187,14 @@ class SimPool:
         Number of replicas, >= 1.
     max_num_seqs : int or None
         Batch cap per replica (slots in slot mode); None means
-        ``profile.n_slots(window_tokens)``. Must not exceed that.
+        ``profile.n_slots(window_tokens)``. Must not exceed that unless
+        ``allow_overcommit``.
     window_tokens : int
         Context window: requests with :math:`l_{in} + l_{out}` above it are rejected.
+    allow_overcommit : bool
+        Allow ``max_num_seqs`` above ``profile.n_slots(window_tokens)``
+        (iteration mode only): the replica's KV blocks can then run out and
+        sequences are preempted (module docstring, "KV blocks and preemption").
     """
 
     name: str
@@ -156,6 +202,7 @@ class SimPool:
     replicas: int
     max_num_seqs: int | None
     window_tokens: int
+    allow_overcommit: bool = False
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name:
@@ -171,12 +218,21 @@ class SimPool:
             raise ValueError(f"pool {self.name}: a {self.window_tokens}-token window does not fit one sequence "
                              f"in the KV cache of {self.profile.name}")
         cap = slots if self.max_num_seqs is None else self.max_num_seqs
-        if int(cap) != cap or not 1 <= cap <= slots:
+        if self.allow_overcommit and int(cap) == cap and cap > slots \
+                and getattr(self.profile, "total_kv_blocks", None) is None:
+            raise ValueError(f"pool {self.name}: allow_overcommit needs a profile with total_kv_blocks")
+        if int(cap) != cap or not 1 <= cap <= (cap if self.allow_overcommit else slots):
             raise ValueError(f"pool {self.name}: max_num_seqs must be a whole number in [1, {slots}] "
                              f"(sequences {self.profile.name} holds at {self.window_tokens} tokens); got {cap}")
         object.__setattr__(self, "replicas", int(self.replicas))
         object.__setattr__(self, "window_tokens", int(self.window_tokens))
         object.__setattr__(self, "max_num_seqs", int(cap))
+        object.__setattr__(self, "allow_overcommit", bool(self.allow_overcommit))
+
+    @property
+    def overcommitted(self) -> bool:
+        """True when ``max_num_seqs`` sequences at the full window need more KV blocks than a replica has."""
+        return self.max_num_seqs > int(self.profile.n_slots(self.window_tokens))
 
 
 @dataclass(frozen=True, slots=True)
@@ -230,6 +286,10 @@ class SimResult:
     """:math:`\\int P(b(t))\\,dt` of each replica over the window, in joules."""
     events: int
     """Events handled (arrivals plus heap events, stale ones included)."""
+    preemptions: np.ndarray
+    """KV-cache preemptions per pool (iteration mode; 0 unless a pool is overcommitted)."""
+    replica_preemptions: np.ndarray
+    """KV-cache preemptions per replica."""
 
     @property
     def window_s(self) -> float:
@@ -340,6 +400,8 @@ def simulate(pools: Sequence[SimPool], requests: Requests, router: Router, *, mo
     pools = list(pools)
     if not pools:
         raise ValueError("simulate needs at least one pool")
+    if mode == "slot" and any(p.overcommitted for p in pools):
+        raise ValueError("mode='slot' has no KV blocks: max_num_seqs above n_slots(window) needs mode='iteration'")
     names = [p.name for p in pools]
     if len(set(names)) != len(names):
         raise ValueError(f"pool names must be unique; got {names}")
@@ -377,6 +439,11 @@ def simulate(pools: Sequence[SimPool], requests: Requests, router: Router, *, mo
 
 
 _CHUNK = 1 << 16
+
+_block_probe = None
+"""Test hook: when set, called as ``probe(r, used, budget, held, needed)`` after every KV-block change of
+an overcommitted replica (``held``/``needed``: each running sequence's blocks and the blocks its next step
+needs). None in normal runs."""
 
 
 def _arrival_chunks(arrival_at_s: np.ndarray, accepted: np.ndarray) -> Iterator[tuple[list, list]]:
@@ -472,6 +539,7 @@ class _State:
         self.system_last = [lo_s] * P
         self.system_area = [0.0] * P
         self.slots = [p.replicas * p.max_num_seqs for p in pools]
+        self.preempt = [0] * R                       # KV-cache preemptions per replica
 
     def batch_to(self, r: int, t: float) -> None:
         """Integrate replica ``r``'s batch and power up to instant ``t`` (clipped to the window)."""
@@ -516,7 +584,11 @@ class _State:
                  mean_batch, np.array(self.energy)]
         for a in columns + pools:
             a.flags.writeable = False
-        return SimResult(mode, names, *columns, self.lo_s, end_s, *pools, events)
+        rp = np.array(self.preempt, dtype=np.int64)
+        pre = [np.bincount(self.replica_pool, rp, len(names)).astype(np.int64), rp]
+        for a in pre:
+            a.flags.writeable = False
+        return SimResult(mode, names, *columns, self.lo_s, end_s, *pools, events, *pre)
 
 
 def _slot_service_s(pool: SimPool, prompt, output) -> np.ndarray:
@@ -622,8 +694,10 @@ def _iteration_station(st: _State, pools, requests: Requests, pool_of, dispatch:
 
     Per replica: ``it`` iterations done at the anchor instant ``ref``, total
     start-of-iteration context ``c0`` there and growth ``g`` per iteration, and a
-    heap of keys ``index * M + 2 i + kind`` (kind 0: prefill of request ``i`` ends
-    at iteration ``index``; kind 1: it completes there).
+    heap of keys ``index * M + 4 i + kind`` (kind 0: prefill of request ``i`` ends
+    at iteration ``index``; kind 1: it completes there; on overcommitted replicas
+    only, kind 2: it needs more KV blocks for its step of iteration ``index``, and
+    kind 3: a wake-up to admit after a step that preempted).
     """
     n = len(requests)
     chunks = np.zeros(n, dtype=np.int32)
@@ -632,15 +706,21 @@ def _iteration_station(st: _State, pools, requests: Requests, pool_of, dispatch:
         chunks[sel] = prefill_chunks(p.profile, requests.prompt_tokens[sel])
         del sel
     # Per-request inputs read through memoryviews of the arrays (Python ints out, no per-request lists).
-    lin, kch, lout, rpool = (memoryview(np.ascontiguousarray(a)) for a in (
+    # Overcommitted pools track KV blocks; a preempted request's prefill length, chunks and remaining
+    # decode steps change, so those columns are then private copies.
+    any_trk = any(p.overcommitted for p in pools)
+    lin, kch, lout, rpool = (memoryview(np.array(a) if any_trk else np.ascontiguousarray(a)) for a in (
         requests.prompt_tokens, chunks, requests.output_tokens, pool_of))
-    M = 2 * max(n, 1)
-    W, h, chunk = [], [], []
+    M = 4 * max(n, 1)
+    W, h, chunk, trk, blk, budget = [], [], [], [], [], []
     for p in pools:
         w0, h0 = _latency_affine(p.profile)
         W += [w0] * p.replicas
         h += [h0] * p.replicas
         chunk += [int(p.profile.chunk_tokens)] * p.replicas
+        trk += [p.overcommitted] * p.replicas
+        blk += [int(p.profile.blk_size_tokens)] * p.replicas
+        budget += [int(p.profile.total_kv_blocks) if p.overcommitted else 0] * p.replicas
     R = len(W)
     it, ref, c0, g = [0] * R, [0.0] * R, [0] * R, [0] * R
     seqs = [[] for _ in range(R)]
@@ -663,11 +743,11 @@ def _iteration_station(st: _State, pools, requests: Requests, pool_of, dispatch:
         k = kch[i]
         if k:
             g[r] += chunk[r]
-            push(seqs[r], (it[r] + k) * M + 2 * i)
+            push(seqs[r], (it[r] + k) * M + 4 * i)
         else:                                   # no prompt: decoding from the start
             first[i] = b
             g[r] += 1
-            push(seqs[r], (it[r] + lout[i]) * M + 2 * i + 1)
+            push(seqs[r], (it[r] + lout[i]) * M + 4 * i + 1)
 
     def reschedule(r: int) -> None:
         if run[r]:
@@ -683,6 +763,9 @@ def _iteration_station(st: _State, pools, requests: Requests, pool_of, dispatch:
         r = choose(p)
         outstanding[r] += 1
         rep[i] = r
+        if trk[r]:
+            arrive_tracked(now, i, r)
+            return
         if run[r] >= cap[r]:
             waiting[r].append(i)
             return
@@ -706,6 +789,9 @@ def _iteration_station(st: _State, pools, requests: Requests, pool_of, dispatch:
     def serve(at: float, seq: int, kind, r: int) -> None:
         if token[r] != seq:
             return                                # superseded by a later schedule of this replica
+        if trk[r]:
+            serve_tracked(at, r)
+            return
         sq, ch, p = seqs[r], chunk[r], replica_pool[r]
         e = sq[0] // M
         c, gr = c0[r] + (e - it[r]) * g[r], g[r]
@@ -714,14 +800,14 @@ def _iteration_station(st: _State, pools, requests: Requests, pool_of, dispatch:
         done = 0
         while sq and sq[0] // M == e:
             key = pop(sq)
-            i = (key % M) >> 1
+            i = (key % M) >> 2
             li, lo = lin[i], lout[i]
             if not key & 1:                       # prefill ends: first token; context jumps to l_in
                 first[i] = at
                 c += li - kch[i] * ch
                 gr += 1 - ch
                 if lo:
-                    push(sq, (e + lo) * M + 2 * i + 1)
+                    push(sq, (e + lo) * M + 4 * i + 1)
                     continue
                 # no output: it completes at once
             end[i] = at
@@ -736,5 +822,184 @@ def _iteration_station(st: _State, pools, requests: Requests, pool_of, dispatch:
         while q and run[r] < cap[r]:
             admit(r, q.popleft(), at)
         reschedule(r)
+
+    # ---- Overcommitted replicas: KV blocks, block events and preemption (module docstring) ----
+    used = [0] * R                                # KV blocks held per replica
+    live = [{} for _ in range(R)]                 # running request -> admission serial (admission order)
+    adm, held = {}, {}                            # running request -> iteration of admission, blocks held
+    serial = itertools.count()
+    preempt_count = st.preempt
+
+    def need(i: int, j: int, bs: int, ch: int) -> int:
+        """Blocks request ``i`` holds during its step ``j``: its KV cache once the step is written."""
+        k = kch[i]
+        if j < k:
+            x = (j + 1) * ch
+            li = lin[i]
+            return -(-(x if x < li else li) // bs)
+        return -(-(lin[i] + j - k + 1) // bs)
+
+    def schedule_block(r: int, i: int, j0: int) -> None:
+        """Push request ``i``'s next block event: the first step ``j >= j0`` needing more than it holds."""
+        bs, k, li = blk[r], kch[i], lin[i]
+        top = held[i] * bs                        # tokens the held blocks can take
+        if j0 < k and li > top:
+            j = top // chunk[r]
+            j = j if j > j0 else j0
+        else:
+            d = top - li
+            d = d if d > j0 - k else j0 - k
+            if d < 0:
+                d = 0
+            if d >= lout[i]:
+                return                            # fits until it completes
+            j = k + d
+        push(seqs[r], (adm[i] + j) * M + 4 * i + 2)
+
+    def admit_tracked(r: int, i: int, b: float) -> None:
+        run[r] += 1
+        if start[i] != start[i]:                  # NaN: first admission (a recompute keeps it)
+            start[i] = b
+        adm[i] = it[r]
+        live[r][i] = next(serial)
+        nb = held[i] = need(i, 0, blk[r], chunk[r])
+        used[r] += nb
+        k = kch[i]
+        if k:
+            g[r] += chunk[r]
+            push(seqs[r], (it[r] + k) * M + 4 * i)
+        else:
+            if first[i] != first[i]:
+                first[i] = b
+            g[r] += 1
+            push(seqs[r], (it[r] + lout[i]) * M + 4 * i + 1)
+        schedule_block(r, i, 1)
+
+    def arrive_tracked(now: float, i: int, r: int) -> None:
+        q = waiting[r]
+        if run[r] >= cap[r] or q:
+            q.append(i)
+            return
+        if not run[r]:
+            ref[r] = now                          # idle: no blocks held, the first chunk fits
+        else:
+            if budget[r] - used[r] < need(i, 0, blk[r], chunk[r]):
+                q.append(i)                       # blocks change only at events: wait for the next one
+                return
+            m = 0
+            if now > ref[r]:
+                w, a = W[r] + h[r] * c0[r], h[r] * g[r]
+                x = now - ref[r]
+                m = math.ceil(x / w if a == 0 else (math.sqrt((w - a / 2) ** 2 + 2 * a * x) - (w - a / 2)) / a)
+                while after(r, m) < now:
+                    m += 1
+                while m > 0 and after(r, m - 1) >= now:
+                    m -= 1
+            if it[r] + m >= seqs[r][0] // M:
+                q.append(i)                       # that boundary is an event: admitted after it is handled
+                return
+            if m:
+                ref[r] = after(r, m)
+                c0[r] += m * g[r]
+                it[r] += m
+        batch_to(r, ref[r])
+        admit_tracked(r, i, ref[r])
+        reschedule(r)
+        if _block_probe is not None:
+            probe(r)
+
+    def preempt(r: int, v: int, e: int, c: int, gr: int) -> tuple[int, int]:
+        """Preempt running request ``v`` at boundary ``e`` (recompute): free its blocks, queue it first."""
+        j, k, li = e - adm[v], kch[v], lin[v]
+        if j < k:                                 # mid-prefill: the prefill restarts as it was
+            c -= j * chunk[r]
+            gr -= chunk[r]
+        else:                                     # decoded d steps: recompute l_in + d tokens, then the rest
+            d = j - k
+            c -= li + d
+            gr -= 1
+            lin[v] = li + d
+            lout[v] -= d
+            kch[v] = -(-(li + d) // chunk[r])
+        used[r] -= held.pop(v)
+        del live[r][v], adm[v]
+        run[r] -= 1
+        preempt_count[r] += 1
+        sq = seqs[r]
+        sq[:] = [x for x in sq if (x % M) >> 2 != v]
+        heapq.heapify(sq)
+        waiting[r].appendleft(v)
+        return c, gr
+
+    def serve_tracked(at: float, r: int) -> None:
+        sq, ch, p, bs = seqs[r], chunk[r], replica_pool[r], blk[r]
+        lv = live[r]
+        e = sq[0] // M
+        c, gr = c0[r] + (e - it[r]) * g[r], g[r]
+        it[r], ref[r] = e, at
+        batch_to(r, at)
+        done = 0
+        needs = []
+        while sq and sq[0] // M == e:
+            key = pop(sq)
+            i = (key % M) >> 2
+            kind = key & 3
+            if kind == 2:
+                needs.append(i)
+                continue
+            # This handler mirrors the non-overcommitted one above plus block bookkeeping; the plain path
+            # stays separate so pools that cannot run out of blocks pay nothing for it (hot loop).
+            if kind == 3:                         # wake-up after a preemption: admissions only
+                continue
+            li, lo = lin[i], lout[i]
+            if kind == 0:                         # prefill (or its recompute) ends
+                if first[i] != first[i]:
+                    first[i] = at
+                c += li - kch[i] * ch
+                gr += 1 - ch
+                if lo:
+                    push(sq, (e + lo) * M + 4 * i + 1)
+                    continue
+            end[i] = at
+            c -= li + lo
+            gr -= 1
+            done += 1
+            system_to(p, at, -1)
+            used[r] -= held.pop(i)
+            del lv[i], adm[i]
+        run[r] -= done
+        outstanding[r] -= done
+        preempted = False
+        if needs:
+            needs.sort(key=lv.__getitem__)        # oldest admission first
+            for i in needs:
+                if i not in lv:
+                    continue                      # preempted at this boundary already
+                j = e - adm[i]
+                want = need(i, j, bs, ch) - held[i]
+                while budget[r] - used[r] < want:
+                    v = next(reversed(lv))        # the most recently admitted running sequence
+                    c, gr = preempt(r, v, e, c, gr)
+                    preempted = True
+                    if v == i:
+                        break
+                if i in lv:
+                    used[r] += want
+                    held[i] += want
+                    schedule_block(r, i, j + 1)
+        c0[r], g[r] = c, gr
+        if not preempted:                         # as vLLM: no admissions in a step that preempted
+            q = waiting[r]
+            while q and run[r] < cap[r] and budget[r] - used[r] >= need(q[0], 0, bs, ch):
+                admit_tracked(r, q.popleft(), at)
+        else:                                     # ... so the next boundary is an event: admissions there
+            push(sq, (e + 1) * M + 3)
+        reschedule(r)
+        if _block_probe is not None:
+            probe(r)
+
+    def probe(r: int) -> None:
+        _block_probe(r, used[r], budget[r], [held[i] for i in live[r]],
+                     [need(i, it[r] - adm[i], blk[r], chunk[r]) for i in live[r]])
 
     return arrive, serve

@@ -454,3 +454,177 @@ def test_arrivals_streamed_in_chunks_give_the_same_run(h100, azure, monkeypatch,
             assert not getattr(base, f).flags.writeable
         assert base.start_at_s.dtype == np.float64 and base.replica.dtype == np.int64
         assert_books_balance(base)
+
+
+# --- KV blocks and preemption (overcommitted pools, iteration mode) --------------------------------------------
+
+
+def kv_profile(blocks: int, blk: int = 4, chunk: int = 4) -> CalibratedProfile:
+    # W = 1 s, h = H / B_cal = 1/64 s per token: every time below is a dyadic rational, exact in floating point
+    return CalibratedProfile("kv", "toy", 1.0, 1.0, 64, chunk, blk, blocks, 1 << 12, 1.0, 1,
+                             PowerCurve(50.0, 100.0, 1.0, 2.0, "none"))
+
+
+def test_overcommit_is_opt_in_and_iteration_only():
+    prof = kv_profile(4)                      # a 16-token window needs 4 blocks: one sequence
+    with pytest.raises(ValueError, match="max_num_seqs"):
+        SimPool("p", prof, 1, 2, 16)
+    pool = SimPool("p", prof, 1, 2, 16, allow_overcommit=True)
+    assert pool.overcommitted and not SimPool("p", prof, 1, 1, 16, allow_overcommit=True).overcommitted
+    req = Requests(np.array([0.0]), np.array([4]), np.array([5]))
+    with pytest.raises(ValueError, match="slot"):
+        simulate([pool], req, ONE_POOL, mode="slot")
+
+
+def test_preemption_by_hand():
+    # 4 blocks of 4 tokens, chunk 4, two sequences allowed (one fits a 16-token window): A and B arrive at 0
+    # with l_in = 4, l_out = 5. A sequence holds ceil(KV tokens after its step / 4) blocks.
+    W, h = 1.0, 1.0 / 64
+    pool = SimPool("p", kv_profile(4), 1, 2, 16, allow_overcommit=True)
+    req = Requests(np.array([0.0, 0.0]), np.array([4, 4]), np.array([5, 5]))
+    res = simulate([pool], req, ONE_POOL, mode="iteration")
+    # iteration 0: both prefill (1 block each), contexts 0 + 0; both first tokens at t1
+    t1 = W
+    # iterations 1-4: both decode at contexts 4..7 (2 blocks each: 4 in use, the budget)
+    t5 = t1 + sum(W + h * 2 * x for x in range(4, 8))
+    # at t5 A's decode at context 8 needs a 3rd block: none free, so B (admitted last) is preempted after
+    # 4 decode steps; iteration 5: A alone at context 8, and A completes (1 prefill + 5 decodes)
+    t6 = t5 + W + h * 8
+    # B is readmitted at t6 and recomputes its 4 + 4 = 8 tokens in two chunks (contexts 0, 4), then its
+    # last decode step at context 8
+    t9 = t6 + (W + h * 0) + (W + h * 4) + (W + h * 8)
+    assert (t1, t5, t6, t9) == (1.0, 5.6875, 6.8125, 10.0)
+    assert res.end_at_s.tolist() == [t6, t9]
+    assert res.first_token_at_s.tolist() == [t1, t1]      # B keeps the first token it already produced
+    assert res.start_at_s.tolist() == [0.0, 0.0]           # and its first admission
+    assert res.preemptions.tolist() == [1] and res.replica_preemptions.tolist() == [1]
+    assert_books_balance(res)
+    # with blocks to spare nobody is preempted: both complete after 6 iterations
+    roomy = simulate([SimPool("p", kv_profile(8), 1, 2, 16, allow_overcommit=True)], req, ONE_POOL)
+    assert roomy.end_at_s.tolist() == [t5 + W + h * 16] * 2 and roomy.preemptions.tolist() == [0]
+
+
+def step_reference_kv(arrival, l_in, l_out, W, h, chunk, cap, blk, budget):
+    """:func:`step_reference` with KV blocks: admission needs the first step's blocks, a step needing a block
+    when none is free preempts the most recently admitted sequence (recompute), no admissions in that step."""
+    n = len(arrival)
+    start, first, end = (np.full(n, np.nan) for _ in range(3))
+    L, lo = [int(x) for x in l_in], [int(x) for x in l_out]
+    t, nxt, waiting, running, used, preemptions = 0.0, 0, deque(), [], 0, 0
+
+    def need(s):                      # s = [request, step, chunks, blocks held]
+        i, j, k = s[0], s[1], s[2]
+        return -(-min((j + 1) * chunk, L[i]) // blk) if j < k else -(-(L[i] + j - k + 1) // blk)
+
+    while nxt < n or waiting or running:
+        if not running and not waiting:
+            t = max(t, arrival[nxt])
+        while nxt < n and arrival[nxt] <= t:
+            waiting.append(nxt)
+            nxt += 1
+        preempted = False
+        for s in list(running):       # oldest first
+            if s not in running:
+                continue
+            want = need(s) - s[3]
+            while budget - used < want:
+                v = running.pop()
+                used -= v[3]
+                preemptions += 1
+                preempted = True
+                if v[1] >= v[2]:      # decoded d steps: recompute l_in + d tokens, d fewer left
+                    d = v[1] - v[2]
+                    L[v[0]] += d
+                    lo[v[0]] -= d
+                waiting.appendleft(v[0])
+                if v is s:
+                    break
+            if s in running:
+                used += want
+                s[3] += want
+        if not preempted:
+            while waiting and len(running) < cap:
+                i = waiting[0]
+                s = [i, 0, -(-L[i] // chunk), 0]
+                nb = need(s)
+                if budget - used < nb:
+                    break
+                waiting.popleft()
+                s[3] = nb
+                used += nb
+                if math.isnan(start[i]):
+                    start[i] = t
+                running.append(s)
+        assert used == sum(s[3] for s in running) <= budget
+        t += W + h * sum(s[1] * chunk if s[1] < s[2] else L[s[0]] + s[1] - s[2] for s in running)
+        still = []
+        for s in running:
+            s[1] += 1
+            i = s[0]
+            if s[1] == s[2] and math.isnan(first[i]):
+                first[i] = t
+            if s[1] == s[2] + lo[i]:
+                end[i] = t
+                used -= s[3]
+                continue
+            still.append(s)
+        running = still
+    return start, first, end, preemptions
+
+
+@pytest.mark.parametrize("cap,blocks,blk,chunk", [(4, 40, 16, 64), (6, 30, 16, 16), (3, 40, 8, 20)])
+def test_preemption_matches_step_by_step_reference(cap, blocks, blk, chunk, monkeypatch):
+    import solvers.des as des
+
+    window = 256
+    profile = CalibratedProfile("kv", "toy", 0.01, 0.004, 512, chunk, blk, blocks, 512, 1.0, 1,
+                                PowerCurve(50.0, 100.0, 1.0, 2.0, "none"))
+    seen = []
+
+    def probe(r, used, budget, held, needed):     # block conservation, checked at every block change
+        assert used == sum(held) <= budget and held == needed
+        seen.append(used)
+
+    monkeypatch.setattr(des, "_block_probe", probe)
+    rng = np.random.default_rng(np.random.SeedSequence(97 + cap))
+    n, R = 500, 2
+    l_in = rng.integers(1, 160, n)
+    l_out = rng.integers(1, 96, n)
+    req = Requests(poisson_arrivals(4.0, n, rng), l_in, l_out)
+    pool = SimPool("p", profile, R, cap, window, allow_overcommit=True)
+    assert pool.overcommitted
+    res = simulate([pool], req, ONE_POOL, mode="iteration", dispatch=RoundRobin())
+    W, h = 0.01, 0.004 / 512
+    total = 0
+    for r in range(R):
+        idx = np.flatnonzero(np.arange(n) % R == r)
+        *ref, pre = step_reference_kv(req.arrival_at_s[idx], l_in[idx], l_out[idx], W, h, chunk, cap, blk, blocks)
+        for got, want in zip((res.start_at_s, res.first_token_at_s, res.end_at_s), ref):
+            np.testing.assert_allclose(got[idx], want, rtol=1e-9)
+        assert res.replica_preemptions[r] == pre
+        total += pre
+    assert res.preemptions.tolist() == [total] and total > 0 and seen and max(seen) <= blocks
+    assert res.count(Outcome.COMPLETED) == n
+    assert_books_balance(res)
+
+
+@pytest.mark.parametrize("horizon_s", [None, 40.0])
+def test_preemption_keeps_books_balanced_under_overload(h100, azure, horizon_s):
+    rng = np.random.default_rng(np.random.SeedSequence(43))
+    req = poisson_requests(azure.truncated(8192)[0], 40.0, 3000, rng)
+    slots = int(h100.n_slots(8192))
+    pools = [SimPool("p", h100, 1, 3 * slots, 8192, allow_overcommit=True)]
+    res = simulate(pools, req, ONE_POOL, mode="iteration", horizon_s=horizon_s, warmup_s=2.0)
+    assert res.preemptions[0] > 0
+    assert np.all(res.replica_mean_batch <= 3 * slots)
+    assert_books_balance(res)
+
+
+@pytest.mark.parametrize("mode", ["slot", "iteration"])
+def test_no_preemption_without_overcommit(mode, h100, azure):
+    rng = np.random.default_rng(np.random.SeedSequence(45))
+    req = poisson_requests(azure.truncated(8192)[0], 60.0, 3000, rng)
+    pools = [SimPool("short", h100, 2, None, 4096), SimPool("long", h100, 3, None, 8192, allow_overcommit=True)]
+    res = simulate(pools, req, LengthRouter([0, 4096, 8192], ["short", "long"]), mode=mode)
+    assert res.preemptions.tolist() == [0, 0] and res.replica_preemptions.tolist() == [0] * 5
+    assert_books_balance(res)

@@ -136,6 +136,7 @@ def test_json_contract_and_books(trace_inst):
     low, high = data["ttft_p99_ci_ms"]
     assert low <= data["ttft_p99_ms"] <= high and 0 <= data["slo_attainment"] <= 1
     assert all(p["preemptions"] == 0 and p["replicas"] >= 1 for p in data["pools"])
+    assert data["preemptions"] == 0 and all(isinstance(p["preemptions"], int) for p in data["pools"])
     assert data["power_kw"] > 0 and data["energy_per_output_token_j"] > 0
     assert data["scope"] == "pool" and data["slo_met"] == all(p["ttft_p99_ci_ms"][1] <= data["slo_ttft_p99_ms"]
                                                               for p in data["pools"])
