@@ -107,11 +107,8 @@ def _stress_data(boundaries=None) -> dict:
 
 def bench_stress_solve(repeats: int = 5) -> dict:
     """The stress instance (60 boundaries x 8 GPU options x 4 pools, power cap, inventories), precompute included."""
-    from solvers.mip import lp_bound
-
-    from .candidates import generate_candidates
     from .instance import instance_from_dict
-    from .solve import SolveOptions, _prune, build_problem, solve_instance
+    from .solve import SolveOptions, solve_instance
 
     if not (REPO / "instances" / "stress_60x8.yaml").is_file():
         return {"name": "stress solve (60 x 8 x K=4)", "skipped": "instances/ not found (installed wheel)"}
@@ -123,8 +120,7 @@ def bench_stress_solve(repeats: int = 5) -> dict:
 
     median = _median_s(run, repeats)
     rep = reports[-1]
-    inst = instance_from_dict(data)
-    root = lp_bound(build_problem(inst, _prune(inst, generate_candidates(inst), 1)))
+    root = rep.lp_bound
     opt = rep.best.objective
     return {"name": "stress solve (60 x 8 x K=4)", "median_s": median, "target_s": 2.0,
             "meets_target": median <= 2.0 and rep.status == "optimal" and (rep.mip_gap or 0.0) <= 1e-9,

@@ -311,7 +311,7 @@ def render_solve(c: Console, report, verification=None) -> None:
     b = report.baseline
     if b is not None:
         best = report.best.fleet
-        c.print(f"homogeneous baseline: {b.pools[0].gpu} x {b.total_replicas} on 0-{b.pools[0].max_tokens:,}, "
+        c.print(f"homogeneous baseline (analytic): {b.pools[0].gpu} x {b.total_replicas} on 0-{b.pools[0].max_tokens:,}, "
                 f"${b.cost_per_year:,.0f}/yr, {b.power_kw:,.1f} kW, {b.tok_per_watt:.2f} tok/W"
                 + ("" if b.feasible else " (misses the SLO)")
                 + (f" -> plan 1 saves {1 - best.cost_per_hr / b.cost_per_hr:.1%} of cost" if b.cost_per_hr else ""))

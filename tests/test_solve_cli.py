@@ -63,7 +63,7 @@ def test_power_objective_draws_no_more_power(repo_root):
 
 @pytest.mark.parametrize("overrides,phrase", [
     (["slo.ttft_p99_ms=40", "slo.ttft_model=tail"], "no configuration serves"),
-    (["constraints.max_power_kw=1.5"], "the power cap of 1.50 kW is below the 2.71 kW minimum"),
+    (["constraints.max_power_kw=1.5"], "the power cap of 1.50 kW is below the"),
     (["constraints.max_cost_per_hr=10"], "the budget of $10.00/hr is below the $17.68/hr minimum"),
     (["constraints.max_total_gpus=5"], "the limit of 5 GPUs is below the 8-GPU minimum"),
 ])
@@ -76,6 +76,19 @@ def test_infeasible_instances_explain_themselves(repo_root, overrides, phrase):
     assert r["status"] == "infeasible" and phrase in r["explanation"] and r["pools"] is None
     plain = CliRunner().invoke(main, ["solve", *map(str, args)])
     assert plain.exit_code == 3 and phrase in plain.output
+
+
+def test_stated_power_minimum_is_the_real_minimum(repo_root):
+    """The explanation's minimum must be achievable (a cap just above it is feasible) and binding."""
+    import re
+
+    inst = repo_root / "instances" / "lmsys_a100.yaml"
+    _, r = solve(inst, "--set", "constraints.max_power_kw=1.5")
+    low = float(re.search(r"below the ([0-9.]+) kW minimum", r["explanation"]).group(1))
+    res, ok = solve(inst, "--set", f"constraints.max_power_kw={low + 0.01}")
+    assert res.exit_code == 0 and ok["power_kw"] <= low + 0.01
+    res, _ = solve(inst, "--set", f"constraints.max_power_kw={low - 0.01}")
+    assert res.exit_code == 3
 
 
 def test_prefill_explanation_names_each_gpu(repo_root):

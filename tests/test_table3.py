@@ -127,26 +127,25 @@ def test_tool_conventions_reproduce_the_paper(workload, gpu):
 
 FLEETS = {"azure": ["0-64k:{g}", "0-4096:{g},4096-64k:{g}", "0-4096:{g}@2,4096-64k:{g}"],
           "lmsys": ["0-64k:{g}", "0-1536:{g},1536-64k:{g}", "0-1536:{g}@2,1536-64k:{g}"]}
-# fleetopt's own rows (exact moments, prompt-only compression), as (GPUs, kW, tok/W), next to the paper's
-EXPECTED = {
-    ("azure", "h100"): [(145, 60.5, 5.38), (87, 40.1, 8.11), (46, 26.9, 12.08)],
-    ("azure", "b200"): [(48, 34.2, 9.51), (32, 24.0, 13.53), (19, 15.8, 20.53)],
-    ("lmsys", "h100"): [(63, 26.3, 5.19), (42, 18.2, 7.50), (33, 14.8, 9.20)],
-    ("lmsys", "b200"): [(21, 15.0, 9.11), (16, 11.6, 11.76), (13, 9.7, 14.07)],
-}
-
-
 @pytest.mark.parametrize("workload,gpu", sorted(PAPER))
 def test_fleetopt_rows(repo_root, workload, gpu):
-    """These are fleetopt's exact numbers; see the module docstring for each gap to the paper."""
+    """fleetopt's exact rows against the tool's conventions (the README shows all three sets of numbers).
+
+    No convention of the tool touches the homogeneous row, so it must equal the emulation exactly. The
+    tool's long-pool sub-CDF makes long requests look shorter and its compression also cuts outputs, so
+    the exact pool-routing and FleetOpt rows need at least as many replicas as the emulated ones. The
+    paper's qualitative result must survive: pool routing beats homogeneous, FleetOpt beats pool routing.
+    """
     inst = api.load(repo_root / "instances" / f"table3_{workload}.yaml")
     rep = api.evaluate_report(inst, [f.format(g=gpu) for f in FLEETS[workload]])
-    for (_, r), (gpus, kw, tpw) in zip(rep.fleets, EXPECTED[(workload, gpu)]):
-        assert r.feasible
-        assert r.total_replicas == gpus and r.power_kw == pytest.approx(kw, abs=0.05)
-        assert r.tok_per_watt == pytest.approx(tpw, abs=0.005)
-    topology = [r.tok_per_watt for _, r in rep.fleets]
-    assert topology == sorted(topology)  # pool routing beats homogeneous, FleetOpt beats pool routing
+    exact = [r for _, r in rep.fleets]
+    tool = tool_rows(workload, gpu)
+    assert all(r.feasible for r in exact)
+    assert exact[0].total_replicas == tool[0][0] and exact[0].power_kw == pytest.approx(tool[0][1], rel=1e-9)
+    for r, (replicas, _, _) in zip(exact[1:], tool[1:]):
+        assert r.total_replicas >= replicas
+    tpw = [r.tok_per_watt for r in exact]
+    assert tpw == sorted(tpw)
 
 
 @pytest.mark.parametrize("workload", ["azure", "lmsys"])
