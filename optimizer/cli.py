@@ -167,19 +167,30 @@ def tpw(profiles, hardware, models, tp, dtype, kv_layout, contexts, json_out):
               help="Cap on the requests of a round with --precision.")
 @click.option("--replications", type=click.IntRange(1, 1000), default=5, show_default=True,
               help="Independent replications (1: batch means).")
+@click.option("--kv", type=click.Choice(["reserve", "paged"]), default="reserve", show_default=True,
+              help="KV admission: a reserved slot of the window per sequence (the analytic view), or vLLM's paged "
+              "admission by blocks with preemption.")
+@click.option("--max-num-seqs", type=click.IntRange(1, 65_536), default=None,
+              help="Batch cap per replica with --kv paged (default 256, vLLM's; a plan's TPOT cap is kept).")
+@click.option("--max-batched-tokens", type=click.IntRange(1), default=None,
+              help="Per-iteration token budget per replica (vLLM's max_num_batched_tokens); default none.")
+@click.option("--availability", type=click.Choice(["all-up", "sampled"]), default="all-up", show_default=True,
+              help="Simulate every replica, or draw the replicas up per replication from gpus[].availability.")
 @_set_opt
 @_json_opt
 @_guard
 def simulate(instance, fleet, n_requests, seed, router, dispatch, arrivals, peak_to_mean, mode, precision,
-             max_requests, replications, overrides, json_out):
+             max_requests, replications, kv, max_num_seqs, max_batched_tokens, availability, overrides, json_out):
     """Simulate a fleet with the discrete-event simulator, next to its analytic numbers."""
+    from .sim_engine import EngineOptions
     from .simulate import progress_bar, render_simulation
 
     inst = api.load(instance, overrides)
     with progress_bar(sys.stderr.isatty()) as progress:
         rep = api.simulate_report(inst, fleet, requests=n_requests, seed=seed, router=router, dispatch=dispatch,
                                   arrivals=arrivals, peak_to_mean=peak_to_mean, mode=mode, precision=precision,
-                                  max_requests=max_requests, replications=replications, progress=progress)
+                                  max_requests=max_requests, replications=replications, progress=progress,
+                                  engine=EngineOptions(kv, max_num_seqs, max_batched_tokens, availability))
     _emit(lambda c: render_simulation(c, rep), rep.to_json(), json_out, (inst.path,))
 
 

@@ -360,6 +360,14 @@ def render_simulation(c: Console, rep) -> None:
     c.print(f"  energy per output token {'-' if math.isnan(e) else f'{e:.3f} J'}; Little's law error "
             f"{rep.littles_law_rel_error:.1e}; unfinished {rep.unfinished:,}, rejected {rep.rejected:,}; "
             f"SLO on the CI upper bound (point estimate: {'met' if rep.slo_met_point else 'MISSED'})")
+    eng = rep.engine
+    if eng.kv == "paged" or eng.max_batched_tokens is not None or eng.availability == "sampled":
+        per_pool = "; ".join(
+            f"{p.min_tokens:,}-{p.max_tokens:,}: max_num_seqs {p.max_num_seqs_sim}, preemptions {p.preemptions:,}"
+            + (f", replicas up {p.replicas_up_mean:.2f} of {p.replicas}" if eng.availability == "sampled" else "")
+            for p in rep.pools)
+        budget = "" if eng.max_batched_tokens is None else f", token budget {eng.max_batched_tokens:,}/iteration"
+        c.print(f"  engine: kv {eng.kv}{budget}, availability {eng.availability} (simulated) - {per_pool}")
     for line in rep.notes:
         c.print(f"  note: {line}")
 

@@ -20,6 +20,7 @@ from models.units import MS_PER_S
 from solvers.des_metrics import Estimate, batch_means_ci, percentile, quantile_ci
 
 from .instance import Instance
+from .sim_engine import EngineOptions
 
 __all__ = ["CONFIDENCE", "N_BATCHES", "ANALYTIC_POOL_KEYS", "Latency", "SimPoolReport", "SimReport", "Replication",
            "p99_estimate", "build_report"]
@@ -104,6 +105,10 @@ class SimPoolReport(_Measured):
     mean_batch: float
     preemptions: int
     power_w_sim: float
+    replicas_up_mean: float
+    max_num_seqs_sim: int
+    """Batch cap per replica in the engine (the analytic one, unless ``kv="paged"``)."""
+    """Replicas simulated, mean over the replications (the plan's count unless availability is sampled)."""
 
     min_tokens = property(lambda self: self.analytic.min_tokens)
     max_tokens = property(lambda self: self.analytic.max_tokens)
@@ -122,7 +127,8 @@ class SimPoolReport(_Measured):
             **{k: getattr(a, k) for k in ANALYTIC_POOL_KEYS},
             "ttft_p99_ms_sim": self.ttft_p99_ms_sim, "ttft_p99_ci_ms": self.ttft_p99_ci_ms,
             "tpot_p99_ms_sim": self.tpot_p99_ms_sim, "slo_attainment": self.slo_attainment,
-            "mean_batch": self.mean_batch, "preemptions": self.preemptions,
+            "mean_batch": self.mean_batch, "preemptions": self.preemptions, "replicas_up_mean": self.replicas_up_mean,
+            "max_num_seqs_sim": self.max_num_seqs_sim,
             "tpot_p99_ci_ms": self.tpot_p99_ci_ms, "slo_met_sim": self.slo_met_sim,
             "utilization_sim": self.utilization_sim, "power_w_sim": self.power_w_sim,
             "energy_per_output_token_j": self.energy_per_output_token_j,
@@ -176,6 +182,8 @@ class SimReport(_Measured):
     scope: str
     ttft_model: str
     notes: tuple[str, ...] = ()
+    engine: EngineOptions = EngineOptions()
+    """KV admission, token budget and availability of the run (:mod:`optimizer.sim_engine`)."""
 
     def to_json(self) -> dict:
         """The stable JSON contract: the keys of the issue first, then provenance and details."""
@@ -196,7 +204,8 @@ class SimReport(_Measured):
             "preemptions": int(sum(p.preemptions for p in self.pools)),
             "latency_ms": self._latency_json(),
             "seed": self.seed, "mode": self.mode, "router": self.router, "dispatch": self.dispatch,
-            "arrivals": self.arrivals, "replications": self.replications, "confidence": CONFIDENCE,
+            "arrivals": self.arrivals, "engine": self.engine.to_json(), "replications": self.replications,
+            "confidence": CONFIDENCE,
             "ci_method": self.ci_method, "stopped_by": self.stopped_by, "precision": self.precision,
             "warmup_s": self.warmup_s, "cooldown_s": self.cooldown_s, "relaxation_s": self.relaxation_s,
             "littles_law_rel_error": self.littles_law_rel_error,
@@ -222,6 +231,8 @@ class Replication:
     mean_batch: np.ndarray
     power_w: np.ndarray
     preemptions: np.ndarray     # per pool: KV-cache preemptions in the run
+    replicas_up: np.ndarray     # per pool: replicas simulated (all, or those drawn up)
+    batch_cap: np.ndarray       # per pool: max_num_seqs per replica in the engine
     energy_j: np.ndarray        # per pool, over the window
     output_tokens_done: np.ndarray   # per pool: output tokens of the requests completed in the window
     busy_slot_s: np.ndarray     # per pool
@@ -299,6 +310,8 @@ def _pool_report(instance: Instance, a: PoolResult, k: int, runs: list[Replicati
         slo_met_sim=_within(ttft, slo.ttft_p99_s, True) and _within(tpot, slo.tpot_p99_s, True),
         mean_batch=float(np.mean([r.mean_batch[k] for r in runs])),
         preemptions=int(sum(int(r.preemptions[k]) for r in runs)),
+        replicas_up_mean=float(np.mean([r.replicas_up[k] for r in runs])),
+        max_num_seqs_sim=int(runs[0].batch_cap[k]),
         utilization_sim=float(np.mean([r.utilization[k] for r in runs])),
         power_w_sim=float(np.mean([r.power_w[k] for r in runs])),
         energy_per_output_token_j=_ratio(sum(r.energy_j[k] for r in runs), sum(r.output_tokens_done[k] for r in runs)),
@@ -350,9 +363,20 @@ def build_report(instance: Instance, analytic: FleetResult, runs: list[Replicati
 
 
 def _notes(instance: Instance, opts: dict, runs: list[Replication]) -> tuple[str, ...]:
-    out = ["preemptions: KV-cache preemptions (recompute) summed over the replications; 0 unless a pool's "
-           "max_num_seqs exceeds the sequences its KV blocks hold at the window",
-           "all replicas up: availability is not simulated"]
+    engine = opts["engine"]
+    if engine.kv == "paged":
+        out = ["kv paged: vLLM admission by KV blocks up to max_num_seqs per replica, recompute preemption when the "
+               "blocks run out; the iteration latency is extrapolated beyond the profile's calibrated batch"]
+    else:
+        out = ["kv reserve: every sequence holds a KV slot of its pool's window (the analytic view); no preemption"]
+    if engine.max_batched_tokens is not None:
+        out.append(f"token budget: {engine.max_batched_tokens:,} tokens per iteration per replica (decodes first, "
+                   "then prefill chunks oldest first); the analytic numbers assume no budget")
+    if engine.availability == "sampled":
+        out.append("availability sampled: each replication simulates Binomial(N, A) replicas up per pool for its "
+                   "whole span; requests of a pool with none up are rejected (SLO misses)")
+    else:
+        out.append("all replicas up: availability is not simulated (--availability sampled draws them)")
     if instance.slo.ttft_model == "mean-prefill":
         out.append("analytic P99 TTFT uses the 'mean-prefill' model (P99 wait + mean prefill); the simulated one is "
                    "the true P99 of wait + prefill")

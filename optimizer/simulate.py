@@ -96,6 +96,7 @@ from .errors import InstanceError
 from .evaluate import evaluate_plans, parse_fleet
 from .instance import Instance
 from .report import progress_bar, render_simulation
+from .sim_engine import DownPoolsRouter, EngineOptions, engine_pools, sample_up
 from .sim_report import Latency, Replication, SimPoolReport, SimReport, build_report, p99_estimate
 
 __all__ = ["ROUTERS", "DISPATCHES", "ARRIVALS", "MODES", "COOLDOWN_SHARE", "Latency", "SimPoolReport", "SimReport",
@@ -170,6 +171,8 @@ class _RunSpec:
     mean_dwell_s: float
     period_s: float | None
     split_shares: object
+    engine: EngineOptions = EngineOptions()
+    availability: tuple = ()
 
 
 
@@ -178,7 +181,8 @@ def simulate_plan(instance: Instance, pools: list[PoolPlan], *, requests: int = 
                   mode: str = "iteration", precision: float | None = None, max_requests: int = 1_000_000,
                   warmup: float = 0.1, replications: int = 5, progress: Callable[[int, int], None] | None = None,
                   peak_to_mean: float = 2.0, mean_dwell_s: float = DEFAULT_MEAN_DWELL_S,
-                  period_s: float | None = None, split_shares=None) -> SimReport:
+                  period_s: float | None = None, split_shares=None,
+                  engine: EngineOptions = EngineOptions()) -> SimReport:
     """Simulate a fleet plan and report simulated latencies, SLO attainment and power with 95 % intervals.
 
     Parameters
@@ -229,6 +233,9 @@ def simulate_plan(instance: Instance, pools: list[PoolPlan], *, requests: int = 
         ``progress(done_requests, planned_requests)`` after each replication.
     split_shares : array (pools x pools) or None
         ``router="split"``: weight of pool ``p`` (column) for segment ``k`` (row).
+    engine : EngineOptions
+        KV admission (``reserve``: the analytic batch cap; ``paged``: vLLM's block-based admission with
+        preemption), the per-iteration token budget and replica availability (:mod:`optimizer.sim_engine`).
 
     Returns
     -------
@@ -243,7 +250,7 @@ def simulate_plan(instance: Instance, pools: list[PoolPlan], *, requests: int = 
     analytic, sim_pools, trace = _checked(instance, pools, dict(
         requests=requests, router=router, dispatch=dispatch, arrivals=arrivals, mode=mode, precision=precision,
         max_requests=max_requests, warmup=warmup, replications=replications, peak_to_mean=peak_to_mean,
-        mean_dwell_s=mean_dwell_s, period_s=period_s, split_shares=split_shares))
+        mean_dwell_s=mean_dwell_s, period_s=period_s, split_shares=split_shares, engine=engine))
     R = 1 if arrivals == "trace" else int(replications)
     n_rep = int(math.ceil(requests / R))
     if arrivals == "trace":
@@ -252,7 +259,8 @@ def simulate_plan(instance: Instance, pools: list[PoolPlan], *, requests: int = 
     relax_s = max((p.mean_service_s * (1.0 + p.cv2_service) for p in analytic.pools if p.arrival_rate > 0),
                   default=0.0)
     spec = _RunSpec(instance, analytic, tuple(sim_pools), router, dispatch, arrivals, mode, warmup, 2.0 * relax_s,
-                    COOLDOWN_SLOS * instance.slo.ttft_p99_s, peak_to_mean, mean_dwell_s, period_s, split_shares)
+                    COOLDOWN_SLOS * instance.slo.ttft_p99_s, peak_to_mean, mean_dwell_s, period_s, split_shares,
+                    engine, tuple(instance.gpu(p.gpu).availability for p in analytic.pools))
 
     def one(n: int):
         def run(rng: np.random.Generator) -> Replication:
@@ -286,7 +294,7 @@ def simulate_plan(instance: Instance, pools: list[PoolPlan], *, requests: int = 
     return build_report(instance, analytic, runs, fleet, dict(
         seed=int(seed), mode=mode, router=router, dispatch=dispatch if mode == "iteration" else "pool-fcfs",
         arrivals=arrivals, replications=R, stopped_by=stop, precision=precision,
-        requests_simulated=R * n_rep, relaxation_s=relax_s), time.perf_counter() - t0)
+        requests_simulated=R * n_rep, relaxation_s=relax_s, engine=engine), time.perf_counter() - t0)
 
 
 def _checked(instance: Instance, pools: list[PoolPlan], opts: dict):
@@ -326,21 +334,29 @@ def _checked(instance: Instance, pools: list[PoolPlan], opts: dict):
     if opts["router"] == "length" and any(p.compress_gamma > 1 for p in pools):
         problems.append("--router: the plan has @gamma (compress-and-route) pools; simulate them with "
                         "--router compress")
+    engine = opts["engine"]
+    if not isinstance(engine, EngineOptions):
+        problems.append(f"engine: {engine!r} is not an EngineOptions")
+    else:
+        problems += engine.problems(opts["mode"])
     if problems:
         raise InstanceError(problems)
     try:
         analytic = evaluate_plans(instance, list(pools))
     except ValueError as err:
         raise InstanceError(f"--fleet: {err}") from err
-    sim_pools = []
     for p in analytic.pools:
         name = _pool_name(p)
         if p.replicas < 1:
             problems.append(f"--fleet: pool {name} has no replica (it receives no traffic); give it xN or drop it")
         elif p.max_num_seqs < 1:
             problems.append(f"--fleet: pool {name} has batch cap 0 ({p.miss_reason or 'no sequence fits'})")
-        else:
-            sim_pools.append(SimPool(name, instance.gpu(p.gpu).profile, p.replicas, p.max_num_seqs, p.max_tokens))
+    if not problems:
+        try:
+            sim_pools = engine_pools(analytic, [instance.gpu(p.gpu).profile for p in analytic.pools],
+                                     [_pool_name(p) for p in analytic.pools], engine)
+        except ValueError as err:
+            problems.append(f"--fleet: {err}")
     if opts["router"] == "split" and opts["split_shares"] is not None:
         s = np.asarray(opts["split_shares"], dtype=float)
         if s.shape != (len(pools), len(pools)) or not np.all(np.isfinite(s)) or np.any(s < 0) \
@@ -405,20 +421,29 @@ def _replication(spec: _RunSpec, n: int, rng: np.random.Generator) -> Replicatio
     horizon_s = float(req.arrival_at_s[-1])
     warmup_s = min(max(spec.warmup_share * horizon_s, spec.warmup_floor_s), 0.5 * horizon_s)
     measure_end_s = horizon_s - min(max(COOLDOWN_SHARE * horizon_s, spec.cooldown_floor_s), 0.25 * horizon_s)
+    pools, up = list(spec.pools), np.array([p.replicas for p in spec.pools], dtype=np.int64)
+    if spec.engine.availability == "sampled":
+        pools, up = sample_up(pools, list(spec.availability), rng)
+        if np.any(up == 0):
+            route = DownPoolsRouter(route, [p.name for p, u in zip(pools, up) if u == 0])
     disp = JoinShortestQueue() if spec.dispatch == "jsq" else RoundRobin()
-    res = simulate(spec.pools, req, route, mode=spec.mode, queue="pool" if spec.mode == "slot" else "replica",
+    res = simulate(pools, req, route, mode=spec.mode, queue="pool" if spec.mode == "slot" else "replica",
                    dispatch=disp, horizon_s=horizon_s, warmup_s=warmup_s)
     keep = (res.arrival_at_s >= warmup_s) & (res.arrival_at_s <= measure_end_s)
+    pool_of = res.pool
+    if isinstance(route, DownPoolsRouter):      # requests lost to a pool that was down count against that pool
+        to_pool = np.array([[p.name for p in pools].index(x) for x in route.pool_names] + [-1])
+        pool_of = np.where(res.pool < 0, to_pool[route.intended], res.pool)
     ttft, wait = ttft_s(res)[keep], wait_s(res)[keep]
     L, lam_w = littles_law(res)
     done = res.outcome == Outcome.COMPLETED
     in_window = done & (res.end_at_s >= warmup_s)
     return Replication(
-        pool=res.pool[keep], ttft_s=np.where(np.isnan(ttft), np.inf, ttft),
+        pool=pool_of[keep], ttft_s=np.where(np.isnan(ttft), np.inf, ttft),
         wait_s=np.where(np.isnan(wait), np.inf, wait), tpot_s=tpot_s(res)[keep], e2e_s=e2e_s(res)[keep],
         unfinished=(res.outcome == Outcome.UNFINISHED)[keep], rejected=(res.outcome == Outcome.REJECTED)[keep],
         utilization=res.pool_utilization, mean_batch=res.pool_mean_batch, power_w=res.pool_mean_power_w,
-        preemptions=res.preemptions,
+        preemptions=res.preemptions, replicas_up=up, batch_cap=np.array([p.max_num_seqs for p in pools]),
         energy_j=np.bincount(res.replica_pool, res.replica_energy_j, len(spec.pools)),
         output_tokens_done=np.bincount(res.pool[in_window], res.output_tokens[in_window], len(spec.pools)),
         busy_slot_s=res.pool_busy_slot_s, slot_s=res.pool_slots * res.window_s,
