@@ -11,18 +11,19 @@ from models.service import ContextPoint, context_point
 from .errors import InstanceError
 from .instance import Instance
 
-__all__ = ["FleetSpec", "parse_fleet", "evaluate", "evaluate_plans", "baseline", "service_level", "Evaluation", "context_sweep"]
+__all__ = ["FleetSpec", "parse_fleet", "fleet_spec", "evaluate", "evaluate_plans", "baseline", "service_level", "Evaluation", "context_sweep"]
 
 _POOL_RE = re.compile(r"^\s*(?P<lo>\d+[kK]?)\s*-\s*(?P<hi>\d+[kK]?)\s*:\s*(?P<gpu>[A-Za-z0-9_.\-/]+?)"
-                      r"(?:\s*[xX]\s*(?P<n>\d+))?(?:\s*@\s*(?P<gamma>\d+(?:\.\d+)?))?\s*$")
+                      r"(?:\s*[xX]\s*(?P<n>\d+))?(?:\s*@\s*(?P<gamma>\d+(?:\.\d+)?))?(?:\s*#\s*(?P<seqs>\d+))?\s*$")
 
 
 @dataclass(frozen=True)
 class FleetSpec:
-    """A fleet as the user wrote it: ``(lo, hi, gpu name, replicas or None, compression factor)`` per pool."""
+    """A fleet as the user wrote it: ``(lo, hi, gpu name, replicas or None, compression factor, batch cap or None)``
+    per pool."""
 
     text: str
-    pools: tuple[tuple[int, int, str, int | None, float], ...]
+    pools: tuple[tuple[int, int, str, int | None, float, int | None], ...]
 
 
 def _tokens(s: str) -> int:
@@ -30,8 +31,10 @@ def _tokens(s: str) -> int:
 
 
 def parse_fleet(text: str, instance: Instance, field: str = "--fleet") -> FleetSpec:
-    """Parse ``"0-4096:a100x3@2,4096-65536:a100"`` (``4k`` = 4,096; no ``xN`` = size to the minimum;
-    ``@g`` = compress-and-route: the pool also takes requests up to g x its window).
+    """Parse ``"0-4096:a100x3@2,4096-65536:a100#24"`` (``4k`` = 4,096; no ``xN`` = size to the minimum;
+    ``@g`` = compress-and-route: the pool also takes requests up to g x its window; ``#s`` = batch cap
+    ``max_num_seqs`` per replica, at most the sequences the window holds; default: all of them, or the
+    largest meeting a TPOT SLO).
 
     The pools must tile ``(0, max_context]`` in order and name GPUs of the instance.
     """
@@ -39,16 +42,22 @@ def parse_fleet(text: str, instance: Instance, field: str = "--fleet") -> FleetS
     for part in [p for p in text.split(",") if p.strip()]:
         m = _POOL_RE.match(part)
         if not m:
-            problems.append(f"'{part.strip()}' is not LO-HI:GPU[xN][@GAMMA] (e.g. 0-4096:a100x3 or 0-4096:a100@2)")
+            problems.append(f"'{part.strip()}' is not LO-HI:GPU[xN][@GAMMA][#SEQS] (e.g. 0-4096:a100x3 or "
+                            "0-4096:a100@2)")
             continue
         n = None if m["n"] is None else int(m["n"])
         gamma = 1.0 if m["gamma"] is None else float(m["gamma"])
-        pools.append((_tokens(m["lo"]), _tokens(m["hi"]), m["gpu"], n, gamma))
+        seqs = None if m["seqs"] is None else int(m["seqs"])
+        pools.append((_tokens(m["lo"]), _tokens(m["hi"]), m["gpu"], n, gamma, seqs))
     known = {g.name.lower(): g.name for g in instance.gpus}
     expected = 0
-    for k, (lo, hi, gpu, n, gamma) in enumerate(pools):
+    for k, (lo, hi, gpu, n, gamma, seqs) in enumerate(pools):
         if gpu.lower() not in known:
             problems.append(f"unknown gpu '{gpu}'; the instance defines: {', '.join(known.values())}")
+        elif seqs is not None and hi > lo and not 1 <= seqs <= int(instance.gpu(known[gpu.lower()]).profile.n_slots(hi)):
+            held = int(instance.gpu(known[gpu.lower()]).profile.n_slots(hi))
+            problems.append(f"pool {lo}-{hi}#{seqs}: the batch cap must lie in [1, {held}] (sequences a "
+                            f"{hi}-token window holds on {known[gpu.lower()]})")
         if lo != expected:
             problems.append(f"pool {lo}-{hi} should start at {expected} (pools tile 0..max_context in order)")
         if hi <= lo:
@@ -68,7 +77,22 @@ def parse_fleet(text: str, instance: Instance, field: str = "--fleet") -> FleetS
         problems.append("no pool given")
     if problems:
         raise InstanceError([f"{field}: {p}" for p in problems])
-    return FleetSpec(text, tuple((lo, hi, known[g.lower()], n, gm) for lo, hi, g, n, gm in pools))
+    return FleetSpec(text, tuple((lo, hi, known[g.lower()], n, gm, sq) for lo, hi, g, n, gm, sq in pools))
+
+
+def fleet_spec(instance: Instance, fleet: FleetResult) -> str | None:
+    """The ``--fleet`` spec of an evaluated fleet (the inverse of :func:`parse_fleet`): every pool with its
+    replicas, its compression factor if any and its batch cap when below the sequences its window holds.
+    None when the pools do not tile ``(0, max_context]`` (a split-routing plan)."""
+    parts, expected = [], 0
+    for p in fleet.pools:
+        if p.min_tokens != expected:
+            return None
+        expected = p.max_tokens
+        cap = "" if p.max_num_seqs >= int(instance.gpu(p.gpu).profile.n_slots(p.max_tokens)) else f"#{p.max_num_seqs}"
+        gamma = f"@{p.compress_gamma:g}" if p.compress_gamma > 1 else ""
+        parts.append(f"{p.min_tokens}-{p.max_tokens}:{p.gpu}x{p.replicas}{gamma}{cap}")
+    return ",".join(parts) if parts and expected == instance.pools.max_context_tokens else None
 
 
 def service_level(instance: Instance) -> ServiceLevel:
@@ -82,9 +106,10 @@ def _run(instance: Instance, pools: list[PoolPlan]) -> FleetResult:
                           instance.pools.compress_success)
 
 
-def _plan(instance: Instance, lo: int, hi: int, gpu: str, n: int | None, gamma: float = 1.0) -> PoolPlan:
+def _plan(instance: Instance, lo: int, hi: int, gpu: str, n: int | None, gamma: float = 1.0,
+          seqs: int | None = None) -> PoolPlan:
     g = instance.gpu(gpu)
-    return PoolPlan(lo, hi, g.name, g.profile, n, g.availability, gamma)
+    return PoolPlan(lo, hi, g.name, g.profile, n, g.availability, gamma, seqs)
 
 
 @dataclass(frozen=True)

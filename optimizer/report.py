@@ -7,6 +7,7 @@ simulated and ``quality`` the profile quality its inputs rest on.
 from __future__ import annotations
 
 import math
+import shlex
 from contextlib import contextmanager, nullcontext
 from dataclasses import asdict
 
@@ -15,6 +16,8 @@ from rich.table import Table
 
 from models.fleet import FleetResult, PoolResult
 from models.service import ContextPoint
+
+from .evaluate import fleet_spec
 
 __all__ = ["fleet_json", "pool_json", "fleet_table", "fleet_notes", "tpw_json", "tpw_table", "fmt_ms", "solve_json",
            "render_solve", "render_evaluation", "render_summary", "render_verification", "render_simulation",
@@ -229,6 +232,7 @@ def solve_json(report, verification=None) -> dict:
         "feasible", "pools")}
     if best:
         fleet["pools"] = [_pool_contract(p, "analytic") for p in best.fleet.pools]
+    fleet["fleet"] = fleet_spec(inst, best.fleet) if best else None
     out.update(fleet)
     out["baseline"] = None if report.baseline is None else fleet_json(report.baseline)
     out["warnings"] = solve_warnings(report)
@@ -238,7 +242,8 @@ def solve_json(report, verification=None) -> dict:
         "power_linearization_error_w": report.power_error_w,
         "candidates": {"generated": report.candidates_generated, "feasible": report.candidates_feasible,
                        "after_pruning": report.candidates_after_pruning, "dropped": list(report.dropped_reasons)},
-        "solutions": [{"rank": p.rank, "objective": p.objective, **fleet_json(p.fleet)} for p in report.plans],
+        "solutions": [{"rank": p.rank, "objective": p.objective, **fleet_json(p.fleet),
+                       "fleet": fleet_spec(inst, p.fleet)} for p in report.plans],
         "verified": None if verification is None else verification.verified,
         **({} if verification is None else {"verification": verification_json(verification)}),
         "provenance": {"selection": report.method, "numbers": "analytic re-evaluation of the selected pools",
@@ -319,6 +324,10 @@ def render_solve(c: Console, report, verification=None) -> None:
         c.print(f"note: {w}")
     if verification is not None:
         render_verification(c, verification, slo_ms)
+    spec = fleet_spec(inst, report.best.fleet)
+    if spec is not None and verification is None:
+        c.print(f"check it in simulation: fleetopt simulate {shlex.quote(str(inst.path or inst.name))} "
+                f"--fleet '{spec}'" + (" --router compress" if "@" in spec else ""), soft_wrap=True, highlight=False)
 
 
 def render_simulation(c: Console, rep) -> None:

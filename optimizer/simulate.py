@@ -121,9 +121,9 @@ MIN_REQUESTS_PER_REPLICATION = 100
 def plans_from_spec(instance: Instance, text: str, field: str = "--fleet") -> list[PoolPlan]:
     """The pools of a ``--fleet`` spec (:func:`optimizer.evaluate.parse_fleet`); no ``xN`` = sized later."""
     out = []
-    for lo, hi, gpu, replicas, gamma in parse_fleet(text, instance, field).pools:
+    for lo, hi, gpu, replicas, gamma, seqs in parse_fleet(text, instance, field).pools:
         g = instance.gpu(gpu)
-        out.append(PoolPlan(lo, hi, g.name, g.profile, replicas, g.availability, gamma))
+        out.append(PoolPlan(lo, hi, g.name, g.profile, replicas, g.availability, gamma, seqs))
     return out
 
 
