@@ -106,11 +106,15 @@ def evaluate(instance, fleets, overrides, json_out):
 @click.option("--seed", type=click.IntRange(0), default=0, show_default=True, help="Simulation seed.")
 @click.option("--sim-requests", type=click.IntRange(1000), default=100_000, show_default=True,
               help="Requests simulated per plan when verifying (over all replications).")
+@click.option("--sim-kv", type=click.Choice(["reserve", "paged"]), default="reserve", show_default=True,
+              help="KV admission when verifying (see simulate --kv).")
+@click.option("--sim-availability", type=click.Choice(["all-up", "sampled"]), default="all-up", show_default=True,
+              help="Replica availability when verifying (see simulate --availability).")
 @_set_opt
 @_json_opt
 @_guard
 def solve(instance, top, max_pools, objective, time_limit, mip_gap, threads, method, verbose, verify_top, verify_rule,
-          max_rounds, seed, sim_requests, overrides, json_out):
+          max_rounds, seed, sim_requests, sim_kv, sim_availability, overrides, json_out):
     """Find the cheapest (or least-power) fleet: pools, splits, GPU types and replica counts."""
     extra = [f"pools.max_pools={max_pools}"] * (max_pools is not None) + [f"objective={objective}"] * bool(objective)
     inst = api.load(instance, list(overrides) + extra)
@@ -118,8 +122,11 @@ def solve(instance, top, max_pools, objective, time_limit, mip_gap, threads, met
     tee = [sys.stderr] if (verbose and json_out == "-") else verbose
     kwargs = dict(time_limit_s=time_limit, mip_gap=mip_gap, threads=threads, method=method, verbose=tee)
     if verify_top:
+        from .sim_engine import EngineOptions
+
         rep, ver = api.verify(inst, verify_top=verify_top, rule=verify_rule, max_rounds=max_rounds, seed=seed,
-                              requests=sim_requests, **kwargs)
+                              requests=sim_requests, engine=EngineOptions(kv=sim_kv, availability=sim_availability),
+                              **kwargs)
     else:
         rep, ver = api.solve(inst, top=top, **kwargs), None
     _emit(lambda c: report.render_solve(c, rep, ver), report.solve_json(rep, ver), json_out, (inst.path,))

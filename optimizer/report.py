@@ -207,11 +207,13 @@ def verification_json(v) -> dict:
                           "ttft_p99_ms_analytic": p.ttft_p99_ms,
                           "ttft_p99_ms_sim": None if s is None else s.ttft_p99_ms_sim,
                           "ttft_p99_ci_ms": None if s is None else list(s.ttft_p99_ci_ms),
-                          "slo_met_sim": (p.min_tokens, p.max_tokens, p.gpu) not in vp.failing_pools})
+                          "slo_met_sim": (p.min_tokens, p.max_tokens, p.gpu) not in vp.failing_pools,
+                          "preemptions": None if s is None else s.preemptions})
         plans.append({"round": vp.round, "rank": vp.rank, "cost_per_hr": vp.plan.fleet.cost_per_hr, "passed": vp.passed,
                       "ttft_p99_ms_sim": vp.sim.ttft_p99_ms, "ttft_p99_ci_ms": list(vp.sim.ttft_p99_ci_ms),
                       "requests_simulated": vp.sim.requests_simulated, "pools": pools})
     return {"rule": v.rule, "rounds": v.rounds, "cuts": list(v.cuts), "plans": plans,
+            "engine": v.plans[0].sim.engine.to_json() if v.plans else None,
             "chosen_rank": None if v.chosen is None else v.chosen.rank,
             "chosen_round": None if v.chosen is None else v.chosen.round}
 

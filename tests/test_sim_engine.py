@@ -128,3 +128,13 @@ def test_cli_engine_flags_reach_the_json(repo_root, tmp_path):
     assert d["engine"] == {"kv": "paged", "max_num_seqs": 64, "max_batched_tokens": None, "availability": "all-up"}
     assert d["pools"][0]["max_num_seqs_sim"] == 64 and d["pools"][0]["max_num_seqs"] == 16
     assert np.isfinite(d["pools"][0]["mean_batch"])
+
+
+def test_verification_runs_with_paged_admission(repo_root, tmp_path):
+    out = tmp_path / "v.json"
+    r = CliRunner().invoke(main, ["solve", str(repo_root / "instances" / "quickstart.yaml"), "--verify-top", "1",
+                                  "--sim-requests", "4000", "--sim-kv", "paged", "--json", str(out)])
+    assert r.exit_code == 0, r.output
+    v = json.loads(out.read_text())["verification"]
+    assert v["engine"]["kv"] == "paged"
+    assert all(p["preemptions"] is not None for plan in v["plans"] for p in plan["pools"])
