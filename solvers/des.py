@@ -27,7 +27,8 @@ time is shorter.
 ``mode="iteration"`` - continuous batching as in vLLM, per replica. A request
 joins its replica's FCFS waiting queue and is admitted while fewer than
 ``max_num_seqs`` sequences run (and, on an overcommitted pool, while its KV
-blocks fit: "KV blocks and preemption" below). Every iteration advances each running
+blocks fit: "KV blocks and preemption" below; with a token budget, while
+tokens are left: "Token budget"). Every iteration advances each running
 sequence one step: a prefill chunk of :math:`c` tokens
 (``profile.chunk_tokens``) while its prompt lasts, then one output token. The
 first token comes at the end of the last of :math:`k = \\lceil l_{in}/c \\rceil`
@@ -95,6 +96,67 @@ scheduler with the recompute policy [1]_:
 (:attr:`SimResult.replica_preemptions` per replica); slot mode has no KV
 blocks and refuses overcommitted pools.
 
+Token budget
+------------
+A pool with ``max_batched_tokens`` :math:`K` (vLLM's
+``max_num_batched_tokens``) shares :math:`K` tokens per iteration among the
+sequences of each replica, as vLLM's V1 scheduler does with chunked prefill
+[3]_. In every iteration each decoding sequence takes its one token
+(:math:`K \\ge` ``max_num_seqs``, so decodes never stall); the rest goes to the
+prefilling sequences, oldest admission first, each taking
+
+.. math:: a_s = \\min\\Big(c,\\; l_{in} - p_s,\\; K - n_{dec} - \\sum_{s' \\prec s} a_{s'}\\Big)
+
+tokens, where :math:`p_s` is the number of its prompt tokens already in its KV
+cache (its context), :math:`n_{dec}` the number of decoding sequences and
+:math:`s' \\prec s` the prefills admitted before :math:`s`. A running prefill
+given :math:`a_s = 0` sits the iteration out: it adds nothing to the
+iteration's context sum. A waiting request is admitted at a boundary only while
+fewer than ``max_num_seqs`` sequences run *and* tokens are left after the
+running sequences' allocation; it takes :math:`\\min(c, l_{in}, \\text{left})`
+(a request without a prompt takes its one decode token). Its first token comes
+at the end of the iteration that writes its last prompt token, and
+:math:`l_{out}` decode iterations follow, as without a budget.
+
+The allocation changes only at events, so the jump :math:`T(m)` stays exact with
+
+.. math:: C_0 = \\sum_{s \\in dec} x_s + \\sum_{s \\in pf,\\, a_s > 0} p_s, \\qquad
+          g = n_{dec} + \\sum_{s \\in pf} a_s .
+
+The events of a budgeted replica are decode completions, prefill ends and the
+start of a prefill's short last piece: with allocation :math:`a` and
+:math:`r` prompt tokens left, a prefill's allocation next changes after
+:math:`\\lfloor r / a \\rfloor` iterations (and it ends there when :math:`a`
+divides :math:`r`). Every event recomputes the allocation (prefills are few).
+An arrival joining at a boundary that is not an event takes what the constant
+allocation leaves; one joining at an event boundary waits for that event's
+admissions, so the running sequences are served first.
+
+A budget of at least ``max_num_seqs`` :math:`\\times c` never binds
+(:attr:`SimPool.budget_binds`): such pools run the plain path, bit for bit as
+without a budget. The budgeted handlers live in :mod:`solvers.des_budget`.
+Slot mode has no iterations and refuses a budget. An overcommitted pool with a
+budget is refused as well: its block events are computed from steps of
+:math:`c` tokens, which a budget breaks.
+
+Live routing (spillover)
+------------------------
+A router that is also a :class:`solvers.des_routing.LiveRouter` (it has
+``spill_to`` and ``spill_bound``) routes before the run like any other; then,
+at each accepted request's arrival (after the heap events at that instant and
+the earlier arrivals, rule 1 below), the engine reads the primary pool's
+waiting queue: the requests in that pool not yet admitted to a slot or batch,
+summed over its replicas (slot mode: the pool's FCFS queue or its replicas'
+queues; an overcommitted pool's preempted sequences waiting for readmission
+count too). When that number exceeds ``spill_bound`` and the request fits the
+window of the pool ``spill_to`` names, the request goes there instead. One hop
+only: the second pool's queue is not consulted, and a request never spills
+twice. The per-request columns that depend on the pool (its pool index, its
+prefill chunks, its slot service and prefill times) are recomputed for a
+spilled request, and :attr:`SimResult.spilled` counts the requests spilled out
+of each pool. Runs without a live router do not pay for any of this
+(:mod:`solvers.des_spill`).
+
 Order of simultaneous events
 ----------------------------
 1. Events on the heap (a slot freed, a replica boundary) come before arrivals
@@ -104,10 +166,11 @@ Order of simultaneous events
    queue head, and an arrival joins the back of the queue.
 2. At a replica boundary, every sequence whose prefill ends or which completes
    there is handled first (in request order), then (overcommitted pools)
-   block needs and preemptions, then waiting requests are admitted FCFS into
-   the freed places, then the replica's next boundary is scheduled. On an
-   overcommitted pool an arrival whose joining boundary is an event boundary
-   waits for that event's admissions.
+   block needs and preemptions, or (budgeted pools) the token allocation,
+   then waiting requests are admitted FCFS into the freed places, then the
+   replica's next boundary is scheduled. On an overcommitted or budgeted pool
+   an arrival whose joining boundary is an event boundary waits for that
+   event's admissions.
 3. A request arriving at a busy replica joins at the first iteration boundary
    at or after its arrival; an iteration in progress is never joined. An idle
    replica starts an iteration at once.
@@ -132,6 +195,8 @@ References
 .. [1] W. Kwon et al., "Efficient Memory Management for Large Language Model
        Serving with PagedAttention", SOSP 2023 (continuous batching in vLLM).
 .. [2] L. Kleinrock, *Queueing Systems Vol. 1*, Wiley 1975 (M/G/c, Little's law).
+.. [3] vLLM, ``vllm/v1/core/sched/scheduler.py`` (``Scheduler.schedule``: running requests first,
+       then waiting ones, within ``max_num_batched_tokens``).
 """
 
 from __future__ import annotations
@@ -149,7 +214,9 @@ import numpy as np
 from models.profiles import ServingProfile
 from models.service import iteration_latency_s, prefill_chunks, prefill_time_s, service_time_s
 
-from .des_routing import Dispatch, JoinShortestQueue, Requests, Router
+from .des_budget import Replicas, budget_handlers
+from .des_routing import Dispatch, JoinShortestQueue, LiveRouter, Requests, Router
+from .des_spill import live_targets, spill_arrivals
 
 __all__ = ["SimPool", "Outcome", "EventKind", "RequestRecord", "SimResult", "simulate", "MODES", "QUEUES"]
 
@@ -195,6 +262,12 @@ class SimPool:
         Allow ``max_num_seqs`` above ``profile.n_slots(window_tokens)``
         (iteration mode only): the replica's KV blocks can then run out and
         sequences are preempted (module docstring, "KV blocks and preemption").
+    max_batched_tokens : int or None
+        Tokens one iteration of a replica may process in all (vLLM's
+        ``max_num_batched_tokens``), a whole number >= ``max_num_seqs``; None
+        (the default) puts no limit beyond the chunk :math:`c` per prefilling
+        sequence (module docstring, "Token budget"). Iteration mode only, and
+        not with an overcommitted pool.
     """
 
     name: str
@@ -203,6 +276,7 @@ class SimPool:
     max_num_seqs: int | None
     window_tokens: int
     allow_overcommit: bool = False
+    max_batched_tokens: int | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name:
@@ -228,11 +302,27 @@ class SimPool:
         object.__setattr__(self, "window_tokens", int(self.window_tokens))
         object.__setattr__(self, "max_num_seqs", int(cap))
         object.__setattr__(self, "allow_overcommit", bool(self.allow_overcommit))
+        budget = self.max_batched_tokens
+        if budget is not None:
+            if isinstance(budget, bool) or int(budget) != budget or budget < cap:
+                raise ValueError(f"pool {self.name}: max_batched_tokens must be a whole number >= max_num_seqs "
+                                 f"({int(cap)}), so decodes never stall; got {budget!r}")
+            if self.overcommitted:
+                raise ValueError(f"pool {self.name}: max_batched_tokens is not supported on an overcommitted pool "
+                                 f"(max_num_seqs {int(cap)} above {slots} slots): its KV-block events assume "
+                                 f"prefill steps of chunk_tokens")
+            object.__setattr__(self, "max_batched_tokens", int(budget))
 
     @property
     def overcommitted(self) -> bool:
         """True when ``max_num_seqs`` sequences at the full window need more KV blocks than a replica has."""
         return self.max_num_seqs > int(self.profile.n_slots(self.window_tokens))
+
+    @property
+    def budget_binds(self) -> bool:
+        """True when ``max_batched_tokens`` can limit an iteration: it is below ``max_num_seqs`` x ``chunk_tokens``."""
+        budget = self.max_batched_tokens
+        return budget is not None and budget < self.max_num_seqs * int(self.profile.chunk_tokens)
 
 
 @dataclass(frozen=True, slots=True)
@@ -256,8 +346,9 @@ class SimResult:
     Request columns (length = number of requests, in input order): ``arrival_at_s``,
     ``start_at_s`` (admitted to a slot or batch), ``first_token_at_s``, ``end_at_s``
     (NaN when unknown), ``prompt_tokens``, ``output_tokens``, ``pool`` (router's
-    choice, -1 none), ``replica`` (global index, -1 none) and ``outcome``
-    (:class:`Outcome` codes). Time integrals cover ``[window_start_s, window_end_s]``.
+    choice, or the pool a live router spilled the request to; -1 none), ``replica``
+    (global index, -1 none) and ``outcome`` (:class:`Outcome` codes). Time integrals
+    cover ``[window_start_s, window_end_s]``.
     """
 
     mode: str
@@ -290,6 +381,8 @@ class SimResult:
     """KV-cache preemptions per pool (iteration mode; 0 unless a pool is overcommitted)."""
     replica_preemptions: np.ndarray
     """KV-cache preemptions per replica."""
+    spilled: np.ndarray
+    """Requests spilled out of each pool by a live router (module docstring, "Live routing"); zeros without one."""
 
     @property
     def window_s(self) -> float:
@@ -339,7 +432,9 @@ def simulate(pools: Sequence[SimPool], requests: Requests, router: Router, *, mo
     requests : Requests
         Arrival instants and lengths (and, for slot mode, optional service times).
     router : Router
-        Picks each request's pool by name before the run (:mod:`solvers.des_routing`).
+        Picks each request's pool by name before the run (:mod:`solvers.des_routing`);
+        a :class:`~solvers.des_routing.LiveRouter` may then move a request at its
+        arrival (module docstring, "Live routing").
     mode : {"iteration", "slot"}
         Service model (see the module docstring).
     queue : {"pool", "replica"} or None
@@ -362,7 +457,8 @@ def simulate(pools: Sequence[SimPool], requests: Requests, router: Router, *, mo
     ------
     ValueError
         For an unknown ``mode`` or ``queue``, a router naming an unknown pool,
-        duplicate pool names, service times outside slot mode, or a bad horizon.
+        duplicate pool names, service times outside slot mode, a pool with a
+        token budget or overcommitted in slot mode, or a bad horizon.
 
     Notes
     -----
@@ -402,6 +498,9 @@ def simulate(pools: Sequence[SimPool], requests: Requests, router: Router, *, mo
         raise ValueError("simulate needs at least one pool")
     if mode == "slot" and any(p.overcommitted for p in pools):
         raise ValueError("mode='slot' has no KV blocks: max_num_seqs above n_slots(window) needs mode='iteration'")
+    budgeted = [p.name for p in pools if p.max_batched_tokens is not None]
+    if mode == "slot" and budgeted:
+        raise ValueError(f"pools {budgeted}: max_batched_tokens needs mode='iteration' (slot mode has no iterations)")
     names = [p.name for p in pools]
     if len(set(names)) != len(names):
         raise ValueError(f"pool names must be unique; got {names}")
@@ -429,11 +528,15 @@ def simulate(pools: Sequence[SimPool], requests: Requests, router: Router, *, mo
     del routed
     state = _State(pools, n, float(warmup_s), hi_s)
     if mode == "slot":
-        arrive, serve = _slot_station(state, pools, requests, pool_of, accepted, queue, dispatch)
+        arrive, serve, queued, reroute = _slot_station(state, pools, requests, pool_of, accepted, queue, dispatch)
     else:
-        arrive, serve = _iteration_station(state, pools, requests, pool_of, dispatch)
+        arrive, serve, queued, reroute = _iteration_station(state, pools, requests, pool_of, dispatch)
+    if isinstance(router, LiveRouter):
+        spill_to = live_targets(router, names)
+        arrive = spill_arrivals(arrive, queued, reroute, pool_of, spill_to, router.spill_bound,
+                                requests.total_tokens, [p.window_tokens for p in pools], state.spilled)
     last_at, events = _run(state.heap, arrive, serve, _arrival_chunks(requests.arrival_at_s, accepted), hi_s)
-    del arrive, serve
+    del arrive, serve, queued, reroute
     end_s = hi_s if horizon_s is not None else max(last_at, float(warmup_s))
     return state.result(mode, tuple(names), requests, pool_of, accepted, end_s, events)
 
@@ -540,6 +643,7 @@ class _State:
         self.system_area = [0.0] * P
         self.slots = [p.replicas * p.max_num_seqs for p in pools]
         self.preempt = [0] * R                       # KV-cache preemptions per replica
+        self.spilled = [0] * P                       # requests a live router moved out of each pool
 
     def batch_to(self, r: int, t: float) -> None:
         """Integrate replica ``r``'s batch and power up to instant ``t`` (clipped to the window)."""
@@ -585,7 +689,8 @@ class _State:
         for a in columns + pools:
             a.flags.writeable = False
         rp = np.array(self.preempt, dtype=np.int64)
-        pre = [np.bincount(self.replica_pool, rp, len(names)).astype(np.int64), rp]
+        pre = [np.bincount(self.replica_pool, rp, len(names)).astype(np.int64), rp,
+               np.array(self.spilled, dtype=np.int64)]
         for a in pre:
             a.flags.writeable = False
         return SimResult(mode, names, *columns, self.lo_s, end_s, *pools, events, *pre)
@@ -601,7 +706,9 @@ def _slot_service_s(pool: SimPool, prompt, output) -> np.ndarray:
 
 
 def _slot_station(st: _State, pools, requests: Requests, pool_of, accepted, queue: str, dispatch: Dispatch):
-    """Arrival and slot-release handlers of slot mode (FCFS per pool or per replica)."""
+    """Handlers of slot mode (FCFS per pool or per replica): ``arrive(now, i)``, ``serve(at, seq, kind, i)``,
+    ``queued(p)`` (requests waiting for a slot of pool ``p``) and ``reroute(i, p)`` (request ``i`` goes to
+    pool ``p`` instead: its service and prefill times are recomputed)."""
     n = len(requests)
     service = np.zeros(n) if requests.service_s is None else requests.service_s.copy()
     prefill = np.zeros(n)
@@ -674,7 +781,22 @@ def _slot_station(st: _State, pools, requests: Requests, pool_of, accepted, queu
         if q:
             begin(r, q.popleft(), at)
 
-    return (arrive_pool, serve_pool) if queue == "pool" else (arrive_replica, serve_replica)
+    def queued(p: int) -> int:
+        if queue == "pool":
+            return len(pool_queue[p])
+        return sum(len(replica_queue[r]) for r in ranges[p])
+
+    def reroute(i: int, p: int) -> None:
+        rpool[i] = p
+        pool, l_in = pools[p], requests.prompt_tokens[i]
+        s = service[i] if requests.service_s is not None else float(
+            _slot_service_s(pool, l_in, requests.output_tokens[i]))
+        service[i] = s
+        prefill[i] = min(float(prefill_time_s(pool.profile, l_in)), s)
+
+    if queue == "pool":
+        return arrive_pool, serve_pool, queued, reroute
+    return arrive_replica, serve_replica, queued, reroute
 
 
 def _latency_affine(profile: ServingProfile) -> tuple[float, float]:
@@ -689,15 +811,25 @@ def _latency_affine(profile: ServingProfile) -> tuple[float, float]:
     return W, h
 
 
+_PLAIN, _TRACKED, _BUDGETED = 0, 1, 2
+"""Paths of an iteration-mode replica: plain, KV blocks tracked (overcommitted), token budget (binding)."""
+
+
 def _iteration_station(st: _State, pools, requests: Requests, pool_of, dispatch: Dispatch):
-    """Arrival and boundary handlers of iteration mode (module docstring: the closed-form jump :math:`T(m)`).
+    """Handlers of iteration mode (module docstring: the closed-form jump :math:`T(m)`).
+
+    Returns ``arrive(now, i)``, ``serve(at, seq, kind, r)``, ``queued(p)``
+    (requests waiting in pool ``p``'s replica queues) and ``reroute(i, p)``
+    (request ``i`` goes to pool ``p`` instead: its prefill chunks are recomputed).
 
     Per replica: ``it`` iterations done at the anchor instant ``ref``, total
     start-of-iteration context ``c0`` there and growth ``g`` per iteration, and a
     heap of keys ``index * M + 4 i + kind`` (kind 0: prefill of request ``i`` ends
     at iteration ``index``; kind 1: it completes there; on overcommitted replicas
     only, kind 2: it needs more KV blocks for its step of iteration ``index``, and
-    kind 3: a wake-up to admit after a step that preempted).
+    kind 3: a wake-up to admit after a step that preempted). ``path[r]`` picks
+    the replica's handlers (:data:`_PLAIN`, :data:`_TRACKED`, :data:`_BUDGETED`;
+    budgeted replicas keep only kind 1 keys, :mod:`solvers.des_budget`).
     """
     n = len(requests)
     chunks = np.zeros(n, dtype=np.int32)
@@ -712,13 +844,14 @@ def _iteration_station(st: _State, pools, requests: Requests, pool_of, dispatch:
     lin, kch, lout, rpool = (memoryview(np.array(a) if any_trk else np.ascontiguousarray(a)) for a in (
         requests.prompt_tokens, chunks, requests.output_tokens, pool_of))
     M = 4 * max(n, 1)
-    W, h, chunk, trk, blk, budget = [], [], [], [], [], []
+    W, h, chunk, path, blk, budget, tokens = [], [], [], [], [], [], []
     for p in pools:
         w0, h0 = _latency_affine(p.profile)
         W += [w0] * p.replicas
         h += [h0] * p.replicas
         chunk += [int(p.profile.chunk_tokens)] * p.replicas
-        trk += [p.overcommitted] * p.replicas
+        path += [_TRACKED if p.overcommitted else _BUDGETED if p.budget_binds else _PLAIN] * p.replicas
+        tokens += [p.max_batched_tokens or 0] * p.replicas
         blk += [int(p.profile.blk_size_tokens)] * p.replicas
         budget += [int(p.profile.total_kv_blocks) if p.overcommitted else 0] * p.replicas
     R = len(W)
@@ -736,6 +869,20 @@ def _iteration_station(st: _State, pools, requests: Requests, pool_of, dispatch:
     def after(r: int, m: int) -> float:
         """Instant of boundary ``it + m``: :math:`ref + T(m)`."""
         return ref[r] + m * (W[r] + h[r] * c0[r]) + h[r] * g[r] * (m * (m - 1) // 2)
+
+    def boundary_at(r: int, now: float) -> int:
+        """Iterations :math:`m` from the anchor to the first boundary at or after ``now`` (0 if ``now <= ref``):
+        :math:`T(m) \\ge now - ref` solved for :math:`m` (a quadratic), then corrected for round-off."""
+        if now <= ref[r]:
+            return 0
+        w, a = W[r] + h[r] * c0[r], h[r] * g[r]
+        x = now - ref[r]
+        m = math.ceil(x / w if a == 0 else (math.sqrt((w - a / 2) ** 2 + 2 * a * x) - (w - a / 2)) / a)
+        while after(r, m) < now:
+            m += 1
+        while m > 0 and after(r, m - 1) >= now:
+            m -= 1
+        return m
 
     def admit(r: int, i: int, b: float) -> None:
         run[r] += 1
@@ -763,8 +910,8 @@ def _iteration_station(st: _State, pools, requests: Requests, pool_of, dispatch:
         r = choose(p)
         outstanding[r] += 1
         rep[i] = r
-        if trk[r]:
-            arrive_tracked(now, i, r)
+        if path[r]:
+            (arrive_tracked if path[r] == _TRACKED else arrive_budget)(now, i, r)
             return
         if run[r] >= cap[r]:
             waiting[r].append(i)
@@ -772,13 +919,7 @@ def _iteration_station(st: _State, pools, requests: Requests, pool_of, dispatch:
         if not run[r]:
             ref[r] = now                          # idle: an iteration starts now (c0 = g = 0)
         elif now > ref[r]:                        # first boundary at or after now
-            w, a = W[r] + h[r] * c0[r], h[r] * g[r]
-            x = now - ref[r]
-            m = math.ceil(x / w if a == 0 else (math.sqrt((w - a / 2) ** 2 + 2 * a * x) - (w - a / 2)) / a)
-            while after(r, m) < now:
-                m += 1
-            while m > 0 and after(r, m - 1) >= now:
-                m -= 1
+            m = boundary_at(r, now)
             ref[r] = after(r, m)
             c0[r] += m * g[r]
             it[r] += m
@@ -789,8 +930,8 @@ def _iteration_station(st: _State, pools, requests: Requests, pool_of, dispatch:
     def serve(at: float, seq: int, kind, r: int) -> None:
         if token[r] != seq:
             return                                # superseded by a later schedule of this replica
-        if trk[r]:
-            serve_tracked(at, r)
+        if path[r]:
+            (serve_tracked if path[r] == _TRACKED else serve_budget)(at, r)
             return
         sq, ch, p = seqs[r], chunk[r], replica_pool[r]
         e = sq[0] // M
@@ -886,15 +1027,7 @@ def _iteration_station(st: _State, pools, requests: Requests, pool_of, dispatch:
             if budget[r] - used[r] < need(i, 0, blk[r], chunk[r]):
                 q.append(i)                       # blocks change only at events: wait for the next one
                 return
-            m = 0
-            if now > ref[r]:
-                w, a = W[r] + h[r] * c0[r], h[r] * g[r]
-                x = now - ref[r]
-                m = math.ceil(x / w if a == 0 else (math.sqrt((w - a / 2) ** 2 + 2 * a * x) - (w - a / 2)) / a)
-                while after(r, m) < now:
-                    m += 1
-                while m > 0 and after(r, m - 1) >= now:
-                    m -= 1
+            m = boundary_at(r, now)
             if it[r] + m >= seqs[r][0] // M:
                 q.append(i)                       # that boundary is an event: admitted after it is handled
                 return
@@ -1002,4 +1135,21 @@ def _iteration_station(st: _State, pools, requests: Requests, pool_of, dispatch:
         _block_probe(r, used[r], budget[r], [held[i] for i in live[r]],
                      [need(i, it[r] - adm[i], blk[r], chunk[r]) for i in live[r]])
 
-    return arrive, serve
+    # ---- Budgeted replicas (module docstring, "Token budget"; handlers in solvers.des_budget) ----
+    arrive_budget = serve_budget = None
+    if _BUDGETED in path:
+        arrive_budget, serve_budget = budget_handlers(Replicas(
+            it, ref, c0, g, seqs, waiting, token, run, cap, outstanding, replica_pool, start, first, end,
+            lin, lout, chunk, tokens, M, heap, counter, BOUNDARY, after, boundary_at, batch_to, system_to))
+
+    # ---- Live routing (module docstring, "Live routing"; solvers.des_spill) ----
+    ranges = st.ranges
+
+    def queued(p: int) -> int:
+        return sum(len(waiting[r]) for r in ranges[p])
+
+    def reroute(i: int, p: int) -> None:
+        rpool[i] = p
+        kch[i] = int(prefill_chunks(pools[p].profile, lin[i]))
+
+    return arrive, serve, queued, reroute

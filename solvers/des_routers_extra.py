@@ -1,4 +1,4 @@
-"""Routers beyond :mod:`solvers.des_routing`: compress-and-route, and spillover (not supported, see below).
+"""Routers beyond :mod:`solvers.des_routing`: compress-and-route, and spillover.
 
 Compress-and-route
 ------------------
@@ -20,13 +20,22 @@ total length :math:`B_k`, which lies in pool :math:`k`'s segment.
 
 Spillover
 ---------
-Spillover (send a request to the next pool when the first one's queue exceeds a
-bound) needs each pool's live queue at every arrival. :mod:`solvers.des`
-decides every request's pool *before* the run (arrivals are exogenous, and
-only the replica choice inside a pool sees the live state, through
-:class:`solvers.des_routing.Dispatch`), so spillover cannot be expressed
-without changing the engine. :class:`SpilloverRouter` documents the limitation
-and raises ``ValueError`` instead of approximating it.
+A request of total length in :math:`(b_k, b_{k+1}]` has primary pool :math:`k`
+(length routing). At its arrival, when more than a bound :math:`q_{max}` of
+requests wait in pool :math:`k` (routed there, not yet admitted to a slot or
+batch, summed over its replicas),
+
+.. math:: Q_k(t^-) > q_{max} \\implies \\text{pool } k + 1
+
+whose window :math:`B_{k+1} = b_{k+2} > b_{k+1}` is longer, so the request
+fits it (when a pool's own window is shorter than its segment says, the engine
+checks the fit and keeps a request that does not fit in its primary pool).
+One hop only: pool :math:`k + 1`'s queue is not consulted, and the top pool
+never spills. :class:`SpilloverRouter` is a
+:class:`solvers.des_routing.LiveRouter`: it states ``spill_to`` and
+``spill_bound`` and :mod:`solvers.des` applies them from its live queues
+("Live routing (spillover)" there). :data:`SPILLOVER_UNSUPPORTED` remains for
+callers whose pipeline does not offer spillover yet.
 """
 
 from __future__ import annotations
@@ -37,9 +46,9 @@ from .des_routing import LengthRouter, Requests
 
 __all__ = ["CompressRouter", "SpilloverRouter", "SPILLOVER_UNSUPPORTED"]
 
-SPILLOVER_UNSUPPORTED = ("spillover routing is not supported: it needs each pool's live queue at every arrival, "
-                         "but solvers.des routes every request before the run (only the replica choice inside a "
-                         "pool sees live state); use length, split, random or compress routing")
+SPILLOVER_UNSUPPORTED = ("spillover routing is not offered here: it needs each pool's live queue at every "
+                         "arrival, which only solvers.des.simulate with a SpilloverRouter reads; "
+                         "use length, split, random or compress routing")
 
 
 class CompressRouter:
@@ -119,21 +128,39 @@ class CompressRouter:
 
 
 class SpilloverRouter:
-    """Spillover to the next pool when the first pool's queue exceeds a bound: **not supported**.
+    """Length routing with spillover to the next pool up when the first pool's queue is long (module docstring).
 
     Parameters
     ----------
+    boundaries : sequence of float
+        :math:`b_0 < b_1 < \\dots < b_M` in tokens; pool :math:`k` serves
+        :math:`(b_k, b_{k+1}]`.
     pool_names : sequence of str
-        Pools in spill order.
-    max_queue : int
-        Queue bound of the first pool.
+        :math:`M` distinct names, one per segment, shortest window first.
+    bound : int
+        :math:`q_{max} \\ge 0`: a request spills when more than this many requests
+        wait in its primary pool at its arrival.
 
-    Raises
-    ------
-    ValueError
-        Always, with :data:`SPILLOVER_UNSUPPORTED` (module docstring: the engine
-        routes before the run, so a queue-dependent router cannot be honoured).
+    Examples
+    --------
+    >>> r = SpilloverRouter([0, 100, 400], ["s", "l"], 8)
+    >>> r.route(np.array([50, 150]), np.array([10, 30])).tolist(), r.spill_to, r.spill_bound
+    ([0, 1], (1, -1), 8)
     """
 
-    def __init__(self, pool_names, max_queue: int) -> None:
-        raise ValueError(SPILLOVER_UNSUPPORTED)
+    def __init__(self, boundaries, pool_names, bound: int) -> None:
+        self._length = LengthRouter(boundaries, pool_names)
+        self.pool_names = self._length.pool_names
+        if len(self.pool_names) != len(self._length.boundaries) - 1:
+            raise ValueError(f"pool_names must be distinct; got {list(pool_names)}")
+        if isinstance(bound, bool) or not isinstance(bound, (int, np.integer)) or bound < 0:
+            raise ValueError(f"bound must be a whole number >= 0; got {bound!r}")
+        self.spill_bound = int(bound)
+        self.spill_to = tuple(range(1, len(self.pool_names))) + (-1,)
+
+    def __repr__(self) -> str:
+        return f"SpilloverRouter({self._length.boundaries.tolist()}, {list(self.pool_names)}, bound={self.spill_bound})"
+
+    def route(self, prompt_tokens, output_tokens) -> np.ndarray:
+        """Primary pools: length routing (the engine spills at arrival)."""
+        return self._length.route(prompt_tokens, output_tokens)

@@ -4,7 +4,10 @@ Everything here is decided *before* the event loop of :mod:`solvers.des` runs,
 because arrivals are exogenous: the arrival instants and lengths of every
 request, and the pool each request goes to. Only the replica a request joins
 inside its pool may depend on the live state (join-shortest-queue), so that
-choice is a small strategy (:class:`Dispatch`) the engine calls per arrival.
+choice is a small strategy (:class:`Dispatch`) the engine calls per arrival;
+and a :class:`LiveRouter` (spillover) names, per pool, a pool that takes the
+request instead when the first one's queue is long at its arrival, which the
+engine decides from its live queues.
 
 All randomness comes in through an explicit ``numpy.random.Generator``.
 
@@ -22,6 +25,9 @@ Routers (:class:`Router`)
 :class:`LengthRouter`, :class:`RandomRouter`, :class:`SplitRouter`; each maps
 the request arrays to pool names, vectorized, and returns ``-1`` where no pool
 takes a request (the simulator records those as ``REJECTED``).
+:class:`LiveRouter` adds ``spill_to`` and ``spill_bound`` to a router
+(:class:`solvers.des_routers_extra.SpilloverRouter`); the router stays a plain
+object that holds no state of the run.
 """
 
 from __future__ import annotations
@@ -35,7 +41,7 @@ from models.workload import DEFAULT_INPUT_FRACTION, LengthDistribution, RequestT
 
 __all__ = [
     "Requests", "poisson_arrivals", "sample_lengths", "poisson_requests", "replay_trace",
-    "Router", "LengthRouter", "RandomRouter", "SplitRouter",
+    "Router", "LiveRouter", "LengthRouter", "RandomRouter", "SplitRouter",
     "Dispatch", "JoinShortestQueue", "RoundRobin",
 ]
 
@@ -191,6 +197,26 @@ class Router(Protocol):
     """
 
     pool_names: tuple[str, ...]
+
+    def route(self, prompt_tokens: np.ndarray, output_tokens: np.ndarray) -> np.ndarray: ...
+
+
+@runtime_checkable
+class LiveRouter(Protocol):
+    """A :class:`Router` whose choice may change at a request's arrival, from the live queues (spillover).
+
+    ``route`` gives each request's *primary* pool before the run, as for any
+    router. ``spill_to[k]`` is the index into ``pool_names`` of the pool that
+    takes a request of primary pool ``k`` instead when, at its arrival, more
+    than ``spill_bound`` requests wait in pool ``k`` (not yet admitted, over its
+    replicas), or ``-1`` when pool ``k`` never spills. The engine applies it
+    once per request (one hop), and only when the request fits the other pool's
+    window (:mod:`solvers.des`, "Live routing (spillover)").
+    """
+
+    pool_names: tuple[str, ...]
+    spill_to: tuple[int, ...]
+    spill_bound: int
 
     def route(self, prompt_tokens: np.ndarray, output_tokens: np.ndarray) -> np.ndarray: ...
 

@@ -19,7 +19,7 @@ from optimizer.errors import InstanceError
 from optimizer.evaluate import evaluate_plans
 from optimizer.simulate import plans_from_fleet, plans_from_spec, simulate_plan
 from solvers.des_arrivals import diurnal_arrivals, mmpp_arrivals, mmpp_dispersion_limit, mmpp_rates
-from solvers.des_routers_extra import CompressRouter, SpilloverRouter
+from solvers.des_routers_extra import CompressRouter
 from solvers.des_routing import Requests
 
 CONTRACT = {"requests_simulated", "simulated_seconds", "wall_seconds", "ttft_p99_ms", "ttft_p99_ci_ms", "tpot_p99_ms",
@@ -118,11 +118,6 @@ def test_compress_router_moves_the_band_with_its_success_probability():
         assert np.all(pools[band & ~changed] == 1)
     with pytest.raises(ValueError, match="next pool"):
         CompressRouter([0, 100, 150], ["s", "l"], [2.0, 1.0], 1.0, rng)
-
-
-def test_spillover_is_a_documented_limitation():
-    with pytest.raises(ValueError, match="routes every request before the run"):
-        SpilloverRouter(["a", "b"], 10)
 
 
 # --- the pipeline -----------------------------------------------------------------------------------------------
