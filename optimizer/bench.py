@@ -184,25 +184,32 @@ import numpy as np
 from models.workload import LengthDistribution
 from optimizer.catalog import load_catalog, data_dir
 from solvers.des import SimPool, simulate
+from solvers.des_routers_extra import SpilloverRouter
 from solvers.des_routing import LengthRouter, poisson_requests
 import json
-n, mode = int(sys.argv[1]), sys.argv[2]
+n, variant = int(sys.argv[1]), sys.argv[2]
 h100 = load_catalog().profiles["H100-80GB"]
 cdf = json.loads((data_dir() / "workloads" / "azure_cdf.json").read_text())
 req = poisson_requests(LengthDistribution.from_cdf(cdf), 200.0, n, np.random.default_rng(0))
-pools = [SimPool("short", h100, 5, None, 4096), SimPool("long", h100, 7, None, 8192)]
+kw = {"paged": dict(allow_overcommit=True), "budget": dict(max_batched_tokens=2048)}.get(variant, {})
+cap = 256 if variant == "paged" else None
+pools = [SimPool("short", h100, 5, cap, 4096, **kw), SimPool("long", h100, 7, cap, 8192, **kw)]
+edges, names = [0, 4096, 8192], ["short", "long"]
+router = SpilloverRouter(edges, names, 8) if variant == "spillover" else LengthRouter(edges, names)
 t0 = time.perf_counter()
-simulate(pools, req, LengthRouter([0, 4096, 8192], ["short", "long"]), mode=mode)
+simulate(pools, req, router, mode="slot" if variant == "slot" else "iteration")
 print(json.dumps({"seconds": time.perf_counter() - t0,
                   "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
 """
 
 
-def _sim_run(n: int, mode: str) -> dict:
+def _sim_run(n: int, variant: str) -> dict:
+    """One simulation in a fresh process; ``variant`` is ``iteration``, ``slot``, ``paged`` (vLLM block
+    admission, max_num_seqs 256), ``budget`` (2,048-token budget per iteration) or ``spillover`` (bound 8)."""
     import json
 
     env = dict(os.environ, PYTHONPATH=str(REPO))
-    out = subprocess.run([sys.executable, "-c", _SIM_SCRIPT, str(n), mode], check=True, capture_output=True,
+    out = subprocess.run([sys.executable, "-c", _SIM_SCRIPT, str(n), variant], check=True, capture_output=True,
                          text=True, env=env)
     return json.loads(out.stdout.strip().splitlines()[-1])
 
@@ -210,13 +217,18 @@ def _sim_run(n: int, mode: str) -> dict:
 def bench_simulation_throughput(repeats: int = 5, n: int = 200_000) -> list[dict]:
     """Simulated requests per second: Azure CDF, 200 req/s, H100 pools 0-4,096 (5) and 4,096-8,192 (7)."""
     reference = 17_000.0  # the reference tool's request-level simulator on this scenario and machine
+    labels = {"iteration": "iteration mode", "slot": "slot mode", "paged": "iteration, paged KV admission",
+              "budget": "iteration, 2,048-token budget", "spillover": "iteration, spillover router"}
     out = []
-    for mode in ("iteration", "slot"):
-        times = sorted(_sim_run(n, mode)["seconds"] for _ in range(repeats))
+    for variant, label in labels.items():
+        times = sorted(_sim_run(n, variant)["seconds"] for _ in range(repeats))
         median = statistics.median(times)
         rate = n / median
-        out.append({"name": f"simulate 200k requests ({mode} mode)", "median_s": median, "target_s": n / 100_000,
-                    "meets_target": rate >= 100_000, "requests_per_s": rate, "vs_reference_tool": rate / reference})
+        row = {"name": f"simulate 200k requests ({label})", "median_s": median, "requests_per_s": rate,
+               "vs_reference_tool": rate / reference}
+        if variant == "iteration":   # the issue's target is on the plain continuous-batching run
+            row.update(target_s=n / 100_000, meets_target=rate >= 100_000)
+        out.append(row)
     return out
 
 
@@ -272,6 +284,8 @@ def render_bench(c: Console, result: dict) -> None:
             continue
         detail = ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in b.items()
                            if k not in ("name", "median_s", "target_s", "meets_target"))
-        target = "-" if b["target_s"] != b["target_s"] else f"{b['target_s']}"
-        t.add_row(b["name"], f"{b['median_s']:.4f}", target, "yes" if b["meets_target"] else "NO", detail)
+        target_s = b.get("target_s", float("nan"))
+        target = "-" if target_s != target_s else f"{target_s}"
+        met = "-" if "meets_target" not in b else ("yes" if b["meets_target"] else "NO")
+        t.add_row(b["name"], f"{b['median_s']:.4f}", target, met, detail)
     c.print(t)

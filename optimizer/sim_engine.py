@@ -42,6 +42,7 @@ import numpy as np
 
 from models.fleet import FleetResult
 from solvers.des import SimPool
+from solvers.des_routing import LiveRouter
 
 __all__ = ["KV_MODES", "AVAILABILITY_MODES", "VLLM_DEFAULT_MAX_NUM_SEQS", "EngineOptions", "engine_pools",
            "sample_up", "DownPoolsRouter"]
@@ -76,6 +77,9 @@ class EngineOptions:
                 out.append(f"--{name}: {value!r} must be a whole number >= 1")
         if self.max_num_seqs is not None and self.kv != "paged":
             out.append("--max-num-seqs: sets the batch cap of --kv paged; the reserve view uses the analytic cap")
+        if self.kv == "paged" and self.max_batched_tokens is not None:
+            out.append("--max-batched-tokens: not supported with --kv paged yet (the simulator's KV-block events "
+                       "assume whole prefill chunks)")
         if mode == "slot" and (self.kv == "paged" or self.max_batched_tokens is not None):
             out.append("--mode: slot mode has no iterations or KV blocks; --kv paged and --max-batched-tokens "
                        "need --mode iteration")
@@ -126,6 +130,9 @@ class DownPoolsRouter:
         self.router = router
         self.pool_names = router.pool_names
         self._down = np.array([x in set(down) for x in router.pool_names] + [False])
+        if isinstance(router, LiveRouter):      # spillover never spills into a pool that is down
+            self.spill_to = tuple(-1 if t < 0 or self._down[t] else t for t in router.spill_to)
+            self.spill_bound = router.spill_bound
 
     def __repr__(self) -> str:
         return f"DownPoolsRouter({self.router!r})"

@@ -138,3 +138,21 @@ def test_verification_runs_with_paged_admission(repo_root, tmp_path):
     v = json.loads(out.read_text())["verification"]
     assert v["engine"]["kv"] == "paged"
     assert all(p["preemptions"] is not None for plan in v["plans"] for p in plan["pools"])
+
+
+def test_token_budget_slows_prefills_and_is_reported(agent):
+    fleet = "0-4096:h100x2,4096-65536:h100x23"
+    free = _run(agent, fleet, requests=3000, replications=1)
+    tight = _run(agent, fleet, requests=3000, replications=1, engine=EngineOptions(max_batched_tokens=256))
+    # 256 tokens per iteration against 16-256 sequences with 512-token chunks: prefills share the budget, so
+    # first tokens come later (TPOT is one decode token per iteration either way).
+    assert tight.ttft.p50_ms > free.ttft.p50_ms
+    assert tight.to_json()["engine"]["max_batched_tokens"] == 256
+    assert "token budget" in " ".join(tight.notes)
+    assert tight.littles_law_rel_error < 1e-6
+
+
+def test_paged_with_a_token_budget_is_refused(agent):
+    with pytest.raises(InstanceError, match="--max-batched-tokens: not supported with --kv paged"):
+        _run(agent, "0-65536:h100x24", requests=500, replications=1,
+             engine=EngineOptions(kv="paged", max_batched_tokens=4096))
