@@ -60,39 +60,12 @@ sums are kept in integer tokens, so they never drift.
 
 KV blocks and preemption
 ------------------------
-A replica has ``profile.total_kv_blocks`` KV blocks of :math:`b` =
-``profile.blk_size_tokens`` tokens. During its step of an iteration a running
-sequence holds :math:`\\lceil x' / b \\rceil` blocks, :math:`x'` being the
-tokens in its KV cache once the step is written (its context plus the chunk or
-the one token of the step). The longest admitted request, :math:`l_{in} +
-l_{out} \\le B`, never holds more than :math:`\\lceil B/b \\rceil`, so a pool
-with ``max_num_seqs`` :math:`\\le n_{slots}(B)` can never run out of blocks:
-such pools skip the block bookkeeping entirely (their runs are unchanged). A
-pool built with ``allow_overcommit=True`` and ``max_num_seqs`` above
-:math:`n_{slots}(B)` (:attr:`SimPool.overcommitted`) tracks blocks, as vLLM's
-scheduler with the recompute policy [1]_:
-
-* Admission (FCFS, up to ``max_num_seqs``) also needs free blocks for the
-  request's first step; the queue head that does not fit blocks the queue.
-* The step index at which a running sequence needs another block is known
-  in closed form (a prefill chunk or a decode token crossing a block
-  boundary), so it is one more event on the replica's heap. At a boundary
-  the sequences needing blocks are served oldest admission first; when too
-  few blocks are free the most recently admitted running sequence is
-  preempted (possibly the needy one itself) until the need fits.
-* A preempted sequence frees all its blocks and goes to the *front* of the
-  waiting queue. If it had decoded :math:`d` tokens since its last
-  admission, it is readmitted with a prefill of :math:`l_{in} + d` tokens
-  (its prompt and the tokens it generated, from scratch, in chunks of
-  :math:`c`) followed by its :math:`l_{out} - d` remaining decode steps, so
-  its last decode step still starts at context :math:`l_{in} + l_{out} - 1`;
-  preempted during its prefill, it redoes the same prefill. Its
-  ``start_at_s`` stays its first admission and its ``first_token_at_s`` the
-  first time a token was produced (a recompute produces no new first token).
-* As in vLLM, a boundary that preempted admits nobody; the next boundary is
-  then an event, where admissions resume.
-
-:attr:`SimResult.preemptions` counts preemptions per pool
+A pool built with ``allow_overcommit=True`` and ``max_num_seqs`` above
+:math:`n_{slots}(B)` (:attr:`SimPool.overcommitted`) tracks each replica's KV
+blocks and preempts sequences when they run out, as vLLM's scheduler with the
+recompute policy [1]_. The semantics and the handlers are in
+:mod:`solvers.des_kv`; other pools can never run out of blocks and skip the
+bookkeeping entirely. :attr:`SimResult.preemptions` counts preemptions per pool
 (:attr:`SimResult.replica_preemptions` per replica); slot mode has no KV
 blocks and refuses overcommitted pools.
 
@@ -212,10 +185,12 @@ from typing import Iterator, Sequence
 import numpy as np
 
 from models.profiles import ServingProfile
-from models.service import iteration_latency_s, prefill_chunks, prefill_time_s, service_time_s
+from models.service import iteration_latency_s, prefill_chunks
 
 from .des_budget import Replicas, budget_handlers
+from .des_kv import kv_handlers
 from .des_routing import Dispatch, JoinShortestQueue, LiveRouter, Requests, Router
+from .des_slot import slot_station
 from .des_spill import live_targets, spill_arrivals
 
 __all__ = ["SimPool", "Outcome", "EventKind", "RequestRecord", "SimResult", "simulate", "MODES", "QUEUES"]
@@ -261,7 +236,7 @@ class SimPool:
     allow_overcommit : bool
         Allow ``max_num_seqs`` above ``profile.n_slots(window_tokens)``
         (iteration mode only): the replica's KV blocks can then run out and
-        sequences are preempted (module docstring, "KV blocks and preemption").
+        sequences are preempted (:mod:`solvers.des_kv`).
     max_batched_tokens : int or None
         Tokens one iteration of a replica may process in all (vLLM's
         ``max_num_batched_tokens``), a whole number >= ``max_num_seqs``; None
@@ -528,7 +503,8 @@ def simulate(pools: Sequence[SimPool], requests: Requests, router: Router, *, mo
     del routed
     state = _State(pools, n, float(warmup_s), hi_s)
     if mode == "slot":
-        arrive, serve, queued, reroute = _slot_station(state, pools, requests, pool_of, accepted, queue, dispatch)
+        arrive, serve, queued, reroute = slot_station(state, pools, requests, pool_of, accepted, queue, dispatch,
+                                                      EventKind.SLOT_FREED)
     else:
         arrive, serve, queued, reroute = _iteration_station(state, pools, requests, pool_of, dispatch)
     if isinstance(router, LiveRouter):
@@ -542,12 +518,6 @@ def simulate(pools: Sequence[SimPool], requests: Requests, router: Router, *, mo
 
 
 _CHUNK = 1 << 16
-
-_block_probe = None
-"""Test hook: when set, called as ``probe(r, used, budget, held, needed)`` after every KV-block change of
-an overcommitted replica (``held``/``needed``: each running sequence's blocks and the blocks its next step
-needs). None in normal runs."""
-
 
 def _arrival_chunks(arrival_at_s: np.ndarray, accepted: np.ndarray) -> Iterator[tuple[list, list]]:
     """The accepted requests' arrival instants and indices as Python lists, ``_CHUNK`` requests at a time.
@@ -696,109 +666,6 @@ class _State:
         return SimResult(mode, names, *columns, self.lo_s, end_s, *pools, events, *pre)
 
 
-def _slot_service_s(pool: SimPool, prompt, output) -> np.ndarray:
-    """:math:`S = (\\lceil l_{in}/c \\rceil + l_{out})\\, t(n_{cap}, l_{in} + l_{out})`.
-
-    :func:`models.service.service_time_s` with the pool's batch cap in place of
-    :math:`n_{slots}(B)` (equal when ``max_num_seqs`` is left at its default).
-    """
-    return service_time_s(pool.profile, pool.window_tokens, prompt, output, batch_cap=pool.max_num_seqs)
-
-
-def _slot_station(st: _State, pools, requests: Requests, pool_of, accepted, queue: str, dispatch: Dispatch):
-    """Handlers of slot mode (FCFS per pool or per replica): ``arrive(now, i)``, ``serve(at, seq, kind, i)``,
-    ``queued(p)`` (requests waiting for a slot of pool ``p``) and ``reroute(i, p)`` (request ``i`` goes to
-    pool ``p`` instead: its service and prefill times are recomputed)."""
-    n = len(requests)
-    service = np.zeros(n) if requests.service_s is None else requests.service_s.copy()
-    prefill = np.zeros(n)
-    for k, p in enumerate(pools):
-        sel = accepted & (pool_of == k)
-        l_in, l_out = requests.prompt_tokens[sel], requests.output_tokens[sel]
-        if requests.service_s is None:
-            service[sel] = _slot_service_s(p, l_in, l_out)
-        prefill[sel] = prefill_time_s(p.profile, l_in)
-    prefill = np.minimum(prefill, service)   # a given service time shorter than the prefill ends with it
-    service, prefill, rpool = (memoryview(np.ascontiguousarray(a)) for a in (service, prefill, pool_of))
-    heap, counter, push = st.heap, st.counter, heapq.heappush
-    start, first, end, rep, busy, cap = st.start, st.first, st.end, st.rep, st.batch, st.cap
-    batch_to, system_to = st.batch_to, st.system_to
-    free = list(st.slots)
-    pool_queue = [deque() for _ in pools]
-    replica_queue = [deque() for _ in busy]
-    outstanding, ranges = st.outstanding, st.ranges
-    least_busy = JoinShortestQueue().bind(ranges, busy)   # pool queue: a free slot on the least busy replica
-    choose = dispatch.bind(ranges, outstanding)
-    SLOT_FREED = EventKind.SLOT_FREED
-
-    def begin(r: int, i: int, now: float) -> None:
-        batch_to(r, now)
-        busy[r] += 1
-        start[i] = now
-        first[i] = now + prefill[i]
-        e = end[i] = now + service[i]
-        rep[i] = r
-        push(heap, (e, next(counter), SLOT_FREED, i))
-
-    def arrive_pool(now: float, i: int) -> None:
-        p = rpool[i]
-        system_to(p, now, 1)
-        if free[p]:
-            free[p] -= 1
-            begin(least_busy(p), i, now)
-        else:
-            pool_queue[p].append(i)
-
-    def serve_pool(at: float, seq: int, kind, i: int) -> None:
-        r, p = rep[i], rpool[i]
-        system_to(p, at, -1)
-        batch_to(r, at)
-        busy[r] -= 1
-        q = pool_queue[p]
-        if q:
-            begin(r, q.popleft(), at)
-        else:
-            free[p] += 1
-
-    def arrive_replica(now: float, i: int) -> None:
-        p = rpool[i]
-        system_to(p, now, 1)
-        r = choose(p)
-        outstanding[r] += 1
-        if busy[r] < cap[r]:
-            begin(r, i, now)
-        else:
-            rep[i] = r
-            replica_queue[r].append(i)
-
-    def serve_replica(at: float, seq: int, kind, i: int) -> None:
-        r = rep[i]
-        system_to(rpool[i], at, -1)
-        batch_to(r, at)
-        busy[r] -= 1
-        outstanding[r] -= 1
-        q = replica_queue[r]
-        if q:
-            begin(r, q.popleft(), at)
-
-    def queued(p: int) -> int:
-        if queue == "pool":
-            return len(pool_queue[p])
-        return sum(len(replica_queue[r]) for r in ranges[p])
-
-    def reroute(i: int, p: int) -> None:
-        rpool[i] = p
-        pool, l_in = pools[p], requests.prompt_tokens[i]
-        s = service[i] if requests.service_s is not None else float(
-            _slot_service_s(pool, l_in, requests.output_tokens[i]))
-        service[i] = s
-        prefill[i] = min(float(prefill_time_s(pool.profile, l_in)), s)
-
-    if queue == "pool":
-        return arrive_pool, serve_pool, queued, reroute
-    return arrive_replica, serve_replica, queued, reroute
-
-
 def _latency_affine(profile: ServingProfile) -> tuple[float, float]:
     """Intercept :math:`W` and slope :math:`h` of :math:`t(n, \\bar x) = W + h\\, n \\bar x`, read from
     :func:`models.service.iteration_latency_s` (raises if it is not affine in :math:`n \\bar x`)."""
@@ -828,8 +695,10 @@ def _iteration_station(st: _State, pools, requests: Requests, pool_of, dispatch:
     at iteration ``index``; kind 1: it completes there; on overcommitted replicas
     only, kind 2: it needs more KV blocks for its step of iteration ``index``, and
     kind 3: a wake-up to admit after a step that preempted). ``path[r]`` picks
-    the replica's handlers (:data:`_PLAIN`, :data:`_TRACKED`, :data:`_BUDGETED`;
-    budgeted replicas keep only kind 1 keys, :mod:`solvers.des_budget`).
+    the replica's handlers: the plain ones here (:data:`_PLAIN`), or those of
+    :mod:`solvers.des_kv` (:data:`_TRACKED`) or :mod:`solvers.des_budget`
+    (:data:`_BUDGETED`; budgeted replicas keep only kind 1 keys), which share the
+    replica state through a :class:`solvers.des_budget.Replicas` record.
     """
     n = len(requests)
     chunks = np.zeros(n, dtype=np.int32)
@@ -844,7 +713,7 @@ def _iteration_station(st: _State, pools, requests: Requests, pool_of, dispatch:
     lin, kch, lout, rpool = (memoryview(np.array(a) if any_trk else np.ascontiguousarray(a)) for a in (
         requests.prompt_tokens, chunks, requests.output_tokens, pool_of))
     M = 4 * max(n, 1)
-    W, h, chunk, path, blk, budget, tokens = [], [], [], [], [], [], []
+    W, h, chunk, path, blk, blocks, tokens = [], [], [], [], [], [], []
     for p in pools:
         w0, h0 = _latency_affine(p.profile)
         W += [w0] * p.replicas
@@ -853,7 +722,7 @@ def _iteration_station(st: _State, pools, requests: Requests, pool_of, dispatch:
         path += [_TRACKED if p.overcommitted else _BUDGETED if p.budget_binds else _PLAIN] * p.replicas
         tokens += [p.max_batched_tokens or 0] * p.replicas
         blk += [int(p.profile.blk_size_tokens)] * p.replicas
-        budget += [int(p.profile.total_kv_blocks) if p.overcommitted else 0] * p.replicas
+        blocks += [int(p.profile.total_kv_blocks) if p.overcommitted else 0] * p.replicas
     R = len(W)
     it, ref, c0, g = [0] * R, [0.0] * R, [0] * R, [0] * R
     seqs = [[] for _ in range(R)]
@@ -964,183 +833,19 @@ def _iteration_station(st: _State, pools, requests: Requests, pool_of, dispatch:
             admit(r, q.popleft(), at)
         reschedule(r)
 
-    # ---- Overcommitted replicas: KV blocks, block events and preemption (module docstring) ----
-    used = [0] * R                                # KV blocks held per replica
-    live = [{} for _ in range(R)]                 # running request -> admission serial (admission order)
-    adm, held = {}, {}                            # running request -> iteration of admission, blocks held
-    serial = itertools.count()
-    preempt_count = st.preempt
-
-    def need(i: int, j: int, bs: int, ch: int) -> int:
-        """Blocks request ``i`` holds during its step ``j``: its KV cache once the step is written."""
-        k = kch[i]
-        if j < k:
-            x = (j + 1) * ch
-            li = lin[i]
-            return -(-(x if x < li else li) // bs)
-        return -(-(lin[i] + j - k + 1) // bs)
-
-    def schedule_block(r: int, i: int, j0: int) -> None:
-        """Push request ``i``'s next block event: the first step ``j >= j0`` needing more than it holds."""
-        bs, k, li = blk[r], kch[i], lin[i]
-        top = held[i] * bs                        # tokens the held blocks can take
-        if j0 < k and li > top:
-            j = top // chunk[r]
-            j = j if j > j0 else j0
-        else:
-            d = top - li
-            d = d if d > j0 - k else j0 - k
-            if d < 0:
-                d = 0
-            if d >= lout[i]:
-                return                            # fits until it completes
-            j = k + d
-        push(seqs[r], (adm[i] + j) * M + 4 * i + 2)
-
-    def admit_tracked(r: int, i: int, b: float) -> None:
-        run[r] += 1
-        if start[i] != start[i]:                  # NaN: first admission (a recompute keeps it)
-            start[i] = b
-        adm[i] = it[r]
-        live[r][i] = next(serial)
-        nb = held[i] = need(i, 0, blk[r], chunk[r])
-        used[r] += nb
-        k = kch[i]
-        if k:
-            g[r] += chunk[r]
-            push(seqs[r], (it[r] + k) * M + 4 * i)
-        else:
-            if first[i] != first[i]:
-                first[i] = b
-            g[r] += 1
-            push(seqs[r], (it[r] + lout[i]) * M + 4 * i + 1)
-        schedule_block(r, i, 1)
-
-    def arrive_tracked(now: float, i: int, r: int) -> None:
-        q = waiting[r]
-        if run[r] >= cap[r] or q:
-            q.append(i)
-            return
-        if not run[r]:
-            ref[r] = now                          # idle: no blocks held, the first chunk fits
-        else:
-            if budget[r] - used[r] < need(i, 0, blk[r], chunk[r]):
-                q.append(i)                       # blocks change only at events: wait for the next one
-                return
-            m = boundary_at(r, now)
-            if it[r] + m >= seqs[r][0] // M:
-                q.append(i)                       # that boundary is an event: admitted after it is handled
-                return
-            if m:
-                ref[r] = after(r, m)
-                c0[r] += m * g[r]
-                it[r] += m
-        batch_to(r, ref[r])
-        admit_tracked(r, i, ref[r])
-        reschedule(r)
-        if _block_probe is not None:
-            probe(r)
-
-    def preempt(r: int, v: int, e: int, c: int, gr: int) -> tuple[int, int]:
-        """Preempt running request ``v`` at boundary ``e`` (recompute): free its blocks, queue it first."""
-        j, k, li = e - adm[v], kch[v], lin[v]
-        if j < k:                                 # mid-prefill: the prefill restarts as it was
-            c -= j * chunk[r]
-            gr -= chunk[r]
-        else:                                     # decoded d steps: recompute l_in + d tokens, then the rest
-            d = j - k
-            c -= li + d
-            gr -= 1
-            lin[v] = li + d
-            lout[v] -= d
-            kch[v] = -(-(li + d) // chunk[r])
-        used[r] -= held.pop(v)
-        del live[r][v], adm[v]
-        run[r] -= 1
-        preempt_count[r] += 1
-        sq = seqs[r]
-        sq[:] = [x for x in sq if (x % M) >> 2 != v]
-        heapq.heapify(sq)
-        waiting[r].appendleft(v)
-        return c, gr
-
-    def serve_tracked(at: float, r: int) -> None:
-        sq, ch, p, bs = seqs[r], chunk[r], replica_pool[r], blk[r]
-        lv = live[r]
-        e = sq[0] // M
-        c, gr = c0[r] + (e - it[r]) * g[r], g[r]
-        it[r], ref[r] = e, at
-        batch_to(r, at)
-        done = 0
-        needs = []
-        while sq and sq[0] // M == e:
-            key = pop(sq)
-            i = (key % M) >> 2
-            kind = key & 3
-            if kind == 2:
-                needs.append(i)
-                continue
-            # This handler mirrors the non-overcommitted one above plus block bookkeeping; the plain path
-            # stays separate so pools that cannot run out of blocks pay nothing for it (hot loop).
-            if kind == 3:                         # wake-up after a preemption: admissions only
-                continue
-            li, lo = lin[i], lout[i]
-            if kind == 0:                         # prefill (or its recompute) ends
-                if first[i] != first[i]:
-                    first[i] = at
-                c += li - kch[i] * ch
-                gr += 1 - ch
-                if lo:
-                    push(sq, (e + lo) * M + 4 * i + 1)
-                    continue
-            end[i] = at
-            c -= li + lo
-            gr -= 1
-            done += 1
-            system_to(p, at, -1)
-            used[r] -= held.pop(i)
-            del lv[i], adm[i]
-        run[r] -= done
-        outstanding[r] -= done
-        preempted = False
-        if needs:
-            needs.sort(key=lv.__getitem__)        # oldest admission first
-            for i in needs:
-                if i not in lv:
-                    continue                      # preempted at this boundary already
-                j = e - adm[i]
-                want = need(i, j, bs, ch) - held[i]
-                while budget[r] - used[r] < want:
-                    v = next(reversed(lv))        # the most recently admitted running sequence
-                    c, gr = preempt(r, v, e, c, gr)
-                    preempted = True
-                    if v == i:
-                        break
-                if i in lv:
-                    used[r] += want
-                    held[i] += want
-                    schedule_block(r, i, j + 1)
-        c0[r], g[r] = c, gr
-        if not preempted:                         # as vLLM: no admissions in a step that preempted
-            q = waiting[r]
-            while q and run[r] < cap[r] and budget[r] - used[r] >= need(q[0], 0, bs, ch):
-                admit_tracked(r, q.popleft(), at)
-        else:                                     # ... so the next boundary is an event: admissions there
-            push(sq, (e + 1) * M + 3)
-        reschedule(r)
-        if _block_probe is not None:
-            probe(r)
-
-    def probe(r: int) -> None:
-        _block_probe(r, used[r], budget[r], [held[i] for i in live[r]],
-                     [need(i, it[r] - adm[i], blk[r], chunk[r]) for i in live[r]])
-
-    # ---- Budgeted replicas (module docstring, "Token budget"; handlers in solvers.des_budget) ----
-    arrive_budget = serve_budget = None
+    # ---- Overcommitted replicas (solvers.des_kv) and budgeted ones (module docstring, "Token budget";
+    # solvers.des_budget): their handlers share the live state above ----
+    shared = Replicas(
+        it=it, ref=ref, c0=c0, g=g, seqs=seqs, waiting=waiting, token=token, run=run, cap=cap,
+        outstanding=outstanding, replica_pool=replica_pool, start=start, first=first, end=end, lin=lin, kch=kch,
+        lout=lout, chunk=chunk, tokens=tokens, blk=blk, blocks=blocks, preemptions=st.preempt, M=M, heap=heap,
+        counter=counter, boundary_kind=BOUNDARY, after=after, boundary_at=boundary_at, reschedule=reschedule,
+        batch_to=batch_to, system_to=system_to)
+    arrive_tracked = serve_tracked = arrive_budget = serve_budget = None
+    if _TRACKED in path:
+        arrive_tracked, serve_tracked = kv_handlers(shared)
     if _BUDGETED in path:
-        arrive_budget, serve_budget = budget_handlers(Replicas(
-            it, ref, c0, g, seqs, waiting, token, run, cap, outstanding, replica_pool, start, first, end,
-            lin, lout, chunk, tokens, M, heap, counter, BOUNDARY, after, boundary_at, batch_to, system_to))
+        arrive_budget, serve_budget = budget_handlers(shared)
 
     # ---- Live routing (module docstring, "Live routing"; solvers.des_spill) ----
     ranges = st.ranges

@@ -24,13 +24,15 @@ __all__ = ["Replicas", "budget_handlers"]
 
 @dataclass(frozen=True, slots=True)
 class Replicas:
-    """The live per-replica state of :func:`solvers.des._iteration_station` that the budgeted handlers share.
+    """The live per-replica state of :func:`solvers.des._iteration_station` that its handler modules share.
 
-    Lists are indexed by global replica ``r`` and are the engine's own (mutated in
-    place); ``start``, ``first``, ``end``, ``lin`` and ``lout`` are per-request
-    memoryviews. ``after(r, m)`` is the instant of boundary ``it[r] + m`` and
-    ``boundary_at(r, now)`` the number of iterations from the anchor to the first
-    boundary at or after ``now``.
+    The budgeted handlers (:func:`budget_handlers`) and the KV-tracking handlers
+    (:func:`solvers.des_kv.kv_handlers`) both read it; fields only one of them
+    uses say so. Lists are indexed by global replica ``r`` and are the engine's
+    own (mutated in place); ``start``, ``first``, ``end``, ``lin``, ``kch`` and
+    ``lout`` are per-request memoryviews. ``after(r, m)`` is the instant of
+    boundary ``it[r] + m`` and ``boundary_at(r, now)`` the number of iterations
+    from the anchor to the first boundary at or after ``now``.
     """
 
     it: list
@@ -48,10 +50,18 @@ class Replicas:
     first: memoryview
     end: memoryview
     lin: memoryview
+    kch: memoryview
+    """Prefill chunks per request (KV path: a preemption rewrites a request's ``lin``, ``kch`` and ``lout``)."""
     lout: memoryview
     chunk: list
     tokens: list
-    """Token budget :math:`K` per replica (0 where the replica is not budgeted)."""
+    """Token budget :math:`K` per replica (0 where the replica is not budgeted; budget path only)."""
+    blk: list
+    """KV block size in tokens per replica (KV path only)."""
+    blocks: list
+    """KV blocks per replica (0 where the replica is not overcommitted; KV path only)."""
+    preemptions: list
+    """KV-cache preemptions per replica, counted in place (KV path only)."""
     M: int
     heap: list
     counter: object
@@ -59,6 +69,9 @@ class Replicas:
     """The heap entries' event kind of a replica boundary (``solvers.des.EventKind.BOUNDARY``)."""
     after: Callable[[int, int], float]
     boundary_at: Callable[[int, float], int]
+    reschedule: Callable[[int], None]
+    """Push replica ``r``'s next boundary, the head of its key heap ``seqs[r]`` (KV path only; the budget
+    path schedules its own allocation changes)."""
     batch_to: Callable[[int, float], None]
     system_to: Callable[[int, float, int], None]
 

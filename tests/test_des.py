@@ -574,7 +574,7 @@ def step_reference_kv(arrival, l_in, l_out, W, h, chunk, cap, blk, budget):
 
 @pytest.mark.parametrize("cap,blocks,blk,chunk", [(4, 40, 16, 64), (6, 30, 16, 16), (3, 40, 8, 20)])
 def test_preemption_matches_step_by_step_reference(cap, blocks, blk, chunk, monkeypatch):
-    import solvers.des as des
+    import solvers.des_kv as des_kv
 
     window = 256
     profile = CalibratedProfile("kv", "toy", 0.01, 0.004, 512, chunk, blk, blocks, 512, 1.0, 1,
@@ -585,7 +585,7 @@ def test_preemption_matches_step_by_step_reference(cap, blocks, blk, chunk, monk
         assert used == sum(held) <= budget and held == needed
         seen.append(used)
 
-    monkeypatch.setattr(des, "_block_probe", probe)
+    monkeypatch.setattr(des_kv, "_block_probe", probe)
     rng = np.random.default_rng(np.random.SeedSequence(97 + cap))
     n, R = 500, 2
     l_in = rng.integers(1, 160, n)
