@@ -30,8 +30,8 @@ from models.units import MS_PER_S
 
 from .instance import Instance
 
-__all__ = ["Candidates", "Dropped", "generate_candidates", "prune_dominated", "restrict", "batch_caps", "pool_counts",
-           "fleet_counts"]
+__all__ = ["Candidates", "Dropped", "WindowCut", "generate_candidates", "prune_dominated", "restrict", "least_counts",
+           "batch_caps", "pool_counts", "fleet_counts"]
 
 MAX_EXTRA_COUNTS = 64
 """Fleet scope: at most this many replica counts above the utilisation floor per candidate."""
@@ -81,6 +81,9 @@ class Candidates:
     """Batch cap (max_num_seqs) per replica of each pool."""
     load_erlangs: np.ndarray
     """Offered load :math:`\\lambda E[S]` of each pool (busy slots on average)."""
+    min_replicas_analytic: np.ndarray
+    """:math:`N^*_p`: the least replica count the analytic model offers the pool, before availability inflation
+    (pool scope: the SLO minimum; fleet scope: the utilisation floor :math:`N_\\rho`)."""
     gammas: tuple[float, ...] = (1.0,)
 
     @property
@@ -112,7 +115,8 @@ class Candidates:
         renumber = np.full(len(self), -1)
         renumber[pools] = np.arange(len(pools))
         pool_fields = {f: getattr(self, f)[pools] for f in ("i", "j", "gpu", "arrival_rate", "output_tok_per_s",
-                                                           "state_in", "state_out", "cap", "load_erlangs")}
+                                                           "state_in", "state_out", "cap", "load_erlangs",
+                                                           "min_replicas_analytic")}
         choice_fields = {f: getattr(self, f)[keep] for f in ("choice_replicas", "choice_gpus", "choice_cost_per_hr",
                                                              "choice_power_w", "choice_miss_rate")}
         return Candidates(self.boundaries, self.gpu_names, choice_pool=renumber[self.choice_pool[keep]],
@@ -144,7 +148,7 @@ def generate_candidates(instance: Instance) -> Candidates:
                       C["pool"].astype(np.int64), C["replicas"].astype(np.int64), C["gpus"].astype(np.int64),
                       C["cost"], C["power"], C["miss"], tuple(dropped), len(rows[0]) * len(instance.gpus),
                       P["state_in"].astype(np.int64), P["state_out"].astype(np.int64), P["cap"].astype(np.int64),
-                      P["load_erlangs"], gammas)
+                      P["load_erlangs"], P["min_replicas"].astype(np.int64), gammas)
 
 
 def _candidate_rows(b: np.ndarray, gammas: tuple[float, ...]):
@@ -216,7 +220,8 @@ def _size_option(instance: Instance, g_idx: int, opt, raw, b, rows, pools, choic
     pools.add(i=ii[idx[keep]], j=jj[idx[keep]], gpu=np.full(len(keep), g_idx), arrival_rate=lam[keep],
               output_tok_per_s=lam[keep] * np.nan_to_num(s.mean_output_tokens[keep]),
               state_in=sin[idx[keep]], state_out=sout[idx[keep]], cap=caps[keep],
-              load_erlangs=lam[keep] * np.nan_to_num(s.mean_service_s[keep]))
+              load_erlangs=lam[keep] * np.nan_to_num(s.mean_service_s[keep]),
+              min_replicas=np.array([int(counts[k][0][0]) for k in keep], dtype=np.int64))
     for k_local, k in enumerate(keep):
         n_base, miss = counts[k]
         n = np.ceil(n_base / opt.availability - 1e-9).astype(np.int64)
@@ -343,17 +348,61 @@ def _reason(code: str, s, k: int, slo) -> str:
     return "no replica count up to the search cap meets the SLO"
 
 
-def restrict(c: Candidates, instance: Instance, min_replicas: dict, forbidden: set) -> Candidates:
+@dataclass(frozen=True)
+class WindowCut:
+    """A verification cut on a context window on one GPU option, as a derating of the analytic minimum.
+
+    Every candidate pool :math:`(b', b_{hi}, g)` with lower boundary :math:`b' \\le` ``lo_max_tokens``,
+    window ``hi_tokens`` and GPU option ``gpu`` needs at least :math:`\\lceil f N^*_{(b', b_{hi}, g)} \\rceil`
+    replicas, :math:`f` = ``factor`` and :math:`N^*` its analytic minimum (``Candidates.min_replicas_analytic``).
+    See :mod:`optimizer.verify` for where the factor comes from and why lower starts are covered.
+    """
+
+    lo_max_tokens: int
+    hi_tokens: int
+    gpu: str
+    factor: float
+
+    def covers(self, lo_tokens, hi_tokens, gpu: str):
+        """Whether the cut applies to pools ``(lo_tokens, hi_tokens]`` on ``gpu`` (array-friendly)."""
+        return (np.asarray(lo_tokens) <= self.lo_max_tokens) & (np.asarray(hi_tokens) == self.hi_tokens) \
+            & (gpu == self.gpu)
+
+    def least_replicas(self, min_replicas_analytic) -> np.ndarray:
+        """:math:`\\lceil f N^* \\rceil` (a relative 1e-9 below an integer counts as that integer)."""
+        n = self.factor * np.asarray(min_replicas_analytic, dtype=float)
+        return np.ceil(n * (1 - 1e-9)).astype(np.int64)
+
+
+def least_counts(keys: list[tuple[int, int, str]], min_replicas_analytic, min_replicas: dict,
+                 window_cuts=()) -> np.ndarray:
+    """Each pool's least replica count under verification cuts (0 = none): its own ``min_replicas[key]`` and
+    :meth:`WindowCut.least_replicas` of every window cut covering it; ``keys[p] = (lo, hi, gpu)``."""
+    least = np.array([min_replicas.get(k, 0) for k in keys], dtype=np.int64)
+    if not keys:
+        return least
+    lo = np.array([k[0] for k in keys])
+    hi = np.array([k[1] for k in keys])
+    gpu = np.array([k[2] for k in keys], dtype=object)
+    for cut in window_cuts:
+        hit = cut.covers(lo, hi, gpu)
+        least[hit] = np.maximum(least[hit], cut.least_replicas(np.asarray(min_replicas_analytic)[hit]))
+    return least
+
+
+def restrict(c: Candidates, instance: Instance, min_replicas: dict, forbidden: set, window_cuts=()) -> Candidates:
     """Apply cuts from verification: pools ``forbidden`` (keys ``(lo, hi, gpu)``) disappear, and a pool with a
-    minimum count gets every smaller choice raised to it (re-priced: GPUs, cost, power at the same load)."""
+    least count (its own ``min_replicas[key]``, or a :class:`WindowCut` covering it; :func:`least_counts`) gets
+    every smaller choice raised to it (re-priced: GPUs, cost, power at the same load)."""
     b = c.boundaries
     keys = [(int(b[c.i[p]]), int(b[c.j[p]]), c.gpu_names[c.gpu[p]]) for p in range(len(c))]
-    keep = np.array([keys[p] not in forbidden for p in c.choice_pool])
+    least = least_counts(keys, c.min_replicas_analytic, min_replicas, window_cuts)
+    keep = np.array([keys[p] not in forbidden for p in c.choice_pool], dtype=bool)
     replicas = c.choice_replicas.copy()
     gpus, cost, power = c.choice_gpus.copy(), c.choice_cost_per_hr.copy(), c.choice_power_w.copy()
     for ch, p in enumerate(c.choice_pool):
-        low = min_replicas.get(keys[p])
-        if low is None or replicas[ch] >= low:
+        low = int(least[p])
+        if replicas[ch] >= low:
             continue
         prof = instance.gpus[c.gpu[p]].profile
         replicas[ch] = low
@@ -362,7 +411,7 @@ def restrict(c: Candidates, instance: Instance, min_replicas: dict, forbidden: s
         power[ch] = low * float(prof.power.power_w(min(c.load_erlangs[p] / low, c.cap[p])))
     raised = Candidates(c.boundaries, c.gpu_names, c.i, c.j, c.gpu, c.arrival_rate, c.output_tok_per_s, c.choice_pool,
                         replicas, gpus, cost, power, c.choice_miss_rate, c.dropped, c.generated, c.state_in,
-                        c.state_out, c.cap, c.load_erlangs, c.gammas)
+                        c.state_out, c.cap, c.load_erlangs, c.min_replicas_analytic, c.gammas)
     return raised.keep_choices(keep)
 
 

@@ -103,6 +103,9 @@ def evaluate(instance, fleets, overrides, json_out):
 @click.option("--verify-rule", type=click.Choice(["ci-upper", "point", "attainment"]), default="ci-upper",
               show_default=True, help="What 'meets the SLO in simulation' means.")
 @click.option("--max-rounds", type=click.IntRange(1, 20), default=3, show_default=True, help="Verification rounds.")
+@click.option("--verify-cuts", type=click.Choice(["count", "window"]), default="count", show_default=True,
+              help="What a failing pool's cut raises: its own replica count, or (window) also every pool with "
+              "its window and a lower start on its GPU.")
 @click.option("--seed", type=click.IntRange(0), default=0, show_default=True, help="Simulation seed.")
 @click.option("--sim-requests", type=click.IntRange(1000), default=100_000, show_default=True,
               help="Requests simulated per plan when verifying (over all replications).")
@@ -114,7 +117,7 @@ def evaluate(instance, fleets, overrides, json_out):
 @_json_opt
 @_guard
 def solve(instance, top, max_pools, objective, time_limit, mip_gap, threads, method, verbose, verify_top, verify_rule,
-          max_rounds, seed, sim_requests, sim_kv, sim_availability, overrides, json_out):
+          max_rounds, verify_cuts, seed, sim_requests, sim_kv, sim_availability, overrides, json_out):
     """Find the cheapest (or least-power) fleet: pools, splits, GPU types and replica counts."""
     extra = [f"pools.max_pools={max_pools}"] * (max_pools is not None) + [f"objective={objective}"] * bool(objective)
     inst = api.load(instance, list(overrides) + extra)
@@ -126,7 +129,7 @@ def solve(instance, top, max_pools, objective, time_limit, mip_gap, threads, met
 
         rep, ver = api.verify(inst, verify_top=verify_top, rule=verify_rule, max_rounds=max_rounds, seed=seed,
                               requests=sim_requests, engine=EngineOptions(kv=sim_kv, availability=sim_availability),
-                              **kwargs)
+                              cuts=verify_cuts, **kwargs)
     else:
         rep, ver = api.solve(inst, top=top, **kwargs), None
     _emit(lambda c: report.render_solve(c, rep, ver), report.solve_json(rep, ver), json_out, (inst.path,))
@@ -158,8 +161,12 @@ def tpw(profiles, hardware, models, tp, dtype, kv_layout, contexts, json_out):
 @click.option("--requests", "n_requests", type=click.IntRange(100), default=50_000, show_default=True,
               help="Requests per round, over all replications.")
 @click.option("--seed", type=click.IntRange(0), default=0, show_default=True, help="Root of the replications' seeds.")
-@click.option("--router", type=click.Choice(["length", "split", "random", "compress"]), default="length",
-              show_default=True, help="Routing between pools (compress: for @GAMMA pools; random: baseline).")
+@click.option("--router", type=click.Choice(["length", "split", "random", "compress", "spillover"]),
+              default="length", show_default=True,
+              help="Routing between pools (compress: for @GAMMA pools; spillover: length, then the next pool up "
+              "when a pool's queue is long; random: baseline).")
+@click.option("--spill-bound", type=click.IntRange(0), default=8, show_default=True,
+              help="With --router spillover: requests waiting in a pool beyond which an arrival spills.")
 @click.option("--dispatch", type=click.Choice(["jsq", "round-robin"]), default="jsq", show_default=True,
               help="Replica choice within a pool (iteration mode).")
 @click.option("--arrivals", type=click.Choice(["poisson", "trace", "mmpp", "diurnal"]), default="poisson",
@@ -186,7 +193,7 @@ def tpw(profiles, hardware, models, tp, dtype, kv_layout, contexts, json_out):
 @_set_opt
 @_json_opt
 @_guard
-def simulate(instance, fleet, n_requests, seed, router, dispatch, arrivals, peak_to_mean, mode, precision,
+def simulate(instance, fleet, n_requests, seed, router, spill_bound, dispatch, arrivals, peak_to_mean, mode, precision,
              max_requests, replications, kv, max_num_seqs, max_batched_tokens, availability, overrides, json_out):
     """Simulate a fleet with the discrete-event simulator, next to its analytic numbers."""
     from .sim_engine import EngineOptions
@@ -194,7 +201,8 @@ def simulate(instance, fleet, n_requests, seed, router, dispatch, arrivals, peak
 
     inst = api.load(instance, overrides)
     with progress_bar(sys.stderr.isatty()) as progress:
-        rep = api.simulate_report(inst, fleet, requests=n_requests, seed=seed, router=router, dispatch=dispatch,
+        rep = api.simulate_report(inst, fleet, requests=n_requests, seed=seed, router=router, spill_bound=spill_bound,
+                                  dispatch=dispatch,
                                   arrivals=arrivals, peak_to_mean=peak_to_mean, mode=mode, precision=precision,
                                   max_requests=max_requests, replications=replications, progress=progress,
                                   engine=EngineOptions(kv, max_num_seqs, max_batched_tokens, availability))

@@ -199,10 +199,10 @@ def verification_json(v) -> dict:
     """The ``verification`` block of ``solve --verify-top N``: every simulated plan, per round."""
     plans = []
     for vp in v.plans:
-        sim_pools = {(p.min_tokens, p.max_tokens, p.gpu): p for p in vp.sim.pools}
+        # the simulated pools are the plan's, in its order (a split plan may hold two pools of one range and GPU)
+        sims = list(vp.sim.pools) if len(vp.sim.pools) == len(vp.plan.fleet.pools) else [None] * len(vp.plan.fleet.pools)
         pools = []
-        for p in vp.plan.fleet.pools:
-            s = sim_pools.get((p.min_tokens, p.max_tokens, p.gpu))
+        for p, s in zip(vp.plan.fleet.pools, sims):
             pools.append({"min_tokens": p.min_tokens, "max_tokens": p.max_tokens, "gpu": p.gpu, "replicas": p.replicas,
                           "ttft_p99_ms_analytic": p.ttft_p99_ms,
                           "ttft_p99_ms_sim": None if s is None else s.ttft_p99_ms_sim,
@@ -216,6 +216,15 @@ def verification_json(v) -> dict:
             "engine": v.plans[0].sim.engine.to_json() if v.plans else None,
             "chosen_rank": None if v.chosen is None else v.chosen.rank,
             "chosen_round": None if v.chosen is None else v.chosen.round}
+
+
+def routing_json(routing) -> dict | None:
+    """A split-routing plan's routing (:class:`optimizer.split.SplitRouting`): per elementary length segment, the
+    rate in req/s sent to each pool (columns in the order of the plan's pools); None under length routing."""
+    if routing is None:
+        return None
+    return {"boundaries_tokens": list(routing.boundaries_tokens),
+            "rate_req_per_s": [list(row) for row in routing.rate_req_per_s], "source": "MIP"}
 
 
 def solve_json(report, verification=None) -> dict:
@@ -235,6 +244,7 @@ def solve_json(report, verification=None) -> dict:
     if best:
         fleet["pools"] = [_pool_contract(p, "analytic") for p in best.fleet.pools]
     fleet["fleet"] = fleet_spec(inst, best.fleet) if best else None
+    fleet["routing"] = routing_json(best.routing) if best else None
     out.update(fleet)
     out["baseline"] = None if report.baseline is None else fleet_json(report.baseline)
     out["warnings"] = solve_warnings(report)
@@ -245,7 +255,7 @@ def solve_json(report, verification=None) -> dict:
         "candidates": {"generated": report.candidates_generated, "feasible": report.candidates_feasible,
                        "after_pruning": report.candidates_after_pruning, "dropped": list(report.dropped_reasons)},
         "solutions": [{"rank": p.rank, "objective": p.objective, **fleet_json(p.fleet),
-                       "fleet": fleet_spec(inst, p.fleet)} for p in report.plans],
+                       "fleet": fleet_spec(inst, p.fleet), "routing": routing_json(p.routing)} for p in report.plans],
         "verified": None if verification is None else verification.verified,
         **({} if verification is None else {"verification": verification_json(verification)}),
         "provenance": {"selection": report.method, "numbers": "analytic re-evaluation of the selected pools",

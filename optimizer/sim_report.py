@@ -105,6 +105,8 @@ class SimPoolReport(_Measured):
     mean_batch: float
     preemptions: int
     power_w_sim: float
+    spilled: int
+    """Requests the spillover router moved out of this pool to the next one up (all replications)."""
     replicas_up_mean: float
     max_num_seqs_sim: int
     """Batch cap per replica in the engine (the analytic one, unless ``kv="paged"``)."""
@@ -128,6 +130,7 @@ class SimPoolReport(_Measured):
             "ttft_p99_ms_sim": self.ttft_p99_ms_sim, "ttft_p99_ci_ms": self.ttft_p99_ci_ms,
             "tpot_p99_ms_sim": self.tpot_p99_ms_sim, "slo_attainment": self.slo_attainment,
             "mean_batch": self.mean_batch, "preemptions": self.preemptions, "replicas_up_mean": self.replicas_up_mean,
+            "spilled": self.spilled,
             "max_num_seqs_sim": self.max_num_seqs_sim,
             "tpot_p99_ci_ms": self.tpot_p99_ci_ms, "slo_met_sim": self.slo_met_sim,
             "utilization_sim": self.utilization_sim, "power_w_sim": self.power_w_sim,
@@ -184,6 +187,8 @@ class SimReport(_Measured):
     notes: tuple[str, ...] = ()
     engine: EngineOptions = EngineOptions()
     """KV admission, token budget and availability of the run (:mod:`optimizer.sim_engine`)."""
+    spill_bound: int | None = None
+    """``router="spillover"``: waiting requests in a pool beyond which an arrival spills (None otherwise)."""
 
     def to_json(self) -> dict:
         """The stable JSON contract: the keys of the issue first, then provenance and details."""
@@ -204,7 +209,8 @@ class SimReport(_Measured):
             "preemptions": int(sum(p.preemptions for p in self.pools)),
             "latency_ms": self._latency_json(),
             "seed": self.seed, "mode": self.mode, "router": self.router, "dispatch": self.dispatch,
-            "arrivals": self.arrivals, "engine": self.engine.to_json(), "replications": self.replications,
+            "arrivals": self.arrivals, "spill_bound": self.spill_bound, "engine": self.engine.to_json(),
+            "replications": self.replications,
             "confidence": CONFIDENCE,
             "ci_method": self.ci_method, "stopped_by": self.stopped_by, "precision": self.precision,
             "warmup_s": self.warmup_s, "cooldown_s": self.cooldown_s, "relaxation_s": self.relaxation_s,
@@ -231,6 +237,7 @@ class Replication:
     mean_batch: np.ndarray
     power_w: np.ndarray
     preemptions: np.ndarray     # per pool: KV-cache preemptions in the run
+    spilled: np.ndarray         # per pool: requests a spillover router moved out of it
     replicas_up: np.ndarray     # per pool: replicas simulated (all, or those drawn up)
     batch_cap: np.ndarray       # per pool: max_num_seqs per replica in the engine
     energy_j: np.ndarray        # per pool, over the window
@@ -310,6 +317,7 @@ def _pool_report(instance: Instance, a: PoolResult, k: int, runs: list[Replicati
         slo_met_sim=_within(ttft, slo.ttft_p99_s, True) and _within(tpot, slo.tpot_p99_s, True),
         mean_batch=float(np.mean([r.mean_batch[k] for r in runs])),
         preemptions=int(sum(int(r.preemptions[k]) for r in runs)),
+        spilled=int(sum(int(r.spilled[k]) for r in runs)),
         replicas_up_mean=float(np.mean([r.replicas_up[k] for r in runs])),
         max_num_seqs_sim=int(runs[0].batch_cap[k]),
         utilization_sim=float(np.mean([r.utilization[k] for r in runs])),
@@ -390,6 +398,9 @@ def _notes(instance: Instance, opts: dict, runs: list[Replication]) -> tuple[str
                    f"{instance.workload.arrival_rate_req_per_s:g} req/s; one deterministic run")
     if opts["router"] == "split":
         out.append("split routing of a tiled plan: each segment's shares (default: all to its own pool)")
+    if opts["router"] == "spillover":
+        out.append(f"spillover: an arrival moves to the next pool up when more than {opts['spill_bound']} requests "
+                   "wait in its own pool (one hop, only if it fits); the analytic numbers assume length routing")
     if opts["mode"] == "slot":
         out.append("slot mode: one FCFS queue per pool (M/G/c), the analytic model's own view; dispatch unused")
     return tuple(out)

@@ -86,7 +86,7 @@ from models.workload import RequestTrace
 from solvers.des import MODES, Outcome, SimPool, simulate
 from solvers.des_arrivals import DEFAULT_MEAN_DWELL_S, diurnal_arrivals, mmpp_arrivals
 from solvers.des_metrics import e2e_s, littles_law, replicate, tpot_s, ttft_s, wait_s
-from solvers.des_routers_extra import SPILLOVER_UNSUPPORTED, CompressRouter
+from solvers.des_routers_extra import CompressRouter, SpilloverRouter
 from solvers.des_routing import (
     JoinShortestQueue, LengthRouter, RandomRouter, Requests, RoundRobin, SplitRouter, poisson_arrivals,
     replay_trace, sample_lengths,
@@ -98,12 +98,15 @@ from .instance import Instance
 from .report import progress_bar, render_simulation
 from .sim_engine import DownPoolsRouter, EngineOptions, engine_pools, sample_up
 from .sim_report import Latency, Replication, SimPoolReport, SimReport, build_report, p99_estimate
+from .split import SplitRouting, evaluate_routing
 
 __all__ = ["ROUTERS", "DISPATCHES", "ARRIVALS", "MODES", "COOLDOWN_SHARE", "Latency", "SimPoolReport", "SimReport",
            "simulate_plan", "plans_from_fleet", "plans_from_spec", "parse_precision", "render_simulation",
            "progress_bar"]
 
-ROUTERS = ("length", "split", "random", "compress")
+ROUTERS = ("length", "split", "random", "compress", "spillover")
+DEFAULT_SPILL_BOUND = 8
+"""``router="spillover"``: requests waiting in a pool beyond which an arrival spills to the next pool up."""
 DISPATCHES = ("jsq", "round-robin")
 ARRIVALS = ("poisson", "trace", "mmpp", "diurnal")
 COOLDOWN_SHARE = 0.05
@@ -173,16 +176,15 @@ class _RunSpec:
     split_shares: object
     engine: EngineOptions = EngineOptions()
     availability: tuple = ()
-
-
+    spill_bound: int = DEFAULT_SPILL_BOUND
 
 def simulate_plan(instance: Instance, pools: list[PoolPlan], *, requests: int = 50_000, seed: int = 0,
                   router: str = "length", dispatch: str = "jsq", arrivals: str = "poisson",
                   mode: str = "iteration", precision: float | None = None, max_requests: int = 1_000_000,
                   warmup: float = 0.1, replications: int = 5, progress: Callable[[int, int], None] | None = None,
                   peak_to_mean: float = 2.0, mean_dwell_s: float = DEFAULT_MEAN_DWELL_S,
-                  period_s: float | None = None, split_shares=None,
-                  engine: EngineOptions = EngineOptions()) -> SimReport:
+                  period_s: float | None = None, split_shares=None, routing: SplitRouting | None = None,
+                  engine: EngineOptions = EngineOptions(), spill_bound: int = DEFAULT_SPILL_BOUND) -> SimReport:
     """Simulate a fleet plan and report simulated latencies, SLO attainment and power with 95 % intervals.
 
     Parameters
@@ -200,14 +202,17 @@ def simulate_plan(instance: Instance, pools: list[PoolPlan], *, requests: int = 
     seed : int
         Root of ``SeedSequence(seed).spawn(replications)``; the same seed gives
         the same report except ``wall_seconds``.
-    router : {"length", "split", "random", "compress"}
+    router : {"length", "split", "random", "compress", "spillover"}
         ``length``: the plan's boundaries; ``split``: :class:`SplitRouter` with
-        ``split_shares`` (default the identity: each segment to its own pool);
+        ``split_shares`` (default the identity: each segment to its own pool)
+        or a split plan's ``routing``;
         ``random``: baseline, pools drawn by their analytic routing shares
         whatever the length (a request longer than its pool's window is
         rejected); ``compress``: compress-and-route for pools with ``@gamma``
-        (:class:`solvers.des_routers_extra.CompressRouter`). ``spillover`` is
-        not supported (see :mod:`solvers.des_routers_extra`).
+        (:class:`solvers.des_routers_extra.CompressRouter`); ``spillover``:
+        length routing, but an arrival moves to the next pool up when more
+        than ``spill_bound`` requests wait in its own pool
+        (:class:`solvers.des_routers_extra.SpilloverRouter`; one hop).
     dispatch : {"jsq", "round-robin"}
         Replica choice within a pool (iteration mode; slot mode uses one FCFS
         queue per pool, the analytic M/G/c).
@@ -233,6 +238,14 @@ def simulate_plan(instance: Instance, pools: list[PoolPlan], *, requests: int = 
         ``progress(done_requests, planned_requests)`` after each replication.
     split_shares : array (pools x pools) or None
         ``router="split"``: weight of pool ``p`` (column) for segment ``k`` (row).
+    routing : SplitRouting or None
+        ``router="split"`` for a split-routing plan (``plan.routing`` of ``solve``; not with ``split_shares``):
+        the router draws pools with the routing's per-segment rates as weights, on its own elementary
+        boundaries, and the analytic numbers are the plan's own, each pool evaluated at its routed mix
+        (:func:`optimizer.split.evaluate_routing`, which checks the routing) rather than a tiling's. The
+        pools (e.g. :func:`plans_from_fleet` of ``plan.fleet``) need fixed replica counts and may overlap.
+    spill_bound : int
+        ``router="spillover"``: the queue bound (requests waiting in a pool, not yet admitted).
     engine : EngineOptions
         KV admission (``reserve``: the analytic batch cap; ``paged``: vLLM's block-based admission with
         preemption), the per-iteration token budget and replica availability (:mod:`optimizer.sim_engine`).
@@ -250,7 +263,8 @@ def simulate_plan(instance: Instance, pools: list[PoolPlan], *, requests: int = 
     analytic, sim_pools, trace = _checked(instance, pools, dict(
         requests=requests, router=router, dispatch=dispatch, arrivals=arrivals, mode=mode, precision=precision,
         max_requests=max_requests, warmup=warmup, replications=replications, peak_to_mean=peak_to_mean,
-        mean_dwell_s=mean_dwell_s, period_s=period_s, split_shares=split_shares, engine=engine))
+        mean_dwell_s=mean_dwell_s, period_s=period_s, split_shares=split_shares, routing=routing, engine=engine,
+        spill_bound=spill_bound))
     R = 1 if arrivals == "trace" else int(replications)
     n_rep = int(math.ceil(requests / R))
     if arrivals == "trace":
@@ -259,8 +273,9 @@ def simulate_plan(instance: Instance, pools: list[PoolPlan], *, requests: int = 
     relax_s = max((p.mean_service_s * (1.0 + p.cv2_service) for p in analytic.pools if p.arrival_rate > 0),
                   default=0.0)
     spec = _RunSpec(instance, analytic, tuple(sim_pools), router, dispatch, arrivals, mode, warmup, 2.0 * relax_s,
-                    COOLDOWN_SLOS * instance.slo.ttft_p99_s, peak_to_mean, mean_dwell_s, period_s, split_shares,
-                    engine, tuple(instance.gpu(p.gpu).availability for p in analytic.pools))
+                    COOLDOWN_SLOS * instance.slo.ttft_p99_s, peak_to_mean, mean_dwell_s, period_s,
+                    split_shares if routing is None else routing,  # the split router's weights, either form
+                    engine, tuple(instance.gpu(p.gpu).availability for p in analytic.pools), spill_bound)
 
     def one(n: int):
         def run(rng: np.random.Generator) -> Replication:
@@ -294,7 +309,8 @@ def simulate_plan(instance: Instance, pools: list[PoolPlan], *, requests: int = 
     return build_report(instance, analytic, runs, fleet, dict(
         seed=int(seed), mode=mode, router=router, dispatch=dispatch if mode == "iteration" else "pool-fcfs",
         arrivals=arrivals, replications=R, stopped_by=stop, precision=precision,
-        requests_simulated=R * n_rep, relaxation_s=relax_s, engine=engine), time.perf_counter() - t0)
+        requests_simulated=R * n_rep, relaxation_s=relax_s, engine=engine,
+        spill_bound=spill_bound if router == "spillover" else None), time.perf_counter() - t0)
 
 
 def _checked(instance: Instance, pools: list[PoolPlan], opts: dict):
@@ -303,8 +319,7 @@ def _checked(instance: Instance, pools: list[PoolPlan], opts: dict):
     choices = {"router": ROUTERS, "dispatch": DISPATCHES, "arrivals": ARRIVALS, "mode": MODES}
     for name, allowed in choices.items():
         if opts[name] not in allowed:
-            extra = f"; {SPILLOVER_UNSUPPORTED}" if opts[name] == "spillover" else ""
-            problems.append(f"--{name}: {opts[name]!r} is not one of {', '.join(allowed)}{extra}")
+            problems.append(f"--{name}: {opts[name]!r} is not one of {', '.join(allowed)}")
     R = opts["replications"]
     if int(R) != R or R < 1:
         problems.append(f"--replications: {R!r} must be a whole number >= 1")
@@ -331,7 +346,11 @@ def _checked(instance: Instance, pools: list[PoolPlan], opts: dict):
         problems.append(f"mean_dwell_s: {opts['mean_dwell_s']!r} must be finite and > 0")
     if opts["period_s"] is not None and not (math.isfinite(opts["period_s"]) and opts["period_s"] > 0):
         problems.append(f"period_s: {opts['period_s']!r} must be finite and > 0, or None")
-    if opts["router"] == "length" and any(p.compress_gamma > 1 for p in pools):
+    bound = opts["spill_bound"]
+    if opts["router"] == "spillover" and (isinstance(bound, bool) or not isinstance(bound, (int, np.integer))
+                                          or bound < 0):
+        problems.append(f"--spill-bound: {bound!r} must be a whole number >= 0")
+    if opts["router"] in ("length", "spillover") and any(p.compress_gamma > 1 for p in pools):
         problems.append("--router: the plan has @gamma (compress-and-route) pools; simulate them with "
                         "--router compress")
     engine = opts["engine"]
@@ -342,7 +361,8 @@ def _checked(instance: Instance, pools: list[PoolPlan], opts: dict):
     if problems:
         raise InstanceError(problems)
     try:
-        analytic = evaluate_plans(instance, list(pools))
+        analytic = (evaluate_plans(instance, list(pools)) if opts["routing"] is None  # a split plan: routed mixes
+                    else evaluate_routing(instance, list(pools), opts["routing"]))
     except ValueError as err:
         raise InstanceError(f"--fleet: {err}") from err
     for p in analytic.pools:
@@ -357,6 +377,11 @@ def _checked(instance: Instance, pools: list[PoolPlan], opts: dict):
                                      [_pool_name(p) for p in analytic.pools], engine)
         except ValueError as err:
             problems.append(f"--fleet: {err}")
+    if opts["routing"] is not None and (opts["router"] != "split" or opts["split_shares"] is not None):
+        problems.append(f"routing: a split plan's routing needs router 'split' (got {opts['router']!r}) and no "
+                        "split_shares")
+    if not problems and len({p.name for p in sim_pools}) < len(sim_pools):
+        sim_pools = _unique_names(sim_pools)  # e.g. a split plan with two batch caps of one range and GPU
     if opts["router"] == "split" and opts["split_shares"] is not None:
         s = np.asarray(opts["split_shares"], dtype=float)
         if s.shape != (len(pools), len(pools)) or not np.all(np.isfinite(s)) or np.any(s < 0) \
@@ -379,6 +404,16 @@ def _pool_name(p: PoolResult) -> str:
     return f"{p.min_tokens}-{p.max_tokens}:{p.gpu}"
 
 
+def _unique_names(pools: list[SimPool]) -> list[SimPool]:
+    """Pools sharing a name get their batch cap appended (``#SEQS``, as in a fleet spec), then a counter."""
+    from dataclasses import replace
+
+    names = [p.name for p in pools]
+    names = [f"{n}#{p.max_num_seqs}" if names.count(n) > 1 else n for n, p in zip(names, pools)]
+    names = [f"{n}/{names[:k].count(n) + 1}" if names.count(n) > 1 else n for k, n in enumerate(names)]
+    return [replace(p, name=n) for p, n in zip(pools, names)]
+
+
 def _stream(instance: Instance, n: int, rng: np.random.Generator, arrivals: str, peak_to_mean: float,
             mean_dwell_s: float, period_s: float | None) -> Requests:
     """``n`` requests of the instance's workload with the chosen arrival process (draws: instants, then lengths)."""
@@ -397,15 +432,21 @@ def _stream(instance: Instance, n: int, rng: np.random.Generator, arrivals: str,
     return Requests(at, prompt, output)
 
 
-def _router(kind: str, instance: Instance, analytic: FleetResult, names: list[str], rng, split_shares):
+def _router(kind: str, instance: Instance, analytic: FleetResult, names: list[str], rng, split_shares,
+            spill_bound: int = DEFAULT_SPILL_BOUND):
     """The router between pools (a :class:`CompressRouter` also rewrites the stream, see :func:`_replication`)."""
     edges = [0] + [p.max_tokens for p in analytic.pools]
     if kind == "random":
         shares = np.array([p.arrival_rate for p in analytic.pools])
         return RandomRouter(dict(zip(names, shares if shares.sum() > 0 else np.ones(len(names)))), rng)
+    if kind == "split" and isinstance(split_shares, SplitRouting):  # a split plan's own segments and rates
+        return SplitRouter(split_shares.boundaries_tokens, names,
+                           split_shares.router_weights([p.max_tokens for p in analytic.pools]), rng)
     if kind == "split":
         shares = np.eye(len(names)) if split_shares is None else np.asarray(split_shares, dtype=float)
         return SplitRouter(edges, names, shares, rng)
+    if kind == "spillover":
+        return SpilloverRouter(edges, names, int(spill_bound))
     if kind == "compress":
         return CompressRouter(edges, names, [p.compress_gamma for p in analytic.pools],
                               instance.pools.compress_success, rng)
@@ -415,7 +456,8 @@ def _router(kind: str, instance: Instance, analytic: FleetResult, names: list[st
 def _replication(spec: _RunSpec, n: int, rng: np.random.Generator) -> Replication:
     """One replication: stream, route, simulate to the last arrival, keep the measured requests."""
     req = _stream(spec.instance, n, rng, spec.arrivals, spec.peak_to_mean, spec.mean_dwell_s, spec.period_s)
-    route = _router(spec.router, spec.instance, spec.analytic, [p.name for p in spec.pools], rng, spec.split_shares)
+    route = _router(spec.router, spec.instance, spec.analytic, [p.name for p in spec.pools], rng, spec.split_shares,
+                    spec.spill_bound)
     if isinstance(route, CompressRouter):
         req = route.compress(req)
     horizon_s = float(req.arrival_at_s[-1])
@@ -443,7 +485,7 @@ def _replication(spec: _RunSpec, n: int, rng: np.random.Generator) -> Replicatio
         wait_s=np.where(np.isnan(wait), np.inf, wait), tpot_s=tpot_s(res)[keep], e2e_s=e2e_s(res)[keep],
         unfinished=(res.outcome == Outcome.UNFINISHED)[keep], rejected=(res.outcome == Outcome.REJECTED)[keep],
         utilization=res.pool_utilization, mean_batch=res.pool_mean_batch, power_w=res.pool_mean_power_w,
-        preemptions=res.preemptions, replicas_up=up, batch_cap=np.array([p.max_num_seqs for p in pools]),
+        preemptions=res.preemptions, spilled=res.spilled, replicas_up=up, batch_cap=np.array([p.max_num_seqs for p in pools]),
         energy_j=np.bincount(res.replica_pool, res.replica_energy_j, len(spec.pools)),
         output_tokens_done=np.bincount(res.pool[in_window], res.output_tokens[in_window], len(spec.pools)),
         busy_slot_s=res.pool_busy_slot_s, slot_s=res.pool_slots * res.window_s,

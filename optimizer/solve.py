@@ -12,12 +12,13 @@ from solvers.mip import SolveResult, Termination, solve as solve_mip
 from solvers.oracle import NoFleetError, shortest_fleet
 from solvers.problem import FleetProblem
 
-from .candidates import Candidates, generate_candidates, prune_dominated, restrict
+from .candidates import Candidates, WindowCut, generate_candidates, prune_dominated, restrict
 from .evaluate import baseline, evaluate_plans
 from .errors import InstanceError
 from .instance import Instance
+from .split import SplitRouting
 
-__all__ = ["SolveOptions", "Plan", "SolveReport", "build_problem", "solve_instance"]
+__all__ = ["SolveOptions", "Plan", "SolveReport", "SplitRouting", "WindowCut", "build_problem", "solve_instance"]
 
 
 @dataclass(frozen=True)
@@ -33,6 +34,13 @@ class SolveOptions:
     """Cuts from verification: ``((lo, hi, gpu), n)`` pairs, a pool's least replica count."""
     forbidden: tuple = ()
     """Cuts from verification: ``(lo, hi, gpu)`` pools the plan may not use."""
+    window_cuts: tuple[WindowCut, ...] = ()
+    """Cuts from verification: every pool on a GPU with a window, starting at or below a boundary, needs at least
+    a factor times its analytic minimum count (:class:`optimizer.candidates.WindowCut`)."""
+
+    @property
+    def has_cuts(self) -> bool:
+        return bool(self.min_replicas or self.forbidden or self.window_cuts)
 
 
 @dataclass(frozen=True)
@@ -42,6 +50,9 @@ class Plan:
     rank: int
     objective: float
     fleet: FleetResult
+    routing: SplitRouting | None = None
+    """Split routing: the rate of every elementary segment sent to each pool (columns in ``fleet.pools``
+    order); None under length routing (each pool serves its own range)."""
 
 
 @dataclass(frozen=True)
@@ -110,8 +121,8 @@ def solve_instance(instance: Instance, options: SolveOptions = SolveOptions()) -
         return _solve_split(instance, options)
     t0 = time.perf_counter()
     allc = generate_candidates(instance)
-    if options.min_replicas or options.forbidden:
-        allc = restrict(allc, instance, dict(options.min_replicas), set(options.forbidden))
+    if options.has_cuts:
+        allc = restrict(allc, instance, dict(options.min_replicas), set(options.forbidden), options.window_cuts)
     cands = _prune(instance, allc, options.top)
     problem = build_problem(instance, cands)
     if options.method == "oracle" and not (problem.separable and options.top == 1):
@@ -152,15 +163,18 @@ def _solve_split(instance: Instance, options: SolveOptions) -> SolveReport:
     """Split routing: the split MIP, then the exact re-evaluation of each plan's routed mixes."""
     from solvers.split import solve_split
 
-    from .split import build_split_problem, decode_split_plan
+    from .split import build_split_problem, decode_split_plan, restrict_split
 
     if options.method == "oracle":
         raise InstanceError("--method: the graph oracle solves length routing only; split routing needs the MIP")
     t0 = time.perf_counter()
     model = build_split_problem(instance)
+    if options.has_cuts:
+        model = restrict_split(model, instance, dict(options.min_replicas), set(options.forbidden),
+                               options.window_cuts)
     result, plans = solve_split(model.problem, top=options.top, time_limit_s=options.time_limit_s,
                                 mip_gap=options.mip_gap, threads=options.threads, verbose=options.verbose)
-    decoded = tuple(Plan(k + 1, p.objective, decode_split_plan(instance, model, p.choices, p.link_rate))
+    decoded = tuple(Plan(k + 1, p.objective, *decode_split_plan(instance, model, p.choices, p.link_rate))
                     for k, p in enumerate(plans))
     status = result.termination.value
     explanation = "" if decoded else (result.message or "no split-routing plan satisfies the instance")

@@ -10,20 +10,26 @@ curve at the pool's nominal mix: the largest load :math:`A` (Erlangs) meeting th
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 
 from models.fleet import FleetResult, PoolPlan, evaluate_traffic
 from models.queueing import erlang_c, ttft_miss_prob
 from models.segments import raw_between, segment_basis, stats_from_raw
-from solvers.split import SplitProblem
 
-from .candidates import batch_caps, pool_counts
+from .candidates import batch_caps, least_counts, pool_counts
+from .errors import InstanceError
 from .evaluate import service_level
 from .instance import Instance
 
-__all__ = ["SplitModel", "build_split_problem", "decode_split_plan", "replica_ladder"]
+if TYPE_CHECKING:  # the MIP (and Pyomo) load only when a split problem is built
+    from solvers.split import SplitProblem
+
+__all__ = ["SplitModel", "SplitRouting", "build_split_problem", "decode_split_plan", "evaluate_routing",
+           "replica_ladder", "restrict_split"]
 
 _Q = 0.01
 
@@ -46,6 +52,8 @@ class SplitModel:
     pool_i: np.ndarray
     pool_j: np.ndarray
     pool_cap: np.ndarray
+    pool_min_replicas: np.ndarray
+    """:math:`N^*_p`, the length-routing minimum count of each pool at its nominal mix (before availability)."""
     segment_raws: dict            # chunk -> RawSums of the elementary segments
     dropped: tuple[str, ...]
     generated: int
@@ -73,13 +81,15 @@ def _slo_ok_load(a, servers, es, cv2, probs, tau, mean_pf, slo_s, model):
 
 def build_split_problem(instance: Instance) -> SplitModel:
     """Candidates, operating points, link coefficients and power secants of a split-routing instance."""
+    from solvers.split import SplitProblem
+
     w = instance.workload
     b = np.asarray(instance.pools.boundaries, dtype=float)
     M = len(b) - 1
     slo, rho = instance.slo, instance.constraints.max_utilization
     ii, jj = np.triu_indices(len(b), k=1)
     seg_rate = None
-    cols = {k: [] for k in ("gpu", "i", "j", "cap")}
+    cols = {k: [] for k in ("gpu", "i", "j", "cap", "n_star")}
     link = {k: [] for k in ("seg", "pool", "load", "resid")}
     ch = {k: [] for k in ("pool", "n", "gpus", "cost", "cap_erl", "base", "slope")}
     slo_coef, dropped, power_err, raws_by_chunk = [], [], 0.0, {}
@@ -99,7 +109,8 @@ def build_split_problem(instance: Instance) -> SplitModel:
         chunk_s = prof.W_s + prof.H_s
         for k in np.flatnonzero(ok & (lam > 0)):
             p = len(cols["gpu"])
-            for key, value in (("gpu", g_idx), ("i", pi[k]), ("j", pj[k]), ("cap", caps[k])):
+            for key, value in (("gpu", g_idx), ("i", pi[k]), ("j", pj[k]), ("cap", caps[k]),
+                               ("n_star", int(counts[k][0][0]))):
                 cols[key].append(value)
             es, cv2 = float(nominal.mean_service_s[k]), float(nominal.cv2_service[k])
             resid_nom = es * (1 + cv2)
@@ -148,7 +159,8 @@ def build_split_problem(instance: Instance) -> SplitModel:
         max_power_w=None if cons.max_power_kw is None else cons.max_power_kw * 1000.0, objective=instance.objective,
         energy_usd_per_kwh=instance.energy_usd_per_kwh or 0.0, pue=instance.pue, power_error_w=power_err)
     return SplitModel(problem, b, np.array(cols["i"], dtype=np.int64), np.array(cols["j"], dtype=np.int64),
-                      np.array(cols["cap"], dtype=np.int64), raws_by_chunk, tuple(dropped), len(ii) * len(instance.gpus))
+                      np.array(cols["cap"], dtype=np.int64), np.array(cols["n_star"], dtype=np.int64), raws_by_chunk,
+                      tuple(dropped), len(ii) * len(instance.gpus))
 
 
 def _slo_coefficients(seg_probs, seg_pf, tau, C, theta, slo_s, model):
@@ -180,19 +192,179 @@ def _power_secant(profile, replicas: int, load_max: float, cap: int, grid: int =
     return float(h[-1] - slope * load_max + raise_w), float(slope), raise_w
 
 
-def decode_split_plan(instance: Instance, model: SplitModel, choices, link_rate) -> FleetResult:
-    """Exact analytic re-evaluation of a split plan: each pool's traffic is its routed mix of segments."""
+def restrict_split(model: SplitModel, instance: Instance, min_replicas: dict, forbidden: set,
+                   window_cuts=()) -> SplitModel:
+    """Apply cuts from verification to the split MIP's choices (the split form of
+    :func:`optimizer.candidates.restrict`).
+
+    Pools ``forbidden`` (keys ``(lo, hi, gpu)``) lose every choice. A pool with a least count
+    (:func:`optimizer.candidates.least_counts`: its own ``min_replicas[key]`` or a
+    :class:`~optimizer.candidates.WindowCut` over :math:`N^*_p`) gets every smaller choice raised to it,
+    re-priced (GPUs, cost, power secant) but keeping its operating point: a raised choice serves no more
+    load, under the same SLO coefficients, than the count it came from. Of the choices raised to one count,
+    only the one from the largest count (the largest operating point) stays, so no two choices of a pool
+    describe the same fleet.
+    """
     pr = model.problem
     b = model.boundaries
-    pools, raws = [], []
-    for c in sorted(choices, key=lambda c: (model.pool_j[pr.choice_pool[c]], model.pool_i[pr.choice_pool[c]])):
+    keys = [(int(b[i]), int(b[j]), pr.gpu_names[g]) for i, j, g in zip(model.pool_i, model.pool_j, pr.pool_gpu)]
+    least = least_counts(keys, model.pool_min_replicas, min_replicas, window_cuts)
+    cp = pr.choice_pool
+    replicas = np.maximum(pr.choice_replicas, least[cp])
+    order = np.lexsort((-pr.choice_replicas, replicas, cp))  # by pool, new count, then the largest old count first
+    first = np.r_[True, (np.diff(cp[order]) != 0) | (np.diff(replicas[order]) != 0)]
+    keep = np.zeros(len(cp), dtype=bool)
+    keep[order[first]] = True
+    keep &= np.array([keys[p] not in forbidden for p in cp], dtype=bool)
+    gpus, cost = pr.choice_gpus.copy(), pr.choice_cost_per_hr.copy()
+    base, slope = pr.choice_power_base_w.copy(), pr.choice_power_slope_w.copy()
+    power_err = pr.power_error_w
+    for c in np.flatnonzero(keep & (replicas != pr.choice_replicas)):
+        p = int(cp[c])
+        prof = instance.gpus[pr.pool_gpu[p]].profile
+        gpus[c] = replicas[c] * prof.gpus_per_replica
+        cost[c] = replicas[c] * prof.cost_usd_per_hr
+        base[c], slope[c], err = _power_secant(prof, int(replicas[c]), float(pr.choice_capacity[c]),
+                                               int(model.pool_cap[p]))
+        power_err = max(power_err, err)
+    idx = np.flatnonzero(keep)
+    problem = dataclasses.replace(
+        pr, choice_pool=cp[idx], choice_replicas=replicas[idx], choice_gpus=gpus[idx], choice_cost_per_hr=cost[idx],
+        choice_capacity=pr.choice_capacity[idx], choice_power_base_w=base[idx], choice_power_slope_w=slope[idx],
+        slo_coef=tuple(pr.slo_coef[c] for c in idx), power_error_w=power_err)
+    return dataclasses.replace(model, problem=problem)
+
+
+@dataclass(frozen=True)
+class SplitRouting:
+    """Where a split-routing plan sends each elementary segment's traffic.
+
+    ``rate_req_per_s[k][q]`` is the rate (req/s) of requests of total length in
+    :math:`(b_k, b_{k+1}]` (``boundaries_tokens``) sent to pool ``q`` of the plan (the order of
+    ``plan.fleet.pools``); each row adds up to the segment's arrival rate :math:`\\lambda P(b_k < L \\le b_{k+1})`.
+    The simulator's :class:`solvers.des_routing.SplitRouter` draws pools with these rates as weights.
+    Checked where it is used (:func:`evaluate_routing`), not when built.
+    """
+
+    boundaries_tokens: tuple[int, ...]
+    rate_req_per_s: tuple[tuple[float, ...], ...]
+
+    @classmethod
+    def from_array(cls, boundaries_tokens, rate_req_per_s) -> "SplitRouting":
+        """From a boundary sequence and a (segments x pools) array."""
+        return cls(tuple(int(x) for x in boundaries_tokens),
+                   tuple(tuple(float(v) for v in row) for row in np.atleast_2d(np.asarray(rate_req_per_s, dtype=float))))
+
+    def as_array(self) -> np.ndarray:
+        """The rates as a (segments x pools) float array (req/s)."""
+        return np.array(self.rate_req_per_s, dtype=float).reshape(len(self.rate_req_per_s), -1)
+
+    def router_weights(self, windows_tokens: Sequence[int]) -> np.ndarray:
+        """Weights for :class:`~solvers.des_routing.SplitRouter`: the rates; a segment without traffic (which
+        draws no request) goes to the pool with the smallest window holding it, or the largest window if none
+        does (its requests would then be rejected), since every row needs a positive weight."""
+        w = self.as_array()
+        windows = np.asarray(windows_tokens, dtype=float)
+        for k in np.flatnonzero(w.sum(axis=1) <= 0):
+            fits = np.flatnonzero(windows >= self.boundaries_tokens[k + 1])
+            w[k, fits[np.argmin(windows[fits])] if len(fits) else int(np.argmax(windows))] = 1.0
+        return w
+
+
+ROW_TOLERANCE = 1e-6
+"""A routing row may differ from its segment's arrival rate by this share of the fleet's rate (solver round-off)."""
+
+
+def evaluate_routing(instance: Instance, pools: Sequence[PoolPlan], routing: SplitRouting) -> FleetResult:
+    """Exact analytic evaluation of pools fed by a split router (:class:`SplitRouting`), checked at the edge.
+
+    Each pool's traffic is the routed mix :math:`\\sum_k \\phi_{kq} R_k` of the elementary segments' raw
+    sums :math:`R_k`, :math:`\\phi_{kq} = r_{kq} / \\sum_{q'} r_{kq'}` the share of segment :math:`k` routed
+    to pool :math:`q` (what the router draws), evaluated by :func:`models.fleet.evaluate_traffic`.
+
+    Raises
+    ------
+    InstanceError
+        One line per problem: a pool without a fixed replica count or with compress-and-route, boundaries
+        that do not run from 0 to ``pools.max_context`` in increasing order, a rate array of the wrong
+        shape, a negative or non-finite rate, a row that does not add up to its segment's arrival rate,
+        or a segment sent to a pool whose window is shorter than the segment.
+    """
+    problems = []
+    for q, p in enumerate(pools):
+        if p.replicas is None or p.replicas < 1:
+            problems.append(f"routing: pool {q} ({p.lo_tokens}-{p.hi_tokens}:{p.gpu}) needs a fixed replica count >= 1")
+        if p.compress_gamma != 1.0:
+            problems.append(f"routing: pool {q} ({p.lo_tokens}-{p.hi_tokens}:{p.gpu}) has @gamma; split routing "
+                            "does not compress")
+    if not isinstance(routing, SplitRouting):
+        raise InstanceError(problems + [f"routing: expected a SplitRouting, got {type(routing).__name__}"])
+    b = np.asarray(routing.boundaries_tokens, dtype=float)
+    top = instance.pools.max_context_tokens
+    if b.ndim != 1 or len(b) < 2 or b[0] != 0 or b[-1] != top or np.any(np.diff(b) <= 0):
+        problems.append(f"routing: boundaries {list(routing.boundaries_tokens)} must increase from 0 to "
+                        f"pools.max_context {top}")
+        raise InstanceError(problems)
+    M = len(b) - 1
+    try:
+        rates = routing.as_array()
+    except ValueError:
+        rates = None
+    if rates is None or rates.shape != (M, len(pools)):
+        shape = "ragged rows" if rates is None else f"shape {rates.shape}"
+        raise InstanceError(problems + [f"routing: rates have {shape}; expected ({M}, {len(pools)}) "
+                                        "(segments x pools)"])
+    if not np.all(np.isfinite(rates)) or np.any(rates < 0):
+        raise InstanceError(problems + ["routing: rates must be finite and >= 0 req/s"])
+    elem = _segment_raws(instance, b, {p.profile.chunk_tokens for p in pools})
+    total = instance.workload.arrival_rate_req_per_s
+    expected = total * next(iter(elem.values())).mass
+    off = np.flatnonzero(np.abs(rates.sum(axis=1) - expected) > ROW_TOLERANCE * total)
+    if len(off):
+        k = int(off[0])
+        problems.append(f"routing: segment {k} ({int(b[k])}-{int(b[k + 1])} tokens) routes "
+                        f"{rates[k].sum():.6g} req/s, but the workload sends {expected[k]:.6g} req/s there")
+    windows = np.array([p.hi_tokens for p in pools], dtype=float)
+    bad = np.argwhere((rates > 0) & (windows[None, :] < b[1:, None]))
+    if len(bad):
+        k, q = (int(x) for x in bad[0])
+        problems.append(f"routing: segment {k} sends requests up to {int(b[k + 1])} tokens to pool {q} "
+                        f"({pools[q].lo_tokens}-{pools[q].hi_tokens}:{pools[q].gpu}), whose window is shorter")
+    if problems:
+        raise InstanceError(problems)
+    return _evaluate_routed(instance, list(pools), rates, elem)
+
+
+def _segment_raws(instance: Instance, b: np.ndarray, chunks) -> dict:
+    """Raw sums of the elementary segments of ``b`` for each prefill chunk size."""
+    w = instance.workload
+    M = len(b) - 1
+    return {chunk: raw_between(segment_basis(w.lengths, b, chunk, w.input_fraction), np.arange(M), np.arange(1, M + 1))
+            for chunk in sorted(chunks)}
+
+
+def _evaluate_routed(instance: Instance, pools: list[PoolPlan], rates: np.ndarray, elem: dict) -> FleetResult:
+    """:func:`evaluate_routing` without the checks (``elem``: chunk -> elementary raw sums)."""
+    row = rates.sum(axis=1)
+    share = np.divide(rates, row[:, None], out=np.zeros_like(rates), where=row[:, None] > 0)
+    raws = [elem[p.profile.chunk_tokens].scaled(share[:, q]).total() for q, p in enumerate(pools)]
+    return evaluate_traffic(raws, pools, instance.workload.arrival_rate_req_per_s, service_level(instance))
+
+
+def decode_split_plan(instance: Instance, model: SplitModel, choices, link_rate) -> tuple[FleetResult, SplitRouting]:
+    """Exact analytic re-evaluation of a split plan (each pool's traffic is its routed mix of segments, see
+    :func:`evaluate_routing`) and the plan's routing; pools ordered by window, then lower boundary."""
+    pr = model.problem
+    b = model.boundaries
+    order = sorted(choices, key=lambda c: (model.pool_j[pr.choice_pool[c]], model.pool_i[pr.choice_pool[c]]))
+    pools = []
+    rates = np.zeros((len(b) - 1, len(order)))
+    for q, c in enumerate(order):
         p = int(pr.choice_pool[c])
         opt = instance.gpus[pr.pool_gpu[p]]
         mine = np.flatnonzero(pr.link_pool == p)
-        segs = pr.link_segment[mine]
-        frac = np.where(pr.segment_rate[segs] > 0, link_rate[mine] / np.maximum(pr.segment_rate[segs], 1e-300), 0.0)
-        elem = model.segment_raws[opt.profile.chunk_tokens]
+        rates[pr.link_segment[mine], q] = link_rate[mine]
         pools.append(PoolPlan(int(b[model.pool_i[p]]), int(b[model.pool_j[p]]), opt.name, opt.profile,
                               int(pr.choice_replicas[c]), opt.availability, max_num_seqs=int(model.pool_cap[p])))
-        raws.append(elem.take(segs).scaled(frac).total())
-    return evaluate_traffic(raws, pools, instance.workload.arrival_rate_req_per_s, service_level(instance))
+    routing = SplitRouting.from_array(b, rates)
+    return _evaluate_routed(instance, pools, routing.as_array(), model.segment_raws), routing

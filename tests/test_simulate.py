@@ -234,9 +234,9 @@ def test_plans_from_fleet_round_trip(quick_inst):
 def test_option_errors_are_collected(trace_inst, quick_inst):
     plans = plans_from_spec(trace_inst, TRACE_FLEET)
     with pytest.raises(InstanceError) as err:
-        simulate_plan(trace_inst, plans, router="spillover", arrivals="diurnal", peak_to_mean=3.0, requests=50)
+        simulate_plan(trace_inst, plans, router="magic", arrivals="diurnal", peak_to_mean=3.0, requests=50)
     text = str(err.value)
-    assert "live queue" in text and "--peak-to-mean" in text and "--requests" in text and len(err.value.problems) == 3
+    assert "'magic' is not one of" in text and "--peak-to-mean" in text and "--requests" in text and len(err.value.problems) == 3
     with pytest.raises(InstanceError, match="length CDF"):
         simulate_plan(quick_inst, plans_from_spec(quick_inst, "0-65536:h100"), arrivals="trace")
 
@@ -272,5 +272,23 @@ def test_cli_errors_are_one_line(repo_root, extra, phrase):
 
 def test_cli_rejects_unknown_choices(repo_root):
     res = run("simulate", repo_root / "instances" / "azure_trace_h100.yaml", "--fleet", TRACE_FLEET,
-              "--router", "spillover")
+              "--router", "magic")
     assert res.exit_code == 2 and "Invalid value for '--router'" in res.stderr
+
+
+def test_spillover_rescues_an_undersized_short_pool(quick_inst):
+    # One A100 capped at 40 sequences cannot take the short traffic (it saturates); with spillover the requests
+    # that would queue behind more than 4 others go to the six H100s above, and the fleet meets its SLO.
+    fleet = "0-2048:a100x1#40,2048-65536:h100x6"
+    plans = plans_from_spec(quick_inst, fleet)
+    length = simulate_plan(quick_inst, plans, requests=6000, replications=2)
+    spill = simulate_plan(quick_inst, plans, requests=6000, replications=2, router="spillover", spill_bound=4)
+    assert not length.slo_met and length.pools[0].utilization_sim > 0.99
+    assert spill.slo_met and spill.pools[0].spilled > 0 and spill.pools[1].spilled == 0
+    assert spill.pools[1].requests > length.pools[1].requests       # the spilled requests are served above
+    data = spill.to_json()
+    assert data["spill_bound"] == 4 and data["pools"][0]["spilled"] == spill.pools[0].spilled
+    assert length.to_json()["spill_bound"] is None
+    assert spill.littles_law_rel_error < 1e-6
+    with pytest.raises(InstanceError, match="--spill-bound"):
+        simulate_plan(quick_inst, plans, requests=600, router="spillover", spill_bound=-1)

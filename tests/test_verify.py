@@ -51,9 +51,3 @@ def test_verification_is_deterministic(repo_root):
     _, a = solve(*args)
     _, b = solve(*args)
     assert a["verification"] == b["verification"]
-
-
-def test_split_routing_plans_cannot_be_verified_yet(repo_root):
-    res = CliRunner().invoke(main, ["solve", str(repo_root / "instances" / "lmsys_a100.yaml"), "--set",
-                                    "pools.routing=split", "--verify-top", 1])
-    assert res.exit_code == 2 and "split-routing plans cannot be simulated yet" in res.stderr
