@@ -121,25 +121,44 @@ def verify(inst: Instance, *, verify_top: int = 3, rule: str = "ci-upper", max_r
                simulate_options={"requests": requests, **({} if engine is None else {"engine": engine})})
 
 
-def simulate_report(inst: Instance, fleet: str, *, precision=None, **options):
-    """Simulate one fleet spec (``"0-4096:a100x3,4096-65536:a100"``; no ``xN`` = sized analytically first).
+def simulate_report(inst: Instance, fleet: str | None = None, *, plan_file=None, rank: int | None = None,
+                    precision=None, router: str = "auto", **options):
+    """Simulate one fleet spec (``"0-4096:a100x3,4096-65536:a100"``; no ``xN`` = sized analytically first) or a
+    plan of a ``solve --json`` file (``plan_file``, solution ``rank``; :mod:`optimizer.plan_files`).
 
-    ``precision`` is a percentage (``"5%"``, ``5``); the other options are those of
-    :func:`optimizer.simulate.simulate_plan`. Problems with the spec and the precision are reported together.
+    ``precision`` is a percentage (``"5%"``, ``5``); ``router="auto"`` is the router the plan needs (its own
+    split routing, compress-and-route for ``@gamma`` pools, else length); the other options are those of
+    :func:`optimizer.simulate.simulate_plan`. Problems with the plan and the precision are reported together.
     """
+    from .plan_files import SolvedPlan, load_solved_plan
     from .simulate import parse_precision, plans_from_spec, simulate_plan
 
-    problems, pools, target = [], None, None
-    for parse in (lambda: plans_from_spec(inst, fleet), lambda: parse_precision(precision)):
+    if (fleet is None) == (plan_file is None):
+        raise InstanceError("--fleet / --plan: give exactly one of them")
+    if rank is not None and plan_file is None:
+        raise InstanceError("--rank: picks a solution of --plan FILE")
+
+    def plan() -> SolvedPlan:
+        if plan_file is not None:
+            return load_solved_plan(plan_file, inst, rank)
+        return SolvedPlan(plans_from_spec(inst, fleet), None, None)
+
+    problems, solved, target = [], None, None
+    for parse in (plan, lambda: parse_precision(precision)):
         try:
             value = parse()
         except InstanceError as err:
             problems += err.problems
             continue
-        pools, target = (value, target) if isinstance(value, list) else (pools, value)
+        solved, target = (value, target) if isinstance(value, SolvedPlan) else (solved, value)
+    if solved is not None and solved.routing is not None and router not in ("auto", "split"):
+        problems.append(f"--router: {router!r}: a split-routing plan runs with its own routing (auto or split)")
     if problems:
         raise InstanceError(problems)
-    return simulate_plan(inst, pools, precision=target, **options)
+    if solved.routing is not None:
+        options["routing"] = solved.routing
+    return simulate_plan(inst, solved.pools, precision=target, router=solved.router if router == "auto" else router,
+                         **options)
 
 
 def simulate_plan(inst: Instance, pools, **options):

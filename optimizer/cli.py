@@ -156,15 +156,19 @@ def tpw(profiles, hardware, models, tp, dtype, kv_layout, contexts, json_out):
 
 @main.command()
 @_instance_arg
-@click.option("--fleet", required=True, metavar="SPEC", help="Pools as LO-HI:GPU[xN][@GAMMA],... (no xN: sized "
+@click.option("--fleet", metavar="SPEC", help="Pools as LO-HI:GPU[xN][@GAMMA][#SEQS],... (no xN: sized "
               "analytically first).")
+@click.option("--plan", "plan_file", type=click.Path(dir_okay=False), metavar="FILE",
+              help="Instead of --fleet: a plan of a 'fleetopt solve --json' file (split-routing plans too).")
+@click.option("--rank", type=click.IntRange(1), help="With --plan: the solution's rank (default: the chosen plan).")
 @click.option("--requests", "n_requests", type=click.IntRange(100), default=50_000, show_default=True,
               help="Requests per round, over all replications.")
 @click.option("--seed", type=click.IntRange(0), default=0, show_default=True, help="Root of the replications' seeds.")
-@click.option("--router", type=click.Choice(["length", "split", "random", "compress", "spillover"]),
-              default="length", show_default=True,
-              help="Routing between pools (compress: for @GAMMA pools; spillover: length, then the next pool up "
-              "when a pool's queue is long; random: baseline).")
+@click.option("--router", type=click.Choice(["auto", "length", "split", "random", "compress", "spillover"]),
+              default="auto", show_default=True,
+              help="Routing between pools (auto: what the plan was solved for - its split routing, compress for "
+              "@GAMMA pools, else length; spillover: length, then the next pool up when a pool's queue is long; "
+              "random: baseline).")
 @click.option("--spill-bound", type=click.IntRange(0), default=8, show_default=True,
               help="With --router spillover: requests waiting in a pool beyond which an arrival spills.")
 @click.option("--dispatch", type=click.Choice(["jsq", "round-robin"]), default="jsq", show_default=True,
@@ -193,19 +197,20 @@ def tpw(profiles, hardware, models, tp, dtype, kv_layout, contexts, json_out):
 @_set_opt
 @_json_opt
 @_guard
-def simulate(instance, fleet, n_requests, seed, router, spill_bound, dispatch, arrivals, peak_to_mean, mode, precision,
-             max_requests, replications, kv, max_num_seqs, max_batched_tokens, availability, overrides, json_out):
-    """Simulate a fleet with the discrete-event simulator, next to its analytic numbers."""
+def simulate(instance, fleet, plan_file, rank, n_requests, seed, router, spill_bound, dispatch, arrivals,
+             peak_to_mean, mode, precision, max_requests, replications, kv, max_num_seqs, max_batched_tokens,
+             availability, overrides, json_out):
+    """Simulate a fleet (--fleet SPEC, or --plan of a solve's JSON) next to its analytic numbers."""
     from .sim_engine import EngineOptions
     from .simulate import progress_bar, render_simulation
 
     inst = api.load(instance, overrides)
     with progress_bar(sys.stderr.isatty()) as progress:
-        rep = api.simulate_report(inst, fleet, requests=n_requests, seed=seed, router=router, spill_bound=spill_bound,
-                                  dispatch=dispatch,
-                                  arrivals=arrivals, peak_to_mean=peak_to_mean, mode=mode, precision=precision,
-                                  max_requests=max_requests, replications=replications, progress=progress,
-                                  engine=EngineOptions(kv, max_num_seqs, max_batched_tokens, availability))
+        rep = api.simulate_report(
+            inst, fleet, plan_file=plan_file, rank=rank, requests=n_requests, seed=seed, router=router,
+            spill_bound=spill_bound, dispatch=dispatch, arrivals=arrivals, peak_to_mean=peak_to_mean, mode=mode,
+            precision=precision, max_requests=max_requests, replications=replications, progress=progress,
+            engine=EngineOptions(kv, max_num_seqs, max_batched_tokens, availability))
     _emit(lambda c: render_simulation(c, rep), rep.to_json(), json_out, (inst.path,))
 
 

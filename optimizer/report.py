@@ -336,10 +336,15 @@ def render_solve(c: Console, report, verification=None) -> None:
         c.print(f"note: {w}")
     if verification is not None:
         render_verification(c, verification, slo_ms)
+        return
     spec = fleet_spec(inst, report.best.fleet)
-    if spec is not None and verification is None:
-        c.print(f"check it in simulation: fleetopt simulate {shlex.quote(str(inst.path or inst.name))} "
-                f"--fleet '{spec}'" + (" --router compress" if "@" in spec else ""), soft_wrap=True, highlight=False)
+    where = shlex.quote(str(inst.path or inst.name))
+    if spec is not None:
+        c.print(f"check it in simulation: fleetopt simulate {where} --fleet '{spec}'", soft_wrap=True,
+                highlight=False)
+    elif report.best.routing is not None:
+        c.print(f"split routing: the JSON (--json FILE) holds each plan's req/s per length segment and pool; check it "
+                f"in simulation: fleetopt simulate {where} --plan FILE", soft_wrap=True, highlight=False)
 
 
 def render_simulation(c: Console, rep) -> None:
@@ -377,7 +382,7 @@ def render_simulation(c: Console, rep) -> None:
     c.print(f"simulated: {rep.requests_simulated:,} requests ({rep.requests_measured:,} measured), "
             f"{rep.replications} replications, seed {rep.seed}, mode {rep.mode}, router {rep.router}, "
             f"dispatch {rep.dispatch}, arrivals {rep.arrivals}; CI {rep.ci_method}, stopped by {rep.stopped_by}; "
-            f"{rep.simulated_seconds:,.0f} s simulated in {rep.wall_seconds:,.1f} s; analytic numbers from models/")
+            f"{rep.simulated_seconds:,.0f} s simulated in {rep.wall_seconds:,.2f} s; analytic numbers from models/")
     c.print(f"  energy per output token {'-' if math.isnan(e) else f'{e:.3f} J'}; Little's law error "
             f"{rep.littles_law_rel_error:.1e}; unfinished {rep.unfinished:,}, rejected {rep.rejected:,}; "
             f"SLO on the CI upper bound (point estimate: {'met' if rep.slo_met_point else 'MISSED'})")
