@@ -156,3 +156,28 @@ def test_paged_with_a_token_budget_is_refused(agent):
     with pytest.raises(InstanceError, match="--max-batched-tokens: not supported with --kv paged"):
         _run(agent, "0-65536:h100x24", requests=500, replications=1,
              engine=EngineOptions(kv="paged", max_batched_tokens=4096))
+
+
+@pytest.mark.parametrize("fleet, extra", [
+    ("0-4096:h100x2#64,4096-65536:h100x12", ["--kv", "paged", "--max-num-seqs", "64", "--availability", "sampled"]),
+    ("0-4096:h100x1#8,4096-65536:h100x12", ["--max-batched-tokens", "600", "--router", "spillover",
+                                            "--spill-bound", "1"]),
+])
+def test_engine_settings_are_deterministic_per_seed(repo_root, tmp_path, fleet, extra):
+    """Byte-for-byte: same seed, same JSON (but wall time) with every engine path on; another seed differs."""
+    args = ["simulate", str(repo_root / "instances" / "agent_h100.yaml"), "--set", "gpus.0.availability=0.9",
+            "--fleet", fleet, "--requests", "3000", "--replications", "2", *extra]
+    texts = []
+    for seed, name in ((5, "a"), (5, "b"), (6, "c")):
+        out = tmp_path / f"{name}.json"
+        r = CliRunner().invoke(main, args + ["--seed", str(seed), "--json", str(out)])
+        assert r.exit_code == 0, r.output
+        d = json.loads(out.read_text())
+        d.pop("wall_seconds")
+        texts.append(json.dumps(d, sort_keys=True))
+    assert texts[0] == texts[1] and texts[0] != texts[2]
+    d = json.loads(texts[0])
+    if "--router" in extra:
+        assert d["pools"][0]["spilled"] > 0 and d["engine"]["max_batched_tokens"] == 600
+    else:
+        assert d["engine"]["availability"] == "sampled" and d["pools"][0]["max_num_seqs_sim"] == 64
