@@ -107,17 +107,19 @@ def solve(inst: Instance, *, top: int = 1, time_limit_s: float | None = None, mi
 
 def verify(inst: Instance, *, verify_top: int = 3, rule: str = "ci-upper", max_rounds: int = 3, seed: int = 0,
            requests: int = 100_000, time_limit_s: float | None = None, mip_gap: float = 0.0,
-           threads: int | None = None, method: str = "auto", verbose=False, engine=None, cuts: str = "count"):
+           threads: int | None = None, method: str = "auto", verbose=False, engine=None, cuts: str = "count",
+           trim: bool = False):
     """Solve for the ``verify_top`` best plans and verify them by simulation (see :mod:`optimizer.verify`);
     returns (solve report, verification). ``engine`` (:class:`optimizer.sim_engine.EngineOptions`) sets the
     simulator's KV admission, token budget and availability (default: the analytic model's view); ``cuts`` is
-    ``count`` or ``window`` (:mod:`optimizer.verify`, "Cuts")."""
+    ``count`` or ``window`` (:mod:`optimizer.verify`, "Cuts"); ``trim`` lowers the chosen plan's counts while
+    its simulation passes (:mod:`optimizer.trim`)."""
     from .solve import SolveOptions
     from .verify import verify as run
 
     options = SolveOptions(time_limit_s=time_limit_s, mip_gap=mip_gap, threads=threads, verbose=verbose,
                            method="mip" if method == "auto" else method)
-    return run(inst, options, top=verify_top, seed=seed, rule=rule, max_rounds=max_rounds, cuts=cuts,
+    return run(inst, options, top=verify_top, seed=seed, rule=rule, max_rounds=max_rounds, cuts=cuts, trim=trim,
                simulate_options={"requests": requests, **({} if engine is None else {"engine": engine})})
 
 

@@ -13,7 +13,7 @@ import sys
 import click
 
 from . import api, report
-from .errors import FleetoptError
+from .errors import FleetoptError, InstanceError
 from .output import write_json
 from .report import console
 
@@ -106,6 +106,8 @@ def evaluate(instance, fleets, overrides, json_out):
 @click.option("--verify-cuts", type=click.Choice(["count", "window"]), default="count", show_default=True,
               help="What a failing pool's cut raises: its own replica count, or (window) also every pool with "
               "its window and a lower start on its GPU.")
+@click.option("--trim", is_flag=True, help="After --verify-top: lower the chosen plan's replica counts while its "
+              "simulation still meets the SLO (confirmed with an independent seed).")
 @click.option("--seed", type=click.IntRange(0), default=0, show_default=True, help="Simulation seed.")
 @click.option("--sim-requests", type=click.IntRange(1000), default=100_000, show_default=True,
               help="Requests simulated per plan when verifying (over all replications).")
@@ -117,7 +119,7 @@ def evaluate(instance, fleets, overrides, json_out):
 @_json_opt
 @_guard
 def solve(instance, top, max_pools, objective, time_limit, mip_gap, threads, method, verbose, verify_top, verify_rule,
-          max_rounds, verify_cuts, seed, sim_requests, sim_kv, sim_availability, overrides, json_out):
+          max_rounds, verify_cuts, trim, seed, sim_requests, sim_kv, sim_availability, overrides, json_out):
     """Find the cheapest (or least-power) fleet: pools, splits, GPU types and replica counts."""
     extra = [f"pools.max_pools={max_pools}"] * (max_pools is not None) + [f"objective={objective}"] * bool(objective)
     inst = api.load(instance, list(overrides) + extra)
@@ -129,8 +131,10 @@ def solve(instance, top, max_pools, objective, time_limit, mip_gap, threads, met
 
         rep, ver = api.verify(inst, verify_top=verify_top, rule=verify_rule, max_rounds=max_rounds, seed=seed,
                               requests=sim_requests, engine=EngineOptions(kv=sim_kv, availability=sim_availability),
-                              cuts=verify_cuts, **kwargs)
+                              cuts=verify_cuts, trim=trim, **kwargs)
     else:
+        if trim:
+            raise InstanceError("--trim: trims the plan --verify-top N chose; give --verify-top")
         rep, ver = api.solve(inst, top=top, **kwargs), None
     _emit(lambda c: report.render_solve(c, rep, ver), report.solve_json(rep, ver), json_out, (inst.path,))
     raise click.exceptions.Exit(api.exit_code(rep))

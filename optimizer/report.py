@@ -195,14 +195,35 @@ def _pool_contract(p: PoolResult, source: str) -> dict:
     return d
 
 
-def verification_json(v) -> dict:
-    """The ``verification`` block of ``solve --verify-top N``: every simulated plan, per round."""
+def _sim_pools(vp) -> list:
+    """The simulated pools of a verified plan, in the plan's order (a split plan may hold two pools of one range
+    and GPU, so they are matched by position)."""
+    n = len(vp.plan.fleet.pools)
+    return list(vp.sim.pools) if len(vp.sim.pools) == n else [None] * n
+
+
+def trim_json(trim, plan, instance) -> dict | None:
+    """The ``trim`` block of a verification (:mod:`optimizer.trim`); every count in it is simulated."""
+    if trim is None:
+        return None
+    pools = []
+    for p, n, s, conf in zip(plan.fleet.pools, trim.counts, trim.sim.pools, trim.confirmation.pools):
+        pools.append({"min_tokens": p.min_tokens, "max_tokens": p.max_tokens, "gpu": p.gpu, "replicas": n,
+                      "replicas_verified": p.replicas, "ttft_p99_ms_sim": s.ttft_p99_ms_sim,
+                      "ttft_p99_ci_ms": list(s.ttft_p99_ci_ms), "ttft_p99_ms_confirmation": conf.ttft_p99_ms_sim,
+                      "ttft_p99_ms_analytic": s.analytic.ttft_p99_ms, "slo_met_analytic": s.analytic.slo_met})
+    return {"source": "simulated", "confirmed": trim.confirmed, "cost_per_hr": trim.cost_per_hr,
+            "verified_cost_per_hr": trim.verified_cost_per_hr, "savings": trim.savings,
+            "ttft_p99_ms_sim": trim.sim.ttft_p99_ms, "ttft_p99_ms_confirmation": trim.confirmation.ttft_p99_ms,
+            "fleet": fleet_spec(instance, trim.sim.analytic), "trials": len(trim.steps), "pools": pools}
+
+
+def verification_json(v, instance) -> dict:
+    """The ``verification`` block of ``solve --verify-top N``: every simulated plan, per round (and the trim)."""
     plans = []
     for vp in v.plans:
-        # the simulated pools are the plan's, in its order (a split plan may hold two pools of one range and GPU)
-        sims = list(vp.sim.pools) if len(vp.sim.pools) == len(vp.plan.fleet.pools) else [None] * len(vp.plan.fleet.pools)
         pools = []
-        for p, s in zip(vp.plan.fleet.pools, sims):
+        for p, s in zip(vp.plan.fleet.pools, _sim_pools(vp)):
             pools.append({"min_tokens": p.min_tokens, "max_tokens": p.max_tokens, "gpu": p.gpu, "replicas": p.replicas,
                           "ttft_p99_ms_analytic": p.ttft_p99_ms,
                           "ttft_p99_ms_sim": None if s is None else s.ttft_p99_ms_sim,
@@ -215,7 +236,8 @@ def verification_json(v) -> dict:
     return {"rule": v.rule, "rounds": v.rounds, "cuts": list(v.cuts), "plans": plans,
             "engine": v.plans[0].sim.engine.to_json() if v.plans else None,
             "chosen_rank": None if v.chosen is None else v.chosen.rank,
-            "chosen_round": None if v.chosen is None else v.chosen.round}
+            "chosen_round": None if v.chosen is None else v.chosen.round,
+            "trim": None if v.chosen is None else trim_json(v.trim, v.chosen.plan, instance)}
 
 
 def routing_json(routing) -> dict | None:
@@ -257,7 +279,7 @@ def solve_json(report, verification=None) -> dict:
         "solutions": [{"rank": p.rank, "objective": p.objective, **fleet_json(p.fleet),
                        "fleet": fleet_spec(inst, p.fleet), "routing": routing_json(p.routing)} for p in report.plans],
         "verified": None if verification is None else verification.verified,
-        **({} if verification is None else {"verification": verification_json(verification)}),
+        **({} if verification is None else {"verification": verification_json(verification, inst)}),
         "provenance": {"selection": report.method, "numbers": "analytic re-evaluation of the selected pools",
                        "profiles": sorted({f"{p.gpu}: {p.quality}" for p in (best.fleet.pools if best else ())})},
     })
@@ -291,9 +313,7 @@ def render_verification(c: Console, v, slo_ms: float) -> None:
     for col in ("round", "plan", "$/hr", "pool", "replicas", "analytic ms", "simulated ms (95% CI)", "verdict"):
         t.add_column(col)
     for vp in v.plans:
-        sims = {(p.min_tokens, p.max_tokens, p.gpu): p for p in vp.sim.pools}
-        for k, p in enumerate(vp.plan.fleet.pools):
-            s = sims.get((p.min_tokens, p.max_tokens, p.gpu))
+        for k, (p, s) in enumerate(zip(vp.plan.fleet.pools, _sim_pools(vp))):
             sim_txt = "-" if s is None else (f"{s.ttft_p99_ms_sim:,.1f} ({s.ttft_p99_ci_ms[0]:,.1f}-"
                                              f"{s.ttft_p99_ci_ms[1]:,.1f})")
             miss = (p.min_tokens, p.max_tokens, p.gpu) in vp.failing_pools
@@ -308,6 +328,24 @@ def render_verification(c: Console, v, slo_ms: float) -> None:
     else:
         c.print(f"chosen: round {v.chosen.round}, plan {v.chosen.rank}, ${v.chosen.plan.fleet.cost_per_hr:,.2f}/hr "
                 f"(simulated fleet P99 {v.chosen.sim.ttft_p99_ms:,.1f} ms, {v.chosen.sim.requests_simulated:,} requests)")
+        if v.trim is not None:
+            render_trim(c, v.trim, v.chosen.plan)
+
+
+def render_trim(c: Console, trim, plan) -> None:
+    """The chosen plan trimmed by simulation (:mod:`optimizer.trim`): counts, P99s and the confirmation."""
+    pools = ", ".join(f"{p.min_tokens:,}-{p.max_tokens:,} {p.gpu} {v} -> {n}"
+                      for p, v, n in zip(plan.fleet.pools, trim.verified_counts, trim.counts))
+    if trim.counts == trim.verified_counts:
+        c.print(f"trim (simulated): no pool could lose a replica and still meet the SLO ({len(trim.steps)} trials; "
+                f"independent seed: {'met' if trim.confirmed else 'MISSED'}, P99 {trim.confirmation.ttft_p99_ms:,.1f} ms)")
+        return
+    missed = [f"{p.min_tokens:,}-{p.max_tokens:,}" for p, s in zip(plan.fleet.pools, trim.sim.pools)
+              if not s.analytic.slo_met]
+    c.print(f"trim (simulated, {len(trim.steps)} trials): {pools}; ${trim.cost_per_hr:,.2f}/hr, "
+            f"{trim.savings:.1%} below the verified plan; simulated fleet P99 {trim.sim.ttft_p99_ms:,.1f} ms, "
+            f"{trim.confirmation.ttft_p99_ms:,.1f} ms with an independent seed"
+            + (f"; analytically these pools miss: {', '.join(missed)}" if missed else ""))
 
 
 def render_solve(c: Console, report, verification=None) -> None:

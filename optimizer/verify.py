@@ -59,7 +59,8 @@ from .candidates import WindowCut
 from .instance import Instance
 from .solve import Plan, SolveOptions, SolveReport, solve_instance
 
-__all__ = ["RULES", "CUTS", "VerifiedPlan", "Verification", "verify", "simulate_solved_plan", "analytic_minima"]
+__all__ = ["RULES", "CUTS", "VerifiedPlan", "Verification", "verify", "simulate_solved_plan", "simulate_pools",
+           "analytic_minima"]
 
 RULES = ("ci-upper", "point", "attainment")
 CUTS = ("count", "window")
@@ -84,6 +85,8 @@ class Verification:
     plans: tuple[VerifiedPlan, ...]
     chosen: VerifiedPlan | None
     cuts: tuple[str, ...]
+    trim: object = None
+    """With ``trim=True``: the chosen plan trimmed by simulation (:class:`optimizer.trim.Trim`)."""
 
     @property
     def verified(self) -> bool:
@@ -125,10 +128,11 @@ def _fleet_passes(sim, instance: Instance, rule: str) -> tuple[bool, tuple]:
 
 def verify(instance: Instance, options: SolveOptions = SolveOptions(), *, top: int = 3, seed: int = 0,
            rule: str = "ci-upper", max_rounds: int = 3, simulate_options: dict | None = None,
-           progress=None, cuts: str = "count") -> tuple[SolveReport, Verification]:
+           progress=None, cuts: str = "count", trim: bool = False) -> tuple[SolveReport, Verification]:
     """Solve, simulate the ``top`` plans, and cut and re-solve until one passes (see the module docstring).
 
-    ``cuts="window"`` adds a :class:`~optimizer.candidates.WindowCut` to every count cut.
+    ``cuts="window"`` adds a :class:`~optimizer.candidates.WindowCut` to every count cut; ``trim=True`` then
+    lowers the chosen plan's counts while its simulation still passes (:mod:`optimizer.trim`).
     Returns the last round's solve report and the verification record; the chosen plan (if any) is
     ``verification.chosen``.
     """
@@ -159,7 +163,13 @@ def verify(instance: Instance, options: SolveOptions = SolveOptions(), *, top: i
         passing = [v for v in this_round if v.passed]
         if passing:
             chosen = min(passing, key=lambda v: (v.plan.fleet.cost_per_hr, v.rank))
-            return report, Verification(rule, round_, tuple(verified), chosen, tuple(cut_lines))
+            trimmed = None
+            if trim:
+                from .trim import trim_plan
+
+                trimmed = trim_plan(instance, chosen.plan, lambda sim: _fleet_passes(sim, instance, rule)[0],
+                                    seed=seed, simulate_options=sim_kwargs, progress=progress)
+            return report, Verification(rule, round_, tuple(verified), chosen, tuple(cut_lines), trimmed)
         best = this_round[0]
         if window_cuts and minima is None:
             minima = analytic_minima(instance)
@@ -185,11 +195,18 @@ def simulate_solved_plan(instance: Instance, plan: Plan, **options):
     """Simulate a plan of :func:`optimizer.solve.solve_instance` with the router it was planned for: its own
     split routing (``plan.routing``), compress-and-route when a pool has ``@gamma``, else length routing.
     ``options`` are those of :func:`optimizer.simulate.simulate_plan` (except ``router`` and ``routing``)."""
-    from .simulate import plans_from_fleet, simulate_plan
+    from .simulate import plans_from_fleet
 
-    pools = plans_from_fleet(instance, plan.fleet)
-    if plan.routing is not None:
-        return simulate_plan(instance, pools, router="split", routing=plan.routing, **options)
+    return simulate_pools(instance, plans_from_fleet(instance, plan.fleet), plan.routing, **options)
+
+
+def simulate_pools(instance: Instance, pools: list, routing=None, **options):
+    """Simulate pools (``models.fleet.PoolPlan`` with replica counts) with the router they need: ``routing``
+    (a split plan's) if given, compress-and-route when a pool has ``@gamma``, else length routing."""
+    from .simulate import simulate_plan
+
+    if routing is not None:
+        return simulate_plan(instance, pools, router="split", routing=routing, **options)
     router = "compress" if any(p.compress_gamma > 1 for p in pools) else "length"
     return simulate_plan(instance, pools, router=router, **options)
 
