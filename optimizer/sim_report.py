@@ -374,7 +374,8 @@ def _notes(instance: Instance, opts: dict, runs: list[Replication]) -> tuple[str
     engine = opts["engine"]
     if engine.kv == "paged":
         out = ["kv paged: vLLM admission by KV blocks up to max_num_seqs per replica, recompute preemption when the "
-               "blocks run out; the iteration latency is extrapolated beyond the profile's calibrated batch"]
+               "blocks run out; the iteration latency is extrapolated beyond the profile's calibrated batch; simulated "
+               "utilisation is over max_num_seqs sequences per replica"]
     else:
         out = ["kv reserve: every sequence holds a KV slot of its pool's window (the analytic view); no preemption"]
     if engine.max_batched_tokens is not None:

@@ -23,10 +23,11 @@ from solvers.des_routers_extra import CompressRouter
 from solvers.des_routing import Requests
 
 CONTRACT = {"requests_simulated", "simulated_seconds", "wall_seconds", "ttft_p99_ms", "ttft_p99_ci_ms", "tpot_p99_ms",
-            "slo_met", "slo_attainment", "power_kw", "energy_per_output_token_j", "pools"}
+            "slo_met", "slo_attainment", "power_kw", "energy_per_output_token_j", "pools", "engine", "spill_bound",
+            "latency_ms", "analytic", "notes"}
 POOL_CONTRACT = {"min_tokens", "max_tokens", "gpu", "replicas", "gpus", "arrival_rate", "utilization", "ttft_p99_ms",
                  "power_w", "slo_met", "ttft_p99_ms_sim", "ttft_p99_ci_ms", "tpot_p99_ms_sim", "slo_attainment",
-                 "mean_batch", "preemptions"}
+                 "mean_batch", "preemptions", "spilled", "max_num_seqs_sim", "replicas_up_mean"}
 TRACE_FLEET = "0-2048:h100,2048-16384:h100"
 
 
