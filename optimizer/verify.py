@@ -43,7 +43,7 @@ instance, SLO                 count cuts       window cuts
 ``agent_h100``, 1,000 ms      1 / 1 / 1        1 / 1 / 1
 ``agent_h100``, 400 ms        2 / 8 / 8        4 / 6 / 7
 ``agent_h100``, 350 ms        8 / 8 / 8        6 / 6 / 8
-``quickstart``, 45 ms         3 / 3 / 3        - / 4 / 5
+``quickstart``, 45 ms         3 / 1 / 3        - / 1 / 7
 ``quickstart``, 60 ms         2 / 2 / 2        - / - / -
 ============================  ===============  ================
 
