@@ -18,6 +18,7 @@ from models.fleet import FleetResult, PoolResult
 from models.service import ContextPoint
 
 from .evaluate import fleet_spec
+from .sim_engine import EngineOptions
 
 __all__ = ["fleet_json", "pool_json", "fleet_table", "fleet_notes", "tpw_json", "tpw_table", "fmt_ms", "solve_json",
            "render_solve", "render_evaluation", "render_summary", "render_verification", "render_simulation",
@@ -306,7 +307,7 @@ def solve_warnings(report) -> list[str]:
     return out
 
 
-def render_verification(c: Console, v, slo_ms: float) -> None:
+def render_verification(c: Console, v, slo_ms: float, instance=None) -> None:
     """Analytic vs simulated P99 per pool for every simulated plan, and the verdict."""
     t = Table(title=f"verification (rule {v.rule}): analytic vs simulated P99 TTFT, SLO {slo_ms:,.0f} ms",
               title_justify="left")
@@ -329,10 +330,13 @@ def render_verification(c: Console, v, slo_ms: float) -> None:
         c.print(f"chosen: round {v.chosen.round}, plan {v.chosen.rank}, ${v.chosen.plan.fleet.cost_per_hr:,.2f}/hr "
                 f"(simulated fleet P99 {v.chosen.sim.ttft_p99_ms:,.1f} ms, {v.chosen.sim.requests_simulated:,} requests)")
         if v.trim is not None:
-            render_trim(c, v.trim, v.chosen.plan)
+            render_trim(c, v.trim, v.chosen.plan, instance)
 
 
-def render_trim(c: Console, trim, plan) -> None:
+_ENGINE_DEFAULTS = EngineOptions().to_json()
+
+
+def render_trim(c: Console, trim, plan, instance=None) -> None:
     """The chosen plan trimmed by simulation (:mod:`optimizer.trim`): counts, P99s and the confirmation."""
     pools = ", ".join(f"{p.min_tokens:,}-{p.max_tokens:,} {p.gpu} {v} -> {n}"
                       for p, v, n in zip(plan.fleet.pools, trim.verified_counts, trim.counts))
@@ -346,6 +350,14 @@ def render_trim(c: Console, trim, plan) -> None:
             f"{trim.savings:.1%} below the verified plan; simulated fleet P99 {trim.sim.ttft_p99_ms:,.1f} ms, "
             f"{trim.confirmation.ttft_p99_ms:,.1f} ms with an independent seed"
             + (f"; analytically these pools miss: {', '.join(missed)}" if missed else ""))
+    spec = None if instance is None else fleet_spec(instance, trim.sim.analytic)
+    if spec is not None:
+        e = trim.sim.engine
+        flags = "".join(f" --{k.replace('_', '-')} {v}" for k, v in e.to_json().items()
+                        if v is not None and v != _ENGINE_DEFAULTS.get(k))
+        c.print(f"check the trimmed plan: fleetopt simulate {shlex.quote(str(instance.path or instance.name))} "
+                f"--fleet '{spec}'{flags} --requests {trim.sim.requests_simulated} --seed {trim.confirmation.seed + 1}",
+                soft_wrap=True, highlight=False)
 
 
 def render_solve(c: Console, report, verification=None) -> None:
@@ -373,7 +385,7 @@ def render_solve(c: Console, report, verification=None) -> None:
     for w in solve_warnings(report):
         c.print(f"note: {w}")
     if verification is not None:
-        render_verification(c, verification, slo_ms)
+        render_verification(c, verification, slo_ms, inst)
         return
     spec = fleet_spec(inst, report.best.fleet)
     where = shlex.quote(str(inst.path or inst.name))

@@ -98,3 +98,5 @@ def test_cli_trim(repo_root, tmp_path):
     assert d["source"] == "simulated" and d["cost_per_hr"] <= d["verified_cost_per_hr"]
     assert [p["replicas"] for p in d["pools"]] == [int(x.split("x")[1]) for x in d["fleet"].split(",")]
     assert "trim (simulated" in r.output
+    if d["cost_per_hr"] < d["verified_cost_per_hr"]:
+        assert f"--fleet '{d['fleet']}'" in r.output and "--seed 2" in r.output
