@@ -73,7 +73,7 @@ Token budget
 ------------
 A pool with ``max_batched_tokens`` :math:`K` (vLLM's
 ``max_num_batched_tokens``) shares :math:`K` tokens per iteration among the
-sequences of each replica, as vLLM's V1 scheduler does with chunked prefill
+sequences of each replica, as vLLM's scheduler does with chunked prefill
 [3]_. In every iteration each decoding sequence takes its one token
 (:math:`K \\ge` ``max_num_seqs``, so decodes never stall); the rest goes to the
 prefilling sequences, oldest admission first, each taking
@@ -134,9 +134,11 @@ Order of simultaneous events
 ----------------------------
 1. Events on the heap (a slot freed, a replica boundary) come before arrivals
    at the same instant; among themselves, in the order they were scheduled
-   (the heap's sequence number). Either order of an arrival and a departure at
-   one instant gives the same waits: a freed slot or batch place goes to the
-   queue head, and an arrival joins the back of the queue.
+   (the heap's sequence number). Without a live router either order of an
+   arrival and a departure at one instant gives the same waits: a freed slot
+   or batch place goes to the queue head, and an arrival joins the back of the
+   queue. A live router's decision does depend on it: it sees the queue after
+   the departure.
 2. At a replica boundary, every sequence whose prefill ends or which completes
    there is handled first (in request order), then (overcommitted pools)
    block needs and preemptions, or (budgeted pools) the token allocation,
@@ -168,8 +170,11 @@ References
 .. [1] W. Kwon et al., "Efficient Memory Management for Large Language Model
        Serving with PagedAttention", SOSP 2023 (continuous batching in vLLM).
 .. [2] L. Kleinrock, *Queueing Systems Vol. 1*, Wiley 1975 (M/G/c, Little's law).
-.. [3] vLLM, ``vllm/v1/core/sched/scheduler.py`` (``Scheduler.schedule``: running requests first,
-       then waiting ones, within ``max_num_batched_tokens``).
+.. [3] vLLM's chunked-prefill scheduling as in its V0 scheduler (``vllm/core/scheduler.py``,
+       ``_schedule_chunked_prefill``: decodes first, then prefill chunks, then new requests, within
+       ``max_num_batched_tokens``). The V1 scheduler (``vllm/v1/core/sched/scheduler.py``) walks the
+       running requests in admission order instead, so under a tight budget its decodes can stall; the
+       decode-first rule here is the V0 one.
 """
 
 from __future__ import annotations
@@ -835,10 +840,12 @@ def _iteration_station(st: _State, pools, requests: Requests, pool_of, dispatch:
 
     # ---- Overcommitted replicas (solvers.des_kv) and budgeted ones (module docstring, "Token budget";
     # solvers.des_budget): their handlers share the live state above ----
+    deferred = [0] * R
     shared = Replicas(
         it=it, ref=ref, c0=c0, g=g, seqs=seqs, waiting=waiting, token=token, run=run, cap=cap,
         outstanding=outstanding, replica_pool=replica_pool, start=start, first=first, end=end, lin=lin, kch=kch,
-        lout=lout, chunk=chunk, tokens=tokens, blk=blk, blocks=blocks, preemptions=st.preempt, M=M, heap=heap,
+        lout=lout, chunk=chunk, tokens=tokens, blk=blk, blocks=blocks, preemptions=st.preempt, deferred=deferred,
+        M=M, heap=heap,
         counter=counter, boundary_kind=BOUNDARY, after=after, boundary_at=boundary_at, reschedule=reschedule,
         batch_to=batch_to, system_to=system_to)
     arrive_tracked = serve_tracked = arrive_budget = serve_budget = None
@@ -851,7 +858,9 @@ def _iteration_station(st: _State, pools, requests: Requests, pool_of, dispatch:
     ranges = st.ranges
 
     def queued(p: int) -> int:
-        return sum(len(waiting[r]) for r in ranges[p])
+        """Requests of pool ``p`` not yet admitted, less those only deferred to an event boundary's admissions
+        (``Replicas.deferred``: the plain path admits such requests at that boundary)."""
+        return sum(len(waiting[r]) - deferred[r] for r in ranges[p])
 
     def reroute(i: int, p: int) -> None:
         rpool[i] = p

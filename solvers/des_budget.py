@@ -62,6 +62,10 @@ class Replicas:
     """KV blocks per replica (0 where the replica is not overcommitted; KV path only)."""
     preemptions: list
     """KV-cache preemptions per replica, counted in place (KV path only)."""
+    deferred: list
+    """Per replica, the requests at the head of ``waiting[r]`` that wait only for the admissions of the replica's
+    next boundary, because it is an event (the plain path would admit them at that boundary; a live router does
+    not count them as queued); reset when the replica's event is handled."""
     M: int
     heap: list
     counter: object
@@ -84,7 +88,7 @@ def budget_handlers(x: Replicas):
     the engine has picked replica ``r`` and counted the request there.
     """
     it, ref, c0, g, seqs, waiting, token = x.it, x.ref, x.c0, x.g, x.seqs, x.waiting, x.token
-    run, cap, outstanding, replica_pool = x.run, x.cap, x.outstanding, x.replica_pool
+    run, cap, outstanding, replica_pool, deferred = x.run, x.cap, x.outstanding, x.replica_pool, x.deferred
     start, first, end, lin, lout, chunk, tokens, M = x.start, x.first, x.end, x.lin, x.lout, x.chunk, x.tokens, x.M
     heap, counter, BOUNDARY, after, boundary_at = x.heap, x.counter, x.boundary_kind, x.after, x.boundary_at
     batch_to, system_to = x.batch_to, x.system_to
@@ -157,6 +161,8 @@ def budget_handlers(x: Replicas):
     def arrive(now: float, i: int, r: int) -> None:
         q = waiting[r]
         if run[r] >= cap[r] or q or (run[r] and left[r] <= 0):
+            if q and len(q) == deferred[r] and run[r] + len(q) < cap[r] and left[r] > len(q):
+                deferred[r] += 1            # behind requests deferred to the next event, with room for it too
             q.append(i)
             return
         if not run[r]:
@@ -166,6 +172,7 @@ def budget_handlers(x: Replicas):
             m = boundary_at(r, now)
             if it[r] + m >= next_event(r):
                 q.append(i)                 # that boundary is an event: admitted after its allocation
+                deferred[r] += 1
                 return
             if m:
                 b = after(r, m)
@@ -212,6 +219,7 @@ def budget_handlers(x: Replicas):
         q = waiting[r]
         while q and run[r] < cap[r] and left[r] > 0:
             admit(r, q.popleft(), at)
+        deferred[r] = 0
         reschedule(r)
 
     return arrive, serve

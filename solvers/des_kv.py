@@ -71,7 +71,7 @@ def kv_handlers(x: Replicas):
     the engine has picked replica ``r`` and counted the request there.
     """
     it, ref, c0, g, seqs, waiting = x.it, x.ref, x.c0, x.g, x.seqs, x.waiting
-    run, cap, outstanding, replica_pool = x.run, x.cap, x.outstanding, x.replica_pool
+    run, cap, outstanding, replica_pool, deferred = x.run, x.cap, x.outstanding, x.replica_pool, x.deferred
     start, first, end, lin, kch, lout, M = x.start, x.first, x.end, x.lin, x.kch, x.lout, x.M
     chunk, blk, blocks, preempt_count = x.chunk, x.blk, x.blocks, x.preemptions
     after, boundary_at, reschedule = x.after, x.boundary_at, x.reschedule
@@ -131,6 +131,8 @@ def kv_handlers(x: Replicas):
     def arrive_tracked(now: float, i: int, r: int) -> None:
         q = waiting[r]
         if run[r] >= cap[r] or q:
+            if q and len(q) == deferred[r] and run[r] + len(q) < cap[r]:
+                deferred[r] += 1                  # behind requests deferred to the next event, room for it too
             q.append(i)
             return
         if not run[r]:
@@ -142,6 +144,7 @@ def kv_handlers(x: Replicas):
             m = boundary_at(r, now)
             if it[r] + m >= seqs[r][0] // M:
                 q.append(i)                       # that boundary is an event: admitted after it is handled
+                deferred[r] += 1
                 return
             if m:
                 ref[r] = after(r, m)
@@ -239,6 +242,7 @@ def kv_handlers(x: Replicas):
                 admit_tracked(r, q.popleft(), at)
         else:                                     # ... so the next boundary is an event: admissions there
             push(sq, (e + 1) * M + 3)
+        deferred[r] = 0
         reschedule(r)
         if _block_probe is not None:
             probe(r)

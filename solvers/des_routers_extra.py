@@ -34,8 +34,7 @@ One hop only: pool :math:`k + 1`'s queue is not consulted, and the top pool
 never spills. :class:`SpilloverRouter` is a
 :class:`solvers.des_routing.LiveRouter`: it states ``spill_to`` and
 ``spill_bound`` and :mod:`solvers.des` applies them from its live queues
-("Live routing (spillover)" there). :data:`SPILLOVER_UNSUPPORTED` remains for
-callers whose pipeline does not offer spillover yet.
+("Live routing (spillover)" there).
 """
 
 from __future__ import annotations
@@ -44,11 +43,7 @@ import numpy as np
 
 from .des_routing import LengthRouter, Requests
 
-__all__ = ["CompressRouter", "SpilloverRouter", "SPILLOVER_UNSUPPORTED"]
-
-SPILLOVER_UNSUPPORTED = ("spillover routing is not offered here: it needs each pool's live queue at every "
-                         "arrival, which only solvers.des.simulate with a SpilloverRouter reads; "
-                         "use length, split, random or compress routing")
+__all__ = ["CompressRouter", "SpilloverRouter"]
 
 
 class CompressRouter:

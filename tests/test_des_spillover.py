@@ -10,6 +10,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from models.power import PowerCurve
+from models.profiles import CalibratedProfile
 from solvers.des import Outcome, SimPool, simulate
 from solvers.des_metrics import percentile, steady_mask, ttft_s
 from solvers.des_routers_extra import SpilloverRouter
@@ -133,3 +135,25 @@ def test_same_seed_same_arrays(h100, azure, mode):
     for f in FIELDS:
         assert np.array_equal(getattr(a, f), getattr(b, f), equal_nan=True), f
     assert a.spilled[0] > 0 and not np.array_equal(a.end_at_s, c.end_at_s)
+
+
+def test_a_request_deferred_to_an_event_boundary_is_not_queued():
+    """Budgeted and overcommitted replicas hold an arrival whose joining boundary is an event until that event's
+    admissions (the plain path admits it at the same boundary): a live router must not count it as waiting.
+    Request 0 runs alone (W = H = 1 s per iteration); requests 1 and 2 arrive during its first iterations with
+    places, tokens and blocks to spare, so none of them waits and none spills at bound 0."""
+    toy = CalibratedProfile("toy", "m", 1.0, 1.0, 64, 8, 4, 24, 1 << 12, 1.0, 1,
+                            PowerCurve(50.0, 100.0, 1.0, 2.0, "none"))
+    req = Requests(np.array([0.0, 0.5, 0.6]), np.array([8, 2, 2]), np.array([1, 1, 1]))
+    router = SpilloverRouter([0, 32, 64], ["a", "b"], 0)
+    big = SimPool("b", toy, 1, 1, 64)
+    runs = {"plain": SimPool("a", toy, 1, 3, 32),
+            "budget": SimPool("a", toy, 1, 3, 32, max_batched_tokens=10),
+            "overcommit": SimPool("a", toy, 1, 4, 32, allow_overcommit=True)}
+    assert runs["budget"].budget_binds and runs["overcommit"].overcommitted
+    starts = {}
+    for name, pool in runs.items():
+        res = simulate([pool, big], req, router)
+        assert res.pool.tolist() == [0, 0, 0] and res.spilled.tolist() == [0, 0], name
+        starts[name] = res.start_at_s.tolist()
+    assert starts["budget"] == starts["overcommit"] == starts["plain"]
