@@ -106,7 +106,7 @@ def solve(inst: Instance, *, top: int = 1, time_limit_s: float | None = None, mi
 
 
 def verify(inst: Instance, *, verify_top: int = 3, rule: str = "ci-upper", max_rounds: int = 3, seed: int = 0,
-           requests: int = 100_000, time_limit_s: float | None = None, mip_gap: float = 0.0,
+           requests: int = 100_000, replications: int = 5, time_limit_s: float | None = None, mip_gap: float = 0.0,
            threads: int | None = None, method: str = "auto", verbose=False, engine=None, cuts: str = "count",
            trim: bool = False):
     """Solve for the ``verify_top`` best plans and verify them by simulation (see :mod:`optimizer.verify`);
@@ -120,7 +120,8 @@ def verify(inst: Instance, *, verify_top: int = 3, rule: str = "ci-upper", max_r
     options = SolveOptions(time_limit_s=time_limit_s, mip_gap=mip_gap, threads=threads, verbose=verbose,
                            method="mip" if method == "auto" else method)
     return run(inst, options, top=verify_top, seed=seed, rule=rule, max_rounds=max_rounds, cuts=cuts, trim=trim,
-               simulate_options={"requests": requests, **({} if engine is None else {"engine": engine})})
+               simulate_options={"requests": requests, "replications": replications,
+                                 **({} if engine is None else {"engine": engine})})
 
 
 def simulate_report(inst: Instance, fleet: str | None = None, *, plan_file=None, rank: int | None = None,

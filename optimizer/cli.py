@@ -16,6 +16,7 @@ from . import api, report
 from .errors import FleetoptError, InstanceError
 from .output import write_json
 from .report import console
+from .simulate import DEFAULT_SPILL_BOUND
 
 CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"]}
 _json_opt = click.option("--json", "json_out", metavar="FILE", help="Also write the result as JSON ('-' = stdout).")
@@ -105,12 +106,14 @@ def evaluate(instance, fleets, overrides, json_out):
 @click.option("--max-rounds", type=click.IntRange(1, 20), default=3, show_default=True, help="Verification rounds.")
 @click.option("--verify-cuts", type=click.Choice(["count", "window"]), default="count", show_default=True,
               help="What a failing pool's cut raises: its own replica count, or (window) also every pool with "
-              "its window and a lower start on its GPU.")
+              "its window and a lower start on its GPU (length routing only; split routing gets count cuts).")
 @click.option("--trim", is_flag=True, help="After --verify-top: lower the chosen plan's replica counts while its "
               "simulation still meets the SLO (confirmed with an independent seed).")
 @click.option("--seed", type=click.IntRange(0), default=0, show_default=True, help="Simulation seed.")
 @click.option("--sim-requests", type=click.IntRange(1000), default=100_000, show_default=True,
               help="Requests simulated per plan when verifying (over all replications).")
+@click.option("--sim-replications", type=click.IntRange(1, 1000), default=5, show_default=True,
+              help="Independent replications per simulated plan when verifying (1: batch means).")
 @click.option("--sim-kv", type=click.Choice(["reserve", "paged"]), default="reserve", show_default=True,
               help="KV admission when verifying (see simulate --kv).")
 @click.option("--sim-availability", type=click.Choice(["all-up", "sampled"]), default="all-up", show_default=True,
@@ -119,7 +122,8 @@ def evaluate(instance, fleets, overrides, json_out):
 @_json_opt
 @_guard
 def solve(instance, top, max_pools, objective, time_limit, mip_gap, threads, method, verbose, verify_top, verify_rule,
-          max_rounds, verify_cuts, trim, seed, sim_requests, sim_kv, sim_availability, overrides, json_out):
+          max_rounds, verify_cuts, trim, seed, sim_requests, sim_replications, sim_kv, sim_availability, overrides,
+          json_out):
     """Find the cheapest (or least-power) fleet: pools, splits, GPU types and replica counts."""
     extra = [f"pools.max_pools={max_pools}"] * (max_pools is not None) + [f"objective={objective}"] * bool(objective)
     inst = api.load(instance, list(overrides) + extra)
@@ -130,7 +134,7 @@ def solve(instance, top, max_pools, objective, time_limit, mip_gap, threads, met
         from .sim_engine import EngineOptions
 
         rep, ver = api.verify(inst, verify_top=verify_top, rule=verify_rule, max_rounds=max_rounds, seed=seed,
-                              requests=sim_requests, engine=EngineOptions(kv=sim_kv, availability=sim_availability),
+                              requests=sim_requests, replications=sim_replications, engine=EngineOptions(kv=sim_kv, availability=sim_availability),
                               cuts=verify_cuts, trim=trim, **kwargs)
     else:
         if trim:
@@ -173,8 +177,9 @@ def tpw(profiles, hardware, models, tp, dtype, kv_layout, contexts, json_out):
               help="Routing between pools (auto: what the plan was solved for - its split routing, compress for "
               "@GAMMA pools, else length; spillover: length, then the next pool up when a pool's queue is long; "
               "random: baseline).")
-@click.option("--spill-bound", type=click.IntRange(0), default=8, show_default=True,
-              help="With --router spillover: requests waiting in a pool beyond which an arrival spills.")
+@click.option("--spill-bound", type=click.IntRange(0), default=None,
+              help="With --router spillover: requests waiting in a pool beyond which an arrival spills "
+              f"[default: {DEFAULT_SPILL_BOUND}].")
 @click.option("--dispatch", type=click.Choice(["jsq", "round-robin"]), default="jsq", show_default=True,
               help="Replica choice within a pool (iteration mode).")
 @click.option("--arrivals", type=click.Choice(["poisson", "trace", "mmpp", "diurnal"]), default="poisson",

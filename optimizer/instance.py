@@ -34,7 +34,7 @@ file), lengths in tokens, counts of physical GPUs for ``max_count`` and
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -172,6 +172,9 @@ class Instance:
     description: str = ""
     energy_usd_per_kwh: float | None = None
     pue: float = 1.0
+    overrides: tuple[str, ...] = ()
+    """The ``--set PATH=VALUE`` strings it was loaded with, in order (:mod:`optimizer.overrides`); a command
+    that re-runs the instance (``fleetopt simulate ...``) or a plan file solved for it must carry the same."""
 
     def gpu(self, name: str) -> GpuOption:
         """The GPU option called ``name`` (case-insensitive).
@@ -346,7 +349,8 @@ def instance_from_dict(data: Mapping, path: str | Path | None = None, overrides:
         The file it came from: names the file in error lines, and relative
         workload paths resolve against its folder (the current folder if None).
     overrides : sequence of str
-        ``PATH=VALUE`` strings applied before validation (see :func:`apply_overrides`).
+        ``PATH=VALUE`` strings applied before validation (see :func:`apply_overrides`); kept, in order, as
+        ``Instance.overrides``.
 
     Returns
     -------
@@ -365,7 +369,7 @@ def instance_from_dict(data: Mapping, path: str | Path | None = None, overrides:
     data = overridden_copy(data, overrides, problems)
     instance = _resolve(data, path, problems)
     problems.raise_if_any()
-    return instance
+    return replace(instance, overrides=tuple(str(text) for text in overrides))
 
 
 def load_instance(path: str | Path, overrides: Sequence[str] = ()) -> Instance:

@@ -16,7 +16,7 @@ import yaml
 
 from .schema import Problems, show_value
 
-__all__ = ["apply_overrides", "overridden_copy"]
+__all__ = ["apply_overrides", "overridden_copy", "override_settings", "set_flags"]
 
 
 def _split_override(text: str) -> tuple[list[str], Any] | str:
@@ -68,6 +68,41 @@ def _set_path(data: dict, keys: list[str], value: Any) -> str | None:
         else:
             node = node[key]
     return None
+
+
+def override_settings(overrides: Sequence[str]) -> dict[str, Any]:
+    """What a list of overrides sets: dotted path -> parsed value, the last one of a path winning.
+
+    Two lists that set the same values on the same paths give equal dicts whatever their order or spacing
+    (``a.b=1`` and ``a.b = 1.0`` agree, as YAML reads both as the number one). An override that does not
+    parse is kept whole, keyed by its text.
+
+    Examples
+    --------
+    >>> override_settings(["slo.ttft_p99_ms=250", "workload.arrival_rate = 300", "slo.ttft_p99_ms=400"])
+    {'slo.ttft_p99_ms': 400, 'workload.arrival_rate': 300}
+    """
+    out: dict[str, Any] = {}
+    for text in overrides:
+        parsed = _split_override(str(text))
+        if isinstance(parsed, str):
+            out[str(text)] = str(text)
+        else:
+            out[".".join(parsed[0])] = parsed[1]
+    return out
+
+
+def set_flags(overrides: Sequence[str]) -> str:
+    r"""The overrides as shell flags, each one single-quoted, so that a printed command carries them verbatim.
+
+    Examples
+    --------
+    >>> set_flags(["workload.arrival_rate=300", "name=it's"])
+    "--set 'workload.arrival_rate=300' --set 'name=it'\\''s'"
+    >>> set_flags([])
+    ''
+    """
+    return " ".join("--set '" + str(text).replace("'", "'\\''") + "'" for text in overrides)
 
 
 def overridden_copy(data: Mapping, overrides: Sequence[str], problems: Problems) -> dict:

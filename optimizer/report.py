@@ -7,6 +7,7 @@ simulated and ``quality`` the profile quality its inputs rest on.
 from __future__ import annotations
 
 import math
+import re
 import shlex
 from contextlib import contextmanager, nullcontext
 from dataclasses import asdict
@@ -18,6 +19,7 @@ from models.fleet import FleetResult, PoolResult
 from models.service import ContextPoint
 
 from .evaluate import fleet_spec
+from .overrides import set_flags
 from .sim_engine import EngineOptions
 
 __all__ = ["fleet_json", "pool_json", "fleet_table", "fleet_notes", "tpw_json", "tpw_table", "fmt_ms", "solve_json",
@@ -208,15 +210,25 @@ def trim_json(trim, plan, instance) -> dict | None:
     if trim is None:
         return None
     pools = []
-    for p, n, s, conf in zip(plan.fleet.pools, trim.counts, trim.sim.pools, trim.confirmation.pools):
+    for p, n, u, s, conf in zip(plan.fleet.pools, trim.counts, trim.up_counts, trim.sim.pools,
+                                trim.confirmation.pools):
         pools.append({"min_tokens": p.min_tokens, "max_tokens": p.max_tokens, "gpu": p.gpu, "replicas": n,
-                      "replicas_verified": p.replicas, "ttft_p99_ms_sim": s.ttft_p99_ms_sim,
+                      "replicas_up": u, "replicas_verified": p.replicas, "ttft_p99_ms_sim": s.ttft_p99_ms_sim,
                       "ttft_p99_ci_ms": list(s.ttft_p99_ci_ms), "ttft_p99_ms_confirmation": conf.ttft_p99_ms_sim,
                       "ttft_p99_ms_analytic": s.analytic.ttft_p99_ms, "slo_met_analytic": s.analytic.slo_met})
     return {"source": "simulated", "confirmed": trim.confirmed, "cost_per_hr": trim.cost_per_hr,
             "verified_cost_per_hr": trim.verified_cost_per_hr, "savings": trim.savings,
             "ttft_p99_ms_sim": trim.sim.ttft_p99_ms, "ttft_p99_ms_confirmation": trim.confirmation.ttft_p99_ms,
-            "fleet": fleet_spec(instance, trim.sim.analytic), "trials": len(trim.steps), "pools": pools}
+            "fleet": _with_counts(fleet_spec(instance, trim.sim.analytic), trim.counts),
+            "fleet_simulated": fleet_spec(instance, trim.sim.analytic), "trials": len(trim.steps),
+            "requests_per_trial": trim.requests_per_trial, "pools": pools}
+
+
+def _with_counts(spec: str | None, counts) -> str | None:
+    """A ``--fleet`` spec with each pool's ``xN`` replaced by ``counts`` (in pool order)."""
+    if spec is None:
+        return None
+    return ",".join(re.sub(r"x\d+", f"x{n}", part, count=1) for part, n in zip(spec.split(","), counts))
 
 
 def verification_json(v, instance) -> dict:
@@ -257,7 +269,8 @@ def solve_json(report, verification=None) -> dict:
     best = report.best
     if verification is not None and verification.chosen is not None:
         best = verification.chosen.plan
-    out = {"instance": inst.name, "command": "solve", "status": report.status, "method": report.method,
+    out = {"instance": inst.name, "command": "solve", "overrides": list(inst.overrides),
+           "status": report.status, "method": report.method,
            "solver": report.solver, "explanation": report.explanation,
            "objective": {"name": inst.objective, "value": None if best is None else best.objective, "unit": unit,
                          "bound": report.bound, "lp_bound": report.lp_bound}}
@@ -338,15 +351,23 @@ _ENGINE_DEFAULTS = EngineOptions().to_json()
 
 def render_trim(c: Console, trim, plan, instance=None) -> None:
     """The chosen plan trimmed by simulation (:mod:`optimizer.trim`): counts, P99s and the confirmation."""
-    pools = ", ".join(f"{p.min_tokens:,}-{p.max_tokens:,} {p.gpu} {v} -> {n}"
-                      for p, v, n in zip(plan.fleet.pools, trim.verified_counts, trim.counts))
+    pools = ", ".join(f"{p.min_tokens:,}-{p.max_tokens:,} {p.gpu} {v} -> {n}" + (f" ({u} up)" if u != n else "")
+                      for p, v, n, u in zip(plan.fleet.pools, trim.verified_counts, trim.counts, trim.up_counts))
     if trim.counts == trim.verified_counts:
-        c.print(f"trim (simulated): no pool could lose a replica and still meet the SLO ({len(trim.steps)} trials; "
+        lucky = any(s.passed and s.pool >= 0 for s in trim.steps)
+        if lucky:
+            why = "trimmed counts passed with the search seed but missed with an independent seed: verified counts kept"
+        elif any(s.pool >= 0 for s in trim.steps):
+            why = "no pool could lose a replica and still meet the SLO"
+        else:
+            why = "every pool is at its load floor (offered load over its slots at max_utilization)"
+        c.print(f"trim (simulated): {why} ({len(trim.steps)} trials of {trim.requests_per_trial:,} requests; "
                 f"independent seed: {'met' if trim.confirmed else 'MISSED'}, P99 {trim.confirmation.ttft_p99_ms:,.1f} ms)")
         return
     missed = [f"{p.min_tokens:,}-{p.max_tokens:,}" for p, s in zip(plan.fleet.pools, trim.sim.pools)
               if not s.analytic.slo_met]
-    c.print(f"trim (simulated, {len(trim.steps)} trials): {pools}; ${trim.cost_per_hr:,.2f}/hr, "
+    c.print(f"trim (simulated, {len(trim.steps)} trials of {trim.requests_per_trial:,} requests): {pools}; "
+            f"${trim.cost_per_hr:,.2f}/hr, "
             f"{trim.savings:.1%} below the verified plan; simulated fleet P99 {trim.sim.ttft_p99_ms:,.1f} ms, "
             f"{trim.confirmation.ttft_p99_ms:,.1f} ms with an independent seed"
             + (f"; analytically these pools miss: {', '.join(missed)}" if missed else ""))
@@ -355,8 +376,10 @@ def render_trim(c: Console, trim, plan, instance=None) -> None:
         e = trim.sim.engine
         flags = "".join(f" --{k.replace('_', '-')} {v}" for k, v in e.to_json().items()
                         if v is not None and v != _ENGINE_DEFAULTS.get(k))
+        sets = set_flags(instance.overrides)
         c.print(f"check the trimmed plan: fleetopt simulate {shlex.quote(str(instance.path or instance.name))} "
-                f"--fleet '{spec}'{flags} --requests {trim.sim.requests_simulated} --seed {trim.confirmation.seed + 1}",
+                + (f"{sets} " if sets else "")
+                + f"--fleet '{spec}'{flags} --requests {trim.sim.requests_simulated} --seed {trim.confirmation.seed + 1}",
                 soft_wrap=True, highlight=False)
 
 
@@ -388,7 +411,8 @@ def render_solve(c: Console, report, verification=None) -> None:
         render_verification(c, verification, slo_ms, inst)
         return
     spec = fleet_spec(inst, report.best.fleet)
-    where = shlex.quote(str(inst.path or inst.name))
+    flags = set_flags(inst.overrides)  # the overrides the plan was solved with: the command must carry them
+    where = shlex.quote(str(inst.path or inst.name)) + (f" {flags}" if flags else "")
     if spec is not None:
         c.print(f"check it in simulation: fleetopt simulate {where} --fleet '{spec}'", soft_wrap=True,
                 highlight=False)
@@ -444,6 +468,9 @@ def render_simulation(c: Console, rep) -> None:
             for p in rep.pools)
         budget = "" if eng.max_batched_tokens is None else f", token budget {eng.max_batched_tokens:,}/iteration"
         c.print(f"  engine: kv {eng.kv}{budget}, availability {eng.availability} (simulated) - {per_pool}")
+    if rep.router == "spillover":
+        spilled = "; ".join(f"{p.min_tokens:,}-{p.max_tokens:,}: {p.spilled:,}" for p in rep.pools)
+        c.print(f"  spilled to the next pool up (bound {rep.spill_bound}, all replications) - {spilled}")
     for line in rep.notes:
         c.print(f"  note: {line}")
 

@@ -51,7 +51,6 @@ KV_MODES = ("reserve", "paged")
 AVAILABILITY_MODES = ("all-up", "sampled")
 VLLM_DEFAULT_MAX_NUM_SEQS = 256
 """vLLM's default ``max_num_seqs``, the per-replica batch cap of ``kv="paged"`` unless given."""
-MAX_NUM_SEQS_LIMIT = 65_536
 
 
 @dataclass(frozen=True)
@@ -60,7 +59,7 @@ class EngineOptions:
 
     kv: str = "reserve"
     max_num_seqs: int | None = None
-    """``kv="paged"``: per-replica batch cap (None: :data:`VLLM_DEFAULT_MAX_NUM_SEQS`, or the plan's TPOT cap)."""
+    """``kv="paged"``: per-replica batch cap (None: :data:`VLLM_DEFAULT_MAX_NUM_SEQS`); a plan's TPOT cap bounds it."""
     max_batched_tokens: int | None = None
     """Per-iteration token budget per replica (vLLM's ``max_num_batched_tokens``); None: no budget."""
     availability: str = "all-up"
@@ -98,8 +97,9 @@ def engine_pools(analytic: FleetResult, profiles: list, names: list[str], engine
         cap, overcommit = p.max_num_seqs, False
         if engine.kv == "paged":
             slots = int(profile.n_slots(p.max_tokens))
-            tpot_capped = p.max_num_seqs < slots
-            cap = engine.max_num_seqs or (p.max_num_seqs if tpot_capped else VLLM_DEFAULT_MAX_NUM_SEQS)
+            tpot_capped = p.max_num_seqs < slots        # a deliberate engine setting of the plan: it stays a bound
+            cap = engine.max_num_seqs or VLLM_DEFAULT_MAX_NUM_SEQS
+            cap = min(cap, p.max_num_seqs) if tpot_capped else cap
             overcommit = True
         kw = {} if engine.max_batched_tokens is None else {"max_batched_tokens": int(engine.max_batched_tokens)}
         out.append(SimPool(name, profile, p.replicas, int(cap), p.max_tokens, allow_overcommit=overcommit, **kw))
@@ -108,14 +108,19 @@ def engine_pools(analytic: FleetResult, profiles: list, names: list[str], engine
 
 def sample_up(pools: list[SimPool], availability: list[float], rng: np.random.Generator
               ) -> tuple[list[SimPool], np.ndarray]:
-    """Replicas up per pool, drawn from :math:`\\mathrm{Binomial}(N_k, A_k)` (one draw per pool, in pool order).
+    """Replicas up per pool, drawn from :math:`\\mathrm{Binomial}(N_k, A_k)` for the pools with :math:`A_k < 1`.
 
-    Returns the pools with their up replicas (a pool with none keeps one, unused: its requests are rejected
-    by :class:`DownPoolsRouter`) and the up counts.
+    The draws come from a child of ``rng`` (``rng.spawn``), which leaves ``rng``'s own stream untouched: the
+    requests and the routers' draws are those of an all-up run, and with every :math:`A_k = 1` the run is
+    the all-up run. Returns the pools with their up replicas (a pool with none keeps one, unused: its
+    requests are rejected by :class:`DownPoolsRouter`) and the up counts.
     """
     n = np.array([p.replicas for p in pools], dtype=np.int64)
     a = np.asarray(availability, dtype=float)
-    up = np.where(a >= 1.0, n, rng.binomial(n, np.minimum(a, 1.0)))
+    up = n.copy()
+    partial = np.flatnonzero(a < 1.0)
+    if partial.size:
+        up[partial] = rng.spawn(1)[0].binomial(n[partial], a[partial])
     return [replace(p, replicas=max(int(u), 1)) for p, u in zip(pools, up)], up
 
 

@@ -108,9 +108,9 @@ class SimPoolReport(_Measured):
     spilled: int
     """Requests the spillover router moved out of this pool to the next one up (all replications)."""
     replicas_up_mean: float
+    """Replicas simulated, mean over the replications (the plan's count unless availability is sampled)."""
     max_num_seqs_sim: int
     """Batch cap per replica in the engine (the analytic one, unless ``kv="paged"``)."""
-    """Replicas simulated, mean over the replications (the plan's count unless availability is sampled)."""
 
     min_tokens = property(lambda self: self.analytic.min_tokens)
     max_tokens = property(lambda self: self.analytic.max_tokens)
@@ -189,6 +189,10 @@ class SimReport(_Measured):
     """KV admission, token budget and availability of the run (:mod:`optimizer.sim_engine`)."""
     spill_bound: int | None = None
     """``router="spillover"``: waiting requests in a pool beyond which an arrival spills (None otherwise)."""
+    routing_source: str | None = None
+    """``router="split"``: where the router's weights came from, ``"plan"`` (a split plan's own routing, req/s
+    per length segment and pool from the split MIP) or ``"shares"`` (per-segment shares over a tiled plan's
+    pools; default each segment to its own pool); None for the other routers."""
 
     def to_json(self) -> dict:
         """The stable JSON contract: the keys of the issue first, then provenance and details."""
@@ -209,7 +213,8 @@ class SimReport(_Measured):
             "preemptions": int(sum(p.preemptions for p in self.pools)),
             "latency_ms": self._latency_json(),
             "seed": self.seed, "mode": self.mode, "router": self.router, "dispatch": self.dispatch,
-            "arrivals": self.arrivals, "spill_bound": self.spill_bound, "engine": self.engine.to_json(),
+            "arrivals": self.arrivals, "spill_bound": self.spill_bound, "routing_source": self.routing_source,
+            "engine": self.engine.to_json(),
             "replications": self.replications,
             "confidence": CONFIDENCE,
             "ci_method": self.ci_method, "stopped_by": self.stopped_by, "precision": self.precision,
@@ -288,6 +293,12 @@ def _ratio(num: float, den: float) -> float:
     return float(num / den) if den > 0 else math.nan
 
 
+def _mean_defined(values: list[float]) -> float:
+    """Mean of the values that are not NaN (a replication with no replica up has no utilisation); NaN if none."""
+    defined = [v for v in values if not math.isnan(v)]
+    return float(np.mean(defined)) if defined else math.nan
+
+
 def _ci_ms(e: Estimate) -> tuple[float, float]:
     return (e.low * MS_PER_S, e.high * MS_PER_S)
 
@@ -358,7 +369,7 @@ def build_report(instance: Instance, analytic: FleetResult, runs: list[Replicati
         power_kw=float(np.mean([r.power_w.sum() for r in runs])) / 1000.0,
         energy_per_output_token_j=_ratio(sum(r.energy_j.sum() for r in runs),
                                          sum(r.output_tokens_done.sum() for r in runs)),
-        utilization_sim=float(np.mean([r.busy_slot_s.sum() / r.slot_s.sum() for r in runs])),
+        utilization_sim=_mean_defined([_ratio(r.busy_slot_s.sum(), r.slot_s.sum()) for r in runs]),
         pools=pools, ci_method=ci_method, warmup_s=float(np.mean([r.warmup_s for r in runs])),
         cooldown_s=float(np.mean([r.span_s - r.warmup_s - r.measured_s for r in runs])),
         littles_law_rel_error=max(r.littles_error for r in runs),
@@ -397,11 +408,18 @@ def _notes(instance: Instance, opts: dict, runs: list[Replication]) -> tuple[str
     if opts["arrivals"] == "trace":
         out.append(f"trace replay: the first {runs[0].n_requests} requests of the trace, rescaled to "
                    f"{instance.workload.arrival_rate_req_per_s:g} req/s; one deterministic run")
-    if opts["router"] == "split":
+    if opts["routing_source"] == "plan":
+        out.append("split routing from the plan: the router replays the plan's routing (req/s per length segment "
+                   "and pool, from the split MIP), drawing each request's pool with those rates as weights; the "
+                   "analytic numbers evaluate each pool at its routed mix")
+    elif opts["router"] == "split":
         out.append("split routing of a tiled plan: each segment's shares (default: all to its own pool)")
     if opts["router"] == "spillover":
         out.append(f"spillover: an arrival moves to the next pool up when more than {opts['spill_bound']} requests "
                    "wait in its own pool (one hop, only if it fits); the analytic numbers assume length routing")
+        if len(runs[0].spilled) == 1:
+            out.append("spillover with one pool: there is nowhere to spill (no pool above it), so this is length "
+                       "routing")
     if opts["mode"] == "slot":
         out.append("slot mode: one FCFS queue per pool (M/G/c), the analytic model's own view; dispatch unused")
     return tuple(out)

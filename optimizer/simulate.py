@@ -61,7 +61,11 @@ power) cover :math:`[T_w, T]`.
   preemption"). A pool whose ``max_num_seqs`` is at most ``n_slots`` of its
   window never runs out of KV blocks, so it reports 0.
 * All replicas are up: availability (``gpus[].availability``) is not
-  simulated, as the analytic evaluation of fixed counts does not derate them.
+  simulated, as the analytic evaluation of fixed counts does not derate them,
+  unless ``engine.availability="sampled"`` draws the replicas up per
+  replication (:mod:`optimizer.sim_engine`). A pool drawn with none up then
+  has no capacity in that replication: its utilisation, batch, power, energy
+  and slot-seconds count as 0 there (its requests are rejected, SLO misses).
 
 With ``precision`` the requests per replication double until the fleet P99
 interval's half-width is at most ``precision`` x P99, or ``max_requests``
@@ -76,7 +80,7 @@ from __future__ import annotations
 import math
 import re
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable
 
 import numpy as np
@@ -101,12 +105,13 @@ from .sim_report import Latency, Replication, SimPoolReport, SimReport, build_re
 from .split import SplitRouting, evaluate_routing
 
 __all__ = ["ROUTERS", "DISPATCHES", "ARRIVALS", "MODES", "COOLDOWN_SHARE", "Latency", "SimPoolReport", "SimReport",
-           "simulate_plan", "plans_from_fleet", "plans_from_spec", "parse_precision", "render_simulation",
-           "progress_bar"]
+           "simulate_plan", "planned_router", "plans_from_fleet", "plans_from_spec", "parse_precision",
+           "render_simulation", "progress_bar"]
 
 ROUTERS = ("length", "split", "random", "compress", "spillover")
 DEFAULT_SPILL_BOUND = 8
-"""``router="spillover"``: requests waiting in a pool beyond which an arrival spills to the next pool up."""
+"""``router="spillover"``: requests waiting in a pool beyond which an arrival spills to the next pool up
+(``spill_bound=None``)."""
 DISPATCHES = ("jsq", "round-robin")
 ARRIVALS = ("poisson", "trace", "mmpp", "diurnal")
 COOLDOWN_SHARE = 0.05
@@ -138,6 +143,22 @@ def plans_from_fleet(instance: Instance, fleet: FleetResult) -> list[PoolPlan]:
         out.append(PoolPlan(p.min_tokens, p.max_tokens, g.name, g.profile, p.replicas, g.availability,
                             p.compress_gamma, p.max_num_seqs))
     return out
+
+
+def planned_router(pools: list[PoolPlan], routing: SplitRouting | None = None) -> str:
+    """The router a plan was solved for: ``split`` when it has its own routing (a split plan), ``compress`` when a
+    pool has ``@gamma`` (compress-and-route), else ``length``.
+
+    Examples
+    --------
+    >>> planned_router([PoolPlan(0, 4096, "h100", None, 2), PoolPlan(4096, 65536, "h100", None, 1)])
+    'length'
+    >>> planned_router([PoolPlan(0, 4096, "h100", None, 2, compress_gamma=1.5), PoolPlan(4096, 65536, "h100", None)])
+    'compress'
+    """
+    if routing is not None:
+        return "split"
+    return "compress" if any(p.compress_gamma > 1 for p in pools) else "length"
 
 
 def parse_precision(text, field: str = "--precision") -> float | None:
@@ -184,7 +205,7 @@ def simulate_plan(instance: Instance, pools: list[PoolPlan], *, requests: int = 
                   warmup: float = 0.1, replications: int = 5, progress: Callable[[int, int], None] | None = None,
                   peak_to_mean: float = 2.0, mean_dwell_s: float = DEFAULT_MEAN_DWELL_S,
                   period_s: float | None = None, split_shares=None, routing: SplitRouting | None = None,
-                  engine: EngineOptions = EngineOptions(), spill_bound: int = DEFAULT_SPILL_BOUND) -> SimReport:
+                  engine: EngineOptions = EngineOptions(), spill_bound: int | None = None) -> SimReport:
     """Simulate a fleet plan and report simulated latencies, SLO attainment and power with 95 % intervals.
 
     Parameters
@@ -244,8 +265,9 @@ def simulate_plan(instance: Instance, pools: list[PoolPlan], *, requests: int = 
         boundaries, and the analytic numbers are the plan's own, each pool evaluated at its routed mix
         (:func:`optimizer.split.evaluate_routing`, which checks the routing) rather than a tiling's. The
         pools (e.g. :func:`plans_from_fleet` of ``plan.fleet``) need fixed replica counts and may overlap.
-    spill_bound : int
-        ``router="spillover"``: the queue bound (requests waiting in a pool, not yet admitted).
+    spill_bound : int or None
+        ``router="spillover"``: the queue bound (requests waiting in a pool, not yet admitted); None:
+        :data:`DEFAULT_SPILL_BOUND`. A bound with another router is a problem, not ignored.
     engine : EngineOptions
         KV admission (``reserve``: the analytic batch cap; ``paged``: vLLM's block-based admission with
         preemption), the per-iteration token budget and replica availability (:mod:`optimizer.sim_engine`).
@@ -265,6 +287,8 @@ def simulate_plan(instance: Instance, pools: list[PoolPlan], *, requests: int = 
         max_requests=max_requests, warmup=warmup, replications=replications, peak_to_mean=peak_to_mean,
         mean_dwell_s=mean_dwell_s, period_s=period_s, split_shares=split_shares, routing=routing, engine=engine,
         spill_bound=spill_bound))
+    if spill_bound is None:
+        spill_bound = DEFAULT_SPILL_BOUND
     R = 1 if arrivals == "trace" else int(replications)
     n_rep = int(math.ceil(requests / R))
     if arrivals == "trace":
@@ -310,7 +334,9 @@ def simulate_plan(instance: Instance, pools: list[PoolPlan], *, requests: int = 
         seed=int(seed), mode=mode, router=router, dispatch=dispatch if mode == "iteration" else "pool-fcfs",
         arrivals=arrivals, replications=R, stopped_by=stop, precision=precision,
         requests_simulated=R * n_rep, relaxation_s=relax_s, engine=engine,
-        spill_bound=spill_bound if router == "spillover" else None), time.perf_counter() - t0)
+        spill_bound=spill_bound if router == "spillover" else None,
+        routing_source=None if router != "split" else "shares" if routing is None else "plan"),
+        time.perf_counter() - t0)
 
 
 def _checked(instance: Instance, pools: list[PoolPlan], opts: dict):
@@ -347,8 +373,10 @@ def _checked(instance: Instance, pools: list[PoolPlan], opts: dict):
     if opts["period_s"] is not None and not (math.isfinite(opts["period_s"]) and opts["period_s"] > 0):
         problems.append(f"period_s: {opts['period_s']!r} must be finite and > 0, or None")
     bound = opts["spill_bound"]
-    if opts["router"] == "spillover" and (isinstance(bound, bool) or not isinstance(bound, (int, np.integer))
-                                          or bound < 0):
+    if bound is not None and opts["router"] != "spillover":
+        problems.append(f"--spill-bound: {bound!r} applies to --router spillover only; the router is "
+                        f"{opts['router']!r}")
+    elif bound is not None and (isinstance(bound, bool) or not isinstance(bound, (int, np.integer)) or bound < 0):
         problems.append(f"--spill-bound: {bound!r} must be a whole number >= 0")
     if opts["router"] in ("length", "spillover") and any(p.compress_gamma > 1 for p in pools):
         problems.append("--router: the plan has @gamma (compress-and-route) pools; simulate them with "
@@ -371,10 +399,12 @@ def _checked(instance: Instance, pools: list[PoolPlan], opts: dict):
             problems.append(f"--fleet: pool {name} has no replica (it receives no traffic); give it xN or drop it")
         elif p.max_num_seqs < 1:
             problems.append(f"--fleet: pool {name} has batch cap 0 ({p.miss_reason or 'no sequence fits'})")
+    profiles, names = [instance.gpu(p.gpu).profile for p in analytic.pools], [_pool_name(p) for p in analytic.pools]
+    if not problems:
+        problems += _budget_problems(analytic, profiles, names, engine)
     if not problems:
         try:
-            sim_pools = engine_pools(analytic, [instance.gpu(p.gpu).profile for p in analytic.pools],
-                                     [_pool_name(p) for p in analytic.pools], engine)
+            sim_pools = engine_pools(analytic, profiles, names, engine)
         except ValueError as err:
             problems.append(f"--fleet: {err}")
     if opts["routing"] is not None and (opts["router"] != "split" or opts["split_shares"] is not None):
@@ -400,14 +430,27 @@ def _checked(instance: Instance, pools: list[PoolPlan], opts: dict):
     return analytic, sim_pools, trace
 
 
+def _budget_problems(analytic: FleetResult, profiles: list, names: list[str], engine: EngineOptions) -> list[str]:
+    """``--max-batched-tokens`` below a pool's engine batch cap (vLLM refuses ``max_num_batched_tokens <
+    max_num_seqs``): one line naming the pool with the largest cap, which the budget must reach. The caps are
+    :func:`optimizer.sim_engine.engine_pools`' own (arguments as there)."""
+    if engine.max_batched_tokens is None:
+        return []
+    pools = engine_pools(analytic, profiles, names, replace(engine, max_batched_tokens=None))
+    widest = max(pools, key=lambda p: p.max_num_seqs)
+    if engine.max_batched_tokens >= widest.max_num_seqs:
+        return []
+    return [f"--max-batched-tokens: {engine.max_batched_tokens} is below pool {widest.name}'s batch cap "
+            f"{widest.max_num_seqs} (vLLM needs max_num_batched_tokens >= max_num_seqs); give at least "
+            f"{widest.max_num_seqs}"]
+
+
 def _pool_name(p: PoolResult) -> str:
     return f"{p.min_tokens}-{p.max_tokens}:{p.gpu}"
 
 
 def _unique_names(pools: list[SimPool]) -> list[SimPool]:
     """Pools sharing a name get their batch cap appended (``#SEQS``, as in a fleet spec), then a counter."""
-    from dataclasses import replace
-
     names = [p.name for p in pools]
     names = [f"{n}#{p.max_num_seqs}" if names.count(n) > 1 else n for n, p in zip(names, pools)]
     names = [f"{n}/{names[:k].count(n) + 1}" if names.count(n) > 1 else n for k, n in enumerate(names)]
@@ -480,15 +523,17 @@ def _replication(spec: _RunSpec, n: int, rng: np.random.Generator) -> Replicatio
     L, lam_w = littles_law(res)
     done = res.outcome == Outcome.COMPLETED
     in_window = done & (res.end_at_s >= warmup_s)
+    live = (up > 0).astype(float)   # sample_up keeps one idle replica in a pool drawn with none up: it is not there
     return Replication(
         pool=pool_of[keep], ttft_s=np.where(np.isnan(ttft), np.inf, ttft),
         wait_s=np.where(np.isnan(wait), np.inf, wait), tpot_s=tpot_s(res)[keep], e2e_s=e2e_s(res)[keep],
         unfinished=(res.outcome == Outcome.UNFINISHED)[keep], rejected=(res.outcome == Outcome.REJECTED)[keep],
-        utilization=res.pool_utilization, mean_batch=res.pool_mean_batch, power_w=res.pool_mean_power_w,
+        utilization=res.pool_utilization * live, mean_batch=res.pool_mean_batch * live,
+        power_w=res.pool_mean_power_w * live,
         preemptions=res.preemptions, spilled=res.spilled, replicas_up=up, batch_cap=np.array([p.max_num_seqs for p in pools]),
-        energy_j=np.bincount(res.replica_pool, res.replica_energy_j, len(spec.pools)),
+        energy_j=np.bincount(res.replica_pool, res.replica_energy_j, len(spec.pools)) * live,
         output_tokens_done=np.bincount(res.pool[in_window], res.output_tokens[in_window], len(spec.pools)),
-        busy_slot_s=res.pool_busy_slot_s, slot_s=res.pool_slots * res.window_s,
+        busy_slot_s=res.pool_busy_slot_s * live, slot_s=res.pool_slots * res.window_s * live,
         n_requests=len(req), span_s=horizon_s, warmup_s=warmup_s, warmup_cut=spec.warmup_floor_s > 0.5 * horizon_s,
         measured_s=measure_end_s - warmup_s,
         littles_error=float(np.max(np.abs(L - lam_w) / np.maximum(L, 1e-12), initial=0.0)))

@@ -6,22 +6,38 @@ needs far more replicas than vLLM's paged admission does when most requests are 
 verification loop has chosen a plan that passes, :func:`trim_plan` lowers each pool's replica count as far
 as the simulated SLO still holds:
 
-1. Pools are taken most expensive replica first (then the largest count). For pool :math:`k` with
-   :math:`n_k` replicas, a bisection on :math:`[1, n_k]` finds the smallest count whose plan (the other
-   pools at their current counts) passes the verification rule, simulated with the verification's seed.
+1. **Long enough runs.** A pool below its stability limit still looks fine in a simulation shorter than
+   the time its queue takes to build up. The trials therefore run at least :data:`RELAXATION_SPANS`
+   times the plan's start-up scale :math:`\\max_p E[S_p^2]/E[S_p]` per replication (the measurement
+   protocol of :mod:`optimizer.simulate`): the request count of the verification is raised as needed,
+   up to :data:`MAX_TRIAL_REQUESTS`.
+2. **Floors.** Pool :math:`k` never goes below the count whose engine slots carry its offered load,
+   :math:`\\lambda_k E[S_k] / (s_k \\rho)` (:math:`s_k` the simulated batch cap per replica; with
+   whole-window slots :math:`\\rho` is the instance's ``max_utilization``, the operator's cap; with paged
+   admission, whose slots are not the analytic ones, :math:`\\rho = 1`: the stability limit).
+3. **Search.** Pools are taken most expensive replica first (then the largest count). For pool
+   :math:`k` a search between its floor and its count (steps down 1, 2, 4, ... until a count fails, then
+   bisection) finds the smallest count whose plan (the other pools at their current counts) passes the
+   verification rule, simulated with the verification's seed.
    It assumes that fewer replicas never help, which holds in expectation; the common seed (the same
    requests in every trial) keeps the comparisons from flipping on sampling noise.
-2. The trimmed plan is simulated again with an independent seed (``seed + 1``), because a bisection over
-   many trials favours counts that passed by luck. If that confirmation misses, every trimmed pool gets
-   one replica back and the confirmation is repeated, up to :data:`MAX_BACKOFFS` times; after that the
-   verified plan is kept unchanged.
+4. **Confirmation.** The trimmed plan is simulated again with an independent seed (``seed + 1``),
+   because a bisection over many trials favours counts that passed by luck. If that confirmation misses,
+   every trimmed pool gets one replica back and the confirmation is repeated, up to
+   :data:`MAX_BACKOFFS` times; after that the verified plan is kept.
+5. **What the planner guarantees.** With every replica up in simulation (``availability="all-up"``) the
+   trimmed counts are replicas that must be *up*: a GPU option with availability :math:`A < 1` gets
+   :math:`\\lceil n / A \\rceil`, as the planner inflates its counts (``--sim-availability sampled``
+   simulates the failures instead, and no inflation is added). A GPU option's ``min_count`` is restored
+   by giving replicas back to its most trimmed pools. Counts never exceed the verified ones.
 
-Every count the trim reports rests on simulation alone (``source: simulated``): the analytic model may
-call the trimmed plan infeasible, and its analytic figures are printed next to it.
+Every count the trim reports rests on simulation (``source: simulated``): the analytic model may call
+the trimmed plan infeasible, and its analytic figures are printed next to it.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 from typing import Callable
 
@@ -32,6 +48,10 @@ __all__ = ["MAX_BACKOFFS", "TrimStep", "Trim", "trim_plan"]
 
 MAX_BACKOFFS = 3
 """Times the trimmed pools get one replica back when the independent confirmation misses."""
+RELAXATION_SPANS = 4.0
+"""A trial's replication lasts at least this many start-up scales :math:`\\max_p E[S_p^2]/E[S_p]`."""
+MAX_TRIAL_REQUESTS = 2_000_000
+"""Cap on the requests of one trial when raising them for the run length."""
 
 
 @dataclass(frozen=True)
@@ -53,17 +73,22 @@ class Trim:
 
     verified_counts: tuple[int, ...]
     counts: tuple[int, ...]
-    """Replicas per pool of the trimmed plan (the verified counts when nothing could be trimmed or confirmed)."""
+    """Replicas per pool to buy (``up_counts`` inflated by availability and raised to ``min_count``, module
+    docstring step 5; the verified counts when nothing could be trimmed or confirmed)."""
+    up_counts: tuple[int, ...]
+    """Replicas per pool the simulations ran (the trimmed, confirmed counts)."""
     sim: object
-    """The trimmed plan's simulation with the verification's seed (a :class:`optimizer.sim_report.SimReport`)."""
+    """The simulation of ``up_counts`` with the verification's seed (a :class:`optimizer.sim_report.SimReport`)."""
     confirmation: object
-    """Its simulation with the independent seed (the one that decides)."""
+    """Their simulation with the independent seed (the one that decides)."""
     confirmed: bool
     """The final counts pass with the independent seed (when every backoff missed, the final counts are the
     verified ones, which may then miss too: the verification's own pass was one seed's)."""
     steps: tuple[TrimStep, ...]
     cost_per_hr: float
     verified_cost_per_hr: float
+    requests_per_trial: int
+    """Requests each trial simulated (raised from the verification's for the run length, step 1)."""
 
     @property
     def savings(self) -> float:
@@ -72,17 +97,21 @@ class Trim:
 
 
 def trim_plan(instance: Instance, plan: Plan, passes: Callable[[object], bool], *, seed: int = 0,
-              simulate_options: dict | None = None, progress=None) -> Trim:
+              simulate_options: dict | None = None, progress=None,
+              relaxation_spans: float = RELAXATION_SPANS) -> Trim:
     """Lower the replica counts of a verified ``plan`` while its simulation ``passes`` (module docstring).
 
     ``passes(sim_report)`` is the verification rule; ``simulate_options`` are those of
-    :func:`optimizer.simulate.simulate_plan` (requests, engine settings, ...).
+    :func:`optimizer.simulate.simulate_plan` (requests, engine settings, ...); ``relaxation_spans`` is the
+    least run length of a trial in start-up scales (step 1; 0 keeps the verification's request count).
     """
+    from .sim_engine import EngineOptions
     from .simulate import plans_from_fleet
     from .verify import simulate_pools
 
     base = plans_from_fleet(instance, plan.fleet)
     options = dict(simulate_options or {})
+    engine = options.get("engine", EngineOptions())
     steps: list[TrimStep] = []
     cache: dict = {}
 
@@ -96,22 +125,21 @@ def trim_plan(instance: Instance, plan: Plan, passes: Callable[[object], bool], 
     def trial(k: int, counts: tuple[int, ...], run_seed: int) -> bool:
         sim = run(counts, run_seed)
         ok = bool(passes(sim))
-        steps.append(TrimStep(k, counts[k], counts, ok, sim.ttft_p99_ms, run_seed))
+        steps.append(TrimStep(k, counts[k] if k >= 0 else -1, counts, ok, sim.ttft_p99_ms, run_seed))
         return ok
 
     verified = tuple(int(p.replicas) for p in base)
+    first = run(verified, seed)
+    asked = options.get("requests", first.requests_simulated)
+    options["requests"] = _trial_requests(first, asked, relaxation_spans)
+    if options["requests"] != asked:
+        cache.clear()
+    floors = _floors(first, engine, instance.constraints.max_utilization)
     counts = list(verified)
     per_replica = [p.profile.cost_usd_per_hr for p in base]
     for k in sorted(range(len(base)), key=lambda k: (-per_replica[k], -counts[k], k)):
-        lo, hi = 1, counts[k]                       # hi passes (the verified plan, or an earlier trim)
-        while lo < hi:
-            mid = (lo + hi) // 2
-            trial_counts = tuple(counts[:k] + [mid] + counts[k + 1:])
-            if trial(k, trial_counts, seed):
-                hi = mid
-            else:
-                lo = mid + 1
-        counts[k] = hi
+        counts[k] = _least_passing(lambda n: trial(k, tuple(counts[:k] + [n] + counts[k + 1:]), seed),
+                                   counts[k], min(floors[k], counts[k]))
     confirm_seed = seed + 1
     trimmed = tuple(counts)
     for backoff in range(MAX_BACKOFFS + 1):
@@ -119,7 +147,68 @@ def trim_plan(instance: Instance, plan: Plan, passes: Callable[[object], bool], 
             break
         trimmed = verified if backoff == MAX_BACKOFFS else tuple(min(n + 1, v) for n, v in zip(trimmed, verified))
     confirmation = run(trimmed, confirm_seed)
-    cost = sum(n * c for n, c in zip(trimmed, per_replica))
+    final = _planner_counts(instance, base, trimmed, verified, engine.availability == "all-up")
+    cost = sum(n * c for n, c in zip(final, per_replica))
     verified_cost = sum(n * c for n, c in zip(verified, per_replica))
-    return Trim(verified, trimmed, run(trimmed, seed), confirmation, bool(passes(confirmation)), tuple(steps),
-                float(cost), float(verified_cost))
+    return Trim(verified, final, trimmed, run(trimmed, seed), confirmation, bool(passes(confirmation)),
+                tuple(steps), float(cost), float(verified_cost), int(options["requests"]))
+
+
+def _least_passing(passes_at: Callable[[int], bool], hi: int, floor: int) -> int:
+    """The least count in ``[floor, hi]`` that passes, ``hi`` passing (module docstring, step 3): steps down
+    1, 2, 4, ... from ``hi`` until a count fails or the floor is reached, then bisects between the last count
+    that failed and the least that passed. Stepping down first keeps the trials near the answer: a count far
+    below it overloads the pool, and such runs are the slow ones (paged admission thrashes)."""
+    failed, step = floor - 1, 1
+    while hi > floor:
+        n = max(hi - step, floor)
+        if not passes_at(n):
+            failed = n
+            break
+        hi, step = n, 2 * step
+    while hi - failed > 1:
+        mid = (failed + hi) // 2
+        if passes_at(mid):
+            hi = mid
+        else:
+            failed = mid
+    return hi
+
+
+def _trial_requests(sim, requests: int, spans: float = RELAXATION_SPANS) -> int:
+    """Requests per trial so that a replication lasts ``spans`` start-up scales (at least the verification's
+    ``requests``, at most :data:`MAX_TRIAL_REQUESTS`)."""
+    span_s = sim.simulated_seconds / max(sim.replications, 1)
+    need_s = spans * sim.relaxation_s
+    if span_s <= 0 or span_s >= need_s:
+        return int(requests)
+    return int(min(MAX_TRIAL_REQUESTS, max(requests, math.ceil(requests * need_s / span_s))))
+
+
+def _floors(sim, engine, max_utilization: float) -> list[int]:
+    """Least count per pool whose engine slots carry its offered load (module docstring, step 2)."""
+    out = []
+    for p in sim.pools:
+        a = p.analytic
+        load = a.arrival_rate * a.mean_service_s / max(p.max_num_seqs_sim, 1)   # replicas' worth of busy slots
+        if engine.kv == "paged":
+            out.append(max(1, math.floor(load) + 1))
+        else:
+            out.append(max(1, math.ceil(load / max_utilization - 1e-9)))
+    return out
+
+
+def _planner_counts(instance: Instance, base, up: tuple[int, ...], verified: tuple[int, ...], inflate: bool
+                    ) -> tuple[int, ...]:
+    """Replicas to buy for ``up`` replicas up (module docstring, step 5): inflated by availability when the
+    simulation had every replica up, raised to each GPU option's ``min_count``, never above ``verified``."""
+    counts = [min(v, math.ceil(n / p.availability - 1e-9) if inflate else n) for p, n, v in zip(base, up, verified)]
+    for g in instance.gpus:
+        if not g.min_count:
+            continue
+        mine = sorted((k for k, p in enumerate(base) if p.gpu == g.name), key=lambda k: counts[k] - verified[k])
+        for k in mine:                          # the most trimmed pool first
+            while counts[k] < verified[k] and sum(counts[j] * base[j].profile.gpus_per_replica
+                                                  for j in mine) < g.min_count:
+                counts[k] += 1
+    return tuple(counts)

@@ -18,16 +18,22 @@ Cuts
 A missing pool :math:`(b_{lo}, b_{hi}, g)` with :math:`n` replicas gets a count cut: its least replica
 count becomes :math:`n^+ = \\max(n + 1, \\lceil 1.1 n \\rceil)` (``SolveOptions.min_replicas``).
 
-With ``cuts="window"`` it also gets a window cut (:class:`optimizer.candidates.WindowCut`) with the
-derating factor :math:`f = n^+ / N^*_{(b_{lo}, b_{hi}, g)}`, :math:`N^*` the pool's analytic minimum
-count before availability inflation (``Candidates.min_replicas_analytic``; the nominal mix's count under
-split routing): every candidate pool :math:`(b', b_{hi}, g)` with :math:`b' \\le b_{lo}` needs at least
-:math:`\\lceil f N^*_{(b', b_{hi}, g)} \\rceil` replicas (the missing pool itself exactly :math:`n^+`).
-The idea: a count cut alone lets the solver dodge the raised count by moving the lower boundary down
-(:math:`(b_{lo} - \\delta, b_{hi}, g)`), which costs a round, and a pool with the same window and a
-lower start carries a superset of the missing pool's traffic. Under split routing a raised choice
-keeps its operating point (:func:`optimizer.split.restrict_split`), so the solver cannot load the
-extra replicas back up to the count's analytic capacity.
+With ``cuts="window"`` and length routing it also gets a window cut
+(:class:`optimizer.candidates.WindowCut`) with the derating factor
+:math:`f = n^+ / N^*_{(b_{lo}, b_{hi}, g)}`, :math:`N^*` the pool's analytic minimum count before
+availability inflation (``Candidates.min_replicas_analytic``): every candidate pool
+:math:`(b', b_{hi}, g)` with :math:`b' \\le b_{lo}` needs at least :math:`\\lceil f N^*_{(b', b_{hi}, g)} \\rceil`
+replicas (the missing pool itself exactly :math:`n^+`). The idea: a count cut alone lets the solver dodge
+the raised count by moving the lower boundary down (:math:`(b_{lo} - \\delta, b_{hi}, g)`), which costs a
+round, and under length routing a pool with the same window and a lower start carries a superset of the
+missing pool's traffic.
+
+Under split routing (``pools.routing: split``) only count cuts apply, whatever ``cuts`` says: the routing
+shares are free, so a pool with a lower start need not carry any of the missing pool's traffic (the
+superset argument fails), and a split plan's count can sit below :math:`N^*` of the nominal mix (its pool
+takes only part of its segments), which would give factors below 1. A raised choice keeps its operating
+point (:func:`optimizer.split.restrict_split`), so the solver cannot load the extra replicas back up to
+the count's analytic capacity.
 
 Both cuts are heuristics, not proofs: they may exclude a cheaper plan that would pass, and the loop
 ends after ``max_rounds`` without a verified plan if they do not suffice. The window cut's superset
@@ -131,7 +137,8 @@ def verify(instance: Instance, options: SolveOptions = SolveOptions(), *, top: i
            progress=None, cuts: str = "count", trim: bool = False) -> tuple[SolveReport, Verification]:
     """Solve, simulate the ``top`` plans, and cut and re-solve until one passes (see the module docstring).
 
-    ``cuts="window"`` adds a :class:`~optimizer.candidates.WindowCut` to every count cut; ``trim=True`` then
+    ``cuts="window"`` adds a :class:`~optimizer.candidates.WindowCut` to every count cut under length routing
+    (not under split routing, where only count cuts apply); ``trim=True`` then
     lowers the chosen plan's counts while its simulation still passes (:mod:`optimizer.trim`).
     Returns the last round's solve report and the verification record; the chosen plan (if any) is
     ``verification.chosen``.
@@ -140,7 +147,7 @@ def verify(instance: Instance, options: SolveOptions = SolveOptions(), *, top: i
         raise ValueError(f"rule must be one of {RULES}; got {rule!r}")
     if cuts not in CUTS:
         raise ValueError(f"cuts must be one of {CUTS}; got {cuts!r}")
-    window_cuts = cuts == "window"
+    window_cuts = cuts == "window" and instance.pools.routing == "length"  # module docstring: not under split
     sim_kwargs = dict(simulate_options or {})
     min_replicas: dict = dict(options.min_replicas)
     forbidden: set = set(options.forbidden)
@@ -182,6 +189,9 @@ def verify(instance: Instance, options: SolveOptions = SolveOptions(), *, top: i
             text = (f"round {round_}: {key[0]:,}-{key[1]:,} on {key[2]} needs at least {raised} replicas "
                     f"(simulated P99 misses with {current})")
             n_star = minima.get(_candidate_key(best.plan, k)) if window_cuts else None
+            if cuts == "window" and not window_cuts:
+                text += ("; no window cut under split routing (routing shares are free, so a lower start need not "
+                         "carry this pool's traffic)")
             if n_star:
                 factor = raised / n_star
                 factors[key] = max(factors.get(key, 0.0), factor)
@@ -201,14 +211,14 @@ def simulate_solved_plan(instance: Instance, plan: Plan, **options):
 
 
 def simulate_pools(instance: Instance, pools: list, routing=None, **options):
-    """Simulate pools (``models.fleet.PoolPlan`` with replica counts) with the router they need: ``routing``
-    (a split plan's) if given, compress-and-route when a pool has ``@gamma``, else length routing."""
-    from .simulate import simulate_plan
+    """Simulate pools (``models.fleet.PoolPlan`` with replica counts) with the router they were planned for
+    (:func:`optimizer.simulate.planned_router`): ``routing`` (a split plan's) if given, compress-and-route
+    when a pool has ``@gamma``, else length routing."""
+    from .simulate import planned_router, simulate_plan
 
     if routing is not None:
-        return simulate_plan(instance, pools, router="split", routing=routing, **options)
-    router = "compress" if any(p.compress_gamma > 1 for p in pools) else "length"
-    return simulate_plan(instance, pools, router=router, **options)
+        options["routing"] = routing
+    return simulate_plan(instance, pools, router=planned_router(pools, routing), **options)
 
 
 def analytic_minima(instance: Instance) -> dict[tuple, int]:

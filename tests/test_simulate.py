@@ -24,7 +24,7 @@ from solvers.des_routing import Requests
 
 CONTRACT = {"requests_simulated", "simulated_seconds", "wall_seconds", "ttft_p99_ms", "ttft_p99_ci_ms", "tpot_p99_ms",
             "slo_met", "slo_attainment", "power_kw", "energy_per_output_token_j", "pools", "engine", "spill_bound",
-            "latency_ms", "analytic", "notes"}
+            "routing_source", "latency_ms", "analytic", "notes"}
 POOL_CONTRACT = {"min_tokens", "max_tokens", "gpu", "replicas", "gpus", "arrival_rate", "utilization", "ttft_p99_ms",
                  "power_w", "slo_met", "ttft_p99_ms_sim", "ttft_p99_ci_ms", "tpot_p99_ms_sim", "slo_attainment",
                  "mean_batch", "preemptions", "spilled", "max_num_seqs_sim", "replicas_up_mean"}
@@ -197,7 +197,7 @@ def test_random_router_rejects_what_does_not_fit_and_split_identity_is_length(tr
     length = simulate_plan(trace_inst, plans, requests=4000, replications=2).to_json()
     split = simulate_plan(trace_inst, plans, requests=4000, replications=2, router="split").to_json()
     for d in (length, split):
-        d.pop("wall_seconds"), d.pop("router"), d.pop("notes")
+        d.pop("wall_seconds"), d.pop("router"), d.pop("routing_source"), d.pop("notes")
     assert length == split
 
 
@@ -293,3 +293,117 @@ def test_spillover_rescues_an_undersized_short_pool(quick_inst):
     assert spill.littles_law_rel_error < 1e-6
     with pytest.raises(InstanceError, match="--spill-bound"):
         simulate_plan(quick_inst, plans, requests=600, router="spillover", spill_bound=-1)
+
+
+# --- sampled availability: a pool with no replica up -------------------------------------------------------------
+
+
+def test_a_pool_with_no_replica_up_draws_no_power(repo_root):
+    """Each up replica draws between its idle and nominal power, so a pool's mean power over the replications lies
+    in [idle, nominal] x its mean count up; a pool that was down in every replication draws exactly nothing,
+    and neither its utilisation nor its batch count. (Availability 0.5: the one-replica pool is down in all
+    three replications of a seed with probability 1/8.)"""
+    from optimizer.sim_engine import EngineOptions
+
+    inst = api.load(repo_root / "instances" / "quickstart.yaml",
+                    ["gpus.a100.availability=0.5", "gpus.h100.availability=0.5"])
+    plans = plans_from_spec(inst, "0-4096:h100x6,4096-65536:a100x1")
+    curves = [inst.gpu(p.gpu).profile.power for p in plans]
+    all_down = 0
+    for seed in range(40):
+        rep = simulate_plan(inst, plans, requests=300, replications=3, seed=seed,
+                            engine=EngineOptions(availability="sampled"))
+        for p, curve in zip(rep.pools, curves):
+            up = p.replicas_up_mean
+            assert curve.idle_w * up * (1 - 1e-9) <= p.power_w_sim <= curve.nominal_w * up * (1 + 1e-9), (seed, p)
+        assert rep.power_kw * 1000 == pytest.approx(sum(p.power_w_sim for p in rep.pools), rel=1e-9)
+        long_ = rep.pools[1]
+        if long_.replicas_up_mean == 0:
+            all_down += 1
+            assert long_.power_w_sim == 0 and long_.utilization_sim == 0 and long_.mean_batch == 0
+            assert long_.rejected == long_.requests   # whatever traffic it had was lost, not served
+        if all_down >= 2:
+            break
+    assert all_down >= 2
+
+
+# --- engine settings named at the edge ----------------------------------------------------------------------------
+
+
+def test_token_budget_below_a_batch_cap_names_the_flag(repo_root, quick_inst):
+    """vLLM refuses max_num_batched_tokens < max_num_seqs; the error names --max-batched-tokens and the largest
+    cap (without a TPOT SLO the reserve view's cap is the sequences the window holds), and that cap runs."""
+    fleet = "0-4096:h100x4,4096-65536:h100x8"
+    held = max(int(quick_inst.gpu("h100").profile.n_slots(hi)) for hi in (4096, 65536))
+    r = run("simulate", repo_root / "instances" / "quickstart.yaml", "--fleet", fleet, "--max-batched-tokens", 100)
+    lines = r.output.strip().splitlines()
+    assert r.exit_code == 2 and len(lines) == 1 and "Traceback" not in r.output, r.output
+    assert lines[0].startswith("error: --max-batched-tokens: 100 is below pool ") and f"batch cap {held} " in lines[0]
+    assert f"give at least {held}" in lines[0]
+    r = run("simulate", repo_root / "instances" / "quickstart.yaml", "--fleet", fleet, "--max-batched-tokens", held,
+            "--requests", 500, "--replications", 1)
+    assert r.exit_code == 0, r.output
+
+
+# --- spillover, surfaced ------------------------------------------------------------------------------------------
+
+
+def test_spillover_text_shows_the_spilled_counts(repo_root, tmp_path):
+    out = tmp_path / "sim.json"
+    r = run("simulate", repo_root / "instances" / "quickstart.yaml", "--fleet", "0-2048:a100x1#40,2048-65536:h100x6",
+            "--router", "spillover", "--spill-bound", 4, "--requests", 2000, "--replications", 2, "--json", out)
+    assert r.exit_code == 0, r.output
+    data = json.loads(out.read_text())
+    spilled = [p["spilled"] for p in data["pools"]]
+    assert spilled[0] > 0 and spilled[-1] == 0    # the top pool has nowhere to spill
+    (line,) = [x for x in r.output.splitlines() if "spilled to the next pool up" in x]
+    assert "bound 4" in line and line.endswith(f"0-2,048: {spilled[0]:,}; 2,048-65,536: 0")
+
+
+def test_spill_bound_default_and_misuse(repo_root, quick_inst):
+    plans = plans_from_spec(quick_inst, "0-2048:a100x1#40,2048-65536:h100x6")
+    from optimizer.simulate import DEFAULT_SPILL_BOUND
+
+    assert simulate_plan(quick_inst, plans, requests=400, replications=2, router="spillover").spill_bound == \
+        DEFAULT_SPILL_BOUND
+    with pytest.raises(InstanceError, match="--spill-bound: 4 applies to --router spillover only"):
+        simulate_plan(quick_inst, plans, requests=400, replications=2, router="length", spill_bound=4)
+    r = run("simulate", repo_root / "instances" / "quickstart.yaml", "--fleet", "0-65536:h100x8", "--spill-bound", 4)
+    lines = r.output.strip().splitlines()
+    assert r.exit_code == 2 and len(lines) == 1 and "Traceback" not in r.output, r.output
+    assert lines[0] == "error: --spill-bound: 4 applies to --router spillover only; the router is 'length'"
+
+
+def test_one_pool_spillover_says_there_is_nowhere_to_spill(quick_inst):
+    rep = simulate_plan(quick_inst, plans_from_spec(quick_inst, "0-65536:h100x8"), requests=400, replications=2,
+                        router="spillover", spill_bound=0)
+    assert rep.pools[0].spilled == 0
+    assert any("nowhere to spill" in n for n in rep.notes)
+    two = simulate_plan(quick_inst, plans_from_spec(quick_inst, "0-4096:h100x4,4096-65536:h100x8"), requests=400,
+                        replications=2, router="spillover")
+    assert not any("nowhere to spill" in n for n in two.notes)
+
+
+# --- records ------------------------------------------------------------------------------------------------------
+
+
+def test_every_field_docstring_sits_under_its_field():
+    """In the report records, a string right after a field documents that field: no two strings in a row (one
+    would belong to no field), and the ones of SimPoolReport name what their field holds."""
+    import ast
+    import inspect
+
+    from optimizer import sim_report
+
+    tree = ast.parse(inspect.getsource(sim_report))
+    docs = {}
+    for cls in [n for n in tree.body if isinstance(n, ast.ClassDef)]:
+        body = cls.body[1:] if ast.get_docstring(cls) else cls.body
+        for before, node in zip(body, body[1:]):
+            text = node.value.value if isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant) else None
+            if isinstance(text, str):
+                assert isinstance(before, ast.AnnAssign), (cls.name, text)
+                docs[(cls.name, before.target.id)] = text
+    assert docs[("SimPoolReport", "spilled")].startswith("Requests the spillover router moved")
+    assert docs[("SimPoolReport", "replicas_up_mean")].startswith("Replicas simulated")
+    assert docs[("SimPoolReport", "max_num_seqs_sim")].startswith("Batch cap per replica")

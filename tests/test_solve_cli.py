@@ -10,7 +10,7 @@ from click.testing import CliRunner
 from optimizer.cli import main
 
 CONTRACT = ("status", "objective", "cost_per_hr", "cost_per_year", "total_replicas", "total_gpus", "power_kw",
-            "tok_per_watt", "pools", "baseline", "solve_seconds", "mip_gap", "solutions")
+            "tok_per_watt", "pools", "baseline", "solve_seconds", "mip_gap", "solutions", "overrides")
 POOL_KEYS = ("min_tokens", "max_tokens", "gpu", "replicas", "gpus", "arrival_rate", "utilization", "ttft_p99_ms",
              "power_w", "routing_share")
 

@@ -156,13 +156,65 @@ def test_split_cuts_raise_or_forbid_choices(solved):
 
 
 def test_verify_accepts_split_instances(solved):
+    """Verification runs every plan of every round through the split router with the plan's own routing: its
+    own analytic numbers, and each pool's measured requests within Z binomial standard deviations of its
+    routed share of the traffic (see test_split_plan_simulates_with_its_own_analytic_numbers_and_link_rates)."""
     inst, _ = solved
     rep, v = verify(inst, top=2, seed=0, simulate_options={"requests": 10_000})
     assert v.plans and all(vp.plan.routing is not None for vp in v.plans)
-    for vp in v.plans:  # each plan was simulated with its own analytic numbers
+    lam = inst.workload.arrival_rate_req_per_s
+    slo_ms = inst.slo.ttft_p99_s * 1000.0
+    for vp in v.plans:
+        assert vp.sim.router == "split" and vp.sim.routing_source == "plan"
         assert vp.sim.analytic == vp.plan.fleet
-    if v.verified:
-        assert v.chosen.passed
+        counts = np.array([s.requests for s in vp.sim.pools])
+        n = counts.sum()
+        pi = vp.plan.routing.as_array().sum(axis=0) / lam
+        assert n > 0 and np.all(np.abs(counts - n * pi) <= Z * np.sqrt(n * pi * (1 - pi))), (counts, n * pi)
+        if vp.passed:  # rule ci-upper, pool scope: no finite upper bound above the SLO
+            assert all(s.ttft_p99_ci_ms[1] <= slo_ms for s in vp.sim.pools if math.isfinite(s.ttft_p99_ci_ms[1]))
+    if v.chosen is not None:  # the cheapest plan that passed in its round
+        mates = [vp for vp in v.plans if vp.round == v.chosen.round and vp.passed]
+        assert v.chosen.plan.fleet.cost_per_hr == min(vp.plan.fleet.cost_per_hr for vp in mates)
+
+
+def test_split_plan_report_says_it_replays_the_plans_routing(repo_root, solved):
+    inst, rep = solved
+    plan = rep.plans[1]
+    sim = simulate_plan(inst, plans_from_fleet(inst, plan.fleet), router="split", routing=plan.routing,
+                        requests=1_000, replications=2)
+    assert sim.routing_source == "plan" and sim.to_json()["routing_source"] == "plan"
+    notes = " ".join(sim.notes)
+    assert "replays the plan's routing (req/s per length segment and pool" in notes and "tiled plan" not in notes
+    data = split_data(repo_root)
+    data["pools"] = dict(data["pools"], routing="length")
+    tiled = instance_from_dict(data)
+    shares = simulate_plan(tiled, plans_from_fleet(tiled, solve_instance(tiled).best.fleet), router="split",
+                           requests=1_000, replications=2)
+    assert shares.routing_source == "shares" and "tiled plan" in " ".join(shares.notes)
+    length = simulate_plan(tiled, plans_from_fleet(tiled, solve_instance(tiled).best.fleet), requests=1_000,
+                           replications=2)
+    assert length.routing_source is None and length.to_json()["routing_source"] is None
+
+
+def test_simulate_pools_runs_each_plan_with_the_router_it_was_planned_for(solved):
+    """verify's simulate_pools and a plan file's SolvedPlan.router pick the same router: split for a routing,
+    compress for @gamma pools, else length."""
+    from optimizer.plan_files import SolvedPlan
+    from optimizer.simulate import planned_router
+    from optimizer.verify import simulate_pools
+
+    inst, rep = solved
+    plan = rep.plans[1]
+    split_pools = plans_from_fleet(inst, plan.fleet)
+    h100 = inst.gpu("h100").profile
+    whole = [PoolPlan(0, 65536, "h100", h100, 12)]
+    compress = [PoolPlan(0, 2048, "h100", h100, 4, compress_gamma=2.0), PoolPlan(2048, 65536, "h100", h100, 12)]
+    for pools, routing, expected in ((split_pools, plan.routing, "split"), (compress, None, "compress"),
+                                     (whole, None, "length")):
+        assert planned_router(pools, routing) == SolvedPlan(pools, routing, None).router == expected
+    for pools, routing, expected in ((split_pools, plan.routing, "split"), (whole, None, "length")):
+        assert simulate_pools(inst, pools, routing, requests=400, replications=2).router == expected
 
 
 def test_solve_verify_top_on_a_split_instance(repo_root, tmp_path):
@@ -185,15 +237,38 @@ def test_solve_verify_top_on_a_split_instance(repo_root, tmp_path):
         assert rates.sum(axis=0) == pytest.approx([q["arrival_rate"] for q in sol["pools"]], rel=1e-6, abs=1e-9)
 
 
-def test_split_verification_cuts_and_resolves():
+def a10g_data() -> dict:
     """One range, three GPU types at 20 req/s: the cheapest split plan fills an A10G exactly to the SLO, which
-    misses in simulation; the cut pools come back with at least their raised counts (or not at all)."""
-    data = {"workload": {"cdf": "builtin:azure", "arrival_rate": 20},
+    misses in simulation."""
+    return {"workload": {"cdf": "builtin:azure", "arrival_rate": 20},
             "slo": {"ttft_p99_ms": 500, "ttft_model": "mean-prefill"},
             "gpus": [{"name": "a10g", "profile": "A10G"}, {"name": "a100", "profile": "A100-80GB"},
                      {"name": "h100", "profile": "H100-80GB"}],
             "pools": {"max_pools": 2, "max_context": 8192, "boundaries": [], "routing": "split"}}
-    inst = instance_from_dict(data)
+
+
+def test_window_cuts_do_not_apply_under_split_routing():
+    """Split routing leaves the routing shares free, so a window cut's superset argument does not hold: with
+    cuts="window" the verification makes exactly the count cuts (same rounds, same plans) and says so."""
+    inst = instance_from_dict(a10g_data())
+    runs = {cuts: verify(inst, top=1, seed=0, max_rounds=3, cuts=cuts, simulate_options={"requests": 10_000})[1]
+            for cuts in ("count", "window")}
+    window, count = runs["window"], runs["count"]
+    assert window.cuts and len(window.cuts) == len(count.cuts)
+    for w, c in zip(window.cuts, count.cuts):
+        assert w.startswith(c) and "no window cut under split routing" in w and "analytic minimum" not in w
+
+    def plans(v):
+        return [(vp.round, [(p.min_tokens, p.max_tokens, p.gpu, p.replicas) for p in vp.plan.fleet.pools])
+                for vp in v.plans]
+
+    assert plans(window) == plans(count)
+
+
+def test_split_verification_cuts_and_resolves():
+    """The A10G instance (:func:`a10g_data`): the cut pools come back with at least their raised counts (or not
+    at all)."""
+    inst = instance_from_dict(a10g_data())
     _, v = verify(inst, top=1, seed=0, max_rounds=5, simulate_options={"requests": 10_000})
     assert v.rounds >= 2 and v.cuts
     least = {}
