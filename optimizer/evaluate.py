@@ -17,6 +17,10 @@ _POOL_RE = re.compile(r"^\s*(?P<lo>\d+[kK]?)\s*-\s*(?P<hi>\d+[kK]?)\s*:\s*(?P<gp
                       r"(?:\s*[xX]\s*(?P<n>\d+))?(?:\s*@\s*(?P<gamma>\d+(?:\.\d+)?))?(?:\s*#\s*(?P<seqs>\d+))?\s*$")
 
 
+MAX_FLEET_REPLICAS = 100_000
+"""Largest replica count a ``--fleet`` pool may ask for (far beyond any fleet; keeps typos out of the simulator)."""
+
+
 @dataclass(frozen=True)
 class FleetSpec:
     """A fleet as the user wrote it: ``(lo, hi, gpu name, replicas or None, compression factor, batch cap or None)``
@@ -62,8 +66,8 @@ def parse_fleet(text: str, instance: Instance, field: str = "--fleet") -> FleetS
             problems.append(f"pool {lo}-{hi} should start at {expected} (pools tile 0..max_context in order)")
         if hi <= lo:
             problems.append(f"pool {lo}-{hi} is empty")
-        if n is not None and n < 1:
-            problems.append(f"pool {lo}-{hi} needs at least one replica")
+        if n is not None and not 1 <= n <= MAX_FLEET_REPLICAS:
+            problems.append(f"pool {lo}-{hi}: replicas must lie in [1, {MAX_FLEET_REPLICAS:,}]; got {n}")
         if gamma < 1:
             problems.append(f"pool {lo}-{hi}: compression factor {gamma:g} must be >= 1")
         elif gamma > 1 and (k == len(pools) - 1 or gamma * hi > pools[k + 1][1]):

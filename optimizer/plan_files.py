@@ -24,7 +24,7 @@ from pathlib import Path
 from models.fleet import PoolPlan
 
 from .errors import InstanceError, format_problem
-from .evaluate import evaluate_plans
+from .evaluate import MAX_FLEET_REPLICAS, evaluate_plans
 from .instance import Instance
 from .overrides import override_settings, set_flags
 from .schema import MAX_CONTEXT_LIMIT_TOKENS
@@ -33,8 +33,8 @@ from .split import SplitRouting, evaluate_routing
 
 __all__ = ["SolvedPlan", "load_solved_plan", "MAX_REPLICAS"]
 
-MAX_REPLICAS = 2**31 - 1
-"""Largest replica count a plan file may give a pool (the simulator counts replicas in C integers)."""
+MAX_REPLICAS = MAX_FLEET_REPLICAS
+"""Largest replica count a plan file may give a pool (the bound of a `--fleet` spec)."""
 
 
 class SolvedPlan:
