@@ -66,7 +66,9 @@ def parse_fleet(text: str, instance: Instance, field: str = "--fleet") -> FleetS
             problems.append(f"pool {lo}-{hi} should start at {expected} (pools tile 0..max_context in order)")
         if hi <= lo:
             problems.append(f"pool {lo}-{hi} is empty")
-        if n is not None and not 1 <= n <= MAX_FLEET_REPLICAS:
+        if n is not None and n < 1:
+            problems.append(f"pool {lo}-{hi} needs at least one replica")
+        elif n is not None and n > MAX_FLEET_REPLICAS:
             problems.append(f"pool {lo}-{hi}: replicas must lie in [1, {MAX_FLEET_REPLICAS:,}]; got {n}")
         if gamma < 1:
             problems.append(f"pool {lo}-{hi}: compression factor {gamma:g} must be >= 1")
