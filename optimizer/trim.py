@@ -11,10 +11,22 @@ as the simulated SLO still holds:
    times the plan's start-up scale :math:`\\max_p E[S_p^2]/E[S_p]` per replication (the measurement
    protocol of :mod:`optimizer.simulate`): the request count of the verification is raised as needed,
    up to :data:`MAX_TRIAL_REQUESTS`.
-2. **Floors.** Pool :math:`k` never goes below the count whose engine slots carry its offered load,
-   :math:`\\lambda_k E[S_k] / (s_k \\rho)` (:math:`s_k` the simulated batch cap per replica; with
-   whole-window slots :math:`\\rho` is the instance's ``max_utilization``, the operator's cap; with paged
-   admission, whose slots are not the analytic ones, :math:`\\rho = 1`: the stability limit).
+2. **Floors.** Pool :math:`k` never goes below two counts:
+
+   * the count whose engine slots carry its offered load, :math:`\\lambda_k E[S_k] / (s_k \\rho)`
+     (:math:`s_k` the simulated batch cap per replica; with whole-window slots :math:`\\rho` is the
+     instance's ``max_utilization``, the operator's cap; with paged admission, whose slots are not the
+     analytic ones, :math:`\\rho = 1`: the stability limit);
+   * the count that can keep up with its context work. An iteration over contexts :math:`x_s` takes
+     :math:`W + h \\sum_s x_s` (:mod:`solvers.des`), so a replica busy all the time spends at least
+     :math:`h \\sum x_s` per iteration on context, and over a long run :math:`N` replicas must absorb
+     :math:`\\lambda_k\\, h\\, E[X]` seconds of it per second, where a request's
+     :math:`X = c\\, m(m-1)/2 + l_{out} l_{in} + l_{out}(l_{out}-1)/2` (:math:`m = \\lceil l_{in}/c \\rceil`)
+     sums the contexts its prefill chunks and decode steps start from. Hence
+     :math:`N_k > \\lambda_k h E[X]`, whatever the admission: a budget or a preemption only adds
+     steps. :math:`E[X]` is estimated from :data:`WORK_SAMPLES` requests of the workload (a fixed seed),
+     and the bound is shaded by :data:`WORK_MARGIN` for the sampling error; compress-and-route pools
+     get none (their band requests would have to be moved between pools).
 3. **Search.** Pools are taken most expensive replica first (then the largest count). For pool
    :math:`k` a search between its floor and its count (steps down 1, 2, 4, ... until a count fails, then
    bisection) finds the smallest count whose plan (the other pools at their current counts) passes the
@@ -41,6 +53,8 @@ import math
 from dataclasses import dataclass, replace
 from typing import Callable
 
+import numpy as np
+
 from .instance import Instance
 from .solve import Plan
 
@@ -52,6 +66,10 @@ RELAXATION_SPANS = 4.0
 """A trial's replication lasts at least this many start-up scales :math:`\\max_p E[S_p^2]/E[S_p]`."""
 MAX_TRIAL_REQUESTS = 2_000_000
 """Cap on the requests of one trial when raising them for the run length."""
+WORK_SAMPLES = 200_000
+"""Requests drawn to estimate a pool's context work :math:`E[X]` (module docstring, step 2)."""
+WORK_MARGIN = 0.95
+"""The context-work floor uses this share of the estimated work, for the sampling error."""
 
 
 @dataclass(frozen=True)
@@ -134,7 +152,8 @@ def trim_plan(instance: Instance, plan: Plan, passes: Callable[[object], bool], 
     options["requests"] = _trial_requests(first, asked, relaxation_spans)
     if options["requests"] != asked:
         cache.clear()
-    floors = _floors(first, engine, instance.constraints.max_utilization)
+    floors = [max(a, b) for a, b in zip(_floors(first, engine, instance.constraints.max_utilization),
+                                        work_floors(instance, base, plan.routing))]
     counts = list(verified)
     per_replica = [p.profile.cost_usd_per_hr for p in base]
     for k in sorted(range(len(base)), key=lambda k: (-per_replica[k], -counts[k], k)):
@@ -195,6 +214,34 @@ def _floors(sim, engine, max_utilization: float) -> list[int]:
             out.append(max(1, math.floor(load) + 1))
         else:
             out.append(max(1, math.ceil(load / max_utilization - 1e-9)))
+    return out
+
+
+def work_floors(instance: Instance, pools, routing=None) -> list[int]:
+    """Least replicas of each pool that can keep up with its context work, :math:`\\lfloor 0.95\\, \\lambda h
+    E[X] \\rfloor + 1` (module docstring, step 2); 1 for pools of a compress-and-route plan."""
+    from solvers.des_routing import sample_lengths
+
+    if any(p.compress_gamma > 1 for p in pools):
+        return [1] * len(pools)
+    w = instance.workload
+    lin, lout = sample_lengths(w.lengths, WORK_SAMPLES, np.random.default_rng(0), w.input_fraction)
+    lin, lout = lin.astype(float), lout.astype(float)
+    total = lin + lout
+    if routing is not None:                  # each request's share of pool q: its segment's routed share
+        b = np.asarray(routing.boundaries_tokens, dtype=float)
+        rates = routing.as_array()
+        share = rates / np.maximum(rates.sum(axis=1, keepdims=True), 1e-300)
+        seg = np.clip(np.searchsorted(b, total, side="left") - 1, 0, len(b) - 2)
+    out = []
+    for q, p in enumerate(pools):
+        c = float(p.profile.chunk_tokens)
+        m = np.ceil(lin / c)
+        work = c * m * (m - 1) / 2 + lout * lin + lout * (lout - 1) / 2
+        mine = share[seg, q] if routing is not None else ((total > p.lo_tokens) & (total <= p.hi_tokens))
+        h = float(p.profile.H_s) / float(p.profile.calibration_ctx_tokens)
+        load = w.arrival_rate_req_per_s * float(np.mean(mine * work)) * h
+        out.append(int(math.floor(WORK_MARGIN * load)) + 1)
     return out
 
 

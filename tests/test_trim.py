@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import math
 
+import numpy as np
 import pytest
 from click.testing import CliRunner
 
@@ -17,7 +18,7 @@ from optimizer import api
 from optimizer.cli import main
 from optimizer.evaluate import evaluate, parse_fleet
 from optimizer.solve import Plan, SolveOptions, solve_instance
-from optimizer.trim import MAX_BACKOFFS, _least_passing, trim_plan
+from optimizer.trim import MAX_BACKOFFS, _least_passing, trim_plan, work_floors
 
 
 @pytest.fixture(scope="module")
@@ -135,3 +136,41 @@ def test_cli_trim(repo_root, tmp_path):
     (check,) = [x for x in r.output.splitlines() if x.startswith("check the trimmed plan")]
     assert "--set 'slo.ttft_p99_ms=1100'" in check and "--kv paged" in check
     assert f"--fleet '{d['fleet_simulated']}'" in check
+
+
+def test_context_work_is_what_the_engine_charges(repo_root):
+    """The work floor's X is exactly the context the engine bills: a request alone on a replica takes
+    S = (m + l_out) W + h X (solvers.des), so X from the simulated service times equals the formula, and the
+    floor is floor(0.95 lambda h E[X]) + 1 with E[X] over the pool's requests."""
+    from models.fleet import PoolPlan
+    from solvers.des import SimPool, simulate
+    from solvers.des_routing import LengthRouter, Requests, sample_lengths
+
+    inst = api.load(repo_root / "instances" / "agent_h100.yaml")
+    prof = inst.gpu("h100").profile
+    lin, lout = sample_lengths(inst.workload.lengths, 300, np.random.default_rng(7), inst.workload.input_fraction)
+    keep = lin + lout <= 65536
+    lin, lout = lin[keep], lout[keep]
+    arrivals = np.arange(len(lin)) * 1e4                       # far apart: every request runs alone
+    res = simulate([SimPool("p", prof, 1, None, 65536)], Requests(arrivals, lin, lout),
+                   LengthRouter([0, 65536], ["p"]))
+    c, W, h = prof.chunk_tokens, prof.W_s, prof.H_s / prof.calibration_ctx_tokens
+    m = -(-lin // c)
+    x_engine = ((res.end_at_s - res.start_at_s) - (m + lout) * W) / h
+    x_formula = c * m * (m - 1) / 2 + lout * lin + lout * (lout - 1) / 2
+    assert np.allclose(x_engine, x_formula, rtol=1e-7, atol=1.0)        # float round-off of times at 1e6 s
+
+    pool = PoolPlan(0, 65536, "h100", prof, 24)
+    lam_h_ex = inst.workload.arrival_rate_req_per_s * h * _work_mean(inst, c)
+    assert work_floors(inst, [pool]) == [int(0.95 * lam_h_ex) + 1]
+
+
+def _work_mean(inst, c: int) -> float:
+    """E[X] over the whole workload, from an independent sample (another seed, more requests)."""
+    from solvers.des_routing import sample_lengths
+
+    lin, lout = sample_lengths(inst.workload.lengths, 1_000_000, np.random.default_rng(99), inst.workload.input_fraction)
+    lin, lout = lin.astype(float), lout.astype(float)
+    m = np.ceil(lin / c)
+    x = c * m * (m - 1) / 2 + lout * lin + lout * (lout - 1) / 2
+    return float(np.mean(np.where(lin + lout <= 65536, x, 0.0)))
