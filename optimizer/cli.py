@@ -16,7 +16,7 @@ from . import api, report
 from .errors import FleetoptError, InstanceError
 from .output import write_json
 from .report import console
-from .simulate import DEFAULT_SPILL_BOUND
+from .sim_engine import DEFAULT_SPILL_BOUND, EngineOptions
 
 CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"]}
 _json_opt = click.option("--json", "json_out", metavar="FILE", help="Also write the result as JSON ('-' = stdout).")
@@ -131,10 +131,9 @@ def solve(instance, top, max_pools, objective, time_limit, mip_gap, threads, met
     tee = [sys.stderr] if (verbose and json_out == "-") else verbose
     kwargs = dict(time_limit_s=time_limit, mip_gap=mip_gap, threads=threads, method=method, verbose=tee)
     if verify_top:
-        from .sim_engine import EngineOptions
-
+        engine = EngineOptions(kv=sim_kv, availability=sim_availability)
         rep, ver = api.verify(inst, verify_top=verify_top, rule=verify_rule, max_rounds=max_rounds, seed=seed,
-                              requests=sim_requests, replications=sim_replications, engine=EngineOptions(kv=sim_kv, availability=sim_availability),
+                              requests=sim_requests, replications=sim_replications, engine=engine,
                               cuts=verify_cuts, trim=trim, **kwargs)
     else:
         if trim:
@@ -210,7 +209,6 @@ def simulate(instance, fleet, plan_file, rank, n_requests, seed, router, spill_b
              peak_to_mean, mode, precision, max_requests, replications, kv, max_num_seqs, max_batched_tokens,
              availability, overrides, json_out):
     """Simulate a fleet (--fleet SPEC, or --plan of a solve's JSON) next to its analytic numbers."""
-    from .sim_engine import EngineOptions
     from .simulate import progress_bar, render_simulation
 
     inst = api.load(instance, overrides)

@@ -86,18 +86,19 @@ def parse_fleet(text: str, instance: Instance, field: str = "--fleet") -> FleetS
     return FleetSpec(text, tuple((lo, hi, known[g.lower()], n, gm, sq) for lo, hi, g, n, gm, sq in pools))
 
 
-def fleet_spec(instance: Instance, fleet: FleetResult) -> str | None:
+def fleet_spec(instance: Instance, fleet: FleetResult, replicas=None) -> str | None:
     """The ``--fleet`` spec of an evaluated fleet (the inverse of :func:`parse_fleet`): every pool with its
-    replicas, its compression factor if any and its batch cap when below the sequences its window holds.
-    None when the pools do not tile ``(0, max_context]`` (a split-routing plan)."""
+    replicas (or ``replicas[k]`` when given), its compression factor if any and its batch cap when below the
+    sequences its window holds. None when the pools do not tile ``(0, max_context]`` (a split-routing plan)."""
     parts, expected = [], 0
-    for p in fleet.pools:
+    counts = [p.replicas for p in fleet.pools] if replicas is None else list(replicas)
+    for p, n in zip(fleet.pools, counts):
         if p.min_tokens != expected:
             return None
         expected = p.max_tokens
         cap = "" if p.max_num_seqs >= int(instance.gpu(p.gpu).profile.n_slots(p.max_tokens)) else f"#{p.max_num_seqs}"
         gamma = f"@{p.compress_gamma:g}" if p.compress_gamma > 1 else ""
-        parts.append(f"{p.min_tokens}-{p.max_tokens}:{p.gpu}x{p.replicas}{gamma}{cap}")
+        parts.append(f"{p.min_tokens}-{p.max_tokens}:{p.gpu}x{n}{gamma}{cap}")
     return ",".join(parts) if parts and expected == instance.pools.max_context_tokens else None
 
 

@@ -7,7 +7,6 @@ simulated and ``quality`` the profile quality its inputs rest on.
 from __future__ import annotations
 
 import math
-import re
 import shlex
 from contextlib import contextmanager, nullcontext
 from dataclasses import asdict
@@ -219,16 +218,9 @@ def trim_json(trim, plan, instance) -> dict | None:
     return {"source": "simulated", "confirmed": trim.confirmed, "cost_per_hr": trim.cost_per_hr,
             "verified_cost_per_hr": trim.verified_cost_per_hr, "savings": trim.savings,
             "ttft_p99_ms_sim": trim.sim.ttft_p99_ms, "ttft_p99_ms_confirmation": trim.confirmation.ttft_p99_ms,
-            "fleet": _with_counts(fleet_spec(instance, trim.sim.analytic), trim.counts),
+            "fleet": fleet_spec(instance, trim.sim.analytic, trim.counts),
             "fleet_simulated": fleet_spec(instance, trim.sim.analytic), "trials": len(trim.steps),
             "requests_per_trial": trim.requests_per_trial, "pools": pools}
-
-
-def _with_counts(spec: str | None, counts) -> str | None:
-    """A ``--fleet`` spec with each pool's ``xN`` replaced by ``counts`` (in pool order)."""
-    if spec is None:
-        return None
-    return ",".join(re.sub(r"x\d+", f"x{n}", part, count=1) for part, n in zip(spec.split(","), counts))
 
 
 def verification_json(v, instance) -> dict:
@@ -470,7 +462,7 @@ def render_simulation(c: Console, rep) -> None:
         c.print(f"  engine: kv {eng.kv}{budget}, availability {eng.availability} (simulated) - {per_pool}")
     if rep.router == "spillover":
         spilled = "; ".join(f"{p.min_tokens:,}-{p.max_tokens:,}: {p.spilled:,}" for p in rep.pools)
-        c.print(f"  spilled to the next pool up (bound {rep.spill_bound}, all replications) - {spilled}")
+        c.print(f"  simulated spills to the next pool up (bound {rep.spill_bound}, all replications) - {spilled}")
     for line in rep.notes:
         c.print(f"  note: {line}")
 

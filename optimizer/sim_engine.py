@@ -51,6 +51,9 @@ KV_MODES = ("reserve", "paged")
 AVAILABILITY_MODES = ("all-up", "sampled")
 VLLM_DEFAULT_MAX_NUM_SEQS = 256
 """vLLM's default ``max_num_seqs``, the per-replica batch cap of ``kv="paged"`` unless given."""
+DEFAULT_SPILL_BOUND = 8
+"""``router="spillover"``: requests waiting in a pool beyond which an arrival spills to the next pool up
+(``spill_bound=None`` in :func:`optimizer.simulate.simulate_plan`)."""
 
 
 @dataclass(frozen=True)

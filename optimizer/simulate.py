@@ -100,7 +100,7 @@ from .errors import InstanceError
 from .evaluate import evaluate_plans, parse_fleet
 from .instance import Instance
 from .report import progress_bar, render_simulation
-from .sim_engine import DownPoolsRouter, EngineOptions, engine_pools, sample_up
+from .sim_engine import DEFAULT_SPILL_BOUND, DownPoolsRouter, EngineOptions, engine_pools, sample_up
 from .sim_report import Latency, Replication, SimPoolReport, SimReport, build_report, p99_estimate
 from .split import SplitRouting, evaluate_routing
 
@@ -109,9 +109,6 @@ __all__ = ["ROUTERS", "DISPATCHES", "ARRIVALS", "MODES", "COOLDOWN_SHARE", "Late
            "render_simulation", "progress_bar"]
 
 ROUTERS = ("length", "split", "random", "compress", "spillover")
-DEFAULT_SPILL_BOUND = 8
-"""``router="spillover"``: requests waiting in a pool beyond which an arrival spills to the next pool up
-(``spill_bound=None``)."""
 DISPATCHES = ("jsq", "round-robin")
 ARRIVALS = ("poisson", "trace", "mmpp", "diurnal")
 COOLDOWN_SHARE = 0.05

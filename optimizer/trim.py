@@ -49,6 +49,7 @@ the trimmed plan infeasible, and its analytic figures are printed next to it.
 
 from __future__ import annotations
 
+import inspect
 import math
 from dataclasses import dataclass, replace
 from typing import Callable
@@ -123,8 +124,8 @@ def trim_plan(instance: Instance, plan: Plan, passes: Callable[[object], bool], 
     :func:`optimizer.simulate.simulate_plan` (requests, engine settings, ...); ``relaxation_spans`` is the
     least run length of a trial in start-up scales (step 1; 0 keeps the verification's request count).
     """
-    from .sim_engine import EngineOptions
-    from .simulate import plans_from_fleet
+    from .sim_engine import EngineOptions, engine_pools
+    from .simulate import plans_from_fleet, simulate_plan
     from .verify import simulate_pools
 
     base = plans_from_fleet(instance, plan.fleet)
@@ -147,12 +148,12 @@ def trim_plan(instance: Instance, plan: Plan, passes: Callable[[object], bool], 
         return ok
 
     verified = tuple(int(p.replicas) for p in base)
-    first = run(verified, seed)
-    asked = options.get("requests", first.requests_simulated)
-    options["requests"] = _trial_requests(first, asked, relaxation_spans)
-    if options["requests"] != asked:
-        cache.clear()
-    floors = [max(a, b) for a, b in zip(_floors(first, engine, instance.constraints.max_utilization),
+    default = {k: v.default for k, v in inspect.signature(simulate_plan).parameters.items()}
+    options["requests"] = _trial_requests(instance, plan.fleet, options.get("requests", default["requests"]),
+                                          options.get("replications", default["replications"]), relaxation_spans)
+    caps = [p.max_num_seqs for p in engine_pools(plan.fleet, [p.profile for p in base],
+                                                 [str(k) for k in range(len(base))], engine)]
+    floors = [max(a, b) for a, b in zip(_floors(plan.fleet, caps, engine, instance.constraints.max_utilization),
                                         work_floors(instance, base, plan.routing))]
     counts = list(verified)
     per_replica = [p.profile.cost_usd_per_hr for p in base]
@@ -194,22 +195,23 @@ def _least_passing(passes_at: Callable[[int], bool], hi: int, floor: int) -> int
     return hi
 
 
-def _trial_requests(sim, requests: int, spans: float = RELAXATION_SPANS) -> int:
-    """Requests per trial so that a replication lasts ``spans`` start-up scales (at least the verification's
-    ``requests``, at most :data:`MAX_TRIAL_REQUESTS`)."""
-    span_s = sim.simulated_seconds / max(sim.replications, 1)
-    need_s = spans * sim.relaxation_s
-    if span_s <= 0 or span_s >= need_s:
-        return int(requests)
-    return int(min(MAX_TRIAL_REQUESTS, max(requests, math.ceil(requests * need_s / span_s))))
+def _trial_requests(instance: Instance, fleet, requests: int, replications: int,
+                    spans: float = RELAXATION_SPANS) -> int:
+    """Requests per trial so that a replication lasts ``spans`` start-up scales :math:`\\max_p E[S_p^2]/E[S_p]`
+    (the scale of :mod:`optimizer.simulate`, from the analytic pools; a replication of :math:`n` requests
+    spans about :math:`n / \\lambda`): at least ``requests``, at most :data:`MAX_TRIAL_REQUESTS`."""
+    relax_s = max((p.mean_service_s * (1.0 + p.cv2_service) for p in fleet.pools if p.arrival_rate > 0),
+                  default=0.0)
+    need = spans * relax_s * instance.workload.arrival_rate_req_per_s * replications
+    return int(min(MAX_TRIAL_REQUESTS, max(requests, math.ceil(need))))
 
 
-def _floors(sim, engine, max_utilization: float) -> list[int]:
-    """Least count per pool whose engine slots carry its offered load (module docstring, step 2)."""
+def _floors(fleet, caps: list[int], engine, max_utilization: float) -> list[int]:
+    """Least count per pool whose engine slots (``caps`` per replica) carry its offered load (module
+    docstring, step 2)."""
     out = []
-    for p in sim.pools:
-        a = p.analytic
-        load = a.arrival_rate * a.mean_service_s / max(p.max_num_seqs_sim, 1)   # replicas' worth of busy slots
+    for a, cap in zip(fleet.pools, caps):
+        load = a.arrival_rate * a.mean_service_s / max(cap, 1)   # replicas' worth of busy slots
         if engine.kv == "paged":
             out.append(max(1, math.floor(load) + 1))
         else:

@@ -50,3 +50,16 @@ def test_sources_compile_without_warnings(package):
         with warnings.catch_warnings():
             warnings.simplefilter("error")
             compile(f.read_text(), str(f), "exec")
+
+
+def test_cli_start_up_leaves_the_solver_and_simulator_pipeline_unloaded():
+    """Every command pays for what ``optimizer.cli`` imports at start-up: the MIP (Pyomo) and the simulation
+    pipeline (scipy.stats via its metrics) load only in the commands that use them."""
+    import subprocess
+
+    code = ("import sys, optimizer.cli; "
+            "print(sorted(m for m in ('pyomo', 'optimizer.simulate', 'solvers.des_metrics', 'scipy.stats') "
+            "if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         cwd=str(Path(__file__).resolve().parents[1]))
+    assert out.stdout.strip() == "[]", out.stdout

@@ -356,7 +356,7 @@ def test_spillover_text_shows_the_spilled_counts(repo_root, tmp_path):
     data = json.loads(out.read_text())
     spilled = [p["spilled"] for p in data["pools"]]
     assert spilled[0] > 0 and spilled[-1] == 0    # the top pool has nowhere to spill
-    (line,) = [x for x in r.output.splitlines() if "spilled to the next pool up" in x]
+    (line,) = [x for x in r.output.splitlines() if "simulated spills to the next pool up" in x]
     assert "bound 4" in line and line.endswith(f"0-2,048: {spilled[0]:,}; 2,048-65,536: 0")
 
 
