@@ -23,12 +23,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .profiles import ServingProfile, quality_label
-from .queueing import min_replicas, ttft_miss_prob, ttft_p99_s
-from .segments import compressed_band, raw_between, segment_basis, stats_from_raw
-from .service import tpot_batch_cap, tpot_bound_s
-from .units import HOURS_PER_YEAR, MS_PER_S
-from .workload import LengthDistribution, RequestTrace
+from fleetopt.models.profiles import ServingProfile, quality_label
+from fleetopt.models.queueing import min_replicas, ttft_miss_prob, ttft_p99_s
+from fleetopt.models.segments import compressed_band, raw_between, segment_basis, stats_from_raw
+from fleetopt.models.service import tpot_batch_cap, tpot_bound_s
+from fleetopt.models.units import HOURS_PER_YEAR, MS_PER_S
+from fleetopt.models.workload import LengthDistribution, RequestTrace
 
 __all__ = ["PoolPlan", "PoolResult", "FleetResult", "ServiceLevel", "evaluate_fleet", "evaluate_traffic"]
 
@@ -135,7 +135,7 @@ def evaluate_fleet(pools: list[PoolPlan], workload: LengthDistribution | Request
 
 
 def evaluate_traffic(raws: list, pools: list[PoolPlan], arrival_rate: float, level: ServiceLevel) -> FleetResult:
-    """Evaluate pools whose traffic is given as raw moment sums (:class:`models.segments.RawSums`).
+    """Evaluate pools whose traffic is given as raw moment sums (:class:`fleetopt.models.segments.RawSums`).
 
     This is the entry point for routings other than length tiling (e.g. split routing, where a pool
     receives a weighted mix of elementary segments).
@@ -193,7 +193,7 @@ def _pool_traffic(pools: list[PoolPlan], workload, input_fraction: float, p_c: f
 def fleet_ttft_p99_s(queues: list[tuple], level: ServiceLevel) -> float:
     r"""99th percentile of TTFT over all requests: solve :math:`\sum_p \lambda_p P_p(T > t) = 0.01 \sum_p \lambda_p`.
 
-    ``queues`` holds, per pool, the arguments of :func:`models.queueing.ttft_miss_prob` after ``t``
+    ``queues`` holds, per pool, the arguments of :func:`fleetopt.models.queueing.ttft_miss_prob` after ``t``
     (servers, rate, E[S], cv2, prefill times, prefill probabilities, mean prefill).
     """
     live = [q for q in queues if q[1] > 0]

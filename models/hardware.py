@@ -1,7 +1,7 @@
 """Catalogue records: GPU hardware and LLM architectures.
 
 These are plain frozen records; the package's data files are read into them by
-:mod:`optimizer.catalog`. Units are in the field names (bytes, bytes/s, TFLOPS
+:mod:`fleetopt.optimizer.io.catalog`. Units are in the field names (bytes, bytes/s, TFLOPS
 as 1e12 FLOP/s dense, watts, US$ per hour).
 """
 
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .power import PowerCurve
+from fleetopt.models.power import PowerCurve
 
 __all__ = ["HardwareSpec", "ModelSpec", "MoESpec", "RooflineDefaults"]
 

@@ -7,12 +7,12 @@ profile answers the same questions (:class:`ServingProfile`):
 * ``n_slots(ctx)`` - sequences the replica holds at once when its context
   window is ``ctx`` tokens (KV-cache and compute limits);
 * the iteration-latency constants ``W_s`` and ``H_s`` at ``calibration_ctx_tokens``
-  and the prefill chunk, used by :mod:`models.service`;
+  and the prefill chunk, used by :mod:`fleetopt.models.service`;
 * price, power curve and GPU count per replica, with quality labels.
 
 Two kinds exist: :class:`CalibratedProfile` (constants measured or fitted
 elsewhere, e.g. the seeds' A100/H100 units) and ``ComputedProfile`` in
-:mod:`models.roofline` (derived from hardware x model x serving config).
+:mod:`fleetopt.models.roofline` (derived from hardware x model x serving config).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from typing import Protocol, runtime_checkable
 
 import numpy as np
 
-from .power import PowerCurve
+from fleetopt.models.power import PowerCurve
 
 __all__ = ["ServingProfile", "CalibratedProfile", "quality_label"]
 
@@ -71,7 +71,7 @@ class CalibratedProfile:
 
     Examples
     --------
-    >>> from models.power import PowerCurve
+    >>> from fleetopt.models.power import PowerCurve
     >>> h100 = CalibratedProfile("H100-80GB", "Llama-3-70B-class (TP=8)", 0.004, 0.00032, 8192, 1024,
     ...     16, 65536, 256, 4.02, 1, PowerCurve(300, 600, 1.0, 4.2, "measured"), "calibrated")
     >>> [int(h100.n_slots(c)) for c in (2048, 8192, 65536)]

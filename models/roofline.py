@@ -1,9 +1,9 @@
 """Computed serving profiles: one replica of a model on ``tp`` GPUs, from first principles.
 
 A :class:`ComputedProfile` is built by :func:`computed_profile` from a GPU
-(:class:`~models.hardware.HardwareSpec`), an LLM (:class:`~models.hardware.ModelSpec`)
+(:class:`~fleetopt.models.hardware.HardwareSpec`), an LLM (:class:`~fleetopt.models.hardware.ModelSpec`)
 and a serving configuration (tensor-parallel degree, dtype, KV layout, ...). It
-satisfies :class:`models.profiles.ServingProfile`, so everything that takes a
+satisfies :class:`fleetopt.models.profiles.ServingProfile`, so everything that takes a
 calibrated profile takes a computed one.
 
 Decode is modelled as memory-bandwidth bound (a roofline): one iteration streams
@@ -42,8 +42,8 @@ from typing import Mapping
 
 import numpy as np
 
-from .hardware import HardwareSpec, ModelSpec, RooflineDefaults
-from .power import PowerCurve
+from fleetopt.models.hardware import HardwareSpec, ModelSpec, RooflineDefaults
+from fleetopt.models.power import PowerCurve
 
 __all__ = [
     "ComputedProfile",
@@ -83,7 +83,7 @@ _BYTES_PER_GB = 1e9  # only for the human-readable note
 class ComputedProfile:
     """One replica (``tp`` GPUs) serving one model, with roofline constants.
 
-    Satisfies :class:`models.profiles.ServingProfile`. Units are SI and in the
+    Satisfies :class:`fleetopt.models.profiles.ServingProfile`. Units are SI and in the
     field names; ``*_per_gpu`` fields describe one of the ``tp`` GPUs.
 
     .. math::
@@ -101,7 +101,7 @@ class ComputedProfile:
     name, model_name : str
         ``HARDWARE/MODEL/tpN/DTYPE`` (plus non-default options) and the model's name.
     W_s, H_s : float
-        Iteration constants in seconds (see :mod:`models.roofline`).
+        Iteration constants in seconds (see :mod:`fleetopt.models.roofline`).
     calibration_ctx_tokens, chunk_tokens, blk_size_tokens : int
         Context at which ``H_s`` is stated, prefill chunk and KV block size (tokens).
     cost_usd_per_hr : float
@@ -310,7 +310,7 @@ def kv_bytes_per_token_per_gpu(model: ModelSpec, kv_dtype: str, tp: int, kv_layo
 
     Examples
     --------
-    >>> from models.hardware import ModelSpec
+    >>> from fleetopt.models.hardware import ModelSpec
     >>> m = ModelSpec("70B", "dense", 80, 8192, 64, 8, 128, 28672, 128256, 131072, 1, 1, 327680)
     >>> kv_bytes_per_token_per_gpu(m, "fp16", 8), kv_bytes_per_token_per_gpu(m, "fp16", 8, "replicated")
     (40960.0, 327680.0)
@@ -545,8 +545,8 @@ def computed_profile(hardware: HardwareSpec, model: ModelSpec, *, tp: int = 1, d
 
     Examples
     --------
-    >>> from models.hardware import HardwareSpec, ModelSpec, RooflineDefaults
-    >>> from models.power import PowerCurve
+    >>> from fleetopt.models.hardware import HardwareSpec, ModelSpec, RooflineDefaults
+    >>> from fleetopt.models.power import PowerCurve
     >>> h100 = HardwareSpec("H100", (), 85899345920, 3.35e12, 989.0, 1978.0, 700.0, 4.02,
     ...                     PowerCurve(300.0, 600.0, 1.0, 4.2, "measured"))
     >>> m70 = ModelSpec("70B", "dense", 80, 8192, 64, 8, 128, 28672, 128256, 131072,
@@ -604,7 +604,7 @@ def activity_power_per_gpu_w(profile: ComputedProfile, n_active, mean_seq_tokens
     tool's computed-profile power (its ``power_at_concurrency``; it uses the FP16
     rate for :math:`F` whatever the dtype, we use the dtype's rate) and gives
     Table 5's P column (367 / 422 / 619 / 755 W) within 1%. It is not a
-    :class:`~models.power.PowerCurve` (it depends on :math:`\\bar L` too), so it is
+    :class:`~fleetopt.models.power.PowerCurve` (it depends on :math:`\\bar L` too), so it is
     offered beside ``profile.power``, not in place of it. Multiply by
     ``profile.gpus_per_replica`` for the replica.
     """

@@ -2,7 +2,7 @@
 
 A pool serves the requests whose total length lies in a segment
 :math:`(b_i, b_j]` of a boundary grid :math:`0 = b_0 < b_1 < \\dots < b_M`, with
-context window :math:`b_j`. By :mod:`models.service`, a request holds a slot for
+context window :math:`b_j`. By :mod:`fleetopt.models.service`, a request holds a slot for
 
 .. math::
 
@@ -30,8 +30,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .profiles import ServingProfile
-from .workload import LengthDistribution, RequestTrace
+from fleetopt.models.profiles import ServingProfile
+from fleetopt.models.workload import LengthDistribution, RequestTrace
 
 __all__ = ["SegmentBasis", "SegmentStats", "RawSums", "segment_basis", "segment_stats", "raw_between",
            "compressed_band", "stats_from_raw"]

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .profiles import ServingProfile, quality_label
+from fleetopt.models.profiles import ServingProfile, quality_label
 
 __all__ = ["iteration_latency_s", "service_time_s", "prefill_time_s", "ContextPoint", "context_point",
            "tpot_bound_s", "tpot_batch_cap"]
@@ -108,8 +108,8 @@ def context_point(profile: ServingProfile, ctx_tokens: int, mean_seq_tokens: flo
 
     Examples
     --------
-    >>> from models.profiles import CalibratedProfile
-    >>> from models.power import PowerCurve
+    >>> from fleetopt.models.profiles import CalibratedProfile
+    >>> from fleetopt.models.power import PowerCurve
     >>> h100 = CalibratedProfile("H100-80GB", "70B", 0.004, 0.00032, 8192, 1024, 16, 65536, 256, 4.02, 1,
     ...     PowerCurve(300, 600, 1.0, 4.2, "measured"))
     >>> p = context_point(h100, 4096)

@@ -1,6 +1,6 @@
 """The Python API behind the CLI (usable from a notebook).
 
->>> from optimizer import api                                     # doctest: +SKIP
+>>> from fleetopt import api                                     # doctest: +SKIP
 >>> inst = api.load("instances/lmsys_a100.yaml")                  # doctest: +SKIP
 >>> api.evaluate_report(inst, ["0-8192:a100,8192-65536:a100"])    # doctest: +SKIP
 """
@@ -10,14 +10,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from models.fleet import FleetResult
-from models.units import MS_PER_S
+from fleetopt.models.fleet import FleetResult
+from fleetopt.models.units import MS_PER_S
 
-from .catalog import load_catalog
-from .errors import EXIT_CODES, InstanceError
-from .evaluate import baseline, context_sweep, evaluate, parse_fleet
-from .instance import Instance, load_instance
-from .report import fleet_json
+from fleetopt.optimizer.io.catalog import load_catalog
+from fleetopt.optimizer.errors import EXIT_CODES, InstanceError
+from fleetopt.optimizer.plan.evaluate import baseline, context_sweep, evaluate, parse_fleet
+from fleetopt.optimizer.io.instance import Instance, load_instance
+from fleetopt.optimizer.report import fleet_json
 
 __all__ = ["load", "summarize_instance", "evaluate_report", "EvaluationReport", "tpw_rows", "simulate_report",
            "simulate_plan"]
@@ -26,7 +26,7 @@ DEFAULT_CONTEXTS = "2048,4096,8192,16384,32768,65536,131072"
 
 
 def load(path: str | Path, overrides=()) -> Instance:
-    """Load and validate an instance file (raises :class:`~optimizer.errors.InstanceError`)."""
+    """Load and validate an instance file (raises :class:`~fleetopt.optimizer.errors.InstanceError`)."""
     return load_instance(path, overrides)
 
 
@@ -98,8 +98,8 @@ def evaluate_report(inst: Instance, fleets) -> EvaluationReport:
 
 def solve(inst: Instance, *, top: int = 1, time_limit_s: float | None = None, mip_gap: float = 0.0,
           threads: int | None = None, method: str = "auto", verbose: bool = False):
-    """Optimal fleet(s) of ``inst`` (see :func:`optimizer.solve.solve_instance`)."""
-    from .solve import SolveOptions, solve_instance
+    """Optimal fleet(s) of ``inst`` (see :func:`fleetopt.optimizer.plan.solve.solve_instance`)."""
+    from fleetopt.optimizer.plan.solve import SolveOptions, solve_instance
 
     return solve_instance(inst, SolveOptions(top=top, time_limit_s=time_limit_s, mip_gap=mip_gap, threads=threads,
                                              verbose=verbose, method=method))
@@ -109,13 +109,13 @@ def verify(inst: Instance, *, verify_top: int = 3, rule: str = "ci-upper", max_r
            requests: int = 100_000, replications: int = 5, time_limit_s: float | None = None, mip_gap: float = 0.0,
            threads: int | None = None, method: str = "auto", verbose=False, engine=None, cuts: str = "count",
            trim: bool = False):
-    """Solve for the ``verify_top`` best plans and verify them by simulation (see :mod:`optimizer.verify`);
-    returns (solve report, verification). ``engine`` (:class:`optimizer.sim_engine.EngineOptions`) sets the
+    """Solve for the ``verify_top`` best plans and verify them by simulation (see :mod:`fleetopt.optimizer.simulation.verify`);
+    returns (solve report, verification). ``engine`` (:class:`fleetopt.optimizer.simulation.options.EngineOptions`) sets the
     simulator's KV admission, token budget and availability (default: the analytic model's view); ``cuts`` is
-    ``count`` or ``window`` (:mod:`optimizer.verify`, "Cuts"); ``trim`` lowers the chosen plan's counts while
-    its simulation passes (:mod:`optimizer.trim`)."""
-    from .solve import SolveOptions
-    from .verify import verify as run
+    ``count`` or ``window`` (:mod:`fleetopt.optimizer.simulation.verify`, "Cuts"); ``trim`` lowers the chosen plan's counts while
+    its simulation passes (:mod:`fleetopt.optimizer.simulation.trim`)."""
+    from fleetopt.optimizer.plan.solve import SolveOptions
+    from fleetopt.optimizer.simulation.verify import verify as run
 
     options = SolveOptions(time_limit_s=time_limit_s, mip_gap=mip_gap, threads=threads, verbose=verbose,
                            method="mip" if method == "auto" else method)
@@ -127,14 +127,14 @@ def verify(inst: Instance, *, verify_top: int = 3, rule: str = "ci-upper", max_r
 def simulate_report(inst: Instance, fleet: str | None = None, *, plan_file=None, rank: int | None = None,
                     precision=None, router: str = "auto", **options):
     """Simulate one fleet spec (``"0-4096:a100x3,4096-65536:a100"``; no ``xN`` = sized analytically first) or a
-    plan of a ``solve --json`` file (``plan_file``, solution ``rank``; :mod:`optimizer.plan_files`).
+    plan of a ``solve --json`` file (``plan_file``, solution ``rank``; :mod:`fleetopt.optimizer.simulation.plan_files`).
 
     ``precision`` is a percentage (``"5%"``, ``5``); ``router="auto"`` is the router the plan needs (its own
     split routing, compress-and-route for ``@gamma`` pools, else length); the other options are those of
-    :func:`optimizer.simulate.simulate_plan`. Problems with the plan and the precision are reported together.
+    :func:`fleetopt.optimizer.simulation.simulate.simulate_plan`. Problems with the plan and the precision are reported together.
     """
-    from .plan_files import SolvedPlan, load_solved_plan
-    from .simulate import parse_precision, plans_from_spec, simulate_plan
+    from fleetopt.optimizer.simulation.plan_files import SolvedPlan, load_solved_plan
+    from fleetopt.optimizer.simulation.simulate import parse_precision, plans_from_spec, simulate_plan
 
     if (fleet is None) == (plan_file is None):
         raise InstanceError("--fleet / --plan: give exactly one of them")
@@ -165,8 +165,8 @@ def simulate_report(inst: Instance, fleet: str | None = None, *, plan_file=None,
 
 
 def simulate_plan(inst: Instance, pools, **options):
-    """Simulate pools (``models.fleet.PoolPlan``) of a plan (see :func:`optimizer.simulate.simulate_plan`)."""
-    from .simulate import simulate_plan as run
+    """Simulate pools (``fleetopt.models.fleet.PoolPlan``) of a plan (see :func:`fleetopt.optimizer.simulation.simulate.simulate_plan`)."""
+    from fleetopt.optimizer.simulation.simulate import simulate_plan as run
 
     return run(inst, pools, **options)
 
@@ -207,7 +207,7 @@ def tpw_rows(profiles: str | None, hardware: str | None, models: str | None, tp:
 
 
 def _computed(cat, hardware, models, tp, dtype, kv_layout, problems):
-    from models.roofline import computed_profile
+    from fleetopt.models.roofline import computed_profile
 
     out = []
     try:

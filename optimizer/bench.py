@@ -18,11 +18,11 @@ import numpy as np
 from rich.console import Console
 from rich.table import Table
 
-from models.queueing import min_replicas
-from models.segments import segment_basis, segment_stats
-from models.workload import LengthDistribution
+from fleetopt.models.queueing import min_replicas
+from fleetopt.models.segments import segment_basis, segment_stats
+from fleetopt.models.workload import LengthDistribution
 
-from .catalog import load_catalog
+from fleetopt.optimizer.io.catalog import load_catalog
 
 __all__ = ["run_benchmarks", "render_bench"]
 
@@ -68,14 +68,14 @@ def bench_sizing(n_pairs: int = 20_000, repeats: int = 5) -> dict:
 def _lmsys():
     import json
 
-    from .catalog import data_dir
+    from fleetopt.optimizer.io.catalog import data_dir
 
     return json.loads((data_dir() / "workloads" / "lmsys_cdf.json").read_text())
 
 
 def _cli() -> list[str]:
     exe = shutil.which("fleetopt")
-    return [exe] if exe else [sys.executable, "-m", "optimizer.cli"]
+    return [exe] if exe else [sys.executable, "-m", "fleetopt.optimizer.cli"]
 
 
 def bench_evaluate_process(repeats: int = 5) -> dict:
@@ -107,8 +107,8 @@ def _stress_data(boundaries=None) -> dict:
 
 def bench_stress_solve(repeats: int = 5) -> dict:
     """The stress instance (60 boundaries x 8 GPU options x 4 pools, power cap, inventories), precompute included."""
-    from .instance import instance_from_dict
-    from .solve import SolveOptions, solve_instance
+    from fleetopt.optimizer.io.instance import instance_from_dict
+    from fleetopt.optimizer.plan.solve import SolveOptions, solve_instance
 
     if not (REPO / "instances" / "stress_60x8.yaml").is_file():
         return {"name": "stress solve (60 x 8 x K=4)", "skipped": "instances/ not found (installed wheel)"}
@@ -147,11 +147,11 @@ def bench_solve_process(repeats: int = 5) -> dict:
 
 def bench_enumeration(limit_s: float = 60.0) -> dict:
     """Largest stress sub-grid the brute-force enumerator finishes within ``limit_s``, against the MIP on it."""
-    from solvers.oracle import enumerate_fleets
+    from fleetopt.solvers.oracle import enumerate_fleets
 
-    from .candidates import generate_candidates
-    from .instance import instance_from_dict
-    from .solve import SolveOptions, build_problem, solve_instance
+    from fleetopt.optimizer.plan.candidates import generate_candidates
+    from fleetopt.optimizer.io.instance import instance_from_dict
+    from fleetopt.optimizer.plan.solve import SolveOptions, build_problem, solve_instance
 
     if not (REPO / "instances" / "stress_60x8.yaml").is_file():
         return {"name": "enumeration vs MIP", "skipped": "instances/ not found (installed wheel)"}
@@ -181,11 +181,11 @@ def bench_enumeration(limit_s: float = 60.0) -> dict:
 _SIM_SCRIPT = """
 import resource, sys, time
 import numpy as np
-from models.workload import LengthDistribution
-from optimizer.catalog import load_catalog, data_dir
-from solvers.des import SimPool, simulate
-from solvers.des_routers_extra import SpilloverRouter
-from solvers.des_routing import LengthRouter, poisson_requests
+from fleetopt.models.workload import LengthDistribution
+from fleetopt.optimizer.io.catalog import load_catalog, data_dir
+from fleetopt.solvers.des.engine import SimPool, simulate
+from fleetopt.solvers.des.routers import SpilloverRouter
+from fleetopt.solvers.des.routing import LengthRouter, poisson_requests
 import json
 n, variant = int(sys.argv[1]), sys.argv[2]
 h100 = load_catalog().profiles["H100-80GB"]
@@ -241,9 +241,9 @@ def bench_simulation_memory(n: int = 10_000_000) -> dict:
 
 def bench_verification(repeats: int = 3) -> dict:
     """solve --verify-top 3 on the seed's Puzzle-2 agent instance with a 5 % P99 precision target."""
-    from .instance import load_instance
-    from .solve import SolveOptions
-    from .verify import verify
+    from fleetopt.optimizer.io.instance import load_instance
+    from fleetopt.optimizer.plan.solve import SolveOptions
+    from fleetopt.optimizer.simulation.verify import verify
 
     path = REPO / "instances" / "agent_h100.yaml"
     if not path.is_file():

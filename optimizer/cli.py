@@ -1,4 +1,4 @@
-"""The ``fleetopt`` command: a thin layer over :mod:`optimizer.api`.
+"""The ``fleetopt`` command: a thin layer over :mod:`fleetopt.optimizer.api`.
 
 Exit codes: 0 success, 2 invalid input, 3 infeasible, 4 time limit without
 a plan, 1 internal error (see README).
@@ -12,11 +12,11 @@ import sys
 
 import click
 
-from . import api, report
-from .errors import FleetoptError, InstanceError
-from .output import write_json
-from .report import console
-from .sim_engine import DEFAULT_SPILL_BOUND, EngineOptions
+from fleetopt.optimizer import api, report
+from fleetopt.optimizer.errors import FleetoptError, InstanceError
+from fleetopt.optimizer.io.output import write_json
+from fleetopt.optimizer.report import console
+from fleetopt.optimizer.simulation.options import DEFAULT_SPILL_BOUND, EngineOptions
 
 CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"]}
 _json_opt = click.option("--json", "json_out", metavar="FILE", help="Also write the result as JSON ('-' = stdout).")
@@ -209,7 +209,7 @@ def simulate(instance, fleet, plan_file, rank, n_requests, seed, router, spill_b
              peak_to_mean, mode, precision, max_requests, replications, kv, max_num_seqs, max_batched_tokens,
              availability, overrides, json_out):
     """Simulate a fleet (--fleet SPEC, or --plan of a solve's JSON) next to its analytic numbers."""
-    from .simulate import progress_bar, render_simulation
+    from fleetopt.optimizer.report import progress_bar, render_simulation
 
     inst = api.load(instance, overrides)
     with progress_bar(sys.stderr.isatty()) as progress:
@@ -227,7 +227,7 @@ def simulate(instance, fleet, plan_file, rank, n_requests, seed, router, spill_b
 @_guard
 def bench(quick, json_out):
     """Run the benchmarks, print a table of medians and write JSON."""
-    from .bench import run_benchmarks, render_bench
+    from fleetopt.optimizer.bench import run_benchmarks, render_bench
 
     result = run_benchmarks(repeats=1 if quick else 5, enumeration_limit_s=5.0 if quick else 60.0, memory=not quick)
     _emit(lambda c: render_bench(c, result), result, json_out)

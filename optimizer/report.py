@@ -14,12 +14,12 @@ from dataclasses import asdict
 from rich.console import Console
 from rich.table import Table
 
-from models.fleet import FleetResult, PoolResult
-from models.service import ContextPoint
+from fleetopt.models.fleet import FleetResult, PoolResult
+from fleetopt.models.service import ContextPoint
 
-from .evaluate import fleet_spec
-from .overrides import set_flags
-from .sim_engine import EngineOptions
+from fleetopt.optimizer.plan.evaluate import fleet_spec
+from fleetopt.optimizer.io.overrides import set_flags
+from fleetopt.optimizer.simulation.options import EngineOptions
 
 __all__ = ["fleet_json", "pool_json", "fleet_table", "fleet_notes", "tpw_json", "tpw_table", "fmt_ms", "solve_json",
            "render_solve", "render_evaluation", "render_summary", "render_verification", "render_simulation",
@@ -170,7 +170,7 @@ def render_summary(c: Console, s: dict) -> None:
 
 
 def render_evaluation(c: Console, report) -> None:
-    """Print an :class:`optimizer.api.EvaluationReport`: each fleet, the baseline and the saving."""
+    """Print an :class:`fleetopt.optimizer.api.EvaluationReport`: each fleet, the baseline and the saving."""
     inst = report.instance
     slo_ms = inst.slo.ttft_p99_s * 1000.0
     for text, r in report.fleets:
@@ -205,7 +205,7 @@ def _sim_pools(vp) -> list:
 
 
 def trim_json(trim, plan, instance) -> dict | None:
-    """The ``trim`` block of a verification (:mod:`optimizer.trim`); every count in it is simulated."""
+    """The ``trim`` block of a verification (:mod:`fleetopt.optimizer.simulation.trim`); every count in it is simulated."""
     if trim is None:
         return None
     pools = []
@@ -246,7 +246,7 @@ def verification_json(v, instance) -> dict:
 
 
 def routing_json(routing) -> dict | None:
-    """A split-routing plan's routing (:class:`optimizer.split.SplitRouting`): per elementary length segment, the
+    """A split-routing plan's routing (:class:`fleetopt.optimizer.plan.split_candidates.SplitRouting`): per elementary length segment, the
     rate in req/s sent to each pool (columns in the order of the plan's pools); None under length routing."""
     if routing is None:
         return None
@@ -342,7 +342,7 @@ _ENGINE_DEFAULTS = EngineOptions().to_json()
 
 
 def render_trim(c: Console, trim, plan, instance=None) -> None:
-    """The chosen plan trimmed by simulation (:mod:`optimizer.trim`): counts, P99s and the confirmation."""
+    """The chosen plan trimmed by simulation (:mod:`fleetopt.optimizer.simulation.trim`): counts, P99s and the confirmation."""
     pools = ", ".join(f"{p.min_tokens:,}-{p.max_tokens:,} {p.gpu} {v} -> {n}" + (f" ({u} up)" if u != n else "")
                       for p, v, n, u in zip(plan.fleet.pools, trim.verified_counts, trim.counts, trim.up_counts))
     if trim.counts == trim.verified_counts:
@@ -414,7 +414,7 @@ def render_solve(c: Console, report, verification=None) -> None:
 
 
 def render_simulation(c: Console, rep) -> None:
-    """Print an :class:`optimizer.sim_report.SimReport`: per pool, analytic next to simulated, then provenance."""
+    """Print an :class:`fleetopt.optimizer.simulation.records.SimReport`: per pool, analytic next to simulated, then provenance."""
 
     def ms(x: float) -> str:
         """A time in ms: ``-`` when nothing was measured (NaN), ``inf`` when unbounded."""

@@ -1,1 +1,4 @@
-"""Solvers: the fleet MIP (Pyomo + HiGHS), the exact graph oracle (networkx) and the discrete-event simulator."""
+"""Solvers: the fleet MIP (Pyomo + HiGHS), the split-routing MIP and the exact graph oracle (networkx).
+
+The discrete-event simulator lives in its own subpackage, :mod:`fleetopt.solvers.des`.
+"""

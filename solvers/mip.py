@@ -32,7 +32,7 @@ import pyomo.environ as pyo
 from pyomo.contrib.solver.common.factory import SolverFactory
 from pyomo.contrib.solver.common.results import SolutionStatus, TerminationCondition
 
-from .problem import FleetProblem
+from fleetopt.solvers.problem import FleetProblem
 
 __all__ = ["build_model", "solve", "Termination", "SolveResult", "Solution", "lp_bound"]
 

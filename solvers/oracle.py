@@ -14,7 +14,7 @@ import time
 import networkx as nx
 import numpy as np
 
-from .problem import FleetProblem
+from fleetopt.solvers.problem import FleetProblem
 
 __all__ = ["shortest_fleet", "enumerate_fleets", "fleet_is_feasible", "NoFleetError"]
 

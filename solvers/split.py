@@ -30,7 +30,7 @@ from dataclasses import dataclass
 import numpy as np
 import pyomo.environ as pyo
 
-from .mip import Solution, SolveResult, Termination, _bound_gap, _highs, _solve_once
+from fleetopt.solvers.mip import Solution, SolveResult, Termination, _bound_gap, _highs, _solve_once
 
 __all__ = ["SplitProblem", "build_split_model", "solve_split"]
 

@@ -7,7 +7,7 @@ import json
 import pytest
 from click.testing import CliRunner
 
-from optimizer.cli import main
+from fleetopt.optimizer.cli import main
 
 
 def run(*args):

@@ -16,19 +16,38 @@ from collections import deque
 import numpy as np
 import pytest
 
-from models.power import PowerCurve
-from models.profiles import CalibratedProfile
-from models.queueing import erlang_c
-from models.service import iteration_latency_s, prefill_time_s, service_time_s
-from models.workload import LengthDistribution, RequestTrace
-from solvers.des import Outcome, SimPool, simulate
-from solvers.des_metrics import (
-    batch_means_ci, e2e_s, littles_law, percentile, quantile_ci, replicate, replications_ci, steady_mask,
-    summarize, tpot_s, ttft_s, wait_s,
+from fleetopt.models.power import PowerCurve
+from fleetopt.models.profiles import CalibratedProfile
+from fleetopt.models.queueing import erlang_c
+from fleetopt.models.service import iteration_latency_s, prefill_time_s, service_time_s
+from fleetopt.models.workload import LengthDistribution, RequestTrace
+from fleetopt.solvers.des.records import Outcome
+from fleetopt.solvers.des.state import SimPool
+from fleetopt.solvers.des.engine import simulate
+from fleetopt.solvers.des.metrics import (
+    batch_means_ci,
+    e2e_s,
+    littles_law,
+    percentile,
+    quantile_ci,
+    replicate,
+    replications_ci,
+    steady_mask,
+    summarize,
+    tpot_s,
+    ttft_s,
+    wait_s,
 )
-from solvers.des_routing import (
-    LengthRouter, RandomRouter, Requests, RoundRobin, SplitRouter, poisson_arrivals, poisson_requests,
-    replay_trace, sample_lengths,
+from fleetopt.solvers.des.routing import (
+    LengthRouter,
+    RandomRouter,
+    Requests,
+    RoundRobin,
+    SplitRouter,
+    poisson_arrivals,
+    poisson_requests,
+    replay_trace,
+    sample_lengths,
 )
 
 # A profile whose KV cache holds any batch used below (slot counts up to 4096 at a 4K window).
@@ -280,7 +299,7 @@ def test_iteration_batch_never_exceeds_the_cap_under_overload(h100, azure):
 
 
 def test_iteration_light_load_p99_ttft_near_the_analytic_tail_model(h100, azure):
-    from models.fleet import PoolPlan, ServiceLevel, evaluate_fleet
+    from fleetopt.models.fleet import PoolPlan, ServiceLevel, evaluate_fleet
 
     dist = azure.truncated(8192)[0]
     lam, replicas = 5.0, 4
@@ -429,7 +448,7 @@ def test_arrivals_streamed_in_chunks_give_the_same_run(h100, azure, monkeypatch,
     Small chunks put chunk boundaries everywhere, including chunks with no accepted request (rejected
     lengths) and a horizon in the middle of a chunk.
     """
-    import solvers.des as des
+    import fleetopt.solvers.des.engine as des
 
     rng = np.random.default_rng(np.random.SeedSequence(77))
     req = poisson_requests(azure, 60.0, 3000, rng)
@@ -574,7 +593,7 @@ def step_reference_kv(arrival, l_in, l_out, W, h, chunk, cap, blk, budget):
 
 @pytest.mark.parametrize("cap,blocks,blk,chunk", [(4, 40, 16, 64), (6, 30, 16, 16), (3, 40, 8, 20)])
 def test_preemption_matches_step_by_step_reference(cap, blocks, blk, chunk, monkeypatch):
-    import solvers.des_kv as des_kv
+    import fleetopt.solvers.des.kv as des_kv
 
     window = 256
     profile = CalibratedProfile("kv", "toy", 0.01, 0.004, 512, chunk, blk, blocks, 512, 1.0, 1,

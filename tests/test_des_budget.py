@@ -1,7 +1,7 @@
 """The shared per-iteration token budget (``SimPool.max_batched_tokens``) against a step-by-step reference.
 
 The reference below allocates the budget explicitly, iteration by iteration, as
-the module docstring of :mod:`solvers.des` ("Token budget") states it; the
+the module docstring of :mod:`fleetopt.solvers.des.engine` ("Token budget") states it; the
 engine jumps from event to event in closed form and must land on the same
 instants.
 """
@@ -14,11 +14,13 @@ from collections import deque
 import numpy as np
 import pytest
 
-from models.power import PowerCurve
-from models.profiles import CalibratedProfile
-from solvers.des import Outcome, SimPool, simulate
-from solvers.des_metrics import steady_mask, ttft_s
-from solvers.des_routing import LengthRouter, Requests, RoundRobin, poisson_arrivals, poisson_requests
+from fleetopt.models.power import PowerCurve
+from fleetopt.models.profiles import CalibratedProfile
+from fleetopt.solvers.des.records import Outcome
+from fleetopt.solvers.des.state import SimPool
+from fleetopt.solvers.des.engine import simulate
+from fleetopt.solvers.des.metrics import steady_mask, ttft_s
+from fleetopt.solvers.des.routing import LengthRouter, Requests, RoundRobin, poisson_arrivals, poisson_requests
 from tests.test_des import ONE_POOL, assert_books_balance, azure, h100, kv_profile  # noqa: F401 (fixtures)
 
 SMALL = CalibratedProfile("small", "toy", 0.01, 0.004, 512, 64, 16, 1 << 16, 512, 1.0, 1,

@@ -10,12 +10,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from models.power import PowerCurve
-from models.profiles import CalibratedProfile
-from solvers.des import Outcome, SimPool, simulate
-from solvers.des_metrics import percentile, steady_mask, ttft_s
-from solvers.des_routers_extra import SpilloverRouter
-from solvers.des_routing import LengthRouter, LiveRouter, Requests, poisson_requests
+from fleetopt.models.power import PowerCurve
+from fleetopt.models.profiles import CalibratedProfile
+from fleetopt.solvers.des.records import Outcome
+from fleetopt.solvers.des.state import SimPool
+from fleetopt.solvers.des.engine import simulate
+from fleetopt.solvers.des.metrics import percentile, steady_mask, ttft_s
+from fleetopt.solvers.des.routers import SpilloverRouter
+from fleetopt.solvers.des.routing import LengthRouter, LiveRouter, Requests, poisson_requests
 from tests.test_des import TOY, assert_books_balance, azure, h100  # noqa: F401 (fixtures)
 
 FIELDS = ("arrival_at_s", "start_at_s", "first_token_at_s", "end_at_s", "prompt_tokens", "output_tokens", "pool",

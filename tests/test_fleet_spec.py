@@ -7,11 +7,11 @@ import json
 import pytest
 from click.testing import CliRunner
 
-from optimizer import api
-from optimizer.cli import main
-from optimizer.errors import InstanceError
-from optimizer.evaluate import evaluate, fleet_spec, parse_fleet
-from optimizer.solve import SolveOptions, solve_instance
+from fleetopt.optimizer import api
+from fleetopt.optimizer.cli import main
+from fleetopt.optimizer.errors import InstanceError
+from fleetopt.optimizer.plan.evaluate import evaluate, fleet_spec, parse_fleet
+from fleetopt.optimizer.plan.solve import SolveOptions, solve_instance
 
 
 @pytest.mark.parametrize("name, overrides", [

@@ -1,6 +1,6 @@
 """Instance files: every malformed input gives one named problem line; valid files resolve.
 
-The malformed table is run twice: through :func:`optimizer.instance.load_instance`
+The malformed table is run twice: through :func:`fleetopt.optimizer.io.instance.load_instance`
 (which must raise :class:`InstanceError` and nothing else) and through the
 ``fleetopt validate`` command (exit code 2, the same line on stderr, no traceback).
 """
@@ -21,9 +21,9 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from optimizer.catalog import data_dir
-from optimizer.errors import InstanceError
-from optimizer.instance import (
+from fleetopt.optimizer.io.catalog import data_dir
+from fleetopt.optimizer.errors import InstanceError
+from fleetopt.optimizer.io.instance import (
     DEFAULT_MAX_UTILIZATION,
     Instance,
     apply_overrides,
@@ -50,7 +50,7 @@ BASE: dict[str, Any] = {
 
 def _has_roofline() -> bool:
     try:
-        importlib.import_module("models.roofline")
+        importlib.import_module("fleetopt.models.roofline")
     except ImportError:
         return False
     return True
@@ -275,7 +275,7 @@ def matching_lines(lines, prefix: str, phrase: str) -> list[str]:
 
 def skip_if_needed(case: Case) -> None:
     if case.needs_roofline and not HAS_ROOFLINE:
-        pytest.skip("models.roofline is not available yet")
+        pytest.skip("fleetopt.models.roofline is not available yet")
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
@@ -291,9 +291,9 @@ def test_malformed_instance_raises_instance_error(case: Case, tmp_path: Path):
 
 def _cli_main():
     try:
-        return importlib.import_module("optimizer.cli").main
+        return importlib.import_module("fleetopt.optimizer.cli").main
     except ImportError as err:  # the CLI is written alongside; its absence skips, never fails
-        pytest.skip(f"optimizer.cli does not import yet: {err}")
+        pytest.skip(f"fleetopt.optimizer.cli does not import yet: {err}")
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
@@ -520,7 +520,7 @@ def test_relative_paths_resolve_against_instance_folder(tmp_path: Path, monkeypa
     assert instance_from_dict({**BASE, "workload": {"cdf": "c.json", "arrival_rate": 3}}).workload.kind == "cdf"
 
 
-@pytest.mark.skipif(not HAS_ROOFLINE, reason="models.roofline is not available yet")
+@pytest.mark.skipif(not HAS_ROOFLINE, reason="fleetopt.models.roofline is not available yet")
 def test_computed_gpu_option():
     data = {**BASE, "gpus": [{"name": "h100-70b-tp8", "hardware": "h100", "model": "llama-3.1-70b", "tp": 8,
                               "dtype": "fp16", "max_count": 64, "cost_per_hr": 30.0}]}

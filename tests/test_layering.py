@@ -1,65 +1,157 @@
-"""models/ is pure: it imports only the standard library, numpy, scipy and itself; solvers/ never imports optimizer/."""
+"""The layering of the package, read from the source with ``ast`` (function-level imports included).
+
+Every module of ``models/``, ``solvers/``, ``optimizer/`` (every subfolder, recursively) belongs to one
+layer below. A module imports the standard library, the third-party packages its layer allows, its own
+layer and the layers below it, never a layer above, never a sibling of the same rank (the MIP family and the
+simulator do not import each other). The import graph of the whole project has no cycle.
+"""
 
 from __future__ import annotations
 
 import ast
+import subprocess
 import sys
+import warnings
 from pathlib import Path
 
+import networkx as nx
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-ALLOWED = {
-    "models": {"numpy", "scipy", "models"},
-    "solvers": {"numpy", "scipy", "models", "solvers", "networkx", "pyomo", "highspy"},
+SOURCE_ROOTS = {"models": "fleetopt.models", "solvers": "fleetopt.solvers", "optimizer": "fleetopt.optimizer"}
+ROOT_PACKAGE_DIR = "optimizer/_fleetopt"    # installs as the package root ``fleetopt`` (pyproject package-dir)
+
+# (layer, rank, third-party packages it may import). A module's layer is the longest prefix that matches.
+SCIENCE = {"numpy", "scipy"}
+PIPELINE = SCIENCE | {"yaml", "pydantic", "rich", "click", "networkx", "pyomo", "highspy"}
+LAYERS = {
+    "fleetopt.models": (0, SCIENCE),
+    "fleetopt.solvers": (1, SCIENCE | {"networkx", "pyomo", "highspy"}),
+    "fleetopt.solvers.des": (1, SCIENCE),
+    "fleetopt.optimizer.errors": (2, set()),
+    "fleetopt.optimizer.io": (3, PIPELINE),
+    "fleetopt.optimizer.plan": (4, PIPELINE),
+    "fleetopt.optimizer.simulation": (5, PIPELINE),
+    "fleetopt.optimizer.report": (6, PIPELINE),
+    "fleetopt.optimizer.api": (7, PIPELINE),
+    "fleetopt.optimizer.bench": (7, PIPELINE),
+    "fleetopt.optimizer.cli": (8, PIPELINE),
+    "fleetopt.optimizer": (9, set()),       # the package's own __init__ (a docstring)
+    "fleetopt": (10, set()),                # the root __init__ and the api facade
 }
 
 
-def _imports(path: Path):
-    tree = ast.parse(path.read_text())
-    for node in ast.walk(tree):
+def _modules() -> dict[str, Path]:
+    """Installed module name -> source file, for every .py file of the source roots."""
+    out = {}
+    for folder, package in SOURCE_ROOTS.items():
+        for f in sorted((REPO / folder).rglob("*.py")):
+            rel = f.relative_to(REPO / folder).with_suffix("")
+            if rel.parts[0] == "_fleetopt":
+                continue
+            parts = [p for p in rel.parts if p != "__init__"]
+            out[".".join([package, *parts])] = f
+    for f in sorted((REPO / ROOT_PACKAGE_DIR).glob("*.py")):
+        out["fleetopt" if f.stem == "__init__" else f"fleetopt.{f.stem}"] = f
+    return out
+
+
+MODULES = _modules()
+
+
+def _layer(module: str) -> str:
+    match = [layer for layer in LAYERS if module == layer or module.startswith(layer + ".")]
+    assert match, f"{module} belongs to no layer: add its folder to LAYERS"
+    return max(match, key=len)
+
+
+def _imports(module: str, path: Path):
+    """(imported name, line) of every import in the file, relative ones resolved."""
+    package = module if path.stem == "__init__" else module.rpartition(".")[0]
+    for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.Import):
             for alias in node.names:
-                yield alias.name.split(".")[0]
-        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-            yield node.module.split(".")[0]
+                yield alias.name, node.lineno
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                up = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join(up + ([base] if base else []))
+            for alias in node.names:
+                full = f"{base}.{alias.name}"
+                yield (full if full in MODULES else base), node.lineno
 
 
-@pytest.mark.parametrize("package", sorted(ALLOWED))
-def test_package_imports_stay_in_their_layer(package):
-    files = sorted((REPO / package).glob("*.py"))
-    assert files or package == "solvers"
-    for f in files:
-        for name in _imports(f):
-            assert name in sys.stdlib_module_names or name in ALLOWED[package], f"{f.name} imports {name}"
+def _project_target(name: str) -> str | None:
+    while name and name not in MODULES:
+        name = name.rpartition(".")[0]
+    return name or None
+
+
+def test_every_source_file_is_a_module_of_a_layer():
+    assert len(MODULES) > 50   # discovery found the tree
+    for module in MODULES:
+        _layer(module)
+    for folder in SOURCE_ROOTS:
+        for d in (REPO / folder).rglob("*"):
+            if d.is_dir() and d.name != "__pycache__" and any(d.glob("*.py")):
+                assert (d / "__init__.py").is_file(), f"{d.relative_to(REPO)} has modules but no __init__.py"
+
+
+@pytest.mark.parametrize("module", sorted(MODULES))
+def test_imports_run_downward(module):
+    layer = _layer(module)
+    rank, third_party = LAYERS[layer]
+    for name, line in _imports(module, MODULES[module]):
+        top = name.split(".")[0]
+        where = f"{MODULES[module].relative_to(REPO)}:{line} imports {name}"
+        if top in sys.stdlib_module_names or top == "__future__":
+            continue
+        if top != "fleetopt":
+            assert top in third_party, f"{where}: {layer} may use only {sorted(third_party) or 'the stdlib'}"
+            continue
+        target = _project_target(name)
+        assert target is not None, f"{where}: no such module in the project"
+        other = _layer(target)
+        other_rank = LAYERS[other][0]
+        assert other_rank < rank or other == layer, f"{where}: {layer} (rank {rank}) imports {other} (rank {other_rank})"
+
+
+def test_the_project_has_no_import_cycle():
+    graph = nx.DiGraph()
+    for module, path in MODULES.items():
+        graph.add_node(module)
+        for name, _ in _imports(module, path):
+            target = _project_target(name) if name.startswith("fleetopt") else None
+            if target and target != module and not module.startswith(target + "."):
+                graph.add_edge(module, target)
+    cycles = list(nx.simple_cycles(graph))
+    assert not cycles, "import cycles: " + "; ".join(" -> ".join(c + [c[0]]) for c in cycles[:5])
 
 
 def test_models_do_no_io_or_printing():
-    for f in sorted((REPO / "models").glob("*.py")):
+    for module, f in MODULES.items():
+        if _layer(module) != "fleetopt.models":
+            continue
         src = f.read_text()
-        for word in ("open(", "print(", "read_text(", "np.random.seed", "random.seed"):
+        for word in ("open(", "print(", "read_text(", "np.random.seed", "random.seed", "default_rng("):
             assert word not in src, f"{f.name} uses {word}"
 
 
-@pytest.mark.parametrize("package", ["models", "solvers", "optimizer"])
-def test_sources_compile_without_warnings(package):
+@pytest.mark.parametrize("module", sorted(MODULES))
+def test_sources_compile_without_warnings(module):
     """No invalid escape sequences (LaTeX in a non-raw docstring turns \\t, \\b, \\f into control characters)."""
-    import warnings
-
-    for f in sorted((REPO / package).glob("*.py")):
-        with warnings.catch_warnings():
-            warnings.simplefilter("error")
-            compile(f.read_text(), str(f), "exec")
+    f = MODULES[module]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        compile(f.read_text(), str(f), "exec")
 
 
-def test_cli_start_up_leaves_the_solver_and_simulator_pipeline_unloaded():
-    """Every command pays for what ``optimizer.cli`` imports at start-up: the MIP (Pyomo) and the simulation
-    pipeline (scipy.stats via its metrics) load only in the commands that use them."""
-    import subprocess
-
-    code = ("import sys, optimizer.cli; "
-            "print(sorted(m for m in ('pyomo', 'optimizer.simulate', 'solvers.des_metrics', 'scipy.stats') "
-            "if m in sys.modules))")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
-                         cwd=str(Path(__file__).resolve().parents[1]))
+def test_cli_start_up_leaves_the_solver_and_simulator_pipeline_unloaded(tmp_path):
+    """Every command pays for what ``fleetopt.optimizer.cli`` imports at start-up: the MIP (Pyomo) and the
+    simulation pipeline (scipy.stats via its metrics) load only in the commands that use them. Run from an
+    empty folder, so nothing but the installed package can be imported."""
+    heavy = ("pyomo", "fleetopt.optimizer.simulation.simulate", "fleetopt.solvers.des.metrics", "scipy.stats")
+    code = f"import sys, fleetopt.optimizer.cli; print(sorted(m for m in {heavy!r} if m in sys.modules))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=tmp_path)
     assert out.stdout.strip() == "[]", out.stdout

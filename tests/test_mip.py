@@ -10,11 +10,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from optimizer.candidates import generate_candidates
-from optimizer.instance import instance_from_dict
-from optimizer.solve import SolveOptions, build_problem, solve_instance
-from solvers.mip import Termination, solve as solve_mip
-from solvers.oracle import enumerate_fleets, fleet_is_feasible, shortest_fleet
+from fleetopt.optimizer.plan.candidates import generate_candidates
+from fleetopt.optimizer.io.instance import instance_from_dict
+from fleetopt.optimizer.plan.solve import SolveOptions, build_problem, solve_instance
+from fleetopt.solvers.mip import Termination, solve as solve_mip
+from fleetopt.solvers.oracle import enumerate_fleets, fleet_is_feasible, shortest_fleet
 
 PROFILES = ["A10G", "A100-80GB", "H100-80GB", "B200-projected"]
 
@@ -147,7 +147,7 @@ def test_fleet_scope_never_costs_more_than_pool_scope(seed):
 
 
 def test_fleet_scope_lets_a_few_long_prompts_be_slow(repo_root):
-    from optimizer import api
+    from fleetopt.optimizer import api
 
     overrides = ["slo.ttft_model=tail"]
     pool = solve_instance(api.load(repo_root / "instances" / "lmsys_mixed.yaml", overrides))
@@ -217,7 +217,7 @@ def test_tighter_caps_never_cost_less(field, values):
 
 
 def test_more_pools_never_cost_more(repo_root):
-    from optimizer import api
+    from fleetopt.optimizer import api
 
     costs = [solve_instance(api.load(repo_root / "instances" / "lmsys_mixed.yaml", [f"pools.max_pools={k}"]))
              .best.objective for k in (1, 2, 3, 4)]
@@ -268,7 +268,7 @@ def test_split_routing_fills_rounding_slack(rate):
 
 def test_verification_cuts_raise_or_forbid_pools(repo_root):
     """Cuts from a failed simulation: a raised least count is re-priced exactly; a forbidden pool disappears."""
-    from optimizer import api
+    from fleetopt.optimizer import api
 
     inst = api.load(repo_root / "instances" / "agent_h100.yaml")
     free = solve_instance(inst).best.fleet

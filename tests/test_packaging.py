@@ -1,23 +1,70 @@
-"""A built wheel carries the catalogue and workload data, so a non-editable install finds them."""
+"""Installed, the project owns one import name, ``fleetopt``, and the wheel carries its data."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
+import tomllib
 import zipfile
 
 import pytest
 
 
+def test_every_package_folder_is_in_the_build(repo_root):
+    """A folder of modules left out of ``[tool.setuptools] packages`` would be missing from the wheel."""
+    config = tomllib.loads((repo_root / "pyproject.toml").read_text())["tool"]["setuptools"]
+    listed, roots = set(config["packages"]), config["package-dir"]
+    for package, folder in roots.items():
+        if package == "fleetopt.data":
+            continue
+        for init in (repo_root / folder).rglob("__init__.py"):
+            rel = init.parent.relative_to(repo_root / folder).parts
+            if rel and rel[0] == "_fleetopt":
+                continue
+            assert ".".join([package, *rel]) in listed, f"{init.parent.relative_to(repo_root)} is not in the build"
+
+
+@pytest.fixture(scope="module")
+def wheel(repo_root, tmp_path_factory):
+    out = tmp_path_factory.mktemp("wheel")
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(out),
+                    str(repo_root)], check=True, capture_output=True, text=True)
+    return next(out.glob("fleetopt-*.whl"))
+
+
 @pytest.mark.slow
-def test_wheel_ships_data(repo_root, tmp_path):
-    res = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(tmp_path), str(repo_root)],
-                         capture_output=True, text=True)
-    if res.returncode != 0:
-        pytest.skip(f"pip wheel unavailable here: {res.stderr.strip()[:200]}")
-    wheel = next(tmp_path.glob("fleetopt-*.whl"))
+def test_wheel_has_one_top_level_package_and_ships_data(wheel):
     names = set(zipfile.ZipFile(wheel).namelist())
-    for path in ("optimizer/_data/catalog/hardware.yaml", "optimizer/_data/catalog/calibrated_profiles.yaml",
-                 "optimizer/_data/workloads/lmsys_cdf.json", "optimizer/_data/workloads/azure_conv_trace.csv",
-                 "models/queueing.py", "solvers/__init__.py", "optimizer/cli.py"):
+    tops = {n.split("/")[0] for n in names if not n.split("/")[0].endswith(".dist-info")}
+    assert tops == {"fleetopt"}
+    for path in ("fleetopt/__init__.py", "fleetopt/api.py", "fleetopt/models/queueing.py",
+                 "fleetopt/solvers/mip.py", "fleetopt/solvers/des/engine.py", "fleetopt/optimizer/cli.py",
+                 "fleetopt/optimizer/io/instance.py", "fleetopt/optimizer/plan/solve.py",
+                 "fleetopt/optimizer/simulation/verify.py", "fleetopt/data/catalog/hardware.yaml",
+                 "fleetopt/data/catalog/calibrated_profiles.yaml", "fleetopt/data/catalog/README.md",
+                 "fleetopt/data/workloads/lmsys_cdf.json", "fleetopt/data/workloads/azure_conv_trace.csv"):
         assert path in names, path
+    assert any(n.endswith(".dist-info/licenses/LICENSE") or n.endswith(".dist-info/LICENSE") for n in names)
+
+
+@pytest.mark.slow
+def test_installed_wheel_works_beside_foreign_models_and_solvers_packages(wheel, repo_root, tmp_path):
+    """From a folder with its own ``models/`` and ``solvers/`` packages (common in ML repositories) the
+    installed package still imports and solves: nothing of it is a top-level ``models`` or ``solvers``."""
+    target = tmp_path / "site"
+    subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target", str(target), str(wheel)],
+                   check=True, capture_output=True, text=True)
+    assert not {"models", "solvers", "optimizer"} & {p.name for p in target.iterdir()}
+    work = tmp_path / "ml-project"
+    for pkg in ("models", "solvers", "optimizer"):
+        (work / pkg).mkdir(parents=True)
+        (work / pkg / "__init__.py").write_text("raise ImportError('the user project, not fleetopt')\n")
+    quickstart = (repo_root / "instances" / "quickstart.yaml").read_text()
+    (work / "q.yaml").write_text(quickstart.replace("../data/workloads/lmsys_cdf.json", "builtin:lmsys"))
+    env = {"PYTHONPATH": str(target), "PATH": "/usr/bin:/bin"}
+    code = ("import fleetopt, fleetopt.api, sys; assert fleetopt.__file__.startswith(sys.argv[1]), fleetopt.__file__; "
+            "from fleetopt.optimizer.cli import main; sys.argv = ['fleetopt', 'solve', 'q.yaml', '--json', '-']; main()")
+    res = subprocess.run([sys.executable, "-c", code, str(target)], cwd=work, env=env, capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert json.loads(res.stdout)["status"]

@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from optimizer.cli import main
-from optimizer.instance import load_instance
+from fleetopt.optimizer.cli import main
+from fleetopt.optimizer.io.instance import load_instance
 
 QUICKSTART = Path(__file__).resolve().parents[1] / "instances" / "quickstart.yaml"
 

@@ -17,15 +17,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from models.profiles import ServingProfile
-from models.roofline import (
+from fleetopt.models.profiles import ServingProfile
+from fleetopt.models.roofline import (
     ComputedProfile,
     activity_power_per_gpu_w,
     computed_profile,
     kv_bytes_per_token_per_gpu,
 )
-from models.service import iteration_latency_s
-from optimizer.catalog import load_catalog
+from fleetopt.models.service import iteration_latency_s
+from fleetopt.optimizer.io.catalog import load_catalog
 
 CTX = 8192
 MEAN_SEQ = CTX / 2  # the paper's Table-1 convention: mean sequence = half the window

@@ -23,8 +23,8 @@ import json
 import pytest
 from click.testing import CliRunner
 
-from optimizer import api
-from optimizer.cli import main
+from fleetopt.optimizer import api
+from fleetopt.optimizer.cli import main
 
 SEED = {512: (2, 13, 9, 25), 1024: (2, 10, 10, 36), 2048: (2, 7, 12, 63), 4096: (3, 5, 13, 108),
         8192: (4, 4, 14, 212), 12288: (5, 3, 14, 319)}

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import pytest
 
-from optimizer import api
-from optimizer.simulate import plans_from_spec, simulate_plan
+from fleetopt.optimizer import api
+from fleetopt.optimizer.simulation.simulate import plans_from_spec, simulate_plan
 
 
 @pytest.fixture(scope="module")

@@ -12,8 +12,8 @@ import itertools
 
 import pytest
 
-from optimizer import api
-from optimizer.solve import solve_instance
+from fleetopt.optimizer import api
+from fleetopt.optimizer.plan.solve import solve_instance
 
 GPUS = ("a10g", "a100", "h100")
 SEED_BEST_PER_YEAR = {"azure_mixed": 168_000, "lmsys_mixed": 141_000}
@@ -55,12 +55,12 @@ def test_azure_optimum_is_the_seed_a10g_two_pool(repo_root):
 def test_reports_say_when_pools_serve_different_models(repo_root):
     inst = api.load(repo_root / "instances" / "lmsys_mixed.yaml")
     rep = api.evaluate_report(inst, "0-2048:a10g,2048-65536:h100")
-    from optimizer.report import fleet_notes
+    from fleetopt.optimizer.report import fleet_notes
 
     notes = "\n".join(fleet_notes(rep.fleets[0][1], inst.slo.ttft_model))
     assert "serve different models" in notes
     solved = api.solve(inst)
-    from optimizer.report import solve_json
+    from fleetopt.optimizer.report import solve_json
 
     warnings = solve_json(solved)["warnings"]
     assert any("7B-class" in w and "70B-class" in w for w in warnings)  # plan (A10G) vs baseline (H100)

@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 from scipy import integrate
 
-from models.segments import segment_basis, segment_stats
-from models.service import prefill_time_s, service_time_s
-from models.workload import LengthDistribution, RequestTrace
+from fleetopt.models.segments import segment_basis, segment_stats
+from fleetopt.models.service import prefill_time_s, service_time_s
+from fleetopt.models.workload import LengthDistribution, RequestTrace
 
 
 @pytest.fixture(scope="module")
@@ -100,7 +100,7 @@ def test_bad_cdfs_are_rejected(points, phrase):
 @pytest.mark.parametrize("window,gamma", [(512, 1.5), (1000, 2.0), (4096, 3.0)])
 def test_compressed_band_is_exact(catalog, dist, window, gamma):
     """Requests in (B, gamma B] with the prompt cut to B - l_out, output kept, served at length B."""
-    from models.segments import compressed_band, stats_from_raw
+    from fleetopt.models.segments import compressed_band, stats_from_raw
 
     p = catalog.profiles["A100-80GB"]
     s = stats_from_raw(compressed_band(dist, window, gamma, p.chunk_tokens, 0.8), [window], [window], p)
@@ -124,7 +124,7 @@ def test_compressed_band_is_exact(catalog, dist, window, gamma):
 
 
 def test_compress_and_route_conserves_traffic(catalog, dist):
-    from models.fleet import PoolPlan, ServiceLevel, evaluate_fleet
+    from fleetopt.models.fleet import PoolPlan, ServiceLevel, evaluate_fleet
 
     p = catalog.profiles["H100-80GB"]
     for p_c in (0.0, 0.4, 1.0):

@@ -16,11 +16,11 @@ import pytest
 from click.testing import CliRunner
 from scipy import stats
 
-from optimizer import api
-from optimizer.cli import main
-from optimizer.errors import InstanceError
-from optimizer.sim_engine import VLLM_DEFAULT_MAX_NUM_SEQS, EngineOptions
-from optimizer.simulate import plans_from_spec, simulate_plan
+from fleetopt.optimizer import api
+from fleetopt.optimizer.cli import main
+from fleetopt.optimizer.errors import InstanceError
+from fleetopt.optimizer.simulation.options import VLLM_DEFAULT_MAX_NUM_SEQS, EngineOptions
+from fleetopt.optimizer.simulation.simulate import plans_from_spec, simulate_plan
 
 
 @pytest.fixture(scope="module")

@@ -13,14 +13,14 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from optimizer import api
-from optimizer.cli import main
-from optimizer.errors import InstanceError
-from optimizer.evaluate import evaluate_plans
-from optimizer.simulate import plans_from_fleet, plans_from_spec, simulate_plan
-from solvers.des_arrivals import diurnal_arrivals, mmpp_arrivals, mmpp_dispersion_limit, mmpp_rates
-from solvers.des_routers_extra import CompressRouter
-from solvers.des_routing import Requests
+from fleetopt.optimizer import api
+from fleetopt.optimizer.cli import main
+from fleetopt.optimizer.errors import InstanceError
+from fleetopt.optimizer.plan.evaluate import evaluate_plans
+from fleetopt.optimizer.simulation.simulate import plans_from_fleet, plans_from_spec, simulate_plan
+from fleetopt.solvers.des.arrivals import diurnal_arrivals, mmpp_arrivals, mmpp_dispersion_limit, mmpp_rates
+from fleetopt.solvers.des.routers import CompressRouter
+from fleetopt.solvers.des.routing import Requests
 
 CONTRACT = {"requests_simulated", "simulated_seconds", "wall_seconds", "ttft_p99_ms", "ttft_p99_ci_ms", "tpot_p99_ms",
             "slo_met", "slo_attainment", "power_kw", "energy_per_output_token_j", "pools", "engine", "spill_bound",
@@ -303,7 +303,7 @@ def test_a_pool_with_no_replica_up_draws_no_power(repo_root):
     in [idle, nominal] x its mean count up; a pool that was down in every replication draws exactly nothing,
     and neither its utilisation nor its batch count. (Availability 0.5: the one-replica pool is down in all
     three replications of a seed with probability 1/8.)"""
-    from optimizer.sim_engine import EngineOptions
+    from fleetopt.optimizer.simulation.options import EngineOptions
 
     inst = api.load(repo_root / "instances" / "quickstart.yaml",
                     ["gpus.a100.availability=0.5", "gpus.h100.availability=0.5"])
@@ -362,7 +362,7 @@ def test_spillover_text_shows_the_spilled_counts(repo_root, tmp_path):
 
 def test_spill_bound_default_and_misuse(repo_root, quick_inst):
     plans = plans_from_spec(quick_inst, "0-2048:a100x1#40,2048-65536:h100x6")
-    from optimizer.simulate import DEFAULT_SPILL_BOUND
+    from fleetopt.optimizer.simulation.simulate import DEFAULT_SPILL_BOUND
 
     assert simulate_plan(quick_inst, plans, requests=400, replications=2, router="spillover").spill_bound == \
         DEFAULT_SPILL_BOUND
@@ -393,7 +393,7 @@ def test_every_field_docstring_sits_under_its_field():
     import ast
     import inspect
 
-    from optimizer import sim_report
+    from fleetopt.optimizer.simulation import records as sim_report
 
     tree = ast.parse(inspect.getsource(sim_report))
     docs = {}

@@ -7,7 +7,7 @@ import json
 import pytest
 from click.testing import CliRunner
 
-from optimizer.cli import main
+from fleetopt.optimizer.cli import main
 
 CONTRACT = ("status", "objective", "cost_per_hr", "cost_per_year", "total_replicas", "total_gpus", "power_kw",
             "tok_per_watt", "pools", "baseline", "solve_seconds", "mip_gap", "solutions", "overrides")
@@ -120,7 +120,7 @@ constraints: {max_cost_per_hr: 15.0, max_power_kw: 1.9}
 def test_exit_code_mapping():
     from types import SimpleNamespace
 
-    from optimizer.api import exit_code
+    from fleetopt.optimizer.api import exit_code
 
     assert exit_code(SimpleNamespace(plans=(1,), status="time_limit")) == 0
     assert exit_code(SimpleNamespace(plans=(), status="infeasible")) == 3
@@ -134,8 +134,8 @@ def test_oracle_method_refuses_coupled_instances(repo_root):
 
 
 def test_tpot_bound_and_caps(repo_root):
-    from models.service import tpot_batch_cap, tpot_bound_s
-    from optimizer.catalog import load_catalog
+    from fleetopt.models.service import tpot_batch_cap, tpot_bound_s
+    from fleetopt.optimizer.io.catalog import load_catalog
 
     h100 = load_catalog().profiles["H100-80GB"]
     # t(n, B) = W + H (B / 8192) n: at 4,096 tokens and 256 sequences, 4 + 0.32 x 0.5 x 256 = 44.96 ms

@@ -10,14 +10,15 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from models.fleet import PoolPlan
-from optimizer.cli import main
-from optimizer.errors import InstanceError
-from optimizer.instance import instance_from_dict
-from optimizer.simulate import plans_from_fleet, simulate_plan
-from optimizer.solve import SolveOptions, SplitRouting, solve_instance
-from optimizer.split import build_split_problem, restrict_split
-from optimizer.verify import simulate_solved_plan, verify
+from fleetopt.models.fleet import PoolPlan
+from fleetopt.optimizer.cli import main
+from fleetopt.optimizer.errors import InstanceError
+from fleetopt.optimizer.io.instance import instance_from_dict
+from fleetopt.optimizer.simulation.simulate import plans_from_fleet, simulate_plan
+from fleetopt.optimizer.plan.solve import SolveOptions, SplitRouting, solve_instance
+from fleetopt.optimizer.plan.split_candidates import build_split_problem, restrict_split
+from fleetopt.optimizer.simulation.simulate import simulate_solved_plan
+from fleetopt.optimizer.simulation.verify import verify
 
 Z = 4.5
 """Normal quantile of the share checks: a false alarm per pool has probability about 7e-6."""
@@ -200,9 +201,9 @@ def test_split_plan_report_says_it_replays_the_plans_routing(repo_root, solved):
 def test_simulate_pools_runs_each_plan_with_the_router_it_was_planned_for(solved):
     """verify's simulate_pools and a plan file's SolvedPlan.router pick the same router: split for a routing,
     compress for @gamma pools, else length."""
-    from optimizer.plan_files import SolvedPlan
-    from optimizer.simulate import planned_router
-    from optimizer.verify import simulate_pools
+    from fleetopt.optimizer.simulation.plan_files import SolvedPlan
+    from fleetopt.optimizer.simulation.simulate import planned_router
+    from fleetopt.optimizer.simulation.simulate import simulate_pools
 
     inst, rep = solved
     plan = rep.plans[1]

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from models.service import context_point
+from fleetopt.models.service import context_point
 
 CONTEXTS = [2048, 4096, 8192, 16384, 32768, 65536, 131072]
 PAPER = {

@@ -32,12 +32,12 @@ import json
 import numpy as np
 import pytest
 
-from models.fleet import PoolPlan, ServiceLevel, _evaluate_pool
-from models.segments import RawSums, raw_between, segment_basis, segment_stats
-from models.workload import LengthDistribution
-from optimizer import api
-from optimizer.catalog import data_dir, load_catalog
-from optimizer.solve import solve_instance
+from fleetopt.models.fleet import PoolPlan, ServiceLevel, _evaluate_pool
+from fleetopt.models.segments import RawSums, raw_between, segment_basis, segment_stats
+from fleetopt.models.workload import LengthDistribution
+from fleetopt.optimizer import api
+from fleetopt.optimizer.io.catalog import data_dir, load_catalog
+from fleetopt.optimizer.plan.solve import solve_instance
 
 PAPER = {  # (GPUs, kW, tok/W) for Homo 64K, Pool routing, FleetOpt
     ("azure", "h100"): [(141, 58.3, 5.58), (68, 32.0, 9.16), (40, 23.1, 14.08)],
@@ -153,7 +153,7 @@ def test_free_topology_is_at_least_as_efficient(repo_root, workload):
     """With boundaries, GPU and compression free, the optimizer's tok/W is at least the FleetOpt row's."""
     import yaml
 
-    from optimizer.instance import instance_from_dict
+    from fleetopt.optimizer.io.instance import instance_from_dict
 
     path = repo_root / "instances" / f"table3_{workload}.yaml"
     data = yaml.safe_load(path.read_text())

@@ -14,11 +14,11 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from optimizer import api
-from optimizer.cli import main
-from optimizer.evaluate import evaluate, parse_fleet
-from optimizer.solve import Plan, SolveOptions, solve_instance
-from optimizer.trim import MAX_BACKOFFS, _least_passing, trim_plan, work_floors
+from fleetopt.optimizer import api
+from fleetopt.optimizer.cli import main
+from fleetopt.optimizer.plan.evaluate import evaluate, parse_fleet
+from fleetopt.optimizer.plan.solve import Plan, SolveOptions, solve_instance
+from fleetopt.optimizer.simulation.trim import MAX_BACKOFFS, _least_passing, trim_plan, work_floors
 
 
 @pytest.fixture(scope="module")
@@ -140,11 +140,12 @@ def test_cli_trim(repo_root, tmp_path):
 
 def test_context_work_is_what_the_engine_charges(repo_root):
     """The work floor's X is exactly the context the engine bills: a request alone on a replica takes
-    S = (m + l_out) W + h X (solvers.des), so X from the simulated service times equals the formula, and the
+    S = (m + l_out) W + h X (fleetopt.solvers.des.engine), so X from the simulated service times equals the formula, and the
     floor is floor(0.95 lambda h E[X]) + 1 with E[X] over the pool's requests."""
-    from models.fleet import PoolPlan
-    from solvers.des import SimPool, simulate
-    from solvers.des_routing import LengthRouter, Requests, sample_lengths
+    from fleetopt.models.fleet import PoolPlan
+    from fleetopt.solvers.des.state import SimPool
+    from fleetopt.solvers.des.engine import simulate
+    from fleetopt.solvers.des.routing import LengthRouter, Requests, sample_lengths
 
     inst = api.load(repo_root / "instances" / "agent_h100.yaml")
     prof = inst.gpu("h100").profile
@@ -167,7 +168,7 @@ def test_context_work_is_what_the_engine_charges(repo_root):
 
 def _work_mean(inst, c: int) -> float:
     """E[X] over the whole workload, from an independent sample (another seed, more requests)."""
-    from solvers.des_routing import sample_lengths
+    from fleetopt.solvers.des.routing import sample_lengths
 
     lin, lout = sample_lengths(inst.workload.lengths, 1_000_000, np.random.default_rng(99), inst.workload.input_fraction)
     lin, lout = lin.astype(float), lout.astype(float)

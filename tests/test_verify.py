@@ -6,7 +6,7 @@ import json
 
 from click.testing import CliRunner
 
-from optimizer.cli import main
+from fleetopt.optimizer.cli import main
 
 
 def solve(*args):

@@ -8,10 +8,10 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
-from optimizer import api
-from optimizer.candidates import WindowCut, generate_candidates, restrict
-from optimizer.split import build_split_problem, restrict_split
-from optimizer.verify import analytic_minima, verify
+from fleetopt.optimizer import api
+from fleetopt.optimizer.plan.candidates import WindowCut, generate_candidates, restrict
+from fleetopt.optimizer.plan.split_candidates import build_split_problem, restrict_split
+from fleetopt.optimizer.simulation.verify import analytic_minima, verify
 
 
 def _key(c, p) -> tuple[int, int, str]:

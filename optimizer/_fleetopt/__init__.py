@@ -1,0 +1,45 @@
+"""fleetopt: plan GPU fleets for LLM inference.
+
+The installed package has one import name, ``fleetopt``, with three layers
+below it (imports run downward only; ``tests/test_layering.py`` checks it):
+
+``fleetopt.models``
+    Pure performance models (no I/O, no randomness): catalogue records,
+    iteration time, power, queueing, workloads, analytic fleet evaluation.
+``fleetopt.solvers``
+    The fleet MIP (Pyomo + HiGHS), the exact graph oracle and the split MIP;
+    the discrete-event simulator in its own subpackage,
+    ``fleetopt.solvers.des``.
+``fleetopt.optimizer``
+    The pipeline and the user surface, by stage: ``io`` (file -> validated
+    instance), ``plan`` (candidates -> MIP -> plans), ``simulation``
+    (simulate, verify, trim), then ``report``, ``api`` and ``cli``.
+
+``fleetopt.api`` is the notebook entry point (the same functions as
+``fleetopt.optimizer.api``), and the ``fleetopt`` command is
+``fleetopt.optimizer.cli``.
+
+In the repository this file lives in ``optimizer/_fleetopt/``: the build
+maps that folder to the package root and ``models/``, ``solvers/``,
+``optimizer/`` and ``data/`` below it (``pyproject.toml``,
+``[tool.setuptools.package-dir]``).
+"""
+
+from __future__ import annotations
+
+from importlib import import_module
+from importlib.metadata import PackageNotFoundError, version
+
+try:
+    __version__ = version("fleetopt")
+except PackageNotFoundError:  # pragma: no cover - running from an unbuilt tree
+    __version__ = "0+unknown"
+
+__all__ = ["__version__", "api"]
+
+
+def __getattr__(name: str):
+    """``fleetopt.api`` on first use, so ``import fleetopt`` stays cheap."""
+    if name == "api":
+        return import_module("fleetopt.api")
+    raise AttributeError(f"module 'fleetopt' has no attribute {name!r}")

@@ -1,0 +1,185 @@
+"""GPU options of an instance: each ``gpus`` entry resolved to a serving profile.
+
+An entry names either a calibrated ``profile`` from the catalogue or
+``hardware`` + ``model`` with a serving config, from which a roofline profile
+is built. Catalogue names are looked up case-insensitively and never replaced
+by a default; a price override, the GPU counts and the context window are
+checked against the profile. Every problem is added to a
+:class:`~fleetopt.optimizer.io.schema.Problems`; :mod:`fleetopt.optimizer.io.instance` turns the
+result into :class:`~fleetopt.optimizer.io.instance.GpuOption` records.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from typing import NamedTuple
+
+from fleetopt.models.profiles import ServingProfile
+
+from fleetopt.optimizer.io.catalog import Catalog, load_catalog
+from fleetopt.optimizer.io.schema import Problems, RawGpu, validate_section
+
+__all__ = ["ResolvedGpu", "resolve_gpus", "check_context_fits"]
+
+_COMPUTED_ONLY = ("tp", "dtype", "memory_utilization", "max_num_seqs", "kv_layout", "chunk")
+"""Keys that only apply to a computed (hardware + model) profile."""
+
+
+class ResolvedGpu(NamedTuple):
+    """A ``gpus`` entry that passed every check, with its profile and kind (``calibrated`` or ``computed``)."""
+
+    raw: RawGpu
+    profile: ServingProfile
+    kind: str
+
+
+def _lookup(catalog: Catalog, kind: str, name: str, field: str, problems: Problems):
+    try:
+        return catalog.find(kind, name)
+    except KeyError as err:
+        problems.add(field, str(err.args[0]))
+        return None
+
+
+def _builder_field(message: str, prefix: str) -> str:
+    """The gpu field a profile builder's ValueError is about (by the words it uses)."""
+    text = message.lower()
+    for word, field in (("fp8", "dtype"), ("int4", "dtype"), ("dtype", "dtype"),
+                        ("memory_utilization", "memory_utilization"), ("max_num_seqs", "max_num_seqs"),
+                        ("kv_layout", "kv_layout"), ("chunk", "chunk"), ("tp", "tp"),
+                        ("tensor", "tp"), ("memory", "tp"), ("fit", "tp")):
+        if re.search(rf"\b{word}", text):
+            return f"{prefix}.{field}"
+    return prefix
+
+
+def _computed_profile(raw: RawGpu, catalog: Catalog, prefix: str, problems: Problems):
+    """A roofline profile for ``hardware`` x ``model`` under the entry's serving config."""
+    hardware = _lookup(catalog, "hardware", raw.hardware, f"{prefix}.hardware", problems)
+    model = _lookup(catalog, "models", raw.model, f"{prefix}.model", problems)
+    if hardware is None or model is None:
+        return None
+    from fleetopt.models.roofline import computed_profile  # written alongside; imported only when needed
+
+    options = {"gpu_memory_utilization": raw.memory_utilization, "max_num_seqs": raw.max_num_seqs,
+               "kv_layout": raw.kv_layout, "chunk_tokens": raw.chunk}
+    try:
+        return computed_profile(hardware, model, tp=raw.tp or 1, dtype=raw.dtype or "fp16",
+                                defaults=catalog.defaults, **{k: v for k, v in options.items() if v is not None})
+    except ValueError as err:
+        problems.add(_builder_field(str(err), prefix), f"{err}; change the serving config or the hardware")
+        return None
+
+
+def _gpu_kind(raw: RawGpu, prefix: str, problems: Problems) -> str | None:
+    """``calibrated`` or ``computed`` from which keys are given, or None after reporting."""
+    computed = raw.hardware is not None or raw.model is not None
+    if raw.profile is not None and computed:
+        problems.add(prefix, "both profile and hardware/model are given; give either profile "
+                             "(calibrated) or hardware + model (computed)")
+        return None
+    if raw.profile is not None:
+        extra = [k for k in _COMPUTED_ONLY if getattr(raw, k) is not None]
+        for key in extra:
+            problems.add(f"{prefix}.{key}", "only applies to a computed profile (hardware + model); "
+                                            "remove it or replace profile by hardware + model")
+        return None if extra else "calibrated"
+    if not computed:
+        problems.add(prefix, "neither profile nor hardware + model is given; give one of them")
+        return None
+    for key in ("hardware", "model"):
+        if getattr(raw, key) is None:
+            problems.add(f"{prefix}.{key}", "missing; a computed profile needs both hardware and model")
+    return "computed" if raw.hardware is not None and raw.model is not None else None
+
+
+def _with_cost(profile, cost_usd_per_hr: float | None, prefix: str, problems: Problems):
+    if cost_usd_per_hr is None:
+        return profile
+    if not dataclasses.is_dataclass(profile):
+        problems.add(f"{prefix}.cost_per_hr", "this profile's price cannot be overridden; remove cost_per_hr")
+        return None
+    return dataclasses.replace(profile, cost_usd_per_hr=float(cost_usd_per_hr))
+
+
+def _count_problems(raw: RawGpu, profile, prefix: str, problems: Problems) -> None:
+    per_replica = int(getattr(profile, "gpus_per_replica", 1))
+    if raw.max_count is not None and raw.max_count < per_replica:
+        problems.add(f"{prefix}.max_count", f"{raw.max_count} GPUs cannot form one replica, which needs "
+                                            f"{per_replica}; give max_count >= {per_replica} or omit it")
+    if raw.max_count is not None and raw.min_count > raw.max_count:
+        problems.add(f"{prefix}.min_count", f"{raw.min_count} exceeds max_count {raw.max_count}; "
+                                            "give min_count <= max_count")
+
+
+def _resolve_gpu(raw: RawGpu, index: int, catalog: Catalog, problems: Problems) -> ResolvedGpu | None:
+    prefix = f"gpus[{index}]"
+    kind = _gpu_kind(raw, prefix, problems)
+    if kind == "calibrated":
+        profile = _lookup(catalog, "profiles", raw.profile, f"{prefix}.profile", problems)
+    elif kind == "computed":
+        profile = _computed_profile(raw, catalog, prefix, problems)
+    else:
+        return None
+    if profile is None:
+        return None
+    before = len(problems.lines)
+    _count_problems(raw, profile, prefix, problems)
+    profile = _with_cost(profile, raw.cost_per_hr, prefix, problems)
+    if profile is None or len(problems.lines) > before:
+        return None
+    return ResolvedGpu(raw, profile, kind)
+
+
+def _duplicate_names(raws: list[RawGpu | None], problems: Problems) -> None:
+    first: dict[str, int] = {}
+    for i, raw in enumerate(raws):
+        if raw is None:
+            continue
+        key = raw.name.lower()
+        if key in first:
+            problems.add(f"gpus[{i}].name", f"duplicate name {raw.name!r} (also gpus[{first[key]}]); "
+                                            "gpu names must be unique (case-insensitive)")
+        else:
+            first[key] = i
+
+
+def resolve_gpus(data: dict, problems: Problems) -> list[ResolvedGpu] | None:
+    """Every ``gpus`` entry with its profile, or None when any entry has a problem."""
+    items = data.get("gpus")
+    if not isinstance(items, list) or not items:
+        return None
+    raws = [validate_section(RawGpu, item) for item in items]
+    _duplicate_names(raws, problems)
+    catalog = load_catalog()
+    options = [None if raw is None else _resolve_gpu(raw, i, catalog, problems) for i, raw in enumerate(raws)]
+    return None if any(o is None for o in options) else options
+
+
+def _largest_context_tokens(profile: ServingProfile, upper_tokens: int) -> int:
+    """Largest context ``c <= upper_tokens`` with ``n_slots(c) >= 1`` (0 if none); n_slots falls with c."""
+    lo, hi = 0, upper_tokens
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if int(profile.n_slots(mid)) >= 1:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
+def check_context_fits(profiles: list[ServingProfile], max_context_tokens: int, problems: Problems) -> None:
+    """Report ``pools.max_context`` when no profile holds even one request of that length."""
+    if any(int(p.n_slots(max_context_tokens)) >= 1 for p in profiles):
+        return
+    best = max(_largest_context_tokens(p, max_context_tokens) for p in profiles)
+    if best == 0:
+        problems.add("pools.max_context", f"no listed GPU holds a {max_context_tokens}-token context, nor any "
+                                          "context at all (n_slots(1) = 0 for every option: no room for a KV "
+                                          "cache); add a GPU (or tp) with memory to spare")
+        return
+    problems.add("pools.max_context", f"no listed GPU holds a {max_context_tokens}-token context "
+                                      f"(n_slots < 1 for every option); the largest any listed GPU holds is "
+                                      f"{best} tokens; lower max_context or add a GPU that holds it")
+

@@ -1,0 +1,406 @@
+"""Instances: the validated, resolved records fleetopt plans for, and how they are built.
+
+An *instance* says what to plan for: the workload (a length CDF or a request
+trace, and an arrival rate), the latency SLO, the GPU options, how the context
+range may be split into pools, fleet-wide constraints and the objective. A
+minimal YAML instance::
+
+    workload: {cdf: builtin:lmsys, arrival_rate: 100}
+    slo: {ttft_p99_ms: 500}
+    gpus:
+      - {name: h100, profile: H100-80GB}
+    pools: {max_pools: 2, max_context: 65536}
+
+Input is checked once, at the edge, in two passes:
+
+1. *structure* (:mod:`fleetopt.optimizer.io.schema`): pydantic models (``extra="forbid"``,
+   strict types) check keys, types and ranges at every level;
+2. *meaning* (this module): files are read (:mod:`fleetopt.optimizer.io.workloads`),
+   catalogue names are looked up and profiles are built
+   (:mod:`fleetopt.optimizer.io.gpu_options`), boundaries are resolved and cross-field
+   rules are applied.
+
+``--set`` overrides (:mod:`fleetopt.optimizer.io.overrides`) are applied before both.
+Every problem of both passes is collected, then one
+:class:`~fleetopt.optimizer.errors.InstanceError` is raised with one line per problem,
+``<file>: <field>: <what is wrong>; <what is allowed>``. Nothing outside these
+modules needs to re-check an :class:`Instance`.
+
+Units: rates in requests per second, latencies in seconds inside (ms in the
+file), lengths in tokens, counts of physical GPUs for ``max_count`` and
+``min_count``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from fleetopt.models.profiles import ServingProfile
+from fleetopt.models.units import MS_PER_S
+from fleetopt.models.workload import LengthDistribution, RequestTrace
+
+from fleetopt.optimizer.errors import InstanceError
+from fleetopt.optimizer.io.gpu_options import check_context_fits, resolve_gpus
+from fleetopt.optimizer.io.overrides import apply_overrides, overridden_copy
+from fleetopt.optimizer.io.schema import (
+    DEFAULT_MAX_UTILIZATION,
+    Problems,
+    RawConstraints,
+    RawInstance,
+    RawPools,
+    RawSlo,
+    RawWorkload,
+    allowed_keys,
+    show_value,
+    structure_problems,
+    validate_section,
+)
+from fleetopt.optimizer.io.workloads import TRACE_COLUMNS, LoadedWorkload, load_workload, read_instance_file
+
+__all__ = [
+    "Instance",
+    "GpuOption",
+    "WorkloadSpec",
+    "SLO",
+    "PoolsSpec",
+    "Constraints",
+    "load_instance",
+    "instance_from_dict",
+    "apply_overrides",
+    "DEFAULT_MAX_UTILIZATION",
+    "TRACE_COLUMNS",
+    "default_grid_tokens",
+]
+
+_GRID_START_TOKENS = 64
+
+
+# --------------------------------------------------------------------------------------------
+# Resolved records (what the rest of fleetopt consumes)
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class GpuOption:
+    """One GPU option the planner may buy.
+
+    ``max_count`` and ``min_count`` count physical GPUs (a replica of ``profile``
+    uses ``profile.gpus_per_replica`` of them); ``max_count`` None means unlimited.
+    ``availability`` is the share of time a GPU is up, in (0, 1]. ``kind`` is
+    ``"calibrated"`` or ``"computed"``.
+    """
+
+    name: str
+    profile: ServingProfile
+    max_count: int | None
+    min_count: int
+    availability: float
+    kind: str
+    min_pools: int = 0
+    max_pools: int | None = None
+
+
+@dataclass(frozen=True)
+class WorkloadSpec:
+    """The request stream.
+
+    ``lengths`` is already truncated to ``pools.max_context``; ``truncated_share``
+    is the share of requests that were longer and got cut. ``source`` is
+    ``builtin:NAME``, the resolved file path or ``inline``. For a trace,
+    ``input_fraction`` is the trace's own prompt share of all tokens.
+    """
+
+    kind: str
+    source: str
+    lengths: LengthDistribution | RequestTrace
+    truncated_share: float
+    arrival_rate_req_per_s: float
+    input_fraction: float
+
+
+@dataclass(frozen=True)
+class SLO:
+    """Latency targets in seconds (P99), the TTFT model and its scope."""
+
+    ttft_p99_s: float
+    ttft_model: str
+    scope: str
+    tpot_p99_s: float | None
+
+
+@dataclass(frozen=True)
+class PoolsSpec:
+    """Pool search space: ``boundaries`` starts with 0, ends with ``max_context_tokens``, increases strictly."""
+
+    max_pools: int
+    max_context_tokens: int
+    boundaries: tuple[int, ...]
+    routing: str
+    compress_gammas: tuple[float, ...] = ()
+    """Compress-and-route factors the optimizer may use (empty: off)."""
+    compress_success: float = 1.0
+    """Probability that compressing a request to a pool's window succeeds."""
+
+
+@dataclass(frozen=True)
+class Constraints:
+    """Fleet-wide limits; None means no limit."""
+
+    max_utilization: float
+    max_power_kw: float | None
+    max_cost_per_hr: float | None
+    max_total_gpus: int | None
+
+
+@dataclass(frozen=True)
+class Instance:
+    """A validated, resolved instance."""
+
+    path: Path | None
+    name: str
+    workload: WorkloadSpec
+    slo: SLO
+    gpus: tuple[GpuOption, ...]
+    pools: PoolsSpec
+    constraints: Constraints
+    objective: str
+    description: str = ""
+    energy_usd_per_kwh: float | None = None
+    pue: float = 1.0
+    overrides: tuple[str, ...] = ()
+    """The ``--set PATH=VALUE`` strings it was loaded with, in order (:mod:`fleetopt.optimizer.io.overrides`); a command
+    that re-runs the instance (``fleetopt simulate ...``) or a plan file solved for it must carry the same."""
+
+    def gpu(self, name: str) -> GpuOption:
+        """The GPU option called ``name`` (case-insensitive).
+
+        Raises
+        ------
+        InstanceError
+            When no option has that name; the message lists the known names.
+        """
+        for option in self.gpus:
+            if option.name.lower() == name.strip().lower():
+                return option
+        known = ", ".join(g.name for g in self.gpus)
+        raise InstanceError.at(self.path, "gpus", f"unknown gpu {name!r}; known: {known}")
+
+
+def _workload_spec(loaded: LoadedWorkload, max_context_tokens: int) -> WorkloadSpec:
+    """Cut requests at the context window; a trace's input fraction is its own prompt share."""
+    cut, share = loaded.lengths.truncated(max_context_tokens)
+    fraction = loaded.input_fraction
+    if isinstance(cut, RequestTrace):
+        fraction = float(np.sum(cut.prompt_tokens) / np.sum(cut.total_tokens))
+    return WorkloadSpec(loaded.kind, loaded.source, cut, share, loaded.arrival_rate_req_per_s, fraction)
+
+
+def _gpu_options(data: dict, problems: Problems) -> list[GpuOption] | None:
+    """Every GPU option (see :mod:`fleetopt.optimizer.io.gpu_options`), or None when any entry has a problem."""
+    resolved = resolve_gpus(data, problems)
+    if resolved is None:
+        return None
+    return [GpuOption(r.raw.name, r.profile, r.raw.max_count, r.raw.min_count, r.raw.availability, r.kind,
+                      r.raw.min_pools, r.raw.max_pools)
+            for r in resolved]
+
+
+# --------------------------------------------------------------------------------------------
+# Pools (pass 2)
+# --------------------------------------------------------------------------------------------
+
+
+def default_grid_tokens(max_context_tokens: int) -> tuple[int, ...]:
+    """Powers of two and 1.5x powers of two from 64, below ``max_context_tokens``.
+
+    Examples
+    --------
+    >>> default_grid_tokens(1000)
+    (64, 96, 128, 192, 256, 384, 512, 768)
+    """
+    grid, power = [], _GRID_START_TOKENS
+    while power < max_context_tokens:
+        grid += [t for t in (power, power * 3 // 2) if t < max_context_tokens]
+        power *= 2
+    return tuple(grid)
+
+
+def _auto_boundaries(lengths, max_context_tokens: int) -> tuple[int, ...]:
+    if isinstance(lengths, LengthDistribution):
+        points = {int(round(t)) for t in lengths.breakpoints}
+        return tuple(sorted(t for t in points if 0 < t < max_context_tokens))
+    return default_grid_tokens(max_context_tokens)
+
+
+def _explicit_boundaries(value: Any, max_context_tokens: int, problems: Problems) -> tuple[int, ...] | None:
+    field = "pools.boundaries"
+    if not isinstance(value, list) or not all(isinstance(v, int) and not isinstance(v, bool) for v in value):
+        problems.add(field, f"{show_value(value, spell_lists=True)} is not allowed; "
+                            "give auto or a list of whole token counts")
+        return None
+    outside = [v for v in value if not 0 < v < max_context_tokens]
+    if outside:
+        problems.add(field, f"{outside[0]} is outside (0, {max_context_tokens}); give inner boundaries only "
+                            "(0 and max_context are added)")
+    steps = [i for i in range(1, len(value)) if value[i] <= value[i - 1]]
+    if steps:
+        i = steps[0]
+        problems.add(field, f"not increasing: entry {i} ({value[i]}) follows {value[i - 1]}; "
+                            "list boundaries in strictly increasing order")
+    return None if outside or steps else tuple(value)
+
+
+def _resolve_boundaries(raw: RawPools, lengths, problems: Problems) -> tuple[int, ...] | None:
+    value = raw.boundaries
+    if isinstance(value, str) and value.strip().lower() == "auto":
+        if lengths is None:
+            return None
+        inner = _auto_boundaries(lengths, raw.max_context)
+    else:
+        inner = _explicit_boundaries(value, raw.max_context, problems)
+        if inner is None:
+            return None
+    return (0, *inner, raw.max_context)
+
+
+# --------------------------------------------------------------------------------------------
+# Assembly
+# --------------------------------------------------------------------------------------------
+
+
+def _slo(raw: RawSlo) -> SLO:
+    tpot = None if raw.tpot_p99_ms is None else raw.tpot_p99_ms / MS_PER_S
+    return SLO(raw.ttft_p99_ms / MS_PER_S, raw.ttft_model, raw.scope, tpot)
+
+
+def _constraints(raw: RawConstraints) -> Constraints:
+    return Constraints(raw.max_utilization, raw.max_power_kw, raw.max_cost_per_hr, raw.max_total_gpus)
+
+
+def _cross_field_problems(data: dict, workload, problems: Problems) -> None:
+    """Rules that tie several sections together (checked once every section is valid on its own)."""
+    raw = RawInstance.model_validate(data)
+    if raw.objective == "cost+power" and raw.energy is None:
+        problems.add("objective", "'cost+power' needs an energy section; add energy: {usd_per_kwh: ..., pue: ...}")
+    comp = raw.pools.compress
+    if comp is not None and workload is not None and workload.kind == "cdf":
+        limit = 1.0 / (1.0 - workload.input_fraction)
+        for k, g in enumerate(comp.gammas):
+            if g >= limit:
+                problems.add(f"pools.compress.gammas[{k}]", f"{g:g} is too large: with input_fraction "
+                             f"{workload.input_fraction:g} the outputs alone would fill the window; allowed: < {limit:g}")
+    for k, g in enumerate(raw.gpus):
+        if g.max_pools is not None and g.min_pools > g.max_pools:
+            problems.add(f"gpus[{k}].min_pools", f"{g.min_pools} exceeds max_pools {g.max_pools}")
+    if raw.pools.routing == "split" and raw.slo.scope == "fleet":
+        problems.add("pools.routing", "'split' routing works with slo.scope 'pool' only")
+    if raw.pools.routing == "split" and comp is not None:
+        problems.add("pools.routing", "'split' routing and pools.compress cannot be combined; choose one")
+
+
+def _resolve(data: dict, path: Path | None, problems: Problems) -> Instance | None:
+    """Both passes over a raw mapping; an :class:`Instance` when no problem was found."""
+    structure_problems(data, problems)
+    base_dir = (path.parent if path is not None else Path.cwd()).absolute()
+    workload_raw = validate_section(RawWorkload, data.get("workload"))
+    workload = None if workload_raw is None else load_workload(workload_raw, base_dir, problems)
+    options = _gpu_options(data, problems)
+    pools_raw = validate_section(RawPools, data.get("pools"))
+    boundaries = None
+    if pools_raw is not None:
+        boundaries = _resolve_boundaries(pools_raw, None if workload is None else workload.lengths, problems)
+        if options is not None:
+            check_context_fits([o.profile for o in options], pools_raw.max_context, problems)
+    if not problems.lines:
+        _cross_field_problems(data, workload, problems)
+    if problems.lines:
+        return None
+    raw = RawInstance.model_validate(data)
+    return Instance(
+        path=path,
+        name=raw.name or (path.stem if path is not None else "instance"),
+        workload=_workload_spec(workload, raw.pools.max_context),
+        slo=_slo(raw.slo),
+        gpus=tuple(options),
+        pools=PoolsSpec(raw.pools.max_pools, raw.pools.max_context, boundaries, raw.pools.routing,
+                        tuple(sorted(set(raw.pools.compress.gammas))) if raw.pools.compress else (),
+                        raw.pools.compress.success_probability if raw.pools.compress else 1.0),
+        constraints=_constraints(raw.constraints),
+        objective=raw.objective,
+        description=raw.description or "",
+        energy_usd_per_kwh=raw.energy.usd_per_kwh if raw.energy else None,
+        pue=raw.energy.pue if raw.energy else 1.0,
+    )
+
+
+def instance_from_dict(data: Mapping, path: str | Path | None = None, overrides: Sequence[str] = ()) -> Instance:
+    """Validate and resolve an instance given as a mapping (e.g. from a notebook).
+
+    Parameters
+    ----------
+    data : Mapping
+        The instance as parsed from a file; it is not modified.
+    path : str or Path, optional
+        The file it came from: names the file in error lines, and relative
+        workload paths resolve against its folder (the current folder if None).
+    overrides : sequence of str
+        ``PATH=VALUE`` strings applied before validation (see :func:`apply_overrides`); kept, in order, as
+        ``Instance.overrides``.
+
+    Returns
+    -------
+    Instance
+
+    Raises
+    ------
+    InstanceError
+        With every problem found, one line each.
+    """
+    problems = Problems(path)
+    path = None if path is None else Path(path)
+    if not isinstance(data, Mapping):
+        problems.add("", f"the top level must be a mapping of keys ({allowed_keys(())}); got {show_value(data)}")
+        problems.raise_if_any()
+    data = overridden_copy(data, overrides, problems)
+    instance = _resolve(data, path, problems)
+    problems.raise_if_any()
+    return replace(instance, overrides=tuple(str(text) for text in overrides))
+
+
+def load_instance(path: str | Path, overrides: Sequence[str] = ()) -> Instance:
+    """Read, validate and resolve the instance file at ``path`` (never writes to it).
+
+    Parameters
+    ----------
+    path : str or Path
+        A ``.yaml``/``.yml``, ``.json`` or ``.toml`` file.
+    overrides : sequence of str
+        ``--set`` strings ``dotted.path=value`` applied before validation.
+
+    Returns
+    -------
+    Instance
+
+    Raises
+    ------
+    InstanceError
+        With every problem found (unreadable file, syntax, unknown keys, wrong
+        types or ranges, unknown names, bad workload files, ...), one line each,
+        each starting with ``path`` as given.
+
+    See Also
+    --------
+    instance_from_dict : the same from an already parsed mapping.
+    """
+    problems = Problems(path)
+    data = read_instance_file(Path(path), problems)
+    problems.raise_if_any()
+    if data is None:
+        problems.add("", f"the file is empty; the top level must be a mapping of keys ({allowed_keys(())})")
+        problems.raise_if_any()
+    return instance_from_dict(data, path, overrides)

@@ -1,0 +1,51 @@
+"""Writing results: JSON to a file (atomically) or stdout, never over a user's input."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+__all__ = ["to_jsonable", "write_json"]
+
+
+def to_jsonable(obj):
+    """Replace non-finite floats with None (JSON has no inf/nan) and tuples with lists, recursively."""
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {k: to_jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [to_jsonable(v) for v in obj]
+    if hasattr(obj, "item") and callable(obj.item):  # numpy scalars
+        return to_jsonable(obj.item())
+    return obj
+
+
+def write_json(data: dict, target: str, protect: tuple[Path, ...] = ()) -> None:
+    """Write ``data`` as JSON to ``target`` ('-' = stdout) atomically (temp file + rename).
+
+    Refuses to overwrite any path in ``protect`` (the user's instance file).
+    """
+    text = json.dumps(to_jsonable(data), indent=2, sort_keys=False, allow_nan=False) + "\n"
+    if target == "-":
+        sys.stdout.write(text)
+        return
+    path = Path(target)
+    from fleetopt.optimizer.errors import InstanceError
+
+    if any(path.resolve() == Path(p).resolve() for p in protect):
+        raise InstanceError(f"--json: {target}: refusing to overwrite the instance file")
+    if not path.parent.exists():
+        raise InstanceError(f"--json: {target}: folder {path.parent} does not exist")
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise

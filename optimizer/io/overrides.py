@@ -1,0 +1,143 @@
+"""``--set PATH=VALUE`` overrides applied to a raw instance mapping before validation.
+
+``PATH`` is dotted (``slo.ttft_p99_ms``); items of ``gpus`` are addressed by
+their ``name``, items of other lists by index. ``VALUE`` is parsed as YAML, so
+it keeps its type. A bad override is one problem line labelled
+``--set PATH``, like every other input problem.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import yaml
+
+from fleetopt.optimizer.io.schema import Problems, show_value
+
+__all__ = ["apply_overrides", "overridden_copy", "override_settings", "set_flags"]
+
+
+def _split_override(text: str) -> tuple[list[str], Any] | str:
+    """``"a.b=1"`` -> ``(["a", "b"], 1)``, or an error message."""
+    if "=" not in text:
+        return f"no '=' in {text!r}; write PATH=VALUE, e.g. gpus.h100.max_count=8"
+    dotted, raw_value = text.split("=", 1)
+    keys = [k.strip() for k in dotted.strip().split(".")]
+    if not all(keys):
+        return f"{dotted.strip()!r} is not a dotted path; write e.g. slo.ttft_p99_ms=400"
+    try:
+        return keys, yaml.safe_load(raw_value) if raw_value.strip() else None
+    except yaml.YAMLError as err:
+        return f"the value {raw_value!r} is not valid YAML ({getattr(err, 'problem', err)}); quote it"
+
+
+def _list_item(items: list, key: str, parent: str) -> int | str:
+    """Index of ``key`` in ``items`` (gpus by name, other lists by index), or an error message."""
+    if parent == "gpus":
+        for i, item in enumerate(items):
+            if isinstance(item, Mapping) and str(item.get("name", "")).lower() == key.lower():
+                return i
+    if key.isdigit() and int(key) < len(items):
+        return int(key)
+    if parent == "gpus":
+        names = [str(g.get("name")) for g in items if isinstance(g, Mapping)]
+        return f"no gpu named {key!r}; known: {', '.join(names)}"
+    return f"{parent} has no item {key!r}; give an index from 0 to {len(items) - 1}"
+
+
+def _set_path(data: dict, keys: list[str], value: Any) -> str | None:
+    """Set ``value`` at ``keys`` in ``data`` (in place); returns an error message or None."""
+    node: Any = data
+    for depth, key in enumerate(keys):
+        last = depth == len(keys) - 1
+        where = ".".join(keys[:depth]) or "the top level"
+        if isinstance(node, list):
+            index = _list_item(node, key, keys[depth - 1] if depth else "")
+            if isinstance(index, str):
+                return index
+            key = index
+        elif isinstance(node, dict):
+            if not last and key not in node:
+                node[key] = {}
+        else:
+            return f"{where} is {show_value(node)}, not a mapping or list; it has no key {key!r}"
+        if last:
+            node[key] = value
+        else:
+            node = node[key]
+    return None
+
+
+def override_settings(overrides: Sequence[str]) -> dict[str, Any]:
+    """What a list of overrides sets: dotted path -> parsed value, the last one of a path winning.
+
+    Two lists that set the same values on the same paths give equal dicts whatever their order or spacing
+    (``a.b=1`` and ``a.b = 1.0`` agree, as YAML reads both as the number one). An override that does not
+    parse is kept whole, keyed by its text.
+
+    Examples
+    --------
+    >>> override_settings(["slo.ttft_p99_ms=250", "workload.arrival_rate = 300", "slo.ttft_p99_ms=400"])
+    {'slo.ttft_p99_ms': 400, 'workload.arrival_rate': 300}
+    """
+    out: dict[str, Any] = {}
+    for text in overrides:
+        parsed = _split_override(str(text))
+        if isinstance(parsed, str):
+            out[str(text)] = str(text)
+        else:
+            out[".".join(parsed[0])] = parsed[1]
+    return out
+
+
+def set_flags(overrides: Sequence[str]) -> str:
+    r"""The overrides as shell flags, each one single-quoted, so that a printed command carries them verbatim.
+
+    Examples
+    --------
+    >>> set_flags(["workload.arrival_rate=300", "name=it's"])
+    "--set 'workload.arrival_rate=300' --set 'name=it'\\''s'"
+    >>> set_flags([])
+    ''
+    """
+    return " ".join("--set '" + str(text).replace("'", "'\\''") + "'" for text in overrides)
+
+
+def overridden_copy(data: Mapping, overrides: Sequence[str], problems: Problems) -> dict:
+    """A deep copy of ``data`` with the overrides applied; each bad one is added to ``problems``."""
+    out = copy.deepcopy(dict(data))
+    for text in overrides:
+        parsed = _split_override(text)
+        label = f"--set {text.split('=', 1)[0].strip()}"
+        message = parsed if isinstance(parsed, str) else _set_path(out, *parsed)
+        if message:
+            problems.add(label, message)
+    return out
+
+
+def apply_overrides(data: Mapping, overrides: Sequence[str], path=None) -> dict:
+    """A deep copy of ``data`` with each ``PATH=VALUE`` override applied.
+
+    The value is parsed as YAML, so ``8``, ``0.5``, ``true`` and ``[1, 2]`` keep
+    their types. Items of ``gpus`` are addressed by their ``name``, items of
+    other lists by index. A new key is allowed here; validation later rejects
+    it if the schema does not know it.
+
+    Raises
+    ------
+    InstanceError
+        One line per override that has no ``=``, an empty path segment, a
+        value that is not YAML, or a path that walks through a missing list
+        item or a scalar.
+
+    Examples
+    --------
+    >>> apply_overrides({"slo": {"ttft_p99_ms": 500}}, ["slo.ttft_p99_ms=250"])
+    {'slo': {'ttft_p99_ms': 250}}
+    """
+    problems = Problems(path)
+    out = overridden_copy(data, overrides, problems)
+    problems.raise_if_any()
+    return out

@@ -1,0 +1,298 @@
+"""The raw structure of an instance file, and the one-line problems it produces.
+
+This is pass 1 of instance checking (see :mod:`fleetopt.optimizer.io.instance`): pydantic
+models with ``extra="forbid"`` and strict types check keys, types and ranges at
+every level. Each pydantic error becomes one line
+``<file>: <field>: <what is wrong>; <what is allowed>``, collected in a
+:class:`Problems` that the later passes add to.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from fleetopt.optimizer.errors import InstanceError, format_problem
+
+__all__ = [
+    "Problems",
+    "show_value",
+    "allowed_keys",
+    "structure_problems",
+    "validate_section",
+    "RawWorkload",
+    "RawSlo",
+    "RawGpu",
+    "RawPools",
+    "RawCompress",
+    "RawEnergy",
+    "RawConstraints",
+    "RawInstance",
+    "DEFAULT_MAX_UTILIZATION",
+    "MAX_CONTEXT_LIMIT_TOKENS",
+    "MAX_NUM_SEQS_LIMIT",
+]
+
+DEFAULT_MAX_UTILIZATION = 0.85
+"""Per-replica utilization cap used when ``constraints.max_utilization`` is absent."""
+
+MAX_CONTEXT_LIMIT_TOKENS = 2**30
+"""Largest ``pools.max_context`` (and ``chunk``) accepted: far beyond any model, safe for int64 arithmetic."""
+
+MAX_NUM_SEQS_LIMIT = 2**20
+"""Largest ``max_num_seqs`` accepted (a concurrency cap, far beyond any engine)."""
+
+
+# --------------------------------------------------------------------------------------------
+# Problem collection
+# --------------------------------------------------------------------------------------------
+
+
+class Problems:
+    """Collects ``file: field: message`` lines for one instance."""
+
+    def __init__(self, path) -> None:
+        self.path = path
+        self.lines: list[str] = []
+
+    def add(self, field: str, message: str) -> None:
+        self.lines.append(format_problem(self.path, field, message))
+
+    def raise_if_any(self) -> None:
+        if self.lines:
+            raise InstanceError(self.lines)
+
+
+def show_value(value: Any, *, spell_lists: bool = False) -> str:
+    """A short description of a given value for messages.
+
+    Mappings and sequences are named by kind (``a mapping``, ``a list``), except
+    that with ``spell_lists`` a ``list`` is shown in full.
+
+    Examples
+    --------
+    >>> show_value(None), show_value(True), show_value([1]), show_value([1], spell_lists=True)
+    ('null', 'true', 'a list', '[1]')
+    """
+    if spell_lists and isinstance(value, list):
+        return repr(value)
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, Mapping):
+        return "a mapping"
+    if isinstance(value, (list, tuple)):
+        return "a list"
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+# --------------------------------------------------------------------------------------------
+# Raw structure (pass 1)
+# --------------------------------------------------------------------------------------------
+
+_PositiveFloat = Annotated[float, Field(gt=0, allow_inf_nan=False)]
+_Fraction = Annotated[float, Field(gt=0, le=1, allow_inf_nan=False)]
+_OpenFraction = Annotated[float, Field(gt=0, lt=1, allow_inf_nan=False)]
+_PositiveInt = Annotated[int, Field(ge=1)]
+_ContextTokens = Annotated[int, Field(ge=1, le=MAX_CONTEXT_LIMIT_TOKENS)]
+_GpuName = Annotated[str, Field(pattern=r"^[A-Za-z0-9_.-]+$")]
+
+
+class _Raw(BaseModel):
+    """Base of every section: unknown keys and loose types are errors."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+
+class RawMixtureComponent(_Raw):
+    """One lognormal component of a synthetic workload (total tokens)."""
+
+    weight: _PositiveFloat
+    median_tokens: _PositiveFloat
+    sigma: _PositiveFloat
+
+
+class RawSynthetic(_Raw):
+    """``workload.synthetic``: a lognormal mixture of total lengths, tabulated up to ``max_tokens``."""
+
+    mixture: Annotated[list[RawMixtureComponent], Field(min_length=1)]
+    max_tokens: Annotated[int, Field(ge=2, le=MAX_CONTEXT_LIMIT_TOKENS)] = 131072
+    points: Annotated[int, Field(ge=2, le=4096)] = 256
+
+
+class RawWorkload(_Raw):
+    """``workload``: a ``cdf``, a ``trace`` or a ``synthetic`` mixture (checked in pass 2), arrival rate in req/s,
+    prompt share."""
+
+    cdf: Any = None
+    trace: str | None = None
+    synthetic: RawSynthetic | None = None
+    arrival_rate: _PositiveFloat | None = None
+    input_fraction: _OpenFraction | None = None
+
+
+class RawSlo(_Raw):
+    """``slo``: P99 latency targets in ms, the TTFT model and its scope."""
+
+    ttft_p99_ms: _PositiveFloat
+    tpot_p99_ms: _PositiveFloat | None = None
+    ttft_model: Literal["tail", "mean-prefill"] = "tail"
+    scope: Literal["pool", "fleet"] = "pool"
+
+
+class RawGpu(_Raw):
+    """One ``gpus`` entry: a calibrated ``profile`` or ``hardware`` + ``model`` with a serving config."""
+
+    name: _GpuName
+    profile: str | None = None
+    hardware: str | None = None
+    model: str | None = None
+    tp: Literal[1, 2, 4, 8] | None = None
+    dtype: Literal["fp16", "bf16", "fp8", "int4"] | None = None
+    memory_utilization: _Fraction | None = None
+    max_num_seqs: Annotated[int, Field(ge=1, le=MAX_NUM_SEQS_LIMIT)] | None = None
+    kv_layout: Literal["sharded", "replicated"] | None = None
+    chunk: _ContextTokens | None = None
+    max_count: _PositiveInt | None = None
+    min_count: Annotated[int, Field(ge=0)] = 0
+    availability: _Fraction = 1.0
+    cost_per_hr: _PositiveFloat | None = None
+    min_pools: Annotated[int, Field(ge=0)] = 0
+    max_pools: _PositiveInt | None = None
+
+
+class RawCompress(_Raw):
+    """``pools.compress``: compress-and-route; a pool of window B may also take requests up to gamma x B."""
+
+    gammas: Annotated[list[Annotated[float, Field(gt=1, allow_inf_nan=False)]], Field(min_length=1)]
+    success_probability: _Fraction = 1.0
+
+
+class RawEnergy(_Raw):
+    """``energy``: what a kWh costs at the meter and the facility's PUE (for the cost+power objective)."""
+
+    usd_per_kwh: Annotated[float, Field(ge=0, allow_inf_nan=False)]
+    pue: Annotated[float, Field(ge=1, allow_inf_nan=False)] = 1.0
+
+
+class RawPools(_Raw):
+    """``pools``: how many pools, the context window in tokens, boundaries and routing."""
+
+    max_pools: _PositiveInt = 1
+    max_context: _ContextTokens
+    boundaries: Any = "auto"
+    routing: Literal["length", "split"] = "length"
+    compress: RawCompress | None = None
+
+
+class RawConstraints(_Raw):
+    """``constraints``: fleet-wide limits (power in kW, cost in $/hr); absent means no limit."""
+
+    max_utilization: _Fraction = DEFAULT_MAX_UTILIZATION
+    max_power_kw: _PositiveFloat | None = None
+    max_cost_per_hr: _PositiveFloat | None = None
+    max_total_gpus: _PositiveInt | None = None
+
+
+class RawInstance(_Raw):
+    """The whole instance file."""
+
+    name: str | None = None
+    description: str | None = None
+    workload: RawWorkload
+    slo: RawSlo
+    gpus: Annotated[list[RawGpu], Field(min_length=1)]
+    pools: RawPools
+    constraints: RawConstraints = Field(default_factory=RawConstraints)
+    energy: RawEnergy | None = None
+    objective: Literal["cost", "power", "tok_per_watt", "cost+power"] = "cost"
+
+
+_SECTION_MODELS: dict[tuple[str, ...], type[_Raw]] = {
+    (): RawInstance,
+    ("workload",): RawWorkload,
+    ("workload", "synthetic"): RawSynthetic,
+    ("slo",): RawSlo,
+    ("gpus",): RawGpu,
+    ("pools",): RawPools,
+    ("pools", "compress"): RawCompress,
+    ("constraints",): RawConstraints,
+    ("energy",): RawEnergy,
+}
+
+
+# --------------------------------------------------------------------------------------------
+# Pydantic errors as one-line problems
+# --------------------------------------------------------------------------------------------
+
+
+def _field_path(loc: Sequence) -> str:
+    """``('gpus', 1, 'profile')`` -> ``gpus[1].profile``."""
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            out += f".{part}" if out else str(part)
+    return out
+
+
+def allowed_keys(loc: Sequence) -> str:
+    """The keys the section at ``loc`` allows (list indices are skipped), comma-separated."""
+    names = tuple(p for p in loc if isinstance(p, str))
+    model = _SECTION_MODELS.get(names)
+    return ", ".join(model.model_fields) if model else ""
+
+
+def _pydantic_message(error: dict) -> str:
+    """One pydantic error as ``<what is wrong>; <what is allowed>``."""
+    kind, given, ctx, loc = error["type"], error.get("input"), error.get("ctx") or {}, error["loc"]
+    if kind == "missing":
+        return "missing; this key is required"
+    if kind == "extra_forbidden":
+        return f"unknown key; allowed: {allowed_keys(loc[:-1])}"
+    if kind == "literal_error":
+        return f"{show_value(given)} is not allowed; choose {ctx['expected'].replace(chr(39), '')}"
+    if kind in ("model_type", "dict_type"):
+        return f"expected a mapping with keys {allowed_keys(loc)}; got {show_value(given)}"
+    if kind == "list_type":
+        return f"expected a list; got {show_value(given)}"
+    if kind == "too_short":
+        return f"the list is empty; give at least {ctx.get('min_length', 1)} entry"
+    if kind in ("int_type", "int_from_float", "int_parsing"):
+        return f"{show_value(given)} is not an integer; give a whole number"
+    if kind in ("float_type", "float_parsing"):
+        return f"{show_value(given)} is not a number; give a number"
+    if kind == "finite_number":
+        return f"{show_value(given)} is not finite; give a finite number"
+    if kind == "string_type":
+        return f"{show_value(given)} is not a string; give text"
+    if kind == "string_pattern_mismatch":
+        return f"{show_value(given)} is not a valid name; use only letters, digits, '_', '.' and '-'"
+    bounds = {"greater_than": ">", "greater_than_equal": ">=", "less_than": "<", "less_than_equal": "<="}
+    if kind in bounds:
+        limit = next(iter(ctx.values()))
+        limit = limit if isinstance(limit, int) else f"{limit:g}"
+        return f"{show_value(given)} is out of range; must be {bounds[kind]} {limit}"
+    return f"{error['msg']}; got {show_value(given)}"
+
+
+def structure_problems(data: dict, problems: Problems) -> None:
+    """Pass 1 over the whole mapping: every key, type and range error."""
+    try:
+        RawInstance.model_validate(data)
+    except ValidationError as err:
+        for error in err.errors(include_url=False):
+            problems.add(_field_path(error["loc"]), _pydantic_message(error))
+
+
+def validate_section(model: type[_Raw], value: Any):
+    """``model`` validated from ``value``, or None when it has structural errors (already reported)."""
+    try:
+        return model.model_validate(value)
+    except ValidationError:
+        return None

@@ -1,0 +1,450 @@
+"""Candidate pools for the fleet MIP: every (length segment x GPU option), sized analytically.
+
+A candidate :math:`p = (i, j, g)` serves requests of total length in
+:math:`(b_i, b_j]` with context window :math:`b_j` on GPU option :math:`g`.
+Each candidate offers one or more *replica choices* :math:`c`:
+
+* pool-scope SLO: the single minimum count :math:`N^*_p` meeting the P99-TTFT
+  SLO and :math:`\\rho_{max}`;
+* fleet-scope SLO: every count from the utilisation floor
+  :math:`N_\\rho = \\lceil \\lambda E[S] / (n \\rho_{max}) \\rceil` up to the count where
+  the pool's miss probability stops falling (within :math:`10^{-9}` of its limit
+  as :math:`N \\to \\infty`), each with its exact miss rate
+  :math:`\\lambda_p P(T > T_{SLO} \\mid N)`.
+
+Counts are inflated to :math:`\\lceil N / A_g \\rceil` for availability
+:math:`A_g` (the SLO then holds while a share :math:`1 - A_g` of replicas is
+down). Candidates that cannot meet the SLO at any count are dropped with their
+reason; dominated choices are pruned (:func:`prune_dominated`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from fleetopt.models.queueing import min_replicas, ttft_miss_prob
+from fleetopt.models.service import tpot_batch_cap, tpot_bound_s
+from fleetopt.models.units import MS_PER_S
+
+from fleetopt.optimizer.io.instance import Instance
+
+__all__ = ["Candidates", "Dropped", "WindowCut", "generate_candidates", "prune_dominated", "restrict", "least_counts",
+           "batch_caps", "pool_counts", "fleet_counts"]
+
+MAX_EXTRA_COUNTS = 64
+"""Fleet scope: at most this many replica counts above the utilisation floor per candidate."""
+
+
+@dataclass(frozen=True)
+class Dropped:
+    """A candidate pool that cannot be part of any plan, and why."""
+
+    lo_tokens: int
+    hi_tokens: int
+    gpu: str
+    reason: str
+
+
+@dataclass(frozen=True, eq=False)
+class Candidates:
+    """Candidate pools and their replica choices as parallel arrays.
+
+    Pool arrays (``i``, ``j``, ``gpu``, ``arrival_rate``, ``output_tok_per_s``)
+    have one entry per candidate; ``choice_*`` arrays one per replica choice,
+    ``choice_pool`` pointing at its candidate. All figures are analytic;
+    P99 TTFT is computed only for the pools a plan uses, in the exact
+    re-evaluation.
+    """
+
+    boundaries: np.ndarray
+    gpu_names: tuple[str, ...]
+    i: np.ndarray
+    j: np.ndarray
+    gpu: np.ndarray
+    arrival_rate: np.ndarray
+    output_tok_per_s: np.ndarray
+    choice_pool: np.ndarray
+    choice_replicas: np.ndarray
+    choice_gpus: np.ndarray
+    choice_cost_per_hr: np.ndarray
+    choice_power_w: np.ndarray
+    choice_miss_rate: np.ndarray
+    dropped: tuple[Dropped, ...]
+    generated: int
+    state_in: np.ndarray
+    """Compression state at the pool's lower boundary: index into ``gammas`` of the pool below (0 = none)."""
+    state_out: np.ndarray
+    """The pool's own compression factor, as an index into ``gammas`` (0 = none)."""
+    cap: np.ndarray
+    """Batch cap (max_num_seqs) per replica of each pool."""
+    load_erlangs: np.ndarray
+    """Offered load :math:`\\lambda E[S]` of each pool (busy slots on average)."""
+    min_replicas_analytic: np.ndarray
+    """:math:`N^*_p`: the least replica count the analytic model offers the pool, before availability inflation
+    (pool scope: the SLO minimum; fleet scope: the utilisation floor :math:`N_\\rho`)."""
+    gammas: tuple[float, ...] = (1.0,)
+
+    @property
+    def from_node(self) -> np.ndarray:
+        """Path node at the pool's lower boundary: boundary x compression state."""
+        return self.i * len(self.gammas) + self.state_in
+
+    @property
+    def to_node(self) -> np.ndarray:
+        return self.j * len(self.gammas) + self.state_out
+
+    def __len__(self) -> int:
+        return len(self.i)
+
+    @property
+    def n_choices(self) -> int:
+        return len(self.choice_pool)
+
+    def label(self, p: int) -> str:
+        b = self.boundaries
+        gamma = self.gammas[self.state_out[p]]
+        return (f"{int(b[self.i[p]]):,}-{int(b[self.j[p]]):,}:{self.gpu_names[self.gpu[p]]}"
+                + (f"@{gamma:g}" if gamma > 1 else ""))
+
+    def keep_choices(self, keep: np.ndarray) -> "Candidates":
+        """Only the selected choices, and the candidates that still have one (indices renumbered)."""
+        keep = np.asarray(keep, dtype=bool)
+        pools = np.unique(self.choice_pool[keep])
+        renumber = np.full(len(self), -1)
+        renumber[pools] = np.arange(len(pools))
+        pool_fields = {f: getattr(self, f)[pools] for f in ("i", "j", "gpu", "arrival_rate", "output_tok_per_s",
+                                                           "state_in", "state_out", "cap", "load_erlangs",
+                                                           "min_replicas_analytic")}
+        choice_fields = {f: getattr(self, f)[keep] for f in ("choice_replicas", "choice_gpus", "choice_cost_per_hr",
+                                                             "choice_power_w", "choice_miss_rate")}
+        return Candidates(self.boundaries, self.gpu_names, choice_pool=renumber[self.choice_pool[keep]],
+                          dropped=self.dropped, generated=self.generated, gammas=self.gammas, **pool_fields,
+                          **choice_fields)
+
+
+def generate_candidates(instance: Instance) -> Candidates:
+    """Size every (segment, GPU option, compression states, batch cap) candidate of the instance."""
+    from fleetopt.models.segments import segment_basis
+
+    w = instance.workload
+    b = np.asarray(instance.pools.boundaries, dtype=float)
+    gammas = (1.0,) + tuple(instance.pools.compress_gammas)
+    rows = _candidate_rows(b, gammas)
+    grid = np.unique(np.concatenate([b] + [g * b[1:-1] for g in gammas[1:]]))
+    grid = grid[grid <= b[-1]]
+    pools, choices, dropped = _Columns(), _Columns(), []
+    bases: dict[int, object] = {}
+    for g_idx, opt in enumerate(instance.gpus):
+        chunk = opt.profile.chunk_tokens
+        if chunk not in bases:
+            bases[chunk] = segment_basis(w.lengths, grid, chunk, w.input_fraction)
+        raw = _traffic(instance, bases[chunk], grid, b, gammas, rows, chunk)
+        _size_option(instance, g_idx, opt, raw, b, rows, pools, choices, dropped)
+    P, C = pools.arrays(), choices.arrays()
+    return Candidates(b, tuple(g.name for g in instance.gpus), P["i"].astype(np.int64), P["j"].astype(np.int64),
+                      P["gpu"].astype(np.int64), P["arrival_rate"], P["output_tok_per_s"],
+                      C["pool"].astype(np.int64), C["replicas"].astype(np.int64), C["gpus"].astype(np.int64),
+                      C["cost"], C["power"], C["miss"], tuple(dropped), len(rows[0]) * len(instance.gpus),
+                      P["state_in"].astype(np.int64), P["state_out"].astype(np.int64), P["cap"].astype(np.int64),
+                      P["load_erlangs"], P["min_replicas"].astype(np.int64), gammas)
+
+
+def _candidate_rows(b: np.ndarray, gammas: tuple[float, ...]):
+    """All (i, j, state in, state out) with i < j whose compression bands fit: arrays ``ii, jj, sin, sout``.
+
+    A pool entered in state :math:`s > 0` lost :math:`(b_i, \\gamma_s b_i]` to the pool below, so that band must
+    end within it; a pool leaving in state :math:`s > 0` needs a pool above it for its band.
+    """
+    top = len(b) - 1
+    parts = []
+    for s_in in range(len(gammas)):
+        for s_out in range(len(gammas)):
+            ii, jj = np.triu_indices(len(b), k=1)
+            ok = np.ones(len(ii), dtype=bool)
+            if s_in:
+                ok &= (ii > 0) & (gammas[s_in] * b[ii] <= b[jj])
+            if s_out:
+                ok &= (jj < top) & (gammas[s_out] * b[jj] <= b[-1])
+            parts.append((ii[ok], jj[ok], np.full(ok.sum(), s_in), np.full(ok.sum(), s_out)))
+    return tuple(np.concatenate(x) for x in zip(*parts))
+
+
+def _traffic(instance: Instance, basis, grid: np.ndarray, b: np.ndarray, gammas, rows, chunk: int):
+    """Raw moment sums of every candidate's traffic: its range, less the band the pool below compresses
+    away, plus its own compressed band (see :func:`fleetopt.models.fleet.evaluate_fleet`)."""
+    from fleetopt.models.segments import RawSums, compressed_band, raw_between
+
+    w = instance.workload
+    p_c = instance.pools.compress_success
+    ii, jj, sin, sout = rows
+    at = {float(x): n for n, x in enumerate(grid)}
+    gi = np.array([at[float(x)] for x in b[ii]], dtype=np.int64)
+    gj = np.array([at[float(x)] for x in b[jj]], dtype=np.int64)
+    gm = np.array([at.get(float(gammas[s] * b[i]), at[float(b[i])]) for i, s in zip(ii, sin)], dtype=np.int64)
+    raw = raw_between(basis, gi, gm).scaled(np.where(sin > 0, 1.0 - p_c, 1.0)) + raw_between(basis, gm, gj)
+    if len(gammas) == 1 or p_c == 0:
+        return raw
+    top = len(b) - 1
+    zero = raw_between(basis, [0], [0])
+    for s in range(1, len(gammas)):
+        # row j + 1: the p_c share of (b_j, gamma_s b_j] compressed to b_j; row 0: nothing
+        bands = RawSums.stack([zero] + [compressed_band(w.lengths, b[j], gammas[s], chunk, w.input_fraction).scaled([p_c])
+                                        if 0 < j < top and gammas[s] * b[j] <= b[-1] else zero
+                                        for j in range(len(b))])
+        raw = raw + bands.take(np.where(sout == s, jj + 1, 0))
+    return raw
+
+
+def _size_option(instance: Instance, g_idx: int, opt, raw, b, rows, pools, choices, dropped) -> None:
+    """Statistics, sizing and replica choices of one GPU option's candidates (appended to the columns)."""
+    from fleetopt.models.segments import stats_from_raw
+
+    ii, jj, sin, sout = rows
+    w = instance.workload
+    prof = opt.profile
+    idx, caps, slow = batch_caps(instance, prof, b[jj])
+    for k in np.flatnonzero(slow & (sin == 0) & (sout == 0)):
+        dropped.append(Dropped(int(b[ii[k]]), int(b[jj[k]]), opt.name, _tpot_reason(instance, prof, b[jj[k]])))
+    s = stats_from_raw(raw.take(idx), b[ii[idx]], b[jj[idx]], prof, n_slots=caps)
+    lam = w.arrival_rate_req_per_s * s.rate_share
+    counts, ok, reasons = (fleet_counts if instance.slo.scope == "fleet" else pool_counts)(instance, s, lam)
+    largest_cap = np.r_[idx[1:] != idx[:-1], True]  # rows are sorted by (row, cap)
+    for k in np.flatnonzero(~ok & largest_cap):
+        r = idx[k]
+        if sin[r] == 0 and sout[r] == 0:  # compressed variants of a dropped segment say nothing new
+            dropped.append(Dropped(int(b[ii[r]]), int(b[jj[r]]), opt.name, reasons[k]))
+    first = len(pools)
+    keep = np.flatnonzero(ok)
+    pools.add(i=ii[idx[keep]], j=jj[idx[keep]], gpu=np.full(len(keep), g_idx), arrival_rate=lam[keep],
+              output_tok_per_s=lam[keep] * np.nan_to_num(s.mean_output_tokens[keep]),
+              state_in=sin[idx[keep]], state_out=sout[idx[keep]], cap=caps[keep],
+              load_erlangs=lam[keep] * np.nan_to_num(s.mean_service_s[keep]),
+              min_replicas=np.array([int(counts[k][0][0]) for k in keep], dtype=np.int64))
+    for k_local, k in enumerate(keep):
+        n_base, miss = counts[k]
+        n = np.ceil(n_base / opt.availability - 1e-9).astype(np.int64)
+        batch = lam[k] * float(np.nan_to_num(s.mean_service_s[k])) / n
+        choices.add(pool=np.full(len(n), first + k_local), replicas=n, gpus=n * prof.gpus_per_replica,
+                    cost=n * prof.cost_usd_per_hr, power=n * prof.power.power_w(np.minimum(batch, s.n_slots[k])),
+                    miss=lam[k] * miss)
+
+
+CAP_LEVELS = (1.0, 0.5, 0.25)
+"""With a TPOT SLO, each window offers these fractions of its largest TPOT-feasible batch cap."""
+
+
+def batch_caps(instance: Instance, profile, windows: np.ndarray):
+    """Candidate rows and batch caps: one per row without a TPOT SLO, else up to one per cap level.
+
+    Returns (row indices into ``windows``, caps, rows whose smallest batch already breaks the TPOT SLO).
+    """
+    full = np.asarray(profile.n_slots(windows.astype(np.int64)), dtype=np.int64)
+    tpot = instance.slo.tpot_p99_s
+    if tpot is None:
+        return np.arange(len(windows)), full, np.zeros(len(windows), dtype=bool)
+    top = np.minimum(full, tpot_batch_cap(profile, windows, tpot))
+    slow = (top < 1) & (full >= 1)
+    rows, caps, seen = [], [], set()
+    for level in CAP_LEVELS:
+        cap = np.floor(level * top).astype(np.int64)
+        for r in np.flatnonzero(cap >= 1):
+            if (r, cap[r]) not in seen:
+                seen.add((r, cap[r]))
+                rows.append(r)
+                caps.append(cap[r])
+    order = np.lexsort((np.array(caps), np.array(rows))) if rows else np.zeros(0, dtype=int)
+    return np.array(rows, dtype=np.int64)[order], np.array(caps, dtype=np.int64)[order], slow
+
+
+def _tpot_reason(instance: Instance, profile, window: float) -> str:
+    t = float(tpot_bound_s(profile, 1, window)) * MS_PER_S
+    return (f"one sequence at the {int(window):,}-token window decodes in {t:,.1f} ms per token, above the "
+            f"{instance.slo.tpot_p99_s * MS_PER_S:,.0f} ms TPOT SLO")
+
+
+class _Columns:
+    """Accumulates named numpy columns."""
+
+    def __init__(self):
+        self._cols: dict[str, list] = {}
+        self._n = 0
+
+    def add(self, **cols):
+        for k, v in cols.items():
+            self._cols.setdefault(k, []).append(np.asarray(v))
+        self._n += len(next(iter(cols.values())))
+
+    def __len__(self):
+        return self._n
+
+    def arrays(self) -> dict[str, np.ndarray]:
+        return {k: np.concatenate(v) if v else np.zeros(0) for k, v in self._cols.items()}
+
+
+def _sizing_args(instance, s, lam):
+    return (lam, s.mean_service_s, s.cv2_service, s.n_slots)
+
+
+def pool_counts(instance: Instance, s, lam):
+    """Pool scope: the minimum count meeting the pool's own P99 (one choice, no misses counted)."""
+    slo = instance.slo
+    z = min_replicas(lam, s.mean_service_s, s.cv2_service, s.n_slots, slo.ttft_p99_s, s.prefill_times_s,
+                     s.prefill_probs, s.mean_prefill_s, instance.constraints.max_utilization, slo.ttft_model)
+    counts = {int(k): (np.array([z.replicas[k]]), np.array([0.0])) for k in np.flatnonzero(z.feasible)}
+    reasons = {int(k): _reason(z.reason[k], s, k, slo) for k in np.flatnonzero(~z.feasible)}
+    return counts, z.feasible, reasons
+
+
+def fleet_counts(instance: Instance, s, lam):
+    """Fleet scope: counts from the utilisation floor until the miss probability reaches its limit."""
+    slo = instance.slo
+    total = instance.workload.arrival_rate_req_per_s
+    floor = min_replicas(lam, s.mean_service_s, s.cv2_service, s.n_slots, np.inf, s.prefill_times_s,
+                         s.prefill_probs, s.mean_prefill_s, instance.constraints.max_utilization, slo.ttft_model)
+    if slo.ttft_model == "tail":
+        limit = np.sum(np.where(s.prefill_times_s[None, :] >= slo.ttft_p99_s, s.prefill_probs, 0.0), axis=1)
+    else:
+        limit = np.where(np.nan_to_num(s.mean_prefill_s) < slo.ttft_p99_s, 0.0, 1.0)
+    ok = floor.feasible & (lam * limit <= 0.01 * total * (1 + 1e-12))
+    reasons = {}
+    for k in np.flatnonzero(~ok):
+        if not floor.feasible[k]:
+            reasons[int(k)] = _reason(floor.reason[k], s, k, slo)
+        else:
+            reasons[int(k)] = (f"requests whose prefill alone exceeds the SLO are {lam[k] * limit[k] / total:.2%} "
+                               "of all traffic, above the fleet's 1 % budget")
+    counts = {}
+    active = np.flatnonzero(ok)
+    per = {int(k): ([], []) for k in active}
+    for extra in range(MAX_EXTRA_COUNTS + 1):
+        if not len(active):
+            break
+        n = floor.replicas[active] + extra
+        miss = ttft_miss_prob(slo.ttft_p99_s, n * s.n_slots[active], lam[active],
+                              np.where(lam[active] > 0, s.mean_service_s[active], 1.0), s.cv2_service[active],
+                              s.prefill_times_s, s.prefill_probs[active], s.mean_prefill_s[active], slo.ttft_model)
+        miss = np.where(lam[active] > 0, miss, 0.0)
+        for k, nk, mk in zip(active, n, miss):
+            per[int(k)][0].append(int(nk))
+            per[int(k)][1].append(float(mk))
+        active = active[miss > limit[active] + 1e-9]
+    for k, (ns, ms) in per.items():
+        counts[k] = (np.array(ns), np.array(ms))
+    return counts, ok, reasons
+
+
+def _reason(code: str, s, k: int, slo) -> str:
+    slo_ms = slo.ttft_p99_s * MS_PER_S
+    if code == "no-slots":
+        return f"the {int(s.hi_tokens[k]):,}-token context window does not fit the KV cache"
+    if code == "prefill":
+        if slo.ttft_model == "mean-prefill":
+            return f"mean prefill {s.mean_prefill_s[k] * MS_PER_S:,.0f} ms alone exceeds the {slo_ms:,.0f} ms SLO"
+        cum = np.cumsum(s.prefill_probs[k])
+        tau = s.prefill_times_s[min(int(np.searchsorted(cum, 0.99 - 1e-12)), len(cum) - 1)]
+        return f"P99 prefill alone is {tau * MS_PER_S:,.0f} ms, above the {slo_ms:,.0f} ms SLO, at any replica count"
+    return "no replica count up to the search cap meets the SLO"
+
+
+@dataclass(frozen=True)
+class WindowCut:
+    """A verification cut on a context window on one GPU option, as a derating of the analytic minimum.
+
+    Every candidate pool :math:`(b', b_{hi}, g)` with lower boundary :math:`b' \\le` ``lo_max_tokens``,
+    window ``hi_tokens`` and GPU option ``gpu`` needs at least :math:`\\lceil f N^*_{(b', b_{hi}, g)} \\rceil`
+    replicas, :math:`f` = ``factor`` and :math:`N^*` its analytic minimum (``Candidates.min_replicas_analytic``).
+    See :mod:`fleetopt.optimizer.simulation.verify` for where the factor comes from and why lower starts are covered.
+    """
+
+    lo_max_tokens: int
+    hi_tokens: int
+    gpu: str
+    factor: float
+
+    def covers(self, lo_tokens, hi_tokens, gpu: str):
+        """Whether the cut applies to pools ``(lo_tokens, hi_tokens]`` on ``gpu`` (array-friendly)."""
+        return (np.asarray(lo_tokens) <= self.lo_max_tokens) & (np.asarray(hi_tokens) == self.hi_tokens) \
+            & (gpu == self.gpu)
+
+    def least_replicas(self, min_replicas_analytic) -> np.ndarray:
+        """:math:`\\lceil f N^* \\rceil` (a relative 1e-9 below an integer counts as that integer)."""
+        n = self.factor * np.asarray(min_replicas_analytic, dtype=float)
+        return np.ceil(n * (1 - 1e-9)).astype(np.int64)
+
+
+def least_counts(keys: list[tuple[int, int, str]], min_replicas_analytic, min_replicas: dict,
+                 window_cuts=()) -> np.ndarray:
+    """Each pool's least replica count under verification cuts (0 = none): its own ``min_replicas[key]`` and
+    :meth:`WindowCut.least_replicas` of every window cut covering it; ``keys[p] = (lo, hi, gpu)``."""
+    least = np.array([min_replicas.get(k, 0) for k in keys], dtype=np.int64)
+    if not keys:
+        return least
+    lo = np.array([k[0] for k in keys])
+    hi = np.array([k[1] for k in keys])
+    gpu = np.array([k[2] for k in keys], dtype=object)
+    for cut in window_cuts:
+        hit = cut.covers(lo, hi, gpu)
+        least[hit] = np.maximum(least[hit], cut.least_replicas(np.asarray(min_replicas_analytic)[hit]))
+    return least
+
+
+def restrict(c: Candidates, instance: Instance, min_replicas: dict, forbidden: set, window_cuts=()) -> Candidates:
+    """Apply cuts from verification: pools ``forbidden`` (keys ``(lo, hi, gpu)``) disappear, and a pool with a
+    least count (its own ``min_replicas[key]``, or a :class:`WindowCut` covering it; :func:`least_counts`) gets
+    every smaller choice raised to it (re-priced: GPUs, cost, power at the same load)."""
+    b = c.boundaries
+    keys = [(int(b[c.i[p]]), int(b[c.j[p]]), c.gpu_names[c.gpu[p]]) for p in range(len(c))]
+    least = least_counts(keys, c.min_replicas_analytic, min_replicas, window_cuts)
+    keep = np.array([keys[p] not in forbidden for p in c.choice_pool], dtype=bool)
+    replicas = c.choice_replicas.copy()
+    gpus, cost, power = c.choice_gpus.copy(), c.choice_cost_per_hr.copy(), c.choice_power_w.copy()
+    for ch, p in enumerate(c.choice_pool):
+        low = int(least[p])
+        if replicas[ch] >= low:
+            continue
+        prof = instance.gpus[c.gpu[p]].profile
+        replicas[ch] = low
+        gpus[ch] = low * prof.gpus_per_replica
+        cost[ch] = low * prof.cost_usd_per_hr
+        power[ch] = low * float(prof.power.power_w(min(c.load_erlangs[p] / low, c.cap[p])))
+    raised = Candidates(c.boundaries, c.gpu_names, c.i, c.j, c.gpu, c.arrival_rate, c.output_tok_per_s, c.choice_pool,
+                        replicas, gpus, cost, power, c.choice_miss_rate, c.dropped, c.generated, c.state_in,
+                        c.state_out, c.cap, c.load_erlangs, c.min_replicas_analytic, c.gammas)
+    return raised.keep_choices(keep)
+
+
+def prune_dominated(c: Candidates, unlimited_gpu: np.ndarray, protected_gpu: np.ndarray) -> Candidates:
+    """Drop replica choices another choice for the same segment beats on every resource.
+
+    Choice :math:`q` dominates :math:`p` (same path nodes, i.e. same :math:`(i, j)` and compression
+    states; different pool)
+    when its cost, power, physical GPUs and miss rate are all no larger, its GPU
+    option has no inventory or pool-count limit (``unlimited_gpu``) or is
+    :math:`p`'s own, and :math:`p`'s GPU option carries no lower bound
+    (``protected_gpu``); exact ties keep the lower index. These are the only quantities the objective and the coupling
+    constraints read, so pruning never changes the optimum.
+    """
+    cp = c.choice_pool
+    n_nodes = len(c.boundaries) * len(c.gammas)
+    seg = c.from_node[cp] * (n_nodes + 1) + c.to_node[cp]
+    gpu = c.gpu[cp]
+    metrics = np.stack([c.choice_cost_per_hr, c.choice_power_w, c.choice_gpus.astype(float), c.choice_miss_rate], 1)
+    keep = np.ones(c.n_choices, dtype=bool)
+    order = np.argsort(seg, kind="stable")
+    starts = np.flatnonzero(np.r_[True, np.diff(seg[order]) != 0])
+    for s0, s1 in zip(starts, np.r_[starts[1:], len(order)]):
+        idx = order[s0:s1]
+        if len(idx) < 2:
+            continue
+        m = metrics[idx]
+        no_worse = np.all(m[:, None, :] <= m[None, :, :], axis=2)  # [q, p]: q no worse than p
+        strictly = np.any(m[:, None, :] < m[None, :, :], axis=2)
+        earlier = idx[:, None] < idx[None, :]
+        g = gpu[idx]
+        inventory_ok = unlimited_gpu[g][:, None] | (g[:, None] == g[None, :])
+        other_pool = cp[idx][:, None] != cp[idx][None, :]
+        dom = no_worse & (strictly | earlier) & inventory_ok & other_pool & ~protected_gpu[g][None, :]
+        keep[idx[dom.any(axis=0)]] = False
+    return c.keep_choices(keep)

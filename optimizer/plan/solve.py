@@ -1,0 +1,210 @@
+"""``fleetopt solve``: instance -> candidates -> oracle or MIP -> exact re-evaluation -> report."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from fleetopt.models.fleet import FleetResult, PoolPlan
+from fleetopt.solvers.mip import SolveResult, Termination, solve as solve_mip
+from fleetopt.solvers.oracle import NoFleetError, shortest_fleet
+from fleetopt.solvers.problem import FleetProblem
+
+from fleetopt.optimizer.plan.candidates import Candidates, WindowCut, generate_candidates, prune_dominated, restrict
+from fleetopt.optimizer.plan.evaluate import baseline, evaluate_plans
+from fleetopt.optimizer.errors import InstanceError
+from fleetopt.optimizer.io.instance import Instance
+from fleetopt.optimizer.plan.split_candidates import SplitRouting
+
+__all__ = ["SolveOptions", "Plan", "SolveReport", "SplitRouting", "WindowCut", "build_problem", "solve_instance"]
+
+
+@dataclass(frozen=True)
+class SolveOptions:
+    top: int = 1
+    time_limit_s: float | None = None
+    mip_gap: float = 0.0
+    threads: int | None = None
+    verbose: bool = False
+    method: str = "auto"
+    """``auto`` (graph oracle when the problem is separable, else MIP), ``mip`` or ``oracle``."""
+    min_replicas: tuple = ()
+    """Cuts from verification: ``((lo, hi, gpu), n)`` pairs, a pool's least replica count."""
+    forbidden: tuple = ()
+    """Cuts from verification: ``(lo, hi, gpu)`` pools the plan may not use."""
+    window_cuts: tuple[WindowCut, ...] = ()
+    """Cuts from verification: every pool on a GPU with a window, starting at or below a boundary, needs at least
+    a factor times its analytic minimum count (:class:`fleetopt.optimizer.plan.candidates.WindowCut`)."""
+
+    @property
+    def has_cuts(self) -> bool:
+        return bool(self.min_replicas or self.forbidden or self.window_cuts)
+
+
+@dataclass(frozen=True)
+class Plan:
+    """One fleet: the solver's objective and the exact analytic re-evaluation of its pools."""
+
+    rank: int
+    objective: float
+    fleet: FleetResult
+    routing: SplitRouting | None = None
+    """Split routing: the rate of every elementary segment sent to each pool (columns in ``fleet.pools``
+    order); None under length routing (each pool serves its own range)."""
+
+
+@dataclass(frozen=True)
+class SolveReport:
+    instance: Instance
+    status: str  # optimal | time_limit | infeasible | error
+    method: str  # oracle | mip
+    plans: tuple[Plan, ...]
+    baseline: FleetResult | None
+    explanation: str
+    solve_seconds: float
+    mip_gap: float | None
+    bound: float | None
+    solver: str
+    candidates_generated: int
+    candidates_feasible: int
+    candidates_after_pruning: int
+    dropped_reasons: tuple[str, ...]
+    power_error_w: float = 0.0
+    """Split routing: largest over-estimate of one pool's power in the MIP (reported plans are re-evaluated)."""
+    lp_bound: float | None = None
+    """Objective of the MIP's LP relaxation (the root bound before cuts); None when the oracle solved it."""
+
+    @property
+    def best(self) -> Plan | None:
+        return self.plans[0] if self.plans else None
+
+
+def build_problem(instance: Instance, c: Candidates) -> FleetProblem:
+    """The MIP input of an instance's (pruned) candidates and their replica choices."""
+    cons = instance.constraints
+    gpu_max = tuple(g.max_count for g in instance.gpus)
+    gpu_min = tuple(g.min_count for g in instance.gpus)
+    fleet_scope = instance.slo.scope == "fleet"
+    return FleetProblem(
+        boundaries=c.boundaries, gpu_names=c.gpu_names, pool_i=c.i, pool_j=c.j, pool_gpu=c.gpu,
+        pool_arrival_rate=c.arrival_rate, choice_pool=c.choice_pool, choice_replicas=c.choice_replicas,
+        choice_gpus=c.choice_gpus, choice_cost_per_hr=c.choice_cost_per_hr, choice_power_w=c.choice_power_w,
+        choice_miss_rate=c.choice_miss_rate,
+        max_miss_rate=0.01 * instance.workload.arrival_rate_req_per_s if fleet_scope else None,
+        max_pools=instance.pools.max_pools, gpu_max_gpus=gpu_max,
+        pool_from_node=c.from_node, pool_to_node=c.to_node, n_nodes=len(c.boundaries) * len(c.gammas),
+        sink_node=(len(c.boundaries) - 1) * len(c.gammas),
+        gpu_min_pools=tuple(g.min_pools for g in instance.gpus),
+        gpu_max_pools=tuple(g.max_pools for g in instance.gpus),
+        energy_usd_per_kwh=instance.energy_usd_per_kwh or 0.0, pue=instance.pue,
+        gpu_min_gpus=gpu_min, max_total_gpus=cons.max_total_gpus, max_cost_per_hr=cons.max_cost_per_hr,
+        max_power_w=None if cons.max_power_kw is None else cons.max_power_kw * 1000.0,
+        objective=instance.objective, labels=tuple(c.label(p) for p in range(len(c))),
+    )
+
+
+def _prune(instance: Instance, c: Candidates, top: int) -> Candidates:
+    if top > 1:  # the runners-up may use dominated pools: keep them all
+        return c
+    # a choice may stand in for another only on an option without inventory or pool-count limits (or its own),
+    # and no option with a lower bound may lose choices
+    unlimited = np.array([g.max_count is None and g.max_pools is None for g in instance.gpus])
+    protected = np.array([bool(g.min_count) or bool(g.min_pools) for g in instance.gpus])
+    return prune_dominated(c, unlimited, protected)
+
+
+def solve_instance(instance: Instance, options: SolveOptions = SolveOptions()) -> SolveReport:
+    """Find the optimal fleet(s) of ``instance`` and re-evaluate them exactly."""
+    if instance.pools.routing == "split":
+        return _solve_split(instance, options)
+    t0 = time.perf_counter()
+    allc = generate_candidates(instance)
+    if options.has_cuts:
+        allc = restrict(allc, instance, dict(options.min_replicas), set(options.forbidden), options.window_cuts)
+    cands = _prune(instance, allc, options.top)
+    problem = build_problem(instance, cands)
+    if options.method == "oracle" and not (problem.separable and options.top == 1):
+        raise InstanceError("--method: the graph oracle solves only instances without inventory, budget, power "
+                            "or GPU-count limits, with --top 1; use --method mip or auto")
+    use_oracle = options.method == "oracle" or (options.method == "auto" and problem.separable and options.top == 1)
+    if use_oracle:
+        result = _oracle(problem)
+    else:
+        result = solve_mip(problem, top=options.top, time_limit_s=options.time_limit_s, mip_gap=options.mip_gap,
+                           threads=options.threads, verbose=options.verbose)
+    plans = tuple(Plan(k + 1, s.objective, evaluate_plans(instance, _pool_plans(instance, cands, s.choices)))
+                  for k, s in enumerate(result.solutions))
+    root = None
+    if not use_oracle and plans:
+        from fleetopt.solvers.mip import lp_bound
+
+        root = lp_bound(problem)
+    status = result.termination.value
+    explanation = ""
+    if not plans:
+        from fleetopt.optimizer.plan.explain import explain_infeasible
+
+        explanation = explain_infeasible(instance, allc, problem, result)
+        if result.termination == Termination.TIME_LIMIT:
+            status = "time_limit"
+    return SolveReport(
+        instance=instance, status=status, method="oracle" if use_oracle else "mip", plans=plans,
+        baseline=baseline(instance), explanation=explanation, solve_seconds=time.perf_counter() - t0,
+        mip_gap=result.rel_gap, bound=result.bound, solver=result.solver,
+        candidates_generated=allc.generated, candidates_feasible=len(allc), candidates_after_pruning=len(cands),
+        dropped_reasons=tuple(f"{d.lo_tokens:,}-{d.hi_tokens:,} on {d.gpu}: {d.reason}" for d in allc.dropped),
+        lp_bound=root,
+    )
+
+
+def _solve_split(instance: Instance, options: SolveOptions) -> SolveReport:
+    """Split routing: the split MIP, then the exact re-evaluation of each plan's routed mixes."""
+    from fleetopt.solvers.split import solve_split
+
+    from fleetopt.optimizer.plan.split_candidates import build_split_problem, decode_split_plan, restrict_split
+
+    if options.method == "oracle":
+        raise InstanceError("--method: the graph oracle solves length routing only; split routing needs the MIP")
+    t0 = time.perf_counter()
+    model = build_split_problem(instance)
+    if options.has_cuts:
+        model = restrict_split(model, instance, dict(options.min_replicas), set(options.forbidden),
+                               options.window_cuts)
+    result, plans = solve_split(model.problem, top=options.top, time_limit_s=options.time_limit_s,
+                                mip_gap=options.mip_gap, threads=options.threads, verbose=options.verbose)
+    decoded = tuple(Plan(k + 1, p.objective, *decode_split_plan(instance, model, p.choices, p.link_rate))
+                    for k, p in enumerate(plans))
+    status = result.termination.value
+    explanation = "" if decoded else (result.message or "no split-routing plan satisfies the instance")
+    return SolveReport(
+        instance=instance, status=status, method="mip (split routing)", plans=decoded, baseline=baseline(instance),
+        explanation=explanation, solve_seconds=time.perf_counter() - t0, mip_gap=result.rel_gap, bound=result.bound,
+        solver=result.solver, candidates_generated=model.generated, candidates_feasible=len(model.problem.pool_gpu),
+        candidates_after_pruning=len(model.problem.pool_gpu), dropped_reasons=model.dropped,
+        power_error_w=model.problem.power_error_w)
+
+
+def _oracle(problem: FleetProblem) -> SolveResult:
+    from fleetopt.solvers.mip import Solution
+
+    t0 = time.perf_counter()
+    try:
+        value, choices = shortest_fleet(problem)
+    except NoFleetError as err:
+        return SolveResult(Termination.INFEASIBLE, (), None, None, time.perf_counter() - t0, "networkx dijkstra",
+                           {}, str(err))
+    return SolveResult(Termination.OPTIMAL, (Solution(choices, value),), value, 0.0, time.perf_counter() - t0,
+                       "networkx dijkstra (exact)", {})
+
+
+def _pool_plans(instance: Instance, c: Candidates, choices) -> list[PoolPlan]:
+    b = c.boundaries
+    out = []
+    for ch in sorted(choices, key=lambda ch: c.i[c.choice_pool[ch]]):
+        p = c.choice_pool[ch]
+        opt = instance.gpus[c.gpu[p]]
+        out.append(PoolPlan(int(b[c.i[p]]), int(b[c.j[p]]), opt.name, opt.profile, int(c.choice_replicas[ch]),
+                            opt.availability, c.gammas[c.state_out[p]], int(c.cap[p])))
+    return out

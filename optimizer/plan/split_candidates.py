@@ -1,0 +1,370 @@
+"""Split routing (``pools.routing: split``): build the split MIP from an instance and decode its plans.
+
+Each candidate pool :math:`p = (i, j, g)` (with a batch cap under a TPOT SLO) may serve any
+elementary segment inside its range. Its replica counts :math:`n` come from a ladder up to its
+length-routing minimum :math:`N^*_p`; each count gets an operating point from the exact Erlang-C
+curve at the pool's nominal mix: the largest load :math:`A` (Erlangs) meeting the SLO and
+:math:`\\rho_{max}`, with :math:`C = C(n s, A)` and :math:`\\theta = 2(n s - A)/R_p`
+(:math:`R_p = E[S^2]/E[S]`). See :mod:`fleetopt.solvers.split` for the constraints.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Sequence
+
+import numpy as np
+
+from fleetopt.models.fleet import FleetResult, PoolPlan, evaluate_traffic
+from fleetopt.models.queueing import erlang_c, ttft_miss_prob
+from fleetopt.models.segments import raw_between, segment_basis, stats_from_raw
+
+from fleetopt.optimizer.plan.candidates import batch_caps, least_counts, pool_counts
+from fleetopt.optimizer.errors import InstanceError
+from fleetopt.optimizer.plan.evaluate import service_level
+from fleetopt.optimizer.io.instance import Instance
+
+if TYPE_CHECKING:  # the MIP (and Pyomo) load only when a split problem is built
+    from fleetopt.solvers.split import SplitProblem
+
+__all__ = ["SplitModel", "SplitRouting", "build_split_problem", "decode_split_plan", "evaluate_routing",
+           "replica_ladder", "restrict_split"]
+
+_Q = 0.01
+
+
+def replica_ladder(n_max: int, dense: int = 24) -> np.ndarray:
+    """Replica counts offered to a pool: every count up to ``dense``, then the top 16 below ``n_max`` and a
+    geometric ladder under them (each count is exact; a missing count only costs optimality)."""
+    if n_max <= dense:
+        return np.arange(1, n_max + 1)
+    geometric = np.unique(np.round(np.geomspace(1, n_max, 24)).astype(int))
+    return np.unique(np.concatenate([geometric, np.arange(max(1, n_max - 15), n_max + 1)]))
+
+
+@dataclass(frozen=True, eq=False)
+class SplitModel:
+    """The split MIP's input plus what decoding a plan needs."""
+
+    problem: SplitProblem
+    boundaries: np.ndarray
+    pool_i: np.ndarray
+    pool_j: np.ndarray
+    pool_cap: np.ndarray
+    pool_min_replicas: np.ndarray
+    """:math:`N^*_p`, the length-routing minimum count of each pool at its nominal mix (before availability)."""
+    segment_raws: dict            # chunk -> RawSums of the elementary segments
+    dropped: tuple[str, ...]
+    generated: int
+
+
+def _capacity(n_servers, es, cv2, probs, tau, mean_pf, slo_s, rho_max, model):
+    """Largest load (Erlangs) meeting the SLO and the utilisation cap at the nominal mix (bisection)."""
+    lo = np.zeros(len(n_servers))
+    hi = rho_max * n_servers
+    ok_hi = _slo_ok_load(hi, n_servers, es, cv2, probs, tau, mean_pf, slo_s, model)
+    lo = np.where(ok_hi, hi, lo)
+    for _ in range(60):
+        mid = (lo + hi) / 2
+        ok = _slo_ok_load(mid, n_servers, es, cv2, probs, tau, mean_pf, slo_s, model)
+        lo = np.where(ok, mid, lo)
+        hi = np.where(ok, hi, mid)
+    return lo
+
+
+def _slo_ok_load(a, servers, es, cv2, probs, tau, mean_pf, slo_s, model):
+    lam = a / es
+    miss = ttft_miss_prob(slo_s, servers, lam, es, cv2, tau, probs, mean_pf, model)
+    return np.where(a > 0, miss <= _Q, True)
+
+
+def build_split_problem(instance: Instance) -> SplitModel:
+    """Candidates, operating points, link coefficients and power secants of a split-routing instance."""
+    from fleetopt.solvers.split import SplitProblem
+
+    w = instance.workload
+    b = np.asarray(instance.pools.boundaries, dtype=float)
+    M = len(b) - 1
+    slo, rho = instance.slo, instance.constraints.max_utilization
+    ii, jj = np.triu_indices(len(b), k=1)
+    seg_rate = None
+    cols = {k: [] for k in ("gpu", "i", "j", "cap", "n_star")}
+    link = {k: [] for k in ("seg", "pool", "load", "resid")}
+    ch = {k: [] for k in ("pool", "n", "gpus", "cost", "cap_erl", "base", "slope")}
+    slo_coef, dropped, power_err, raws_by_chunk = [], [], 0.0, {}
+    for g_idx, opt in enumerate(instance.gpus):
+        prof = opt.profile
+        basis = segment_basis(w.lengths, b, prof.chunk_tokens, w.input_fraction)
+        elem = raw_between(basis, np.arange(M), np.arange(1, M + 1))
+        raws_by_chunk[prof.chunk_tokens] = elem
+        seg_rate = w.arrival_rate_req_per_s * elem.mass
+        rows, caps, _ = batch_caps(instance, prof, b[jj])
+        pi, pj = ii[rows], jj[rows]
+        nominal = stats_from_raw(raw_between(basis, pi, pj), b[pi], b[pj], prof, n_slots=caps)
+        lam = w.arrival_rate_req_per_s * nominal.rate_share
+        counts, ok, reasons = pool_counts(instance, nominal, lam)
+        for k in np.flatnonzero(~ok):
+            dropped.append(f"{int(b[pi[k]]):,}-{int(b[pj[k]]):,} on {opt.name}: {reasons[k]}")
+        chunk_s = prof.W_s + prof.H_s
+        for k in np.flatnonzero(ok & (lam > 0)):
+            p = len(cols["gpu"])
+            for key, value in (("gpu", g_idx), ("i", pi[k]), ("j", pj[k]), ("cap", caps[k]),
+                               ("n_star", int(counts[k][0][0]))):
+                cols[key].append(value)
+            es, cv2 = float(nominal.mean_service_s[k]), float(nominal.cv2_service[k])
+            resid_nom = es * (1 + cv2)
+            segs = np.arange(pi[k], pj[k])
+            c_eff = prof.H_s * caps[k] / prof.calibration_ctx_tokens
+            with np.errstate(divide="ignore", invalid="ignore"):
+                m1 = np.where(elem.mass[segs] > 0, (prof.W_s * elem.A[segs] + c_eff * elem.AL[segs]) / elem.mass[segs], 0)
+                m2 = np.where(elem.mass[segs] > 0, (prof.W_s ** 2 * elem.A2[segs] + 2 * prof.W_s * c_eff * elem.A2L[segs]
+                                                    + c_eff ** 2 * elem.A2L2[segs]) / elem.mass[segs], 0)
+                seg_probs = np.where(elem.mass[segs, None] > 0, elem.k_hist[segs] / elem.mass[segs, None], 0)
+                seg_pf = np.where(elem.mass[segs] > 0, elem.k[segs] / elem.mass[segs] * chunk_s, 0)
+            link["seg"].extend(segs)
+            link["pool"].extend([p] * len(segs))
+            link["load"].extend(m1)
+            link["resid"].extend(m2 - resid_nom * m1)
+            n_base = replica_ladder(int(counts[k][0][0]))
+            servers = n_base * caps[k]
+            tau = np.arange(nominal.prefill_probs.shape[1]) * chunk_s
+            probs = np.repeat(nominal.prefill_probs[k:k + 1], len(n_base), 0)
+            A = _capacity(servers.astype(float), np.full(len(n_base), es), np.full(len(n_base), cv2), probs, tau,
+                          np.full(len(n_base), nominal.mean_prefill_s[k]), slo.ttft_p99_s, rho, slo.ttft_model)
+            usable = A > 0
+            replicas = np.ceil(n_base / opt.availability - 1e-9).astype(np.int64)
+            C = erlang_c(servers.astype(float), np.minimum(A, servers - 1e-9))
+            theta = 2 * (servers - A) / resid_nom
+            for n_rep, a_c, c_c, th in zip(replicas[usable], A[usable], C[usable], theta[usable]):
+                base, slope, err = _power_secant(prof, int(n_rep), float(a_c), int(caps[k]))
+                row = {"pool": p, "n": n_rep, "gpus": n_rep * prof.gpus_per_replica,
+                       "cost": n_rep * prof.cost_usd_per_hr, "cap_erl": a_c, "base": base, "slope": slope}
+                for key, value in row.items():
+                    ch[key].append(value)
+                power_err = max(power_err, err)
+                slo_coef.append(_slo_coefficients(seg_probs, seg_pf, tau, c_c, th, slo.ttft_p99_s, slo.ttft_model))
+    cons = instance.constraints
+    problem = SplitProblem(
+        segment_rate=seg_rate, pool_gpu=np.array(cols["gpu"], dtype=np.int64),
+        gpu_names=tuple(g.name for g in instance.gpus),
+        link_segment=np.array(link["seg"], dtype=np.int64), link_pool=np.array(link["pool"], dtype=np.int64),
+        link_load=np.array(link["load"]), link_residual=np.array(link["resid"]),
+        choice_pool=np.array(ch["pool"], dtype=np.int64), choice_replicas=np.array(ch["n"], dtype=np.int64),
+        choice_gpus=np.array(ch["gpus"], dtype=np.int64), choice_cost_per_hr=np.array(ch["cost"]),
+        choice_capacity=np.array(ch["cap_erl"]), choice_power_base_w=np.array(ch["base"]),
+        choice_power_slope_w=np.array(ch["slope"]), slo_coef=tuple(slo_coef), max_pools=instance.pools.max_pools,
+        gpu_max_gpus=tuple(g.max_count for g in instance.gpus), gpu_min_gpus=tuple(g.min_count for g in instance.gpus),
+        max_total_gpus=cons.max_total_gpus, max_cost_per_hr=cons.max_cost_per_hr,
+        max_power_w=None if cons.max_power_kw is None else cons.max_power_kw * 1000.0, objective=instance.objective,
+        energy_usd_per_kwh=instance.energy_usd_per_kwh or 0.0, pue=instance.pue, power_error_w=power_err)
+    return SplitModel(problem, b, np.array(cols["i"], dtype=np.int64), np.array(cols["j"], dtype=np.int64),
+                      np.array(cols["cap"], dtype=np.int64), np.array(cols["n_star"], dtype=np.int64), raws_by_chunk,
+                      tuple(dropped), len(ii) * len(instance.gpus))
+
+
+def _slo_coefficients(seg_probs, seg_pf, tau, C, theta, slo_s, model):
+    """sigma_kc of :func:`fleetopt.solvers.split.slo_rule` for every segment of a pool at one operating point."""
+    if model == "mean-prefill":
+        w99 = np.log(C / _Q) / theta if C > _Q else 0.0
+        return seg_pf + w99 - slo_s
+    slack = slo_s - tau
+    with np.errstate(over="ignore"):
+        wait_tail = np.where(slack >= 0, np.minimum(1.0, C * np.exp(-theta * np.maximum(slack, 0))), 1.0)
+    return seg_probs[:, :len(tau)] @ wait_tail[:seg_probs.shape[1]] - _Q
+
+
+def _power_secant(profile, replicas: int, load_max: float, cap: int, grid: int = 2049):
+    """Linear over-estimate of pool power :math:`h(a) = N P(a/N)` on :math:`[0, A]`.
+
+    The line is the tangent at the operating point's load :math:`A` (power saturates, so
+    :math:`h` is concave over most of the range and the tangent lies above it), raised by the
+    largest amount :math:`h` still exceeds it (the convex start of the logistic curve), bounded
+    safely on a fine grid. Returns (value at 0 in W, slope in W/Erlang, raise in W).
+    """
+    if load_max <= 0:
+        return float(replicas * profile.power.power_w(0.0)), 0.0, 0.0
+    a = np.linspace(0.0, load_max, grid)
+    h = replicas * profile.power.power_w(np.minimum(a / replicas, cap))
+    slope = (h[-1] - h[-2]) / (a[-1] - a[-2])
+    gap = h - (h[-1] + slope * (a - load_max))
+    raise_w = max(0.0, float(gap.max()) + float(np.abs(np.diff(gap)).max(initial=0.0)))
+    return float(h[-1] - slope * load_max + raise_w), float(slope), raise_w
+
+
+def restrict_split(model: SplitModel, instance: Instance, min_replicas: dict, forbidden: set,
+                   window_cuts=()) -> SplitModel:
+    """Apply cuts from verification to the split MIP's choices (the split form of
+    :func:`fleetopt.optimizer.plan.candidates.restrict`).
+
+    Pools ``forbidden`` (keys ``(lo, hi, gpu)``) lose every choice. A pool with a least count
+    (:func:`fleetopt.optimizer.plan.candidates.least_counts`: its own ``min_replicas[key]`` or a
+    :class:`~fleetopt.optimizer.plan.candidates.WindowCut` over :math:`N^*_p`) gets every smaller choice raised to it,
+    re-priced (GPUs, cost, power secant) but keeping its operating point: a raised choice serves no more
+    load, under the same SLO coefficients, than the count it came from. Of the choices raised to one count,
+    only the one from the largest count (the largest operating point) stays, so no two choices of a pool
+    describe the same fleet.
+    """
+    pr = model.problem
+    b = model.boundaries
+    keys = [(int(b[i]), int(b[j]), pr.gpu_names[g]) for i, j, g in zip(model.pool_i, model.pool_j, pr.pool_gpu)]
+    least = least_counts(keys, model.pool_min_replicas, min_replicas, window_cuts)
+    cp = pr.choice_pool
+    replicas = np.maximum(pr.choice_replicas, least[cp])
+    order = np.lexsort((-pr.choice_replicas, replicas, cp))  # by pool, new count, then the largest old count first
+    first = np.r_[True, (np.diff(cp[order]) != 0) | (np.diff(replicas[order]) != 0)]
+    keep = np.zeros(len(cp), dtype=bool)
+    keep[order[first]] = True
+    keep &= np.array([keys[p] not in forbidden for p in cp], dtype=bool)
+    gpus, cost = pr.choice_gpus.copy(), pr.choice_cost_per_hr.copy()
+    base, slope = pr.choice_power_base_w.copy(), pr.choice_power_slope_w.copy()
+    power_err = pr.power_error_w
+    for c in np.flatnonzero(keep & (replicas != pr.choice_replicas)):
+        p = int(cp[c])
+        prof = instance.gpus[pr.pool_gpu[p]].profile
+        gpus[c] = replicas[c] * prof.gpus_per_replica
+        cost[c] = replicas[c] * prof.cost_usd_per_hr
+        base[c], slope[c], err = _power_secant(prof, int(replicas[c]), float(pr.choice_capacity[c]),
+                                               int(model.pool_cap[p]))
+        power_err = max(power_err, err)
+    idx = np.flatnonzero(keep)
+    problem = dataclasses.replace(
+        pr, choice_pool=cp[idx], choice_replicas=replicas[idx], choice_gpus=gpus[idx], choice_cost_per_hr=cost[idx],
+        choice_capacity=pr.choice_capacity[idx], choice_power_base_w=base[idx], choice_power_slope_w=slope[idx],
+        slo_coef=tuple(pr.slo_coef[c] for c in idx), power_error_w=power_err)
+    return dataclasses.replace(model, problem=problem)
+
+
+@dataclass(frozen=True)
+class SplitRouting:
+    """Where a split-routing plan sends each elementary segment's traffic.
+
+    ``rate_req_per_s[k][q]`` is the rate (req/s) of requests of total length in
+    :math:`(b_k, b_{k+1}]` (``boundaries_tokens``) sent to pool ``q`` of the plan (the order of
+    ``plan.fleet.pools``); each row adds up to the segment's arrival rate :math:`\\lambda P(b_k < L \\le b_{k+1})`.
+    The simulator's :class:`fleetopt.solvers.des.routing.SplitRouter` draws pools with these rates as weights.
+    Checked where it is used (:func:`evaluate_routing`), not when built.
+    """
+
+    boundaries_tokens: tuple[int, ...]
+    rate_req_per_s: tuple[tuple[float, ...], ...]
+
+    @classmethod
+    def from_array(cls, boundaries_tokens, rate_req_per_s) -> "SplitRouting":
+        """From a boundary sequence and a (segments x pools) array."""
+        return cls(tuple(int(x) for x in boundaries_tokens),
+                   tuple(tuple(float(v) for v in row) for row in np.atleast_2d(np.asarray(rate_req_per_s, dtype=float))))
+
+    def as_array(self) -> np.ndarray:
+        """The rates as a (segments x pools) float array (req/s)."""
+        return np.array(self.rate_req_per_s, dtype=float).reshape(len(self.rate_req_per_s), -1)
+
+    def router_weights(self, windows_tokens: Sequence[int]) -> np.ndarray:
+        """Weights for :class:`~fleetopt.solvers.des.routing.SplitRouter`: the rates; a segment without traffic (which
+        draws no request) goes to the pool with the smallest window holding it, or the largest window if none
+        does (its requests would then be rejected), since every row needs a positive weight."""
+        w = self.as_array()
+        windows = np.asarray(windows_tokens, dtype=float)
+        for k in np.flatnonzero(w.sum(axis=1) <= 0):
+            fits = np.flatnonzero(windows >= self.boundaries_tokens[k + 1])
+            w[k, fits[np.argmin(windows[fits])] if len(fits) else int(np.argmax(windows))] = 1.0
+        return w
+
+
+ROW_TOLERANCE = 1e-6
+"""A routing row may differ from its segment's arrival rate by this share of the fleet's rate (solver round-off)."""
+
+
+def evaluate_routing(instance: Instance, pools: Sequence[PoolPlan], routing: SplitRouting) -> FleetResult:
+    """Exact analytic evaluation of pools fed by a split router (:class:`SplitRouting`), checked at the edge.
+
+    Each pool's traffic is the routed mix :math:`\\sum_k \\phi_{kq} R_k` of the elementary segments' raw
+    sums :math:`R_k`, :math:`\\phi_{kq} = r_{kq} / \\sum_{q'} r_{kq'}` the share of segment :math:`k` routed
+    to pool :math:`q` (what the router draws), evaluated by :func:`fleetopt.models.fleet.evaluate_traffic`.
+
+    Raises
+    ------
+    InstanceError
+        One line per problem: a pool without a fixed replica count or with compress-and-route, boundaries
+        that do not run from 0 to ``pools.max_context`` in increasing order, a rate array of the wrong
+        shape, a negative or non-finite rate, a row that does not add up to its segment's arrival rate,
+        or a segment sent to a pool whose window is shorter than the segment.
+    """
+    problems = []
+    for q, p in enumerate(pools):
+        if p.replicas is None or p.replicas < 1:
+            problems.append(f"routing: pool {q} ({p.lo_tokens}-{p.hi_tokens}:{p.gpu}) needs a fixed replica count >= 1")
+        if p.compress_gamma != 1.0:
+            problems.append(f"routing: pool {q} ({p.lo_tokens}-{p.hi_tokens}:{p.gpu}) has @gamma; split routing "
+                            "does not compress")
+    if not isinstance(routing, SplitRouting):
+        raise InstanceError(problems + [f"routing: expected a SplitRouting, got {type(routing).__name__}"])
+    b = np.asarray(routing.boundaries_tokens, dtype=float)
+    top = instance.pools.max_context_tokens
+    if b.ndim != 1 or len(b) < 2 or b[0] != 0 or b[-1] != top or np.any(np.diff(b) <= 0):
+        problems.append(f"routing: boundaries {list(routing.boundaries_tokens)} must increase from 0 to "
+                        f"pools.max_context {top}")
+        raise InstanceError(problems)
+    M = len(b) - 1
+    try:
+        rates = routing.as_array()
+    except ValueError:
+        rates = None
+    if rates is None or rates.shape != (M, len(pools)):
+        shape = "ragged rows" if rates is None else f"shape {rates.shape}"
+        raise InstanceError(problems + [f"routing: rates have {shape}; expected ({M}, {len(pools)}) "
+                                        "(segments x pools)"])
+    if not np.all(np.isfinite(rates)) or np.any(rates < 0):
+        raise InstanceError(problems + ["routing: rates must be finite and >= 0 req/s"])
+    elem = _segment_raws(instance, b, {p.profile.chunk_tokens for p in pools})
+    total = instance.workload.arrival_rate_req_per_s
+    expected = total * next(iter(elem.values())).mass
+    off = np.flatnonzero(np.abs(rates.sum(axis=1) - expected) > ROW_TOLERANCE * total)
+    if len(off):
+        k = int(off[0])
+        problems.append(f"routing: segment {k} ({int(b[k])}-{int(b[k + 1])} tokens) routes "
+                        f"{rates[k].sum():.6g} req/s, but the workload sends {expected[k]:.6g} req/s there")
+    windows = np.array([p.hi_tokens for p in pools], dtype=float)
+    bad = np.argwhere((rates > 0) & (windows[None, :] < b[1:, None]))
+    if len(bad):
+        k, q = (int(x) for x in bad[0])
+        problems.append(f"routing: segment {k} sends requests up to {int(b[k + 1])} tokens to pool {q} "
+                        f"({pools[q].lo_tokens}-{pools[q].hi_tokens}:{pools[q].gpu}), whose window is shorter")
+    if problems:
+        raise InstanceError(problems)
+    return _evaluate_routed(instance, list(pools), rates, elem)
+
+
+def _segment_raws(instance: Instance, b: np.ndarray, chunks) -> dict:
+    """Raw sums of the elementary segments of ``b`` for each prefill chunk size."""
+    w = instance.workload
+    M = len(b) - 1
+    return {chunk: raw_between(segment_basis(w.lengths, b, chunk, w.input_fraction), np.arange(M), np.arange(1, M + 1))
+            for chunk in sorted(chunks)}
+
+
+def _evaluate_routed(instance: Instance, pools: list[PoolPlan], rates: np.ndarray, elem: dict) -> FleetResult:
+    """:func:`evaluate_routing` without the checks (``elem``: chunk -> elementary raw sums)."""
+    row = rates.sum(axis=1)
+    share = np.divide(rates, row[:, None], out=np.zeros_like(rates), where=row[:, None] > 0)
+    raws = [elem[p.profile.chunk_tokens].scaled(share[:, q]).total() for q, p in enumerate(pools)]
+    return evaluate_traffic(raws, pools, instance.workload.arrival_rate_req_per_s, service_level(instance))
+
+
+def decode_split_plan(instance: Instance, model: SplitModel, choices, link_rate) -> tuple[FleetResult, SplitRouting]:
+    """Exact analytic re-evaluation of a split plan (each pool's traffic is its routed mix of segments, see
+    :func:`evaluate_routing`) and the plan's routing; pools ordered by window, then lower boundary."""
+    pr = model.problem
+    b = model.boundaries
+    order = sorted(choices, key=lambda c: (model.pool_j[pr.choice_pool[c]], model.pool_i[pr.choice_pool[c]]))
+    pools = []
+    rates = np.zeros((len(b) - 1, len(order)))
+    for q, c in enumerate(order):
+        p = int(pr.choice_pool[c])
+        opt = instance.gpus[pr.pool_gpu[p]]
+        mine = np.flatnonzero(pr.link_pool == p)
+        rates[pr.link_segment[mine], q] = link_rate[mine]
+        pools.append(PoolPlan(int(b[model.pool_i[p]]), int(b[model.pool_j[p]]), opt.name, opt.profile,
+                              int(pr.choice_replicas[c]), opt.availability, max_num_seqs=int(model.pool_cap[p])))
+    routing = SplitRouting.from_array(b, rates)
+    return _evaluate_routed(instance, pools, routing.as_array(), model.segment_raws), routing

@@ -1,0 +1,210 @@
+"""A solved plan read back from ``fleetopt solve --json`` output, for ``fleetopt simulate --plan FILE``.
+
+A length-routing plan could be retyped as a ``--fleet`` spec (``solve`` prints it), but a split-routing
+plan cannot: its pools may overlap and its routing (req/s per elementary segment and pool) is a table. The
+solve JSON holds both, so ``simulate`` reads them back: ``rank`` picks a solution (default: the plan at the
+JSON's top level, which is the verified choice after ``--verify-top``). Every problem is one line naming the
+file and the field.
+
+The file is checked before anything is simulated: it must come from ``solve`` on the same instance with the
+same ``--set`` overrides (its top-level ``overrides``; a file without the key was solved without any), every
+pool is a mapping of whole numbers (no booleans, no fractions; the batch cap at most the sequences the pool's
+window holds, as ``--fleet ...#SEQS`` requires), and the plan is evaluated analytically as the simulator will
+evaluate it: a length plan's pools must tile ``(0, pools.max_context]``
+(:func:`fleetopt.optimizer.plan.evaluate.evaluate_plans`), a split plan's routing must fit its pools and the workload
+(:func:`fleetopt.optimizer.plan.split_candidates.evaluate_routing`).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+from fleetopt.models.fleet import PoolPlan
+
+from fleetopt.optimizer.errors import InstanceError, format_problem
+from fleetopt.optimizer.plan.evaluate import MAX_FLEET_REPLICAS, evaluate_plans
+from fleetopt.optimizer.io.instance import Instance
+from fleetopt.optimizer.io.overrides import override_settings, set_flags
+from fleetopt.optimizer.io.schema import MAX_CONTEXT_LIMIT_TOKENS
+from fleetopt.optimizer.simulation.simulate import planned_router
+from fleetopt.optimizer.plan.split_candidates import SplitRouting, evaluate_routing
+
+__all__ = ["SolvedPlan", "load_solved_plan", "MAX_REPLICAS"]
+
+MAX_REPLICAS = MAX_FLEET_REPLICAS
+"""Largest replica count a plan file may give a pool (the bound of a `--fleet` spec)."""
+
+
+class SolvedPlan:
+    """The pools of one solved plan (replicas, batch caps and compression fixed) and its routing (or None)."""
+
+    def __init__(self, pools: list[PoolPlan], routing: SplitRouting | None, rank: int | None) -> None:
+        self.pools = pools
+        self.routing = routing
+        self.rank = rank
+
+    @property
+    def router(self) -> str:
+        """The router the plan was solved for (:func:`fleetopt.optimizer.simulation.simulate.planned_router`)."""
+        return planned_router(self.pools, self.routing)
+
+
+def load_solved_plan(path: str | Path, instance: Instance, rank: int | None = None) -> SolvedPlan:
+    """Read plan ``rank`` (1-based; None: the top-level plan) of a ``solve --json`` file for ``instance``."""
+    path = Path(path)
+
+    def fail(field: str, message: str) -> InstanceError:
+        return InstanceError(format_problem(path, field, message))
+
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise fail("", "no such file") from None
+    except (OSError, UnicodeDecodeError) as err:
+        raise fail("", f"cannot read it ({err.__class__.__name__})") from None
+    except json.JSONDecodeError as err:
+        raise fail("", f"not JSON (line {err.lineno}: {err.msg})") from None
+    if not isinstance(data, dict) or data.get("command") != "solve":
+        raise fail("command", "not the JSON output of 'fleetopt solve'")
+    if data.get("instance") != instance.name:
+        raise fail("instance", f"the plan was solved for instance '{data.get('instance')}', not '{instance.name}'")
+    _check_overrides(data.get("overrides", []), instance, fail)
+    if rank is None:
+        plan, field = data, ""
+        if not data.get("pools"):
+            raise fail("pools", f"the solve found no plan (status {data.get('status')})")
+    else:
+        solutions = data.get("solutions", [])
+        if not isinstance(solutions, list):
+            raise fail("solutions", f"must be a list of solutions; got {_kind(solutions)}")
+        if not 1 <= rank <= len(solutions):
+            raise fail("solutions", f"--rank {rank}: the file holds {len(solutions)} solution(s)")
+        plan, field = solutions[rank - 1], f"solutions[{rank - 1}]."
+        if not isinstance(plan, dict):
+            raise fail(field[:-1], f"must be a mapping with pools (and routing); got {_kind(plan)}")
+    raw = plan.get("pools")
+    if not isinstance(raw, list) or not raw:
+        raise fail(f"{field}pools", f"must be a non-empty list of pools; got {_kind(raw) if raw != [] else 'none'}")
+    pools = [_pool(p, f"{field}pools[{k}]", instance, fail) for k, p in enumerate(raw)]
+    routing = _routing(plan.get("routing"), f"{field}routing", fail)
+    _check_plan(instance, pools, routing, field, path)
+    return SolvedPlan(pools, routing, rank)
+
+
+def _kind(value) -> str:
+    """How a problem line names a JSON value's type."""
+    names = {dict: "a mapping", list: "a list", str: "a string", bool: "a boolean", type(None): "null"}
+    return names.get(type(value), f"the number {value!r}" if isinstance(value, (int, float)) else repr(value))
+
+
+def _whole(value, low: int, high: int) -> int | None:
+    """``value`` as an int when it is a whole number in ``[low, high]`` (an integral float counts; a boolean,
+    a fraction, inf and NaN do not), else None."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    if isinstance(value, float) and not (math.isfinite(value) and value.is_integer()):
+        return None
+    return int(value) if low <= value <= high else None
+
+
+def _check_overrides(recorded, instance: Instance, fail) -> None:
+    """The plan was solved with the ``--set`` overrides this run loaded the instance with (as sets of values)."""
+    if not isinstance(recorded, list) or not all(isinstance(t, str) for t in recorded):
+        raise fail("overrides", f"must be a list of PATH=VALUE strings; got {_kind(recorded)}")
+    if override_settings(recorded) == override_settings(instance.overrides):
+        return
+    solved, loaded = set_flags(recorded) or "no --set", set_flags(instance.overrides) or "no --set"
+    fix = f"pass {solved}" if recorded else "drop the --set flags"
+    raise fail("overrides", f"the plan was solved with {solved}, but the instance was loaded with {loaded}; "
+                            f"{fix} to simulate it")
+
+
+def _pool(p, where: str, instance: Instance, fail) -> PoolPlan:
+    """One pool of a plan: a mapping of whole numbers, a GPU of the instance and a batch cap its window holds."""
+    if not isinstance(p, dict):
+        raise fail(where, f"must be a mapping with min_tokens, max_tokens, gpu, replicas and max_num_seqs; "
+                          f"got {_kind(p)}")
+    missing = [k for k in ("min_tokens", "max_tokens", "gpu", "replicas", "max_num_seqs") if k not in p]
+    if missing:
+        raise fail(where, f"needs min_tokens, max_tokens, gpu, replicas and max_num_seqs; missing {', '.join(missing)}")
+    top = instance.pools.max_context_tokens
+    counts = {}
+    for key, low, high, allowed in (("min_tokens", 0, top - 1, f"a whole number of tokens in [0, {top})"),
+                                    ("max_tokens", 1, top, f"a whole number of tokens in [1, {top}]"),
+                                    ("replicas", 1, MAX_REPLICAS, f"a whole number in [1, {MAX_REPLICAS}]"),
+                                    ("max_num_seqs", 1, MAX_REPLICAS, "a whole number >= 1")):
+        counts[key] = _whole(p[key], low, high)
+        if counts[key] is None:
+            raise fail(f"{where}.{key}", f"{_kind(p[key])} is not allowed; give {allowed}")
+    lo, hi, cap = counts["min_tokens"], counts["max_tokens"], counts["max_num_seqs"]
+    if hi <= lo:
+        raise fail(where, f"the pool {lo}-{hi} is empty; max_tokens must exceed min_tokens")
+    gpu = p["gpu"]
+    if not isinstance(gpu, str) or gpu.strip().lower() not in {o.name.lower() for o in instance.gpus}:
+        raise fail(f"{where}.gpu", f"{gpu!r} is not a GPU of instance '{instance.name}'; known: "
+                                   f"{', '.join(o.name for o in instance.gpus)}")
+    g = instance.gpu(gpu)
+    gamma = p.get("compress_gamma", 1.0)
+    if isinstance(gamma, bool) or not isinstance(gamma, (int, float)) or not (math.isfinite(gamma) and gamma >= 1):
+        raise fail(f"{where}.compress_gamma", f"{_kind(gamma)} is not allowed; give a finite number >= 1")
+    held = int(g.profile.n_slots(hi))
+    if cap > held:
+        raise fail(f"{where}.max_num_seqs", f"{cap} is more than the {held} sequences a {hi}-token window holds on "
+                                            f"{g.name}; give at most {held}")
+    return PoolPlan(lo, hi, g.name, g.profile, counts["replicas"], g.availability, float(gamma), cap)
+
+
+def _routing(routing, where: str, fail) -> SplitRouting | None:
+    """A split plan's routing: whole-number boundaries and a table of real rates (checked further when the
+    plan is evaluated); None when the plan has none."""
+    if routing is None:
+        return None
+    if not isinstance(routing, dict) or not {"boundaries_tokens", "rate_req_per_s"} <= routing.keys():
+        raise fail(where, f"must be a mapping with boundaries_tokens and rate_req_per_s; got {_kind(routing)}")
+    b = routing["boundaries_tokens"]
+    if not isinstance(b, list):
+        raise fail(f"{where}.boundaries_tokens", f"{_kind(b)} is not allowed; give a list of whole token counts")
+    for k, x in enumerate(b):
+        if _whole(x, 0, MAX_CONTEXT_LIMIT_TOKENS) is None:
+            raise fail(f"{where}.boundaries_tokens[{k}]", f"{_kind(x)} is not allowed; give a whole token count "
+                                                          f"in [0, {MAX_CONTEXT_LIMIT_TOKENS}]")
+    rates = routing["rate_req_per_s"]
+    if not isinstance(rates, list) or not all(
+            isinstance(row, list) and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in row)
+            for row in rates):
+        raise fail(f"{where}.rate_req_per_s", f"{_kind(rates)} is not allowed; give a list of rows of numbers "
+                                              "(req/s, one row per length segment, one column per pool)")
+    try:
+        return SplitRouting.from_array(b, rates)
+    except ValueError as err:  # ragged rows
+        raise fail(f"{where}.rate_req_per_s", f"not a table ({err})") from None
+
+
+def _check_plan(instance: Instance, pools: list[PoolPlan], routing, field: str, path: Path) -> None:
+    """Evaluate the plan as the simulator will; any problem becomes one ``FILE: field: message`` line."""
+
+    def fail(where: str, message: str) -> InstanceError:
+        return InstanceError(format_problem(path, where, message))
+
+    if routing is not None:
+        try:
+            evaluate_routing(instance, pools, routing)
+        except InstanceError as err:
+            raise InstanceError([format_problem(path, f"{field}routing", line.removeprefix("routing: "))
+                                 for line in err.problems]) from None
+        return
+    top, edge = instance.pools.max_context_tokens, 0
+    for k, p in enumerate(pools):
+        if p.lo_tokens != edge:
+            raise fail(f"{field}pools[{k}].min_tokens", f"{p.lo_tokens} should be {edge}: without a routing, the "
+                                                         f"pools tile (0, {top}] in order")
+        edge = p.hi_tokens
+    if edge != top:
+        raise fail(f"{field}pools[{len(pools) - 1}].max_tokens", f"{edge} should be pools.max_context {top}; "
+                                                                 f"without a routing, the pools tile (0, {top}]")
+    try:
+        evaluate_plans(instance, pools)
+    except (ValueError, ArithmeticError) as err:
+        raise fail(f"{field}pools", f"the plan cannot be evaluated ({err})") from None

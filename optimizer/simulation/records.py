@@ -1,0 +1,425 @@
+r"""The records of ``fleetopt simulate`` and how they are built from the replications.
+
+:class:`Replication` is what one replication of :func:`fleetopt.optimizer.simulation.simulate.simulate_plan` leaves (its measured
+requests and the window's time averages). :func:`build_report` pools the replications into a :class:`SimReport`
+(the fleet) with one :class:`SimPoolReport` per pool and their :class:`Latency` percentiles, next to the analytic
+evaluation of the same pools. :func:`p99_estimate` gives a P99 with its 95 % interval, from independent
+replications or from batch means of one run. The measurement protocol (warm-up, cool-down, what counts as a
+miss) is in the docstring of :mod:`fleetopt.optimizer.simulation.simulate`.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from fleetopt.models.fleet import FleetResult, PoolResult
+from fleetopt.models.units import MS_PER_S
+from fleetopt.solvers.des.metrics import Estimate, batch_means_ci, percentile, quantile_ci
+
+from fleetopt.optimizer.io.instance import Instance
+from fleetopt.optimizer.simulation.options import EngineOptions
+
+__all__ = ["CONFIDENCE", "N_BATCHES", "ANALYTIC_POOL_KEYS", "Latency", "SimPoolReport", "SimReport", "Replication",
+           "p99_estimate", "build_report"]
+
+CONFIDENCE = 0.95
+"""Confidence level of every interval in a report."""
+N_BATCHES = 20
+"""Batches of the batch-means interval (one replication, or a trace replay)."""
+_SOURCE = "simulated"
+ANALYTIC_POOL_KEYS = ("min_tokens", "max_tokens", "gpu", "replicas", "gpus", "arrival_rate", "utilization",
+                      "ttft_p99_ms", "power_w", "slo_met")
+"""The ``evaluate`` contract keys every simulated pool also carries (analytic values)."""
+
+
+# --------------------------------------------------------------------------------------------
+# Records
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Latency:
+    """P50/P90/P99 of one latency in ms (NaN: no measured request has it; inf: some never got it)."""
+
+    p50_ms: float
+    p90_ms: float
+    p99_ms: float
+
+    def to_json(self) -> dict:
+        return {"p50": self.p50_ms, "p90": self.p90_ms, "p99": self.p99_ms}
+
+
+@dataclass(frozen=True)
+class _Measured:
+    """What the simulation measured, for one pool or for the fleet, pooled over the replications' measured requests.
+
+    Times in ms; a statistic is NaN when no measured request has it, and an interval's upper end is inf when
+    too few requests leave it unbounded (:func:`p99_estimate`).
+    """
+
+    ttft_p99_ci_ms: tuple[float, float]
+    """95 % interval of the P99 TTFT."""
+    tpot_p99_ci_ms: tuple[float, float]
+    """95 % interval of the P99 TPOT (completed requests)."""
+    slo_attainment: float
+    """Share of the measured requests whose TTFT meets the TTFT SLO."""
+    utilization_sim: float
+    """Busy slot-seconds over slot-seconds (mean over replications)."""
+    energy_per_output_token_j: float
+    """Energy over the window divided by the output tokens of the requests completed in it."""
+    unfinished: int
+    """Measured requests not completed at the horizon."""
+    rejected: int
+    """Measured requests their router rejected."""
+    ttft: Latency
+    tpot: Latency
+    wait: Latency
+    e2e: Latency
+
+    def _latency_json(self) -> dict:
+        return {"ttft": self.ttft.to_json(), "tpot": self.tpot.to_json(), "wait": self.wait.to_json(),
+                "e2e": self.e2e.to_json()}
+
+
+@dataclass(frozen=True)
+class SimPoolReport(_Measured):
+    """One pool: its analytic evaluation and what the simulation measured (pooled over replications).
+
+    The analytic ``evaluate`` fields of the pool (``min_tokens``, ``max_tokens``, ``gpu``, ``replicas``,
+    ``gpus``, ``arrival_rate``, ``utilization``, ``ttft_p99_ms``, ``power_w``, ``slo_met``) are read from
+    ``analytic``. A simulated statistic is NaN when the pool had no measured request to take it from (it
+    cannot miss), and an interval's upper end is inf when fewer than 20 requests (or one replication
+    group) leave it unbounded.
+    """
+
+    analytic: PoolResult
+    requests: int
+    """Measured requests routed to this pool (all replications)."""
+    arrival_rate_sim: float
+    ttft_p99_ms_sim: float
+    tpot_p99_ms_sim: float
+    slo_met_sim: bool
+    mean_batch: float
+    preemptions: int
+    power_w_sim: float
+    spilled: int
+    """Requests the spillover router moved out of this pool to the next one up (all replications)."""
+    replicas_up_mean: float
+    """Replicas simulated, mean over the replications (the plan's count unless availability is sampled)."""
+    max_num_seqs_sim: int
+    """Batch cap per replica in the engine (the analytic one, unless ``kv="paged"``)."""
+
+    min_tokens = property(lambda self: self.analytic.min_tokens)
+    max_tokens = property(lambda self: self.analytic.max_tokens)
+    gpu = property(lambda self: self.analytic.gpu)
+    replicas = property(lambda self: self.analytic.replicas)
+    gpus = property(lambda self: self.analytic.gpus)
+    arrival_rate = property(lambda self: self.analytic.arrival_rate)
+    utilization = property(lambda self: self.analytic.utilization)
+    ttft_p99_ms = property(lambda self: self.analytic.ttft_p99_ms)
+    power_w = property(lambda self: self.analytic.power_w)
+    slo_met = property(lambda self: self.analytic.slo_met)
+
+    def to_json(self) -> dict:
+        a = self.analytic
+        return {
+            **{k: getattr(a, k) for k in ANALYTIC_POOL_KEYS},
+            "ttft_p99_ms_sim": self.ttft_p99_ms_sim, "ttft_p99_ci_ms": self.ttft_p99_ci_ms,
+            "tpot_p99_ms_sim": self.tpot_p99_ms_sim, "slo_attainment": self.slo_attainment,
+            "mean_batch": self.mean_batch, "preemptions": self.preemptions, "replicas_up_mean": self.replicas_up_mean,
+            "spilled": self.spilled,
+            "max_num_seqs_sim": self.max_num_seqs_sim,
+            "tpot_p99_ci_ms": self.tpot_p99_ci_ms, "slo_met_sim": self.slo_met_sim,
+            "utilization_sim": self.utilization_sim, "power_w_sim": self.power_w_sim,
+            "energy_per_output_token_j": self.energy_per_output_token_j,
+            "arrival_rate_sim": self.arrival_rate_sim, "requests": self.requests, "unfinished": self.unfinished,
+            "rejected": self.rejected, "max_num_seqs": a.max_num_seqs, "compress_gamma": a.compress_gamma,
+            "mean_batch_analytic": a.mean_batch, "tpot_p99_ms_bound": a.tpot_p99_ms,
+            "latency_ms": self._latency_json(),
+            "profile": a.profile, "quality": a.quality, "source": _SOURCE,
+        }
+
+
+@dataclass(frozen=True)
+class SimReport(_Measured):
+    """What :func:`fleetopt.optimizer.simulation.simulate.simulate_plan` measured, with the analytic evaluation of the same pools beside it.
+
+    Times in ms, pooled over the replications' measured requests (:mod:`fleetopt.optimizer.simulation.simulate`); a statistic is NaN
+    when no measured request has it (written as null in JSON, like inf).
+    """
+
+    requests_simulated: int
+    requests_measured: int
+    simulated_seconds: float
+    wall_seconds: float
+    ttft_p99_ms: float
+    tpot_p99_ms: float
+    slo_met: bool
+    slo_met_point: bool
+    power_kw: float
+    pools: tuple[SimPoolReport, ...]
+    seed: int
+    mode: str
+    router: str
+    dispatch: str
+    arrivals: str
+    replications: int
+    ci_method: str
+    stopped_by: str
+    precision: float | None
+    relaxation_s: float
+    """:math:`\\max_p E[S_p^2]/E[S_p]`, the start-up time scale behind the warm-up floor (:mod:`fleetopt.optimizer.simulation.simulate`)."""
+    warmup_s: float
+    """Mean warm-up discarded per replication, in simulated seconds."""
+    cooldown_s: float
+    """Mean unmeasured end of a replication, in simulated seconds."""
+    littles_law_rel_error: float
+    """Largest :math:`|L - \\lambda W| / L` over pools and replications (the engine's books; ~0)."""
+    analytic: FleetResult
+    instance_name: str
+    slo_ttft_p99_ms: float
+    slo_tpot_p99_ms: float | None
+    scope: str
+    ttft_model: str
+    notes: tuple[str, ...] = ()
+    engine: EngineOptions = EngineOptions()
+    """KV admission, token budget and availability of the run (:mod:`fleetopt.optimizer.simulation.options`)."""
+    spill_bound: int | None = None
+    """``router="spillover"``: waiting requests in a pool beyond which an arrival spills (None otherwise)."""
+    routing_source: str | None = None
+    """``router="split"``: where the router's weights came from, ``"plan"`` (a split plan's own routing, req/s
+    per length segment and pool from the split MIP) or ``"shares"`` (per-segment shares over a tiled plan's
+    pools; default each segment to its own pool); None for the other routers."""
+
+    def to_json(self) -> dict:
+        """The stable JSON contract: the keys of the issue first, then provenance and details."""
+        a = self.analytic
+        return {
+            "requests_simulated": self.requests_simulated, "simulated_seconds": self.simulated_seconds,
+            "wall_seconds": self.wall_seconds, "ttft_p99_ms": self.ttft_p99_ms,
+            "ttft_p99_ci_ms": self.ttft_p99_ci_ms, "tpot_p99_ms": self.tpot_p99_ms, "slo_met": self.slo_met,
+            "slo_attainment": self.slo_attainment, "power_kw": self.power_kw,
+            "energy_per_output_token_j": self.energy_per_output_token_j,
+            "pools": [p.to_json() for p in self.pools],
+            "instance": self.instance_name, "command": "simulate", "source": _SOURCE,
+            "slo_ttft_p99_ms": self.slo_ttft_p99_ms, "slo_tpot_p99_ms": self.slo_tpot_p99_ms,
+            "scope": self.scope, "ttft_model": self.ttft_model, "slo_met_point": self.slo_met_point,
+            "tpot_p99_ci_ms": self.tpot_p99_ci_ms, "requests_measured": self.requests_measured,
+            "utilization_sim": self.utilization_sim,
+            "unfinished": self.unfinished, "rejected": self.rejected,
+            "preemptions": int(sum(p.preemptions for p in self.pools)),
+            "latency_ms": self._latency_json(),
+            "seed": self.seed, "mode": self.mode, "router": self.router, "dispatch": self.dispatch,
+            "arrivals": self.arrivals, "spill_bound": self.spill_bound, "routing_source": self.routing_source,
+            "engine": self.engine.to_json(),
+            "replications": self.replications,
+            "confidence": CONFIDENCE,
+            "ci_method": self.ci_method, "stopped_by": self.stopped_by, "precision": self.precision,
+            "warmup_s": self.warmup_s, "cooldown_s": self.cooldown_s, "relaxation_s": self.relaxation_s,
+            "littles_law_rel_error": self.littles_law_rel_error,
+            "analytic": {"ttft_p99_ms": a.ttft_p99_ms, "power_kw": a.power_kw, "slo_met": a.slo_met,
+                         "feasible": a.feasible, "cost_per_hr": a.cost_per_hr, "total_replicas": a.total_replicas,
+                         "total_gpus": a.total_gpus, "source": "analytic"},
+            "notes": list(self.notes),
+        }
+
+
+@dataclass(frozen=True, eq=False)
+class Replication:
+    """What one replication leaves: the measured requests (arrival order) and the window's time averages."""
+
+    pool: np.ndarray
+    ttft_s: np.ndarray          # +inf: no first token by the horizon
+    wait_s: np.ndarray          # +inf: not started by the horizon
+    tpot_s: np.ndarray          # NaN unless completed with > 1 output token
+    e2e_s: np.ndarray           # NaN unless completed
+    unfinished: np.ndarray
+    rejected: np.ndarray
+    utilization: np.ndarray
+    mean_batch: np.ndarray
+    power_w: np.ndarray
+    preemptions: np.ndarray     # per pool: KV-cache preemptions in the run
+    spilled: np.ndarray         # per pool: requests a spillover router moved out of it
+    replicas_up: np.ndarray     # per pool: replicas simulated (all, or those drawn up)
+    batch_cap: np.ndarray       # per pool: max_num_seqs per replica in the engine
+    energy_j: np.ndarray        # per pool, over the window
+    output_tokens_done: np.ndarray   # per pool: output tokens of the requests completed in the window
+    busy_slot_s: np.ndarray     # per pool
+    slot_s: np.ndarray          # per pool: slots x window
+    n_requests: int
+    span_s: float
+    warmup_s: float
+    warmup_cut: bool
+    measured_s: float
+    littles_error: float
+
+# --------------------------------------------------------------------------------------------
+# From replications to a report
+# --------------------------------------------------------------------------------------------
+
+
+def p99_estimate(groups: list[np.ndarray]) -> Estimate:
+    """P99 of the non-NaN values with its 95 % interval (:mod:`fleetopt.optimizer.simulation.simulate`).
+
+    Over the non-empty replication groups when there are two or more, else by
+    batch means of their concatenation (arrival order) when it holds at least
+    :data:`N_BATCHES` values, else the point estimate with an unbounded upper
+    end; NaN throughout when there is no value.
+    """
+    groups = [g[~np.isnan(g)] for g in groups]
+    full = [g for g in groups if g.size]
+    if len(full) >= 2:
+        return quantile_ci(full, 99.0, CONFIDENCE)
+    v = np.concatenate(groups)
+    if v.size >= N_BATCHES:
+        return batch_means_ci(v, 99.0, N_BATCHES, CONFIDENCE)
+    if v.size:
+        return Estimate(float(percentile(v, 99)), math.nan, math.inf, CONFIDENCE, 0)
+    return Estimate(math.nan, math.nan, math.nan, CONFIDENCE, 0)
+
+
+def _latency(values: np.ndarray) -> Latency:
+    v = values[~np.isnan(values)]
+    if v.size == 0:
+        return Latency(math.nan, math.nan, math.nan)
+    p = percentile(v, [50, 90, 99]) * MS_PER_S
+    return Latency(float(p[0]), float(p[1]), float(p[2]))
+
+
+def _ratio(num: float, den: float) -> float:
+    return float(num / den) if den > 0 else math.nan
+
+
+def _mean_defined(values: list[float]) -> float:
+    """Mean of the values that are not NaN (a replication with no replica up has no utilisation); NaN if none."""
+    defined = [v for v in values if not math.isnan(v)]
+    return float(np.mean(defined)) if defined else math.nan
+
+
+def _ci_ms(e: Estimate) -> tuple[float, float]:
+    return (e.low * MS_PER_S, e.high * MS_PER_S)
+
+
+def _within(e: Estimate, limit_s: float | None, upper: bool) -> bool:
+    """Whether the P99 (its interval's upper end if ``upper``) meets ``limit_s``; nothing measured cannot miss."""
+    if limit_s is None or math.isnan(e.value):
+        return True
+    return bool((e.high if upper else e.value) <= limit_s * (1 + 1e-12))
+
+
+def _pool_report(instance: Instance, a: PoolResult, k: int, runs: list[Replication]) -> SimPoolReport:
+    sel = [r.pool == k for r in runs]
+
+    def pooled(name: str) -> list[np.ndarray]:
+        return [getattr(r, name)[s] for r, s in zip(runs, sel)]
+
+    n = int(sum(s.sum() for s in sel))
+    ttft, tpot = p99_estimate(pooled("ttft_s")), p99_estimate(pooled("tpot_s"))
+    slo = instance.slo
+    all_ttft = np.concatenate(pooled("ttft_s"))
+    return SimPoolReport(
+        analytic=a, requests=n, arrival_rate_sim=n / sum(r.measured_s for r in runs),
+        ttft_p99_ms_sim=ttft.value * MS_PER_S, ttft_p99_ci_ms=_ci_ms(ttft),
+        tpot_p99_ms_sim=tpot.value * MS_PER_S, tpot_p99_ci_ms=_ci_ms(tpot),
+        slo_attainment=float(np.mean(all_ttft <= slo.ttft_p99_s)) if n else math.nan,
+        slo_met_sim=_within(ttft, slo.ttft_p99_s, True) and _within(tpot, slo.tpot_p99_s, True),
+        mean_batch=float(np.mean([r.mean_batch[k] for r in runs])),
+        preemptions=int(sum(int(r.preemptions[k]) for r in runs)),
+        spilled=int(sum(int(r.spilled[k]) for r in runs)),
+        replicas_up_mean=float(np.mean([r.replicas_up[k] for r in runs])),
+        max_num_seqs_sim=int(runs[0].batch_cap[k]),
+        utilization_sim=float(np.mean([r.utilization[k] for r in runs])),
+        power_w_sim=float(np.mean([r.power_w[k] for r in runs])),
+        energy_per_output_token_j=_ratio(sum(r.energy_j[k] for r in runs), sum(r.output_tokens_done[k] for r in runs)),
+        unfinished=int(sum(x.sum() for x in pooled("unfinished"))),
+        rejected=int(sum(x.sum() for x in pooled("rejected"))),
+        ttft=_latency(all_ttft), tpot=_latency(np.concatenate(pooled("tpot_s"))),
+        wait=_latency(np.concatenate(pooled("wait_s"))), e2e=_latency(np.concatenate(pooled("e2e_s"))))
+
+
+def build_report(instance: Instance, analytic: FleetResult, runs: list[Replication], fleet: Estimate, opts: dict,
+                 wall_s: float) -> SimReport:
+    """Pool the replications of a run into a :class:`SimReport`.
+
+    ``runs`` holds one :class:`Replication` per replication, ``fleet`` is the fleet P99 TTFT estimate (the
+    pipeline's stopping statistic), ``opts`` the run's provenance fields of :class:`SimReport` (``seed``,
+    ``mode``, ..., ``relaxation_s``) and ``wall_s`` the wall time in seconds.
+    """
+    slo = instance.slo
+    pools = tuple(_pool_report(instance, a, k, runs) for k, a in enumerate(analytic.pools))
+    tpot = p99_estimate([r.tpot_s for r in runs])
+    ttft_all = np.concatenate([r.ttft_s for r in runs])
+    if slo.scope == "fleet":
+        met = _within(fleet, slo.ttft_p99_s, True) and _within(tpot, slo.tpot_p99_s, True)
+        met_point = _within(fleet, slo.ttft_p99_s, False) and _within(tpot, slo.tpot_p99_s, False)
+    else:
+        met = all(p.slo_met_sim for p in pools)
+        met_point = all(_within(p99_estimate([r.ttft_s[r.pool == k] for r in runs]), slo.ttft_p99_s, False)
+                        and _within(p99_estimate([r.tpot_s[r.pool == k] for r in runs]), slo.tpot_p99_s, False)
+                        for k in range(len(pools)))
+    ci_method = "replications" if opts["replications"] >= 2 else f"batch-means ({N_BATCHES} batches)"
+    return SimReport(
+        requests_measured=int(ttft_all.size), simulated_seconds=float(sum(r.span_s for r in runs)),
+        wall_seconds=wall_s, ttft_p99_ms=fleet.value * MS_PER_S, ttft_p99_ci_ms=_ci_ms(fleet),
+        tpot_p99_ms=tpot.value * MS_PER_S, tpot_p99_ci_ms=_ci_ms(tpot),
+        slo_met=met, slo_met_point=met_point, slo_attainment=float(np.mean(ttft_all <= slo.ttft_p99_s)),
+        power_kw=float(np.mean([r.power_w.sum() for r in runs])) / 1000.0,
+        energy_per_output_token_j=_ratio(sum(r.energy_j.sum() for r in runs),
+                                         sum(r.output_tokens_done.sum() for r in runs)),
+        utilization_sim=_mean_defined([_ratio(r.busy_slot_s.sum(), r.slot_s.sum()) for r in runs]),
+        pools=pools, ci_method=ci_method, warmup_s=float(np.mean([r.warmup_s for r in runs])),
+        cooldown_s=float(np.mean([r.span_s - r.warmup_s - r.measured_s for r in runs])),
+        littles_law_rel_error=max(r.littles_error for r in runs),
+        unfinished=int(sum(r.unfinished.sum() for r in runs)), rejected=int(sum(r.rejected.sum() for r in runs)),
+        ttft=_latency(ttft_all), tpot=_latency(np.concatenate([r.tpot_s for r in runs])),
+        wait=_latency(np.concatenate([r.wait_s for r in runs])), e2e=_latency(np.concatenate([r.e2e_s for r in runs])),
+        analytic=analytic, instance_name=instance.name, slo_ttft_p99_ms=slo.ttft_p99_s * MS_PER_S,
+        slo_tpot_p99_ms=None if slo.tpot_p99_s is None else slo.tpot_p99_s * MS_PER_S, scope=slo.scope,
+        ttft_model=slo.ttft_model, notes=_notes(instance, opts, runs), **opts)
+
+
+def _notes(instance: Instance, opts: dict, runs: list[Replication]) -> tuple[str, ...]:
+    engine = opts["engine"]
+    if engine.kv == "paged":
+        out = ["kv paged: vLLM admission by KV blocks up to max_num_seqs per replica, recompute preemption when the "
+               "blocks run out; the iteration latency is extrapolated beyond the profile's calibrated batch; simulated "
+               "utilisation is over max_num_seqs sequences per replica"]
+    else:
+        out = ["kv reserve: every sequence holds a KV slot of its pool's window (the analytic view); no preemption"]
+    if engine.max_batched_tokens is not None:
+        out.append(f"token budget: {engine.max_batched_tokens:,} tokens per iteration per replica (decodes first, "
+                   "then prefill chunks oldest first); the analytic numbers assume no budget")
+    if engine.availability == "sampled":
+        out.append("availability sampled: each replication simulates Binomial(N, A) replicas up per pool for its "
+                   "whole span; requests of a pool with none up are rejected (SLO misses)")
+    else:
+        out.append("all replicas up: availability is not simulated (--availability sampled draws them)")
+    if instance.slo.ttft_model == "mean-prefill":
+        out.append("analytic P99 TTFT uses the 'mean-prefill' model (P99 wait + mean prefill); the simulated one is "
+                   "the true P99 of wait + prefill")
+    if any(r.warmup_cut for r in runs):
+        out.append(f"the service times' start-up scale E[S^2]/E[S] = {opts['relaxation_s']:,.0f} s is long against a "
+                   f"replication ({np.mean([r.span_s for r in runs]):,.0f} s): warm-up cut to half the span, so the "
+                   "utilisation, batch and power of the slowest pools are low estimates; raise --requests or lower "
+                   "--replications")
+    if opts["arrivals"] == "trace":
+        out.append(f"trace replay: the first {runs[0].n_requests} requests of the trace, rescaled to "
+                   f"{instance.workload.arrival_rate_req_per_s:g} req/s; one deterministic run")
+    if opts["routing_source"] == "plan":
+        out.append("split routing from the plan: the router replays the plan's routing (req/s per length segment "
+                   "and pool, from the split MIP), drawing each request's pool with those rates as weights; the "
+                   "analytic numbers evaluate each pool at its routed mix")
+    elif opts["router"] == "split":
+        out.append("split routing of a tiled plan: each segment's shares (default: all to its own pool)")
+    if opts["router"] == "spillover":
+        out.append(f"spillover: an arrival moves to the next pool up when more than {opts['spill_bound']} requests "
+                   "wait in its own pool (one hop, only if it fits); the analytic numbers assume length routing")
+        if len(runs[0].spilled) == 1:
+            out.append("spillover with one pool: there is nowhere to spill (no pool above it), so this is length "
+                       "routing")
+    if opts["mode"] == "slot":
+        out.append("slot mode: one FCFS queue per pool (M/G/c), the analytic model's own view; dispatch unused")
+    return tuple(out)

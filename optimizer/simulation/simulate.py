@@ -1,0 +1,573 @@
+r"""``fleetopt simulate``: a fleet plan -> the discrete-event simulator -> a report with confidence intervals.
+
+:func:`simulate_plan` is the one pipeline function the CLI and the plan
+verifier call. It evaluates the plan analytically (sizing pools given without
+a replica count, as ``evaluate`` does), builds the same pools for
+:func:`fleetopt.solvers.des.engine.simulate` (replicas and batch cap ``max_num_seqs`` from the
+analytic evaluation), draws the request stream of the instance's workload,
+runs independent replications and reports, per pool and for the fleet, the
+simulated latencies next to the analytic numbers.
+
+This module holds the pipeline (options and plan checked at the edge, the
+replications, the stopping rule); the report records and their assembly from
+the replications are in :mod:`fleetopt.optimizer.simulation.records`; the CLI's table and
+progress bar (:func:`fleetopt.optimizer.report.render_simulation`,
+:func:`fleetopt.optimizer.report.progress_bar`) sit above this stage, in
+:mod:`fleetopt.optimizer.report`.
+
+Measurement protocol
+--------------------
+Each replication generates ``n`` requests and runs until the last arrival
+:math:`T` (the horizon). Arrivals before the warm-up instant
+
+.. math:: T_w = \min\left(\max\left(wT,\; 2 \max_p \frac{E[S_p^2]}{E[S_p]}\right),\; T/2\right)
+
+are discarded (:math:`w` = ``warmup``; :math:`E[S_p^2]/E[S_p] = E[S_p](1 + c_{s,p}^2)`
+from the analytic evaluation of pool :math:`p`). The floor bounds the start-up
+transient: a pool started empty lacks :math:`\lambda E[(S - t)^+]` busy slots
+at :math:`t` (M/G/:math:`\infty`), and :math:`(s - t)^+ \le s^2/(4t)` gives
+at most 1/8 of its load at :math:`t = 2E[S^2]/E[S]`. Long-tailed service times
+(a long-context pool) can make the floor exceed half the span; then
+:math:`T/2` is used and a note says that pool's utilisation and power are low
+estimates (raise ``requests`` or lower ``replications``). Arrivals in the
+last :math:`T_c = \min(\max(cT, 10\, T_{SLO}), T/4)` (:data:`COOLDOWN_SHARE`
+:math:`c`, :data:`COOLDOWN_SLOS`) keep the load on while the measured requests
+finish, so a measured request still waiting at the horizon has waited at
+least ten TTFT SLOs (unless the span is too short for that). The *measured*
+requests arrive in :math:`[T_w, T - T_c]`; time averages (utilisation, batch,
+power) cover :math:`[T_w, T]`.
+
+* A measured request without a first token at the horizon (still queued, or
+  rejected by its router) counts as :math:`+\infty` in the TTFT and wait
+  percentiles and as an SLO miss: it waited at least :math:`T_c`.
+* TPOT and E2E percentiles cover the *completed* measured requests only (a
+  very long request may still be decoding at the horizon); ``unfinished``
+  counts the others.
+* The P99 TTFT interval (95 %) comes from independent replications
+  (:func:`fleetopt.solvers.des.metrics.quantile_ci`, generators spawned from one
+  ``SeedSequence`` by :func:`fleetopt.solvers.des.metrics.replicate`), or from batch
+  means of one run (:func:`fleetopt.solvers.des.metrics.batch_means_ci`, 20 batches)
+  when there is one replication or the arrivals replay a trace (a replay is
+  deterministic, so its replications would be copies).
+* ``slo_met`` requires the *upper* bound of the interval to meet the SLO (and
+  the TPOT interval's upper bound, when the instance sets a TPOT SLO), per pool
+  or over the fleet as ``slo.scope`` says; ``slo_met_point`` uses the point
+  estimates.
+* Power is the engine's exact integral of each replica's power curve over its
+  simulated batch; energy per output token is the fleet's energy over the
+  window divided by the output tokens of the requests completed in it.
+* Preemptions: the engine's count of KV-cache preemptions (recompute), per
+  pool summed over the replications (:mod:`fleetopt.solvers.des.engine`, "KV blocks and
+  preemption"). A pool whose ``max_num_seqs`` is at most ``n_slots`` of its
+  window never runs out of KV blocks, so it reports 0.
+* All replicas are up: availability (``gpus[].availability``) is not
+  simulated, as the analytic evaluation of fixed counts does not derate them,
+  unless ``engine.availability="sampled"`` draws the replicas up per
+  replication (:mod:`fleetopt.optimizer.simulation.options`). A pool drawn with none up then
+  has no capacity in that replication: its utilisation, batch, power, energy
+  and slot-seconds count as 0 there (its requests are rejected, SLO misses).
+
+With ``precision`` the requests per replication double until the fleet P99
+interval's half-width is at most ``precision`` x P99, or ``max_requests``
+would be exceeded; ``stopped_by`` says which (``requests`` without a
+precision target, ``precision``, ``max_requests``, ``trace_length`` when a
+replay has no more requests, ``p99_unbounded`` when more than 1 % of measured
+requests get no first token, so more requests cannot narrow it).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import time
+from dataclasses import dataclass, replace
+from typing import Callable
+
+import numpy as np
+
+from fleetopt.models.fleet import FleetResult, PoolPlan, PoolResult
+from fleetopt.models.workload import RequestTrace
+from fleetopt.solvers.des.state import MODES, SimPool
+from fleetopt.solvers.des.records import Outcome
+from fleetopt.solvers.des.engine import simulate
+from fleetopt.solvers.des.arrivals import DEFAULT_MEAN_DWELL_S, diurnal_arrivals, mmpp_arrivals
+from fleetopt.solvers.des.metrics import e2e_s, littles_law, replicate, tpot_s, ttft_s, wait_s
+from fleetopt.solvers.des.routers import CompressRouter, SpilloverRouter
+from fleetopt.solvers.des.routing import (
+    JoinShortestQueue,
+    LengthRouter,
+    RandomRouter,
+    Requests,
+    RoundRobin,
+    SplitRouter,
+    poisson_arrivals,
+    replay_trace,
+    sample_lengths,
+)
+
+from fleetopt.optimizer.errors import InstanceError
+from fleetopt.optimizer.plan.evaluate import evaluate_plans, parse_fleet
+from fleetopt.optimizer.io.instance import Instance
+from fleetopt.optimizer.simulation.options import (
+    DEFAULT_SPILL_BOUND,
+    DownPoolsRouter,
+    EngineOptions,
+    engine_pools,
+    sample_up,
+)
+from fleetopt.optimizer.simulation.records import (
+    Latency,
+    Replication,
+    SimPoolReport,
+    SimReport,
+    build_report,
+    p99_estimate,
+)
+from fleetopt.optimizer.plan.split_candidates import SplitRouting, evaluate_routing
+
+__all__ = ["ROUTERS", "DISPATCHES", "ARRIVALS", "MODES", "COOLDOWN_SHARE", "Latency", "SimPoolReport", "SimReport",
+           "simulate_plan", "simulate_pools", "simulate_solved_plan", "planned_router", "plans_from_fleet",
+           "plans_from_spec", "parse_precision"]
+
+ROUTERS = ("length", "split", "random", "compress", "spillover")
+DISPATCHES = ("jsq", "round-robin")
+ARRIVALS = ("poisson", "trace", "mmpp", "diurnal")
+COOLDOWN_SHARE = 0.05
+"""Share of a replication's span at its end whose arrivals are not measured (they keep the load on)."""
+COOLDOWN_SLOS = 10.0
+"""The unmeasured end of a replication lasts at least this many TTFT SLOs (up to a quarter of the span)."""
+MIN_REQUESTS_PER_REPLICATION = 100
+
+
+# --------------------------------------------------------------------------------------------
+# Plans from the CLI's spec or from a solve plan
+# --------------------------------------------------------------------------------------------
+
+
+def plans_from_spec(instance: Instance, text: str, field: str = "--fleet") -> list[PoolPlan]:
+    """The pools of a ``--fleet`` spec (:func:`fleetopt.optimizer.plan.evaluate.parse_fleet`); no ``xN`` = sized later."""
+    out = []
+    for lo, hi, gpu, replicas, gamma, seqs in parse_fleet(text, instance, field).pools:
+        g = instance.gpu(gpu)
+        out.append(PoolPlan(lo, hi, g.name, g.profile, replicas, g.availability, gamma, seqs))
+    return out
+
+
+def plans_from_fleet(instance: Instance, fleet: FleetResult) -> list[PoolPlan]:
+    """The pools of an evaluated fleet (e.g. a ``solve`` plan) with their replicas and batch caps fixed."""
+    out = []
+    for p in fleet.pools:
+        g = instance.gpu(p.gpu)
+        out.append(PoolPlan(p.min_tokens, p.max_tokens, g.name, g.profile, p.replicas, g.availability,
+                            p.compress_gamma, p.max_num_seqs))
+    return out
+
+
+def planned_router(pools: list[PoolPlan], routing: SplitRouting | None = None) -> str:
+    """The router a plan was solved for: ``split`` when it has its own routing (a split plan), ``compress`` when a
+    pool has ``@gamma`` (compress-and-route), else ``length``.
+
+    Examples
+    --------
+    >>> planned_router([PoolPlan(0, 4096, "h100", None, 2), PoolPlan(4096, 65536, "h100", None, 1)])
+    'length'
+    >>> planned_router([PoolPlan(0, 4096, "h100", None, 2, compress_gamma=1.5), PoolPlan(4096, 65536, "h100", None)])
+    'compress'
+    """
+    if routing is not None:
+        return "split"
+    return "compress" if any(p.compress_gamma > 1 for p in pools) else "length"
+
+
+def parse_precision(text, field: str = "--precision") -> float | None:
+    """``"5%"`` or ``"5"`` (percent of the P99) -> 0.05; None stays None."""
+    if text is None:
+        return None
+    m = re.fullmatch(r"\s*(\d+(?:\.\d*)?|\.\d+)\s*%?\s*", str(text))
+    value = float(m[1]) / 100.0 if m else math.nan
+    if not 0.0 < value < 1.0:
+        raise InstanceError(f"{field}: '{text}' is not a percentage in (0, 100), e.g. 5%")
+    return value
+
+
+# --------------------------------------------------------------------------------------------
+# The pipeline
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, eq=False)
+class _RunSpec:
+    """Everything a replication needs besides its size and generator (validated by :func:`_checked`)."""
+
+    instance: Instance
+    analytic: FleetResult
+    pools: tuple[SimPool, ...]
+    router: str
+    dispatch: str
+    arrivals: str
+    mode: str
+    warmup_share: float
+    warmup_floor_s: float
+    cooldown_floor_s: float
+    peak_to_mean: float
+    mean_dwell_s: float
+    period_s: float | None
+    split_shares: object
+    engine: EngineOptions = EngineOptions()
+    availability: tuple = ()
+    spill_bound: int = DEFAULT_SPILL_BOUND
+
+def simulate_plan(instance: Instance, pools: list[PoolPlan], *, requests: int = 50_000, seed: int = 0,
+                  router: str = "length", dispatch: str = "jsq", arrivals: str = "poisson",
+                  mode: str = "iteration", precision: float | None = None, max_requests: int = 1_000_000,
+                  warmup: float = 0.1, replications: int = 5, progress: Callable[[int, int], None] | None = None,
+                  peak_to_mean: float = 2.0, mean_dwell_s: float = DEFAULT_MEAN_DWELL_S,
+                  period_s: float | None = None, split_shares=None, routing: SplitRouting | None = None,
+                  engine: EngineOptions = EngineOptions(), spill_bound: int | None = None) -> SimReport:
+    """Simulate a fleet plan and report simulated latencies, SLO attainment and power with 95 % intervals.
+
+    Parameters
+    ----------
+    instance : Instance
+        Workload (CDF with ``input_fraction``, or a trace's own pairs), arrival
+        rate, SLO (TTFT P99, TPOT P99 if set, scope) and the compress success
+        probability.
+    pools : list of PoolPlan
+        Pools tiling ``(0, max_context]``; ``replicas=None`` is sized
+        analytically first (:func:`fleetopt.optimizer.plan.evaluate.evaluate_plans`), and the
+        batch cap is the analytic one (``max_num_seqs``, or the TPOT cap).
+    requests : int
+        Requests per round over all replications (split evenly; >= 100 each).
+    seed : int
+        Root of ``SeedSequence(seed).spawn(replications)``; the same seed gives
+        the same report except ``wall_seconds``.
+    router : {"length", "split", "random", "compress", "spillover"}
+        ``length``: the plan's boundaries; ``split``: :class:`SplitRouter` with
+        ``split_shares`` (default the identity: each segment to its own pool)
+        or a split plan's ``routing``;
+        ``random``: baseline, pools drawn by their analytic routing shares
+        whatever the length (a request longer than its pool's window is
+        rejected); ``compress``: compress-and-route for pools with ``@gamma``
+        (:class:`fleetopt.solvers.des.routers.CompressRouter`); ``spillover``:
+        length routing, but an arrival moves to the next pool up when more
+        than ``spill_bound`` requests wait in its own pool
+        (:class:`fleetopt.solvers.des.routers.SpilloverRouter`; one hop).
+    dispatch : {"jsq", "round-robin"}
+        Replica choice within a pool (iteration mode; slot mode uses one FCFS
+        queue per pool, the analytic M/G/c).
+    arrivals : {"poisson", "trace", "mmpp", "diurnal"}
+        Poisson at the instance's rate; the trace's own instants rescaled to
+        that rate (trace workloads; one deterministic run, batch-means CI);
+        a two-state MMPP with ``peak_to_mean`` and mean burst ``mean_dwell_s``
+        (:func:`fleetopt.solvers.des.arrivals.mmpp_arrivals`); a sinusoidal rate with
+        amplitude ``peak_to_mean - 1`` (<= 1) and period ``period_s`` (None:
+        the expected span of one replication, so a run sees one whole cycle).
+    mode : {"iteration", "slot"}
+        :func:`fleetopt.solvers.des.engine.simulate`'s service model.
+    precision : float or None
+        Target relative half-width of the fleet P99 TTFT interval (0.05 = 5 %).
+    max_requests : int
+        Cap on the requests of one round when doubling for ``precision``.
+    warmup : float
+        Share of each replication's span discarded at its start, at least
+        twice the largest E[S^2]/E[S] of a pool and at most half (module docstring).
+    replications : int
+        Independent replications (1: batch means within the run).
+    progress : callable or None
+        ``progress(done_requests, planned_requests)`` after each replication.
+    split_shares : array (pools x pools) or None
+        ``router="split"``: weight of pool ``p`` (column) for segment ``k`` (row).
+    routing : SplitRouting or None
+        ``router="split"`` for a split-routing plan (``plan.routing`` of ``solve``; not with ``split_shares``):
+        the router draws pools with the routing's per-segment rates as weights, on its own elementary
+        boundaries, and the analytic numbers are the plan's own, each pool evaluated at its routed mix
+        (:func:`fleetopt.optimizer.plan.split_candidates.evaluate_routing`, which checks the routing) rather than a tiling's. The
+        pools (e.g. :func:`plans_from_fleet` of ``plan.fleet``) need fixed replica counts and may overlap.
+    spill_bound : int or None
+        ``router="spillover"``: the queue bound (requests waiting in a pool, not yet admitted); None:
+        :data:`DEFAULT_SPILL_BOUND`. A bound with another router is a problem, not ignored.
+    engine : EngineOptions
+        KV admission (``reserve``: the analytic batch cap; ``paged``: vLLM's block-based admission with
+        preemption), the per-iteration token budget and replica availability (:mod:`fleetopt.optimizer.simulation.options`).
+
+    Returns
+    -------
+    SimReport
+
+    Raises
+    ------
+    InstanceError
+        For a bad option or a plan the simulator cannot run (one line each).
+    """
+    t0 = time.perf_counter()
+    analytic, sim_pools, trace = _checked(instance, pools, dict(
+        requests=requests, router=router, dispatch=dispatch, arrivals=arrivals, mode=mode, precision=precision,
+        max_requests=max_requests, warmup=warmup, replications=replications, peak_to_mean=peak_to_mean,
+        mean_dwell_s=mean_dwell_s, period_s=period_s, split_shares=split_shares, routing=routing, engine=engine,
+        spill_bound=spill_bound))
+    if spill_bound is None:
+        spill_bound = DEFAULT_SPILL_BOUND
+    R = 1 if arrivals == "trace" else int(replications)
+    n_rep = int(math.ceil(requests / R))
+    if arrivals == "trace":
+        n_rep = min(n_rep, len(trace.arrived_at_s))
+    planned, done = R * n_rep, [0]
+    relax_s = max((p.mean_service_s * (1.0 + p.cv2_service) for p in analytic.pools if p.arrival_rate > 0),
+                  default=0.0)
+    spec = _RunSpec(instance, analytic, tuple(sim_pools), router, dispatch, arrivals, mode, warmup, 2.0 * relax_s,
+                    COOLDOWN_SLOS * instance.slo.ttft_p99_s, peak_to_mean, mean_dwell_s, period_s,
+                    split_shares if routing is None else routing,  # the split router's weights, either form
+                    engine, tuple(instance.gpu(p.gpu).availability for p in analytic.pools), spill_bound)
+
+    def one(n: int):
+        def run(rng: np.random.Generator) -> Replication:
+            out = _replication(spec, n, rng)
+            done[0] += n
+            if progress is not None:
+                progress(done[0], planned)
+            return out
+        return run
+
+    while True:
+        runs = replicate(one(n_rep), seed, R).results
+        fleet = p99_estimate([r.ttft_s for r in runs])
+        if precision is None:
+            stop = "requests"
+        elif not math.isfinite(fleet.value):
+            stop = "p99_unbounded"
+        elif fleet.half_width <= precision * fleet.value:
+            stop = "precision"
+        elif arrivals == "trace" and n_rep >= len(trace.arrived_at_s):
+            stop = "trace_length"
+        elif 2 * n_rep * R > max_requests:
+            stop = "max_requests"
+        else:
+            n_rep *= 2
+            if arrivals == "trace":
+                n_rep = min(n_rep, len(trace.arrived_at_s))
+            planned = done[0] + R * n_rep
+            continue
+        break
+    return build_report(instance, analytic, runs, fleet, dict(
+        seed=int(seed), mode=mode, router=router, dispatch=dispatch if mode == "iteration" else "pool-fcfs",
+        arrivals=arrivals, replications=R, stopped_by=stop, precision=precision,
+        requests_simulated=R * n_rep, relaxation_s=relax_s, engine=engine,
+        spill_bound=spill_bound if router == "spillover" else None,
+        routing_source=None if router != "split" else "shares" if routing is None else "plan"),
+        time.perf_counter() - t0)
+
+
+def _checked(instance: Instance, pools: list[PoolPlan], opts: dict):
+    """Validate the options and the plan at the edge; the analytic fleet, the simulator's pools and the trace."""
+    problems = []
+    choices = {"router": ROUTERS, "dispatch": DISPATCHES, "arrivals": ARRIVALS, "mode": MODES}
+    for name, allowed in choices.items():
+        if opts[name] not in allowed:
+            problems.append(f"--{name}: {opts[name]!r} is not one of {', '.join(allowed)}")
+    R = opts["replications"]
+    if int(R) != R or R < 1:
+        problems.append(f"--replications: {R!r} must be a whole number >= 1")
+    elif opts["requests"] < MIN_REQUESTS_PER_REPLICATION * (1 if opts["arrivals"] == "trace" else R):
+        problems.append(f"--requests: {opts['requests']} leaves fewer than {MIN_REQUESTS_PER_REPLICATION} requests "
+                        f"per replication ({R} replications)")
+    if opts["precision"] is not None and not 0.0 < opts["precision"] < 1.0:
+        problems.append(f"precision: {opts['precision']!r} must be a fraction in (0, 1), e.g. 0.05")
+    if opts["precision"] is not None and opts["requests"] > opts["max_requests"]:
+        problems.append(f"--max-requests: {opts['max_requests']} is below --requests {opts['requests']}")
+    if not 0.0 <= opts["warmup"] <= 0.5:
+        problems.append(f"warmup: {opts['warmup']!r} must lie in [0, 0.5]")
+    w = instance.workload
+    trace = w.lengths if isinstance(w.lengths, RequestTrace) else None
+    if opts["arrivals"] == "trace" and trace is None:
+        problems.append(f"--arrivals: 'trace' replays a trace's instants, but the workload of {instance.name} is a "
+                        "length CDF; use poisson, mmpp or diurnal")
+    ptm = opts["peak_to_mean"]
+    if opts["arrivals"] in ("mmpp", "diurnal") and not (math.isfinite(ptm) and ptm >= 1.0):
+        problems.append(f"--peak-to-mean: {ptm!r} must be >= 1")
+    elif opts["arrivals"] == "diurnal" and ptm > 2.0:
+        problems.append(f"--peak-to-mean: {ptm:g} is above 2, the largest a sinusoidal rate reaches (amplitude 1)")
+    if not (math.isfinite(opts["mean_dwell_s"]) and opts["mean_dwell_s"] > 0):
+        problems.append(f"mean_dwell_s: {opts['mean_dwell_s']!r} must be finite and > 0")
+    if opts["period_s"] is not None and not (math.isfinite(opts["period_s"]) and opts["period_s"] > 0):
+        problems.append(f"period_s: {opts['period_s']!r} must be finite and > 0, or None")
+    bound = opts["spill_bound"]
+    if bound is not None and opts["router"] != "spillover":
+        problems.append(f"--spill-bound: {bound!r} applies to --router spillover only; the router is "
+                        f"{opts['router']!r}")
+    elif bound is not None and (isinstance(bound, bool) or not isinstance(bound, (int, np.integer)) or bound < 0):
+        problems.append(f"--spill-bound: {bound!r} must be a whole number >= 0")
+    if opts["router"] in ("length", "spillover") and any(p.compress_gamma > 1 for p in pools):
+        problems.append("--router: the plan has @gamma (compress-and-route) pools; simulate them with "
+                        "--router compress")
+    engine = opts["engine"]
+    if not isinstance(engine, EngineOptions):
+        problems.append(f"engine: {engine!r} is not an EngineOptions")
+    else:
+        problems += engine.problems(opts["mode"])
+    if problems:
+        raise InstanceError(problems)
+    try:
+        analytic = (evaluate_plans(instance, list(pools)) if opts["routing"] is None  # a split plan: routed mixes
+                    else evaluate_routing(instance, list(pools), opts["routing"]))
+    except ValueError as err:
+        raise InstanceError(f"--fleet: {err}") from err
+    for p in analytic.pools:
+        name = _pool_name(p)
+        if p.replicas < 1:
+            problems.append(f"--fleet: pool {name} has no replica (it receives no traffic); give it xN or drop it")
+        elif p.max_num_seqs < 1:
+            problems.append(f"--fleet: pool {name} has batch cap 0 ({p.miss_reason or 'no sequence fits'})")
+    profiles, names = [instance.gpu(p.gpu).profile for p in analytic.pools], [_pool_name(p) for p in analytic.pools]
+    if not problems:
+        problems += _budget_problems(analytic, profiles, names, engine)
+    if not problems:
+        try:
+            sim_pools = engine_pools(analytic, profiles, names, engine)
+        except ValueError as err:
+            problems.append(f"--fleet: {err}")
+    if opts["routing"] is not None and (opts["router"] != "split" or opts["split_shares"] is not None):
+        problems.append(f"routing: a split plan's routing needs router 'split' (got {opts['router']!r}) and no "
+                        "split_shares")
+    if not problems and len({p.name for p in sim_pools}) < len(sim_pools):
+        sim_pools = _unique_names(sim_pools)  # e.g. a split plan with two batch caps of one range and GPU
+    if opts["router"] == "split" and opts["split_shares"] is not None:
+        s = np.asarray(opts["split_shares"], dtype=float)
+        if s.shape != (len(pools), len(pools)) or not np.all(np.isfinite(s)) or np.any(s < 0) \
+                or np.any(s.sum(axis=1) <= 0):
+            problems.append(f"split_shares: give a ({len(pools)}, {len(pools)}) array of finite weights >= 0 with a "
+                            "positive sum in every row")
+        else:
+            his = [p.max_tokens for p in analytic.pools]
+            bad = [(k, q) for k in range(len(pools)) for q in range(len(pools)) if s[k, q] > 0 and his[q] < his[k]]
+            if bad:
+                k, q = bad[0]
+                problems.append(f"split_shares: segment {k} sends requests up to {his[k]} tokens to pool "
+                                f"{_pool_name(analytic.pools[q])}, whose window is shorter")
+    if problems:
+        raise InstanceError(problems)
+    return analytic, sim_pools, trace
+
+
+def _budget_problems(analytic: FleetResult, profiles: list, names: list[str], engine: EngineOptions) -> list[str]:
+    """``--max-batched-tokens`` below a pool's engine batch cap (vLLM refuses ``max_num_batched_tokens <
+    max_num_seqs``): one line naming the pool with the largest cap, which the budget must reach. The caps are
+    :func:`fleetopt.optimizer.simulation.options.engine_pools`' own (arguments as there)."""
+    if engine.max_batched_tokens is None:
+        return []
+    pools = engine_pools(analytic, profiles, names, replace(engine, max_batched_tokens=None))
+    widest = max(pools, key=lambda p: p.max_num_seqs)
+    if engine.max_batched_tokens >= widest.max_num_seqs:
+        return []
+    return [f"--max-batched-tokens: {engine.max_batched_tokens} is below pool {widest.name}'s batch cap "
+            f"{widest.max_num_seqs} (vLLM needs max_num_batched_tokens >= max_num_seqs); give at least "
+            f"{widest.max_num_seqs}"]
+
+
+def _pool_name(p: PoolResult) -> str:
+    return f"{p.min_tokens}-{p.max_tokens}:{p.gpu}"
+
+
+def _unique_names(pools: list[SimPool]) -> list[SimPool]:
+    """Pools sharing a name get their batch cap appended (``#SEQS``, as in a fleet spec), then a counter."""
+    names = [p.name for p in pools]
+    names = [f"{n}#{p.max_num_seqs}" if names.count(n) > 1 else n for n, p in zip(names, pools)]
+    names = [f"{n}/{names[:k].count(n) + 1}" if names.count(n) > 1 else n for k, n in enumerate(names)]
+    return [replace(p, name=n) for p, n in zip(pools, names)]
+
+
+def _stream(instance: Instance, n: int, rng: np.random.Generator, arrivals: str, peak_to_mean: float,
+            mean_dwell_s: float, period_s: float | None) -> Requests:
+    """``n`` requests of the instance's workload with the chosen arrival process (draws: instants, then lengths)."""
+    w = instance.workload
+    rate = w.arrival_rate_req_per_s
+    if arrivals == "trace":
+        full = replay_trace(w.lengths, rate)
+        return Requests(full.arrival_at_s[:n], full.prompt_tokens[:n], full.output_tokens[:n])
+    if arrivals == "mmpp":
+        at = mmpp_arrivals(rate, peak_to_mean, n, rng, mean_dwell_s)
+    elif arrivals == "diurnal":
+        at = diurnal_arrivals(rate, n, rng, peak_to_mean - 1.0, period_s if period_s else n / rate)
+    else:
+        at = poisson_arrivals(rate, n, rng)
+    prompt, output = sample_lengths(w.lengths, n, rng, w.input_fraction)
+    return Requests(at, prompt, output)
+
+
+def _router(kind: str, instance: Instance, analytic: FleetResult, names: list[str], rng, split_shares,
+            spill_bound: int = DEFAULT_SPILL_BOUND):
+    """The router between pools (a :class:`CompressRouter` also rewrites the stream, see :func:`_replication`)."""
+    edges = [0] + [p.max_tokens for p in analytic.pools]
+    if kind == "random":
+        shares = np.array([p.arrival_rate for p in analytic.pools])
+        return RandomRouter(dict(zip(names, shares if shares.sum() > 0 else np.ones(len(names)))), rng)
+    if kind == "split" and isinstance(split_shares, SplitRouting):  # a split plan's own segments and rates
+        return SplitRouter(split_shares.boundaries_tokens, names,
+                           split_shares.router_weights([p.max_tokens for p in analytic.pools]), rng)
+    if kind == "split":
+        shares = np.eye(len(names)) if split_shares is None else np.asarray(split_shares, dtype=float)
+        return SplitRouter(edges, names, shares, rng)
+    if kind == "spillover":
+        return SpilloverRouter(edges, names, int(spill_bound))
+    if kind == "compress":
+        return CompressRouter(edges, names, [p.compress_gamma for p in analytic.pools],
+                              instance.pools.compress_success, rng)
+    return LengthRouter(edges, names)
+
+
+def _replication(spec: _RunSpec, n: int, rng: np.random.Generator) -> Replication:
+    """One replication: stream, route, simulate to the last arrival, keep the measured requests."""
+    req = _stream(spec.instance, n, rng, spec.arrivals, spec.peak_to_mean, spec.mean_dwell_s, spec.period_s)
+    route = _router(spec.router, spec.instance, spec.analytic, [p.name for p in spec.pools], rng, spec.split_shares,
+                    spec.spill_bound)
+    if isinstance(route, CompressRouter):
+        req = route.compress(req)
+    horizon_s = float(req.arrival_at_s[-1])
+    warmup_s = min(max(spec.warmup_share * horizon_s, spec.warmup_floor_s), 0.5 * horizon_s)
+    measure_end_s = horizon_s - min(max(COOLDOWN_SHARE * horizon_s, spec.cooldown_floor_s), 0.25 * horizon_s)
+    pools, up = list(spec.pools), np.array([p.replicas for p in spec.pools], dtype=np.int64)
+    if spec.engine.availability == "sampled":
+        pools, up = sample_up(pools, list(spec.availability), rng)
+        if np.any(up == 0):
+            route = DownPoolsRouter(route, [p.name for p, u in zip(pools, up) if u == 0])
+    disp = JoinShortestQueue() if spec.dispatch == "jsq" else RoundRobin()
+    res = simulate(pools, req, route, mode=spec.mode, queue="pool" if spec.mode == "slot" else "replica",
+                   dispatch=disp, horizon_s=horizon_s, warmup_s=warmup_s)
+    keep = (res.arrival_at_s >= warmup_s) & (res.arrival_at_s <= measure_end_s)
+    pool_of = res.pool
+    if isinstance(route, DownPoolsRouter):      # requests lost to a pool that was down count against that pool
+        to_pool = np.array([[p.name for p in pools].index(x) for x in route.pool_names] + [-1])
+        pool_of = np.where(res.pool < 0, to_pool[route.intended], res.pool)
+    ttft, wait = ttft_s(res)[keep], wait_s(res)[keep]
+    L, lam_w = littles_law(res)
+    done = res.outcome == Outcome.COMPLETED
+    in_window = done & (res.end_at_s >= warmup_s)
+    live = (up > 0).astype(float)   # sample_up keeps one idle replica in a pool drawn with none up: it is not there
+    return Replication(
+        pool=pool_of[keep], ttft_s=np.where(np.isnan(ttft), np.inf, ttft),
+        wait_s=np.where(np.isnan(wait), np.inf, wait), tpot_s=tpot_s(res)[keep], e2e_s=e2e_s(res)[keep],
+        unfinished=(res.outcome == Outcome.UNFINISHED)[keep], rejected=(res.outcome == Outcome.REJECTED)[keep],
+        utilization=res.pool_utilization * live, mean_batch=res.pool_mean_batch * live,
+        power_w=res.pool_mean_power_w * live,
+        preemptions=res.preemptions, spilled=res.spilled, replicas_up=up, batch_cap=np.array([p.max_num_seqs for p in pools]),
+        energy_j=np.bincount(res.replica_pool, res.replica_energy_j, len(spec.pools)) * live,
+        output_tokens_done=np.bincount(res.pool[in_window], res.output_tokens[in_window], len(spec.pools)),
+        busy_slot_s=res.pool_busy_slot_s * live, slot_s=res.pool_slots * res.window_s * live,
+        n_requests=len(req), span_s=horizon_s, warmup_s=warmup_s, warmup_cut=spec.warmup_floor_s > 0.5 * horizon_s,
+        measured_s=measure_end_s - warmup_s,
+        littles_error=float(np.max(np.abs(L - lam_w) / np.maximum(L, 1e-12), initial=0.0)))
+
+
+def simulate_solved_plan(instance: Instance, plan, **options):
+    """Simulate a plan of :func:`fleetopt.optimizer.plan.solve.solve_instance` with the router it was planned for: its own
+    split routing (``plan.routing``), compress-and-route when a pool has ``@gamma``, else length routing.
+    ``options`` are those of :func:`simulate_plan` (except ``router`` and ``routing``)."""
+    return simulate_pools(instance, plans_from_fleet(instance, plan.fleet), plan.routing, **options)
+
+
+def simulate_pools(instance: Instance, pools: list, routing=None, **options):
+    """Simulate pools (``fleetopt.models.fleet.PoolPlan`` with replica counts) with the router they were planned for
+    (:func:`planned_router`): ``routing`` (a split plan's) if given, compress-and-route
+    when a pool has ``@gamma``, else length routing."""
+    if routing is not None:
+        options["routing"] = routing
+    return simulate_plan(instance, pools, router=planned_router(pools, routing), **options)

@@ -1,0 +1,263 @@
+"""Trimming a verified plan by simulation (``fleetopt solve --verify-top N --trim``).
+
+The analytic model can be conservative as well as optimistic: a pool sized by whole-window KV slots
+needs far more replicas than vLLM's paged admission does when most requests are short
+(``--sim-kv paged``), and the Erlang-C tail bound over-states the wait of lightly loaded pools. After the
+verification loop has chosen a plan that passes, :func:`trim_plan` lowers each pool's replica count as far
+as the simulated SLO still holds:
+
+1. **Long enough runs.** A pool below its stability limit still looks fine in a simulation shorter than
+   the time its queue takes to build up. The trials therefore run at least :data:`RELAXATION_SPANS`
+   times the plan's start-up scale :math:`\\max_p E[S_p^2]/E[S_p]` per replication (the measurement
+   protocol of :mod:`fleetopt.optimizer.simulation.simulate`): the request count of the verification is raised as needed,
+   up to :data:`MAX_TRIAL_REQUESTS`.
+2. **Floors.** Pool :math:`k` never goes below two counts:
+
+   * the count whose engine slots carry its offered load, :math:`\\lambda_k E[S_k] / (s_k \\rho)`
+     (:math:`s_k` the simulated batch cap per replica; with whole-window slots :math:`\\rho` is the
+     instance's ``max_utilization``, the operator's cap; with paged admission, whose slots are not the
+     analytic ones, :math:`\\rho = 1`: the stability limit);
+   * the count that can keep up with its context work. An iteration over contexts :math:`x_s` takes
+     :math:`W + h \\sum_s x_s` (:mod:`fleetopt.solvers.des.engine`), so a replica busy all the time spends at least
+     :math:`h \\sum x_s` per iteration on context, and over a long run :math:`N` replicas must absorb
+     :math:`\\lambda_k\\, h\\, E[X]` seconds of it per second, where a request's
+     :math:`X = c\\, m(m-1)/2 + l_{out} l_{in} + l_{out}(l_{out}-1)/2` (:math:`m = \\lceil l_{in}/c \\rceil`)
+     sums the contexts its prefill chunks and decode steps start from. Hence
+     :math:`N_k > \\lambda_k h E[X]`, whatever the admission: a budget or a preemption only adds
+     steps. :math:`E[X]` is estimated from :data:`WORK_SAMPLES` requests of the workload (a fixed seed),
+     and the bound is shaded by :data:`WORK_MARGIN` for the sampling error; compress-and-route pools
+     get none (their band requests would have to be moved between pools).
+3. **Search.** Pools are taken most expensive replica first (then the largest count). For pool
+   :math:`k` a search between its floor and its count (steps down 1, 2, 4, ... until a count fails, then
+   bisection) finds the smallest count whose plan (the other pools at their current counts) passes the
+   verification rule, simulated with the verification's seed.
+   It assumes that fewer replicas never help, which holds in expectation; the common seed (the same
+   requests in every trial) keeps the comparisons from flipping on sampling noise.
+4. **Confirmation.** The trimmed plan is simulated again with an independent seed (``seed + 1``),
+   because a bisection over many trials favours counts that passed by luck. If that confirmation misses,
+   every trimmed pool gets one replica back and the confirmation is repeated, up to
+   :data:`MAX_BACKOFFS` times; after that the verified plan is kept.
+5. **What the planner guarantees.** With every replica up in simulation (``availability="all-up"``) the
+   trimmed counts are replicas that must be *up*: a GPU option with availability :math:`A < 1` gets
+   :math:`\\lceil n / A \\rceil`, as the planner inflates its counts (``--sim-availability sampled``
+   simulates the failures instead, and no inflation is added). A GPU option's ``min_count`` is restored
+   by giving replicas back to its most trimmed pools. Counts never exceed the verified ones.
+
+Every count the trim reports rests on simulation (``source: simulated``): the analytic model may call
+the trimmed plan infeasible, and its analytic figures are printed next to it.
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+from dataclasses import dataclass, replace
+from typing import Callable
+
+import numpy as np
+
+from fleetopt.optimizer.io.instance import Instance
+from fleetopt.optimizer.plan.solve import Plan
+
+__all__ = ["MAX_BACKOFFS", "TrimStep", "Trim", "trim_plan"]
+
+MAX_BACKOFFS = 3
+"""Times the trimmed pools get one replica back when the independent confirmation misses."""
+RELAXATION_SPANS = 4.0
+"""A trial's replication lasts at least this many start-up scales :math:`\\max_p E[S_p^2]/E[S_p]`."""
+MAX_TRIAL_REQUESTS = 2_000_000
+"""Cap on the requests of one trial when raising them for the run length."""
+WORK_SAMPLES = 200_000
+"""Requests drawn to estimate a pool's context work :math:`E[X]` (module docstring, step 2)."""
+WORK_MARGIN = 0.95
+"""The context-work floor uses this share of the estimated work, for the sampling error."""
+
+
+@dataclass(frozen=True)
+class TrimStep:
+    """One simulated trial: pool ``pool`` (index in the plan; -1 for a confirmation with the independent seed)
+    at ``replicas``, the plan at ``counts``."""
+
+    pool: int
+    replicas: int
+    counts: tuple[int, ...]
+    passed: bool
+    ttft_p99_ms_sim: float
+    seed: int
+
+
+@dataclass(frozen=True)
+class Trim:
+    """What trimming found: the counts, their simulations and every trial."""
+
+    verified_counts: tuple[int, ...]
+    counts: tuple[int, ...]
+    """Replicas per pool to buy (``up_counts`` inflated by availability and raised to ``min_count``, module
+    docstring step 5; the verified counts when nothing could be trimmed or confirmed)."""
+    up_counts: tuple[int, ...]
+    """Replicas per pool the simulations ran (the trimmed, confirmed counts)."""
+    sim: object
+    """The simulation of ``up_counts`` with the verification's seed (a :class:`fleetopt.optimizer.simulation.records.SimReport`)."""
+    confirmation: object
+    """Their simulation with the independent seed (the one that decides)."""
+    confirmed: bool
+    """The final counts pass with the independent seed (when every backoff missed, the final counts are the
+    verified ones, which may then miss too: the verification's own pass was one seed's)."""
+    steps: tuple[TrimStep, ...]
+    cost_per_hr: float
+    verified_cost_per_hr: float
+    requests_per_trial: int
+    """Requests each trial simulated (raised from the verification's for the run length, step 1)."""
+
+    @property
+    def savings(self) -> float:
+        """Share of the verified plan's cost the trim saves."""
+        return 1.0 - self.cost_per_hr / self.verified_cost_per_hr if self.verified_cost_per_hr else 0.0
+
+
+def trim_plan(instance: Instance, plan: Plan, passes: Callable[[object], bool], *, seed: int = 0,
+              simulate_options: dict | None = None, progress=None,
+              relaxation_spans: float = RELAXATION_SPANS) -> Trim:
+    """Lower the replica counts of a verified ``plan`` while its simulation ``passes`` (module docstring).
+
+    ``passes(sim_report)`` is the verification rule; ``simulate_options`` are those of
+    :func:`fleetopt.optimizer.simulation.simulate.simulate_plan` (requests, engine settings, ...); ``relaxation_spans`` is the
+    least run length of a trial in start-up scales (step 1; 0 keeps the verification's request count).
+    """
+    from fleetopt.optimizer.simulation.options import EngineOptions, engine_pools
+    from fleetopt.optimizer.simulation.simulate import plans_from_fleet, simulate_plan
+    from fleetopt.optimizer.simulation.simulate import simulate_pools
+
+    base = plans_from_fleet(instance, plan.fleet)
+    options = dict(simulate_options or {})
+    engine = options.get("engine", EngineOptions())
+    steps: list[TrimStep] = []
+    cache: dict = {}
+
+    def run(counts: tuple[int, ...], run_seed: int):
+        key = (counts, run_seed)
+        if key not in cache:
+            pools = [replace(p, replicas=n) for p, n in zip(base, counts)]
+            cache[key] = simulate_pools(instance, pools, plan.routing, seed=run_seed, progress=progress, **options)
+        return cache[key]
+
+    def trial(k: int, counts: tuple[int, ...], run_seed: int) -> bool:
+        sim = run(counts, run_seed)
+        ok = bool(passes(sim))
+        steps.append(TrimStep(k, counts[k] if k >= 0 else -1, counts, ok, sim.ttft_p99_ms, run_seed))
+        return ok
+
+    verified = tuple(int(p.replicas) for p in base)
+    default = {k: v.default for k, v in inspect.signature(simulate_plan).parameters.items()}
+    options["requests"] = _trial_requests(instance, plan.fleet, options.get("requests", default["requests"]),
+                                          options.get("replications", default["replications"]), relaxation_spans)
+    caps = [p.max_num_seqs for p in engine_pools(plan.fleet, [p.profile for p in base],
+                                                 [str(k) for k in range(len(base))], engine)]
+    floors = [max(a, b) for a, b in zip(_floors(plan.fleet, caps, engine, instance.constraints.max_utilization),
+                                        work_floors(instance, base, plan.routing))]
+    counts = list(verified)
+    per_replica = [p.profile.cost_usd_per_hr for p in base]
+    for k in sorted(range(len(base)), key=lambda k: (-per_replica[k], -counts[k], k)):
+        counts[k] = _least_passing(lambda n: trial(k, tuple(counts[:k] + [n] + counts[k + 1:]), seed),
+                                   counts[k], min(floors[k], counts[k]))
+    confirm_seed = seed + 1
+    trimmed = tuple(counts)
+    for backoff in range(MAX_BACKOFFS + 1):
+        if trimmed == verified or trial(-1, trimmed, confirm_seed):
+            break
+        trimmed = verified if backoff == MAX_BACKOFFS else tuple(min(n + 1, v) for n, v in zip(trimmed, verified))
+    confirmation = run(trimmed, confirm_seed)
+    final = _planner_counts(instance, base, trimmed, verified, engine.availability == "all-up")
+    cost = sum(n * c for n, c in zip(final, per_replica))
+    verified_cost = sum(n * c for n, c in zip(verified, per_replica))
+    return Trim(verified, final, trimmed, run(trimmed, seed), confirmation, bool(passes(confirmation)),
+                tuple(steps), float(cost), float(verified_cost), int(options["requests"]))
+
+
+def _least_passing(passes_at: Callable[[int], bool], hi: int, floor: int) -> int:
+    """The least count in ``[floor, hi]`` that passes, ``hi`` passing (module docstring, step 3): steps down
+    1, 2, 4, ... from ``hi`` until a count fails or the floor is reached, then bisects between the last count
+    that failed and the least that passed. Stepping down first keeps the trials near the answer: a count far
+    below it overloads the pool, and such runs are the slow ones (paged admission thrashes)."""
+    failed, step = floor - 1, 1
+    while hi > floor:
+        n = max(hi - step, floor)
+        if not passes_at(n):
+            failed = n
+            break
+        hi, step = n, 2 * step
+    while hi - failed > 1:
+        mid = (failed + hi) // 2
+        if passes_at(mid):
+            hi = mid
+        else:
+            failed = mid
+    return hi
+
+
+def _trial_requests(instance: Instance, fleet, requests: int, replications: int,
+                    spans: float = RELAXATION_SPANS) -> int:
+    """Requests per trial so that a replication lasts ``spans`` start-up scales :math:`\\max_p E[S_p^2]/E[S_p]`
+    (the scale of :mod:`fleetopt.optimizer.simulation.simulate`, from the analytic pools; a replication of :math:`n` requests
+    spans about :math:`n / \\lambda`): at least ``requests``, at most :data:`MAX_TRIAL_REQUESTS`."""
+    relax_s = max((p.mean_service_s * (1.0 + p.cv2_service) for p in fleet.pools if p.arrival_rate > 0),
+                  default=0.0)
+    need = spans * relax_s * instance.workload.arrival_rate_req_per_s * replications
+    return int(min(MAX_TRIAL_REQUESTS, max(requests, math.ceil(need))))
+
+
+def _floors(fleet, caps: list[int], engine, max_utilization: float) -> list[int]:
+    """Least count per pool whose engine slots (``caps`` per replica) carry its offered load (module
+    docstring, step 2)."""
+    out = []
+    for a, cap in zip(fleet.pools, caps):
+        load = a.arrival_rate * a.mean_service_s / max(cap, 1)   # replicas' worth of busy slots
+        if engine.kv == "paged":
+            out.append(max(1, math.floor(load) + 1))
+        else:
+            out.append(max(1, math.ceil(load / max_utilization - 1e-9)))
+    return out
+
+
+def work_floors(instance: Instance, pools, routing=None) -> list[int]:
+    """Least replicas of each pool that can keep up with its context work, :math:`\\lfloor 0.95\\, \\lambda h
+    E[X] \\rfloor + 1` (module docstring, step 2); 1 for pools of a compress-and-route plan."""
+    from fleetopt.solvers.des.routing import sample_lengths
+
+    if any(p.compress_gamma > 1 for p in pools):
+        return [1] * len(pools)
+    w = instance.workload
+    lin, lout = sample_lengths(w.lengths, WORK_SAMPLES, np.random.default_rng(0), w.input_fraction)
+    lin, lout = lin.astype(float), lout.astype(float)
+    total = lin + lout
+    if routing is not None:                  # each request's share of pool q: its segment's routed share
+        b = np.asarray(routing.boundaries_tokens, dtype=float)
+        rates = routing.as_array()
+        share = rates / np.maximum(rates.sum(axis=1, keepdims=True), 1e-300)
+        seg = np.clip(np.searchsorted(b, total, side="left") - 1, 0, len(b) - 2)
+    out = []
+    for q, p in enumerate(pools):
+        c = float(p.profile.chunk_tokens)
+        m = np.ceil(lin / c)
+        work = c * m * (m - 1) / 2 + lout * lin + lout * (lout - 1) / 2
+        mine = share[seg, q] if routing is not None else ((total > p.lo_tokens) & (total <= p.hi_tokens))
+        h = float(p.profile.H_s) / float(p.profile.calibration_ctx_tokens)
+        load = w.arrival_rate_req_per_s * float(np.mean(mine * work)) * h
+        out.append(int(math.floor(WORK_MARGIN * load)) + 1)
+    return out
+
+
+def _planner_counts(instance: Instance, base, up: tuple[int, ...], verified: tuple[int, ...], inflate: bool
+                    ) -> tuple[int, ...]:
+    """Replicas to buy for ``up`` replicas up (module docstring, step 5): inflated by availability when the
+    simulation had every replica up, raised to each GPU option's ``min_count``, never above ``verified``."""
+    counts = [min(v, math.ceil(n / p.availability - 1e-9) if inflate else n) for p, n, v in zip(base, up, verified)]
+    for g in instance.gpus:
+        if not g.min_count:
+            continue
+        mine = sorted((k for k, p in enumerate(base) if p.gpu == g.name), key=lambda k: counts[k] - verified[k])
+        for k in mine:                          # the most trimmed pool first
+            while counts[k] < verified[k] and sum(counts[j] * base[j].profile.gpus_per_replica
+                                                  for j in mine) < g.min_count:
+                counts[k] += 1
+    return tuple(counts)

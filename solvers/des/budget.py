@@ -1,0 +1,167 @@
+"""Iteration-mode handlers of replicas with a binding token budget (vLLM's ``max_num_batched_tokens``).
+
+The semantics and the math are in :mod:`fleetopt.solvers.des.engine` ("Token budget"); this
+module holds the two handlers so that the plain hot path of the engine does not
+change. A budgeted replica keeps its decoding sequences as completion keys on
+the replica's heap (kind 1, as the plain path does) and its prefilling
+sequences in a short list, in admission order, with the tokens already
+prefilled and the current allocation of each. Every event of the replica
+brings the list up to date, recomputes the allocation and, from it, the total
+context :math:`C_0`, the growth :math:`g` and the index of the next
+allocation change, so the closed-form jump :math:`T(m)` of the engine applies
+unchanged between events.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+
+from fleetopt.solvers.des.state import Replicas
+
+__all__ = ["budget_handlers"]
+
+
+def budget_handlers(x: Replicas):
+    """``arrive(now, i, r)`` and ``serve(at, r)`` of budgeted replicas (:mod:`fleetopt.solvers.des.engine`, "Token budget").
+
+    ``serve`` is called for a replica's boundary event that is still current
+    (the engine checks the heap entry's sequence number first); ``arrive`` after
+    the engine has picked replica ``r`` and counted the request there.
+    """
+    it, ref, c0, g, seqs, waiting, token = x.it, x.ref, x.c0, x.g, x.seqs, x.waiting, x.token
+    run, cap, outstanding, replica_pool, deferred = x.run, x.cap, x.outstanding, x.replica_pool, x.deferred
+    start, first, end, lin, lout, chunk, tokens, M = x.start, x.first, x.end, x.lin, x.lout, x.chunk, x.tokens, x.M
+    heap, counter, BOUNDARY, after, boundary_at = x.heap, x.counter, x.boundary_kind, x.after, x.boundary_at
+    batch_to, system_to = x.batch_to, x.system_to
+    push, pop, inf = heapq.heappush, heapq.heappop, math.inf
+    R = len(it)
+    prefills = [[] for _ in range(R)]   # [request, prompt tokens in its KV cache, tokens per iteration], oldest first
+    n_dec = [0] * R                      # decoding sequences
+    dec_ctx = [0] * R                    # their total context at iteration it[r]
+    left = [0] * R                       # budget left after the running sequences' allocation
+    change = [inf] * R                   # iteration index of the next allocation change of a prefill
+
+    def allocate(r: int) -> None:
+        """Decodes take one token each, prefills the rest oldest first; set ``c0``, ``g``, ``left``, ``change``."""
+        free, ch, at = tokens[r] - n_dec[r], chunk[r], it[r]
+        c, gr, nxt = dec_ctx[r], n_dec[r], inf
+        for s in prefills[r]:
+            rest = lin[s[0]] - s[1]
+            a = ch if ch < rest else rest
+            a = a if a < free else free
+            s[2] = a
+            if a:
+                free -= a
+                c += s[1]
+                gr += a
+                e = at + rest // a          # the prefill ends there (a divides rest) or its last piece starts
+                nxt = e if e < nxt else nxt
+        c0[r], g[r], left[r], change[r] = c, gr, free, nxt
+
+    def advance(r: int, m: int) -> None:
+        """Move the replica's anchor ``m`` iterations on under the current allocation (not ``ref``)."""
+        dec_ctx[r] += m * n_dec[r]
+        for s in prefills[r]:
+            s[1] += m * s[2]
+        c0[r] += m * g[r]
+        it[r] += m
+
+    def next_event(r: int) -> int | float:
+        sq = seqs[r]
+        e = change[r]
+        return sq[0] // M if sq and sq[0] // M < e else e
+
+    def reschedule(r: int) -> None:
+        if run[r]:
+            s = next(counter)
+            push(heap, (after(r, next_event(r) - it[r]), s, BOUNDARY, r))
+            token[r] = s
+        else:
+            token[r] = -1
+
+    def admit(r: int, i: int, b: float) -> None:
+        """Admit request ``i`` at boundary ``b`` (index ``it[r]``) into the tokens left (at least one)."""
+        run[r] += 1
+        start[i] = b
+        li = lin[i]
+        if li:
+            a = chunk[r] if chunk[r] < li else li
+            a = a if a < left[r] else left[r]
+            prefills[r].append([i, 0, a])
+            e = it[r] + li // a
+            if e < change[r]:
+                change[r] = e
+        else:                               # no prompt: decoding from the start
+            a = 1
+            first[i] = b
+            n_dec[r] += 1
+            push(seqs[r], (it[r] + lout[i]) * M + 4 * i + 1)
+        left[r] -= a
+        g[r] += a
+
+    def arrive(now: float, i: int, r: int) -> None:
+        q = waiting[r]
+        if run[r] >= cap[r] or q or (run[r] and left[r] <= 0):
+            if q and len(q) == deferred[r] and run[r] + len(q) < cap[r] and left[r] > len(q):
+                deferred[r] += 1            # behind requests deferred to the next event, with room for it too
+            q.append(i)
+            return
+        if not run[r]:
+            ref[r] = now                    # idle: an iteration starts now with the whole budget
+            left[r] = tokens[r]
+        else:
+            m = boundary_at(r, now)
+            if it[r] + m >= next_event(r):
+                q.append(i)                 # that boundary is an event: admitted after its allocation
+                deferred[r] += 1
+                return
+            if m:
+                b = after(r, m)
+                advance(r, m)
+                ref[r] = b
+        batch_to(r, ref[r])
+        admit(r, i, ref[r])
+        reschedule(r)
+
+    def serve(at: float, r: int) -> None:
+        e = next_event(r)
+        advance(r, e - it[r])
+        ref[r] = at
+        batch_to(r, at)
+        p, sq, done = replica_pool[r], seqs[r], 0
+        still = []
+        for s in prefills[r]:
+            i = s[0]
+            li = lin[i]
+            if s[1] < li:
+                still.append(s)
+                continue
+            first[i] = at                   # the iteration that ended here wrote its last prompt token
+            lo = lout[i]
+            if lo:
+                n_dec[r] += 1
+                dec_ctx[r] += li
+                push(sq, (e + lo) * M + 4 * i + 1)
+                continue
+            end[i] = at                     # no output: it completes at once
+            done += 1
+            system_to(p, at, -1)
+        prefills[r] = still
+        while sq and sq[0] // M == e:
+            i = (pop(sq) % M) >> 2
+            end[i] = at
+            n_dec[r] -= 1
+            dec_ctx[r] -= lin[i] + lout[i]
+            done += 1
+            system_to(p, at, -1)
+        run[r] -= done
+        outstanding[r] -= done
+        allocate(r)
+        q = waiting[r]
+        while q and run[r] < cap[r] and left[r] > 0:
+            admit(r, q.popleft(), at)
+        deferred[r] = 0
+        reschedule(r)
+
+    return arrive, serve

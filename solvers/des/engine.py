@@ -1,0 +1,582 @@
+"""A discrete-event simulator of LLM serving pools, in two service modes.
+
+A run takes plain data: pools (:class:`SimPool`), a request stream
+(:class:`fleetopt.solvers.des.routing.Requests`), a router between pools and a dispatch
+policy within a pool (:mod:`fleetopt.solvers.des.routing`). It returns one record per
+request, as the columns of a frozen :class:`SimResult`. The engine is
+deterministic; randomness enters only through the request stream and the
+routers, which take an explicit ``numpy.random.Generator``.
+
+Modes
+-----
+``mode="slot"`` - the analytic model's own view (:mod:`fleetopt.models.queueing`).
+Every request holds one KV slot (a server) for its service time
+
+.. math:: S = \\left(\\lceil l_{in}/c \\rceil + l_{out}\\right) t(n, l_{in} + l_{out})
+
+(:mod:`fleetopt.models.service` with :math:`n` the pool's batch cap ``max_num_seqs``,
+as :mod:`fleetopt.models.fleet` does), or for a time given per request. With
+``queue="pool"`` (the default) one FCFS queue feeds any free slot of the pool:
+an M/G/c queue with :math:`c` = replicas x slots, which is what Erlang-C
+models. With ``queue="replica"`` a dispatch policy picks the replica on arrival
+and each replica has its own FCFS queue. The first token comes
+:math:`T_{pf} = \\lceil l_{in}/c \\rceil (W + H)` after the start
+(:func:`fleetopt.models.service.prefill_time_s`), or at the end if a given service
+time is shorter.
+
+``mode="iteration"`` - continuous batching as in vLLM, per replica. A request
+joins its replica's FCFS waiting queue and is admitted while fewer than
+``max_num_seqs`` sequences run (and, on an overcommitted pool, while its KV
+blocks fit: "KV blocks and preemption" below; with a token budget, while
+tokens are left: "Token budget"). Every iteration advances each running
+sequence one step: a prefill chunk of :math:`c` tokens
+(``profile.chunk_tokens``) while its prompt lasts, then one output token. The
+first token comes at the end of the last of :math:`k = \\lceil l_{in}/c \\rceil`
+prefill iterations, and the request completes :math:`l_{out}` decode
+iterations later (:math:`k + l_{out}` iterations, as in :math:`S` above). An
+iteration over sequences with contexts :math:`x_1, \\dots, x_n` takes
+
+.. math:: t = t(n, \\bar x) = W + h \\sum_s x_s, \\qquad h = H / B_{cal}
+
+(:func:`fleetopt.models.service.iteration_latency_s` with the batch's mean context,
+which is affine in :math:`n \\bar x`), where the context :math:`x_s` of a
+sequence is the number of tokens in its KV cache at the *start* of the
+iteration: :math:`0, c, 2c, \\dots, (k-1)c` over its prefill chunks and
+:math:`l_{in}, l_{in}+1, \\dots, l_{in}+l_{out}-1` over its decode steps.
+
+Between two events of a replica (an admission, a prefill end, a completion)
+every iteration has the same sequences and the total context grows by
+:math:`g = c\\, n_{pf} + n_{dec}` per iteration, so :math:`m` iterations from
+an anchor of total context :math:`C_0` take exactly
+
+.. math:: T(m) = \\sum_{j=0}^{m-1} \\left(W + h (C_0 + j g)\\right)
+          = m (W + h C_0) + h g \\frac{m (m - 1)}{2}
+
+(integrated exactly, no frozen mean). The engine therefore jumps from event to
+event: each replica keeps its sequences' event *iteration indices* in a heap
+(every running sequence advances one step per iteration, whatever the batch),
+and only the replica's next event goes onto the global event heap. Context
+sums are kept in integer tokens, so they never drift.
+
+KV blocks and preemption
+------------------------
+A pool built with ``allow_overcommit=True`` and ``max_num_seqs`` above
+:math:`n_{slots}(B)` (:attr:`SimPool.overcommitted`) tracks each replica's KV
+blocks and preempts sequences when they run out, as vLLM's scheduler with the
+recompute policy [1]_. The semantics and the handlers are in
+:mod:`fleetopt.solvers.des.kv`; other pools can never run out of blocks and skip the
+bookkeeping entirely. :attr:`SimResult.preemptions` counts preemptions per pool
+(:attr:`SimResult.replica_preemptions` per replica); slot mode has no KV
+blocks and refuses overcommitted pools.
+
+Token budget
+------------
+A pool with ``max_batched_tokens`` :math:`K` (vLLM's
+``max_num_batched_tokens``) shares :math:`K` tokens per iteration among the
+sequences of each replica, as vLLM's scheduler does with chunked prefill
+[3]_. In every iteration each decoding sequence takes its one token
+(:math:`K \\ge` ``max_num_seqs``, so decodes never stall); the rest goes to the
+prefilling sequences, oldest admission first, each taking
+
+.. math:: a_s = \\min\\Big(c,\\; l_{in} - p_s,\\; K - n_{dec} - \\sum_{s' \\prec s} a_{s'}\\Big)
+
+tokens, where :math:`p_s` is the number of its prompt tokens already in its KV
+cache (its context), :math:`n_{dec}` the number of decoding sequences and
+:math:`s' \\prec s` the prefills admitted before :math:`s`. A running prefill
+given :math:`a_s = 0` sits the iteration out: it adds nothing to the
+iteration's context sum. A waiting request is admitted at a boundary only while
+fewer than ``max_num_seqs`` sequences run *and* tokens are left after the
+running sequences' allocation; it takes :math:`\\min(c, l_{in}, \\text{left})`
+(a request without a prompt takes its one decode token). Its first token comes
+at the end of the iteration that writes its last prompt token, and
+:math:`l_{out}` decode iterations follow, as without a budget.
+
+The allocation changes only at events, so the jump :math:`T(m)` stays exact with
+
+.. math:: C_0 = \\sum_{s \\in dec} x_s + \\sum_{s \\in pf,\\, a_s > 0} p_s, \\qquad
+          g = n_{dec} + \\sum_{s \\in pf} a_s .
+
+The events of a budgeted replica are decode completions, prefill ends and the
+start of a prefill's short last piece: with allocation :math:`a` and
+:math:`r` prompt tokens left, a prefill's allocation next changes after
+:math:`\\lfloor r / a \\rfloor` iterations (and it ends there when :math:`a`
+divides :math:`r`). Every event recomputes the allocation (prefills are few).
+An arrival joining at a boundary that is not an event takes what the constant
+allocation leaves; one joining at an event boundary waits for that event's
+admissions, so the running sequences are served first.
+
+A budget of at least ``max_num_seqs`` :math:`\\times c` never binds
+(:attr:`SimPool.budget_binds`): such pools run the plain path, bit for bit as
+without a budget. The budgeted handlers live in :mod:`fleetopt.solvers.des.budget`.
+Slot mode has no iterations and refuses a budget. An overcommitted pool with a
+budget is refused as well: its block events are computed from steps of
+:math:`c` tokens, which a budget breaks.
+
+Live routing (spillover)
+------------------------
+A router that is also a :class:`fleetopt.solvers.des.routing.LiveRouter` (it has
+``spill_to`` and ``spill_bound``) routes before the run like any other; then,
+at each accepted request's arrival (after the heap events at that instant and
+the earlier arrivals, rule 1 below), the engine reads the primary pool's
+waiting queue: the requests in that pool not yet admitted to a slot or batch,
+summed over its replicas (slot mode: the pool's FCFS queue or its replicas'
+queues; an overcommitted pool's preempted sequences waiting for readmission
+count too). When that number exceeds ``spill_bound`` and the request fits the
+window of the pool ``spill_to`` names, the request goes there instead. One hop
+only: the second pool's queue is not consulted, and a request never spills
+twice. The per-request columns that depend on the pool (its pool index, its
+prefill chunks, its slot service and prefill times) are recomputed for a
+spilled request, and :attr:`SimResult.spilled` counts the requests spilled out
+of each pool. Runs without a live router do not pay for any of this
+(:mod:`fleetopt.solvers.des.spill`).
+
+Order of simultaneous events
+----------------------------
+1. Events on the heap (a slot freed, a replica boundary) come before arrivals
+   at the same instant; among themselves, in the order they were scheduled
+   (the heap's sequence number). Without a live router either order of an
+   arrival and a departure at one instant gives the same waits: a freed slot
+   or batch place goes to the queue head, and an arrival joins the back of the
+   queue. A live router's decision does depend on it: it sees the queue after
+   the departure.
+2. At a replica boundary, every sequence whose prefill ends or which completes
+   there is handled first (in request order), then (overcommitted pools)
+   block needs and preemptions, or (budgeted pools) the token allocation,
+   then waiting requests are admitted FCFS into the freed places, then the
+   replica's next boundary is scheduled. On an overcommitted or budgeted pool
+   an arrival whose joining boundary is an event boundary waits for that
+   event's admissions.
+3. A request arriving at a busy replica joins at the first iteration boundary
+   at or after its arrival; an iteration in progress is never joined. An idle
+   replica starts an iteration at once.
+
+Arrivals are exogenous and sorted, so they are merged into the loop from their
+array instead of being pushed onto the heap.
+
+Records
+-------
+Every request leaves exactly one record: ``COMPLETED`` (all times known),
+``UNFINISHED`` (in the system or not yet arrived at the horizon; times after
+the horizon are NaN) or ``REJECTED`` (no pool takes it, or it is longer than
+its pool's context window; never served, times NaN). Per pool the run also
+integrates the number in system (for Little's law), busy slot-seconds
+(utilisation), and per replica the batch and the power
+:math:`\\int P(b(t))\\,dt` exactly over the piecewise-constant batch
+:math:`b(t)` (:class:`fleetopt.models.power.PowerCurve`), all over the observation
+window ``[warmup_s, end]``.
+
+References
+----------
+.. [1] W. Kwon et al., "Efficient Memory Management for Large Language Model
+       Serving with PagedAttention", SOSP 2023 (continuous batching in vLLM).
+.. [2] L. Kleinrock, *Queueing Systems Vol. 1*, Wiley 1975 (M/G/c, Little's law).
+.. [3] vLLM's chunked-prefill scheduling as in its V0 scheduler (``vllm/core/scheduler.py``,
+       ``_schedule_chunked_prefill``: decodes first, then prefill chunks, then new requests, within
+       ``max_num_batched_tokens``). The V1 scheduler (``vllm/v1/core/sched/scheduler.py``) walks the
+       running requests in admission order instead, so under a tight budget its decodes can stall; the
+       decode-first rule here is the V0 one.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import math
+from collections import deque
+from dataclasses import dataclass
+from enum import IntEnum
+from typing import Iterator, Sequence
+
+import numpy as np
+
+from fleetopt.models.profiles import ServingProfile
+from fleetopt.models.service import iteration_latency_s, prefill_chunks
+
+from fleetopt.solvers.des.records import Outcome, SimResult
+from fleetopt.solvers.des.state import MODES, QUEUES, EventKind, Replicas, SimPool, _State
+from fleetopt.solvers.des.budget import budget_handlers
+from fleetopt.solvers.des.kv import kv_handlers
+from fleetopt.solvers.des.routing import Dispatch, JoinShortestQueue, LiveRouter, Requests, Router
+from fleetopt.solvers.des.slot import slot_station
+from fleetopt.solvers.des.spill import live_targets, spill_arrivals
+
+__all__ = ["simulate"]
+
+def simulate(pools: Sequence[SimPool], requests: Requests, router: Router, *, mode: str = "iteration",
+             queue: str | None = None, dispatch: Dispatch | None = None, horizon_s: float | None = None,
+             warmup_s: float = 0.0) -> SimResult:
+    """Simulate ``requests`` through ``pools``; every request gets exactly one record.
+
+    Parameters
+    ----------
+    pools : sequence of SimPool
+        The pools, with unique names.
+    requests : Requests
+        Arrival instants and lengths (and, for slot mode, optional service times).
+    router : Router
+        Picks each request's pool by name before the run (:mod:`fleetopt.solvers.des.routing`);
+        a :class:`~fleetopt.solvers.des.routing.LiveRouter` may then move a request at its
+        arrival (module docstring, "Live routing").
+    mode : {"iteration", "slot"}
+        Service model (see the module docstring).
+    queue : {"pool", "replica"} or None
+        Slot mode: one FCFS queue per pool (default; M/G/c) or per replica.
+        Iteration mode always queues per replica (None or "replica").
+    dispatch : Dispatch or None
+        Replica choice on arrival when queueing per replica (default
+        :class:`~fleetopt.solvers.des.routing.JoinShortestQueue`).
+    horizon_s : float or None
+        Stop at this instant (requests still in flight are ``UNFINISHED``);
+        None runs until every accepted request completes.
+    warmup_s : float
+        Start of the window of the time integrals (per-request columns are unaffected).
+
+    Returns
+    -------
+    SimResult
+
+    Raises
+    ------
+    ValueError
+        For an unknown ``mode`` or ``queue``, a router naming an unknown pool,
+        duplicate pool names, service times outside slot mode, a pool with a
+        token budget or overcommitted in slot mode, or a bad horizon.
+
+    Notes
+    -----
+    Time averages (number in system, batch, power, utilisation) cover
+    ``[warmup_s, end]``; without a horizon the end is the last completion, so
+    the window includes the drain after the last arrival. For steady-state
+    averages pass a horizon (e.g. the last arrival instant) and a warm-up.
+
+    Examples
+    --------
+    >>> from fleetopt.models.power import PowerCurve
+    >>> from fleetopt.models.profiles import CalibratedProfile
+    >>> from fleetopt.solvers.des.routing import LengthRouter, Requests
+    >>> gpu = CalibratedProfile("g", "m", 0.004, 0.00032, 8192, 1024, 16, 65536, 256, 1.0, 1,
+    ...     PowerCurve(300.0, 600.0, 1.0, 4.2, "measured"))
+    >>> req = Requests(np.array([0.0, 0.001]), np.array([1500, 200]), np.array([20, 5]))
+    >>> res = simulate([SimPool("p", gpu, 1, None, 4096)], req, LengthRouter([0, 4096], ["p"]))
+    >>> [Outcome(int(k)).name for k in res.outcome]
+    ['COMPLETED', 'COMPLETED']
+    >>> float(res.start_at_s[1])      # joins when the first 4 ms iteration (context 0) ends
+    0.004
+    """
+    if not isinstance(requests, Requests):
+        raise ValueError(f"requests must be a Requests stream; got {type(requests).__name__}")
+    if mode not in MODES:
+        raise ValueError(f"mode must be one of {MODES}; got {mode!r}")
+    queue = queue if queue is not None else ("pool" if mode == "slot" else "replica")
+    if queue not in QUEUES:
+        raise ValueError(f"queue must be one of {QUEUES}; got {queue!r}")
+    if mode == "iteration" and queue != "replica":
+        raise ValueError("mode='iteration' queues per replica (vLLM schedules each replica); use queue='replica'")
+    if mode == "iteration" and requests.service_s is not None:
+        raise ValueError("requests.service_s applies to mode='slot' only; "
+                         "iteration mode derives service from the profile")
+    pools = list(pools)
+    if not pools:
+        raise ValueError("simulate needs at least one pool")
+    if mode == "slot" and any(p.overcommitted for p in pools):
+        raise ValueError("mode='slot' has no KV blocks: max_num_seqs above n_slots(window) needs mode='iteration'")
+    budgeted = [p.name for p in pools if p.max_batched_tokens is not None]
+    if mode == "slot" and budgeted:
+        raise ValueError(f"pools {budgeted}: max_batched_tokens needs mode='iteration' (slot mode has no iterations)")
+    names = [p.name for p in pools]
+    if len(set(names)) != len(names):
+        raise ValueError(f"pool names must be unique; got {names}")
+    unknown = [x for x in router.pool_names if x not in names]
+    if unknown:
+        raise ValueError(f"router {router!r} names unknown pools {unknown}; known: {', '.join(names)}")
+    hi_s = math.inf if horizon_s is None else float(horizon_s)
+    if not (0 < hi_s < math.inf or horizon_s is None):
+        raise ValueError(f"horizon_s must be finite and > 0, or None; got {horizon_s}")
+    if not 0.0 <= warmup_s < hi_s:
+        raise ValueError(f"warmup_s must lie in [0, horizon_s); got {warmup_s}")
+    dispatch = JoinShortestQueue() if dispatch is None else dispatch
+    if not isinstance(dispatch, Dispatch):
+        raise ValueError(f"dispatch must be a Dispatch policy; got {dispatch!r}")
+
+    n = len(requests)
+    routed = np.asarray(router.route(requests.prompt_tokens, requests.output_tokens), dtype=np.int64)
+    if routed.shape != (n,) or np.any((routed < -1) | (routed >= len(router.pool_names))):
+        raise ValueError(f"router {router!r} returned pool indices outside [-1, {len(router.pool_names)})")
+    to_pool = np.array([names.index(x) for x in router.pool_names] + [-1], dtype=np.int64)
+    pool_of = to_pool[routed]                      # routed == -1 picks the trailing -1
+    window = np.array([p.window_tokens for p in pools] + [0])
+    accepted = (pool_of >= 0) & (requests.total_tokens <= window[pool_of])
+
+    del routed
+    state = _State(pools, n, float(warmup_s), hi_s)
+    if mode == "slot":
+        arrive, serve, queued, reroute = slot_station(state, pools, requests, pool_of, accepted, queue, dispatch,
+                                                      EventKind.SLOT_FREED)
+    else:
+        arrive, serve, queued, reroute = _iteration_station(state, pools, requests, pool_of, dispatch)
+    if isinstance(router, LiveRouter):
+        spill_to = live_targets(router, names)
+        arrive = spill_arrivals(arrive, queued, reroute, pool_of, spill_to, router.spill_bound,
+                                requests.total_tokens, [p.window_tokens for p in pools], state.spilled)
+    last_at, events = _run(state.heap, arrive, serve, _arrival_chunks(requests.arrival_at_s, accepted), hi_s)
+    del arrive, serve, queued, reroute
+    end_s = hi_s if horizon_s is not None else max(last_at, float(warmup_s))
+    return state.result(mode, tuple(names), requests, pool_of, accepted, end_s, events)
+
+
+_CHUNK = 1 << 16
+
+def _arrival_chunks(arrival_at_s: np.ndarray, accepted: np.ndarray) -> Iterator[tuple[list, list]]:
+    """The accepted requests' arrival instants and indices as Python lists, ``_CHUNK`` requests at a time.
+
+    Only one chunk is materialised at once, so the engine's memory does not grow
+    with Python objects per request of the whole run.
+    """
+    n = len(arrival_at_s)
+    for lo in range(0, n, _CHUNK):
+        idx = np.flatnonzero(accepted[lo:lo + _CHUNK])
+        if idx.size:
+            idx += lo
+            yield arrival_at_s[idx].tolist(), idx.tolist()
+
+
+def _run(heap: list, arrive, serve, chunks: Iterator[tuple[list, list]], horizon_s: float) -> tuple[float, int]:
+    """The engine loop: merge the sorted arrivals with the event heap until both run dry or the horizon.
+
+    Heap entries are ``(at_s, sequence number, EventKind, target)``; the
+    sequence number (an ``itertools.count``) breaks ties, so kinds and targets
+    are never compared. A heap event at the same instant as an arrival is
+    handled first (module docstring, "Order of simultaneous events").
+    Arrivals come in chunks (:func:`_arrival_chunks`); each chunk's list of
+    instants ends with ``inf`` as a sentinel, so a chunk's end is noticed only
+    when its sentinel is reached.
+    Returns the instant of the last event handled and the number of events.
+    """
+    pop = heapq.heappop
+    inf = math.inf
+    times, order = next(chunks, ([], []))
+    times.append(inf)
+    j, events, last_at = 0, 0, 0.0
+    next_arrival = times[0]
+    while True:
+        service_at = heap[0][0] if heap else inf
+        if service_at <= next_arrival:
+            if service_at > horizon_s or service_at == inf:
+                break
+            at, seq, kind, target = pop(heap)
+            serve(at, seq, kind, target)
+        else:
+            at = next_arrival
+            if at > horizon_s:
+                break
+            arrive(at, order[j])
+            j += 1
+            next_arrival = times[j]
+            if next_arrival == inf:               # the chunk's sentinel (arrival instants are finite)
+                nxt = next(chunks, None)
+                if nxt is not None:
+                    times, order = nxt
+                    times.append(inf)
+                    j = 0
+                    next_arrival = times[0]
+        events += 1
+        last_at = at
+    return last_at, events
+
+
+def _latency_affine(profile: ServingProfile) -> tuple[float, float]:
+    """Intercept :math:`W` and slope :math:`h` of :math:`t(n, \\bar x) = W + h\\, n \\bar x`, read from
+    :func:`fleetopt.models.service.iteration_latency_s` (raises if it is not affine in :math:`n \\bar x`)."""
+    ctx = float(profile.calibration_ctx_tokens)
+    W = float(iteration_latency_s(profile, 0, 0.0))
+    h = (float(iteration_latency_s(profile, 1, ctx)) - W) / ctx
+    probe = float(iteration_latency_s(profile, 37, 0.3 * ctx))
+    if not math.isclose(probe, W + h * 37 * 0.3 * ctx, rel_tol=1e-9):
+        raise ValueError(f"profile {profile.name}: iteration latency is not affine in n x mean context")
+    return W, h
+
+
+_PLAIN, _TRACKED, _BUDGETED = 0, 1, 2
+"""Paths of an iteration-mode replica: plain, KV blocks tracked (overcommitted), token budget (binding)."""
+
+
+def _iteration_station(st: _State, pools, requests: Requests, pool_of, dispatch: Dispatch):
+    """Handlers of iteration mode (module docstring: the closed-form jump :math:`T(m)`).
+
+    Returns ``arrive(now, i)``, ``serve(at, seq, kind, r)``, ``queued(p)``
+    (requests waiting in pool ``p``'s replica queues) and ``reroute(i, p)``
+    (request ``i`` goes to pool ``p`` instead: its prefill chunks are recomputed).
+
+    Per replica: ``it`` iterations done at the anchor instant ``ref``, total
+    start-of-iteration context ``c0`` there and growth ``g`` per iteration, and a
+    heap of keys ``index * M + 4 i + kind`` (kind 0: prefill of request ``i`` ends
+    at iteration ``index``; kind 1: it completes there; on overcommitted replicas
+    only, kind 2: it needs more KV blocks for its step of iteration ``index``, and
+    kind 3: a wake-up to admit after a step that preempted). ``path[r]`` picks
+    the replica's handlers: the plain ones here (:data:`_PLAIN`), or those of
+    :mod:`fleetopt.solvers.des.kv` (:data:`_TRACKED`) or :mod:`fleetopt.solvers.des.budget`
+    (:data:`_BUDGETED`; budgeted replicas keep only kind 1 keys), which share the
+    replica state through a :class:`fleetopt.solvers.des.state.Replicas` record.
+    """
+    n = len(requests)
+    chunks = np.zeros(n, dtype=np.int32)
+    for k, p in enumerate(pools):
+        sel = pool_of == k
+        chunks[sel] = prefill_chunks(p.profile, requests.prompt_tokens[sel])
+        del sel
+    # Per-request inputs read through memoryviews of the arrays (Python ints out, no per-request lists).
+    # Overcommitted pools track KV blocks; a preempted request's prefill length, chunks and remaining
+    # decode steps change, so those columns are then private copies.
+    any_trk = any(p.overcommitted for p in pools)
+    lin, kch, lout, rpool = (memoryview(np.array(a) if any_trk else np.ascontiguousarray(a)) for a in (
+        requests.prompt_tokens, chunks, requests.output_tokens, pool_of))
+    M = 4 * max(n, 1)
+    W, h, chunk, path, blk, blocks, tokens = [], [], [], [], [], [], []
+    for p in pools:
+        w0, h0 = _latency_affine(p.profile)
+        W += [w0] * p.replicas
+        h += [h0] * p.replicas
+        chunk += [int(p.profile.chunk_tokens)] * p.replicas
+        path += [_TRACKED if p.overcommitted else _BUDGETED if p.budget_binds else _PLAIN] * p.replicas
+        tokens += [p.max_batched_tokens or 0] * p.replicas
+        blk += [int(p.profile.blk_size_tokens)] * p.replicas
+        blocks += [int(p.profile.total_kv_blocks) if p.overcommitted else 0] * p.replicas
+    R = len(W)
+    it, ref, c0, g = [0] * R, [0.0] * R, [0] * R, [0] * R
+    seqs = [[] for _ in range(R)]
+    waiting = [deque() for _ in range(R)]
+    token = [-1] * R
+    heap, counter, push, pop = st.heap, st.counter, heapq.heappush, heapq.heappop
+    start, first, end, rep, run, cap = st.start, st.first, st.end, st.rep, st.batch, st.cap
+    outstanding, replica_pool = st.outstanding, st.replica_pool
+    batch_to, system_to = st.batch_to, st.system_to
+    choose = dispatch.bind(st.ranges, outstanding)
+    BOUNDARY = EventKind.BOUNDARY
+
+    def after(r: int, m: int) -> float:
+        """Instant of boundary ``it + m``: :math:`ref + T(m)`."""
+        return ref[r] + m * (W[r] + h[r] * c0[r]) + h[r] * g[r] * (m * (m - 1) // 2)
+
+    def boundary_at(r: int, now: float) -> int:
+        """Iterations :math:`m` from the anchor to the first boundary at or after ``now`` (0 if ``now <= ref``):
+        :math:`T(m) \\ge now - ref` solved for :math:`m` (a quadratic), then corrected for round-off."""
+        if now <= ref[r]:
+            return 0
+        w, a = W[r] + h[r] * c0[r], h[r] * g[r]
+        x = now - ref[r]
+        m = math.ceil(x / w if a == 0 else (math.sqrt((w - a / 2) ** 2 + 2 * a * x) - (w - a / 2)) / a)
+        while after(r, m) < now:
+            m += 1
+        while m > 0 and after(r, m - 1) >= now:
+            m -= 1
+        return m
+
+    def admit(r: int, i: int, b: float) -> None:
+        run[r] += 1
+        start[i] = b
+        k = kch[i]
+        if k:
+            g[r] += chunk[r]
+            push(seqs[r], (it[r] + k) * M + 4 * i)
+        else:                                   # no prompt: decoding from the start
+            first[i] = b
+            g[r] += 1
+            push(seqs[r], (it[r] + lout[i]) * M + 4 * i + 1)
+
+    def reschedule(r: int) -> None:
+        if run[r]:
+            s = next(counter)
+            push(heap, (after(r, seqs[r][0] // M - it[r]), s, BOUNDARY, r))
+            token[r] = s
+        else:
+            token[r] = -1
+
+    def arrive(now: float, i: int) -> None:
+        p = rpool[i]
+        system_to(p, now, 1)
+        r = choose(p)
+        outstanding[r] += 1
+        rep[i] = r
+        if path[r]:
+            (arrive_tracked if path[r] == _TRACKED else arrive_budget)(now, i, r)
+            return
+        if run[r] >= cap[r]:
+            waiting[r].append(i)
+            return
+        if not run[r]:
+            ref[r] = now                          # idle: an iteration starts now (c0 = g = 0)
+        elif now > ref[r]:                        # first boundary at or after now
+            m = boundary_at(r, now)
+            ref[r] = after(r, m)
+            c0[r] += m * g[r]
+            it[r] += m
+        batch_to(r, ref[r])
+        admit(r, i, ref[r])
+        reschedule(r)
+
+    def serve(at: float, seq: int, kind, r: int) -> None:
+        if token[r] != seq:
+            return                                # superseded by a later schedule of this replica
+        if path[r]:
+            (serve_tracked if path[r] == _TRACKED else serve_budget)(at, r)
+            return
+        sq, ch, p = seqs[r], chunk[r], replica_pool[r]
+        e = sq[0] // M
+        c, gr = c0[r] + (e - it[r]) * g[r], g[r]
+        it[r], ref[r] = e, at
+        batch_to(r, at)
+        done = 0
+        while sq and sq[0] // M == e:
+            key = pop(sq)
+            i = (key % M) >> 2
+            li, lo = lin[i], lout[i]
+            if not key & 1:                       # prefill ends: first token; context jumps to l_in
+                first[i] = at
+                c += li - kch[i] * ch
+                gr += 1 - ch
+                if lo:
+                    push(sq, (e + lo) * M + 4 * i + 1)
+                    continue
+                # no output: it completes at once
+            end[i] = at
+            c -= li + lo
+            gr -= 1
+            done += 1
+            system_to(p, at, -1)
+        c0[r], g[r] = c, gr
+        run[r] -= done
+        outstanding[r] -= done
+        q = waiting[r]
+        while q and run[r] < cap[r]:
+            admit(r, q.popleft(), at)
+        reschedule(r)
+
+    # ---- Overcommitted replicas (fleetopt.solvers.des.kv) and budgeted ones (module docstring, "Token budget";
+    # fleetopt.solvers.des.budget): their handlers share the live state above ----
+    deferred = [0] * R
+    shared = Replicas(
+        it=it, ref=ref, c0=c0, g=g, seqs=seqs, waiting=waiting, token=token, run=run, cap=cap,
+        outstanding=outstanding, replica_pool=replica_pool, start=start, first=first, end=end, lin=lin, kch=kch,
+        lout=lout, chunk=chunk, tokens=tokens, blk=blk, blocks=blocks, preemptions=st.preempt, deferred=deferred,
+        M=M, heap=heap,
+        counter=counter, boundary_kind=BOUNDARY, after=after, boundary_at=boundary_at, reschedule=reschedule,
+        batch_to=batch_to, system_to=system_to)
+    arrive_tracked = serve_tracked = arrive_budget = serve_budget = None
+    if _TRACKED in path:
+        arrive_tracked, serve_tracked = kv_handlers(shared)
+    if _BUDGETED in path:
+        arrive_budget, serve_budget = budget_handlers(shared)
+
+    # ---- Live routing (module docstring, "Live routing"; fleetopt.solvers.des.spill) ----
+    ranges = st.ranges
+
+    def queued(p: int) -> int:
+        """Requests of pool ``p`` not yet admitted, less those only deferred to an event boundary's admissions
+        (``Replicas.deferred``: the plain path admits such requests at that boundary)."""
+        return sum(len(waiting[r]) - deferred[r] for r in ranges[p])
+
+    def reroute(i: int, p: int) -> None:
+        rpool[i] = p
+        kch[i] = int(prefill_chunks(pools[p].profile, lin[i]))
+
+    return arrive, serve, queued, reroute

@@ -1,0 +1,251 @@
+"""Iteration-mode handlers of overcommitted replicas: KV blocks, block events and preemption.
+
+A replica has ``profile.total_kv_blocks`` KV blocks of :math:`b` =
+``profile.blk_size_tokens`` tokens. During its step of an iteration a running
+sequence holds :math:`\\lceil x' / b \\rceil` blocks, :math:`x'` being the
+tokens in its KV cache once the step is written (its context plus the chunk or
+the one token of the step). The longest admitted request, :math:`l_{in} +
+l_{out} \\le B`, never holds more than :math:`\\lceil B/b \\rceil`, so a pool
+with ``max_num_seqs`` :math:`\\le n_{slots}(B)` can never run out of blocks:
+such pools skip the block bookkeeping entirely (their runs are unchanged). A
+pool built with ``allow_overcommit=True`` and ``max_num_seqs`` above
+:math:`n_{slots}(B)` (:attr:`fleetopt.solvers.des.state.SimPool.overcommitted`) tracks blocks, as vLLM's
+scheduler with the recompute policy [1]_:
+
+* Admission (FCFS, up to ``max_num_seqs``) also needs free blocks for the
+  request's first step; the queue head that does not fit blocks the queue.
+* The step index at which a running sequence needs another block is known
+  in closed form (a prefill chunk or a decode token crossing a block
+  boundary), so it is one more event on the replica's heap. At a boundary
+  the sequences needing blocks are served oldest admission first; when too
+  few blocks are free the most recently admitted running sequence is
+  preempted (possibly the needy one itself) until the need fits.
+* A preempted sequence frees all its blocks and goes to the *front* of the
+  waiting queue. If it had decoded :math:`d` tokens since its last
+  admission, it is readmitted with a prefill of :math:`l_{in} + d` tokens
+  (its prompt and the tokens it generated, from scratch, in chunks of
+  :math:`c`) followed by its :math:`l_{out} - d` remaining decode steps, so
+  its last decode step still starts at context :math:`l_{in} + l_{out} - 1`;
+  preempted during its prefill, it redoes the same prefill. Its
+  ``start_at_s`` stays its first admission and its ``first_token_at_s`` the
+  first time a token was produced (a recompute produces no new first token).
+* As in vLLM, a boundary that preempted admits nobody; the next boundary is
+  then an event, where admissions resume.
+
+The rest of the iteration model (the closed-form jump :math:`T(m)` between a
+replica's events, the order of simultaneous events) is in :mod:`fleetopt.solvers.des.engine`;
+this module holds the two handlers of an overcommitted replica, so that the
+plain hot path of the engine does not change. Besides the engine's kind 0
+(prefill ends) and kind 1 (completion) keys, an overcommitted replica's heap
+holds kind 2 keys (a sequence needs more blocks for its step of that
+iteration) and kind 3 keys (a wake-up to admit after a step that preempted).
+
+References
+----------
+.. [1] W. Kwon et al., "Efficient Memory Management for Large Language Model
+       Serving with PagedAttention", SOSP 2023 (continuous batching in vLLM).
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+from fleetopt.solvers.des.state import Replicas
+
+__all__ = ["kv_handlers"]
+
+_block_probe = None
+"""Test hook: when set, called as ``probe(r, used, blocks, held, needed)`` after every KV-block change of
+an overcommitted replica (``held``/``needed``: each running sequence's blocks and the blocks its next step
+needs). None in normal runs."""
+
+
+def kv_handlers(x: Replicas):
+    """``arrive(now, i, r)`` and ``serve(at, r)`` of overcommitted replicas (module docstring).
+
+    ``serve`` is called for a replica's boundary event that is still current
+    (the engine checks the heap entry's sequence number first); ``arrive`` after
+    the engine has picked replica ``r`` and counted the request there.
+    """
+    it, ref, c0, g, seqs, waiting = x.it, x.ref, x.c0, x.g, x.seqs, x.waiting
+    run, cap, outstanding, replica_pool, deferred = x.run, x.cap, x.outstanding, x.replica_pool, x.deferred
+    start, first, end, lin, kch, lout, M = x.start, x.first, x.end, x.lin, x.kch, x.lout, x.M
+    chunk, blk, blocks, preempt_count = x.chunk, x.blk, x.blocks, x.preemptions
+    after, boundary_at, reschedule = x.after, x.boundary_at, x.reschedule
+    batch_to, system_to = x.batch_to, x.system_to
+    push, pop = heapq.heappush, heapq.heappop
+    R = len(it)
+    used = [0] * R                                # KV blocks held per replica
+    live = [{} for _ in range(R)]                 # running request -> admission serial (admission order)
+    adm, held = {}, {}                            # running request -> iteration of admission, blocks held
+    serial = itertools.count()
+
+    def need(i: int, j: int, bs: int, ch: int) -> int:
+        """Blocks request ``i`` holds during its step ``j``: its KV cache once the step is written."""
+        k = kch[i]
+        if j < k:
+            w = (j + 1) * ch                      # prompt tokens in its KV cache after the step
+            li = lin[i]
+            return -(-(w if w < li else li) // bs)
+        return -(-(lin[i] + j - k + 1) // bs)
+
+    def schedule_block(r: int, i: int, j0: int) -> None:
+        """Push request ``i``'s next block event: the first step ``j >= j0`` needing more than it holds."""
+        bs, k, li = blk[r], kch[i], lin[i]
+        top = held[i] * bs                        # tokens the held blocks can take
+        if j0 < k and li > top:
+            j = top // chunk[r]
+            j = j if j > j0 else j0
+        else:
+            d = top - li
+            d = d if d > j0 - k else j0 - k
+            if d < 0:
+                d = 0
+            if d >= lout[i]:
+                return                            # fits until it completes
+            j = k + d
+        push(seqs[r], (adm[i] + j) * M + 4 * i + 2)
+
+    def admit_tracked(r: int, i: int, b: float) -> None:
+        run[r] += 1
+        if start[i] != start[i]:                  # NaN: first admission (a recompute keeps it)
+            start[i] = b
+        adm[i] = it[r]
+        live[r][i] = next(serial)
+        nb = held[i] = need(i, 0, blk[r], chunk[r])
+        used[r] += nb
+        k = kch[i]
+        if k:
+            g[r] += chunk[r]
+            push(seqs[r], (it[r] + k) * M + 4 * i)
+        else:
+            if first[i] != first[i]:
+                first[i] = b
+            g[r] += 1
+            push(seqs[r], (it[r] + lout[i]) * M + 4 * i + 1)
+        schedule_block(r, i, 1)
+
+    def arrive_tracked(now: float, i: int, r: int) -> None:
+        q = waiting[r]
+        if run[r] >= cap[r] or q:
+            if q and len(q) == deferred[r] and run[r] + len(q) < cap[r]:
+                deferred[r] += 1                  # behind requests deferred to the next event, room for it too
+            q.append(i)
+            return
+        if not run[r]:
+            ref[r] = now                          # idle: no blocks held, the first chunk fits
+        else:
+            if blocks[r] - used[r] < need(i, 0, blk[r], chunk[r]):
+                q.append(i)                       # blocks change only at events: wait for the next one
+                return
+            m = boundary_at(r, now)
+            if it[r] + m >= seqs[r][0] // M:
+                q.append(i)                       # that boundary is an event: admitted after it is handled
+                deferred[r] += 1
+                return
+            if m:
+                ref[r] = after(r, m)
+                c0[r] += m * g[r]
+                it[r] += m
+        batch_to(r, ref[r])
+        admit_tracked(r, i, ref[r])
+        reschedule(r)
+        if _block_probe is not None:
+            probe(r)
+
+    def preempt(r: int, v: int, e: int, c: int, gr: int) -> tuple[int, int]:
+        """Preempt running request ``v`` at boundary ``e`` (recompute): free its blocks, queue it first."""
+        j, k, li = e - adm[v], kch[v], lin[v]
+        if j < k:                                 # mid-prefill: the prefill restarts as it was
+            c -= j * chunk[r]
+            gr -= chunk[r]
+        else:                                     # decoded d steps: recompute l_in + d tokens, then the rest
+            d = j - k
+            c -= li + d
+            gr -= 1
+            lin[v] = li + d
+            lout[v] -= d
+            kch[v] = -(-(li + d) // chunk[r])
+        used[r] -= held.pop(v)
+        del live[r][v], adm[v]
+        run[r] -= 1
+        preempt_count[r] += 1
+        sq = seqs[r]
+        sq[:] = [x for x in sq if (x % M) >> 2 != v]
+        heapq.heapify(sq)
+        waiting[r].appendleft(v)
+        return c, gr
+
+    def serve_tracked(at: float, r: int) -> None:
+        sq, ch, p, bs = seqs[r], chunk[r], replica_pool[r], blk[r]
+        lv = live[r]
+        e = sq[0] // M
+        c, gr = c0[r] + (e - it[r]) * g[r], g[r]
+        it[r], ref[r] = e, at
+        batch_to(r, at)
+        done = 0
+        needs = []
+        while sq and sq[0] // M == e:
+            key = pop(sq)
+            i = (key % M) >> 2
+            kind = key & 3
+            if kind == 2:
+                needs.append(i)
+                continue
+            # This handler mirrors the plain one (fleetopt.solvers.des.engine) plus block bookkeeping; the plain path stays
+            # separate so pools that cannot run out of blocks pay nothing for it (hot loop).
+            if kind == 3:                         # wake-up after a preemption: admissions only
+                continue
+            li, lo = lin[i], lout[i]
+            if kind == 0:                         # prefill (or its recompute) ends
+                if first[i] != first[i]:
+                    first[i] = at
+                c += li - kch[i] * ch
+                gr += 1 - ch
+                if lo:
+                    push(sq, (e + lo) * M + 4 * i + 1)
+                    continue
+            end[i] = at
+            c -= li + lo
+            gr -= 1
+            done += 1
+            system_to(p, at, -1)
+            used[r] -= held.pop(i)
+            del lv[i], adm[i]
+        run[r] -= done
+        outstanding[r] -= done
+        preempted = False
+        if needs:
+            needs.sort(key=lv.__getitem__)        # oldest admission first
+            for i in needs:
+                if i not in lv:
+                    continue                      # preempted at this boundary already
+                j = e - adm[i]
+                want = need(i, j, bs, ch) - held[i]
+                while blocks[r] - used[r] < want:
+                    v = next(reversed(lv))        # the most recently admitted running sequence
+                    c, gr = preempt(r, v, e, c, gr)
+                    preempted = True
+                    if v == i:
+                        break
+                if i in lv:
+                    used[r] += want
+                    held[i] += want
+                    schedule_block(r, i, j + 1)
+        c0[r], g[r] = c, gr
+        if not preempted:                         # as vLLM: no admissions in a step that preempted
+            q = waiting[r]
+            while q and run[r] < cap[r] and blocks[r] - used[r] >= need(q[0], 0, bs, ch):
+                admit_tracked(r, q.popleft(), at)
+        else:                                     # ... so the next boundary is an event: admissions there
+            push(sq, (e + 1) * M + 3)
+        deferred[r] = 0
+        reschedule(r)
+        if _block_probe is not None:
+            probe(r)
+
+    def probe(r: int) -> None:
+        _block_probe(r, used[r], blocks[r], [held[i] for i in live[r]],
+                     [need(i, it[r] - adm[i], blk[r], chunk[r]) for i in live[r]])
+
+    return arrive_tracked, serve_tracked

@@ -1,0 +1,267 @@
+"""Configuration and run-time state of the simulator.
+
+:class:`SimPool` is a pool's configuration (frozen, validated when built);
+:class:`_State` is the run-time state that every station shares (heap, record
+columns, time integrals); :class:`Replicas` is the per-replica state of the
+iteration-mode station that its handler modules (budget, KV) read and mutate.
+Keeping them here lets the engine and the stations import them without
+importing each other.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import dataclass
+from enum import IntEnum
+from typing import Callable
+
+import numpy as np
+
+from fleetopt.models.profiles import ServingProfile
+from fleetopt.solvers.des.records import Outcome, SimResult
+
+__all__ = ["MODES", "QUEUES", "EventKind", "SimPool", "Replicas"]
+
+MODES = ("slot", "iteration")
+QUEUES = ("pool", "replica")
+
+
+class EventKind(IntEnum):
+    """Kinds of events. ``ARRIVAL`` is merged from the sorted arrival stream and never sits on the heap."""
+
+    ARRIVAL = 0
+    SLOT_FREED = 1   # slot mode: target is the request whose service ends
+    BOUNDARY = 2     # iteration mode: target is the replica reaching its next event boundary
+
+
+@dataclass(frozen=True)
+class SimPool:
+    """A pool of identical replicas (configuration only; the run keeps its state elsewhere).
+
+    Parameters
+    ----------
+    name : str
+        Unique pool name (routers address pools by name).
+    profile : ServingProfile
+        What one replica can do (:mod:`fleetopt.models.profiles`).
+    replicas : int
+        Number of replicas, >= 1.
+    max_num_seqs : int or None
+        Batch cap per replica (slots in slot mode); None means
+        ``profile.n_slots(window_tokens)``. Must not exceed that unless
+        ``allow_overcommit``.
+    window_tokens : int
+        Context window: requests with :math:`l_{in} + l_{out}` above it are rejected.
+    allow_overcommit : bool
+        Allow ``max_num_seqs`` above ``profile.n_slots(window_tokens)``
+        (iteration mode only): the replica's KV blocks can then run out and
+        sequences are preempted (:mod:`fleetopt.solvers.des.kv`).
+    max_batched_tokens : int or None
+        Tokens one iteration of a replica may process in all (vLLM's
+        ``max_num_batched_tokens``), a whole number >= ``max_num_seqs``; None
+        (the default) puts no limit beyond the chunk :math:`c` per prefilling
+        sequence (module docstring, "Token budget"). Iteration mode only, and
+        not with an overcommitted pool.
+    """
+
+    name: str
+    profile: ServingProfile
+    replicas: int
+    max_num_seqs: int | None
+    window_tokens: int
+    allow_overcommit: bool = False
+    max_batched_tokens: int | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not self.name:
+            raise ValueError(f"pool name must be a non-empty string; got {self.name!r}")
+        if not isinstance(self.profile, ServingProfile):
+            raise ValueError(f"pool {self.name}: profile must be a ServingProfile; got {type(self.profile).__name__}")
+        if int(self.replicas) != self.replicas or self.replicas < 1:
+            raise ValueError(f"pool {self.name}: replicas must be a whole number >= 1; got {self.replicas}")
+        if int(self.window_tokens) != self.window_tokens or self.window_tokens < 1:
+            raise ValueError(f"pool {self.name}: window_tokens must be a whole number >= 1; got {self.window_tokens}")
+        slots = int(self.profile.n_slots(int(self.window_tokens)))
+        if slots < 1:
+            raise ValueError(f"pool {self.name}: a {self.window_tokens}-token window does not fit one sequence "
+                             f"in the KV cache of {self.profile.name}")
+        cap = slots if self.max_num_seqs is None else self.max_num_seqs
+        if self.allow_overcommit and int(cap) == cap and cap > slots \
+                and getattr(self.profile, "total_kv_blocks", None) is None:
+            raise ValueError(f"pool {self.name}: allow_overcommit needs a profile with total_kv_blocks")
+        if int(cap) != cap or not 1 <= cap <= (cap if self.allow_overcommit else slots):
+            raise ValueError(f"pool {self.name}: max_num_seqs must be a whole number in [1, {slots}] "
+                             f"(sequences {self.profile.name} holds at {self.window_tokens} tokens); got {cap}")
+        object.__setattr__(self, "replicas", int(self.replicas))
+        object.__setattr__(self, "window_tokens", int(self.window_tokens))
+        object.__setattr__(self, "max_num_seqs", int(cap))
+        object.__setattr__(self, "allow_overcommit", bool(self.allow_overcommit))
+        budget = self.max_batched_tokens
+        if budget is not None:
+            if isinstance(budget, bool) or int(budget) != budget or budget < cap:
+                raise ValueError(f"pool {self.name}: max_batched_tokens must be a whole number >= max_num_seqs "
+                                 f"({int(cap)}), so decodes never stall; got {budget!r}")
+            if self.overcommitted:
+                raise ValueError(f"pool {self.name}: max_batched_tokens is not supported on an overcommitted pool "
+                                 f"(max_num_seqs {int(cap)} above {slots} slots): its KV-block events assume "
+                                 f"prefill steps of chunk_tokens")
+            object.__setattr__(self, "max_batched_tokens", int(budget))
+
+    @property
+    def overcommitted(self) -> bool:
+        """True when ``max_num_seqs`` sequences at the full window need more KV blocks than a replica has."""
+        return self.max_num_seqs > int(self.profile.n_slots(self.window_tokens))
+
+    @property
+    def budget_binds(self) -> bool:
+        """True when ``max_batched_tokens`` can limit an iteration: it is below ``max_num_seqs`` x ``chunk_tokens``."""
+        budget = self.max_batched_tokens
+        return budget is not None and budget < self.max_num_seqs * int(self.profile.chunk_tokens)
+
+
+@dataclass(frozen=True, slots=True)
+class Replicas:
+    """The live per-replica state of :func:`fleetopt.solvers.des.engine._iteration_station` that its handler modules share.
+
+    The budgeted handlers (:func:`budget_handlers`) and the KV-tracking handlers
+    (:func:`fleetopt.solvers.des.kv.kv_handlers`) both read it; fields only one of them
+    uses say so. Lists are indexed by global replica ``r`` and are the engine's
+    own (mutated in place); ``start``, ``first``, ``end``, ``lin``, ``kch`` and
+    ``lout`` are per-request memoryviews. ``after(r, m)`` is the instant of
+    boundary ``it[r] + m`` and ``boundary_at(r, now)`` the number of iterations
+    from the anchor to the first boundary at or after ``now``.
+    """
+
+    it: list
+    ref: list
+    c0: list
+    g: list
+    seqs: list
+    waiting: list
+    token: list
+    run: list
+    cap: list
+    outstanding: list
+    replica_pool: list
+    start: memoryview
+    first: memoryview
+    end: memoryview
+    lin: memoryview
+    kch: memoryview
+    """Prefill chunks per request (KV path: a preemption rewrites a request's ``lin``, ``kch`` and ``lout``)."""
+    lout: memoryview
+    chunk: list
+    tokens: list
+    """Token budget :math:`K` per replica (0 where the replica is not budgeted; budget path only)."""
+    blk: list
+    """KV block size in tokens per replica (KV path only)."""
+    blocks: list
+    """KV blocks per replica (0 where the replica is not overcommitted; KV path only)."""
+    preemptions: list
+    """KV-cache preemptions per replica, counted in place (KV path only)."""
+    deferred: list
+    """Per replica, the requests at the head of ``waiting[r]`` that wait only for the admissions of the replica's
+    next boundary, because it is an event (the plain path would admit them at that boundary; a live router does
+    not count them as queued); reset when the replica's event is handled."""
+    M: int
+    heap: list
+    counter: object
+    boundary_kind: object
+    """The heap entries' event kind of a replica boundary (``fleetopt.solvers.des.state.EventKind.BOUNDARY``)."""
+    after: Callable[[int, int], float]
+    boundary_at: Callable[[int, float], int]
+    reschedule: Callable[[int], None]
+    """Push replica ``r``'s next boundary, the head of its key heap ``seqs[r]`` (KV path only; the budget
+    path schedules its own allocation changes)."""
+    batch_to: Callable[[int, float], None]
+    system_to: Callable[[int, float, int], None]
+
+
+class _State:
+    """Run-time state shared by both modes: the heap, the record columns and the time integrals."""
+
+    def __init__(self, pools: list[SimPool], n: int, lo_s: float, hi_s: float) -> None:
+        self.heap: list = []
+        self.counter = itertools.count()
+        # Record columns as numpy arrays, written in place through memoryviews (Python floats and ints
+        # in, no per-request Python objects kept for the whole run).
+        self.start_at = np.full(n, math.nan)
+        self.first_at = np.full(n, math.nan)
+        self.end_at = np.full(n, math.nan)
+        self.replica = np.full(n, -1, dtype=np.int64)
+        self.start, self.first, self.end, self.rep = (memoryview(a) for a in (
+            self.start_at, self.first_at, self.end_at, self.replica))
+        self.ranges, self.replica_pool, self.cap, self.power = [], [], [], []
+        r = 0
+        for k, p in enumerate(pools):
+            self.ranges.append(range(r, r + p.replicas))
+            table = np.asarray(p.profile.power.power_w(np.arange(p.max_num_seqs + 1)), dtype=float).tolist()
+            for _ in range(p.replicas):
+                self.replica_pool.append(k)
+                self.cap.append(p.max_num_seqs)
+                self.power.append(table)
+            r += p.replicas
+        R, P = r, len(pools)
+        self.lo_s, self.hi_s = lo_s, hi_s
+        self.batch = [0] * R                         # running sequences (busy slots) per replica
+        self.outstanding = [0] * R                   # running plus waiting, for dispatch
+        self.batch_last = [lo_s] * R
+        self.batch_area = [0.0] * R
+        self.energy = [0.0] * R
+        self.in_system = [0] * P
+        self.system_last = [lo_s] * P
+        self.system_area = [0.0] * P
+        self.slots = [p.replicas * p.max_num_seqs for p in pools]
+        self.preempt = [0] * R                       # KV-cache preemptions per replica
+        self.spilled = [0] * P                       # requests a live router moved out of each pool
+
+    def batch_to(self, r: int, t: float) -> None:
+        """Integrate replica ``r``'s batch and power up to instant ``t`` (clipped to the window)."""
+        t = self.lo_s if t < self.lo_s else (self.hi_s if t > self.hi_s else t)
+        dt = t - self.batch_last[r]
+        if dt > 0:
+            b = self.batch[r]
+            self.batch_area[r] += b * dt
+            self.energy[r] += self.power[r][b] * dt
+            self.batch_last[r] = t
+
+    def system_to(self, p: int, t: float, delta: int) -> None:
+        """Integrate pool ``p``'s number in system up to ``t``, then change it by ``delta``."""
+        t = self.lo_s if t < self.lo_s else (self.hi_s if t > self.hi_s else t)
+        dt = t - self.system_last[p]
+        if dt > 0:
+            self.system_area[p] += self.in_system[p] * dt
+            self.system_last[p] = t
+        self.in_system[p] += delta
+
+    def result(self, mode, names, requests: Requests, pool_of, accepted, end_s: float, events: int) -> SimResult:
+        for r in range(len(self.batch)):
+            self.batch_to(r, end_s)
+        for p in range(len(names)):
+            self.system_to(p, end_s, 0)
+        for v in (self.start, self.first, self.end, self.rep):
+            v.release()
+        start, first, end = cols = (self.start_at, self.first_at, self.end_at)
+        if end_s < math.inf:
+            for c in cols:
+                c[c > end_s] = math.nan
+        outcome = np.where(~accepted, Outcome.REJECTED,
+                           np.where(np.isfinite(end), Outcome.COMPLETED, Outcome.UNFINISHED)).astype(np.int8)
+        window = end_s - self.lo_s
+        with np.errstate(divide="ignore", invalid="ignore"):
+            mean_in_system = np.array(self.system_area) / window
+            mean_batch = np.array(self.batch_area) / window
+        columns = [requests.arrival_at_s.copy(), start, first, end, requests.prompt_tokens.copy(),
+                   requests.output_tokens.copy(), pool_of, self.replica, outcome]
+        pools = [mean_in_system, np.bincount(self.replica_pool, self.batch_area, len(names)),
+                 np.array(self.slots, dtype=np.int64), np.array(self.replica_pool, dtype=np.int64),
+                 mean_batch, np.array(self.energy)]
+        for a in columns + pools:
+            a.flags.writeable = False
+        rp = np.array(self.preempt, dtype=np.int64)
+        pre = [np.bincount(self.replica_pool, rp, len(names)).astype(np.int64), rp,
+               np.array(self.spilled, dtype=np.int64)]
+        for a in pre:
+            a.flags.writeable = False
+        return SimResult(mode, names, *columns, self.lo_s, end_s, *pools, events, *pre)
