@@ -8,7 +8,6 @@ The malformed table is run twice: through :func:`fleetopt.optimizer.io.instance.
 from __future__ import annotations
 
 import copy
-import importlib
 import json
 import tomllib
 from dataclasses import dataclass, field
@@ -48,15 +47,6 @@ BASE: dict[str, Any] = {
 }
 
 
-def _has_roofline() -> bool:
-    try:
-        importlib.import_module("fleetopt.models.roofline")
-    except ImportError:
-        return False
-    return True
-
-
-HAS_ROOFLINE = _has_roofline()
 
 
 def edited(change: Callable[[dict], None]) -> Callable[[], dict]:
@@ -107,7 +97,6 @@ class Case:
     phrase: str
     filename: str = "inst.yaml"
     files: dict[str, str] = field(default_factory=dict)  # side files next to the instance
-    needs_roofline: bool = False
 
 
 TRACE_HEADER = "arrived_at,num_prefill_tokens,num_decode_tokens\n"
@@ -232,10 +221,9 @@ CASES = [
          "duplicate name 'A100' (also gpus[0])"),
     Case("min-above-max", setting("gpus", 0, "min_count", 65), "gpus[0].min_count", "65 exceeds max_count 64"),
     Case("fp8-on-a100", with_gpus({"name": "x", "hardware": "A100-SXM-80GB", "model": "Llama-3.1-70B", "tp": 8,
-                                   "dtype": "fp8"}), "gpus[0].dtype", "fp8", needs_roofline=True),
+                                   "dtype": "fp8"}), "gpus[0].dtype", "fp8"),
     Case("max-count-below-replica", with_gpus({"name": "x", "hardware": "h100", "model": "Llama-3.1-70B", "tp": 8,
-                                               "max_count": 4}), "gpus[0].max_count", "which needs 8",
-         needs_roofline=True),
+                                               "max_count": 4}), "gpus[0].max_count", "which needs 8"),
     # --- pools -------------------------------------------------------------------------
     Case("boundaries-not-increasing", setting("pools", "boundaries", [4096, 2048]), "pools.boundaries",
          "not increasing: entry 1 (2048) follows 4096"),
@@ -273,14 +261,8 @@ def matching_lines(lines, prefix: str, phrase: str) -> list[str]:
     return [line for line in lines if line.startswith(prefix) and phrase in line]
 
 
-def skip_if_needed(case: Case) -> None:
-    if case.needs_roofline and not HAS_ROOFLINE:
-        pytest.skip("fleetopt.models.roofline is not available yet")
-
-
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
 def test_malformed_instance_raises_instance_error(case: Case, tmp_path: Path):
-    skip_if_needed(case)
     path = write_case(case, tmp_path)
     with pytest.raises(InstanceError) as info:
         load_instance(path)
@@ -289,18 +271,11 @@ def test_malformed_instance_raises_instance_error(case: Case, tmp_path: Path):
     assert all(line.startswith(f"{path}: ") for line in lines)
 
 
-def _cli_main():
-    try:
-        return importlib.import_module("fleetopt.optimizer.cli").main
-    except ImportError as err:  # the CLI is written alongside; its absence skips, never fails
-        pytest.skip(f"fleetopt.optimizer.cli does not import yet: {err}")
-
-
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
 def test_malformed_instance_through_cli(case: Case, tmp_path: Path):
-    skip_if_needed(case)
-    main = _cli_main()
     from click.testing import CliRunner
+
+    from fleetopt.optimizer.cli import main
 
     path = write_case(case, tmp_path)
     result = CliRunner().invoke(main, ["validate", str(path)])
@@ -365,9 +340,8 @@ def test_shipped_instances_load(path: Path):
     assert path.read_bytes() == before
 
 
-def test_shipped_instances_exist_or_skip():
-    if not SHIPPED:
-        pytest.skip("no files under instances/ yet")
+def test_shipped_instances_exist():
+    assert len(SHIPPED) >= 10
     assert all(p.suffix in (".yaml", ".yml", ".json", ".toml") for p in SHIPPED)
 
 
@@ -520,7 +494,6 @@ def test_relative_paths_resolve_against_instance_folder(tmp_path: Path, monkeypa
     assert instance_from_dict({**BASE, "workload": {"cdf": "c.json", "arrival_rate": 3}}).workload.kind == "cdf"
 
 
-@pytest.mark.skipif(not HAS_ROOFLINE, reason="fleetopt.models.roofline is not available yet")
 def test_computed_gpu_option():
     data = {**BASE, "gpus": [{"name": "h100-70b-tp8", "hardware": "h100", "model": "llama-3.1-70b", "tp": 8,
                               "dtype": "fp16", "max_count": 64, "cost_per_hr": 30.0}]}

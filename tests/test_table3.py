@@ -129,7 +129,7 @@ FLEETS = {"azure": ["0-64k:{g}", "0-4096:{g},4096-64k:{g}", "0-4096:{g}@2,4096-6
           "lmsys": ["0-64k:{g}", "0-1536:{g},1536-64k:{g}", "0-1536:{g}@2,1536-64k:{g}"]}
 @pytest.mark.parametrize("workload,gpu", sorted(PAPER))
 def test_fleetopt_rows(repo_root, workload, gpu):
-    """fleetopt's exact rows against the tool's conventions (the README shows all three sets of numbers).
+    """fleetopt's exact rows against the tool's conventions (docs/seeds.md shows all three sets of numbers).
 
     No convention of the tool touches the homogeneous row, so it must equal the emulation exactly. The
     tool's long-pool sub-CDF makes long requests look shorter and its compression also cuts outputs, so
