@@ -6,7 +6,8 @@ imported (a test enforces it).
 
 Modules
 -------
-units      constants defined once (hours per year, ...)
+units      constants defined once (hours per year, the P99 and its tail mass, ...)
+numerics   one vectorised bisection (to float resolution) shared by every inverse
 power      logistic power curve and its inverse
 hardware   GPU and LLM catalogue records
 profiles   serving profiles: calibrated (measured constants) and computed (roofline)

@@ -24,10 +24,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from fleetopt.models.profiles import ServingProfile, quality_label
-from fleetopt.models.queueing import min_replicas, ttft_miss_prob, ttft_p99_s
+from fleetopt.models.numerics import bisect_boundary
+from fleetopt.models.queueing import min_replicas, prefill_p99_s, ttft_miss_prob, ttft_p99_s
 from fleetopt.models.segments import compressed_band, raw_between, segment_basis, stats_from_raw
 from fleetopt.models.service import tpot_batch_cap, tpot_bound_s
-from fleetopt.models.units import HOURS_PER_YEAR, MS_PER_S
+from fleetopt.models.units import HOURS_PER_YEAR, MS_PER_S, P99_TAIL
 from fleetopt.models.workload import LengthDistribution, RequestTrace
 
 __all__ = ["PoolPlan", "PoolResult", "FleetResult", "ServiceLevel", "evaluate_fleet", "evaluate_traffic"]
@@ -191,10 +192,13 @@ def _pool_traffic(pools: list[PoolPlan], workload, input_fraction: float, p_c: f
 
 
 def fleet_ttft_p99_s(queues: list[tuple], level: ServiceLevel) -> float:
-    r"""99th percentile of TTFT over all requests: solve :math:`\sum_p \lambda_p P_p(T > t) = 0.01 \sum_p \lambda_p`.
+    r"""99th percentile of TTFT over all requests: solve :math:`\sum_p \lambda_p P_p(T > t) = q \sum_p \lambda_p`.
 
     ``queues`` holds, per pool, the arguments of :func:`fleetopt.models.queueing.ttft_miss_prob` after ``t``
-    (servers, rate, E[S], cv2, prefill times, prefill probabilities, mean prefill).
+    (servers, rate, E[S], cv2, prefill times, prefill probabilities, mean prefill); :math:`q = 0.01`
+    (:data:`fleetopt.models.units.P99_TAIL`). The mixture's miss probability decreases in :math:`t`, and the
+    largest pool P99 bounds the root from above, so the root is bisected on :math:`[0, \max_p T_{99,p}]`
+    (:func:`fleetopt.models.numerics.bisect_boundary`); ``inf`` when the fleet misses even there.
     """
     live = [q for q in queues if q[1] > 0]
     if not live:
@@ -205,16 +209,10 @@ def fleet_ttft_p99_s(queues: list[tuple], level: ServiceLevel) -> float:
         return sum(q[1] * float(ttft_miss_prob(t, *q, model=level.ttft_model)[0]) for q in live) / total
 
     hi = max(float(np.atleast_1d(ttft_p99_s(*q, model=level.ttft_model))[0]) for q in live)
-    if not np.isfinite(hi) or miss(hi) > 0.01 + 1e-12:
+    if not np.isfinite(hi) or miss(hi) > P99_TAIL + 1e-12:
         return math.inf
-    lo = 0.0
-    for _ in range(60):
-        mid = (lo + hi) / 2.0
-        if miss(mid) > 0.01:
-            lo = mid
-        else:
-            hi = mid
-    return hi
+    _, hi = bisect_boundary(lambda t: miss(float(t)) > P99_TAIL, 0.0, hi)
+    return float(hi)
 
 
 def summarize(results: list[PoolResult], fleet_p99_s: float = math.nan,
@@ -227,7 +225,7 @@ def summarize(results: list[PoolResult], fleet_p99_s: float = math.nan,
     total = sum(r.arrival_rate for r in results)
     miss_share = sum(r.arrival_rate * r.slo_miss_prob for r in results) / total if total > 0 else 0.0
     if scope == "fleet":
-        slo_met = miss_share <= 0.01 * (1 + 1e-9) and all(r.utilization < 1.0 for r in results)
+        slo_met = miss_share <= P99_TAIL * (1 + 1e-9) and all(r.utilization < 1.0 for r in results)
     else:
         slo_met = all(r.slo_met for r in results)
     return FleetResult(
@@ -277,7 +275,7 @@ def _evaluate_pool(raw, plan: PoolPlan, arrival_rate: float, level: ServiceLevel
              s.mean_prefill_s)
     ttft = float(np.atleast_1d(ttft_p99_s(*queue, model=level.ttft_model))[0]) if lam > 0 else 0.0
     miss = float(ttft_miss_prob(level.ttft_p99_s, *queue, model=level.ttft_model)[0]) if lam > 0 else 0.0
-    pf99 = _prefill_p99_s(s) if lam > 0 else 0.0
+    pf99 = prefill_p99_s(s.prefill_times_s, s.prefill_probs[0]) if lam > 0 else 0.0
     util = lam * es / servers if servers > 0 else (0.0 if lam == 0 else math.inf)
     batch = lam * es / replicas if replicas > 0 else 0.0
     power = replicas * float(plan.profile.power.power_w(min(batch, n))) if replicas > 0 else 0.0
@@ -303,12 +301,6 @@ def _evaluate_pool(raw, plan: PoolPlan, arrival_rate: float, level: ServiceLevel
         or ("" if tpot_ok else f"TPOT bound {tpot * MS_PER_S:,.1f} ms at batch cap {max(cap, 1)} "
                                f"exceeds the {level.tpot_p99_s * MS_PER_S:,.0f} ms SLO"),
     ), queue
-
-
-def _prefill_p99_s(s) -> float:
-    cum = np.cumsum(s.prefill_probs[0])
-    k = int(np.searchsorted(cum, 0.99 - 1e-12))
-    return float(s.prefill_times_s[min(k, len(cum) - 1)])
 
 
 def _miss_reason(n, lam, util, ttft, pf99, mean_pf, level: ServiceLevel) -> str:

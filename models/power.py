@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["PowerCurve"]
+__all__ = ["PowerCurve", "pool_power_secant"]
 
 QUALITIES = ("measured", "one-anchor", "projected", "none")
 
@@ -112,3 +112,78 @@ class PowerCurve:
     def scaled(self, factor: float) -> "PowerCurve":
         """The same curve for ``factor`` identical GPUs working in lockstep (TP)."""
         return PowerCurve(self.idle_w * factor, self.nominal_w * factor, self.k, self.x0, self.quality)
+
+
+def pool_power_secant(curve: PowerCurve, replicas: int, load_max_erlangs: float, max_batch: int,
+                      grid: int = 2049) -> tuple[float, float, float]:
+    """A line above the power of a pool, linear in its load, on :math:`[0, A]` (the split MIP's power term).
+
+    Parameters
+    ----------
+    curve : PowerCurve
+        Power of one replica versus its batch.
+    replicas : int
+        Replica count :math:`N` (>= 1).
+    load_max_erlangs : float
+        The largest load :math:`A` of the pool in Erlangs (sequences in flight over all replicas).
+    max_batch : int
+        Batch cap :math:`n` per replica: a replica never runs more than :math:`n` sequences.
+    grid : int, optional
+        Number of grid points :math:`m` on :math:`[0, A]` (>= 2).
+
+    Returns
+    -------
+    base_w : float
+        The line's value at zero load, :math:`\\beta` (W).
+    slope_w_per_erlang : float
+        Its slope :math:`s` (W per Erlang).
+    raise_w : float
+        How far the line was raised above the tangent-like line through :math:`(A, h(A))`, :math:`r` (W).
+
+    Notes
+    -----
+    The pool's power at load :math:`a` spread evenly over its replicas (Little's law gives the mean
+    batch :math:`a/N`) is
+
+    .. math::
+
+        h(a) = N \\, P(\\min(a/N, n)), \\qquad a \\in [0, A].
+
+    On the grid :math:`a_i = iA/(m - 1)` the slope is the backward difference at :math:`A` (the tangent
+    there, to grid resolution), the gap of :math:`h` over the line through :math:`(A, h(A))` is
+    :math:`g_i`, and the line is raised by the largest gap plus the largest change of the gap between
+    neighbours (a margin for the points between the grid's):
+
+    .. math::
+
+        s = \\frac{h(a_{m-1}) - h(a_{m-2})}{a_{m-1} - a_{m-2}}, \\quad
+        g_i = h(a_i) - h(A) - s (a_i - A), \\quad
+        r = \\max\\bigl(0, \\max_i g_i + \\max_i |g_{i+1} - g_i|\\bigr), \\quad
+        \\beta = h(A) - s A + r
+
+    so that :math:`\\beta + s a \\ge h(a)` on :math:`[0, A]`. Power saturates, so :math:`h` is concave
+    over most of the range and the tangent lies above it; the raise covers the convex start of the
+    logistic curve. With :math:`A \\le 0` the pool is idle: :math:`\\beta = N P(0)`, :math:`s = r = 0`.
+
+    Raises
+    ------
+    ValueError
+        If ``replicas`` < 1 or ``grid`` < 2.
+
+    Examples
+    --------
+    A flat curve (idle = nominal power) gives the flat line :math:`N P`:
+
+    >>> pool_power_secant(PowerCurve(400.0, 400.0, 1.0, 4.0), 3, 10.0, 64)
+    (1200.0, 0.0, 0.0)
+    """
+    if replicas < 1 or grid < 2:
+        raise ValueError(f"pool_power_secant needs replicas >= 1 and grid >= 2; got replicas={replicas}, grid={grid}")
+    if load_max_erlangs <= 0:
+        return float(replicas * curve.power_w(0.0)), 0.0, 0.0
+    a = np.linspace(0.0, load_max_erlangs, grid)
+    h = replicas * curve.power_w(np.minimum(a / replicas, max_batch))
+    slope = (h[-1] - h[-2]) / (a[-1] - a[-2])
+    gap = h - (h[-1] + slope * (a - load_max_erlangs))
+    raise_w = max(0.0, float(gap.max()) + float(np.abs(np.diff(gap)).max(initial=0.0)))
+    return float(h[-1] - slope * load_max_erlangs + raise_w), float(slope), raise_w

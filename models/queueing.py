@@ -22,7 +22,9 @@ Kimura-style M/G/c approximation used in the seeds, an exponential tail
     P(W_q > x) = C\\, e^{-\\theta x}, \\qquad \\theta = \\frac{2 (c\\mu - \\lambda)}{1 + c_s^2},
     \\quad \\mu = 1/E[S]
 
-so :math:`W_{99} = \\ln(C/0.01)/\\theta` when :math:`C > 0.01` and 0 otherwise.
+so :math:`W_{99} = \\ln(C/q)/\\theta` when :math:`C > q` and 0 otherwise, with
+:math:`q = 0.01` the tail mass above the 99th percentile
+(:data:`fleetopt.models.units.P99_TAIL`; :func:`wait_p99_from_tail_s`).
 
 Time to first token is wait plus prefill. Two models (``ttft_model``):
 
@@ -48,13 +50,16 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import special
 
+from fleetopt.models.numerics import bisect_boundary
+from fleetopt.models.units import P99, P99_TAIL
+
 __all__ = [
-    "erlang_c", "wait_decay_rate", "wait_p99_s", "ttft_exceed_prob", "ttft_miss_prob", "ttft_p99_s", "min_replicas",
+    "erlang_c", "wait_decay_rate", "wait_exceed_prob", "wait_p99_from_tail_s", "wait_p99_s", "ttft_exceed_prob",
+    "ttft_miss_prob", "ttft_p99_s", "prefill_p99_s", "min_replicas", "max_load_erlangs", "miss_coefficients",
     "Sizing", "TTFT_MODELS",
 ]
 
 TTFT_MODELS = ("tail", "mean-prefill")
-_Q = 0.01  # tail mass of the 99th percentile
 _MAX_REPLICAS = 10**7
 
 
@@ -109,8 +114,111 @@ def _wait_tail(servers, arrival_rate, mean_service_s, cv2):
     return np.asarray(C, dtype=float), np.asarray(theta, dtype=float), np.asarray(unstable)
 
 
+def wait_exceed_prob(x_s, C, theta):
+    """Probability that the queueing wait exceeds ``x_s``, :math:`P(W_q > x)`, from its tail (array-aware).
+
+    Parameters
+    ----------
+    x_s : array_like
+        The wait in seconds (any sign).
+    C : array_like
+        Probability of waiting, :math:`C = P(W_q > 0)` (:func:`erlang_c`).
+    theta : array_like
+        Decay rate of the tail in 1/s (:func:`wait_decay_rate`); :math:`\\theta \\le 0` means unstable.
+
+    Returns
+    -------
+    numpy.ndarray
+        :math:`P(W_q > x)`, broadcast over the three arguments.
+
+    Notes
+    -----
+    The wait has an atom :math:`1 - C` at zero and an exponential tail,
+
+    .. math::
+
+        P(W_q > x) = \\begin{cases} \\min(1, C e^{-\\theta x}) & x \\ge 0,\\ \\theta > 0 \\\\
+                     1 & x < 0 \\text{ or } \\theta \\le 0 \\end{cases}
+
+    (:math:`\\theta \\le 0`: unstable, the wait grows without bound), exact for M/M/c
+    (:math:`\\theta = c\\mu - \\lambda`) [1]_ and Kimura's approximation for M/G/c [2]_
+    (module docstring).
+
+    References
+    ----------
+    .. [1] L. Kleinrock, *Queueing Systems Vol. 1*, Wiley 1975, Ch. 3 (M/M/1 and M/M/c waiting times).
+    .. [2] T. Kimura, "Approximations for multi-server queues: system interpolations",
+           Queueing Systems 17 (1994) 347-382.
+
+    Examples
+    --------
+    M/M/1 with :math:`\\lambda = 0.5`, :math:`\\mu = 1`:
+    :math:`P(W_q > 2) = \\rho e^{-(\\mu - \\lambda) 2} = 0.5 e^{-1} = 0.18394`.
+
+    >>> round(float(wait_exceed_prob(2.0, 0.5, 0.5)), 5), float(wait_exceed_prob(-1.0, 0.5, 0.5))
+    (0.18394, 1.0)
+    """
+    x = np.asarray(x_s, dtype=float)
+    C = np.asarray(C, dtype=float)
+    theta = np.asarray(theta, dtype=float)
+    with np.errstate(over="ignore", invalid="ignore"):
+        tail = np.minimum(1.0, C * np.exp(-theta * x))
+    return np.where(x >= 0, np.where(theta > 0, tail, 1.0), 1.0)
+
+
+def wait_p99_from_tail_s(C, theta):
+    """99th percentile of the queueing wait from its tail, :math:`W_{99} = \\ln(C/q)/\\theta` (array-aware).
+
+    Parameters
+    ----------
+    C : array_like
+        Probability of waiting (:func:`erlang_c`).
+    theta : array_like
+        Decay rate of the tail in 1/s (:func:`wait_decay_rate`).
+
+    Returns
+    -------
+    float or numpy.ndarray
+        :math:`W_{99}` in seconds: 0 where :math:`C \\le q` (at least 99 % of requests do not wait) and
+        ``inf`` where :math:`C > q` and :math:`\\theta \\le 0` (unstable); a float for scalar input.
+
+    Notes
+    -----
+    With :math:`P(W_q > x) = C e^{-\\theta x}` (:func:`wait_exceed_prob`) and :math:`q` the tail mass above
+    the 99th percentile (:data:`fleetopt.models.units.P99_TAIL`, 0.01), solving :math:`P(W_q > W_{99}) = q`:
+
+    .. math::
+
+        W_{99} = \\begin{cases} \\ln(C/q)/\\theta & C > q \\\\ 0 & C \\le q \\end{cases}
+
+    For M/M/1 (:math:`C = \\rho`, :math:`\\theta = \\mu - \\lambda`) this is
+    :math:`\\ln(\\rho/0.01)/(\\mu - \\lambda)` [1]_.
+
+    References
+    ----------
+    .. [1] L. Kleinrock, *Queueing Systems Vol. 1*, Wiley 1975, Ch. 3 (M/M/1 and M/M/c waiting times).
+
+    Examples
+    --------
+    >>> round(wait_p99_from_tail_s(0.5, 0.5), 6)     # M/M/1, lambda = 0.5, mu = 1: ln(50)/0.5
+    7.824046
+    >>> wait_p99_from_tail_s(0.005, 0.5), wait_p99_from_tail_s(0.5, 0.0)
+    (0.0, inf)
+    """
+    C = np.asarray(C, dtype=float)
+    theta = np.asarray(theta, dtype=float)
+    stable = theta > 0
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        w = np.log(np.maximum(C, P99_TAIL) / P99_TAIL) / np.where(stable, theta, 1.0)
+    w = np.where(C > P99_TAIL, np.where(stable, w, np.inf), 0.0)
+    return w if w.ndim else float(w)
+
+
 def wait_p99_s(servers, arrival_rate, mean_service_s, cv2):
     """99th percentile of the queueing wait, :math:`\\ln(C/0.01)/\\theta` (0 if C <= 1 %, inf if unstable).
+
+    :func:`wait_p99_from_tail_s` at :math:`C = C(c, \\lambda E[S])` and
+    :math:`\\theta = 2(c\\mu - \\lambda)/(1 + c_s^2)`.
 
     Examples
     --------
@@ -118,9 +226,7 @@ def wait_p99_s(servers, arrival_rate, mean_service_s, cv2):
     7.824046
     """
     C, theta, unstable = _wait_tail(servers, arrival_rate, mean_service_s, cv2)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        w = np.where(C > _Q, np.log(np.maximum(C, _Q) / _Q) / theta, 0.0)
-    w = np.where(unstable, np.inf, w)
+    w = np.where(unstable, np.inf, wait_p99_from_tail_s(C, theta))
     return w if w.ndim else float(w)
 
 
@@ -132,11 +238,7 @@ def ttft_exceed_prob(t_s, C, theta, prefill_times_s, prefill_probs):
     """
     t = np.asarray(t_s, dtype=float)[..., None]
     tau = np.asarray(prefill_times_s, dtype=float)
-    slack = t - tau
-    with np.errstate(over="ignore", invalid="ignore"):
-        tail = np.minimum(1.0, np.asarray(C)[..., None] * np.exp(-np.asarray(theta)[..., None] * slack))
-    # P(W > x) = C e^{-theta x} for x >= 0 (the atom at 0 has mass 1 - C), and 1 for x < 0
-    term = np.where(slack >= 0, np.where(np.asarray(theta)[..., None] > 0, tail, 1.0), 1.0)
+    term = wait_exceed_prob(t - tau, np.asarray(C)[..., None], np.asarray(theta)[..., None])
     return np.sum(np.asarray(prefill_probs) * term, axis=-1)
 
 
@@ -153,15 +255,10 @@ def ttft_p99_s(servers, arrival_rate, mean_service_s, cv2, prefill_times_s, pref
     tau = np.broadcast_to(np.asarray(prefill_times_s, dtype=float), probs.shape)
     has = probs > 0
     tau_max = np.max(np.where(has, tau, 0.0), axis=-1)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        w99 = np.where(C > _Q, np.log(np.maximum(C, _Q) / _Q) / np.where(theta > 0, theta, np.nan), 0.0)
-    lo = np.zeros_like(tau_max)
-    hi = tau_max + np.nan_to_num(w99, nan=0.0) + 1e-9
-    for _ in range(64):
-        mid = (lo + hi) / 2.0
-        over = ttft_exceed_prob(mid, C, theta, tau, probs) > _Q
-        lo = np.where(over, mid, lo)
-        hi = np.where(over, hi, mid)
+    w99 = np.asarray(wait_p99_from_tail_s(C, theta))   # inf where unstable
+    # P(T > t) <= q at t = max prefill + W99; the P99 is the smallest t where the exceedance drops to q
+    hi = tau_max + np.where(np.isfinite(w99), w99, 0.0) + 1e-9
+    _, hi = bisect_boundary(lambda t: ttft_exceed_prob(t, C, theta, tau, probs) > P99_TAIL, np.zeros_like(tau_max), hi)
     return np.where(np.atleast_1d(unstable) | ~np.isfinite(w99), np.inf, hi)
 
 
@@ -180,14 +277,43 @@ def ttft_miss_prob(t_s, servers, arrival_rate, mean_service_s, cv2, prefill_time
     C, theta = np.atleast_1d(C), np.atleast_1d(theta)
     t = np.broadcast_to(np.asarray(t_s, dtype=float), C.shape)
     if model == "mean-prefill":
-        slack = t - np.broadcast_to(np.asarray(mean_prefill_s, dtype=float), C.shape)
-        with np.errstate(over="ignore", invalid="ignore"):
-            p = np.where(slack >= 0, np.minimum(1.0, C * np.exp(-np.where(theta > 0, theta, 0.0) * slack)), 1.0)
-        p = np.where(theta > 0, p, 1.0)
+        p = wait_exceed_prob(t - np.broadcast_to(np.asarray(mean_prefill_s, dtype=float), C.shape), C, theta)
     else:
         probs = np.atleast_2d(prefill_probs)
         p = ttft_exceed_prob(t, C, theta, np.broadcast_to(np.asarray(prefill_times_s, dtype=float), probs.shape), probs)
     return np.where(np.atleast_1d(unstable), 1.0, p)
+
+
+def prefill_p99_s(prefill_times_s, prefill_probs) -> float:
+    """99th percentile of a prefill time given as atoms (:math:`\\tau_k` with probabilities :math:`p_k`).
+
+    .. math:: T_{pf,99} = \\min \\{ \\tau_k : \\textstyle\\sum_{j \\le k} p_j \\ge 0.99 \\}
+
+    Parameters
+    ----------
+    prefill_times_s : array_like
+        Atom positions :math:`\\tau_k` in seconds, ascending, shape (K,).
+    prefill_probs : array_like
+        Atom probabilities :math:`p_k`, shape (K,) (one segment).
+
+    Returns
+    -------
+    float
+        The P99 prefill time in seconds (the last atom if the probabilities add up to less than 0.99).
+
+    Notes
+    -----
+    The cumulative sum is compared with :math:`0.99 - 10^{-12}`, so that round-off in a sum that is
+    0.99 in exact arithmetic does not move the percentile one atom up.
+
+    Examples
+    --------
+    >>> prefill_p99_s([0.1, 0.2, 0.3], [0.5, 0.49, 0.01])
+    0.2
+    """
+    cum = np.cumsum(np.asarray(prefill_probs, dtype=float))
+    k = int(np.searchsorted(cum, P99 - 1e-12))
+    return float(np.asarray(prefill_times_s, dtype=float)[min(k, len(cum) - 1)])
 
 
 @dataclass(frozen=True, eq=False)
@@ -209,10 +335,9 @@ def _slo_ok(N, lam, es, cv2, n, slo_s, tau, probs, mean_pf, model):
     c = N * n
     C, theta, unstable = _wait_tail(c, lam, es, cv2)
     if model == "mean-prefill":
-        with np.errstate(divide="ignore", invalid="ignore"):
-            w = np.where(C > _Q, np.log(np.maximum(C, _Q) / _Q) / theta, 0.0)
-        return ~unstable & (w + mean_pf <= slo_s * (1 + 1e-12))
-    return ~unstable & (ttft_exceed_prob(np.broadcast_to(slo_s, C.shape), C, theta, tau, probs) <= _Q * (1 + 1e-12))
+        return ~unstable & (wait_p99_from_tail_s(C, theta) + mean_pf <= slo_s * (1 + 1e-12))
+    return ~unstable & (ttft_exceed_prob(np.broadcast_to(slo_s, C.shape), C, theta, tau, probs)
+                        <= P99_TAIL * (1 + 1e-12))
 
 
 def min_replicas(arrival_rate, mean_service_s, cv2, slots_per_replica, slo_s, prefill_times_s, prefill_probs,
@@ -250,7 +375,7 @@ def min_replicas(arrival_rate, mean_service_s, cv2, slots_per_replica, slo_s, pr
     if model == "mean-prefill":
         limit_ok = mean_pf <= slo * (1 + 1e-12)
     else:
-        limit_ok = np.sum(np.where(tau >= slo[:, None], probs, 0.0), axis=-1) < _Q
+        limit_ok = np.sum(np.where(tau >= slo[:, None], probs, 0.0), axis=-1) < P99_TAIL
     active = ~idle & ~no_slots & limit_ok
     args = (lam, es, cv2, n_safe, slo, tau, probs, mean_pf, model)
     hi = N_rho.copy()
@@ -271,3 +396,153 @@ def min_replicas(arrival_rate, mean_service_s, cv2, slots_per_replica, slo_s, pr
     replicas = np.where(idle, min_count, np.where(feasible, hi, 0)).astype(np.int64)
     reason = np.where(feasible, "", np.where(no_slots, "no-slots", np.where(~limit_ok, "prefill", "cap")))
     return Sizing(replicas, feasible, reason, feasible & ~idle & (replicas == N_rho))
+
+
+def max_load_erlangs(servers, mean_service_s, cv2, prefill_times_s, prefill_probs, mean_prefill_s, *, slo_s: float,
+                     rho_max: float, model: str = "tail") -> np.ndarray:
+    """Largest offered load (Erlangs) that ``servers`` servers carry while meeting the P99-TTFT SLO (array-aware).
+
+    The inverse of the sizing question: for a fixed server count :math:`c` and a fixed service mix
+    (:math:`E[S]`, :math:`c_s^2`, prefill atoms), the largest load meeting the tail target and the
+    utilisation cap.
+
+    Parameters
+    ----------
+    servers : array_like
+        Server (KV-slot) counts :math:`c`, shape (S,).
+    mean_service_s, cv2, mean_prefill_s : array_like
+        Mean slot-holding time :math:`E[S]` (s, > 0), its squared coefficient of variation and the mean
+        prefill time (s); broadcast to shape (S,).
+    prefill_times_s, prefill_probs : array_like
+        Prefill atoms :math:`\\tau_k` (s), shape (K,), and their probabilities, shape (K,) or (S, K).
+    slo_s : float
+        The P99 TTFT target :math:`T_{SLO}` in seconds.
+    rho_max : float
+        Utilisation cap :math:`\\rho_{max}` in (0, 1].
+    model : str
+        TTFT model, one of :data:`TTFT_MODELS` (see :func:`ttft_miss_prob`).
+
+    Returns
+    -------
+    numpy.ndarray
+        :math:`A^*(c)` in Erlangs, shape (S,): 0 where no positive load meets the target.
+
+    Raises
+    ------
+    ValueError
+        If ``rho_max`` is outside (0, 1], a mean service time is not > 0, or ``model`` is unknown.
+
+    Notes
+    -----
+    With :math:`\\lambda = a / E[S]` and :math:`q = 0.01` (:data:`fleetopt.models.units.P99_TAIL`),
+
+    .. math::
+
+        A^*(c) = \\max \\{ a \\in [0, \\rho_{max} c] : P(T > T_{SLO} \\mid c, \\lambda = a/E[S]) \\le q \\}
+
+    where :math:`P(T > t)` is :func:`ttft_miss_prob` (Erlang-C :math:`C(c, a)` with the tail decay
+    :math:`\\theta = 2(c - a)/(E[S](1 + c_s^2))`). :math:`C` grows and :math:`\\theta` shrinks with
+    :math:`a`, so the miss probability increases in :math:`a`, the feasible loads form an interval
+    :math:`[0, A^*]` and :math:`A^*` is found by bisection (:func:`fleetopt.models.numerics.bisect_boundary`)
+    to float resolution. For M/M/1 (:math:`c = 1`, :math:`c_s^2 = 1`, no prefill) the condition reads
+    :math:`\\rho e^{-\\mu (1 - \\rho) T_{SLO}} \\le q` [1]_.
+
+    References
+    ----------
+    .. [1] L. Kleinrock, *Queueing Systems Vol. 1*, Wiley 1975, Ch. 3 (M/M/1 and M/M/c waiting times).
+
+    Examples
+    --------
+    A server with a 1 s mean service time and a 10 s target carries about 0.5919 Erlangs
+    (:math:`\\rho e^{-10(1 - \\rho)} = 0.01`); a long target is capped by :math:`\\rho_{max}`:
+
+    >>> round(float(max_load_erlangs([1.0], 1.0, 1.0, [0.0], [1.0], 0.0, slo_s=10.0, rho_max=0.85)[0]), 4)
+    0.5919
+    >>> max_load_erlangs([1.0, 4.0], 1.0, 1.0, [0.0], [1.0], 0.0, slo_s=1e3, rho_max=0.85).tolist()
+    [0.85, 3.4]
+    """
+    if model not in TTFT_MODELS:
+        raise ValueError(f"ttft_model must be one of {TTFT_MODELS}; got {model!r}")
+    if not 0.0 < rho_max <= 1.0:
+        raise ValueError(f"rho_max must lie in (0, 1]; got {rho_max}")
+    c = np.atleast_1d(np.asarray(servers, dtype=float))
+    es = np.broadcast_to(np.asarray(mean_service_s, dtype=float), c.shape)
+    if np.any(~(es > 0)):
+        raise ValueError("mean_service_s must be > 0")
+    cv2 = np.broadcast_to(np.asarray(cv2, dtype=float), c.shape)
+    mean_pf = np.broadcast_to(np.asarray(mean_prefill_s, dtype=float), c.shape)
+    tau = np.asarray(prefill_times_s, dtype=float)
+    probs = np.asarray(prefill_probs, dtype=float)
+    probs = np.broadcast_to(probs, c.shape + probs.shape[-1:])
+
+    def meets(a):
+        miss = ttft_miss_prob(slo_s, c, a / es, es, cv2, tau, probs, mean_pf, model)
+        return np.where(a > 0, miss <= P99_TAIL, True)
+
+    hi = rho_max * c
+    lo = np.where(meets(hi), hi, 0.0)
+    lo, _ = bisect_boundary(meets, lo, hi)
+    return lo
+
+
+def miss_coefficients(segment_prefill_probs, segment_mean_prefill_s, prefill_times_s, C: float, theta: float,
+                      slo_s: float, model: str = "tail") -> np.ndarray:
+    """Per-segment SLO coefficients :math:`\\sigma_k` of a pool at one operating point :math:`(C, \\theta)`.
+
+    A pool whose routed rates :math:`g_k` (req/s from segment :math:`k`) satisfy
+    :math:`\\sum_k \\sigma_k g_k \\le 0` meets the P99-TTFT SLO at that operating point; this is the
+    coefficient of :func:`fleetopt.solvers.split.slo_rule`.
+
+    Parameters
+    ----------
+    segment_prefill_probs : array_like
+        Prefill-atom probabilities of each segment, shape (S, K') (columns beyond ``len(prefill_times_s)``
+        are ignored).
+    segment_mean_prefill_s : array_like
+        Mean prefill time of each segment in seconds, shape (S,).
+    prefill_times_s : array_like
+        Prefill atoms :math:`\\tau_j` in seconds, shape (K,).
+    C, theta : float
+        Probability of waiting and tail decay rate (1/s, > 0) at the operating point.
+    slo_s : float
+        The P99 TTFT target in seconds.
+    model : str
+        ``tail`` or ``mean-prefill`` (:data:`TTFT_MODELS`).
+
+    Returns
+    -------
+    numpy.ndarray
+        :math:`\\sigma_k`, shape (S,).
+
+    Notes
+    -----
+    With :math:`q = 0.01` (:data:`fleetopt.models.units.P99_TAIL`), :math:`p_{kj}` segment :math:`k`'s
+    prefill probabilities and :math:`P(W_q > x)` from :func:`wait_exceed_prob`:
+
+    .. math::
+
+        \\sigma_k = \\sum_j p_{kj} P(W_q > T_{SLO} - \\tau_j \\mid C, \\theta) - q \\quad \\text{(tail)}, \\qquad
+        \\sigma_k = E[T_{pf,k}] + W_{99}(C, \\theta) - T_{SLO} \\quad \\text{(mean-prefill)}
+
+    so the first is the segment's miss probability over its budget and the second its mean-prefill
+    P99 over the target (:func:`wait_p99_from_tail_s`). The traffic-weighted sum is then the pool's
+    miss probability minus :math:`q` (tail) or the rate-weighted mean-prefill margin.
+
+    Examples
+    --------
+    Tail model, one segment, all prefill at 0 s: the M/M/1 wait tail minus 0.01,
+    :math:`0.5 e^{-0.5 \\cdot 2} - 0.01 = 0.17394`; mean-prefill: :math:`0.1 + \\ln(50)/0.5 - 2`.
+
+    >>> round(float(miss_coefficients([[1.0]], [0.0], [0.0], 0.5, 0.5, 2.0)[0]), 5)
+    0.17394
+    >>> round(float(miss_coefficients([[1.0]], [0.1], [0.0], 0.5, 0.5, 2.0, "mean-prefill")[0]), 6)
+    5.924046
+    """
+    if model not in TTFT_MODELS:
+        raise ValueError(f"ttft_model must be one of {TTFT_MODELS}; got {model!r}")
+    if model == "mean-prefill":
+        return np.asarray(segment_mean_prefill_s, dtype=float) + wait_p99_from_tail_s(C, theta) - slo_s
+    tau = np.asarray(prefill_times_s, dtype=float)
+    probs = np.asarray(segment_prefill_probs, dtype=float)
+    wait_tail = wait_exceed_prob(slo_s - tau, C, theta)
+    return probs[:, :len(tau)] @ wait_tail[:probs.shape[1]] - P99_TAIL

@@ -19,6 +19,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from fleetopt.models.numerics import bisect_boundary
+
 __all__ = ["LengthDistribution", "RequestTrace", "DEFAULT_INPUT_FRACTION"]
 
 DEFAULT_INPUT_FRACTION = 0.8
@@ -151,15 +153,16 @@ class LengthDistribution:
         return LengthDistribution(lo, hi, prob), share
 
     def quantile(self, q):
-        """Smallest :math:`x` with :math:`P(L \\le x) \\ge q` (array-aware, by bisection on the CDF)."""
+        """Smallest :math:`x` with :math:`P(L \\le x) \\ge q` (array-aware; bisection on the CDF to float resolution).
+
+        Examples
+        --------
+        >>> d = LengthDistribution.from_cdf([(100, 0.5), (300, 1.0)])
+        >>> d.quantile([0.0, 0.25, 0.75]).tolist()
+        [0.0, 50.0, 200.0]
+        """
         q = np.asarray(q, dtype=float)
-        lo = np.zeros_like(q)
-        hi = np.full_like(q, self.hi_tokens.max())
-        for _ in range(80):
-            mid = (lo + hi) / 2.0
-            below = self.cdf(mid) < q
-            lo = np.where(below, mid, lo)
-            hi = np.where(below, hi, mid)
+        _, hi = bisect_boundary(lambda x: self.cdf(x) < q, np.zeros_like(q), np.full_like(q, self.hi_tokens.max()))
         return hi
 
     def sample(self, rng: np.random.Generator, size: int) -> np.ndarray:

@@ -24,9 +24,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from fleetopt.models.queueing import min_replicas, ttft_miss_prob
+from fleetopt.models.queueing import min_replicas, prefill_p99_s, ttft_miss_prob
 from fleetopt.models.service import tpot_batch_cap, tpot_bound_s
-from fleetopt.models.units import MS_PER_S
+from fleetopt.models.units import MS_PER_S, P99_TAIL
 
 from fleetopt.optimizer.io.instance import Instance
 
@@ -307,7 +307,7 @@ def fleet_counts(instance: Instance, s, lam):
         limit = np.sum(np.where(s.prefill_times_s[None, :] >= slo.ttft_p99_s, s.prefill_probs, 0.0), axis=1)
     else:
         limit = np.where(np.nan_to_num(s.mean_prefill_s) < slo.ttft_p99_s, 0.0, 1.0)
-    ok = floor.feasible & (lam * limit <= 0.01 * total * (1 + 1e-12))
+    ok = floor.feasible & (lam * limit <= P99_TAIL * total * (1 + 1e-12))
     reasons = {}
     for k in np.flatnonzero(~ok):
         if not floor.feasible[k]:
@@ -342,8 +342,7 @@ def _reason(code: str, s, k: int, slo) -> str:
     if code == "prefill":
         if slo.ttft_model == "mean-prefill":
             return f"mean prefill {s.mean_prefill_s[k] * MS_PER_S:,.0f} ms alone exceeds the {slo_ms:,.0f} ms SLO"
-        cum = np.cumsum(s.prefill_probs[k])
-        tau = s.prefill_times_s[min(int(np.searchsorted(cum, 0.99 - 1e-12)), len(cum) - 1)]
+        tau = prefill_p99_s(s.prefill_times_s, s.prefill_probs[k])
         return f"P99 prefill alone is {tau * MS_PER_S:,.0f} ms, above the {slo_ms:,.0f} ms SLO, at any replica count"
     return "no replica count up to the search cap meets the SLO"
 

@@ -4,8 +4,11 @@ Each candidate pool :math:`p = (i, j, g)` (with a batch cap under a TPOT SLO) ma
 elementary segment inside its range. Its replica counts :math:`n` come from a ladder up to its
 length-routing minimum :math:`N^*_p`; each count gets an operating point from the exact Erlang-C
 curve at the pool's nominal mix: the largest load :math:`A` (Erlangs) meeting the SLO and
-:math:`\\rho_{max}`, with :math:`C = C(n s, A)` and :math:`\\theta = 2(n s - A)/R_p`
-(:math:`R_p = E[S^2]/E[S]`). See :mod:`fleetopt.solvers.split` for the constraints.
+:math:`\\rho_{max}` (:func:`fleetopt.models.queueing.max_load_erlangs`), with :math:`C = C(n s, A)` and
+:math:`\\theta = 2(n s - A)/R_p`
+(:math:`R_p = E[S^2]/E[S]`), its SLO coefficients (:func:`fleetopt.models.queueing.miss_coefficients`)
+and a power line (:func:`fleetopt.models.power.pool_power_secant`). See :mod:`fleetopt.solvers.split` for the
+constraints.
 """
 
 from __future__ import annotations
@@ -17,7 +20,8 @@ from typing import TYPE_CHECKING, Sequence
 import numpy as np
 
 from fleetopt.models.fleet import FleetResult, PoolPlan, evaluate_traffic
-from fleetopt.models.queueing import erlang_c, ttft_miss_prob
+from fleetopt.models.power import pool_power_secant
+from fleetopt.models.queueing import erlang_c, max_load_erlangs, miss_coefficients
 from fleetopt.models.segments import raw_between, segment_basis, stats_from_raw
 
 from fleetopt.optimizer.plan.candidates import batch_caps, least_counts, pool_counts
@@ -30,8 +34,6 @@ if TYPE_CHECKING:  # the MIP (and Pyomo) load only when a split problem is built
 
 __all__ = ["SplitModel", "SplitRouting", "build_split_problem", "decode_split_plan", "evaluate_routing",
            "replica_ladder", "restrict_split"]
-
-_Q = 0.01
 
 
 def replica_ladder(n_max: int, dense: int = 24) -> np.ndarray:
@@ -57,26 +59,6 @@ class SplitModel:
     segment_raws: dict            # chunk -> RawSums of the elementary segments
     dropped: tuple[str, ...]
     generated: int
-
-
-def _capacity(n_servers, es, cv2, probs, tau, mean_pf, slo_s, rho_max, model):
-    """Largest load (Erlangs) meeting the SLO and the utilisation cap at the nominal mix (bisection)."""
-    lo = np.zeros(len(n_servers))
-    hi = rho_max * n_servers
-    ok_hi = _slo_ok_load(hi, n_servers, es, cv2, probs, tau, mean_pf, slo_s, model)
-    lo = np.where(ok_hi, hi, lo)
-    for _ in range(60):
-        mid = (lo + hi) / 2
-        ok = _slo_ok_load(mid, n_servers, es, cv2, probs, tau, mean_pf, slo_s, model)
-        lo = np.where(ok, mid, lo)
-        hi = np.where(ok, hi, mid)
-    return lo
-
-
-def _slo_ok_load(a, servers, es, cv2, probs, tau, mean_pf, slo_s, model):
-    lam = a / es
-    miss = ttft_miss_prob(slo_s, servers, lam, es, cv2, tau, probs, mean_pf, model)
-    return np.where(a > 0, miss <= _Q, True)
 
 
 def build_split_problem(instance: Instance) -> SplitModel:
@@ -129,21 +111,20 @@ def build_split_problem(instance: Instance) -> SplitModel:
             n_base = replica_ladder(int(counts[k][0][0]))
             servers = n_base * caps[k]
             tau = np.arange(nominal.prefill_probs.shape[1]) * chunk_s
-            probs = np.repeat(nominal.prefill_probs[k:k + 1], len(n_base), 0)
-            A = _capacity(servers.astype(float), np.full(len(n_base), es), np.full(len(n_base), cv2), probs, tau,
-                          np.full(len(n_base), nominal.mean_prefill_s[k]), slo.ttft_p99_s, rho, slo.ttft_model)
+            A = max_load_erlangs(servers.astype(float), es, cv2, tau, nominal.prefill_probs[k],
+                                 nominal.mean_prefill_s[k], slo_s=slo.ttft_p99_s, rho_max=rho, model=slo.ttft_model)
             usable = A > 0
             replicas = np.ceil(n_base / opt.availability - 1e-9).astype(np.int64)
             C = erlang_c(servers.astype(float), np.minimum(A, servers - 1e-9))
             theta = 2 * (servers - A) / resid_nom
             for n_rep, a_c, c_c, th in zip(replicas[usable], A[usable], C[usable], theta[usable]):
-                base, slope, err = _power_secant(prof, int(n_rep), float(a_c), int(caps[k]))
+                base, slope, err = pool_power_secant(prof.power, int(n_rep), float(a_c), int(caps[k]))
                 row = {"pool": p, "n": n_rep, "gpus": n_rep * prof.gpus_per_replica,
                        "cost": n_rep * prof.cost_usd_per_hr, "cap_erl": a_c, "base": base, "slope": slope}
                 for key, value in row.items():
                     ch[key].append(value)
                 power_err = max(power_err, err)
-                slo_coef.append(_slo_coefficients(seg_probs, seg_pf, tau, c_c, th, slo.ttft_p99_s, slo.ttft_model))
+                slo_coef.append(miss_coefficients(seg_probs, seg_pf, tau, c_c, th, slo.ttft_p99_s, slo.ttft_model))
     cons = instance.constraints
     problem = SplitProblem(
         segment_rate=seg_rate, pool_gpu=np.array(cols["gpu"], dtype=np.int64),
@@ -161,35 +142,6 @@ def build_split_problem(instance: Instance) -> SplitModel:
     return SplitModel(problem, b, np.array(cols["i"], dtype=np.int64), np.array(cols["j"], dtype=np.int64),
                       np.array(cols["cap"], dtype=np.int64), np.array(cols["n_star"], dtype=np.int64), raws_by_chunk,
                       tuple(dropped), len(ii) * len(instance.gpus))
-
-
-def _slo_coefficients(seg_probs, seg_pf, tau, C, theta, slo_s, model):
-    """sigma_kc of :func:`fleetopt.solvers.split.slo_rule` for every segment of a pool at one operating point."""
-    if model == "mean-prefill":
-        w99 = np.log(C / _Q) / theta if C > _Q else 0.0
-        return seg_pf + w99 - slo_s
-    slack = slo_s - tau
-    with np.errstate(over="ignore"):
-        wait_tail = np.where(slack >= 0, np.minimum(1.0, C * np.exp(-theta * np.maximum(slack, 0))), 1.0)
-    return seg_probs[:, :len(tau)] @ wait_tail[:seg_probs.shape[1]] - _Q
-
-
-def _power_secant(profile, replicas: int, load_max: float, cap: int, grid: int = 2049):
-    """Linear over-estimate of pool power :math:`h(a) = N P(a/N)` on :math:`[0, A]`.
-
-    The line is the tangent at the operating point's load :math:`A` (power saturates, so
-    :math:`h` is concave over most of the range and the tangent lies above it), raised by the
-    largest amount :math:`h` still exceeds it (the convex start of the logistic curve), bounded
-    safely on a fine grid. Returns (value at 0 in W, slope in W/Erlang, raise in W).
-    """
-    if load_max <= 0:
-        return float(replicas * profile.power.power_w(0.0)), 0.0, 0.0
-    a = np.linspace(0.0, load_max, grid)
-    h = replicas * profile.power.power_w(np.minimum(a / replicas, cap))
-    slope = (h[-1] - h[-2]) / (a[-1] - a[-2])
-    gap = h - (h[-1] + slope * (a - load_max))
-    raise_w = max(0.0, float(gap.max()) + float(np.abs(np.diff(gap)).max(initial=0.0)))
-    return float(h[-1] - slope * load_max + raise_w), float(slope), raise_w
 
 
 def restrict_split(model: SplitModel, instance: Instance, min_replicas: dict, forbidden: set,
@@ -224,8 +176,8 @@ def restrict_split(model: SplitModel, instance: Instance, min_replicas: dict, fo
         prof = instance.gpus[pr.pool_gpu[p]].profile
         gpus[c] = replicas[c] * prof.gpus_per_replica
         cost[c] = replicas[c] * prof.cost_usd_per_hr
-        base[c], slope[c], err = _power_secant(prof, int(replicas[c]), float(pr.choice_capacity[c]),
-                                               int(model.pool_cap[p]))
+        base[c], slope[c], err = pool_power_secant(prof.power, int(replicas[c]), float(pr.choice_capacity[c]),
+                                                   int(model.pool_cap[p]))
         power_err = max(power_err, err)
     idx = np.flatnonzero(keep)
     problem = dataclasses.replace(
