@@ -1,17 +1,44 @@
-"""Exception hierarchy and the CLI exit codes it maps to."""
+"""Exception hierarchy and the CLI exit codes it maps to.
+
+Exit codes of the ``fleetopt`` command (:data:`EXIT_CODES`); each error class carries its own as ``exit_code``:
+
+====  =================  ==============================================================================
+code  key                meaning
+====  =================  ==============================================================================
+0     ``ok``             done; for ``solve``: a plan was found, proven optimal or the incumbent of a solve
+                         that stopped early (time or iteration limit, interrupt) with its gap. A limit
+                         with an incumbent is a result, not an error.
+1     ``error``          an internal error, or a solve that ended without a plan because the solver
+                         failed or stopped for a reason fleetopt cannot interpret (status ``error`` or
+                         ``unknown``; :class:`SolverError`)
+2     ``invalid_input``  invalid input (:class:`InstanceError`; click's usage-error code)
+3     ``infeasible``     proven: no plan satisfies the instance (status ``infeasible``;
+                         :class:`InfeasibleError`)
+4     ``time_limit``     the solver stopped at a limit before it found a plan: a time limit (status
+                         ``time_limit``) or an iteration, node or solution limit (status
+                         ``iteration_limit``, which keeps the time-limit code); the instance may still
+                         be feasible (:class:`SolverLimitError`)
+130   ``interrupted``    the solve was interrupted before it found a plan (status ``interrupted``;
+                         128 + SIGINT, the shell's code for Ctrl-C; :class:`SolveInterruptedError`)
+====  =================  ==============================================================================
+
+Only the pipeline turns a solve status into one of these errors
+(:func:`fleetopt.optimizer.plan.solve.require_plan`).
+"""
 
 from __future__ import annotations
 
-__all__ = ["FleetoptError", "InstanceError", "InfeasibleError", "SolverError", "EXIT_CODES"]
+__all__ = ["FleetoptError", "InstanceError", "InfeasibleError", "SolverError", "SolverLimitError",
+           "SolveInterruptedError", "EXIT_CODES"]
 
-EXIT_CODES = {"ok": 0, "invalid_input": 2, "infeasible": 3, "time_limit": 4}
-"""Documented exit codes of the ``fleetopt`` command."""
+EXIT_CODES = {"ok": 0, "error": 1, "invalid_input": 2, "infeasible": 3, "time_limit": 4, "interrupted": 130}
+"""Documented exit codes of the ``fleetopt`` command (see the module docstring)."""
 
 
 class FleetoptError(Exception):
     """Base class of every error fleetopt raises on purpose."""
 
-    exit_code = 1
+    exit_code = EXIT_CODES["error"]
 
 
 class InstanceError(FleetoptError):
@@ -35,12 +62,30 @@ def format_problem(path, field: str, message: str) -> str:
 
 
 class InfeasibleError(FleetoptError):
-    """No plan satisfies the instance; the message names the binding requirement."""
+    """Proven: no plan satisfies the instance; the message names the binding requirement."""
 
     exit_code = EXIT_CODES["infeasible"]
 
 
 class SolverError(FleetoptError):
-    """The solver failed or stopped without a plan."""
+    """A solve ended without a plan and without a proof of infeasibility: the solver failed, or stopped for a
+    reason fleetopt cannot interpret. ``status`` is the report's status (``error``, ``unknown``, ...)."""
+
+    exit_code = EXIT_CODES["error"]
+
+    def __init__(self, message: str, status: str = "error"):
+        self.status = str(status)
+        super().__init__(message)
+
+
+class SolverLimitError(SolverError):
+    """The solver stopped at a time, iteration, node or solution limit before it found a plan (the instance
+    may still be feasible)."""
 
     exit_code = EXIT_CODES["time_limit"]
+
+
+class SolveInterruptedError(SolverError):
+    """The solve was interrupted before it found a plan."""
+
+    exit_code = EXIT_CODES["interrupted"]

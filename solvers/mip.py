@@ -23,37 +23,18 @@ Each constraint family is a ``*_rule`` below whose docstring is its math.
 
 from __future__ import annotations
 
-import enum
+import math
 import time
 from dataclasses import dataclass
 
 import numpy as np
 import pyomo.environ as pyo
 from pyomo.contrib.solver.common.factory import SolverFactory
-from pyomo.contrib.solver.common.results import SolutionStatus, TerminationCondition
 
+from fleetopt.solvers.outcome import Outcome, Termination, outcome_of
 from fleetopt.solvers.problem import FleetProblem
 
-__all__ = ["build_model", "solve", "Termination", "SolveResult", "Solution", "lp_bound"]
-
-
-class Termination(enum.Enum):
-    OPTIMAL = "optimal"
-    TIME_LIMIT = "time_limit"
-    INFEASIBLE = "infeasible"
-    ERROR = "error"
-
-
-_TERMINATION = {
-    TerminationCondition.convergenceCriteriaSatisfied: Termination.OPTIMAL,
-    TerminationCondition.maxTimeLimit: Termination.TIME_LIMIT,
-    TerminationCondition.iterationLimit: Termination.TIME_LIMIT,
-    TerminationCondition.interrupted: Termination.TIME_LIMIT,
-    TerminationCondition.provenInfeasible: Termination.INFEASIBLE,
-    TerminationCondition.locallyInfeasible: Termination.INFEASIBLE,
-    TerminationCondition.infeasibleOrUnbounded: Termination.INFEASIBLE,
-}
-"""HiGHS (via Pyomo) termination -> ours; anything else is ERROR."""
+__all__ = ["build_model", "solve", "SolveResult", "Solution", "lp_bound"]
 
 
 @dataclass(frozen=True)
@@ -68,7 +49,10 @@ class Solution:
 class SolveResult:
     """What the solver proved. ``solutions`` are best first (several with ``top > 1``).
 
-    ``rel_gap`` is :math:`|ub - lb| / |ub|` as HiGHS defines it (None without an incumbent).
+    ``termination`` is why the (first) solve stopped (:class:`fleetopt.solvers.outcome.Termination`); with a
+    limit, ``solutions`` may still hold the incumbent. ``rel_gap`` is :math:`|ub - lb| / |ub|` as HiGHS
+    defines it (None without an incumbent). ``condition`` is the solver interface's own word for why it
+    stopped (a Pyomo ``TerminationCondition`` name; empty for the graph oracle).
     """
 
     termination: Termination
@@ -81,6 +65,7 @@ class SolveResult:
     message: str = ""
     tie_break: str = "skipped"
     """Lexicographic tie-break (fewest GPUs, then pools): ``proven``, ``best-effort`` (budget ran out) or ``skipped``."""
+    condition: str = ""
 
     @property
     def best(self) -> Solution | None:
@@ -255,24 +240,25 @@ def _highs(time_limit_s: float | None, mip_gap: float, threads: int | None, verb
     # Presolve is off for the path MIP: on a path network plus a few knapsack rows HiGHS's probing
     # costs several times the branch-and-bound it saves (0.39 s of 0.67 s on the stress benchmark).
     # The split-routing MIP (continuous flows) gains from it and turns it on.
+    # The time limit is always set (inf: none): Pyomo's HiGHS interface is persistent and keeps the last
+    # limit it was given, so a re-solve without one would inherit the tie-break's budget.
     opts = {"tee": verbose, "rel_gap": mip_gap, "load_solutions": False,
-            "raise_exception_on_nonoptimal_result": False, "solver_options": {"presolve": presolve}}
-    if time_limit_s is not None:
-        opts["time_limit"] = time_limit_s
+            "raise_exception_on_nonoptimal_result": False, "solver_options": {"presolve": presolve},
+            "time_limit": math.inf if time_limit_s is None else time_limit_s}
     if threads is not None:
         opts["threads"] = threads
     return SolverFactory("highs"), opts
 
 
-def _solve_once(m, solver, opts):
+def _solve_once(m, solver, opts) -> tuple[Outcome, tuple[int, ...]]:
+    """One HiGHS solve of ``m``: its :class:`~fleetopt.solvers.outcome.Outcome` and the chosen choices (if any)."""
     res = solver.solve(m, **opts)
-    term = _TERMINATION.get(res.termination_condition, Termination.ERROR)
-    has_solution = res.solution_status in (SolutionStatus.optimal, SolutionStatus.feasible)
+    out = outcome_of(res)
     chosen = ()
-    if has_solution:
+    if out.has_solution:
         res.solution_loader.load_vars()
         chosen = tuple(int(c) for c in m.CHOICES if pyo.value(m.z[c]) > 0.5)
-    return res, term, has_solution, chosen
+    return out, chosen
 
 
 def solve(problem: FleetProblem, *, top: int = 1, time_limit_s: float | None = None, mip_gap: float = 0.0,
@@ -281,21 +267,21 @@ def solve(problem: FleetProblem, *, top: int = 1, time_limit_s: float | None = N
 
     With ``tie_break`` and a proven optimum, ties are broken lexicographically:
     among fleets within 1e-9 of the optimum, fewest physical GPUs, then fewest pools
-    (:func:`_tie_break`).
+    (:func:`_tie_break`). ``termination`` is that of the first solve; a limit with an incumbent
+    returns the incumbent (a result, not an error).
     """
     t0 = time.perf_counter()
     m = build_model(problem)
     solver, opts = _highs(time_limit_s, mip_gap, threads, verbose)
     name = f"highs {'.'.join(map(str, solver.version()))}"
     options = {"time_limit_s": time_limit_s, "mip_gap": mip_gap, "threads": threads, "top": top}
-    res, term, has, chosen = _solve_once(m, solver, opts)
-    if not has:
-        return SolveResult(term if term != Termination.OPTIMAL else Termination.ERROR, (), None, None,
-                           time.perf_counter() - t0, name, options, str(res.termination_condition))
-    bound, gap = _bound_gap(res)
+    out, chosen = _solve_once(m, solver, opts)
+    if not out.has_solution:
+        return SolveResult(out.termination, (), None, None, time.perf_counter() - t0, name, options,
+                           out.condition, condition=out.condition)
     weights = problem.choice_objective()
     tie = "skipped"
-    if tie_break and term == Termination.OPTIMAL:
+    if tie_break and out.termination is Termination.OPTIMAL:
         budget = max(0.5, time.perf_counter() - t0)
         if time_limit_s is not None:
             budget = max(0.05, min(budget, time_limit_s - (time.perf_counter() - t0)))
@@ -304,18 +290,12 @@ def solve(problem: FleetProblem, *, top: int = 1, time_limit_s: float | None = N
     solutions = [Solution(chosen, float(weights[list(chosen)].sum()))]
     while len(solutions) < top:
         add_no_good_cut(m, solutions[-1].choices)
-        _, t2, has2, nxt = _solve_once(m, solver, opts)
-        if not has2:
+        nxt_out, nxt = _solve_once(m, solver, opts)
+        if not nxt_out.has_solution:
             break
         solutions.append(Solution(nxt, float(weights[list(nxt)].sum())))
-    return SolveResult(term, tuple(solutions), bound, gap, time.perf_counter() - t0, name, options, tie_break=tie)
-
-
-def _bound_gap(res) -> tuple[float | None, float | None]:
-    ub, lb = res.incumbent_objective, res.objective_bound
-    if ub is None or lb is None or not np.isfinite(lb):
-        return lb, None
-    return float(lb), (abs(ub - lb) / abs(ub) if ub != 0 else 0.0)
+    return SolveResult(out.termination, tuple(solutions), out.bound, out.rel_gap, time.perf_counter() - t0, name,
+                       options, tie_break=tie, condition=out.condition)
 
 
 def _tie_break(m, problem, solver, opts, chosen, weights, budget_s: float):
@@ -334,13 +314,13 @@ def _tie_break(m, problem, solver, opts, chosen, weights, budget_s: float):
     coef = (problem.max_pools + 1) * problem.choice_gpus.astype(float) + 1.0
     m.tie = pyo.Objective(expr=pyo.quicksum(float(coef[c]) * m.z[c] for c in m.CHOICES))
     tie_opts = dict(opts, time_limit=budget_s)
-    _, term, has, cand = _solve_once(m, solver, tie_opts)
+    out, cand = _solve_once(m, solver, tie_opts)
     m.tie.deactivate()
     m.fix_primary.deactivate()
     m.objective.activate()
-    if has and float(coef[list(cand)].sum()) <= float(coef[list(chosen)].sum()):
+    if out.has_solution and float(coef[list(cand)].sum()) <= float(coef[list(chosen)].sum()):
         chosen = cand
-    return chosen, term == Termination.OPTIMAL
+    return chosen, out.termination is Termination.OPTIMAL
 
 
 def lp_bound(problem: FleetProblem) -> float | None:

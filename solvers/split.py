@@ -30,7 +30,7 @@ from dataclasses import dataclass
 import numpy as np
 import pyomo.environ as pyo
 
-from fleetopt.solvers.mip import Solution, SolveResult, Termination, _bound_gap, _highs, _solve_once
+from fleetopt.solvers.mip import Solution, SolveResult, _highs, _solve_once
 
 __all__ = ["SplitProblem", "build_split_model", "solve_split"]
 
@@ -232,18 +232,21 @@ class SplitPlan:
 
 def solve_split(problem: SplitProblem, *, top: int = 1, time_limit_s: float | None = None, mip_gap: float = 0.0,
                 threads: int | None = None, verbose: bool = False) -> tuple[SolveResult, tuple[SplitPlan, ...]]:
-    """Solve the split-routing MIP; returns what HiGHS proved and the plans (best first)."""
+    """Solve the split-routing MIP; returns what HiGHS proved and the plans (best first).
+
+    The termination is read through the same table as the fleet MIP's
+    (:func:`fleetopt.solvers.outcome.outcome_of`); a limit with an incumbent returns the incumbent.
+    """
     t0 = time.perf_counter()
     m = build_split_model(problem)
     solver, opts = _highs(time_limit_s, mip_gap, threads, verbose, presolve="on")
     name = f"highs {'.'.join(map(str, solver.version()))}"
     options = {"time_limit_s": time_limit_s, "mip_gap": mip_gap, "threads": threads, "top": top}
     plans = []
-    res, term, has, chosen = _solve_once(m, solver, opts)
-    if not has:
-        return SolveResult(term if term != Termination.OPTIMAL else Termination.ERROR, (), None, None,
-                           time.perf_counter() - t0, name, options, str(res.termination_condition)), ()
-    bound, gap = _bound_gap(res)
+    out, chosen = _solve_once(m, solver, opts)
+    if not out.has_solution:
+        return SolveResult(out.termination, (), None, None, time.perf_counter() - t0, name, options,
+                           out.condition, condition=out.condition), ()
     while True:
         rates = np.zeros(len(problem.link_pool))
         for n, (l, _) in enumerate(m._pairs):
@@ -253,8 +256,9 @@ def solve_split(problem: SplitProblem, *, top: int = 1, time_limit_s: float | No
             break
         s = set(chosen)
         m.cuts.add(pyo.quicksum(1 - m.z[c] for c in s) + pyo.quicksum(m.z[c] for c in m.CHOICES if c not in s) >= 1)
-        _, _, has, chosen = _solve_once(m, solver, opts)
-        if not has:
+        nxt, chosen = _solve_once(m, solver, opts)
+        if not nxt.has_solution:
             break
     sols = tuple(Solution(p.choices, p.objective) for p in plans)
-    return SolveResult(term, sols, bound, gap, time.perf_counter() - t0, name, options), tuple(plans)
+    return SolveResult(out.termination, sols, out.bound, out.rel_gap, time.perf_counter() - t0, name, options,
+                       condition=out.condition), tuple(plans)

@@ -1,16 +1,18 @@
-"""Why an instance has no plan: name the binding requirement in one sentence."""
+"""Why a solve has no plan, in one sentence: the binding requirement of an infeasible instance
+(:func:`explain_infeasible`), or why the solver stopped before it found one (:func:`explain_stop`)."""
 
 from __future__ import annotations
 
 import numpy as np
 
 from fleetopt.solvers.oracle import NoFleetError, shortest_fleet
+from fleetopt.solvers.outcome import Termination
 from fleetopt.solvers.problem import FleetProblem
 
 from fleetopt.optimizer.plan.candidates import Candidates
 from fleetopt.optimizer.io.instance import Instance
 
-__all__ = ["explain_infeasible"]
+__all__ = ["explain_infeasible", "explain_stop"]
 
 
 def explain_infeasible(instance: Instance, allc: Candidates, problem: FleetProblem, result) -> str:
@@ -66,6 +68,24 @@ def explain_infeasible(instance: Instance, allc: Candidates, problem: FleetProbl
     limits += [f"{g.name}.min_pools >= {g.min_pools}" for g in instance.gpus if g.min_pools]
     return ("each limit can be met on its own, but not all together: " + ", ".join(limits)
             + f" (solver: {result.message or result.termination.value})")
+
+
+def explain_stop(result) -> str:
+    """Why a solve that proved nothing about feasibility ended without a plan (``result``: a
+    :class:`~fleetopt.solvers.mip.SolveResult` without solutions); names the solver's own condition."""
+    said = f" ({result.solver}: {result.condition})" if result.condition else ""
+    open_question = "; the instance may still be feasible"
+    if result.termination is Termination.TIME_LIMIT:
+        limit = result.options.get("time_limit_s")
+        at = f" of {limit:g} s" if limit is not None else ""
+        return f"the solver stopped at its time limit{at} before it found a plan{open_question} (raise --time-limit)"
+    if result.termination is Termination.ITERATION_LIMIT:
+        return f"the solver stopped at an iteration, node or solution limit before it found a plan{said}{open_question}"
+    if result.termination is Termination.INTERRUPTED:
+        return f"the solve was interrupted before it found a plan{said}"
+    if result.termination is Termination.UNKNOWN:
+        return f"the solver stopped without a plan for a reason it did not give or fleetopt does not know{said}"
+    return f"the solver ended without a plan: {result.termination.value}{said}"
 
 
 def _relaxed(problem: FleetProblem, objective: str = "cost") -> FleetProblem:

@@ -1,33 +1,127 @@
-"""``fleetopt solve``: instance -> candidates -> oracle or MIP -> exact re-evaluation -> report."""
+"""``fleetopt solve``: instance -> candidates -> oracle or MIP -> exact re-evaluation -> report.
+
+The report's :class:`SolveStatus` comes from the solver's
+:class:`~fleetopt.solvers.outcome.Termination` through one table, :data:`STATUS`; a solve that ends
+without a plan becomes a typed error only in :func:`require_plan`.
+"""
 
 from __future__ import annotations
 
+import enum
+import numbers
 import time
 from dataclasses import dataclass
+from types import MappingProxyType
 
 import numpy as np
 
 from fleetopt.models.fleet import FleetResult, PoolPlan
-from fleetopt.solvers.mip import SolveResult, Termination, solve as solve_mip
+from fleetopt.models.units import P99_TAIL
+from fleetopt.solvers.mip import SolveResult, solve as solve_mip
 from fleetopt.solvers.oracle import NoFleetError, shortest_fleet
+from fleetopt.solvers.outcome import Termination
 from fleetopt.solvers.problem import FleetProblem
 
 from fleetopt.optimizer.plan.candidates import Candidates, WindowCut, generate_candidates, prune_dominated, restrict
 from fleetopt.optimizer.plan.evaluate import baseline, evaluate_plans
-from fleetopt.optimizer.errors import InstanceError
+from fleetopt.optimizer.errors import (InfeasibleError, InstanceError, SolveInterruptedError, SolverError,
+                                       SolverLimitError)
 from fleetopt.optimizer.io.instance import Instance
 from fleetopt.optimizer.plan.split_candidates import SplitRouting
 
-__all__ = ["SolveOptions", "Plan", "SolveReport", "SplitRouting", "WindowCut", "build_problem", "solve_instance"]
+__all__ = ["SolveOptions", "SolveStatus", "STATUS", "Plan", "SolveReport", "SplitRouting", "WindowCut",
+           "build_problem", "solve_instance", "require_plan", "METHODS"]
+
+METHODS = ("auto", "mip", "oracle")
+"""Values of :attr:`SolveOptions.method`."""
+
+
+class SolveStatus(enum.StrEnum):
+    """What a solve concluded: the report's ``status`` and the JSON's (a ``str``, so ``status == "optimal"``
+    holds). A plan always exits 0; without one, :func:`require_plan` raises the error whose exit code is given
+    (:mod:`fleetopt.optimizer.errors`)."""
+
+    OPTIMAL = "optimal"
+    """Proven optimal within ``mip_gap`` (the oracle is exact)."""
+    TIME_LIMIT = "time_limit"
+    """Stopped at ``time_limit_s``: the plans are the incumbent (``mip_gap`` says how far from proven);
+    without one, :class:`~fleetopt.optimizer.errors.SolverLimitError` (exit 4)."""
+    ITERATION_LIMIT = "iteration_limit"
+    """Stopped at an iteration, node or solution-count limit of the solver: as ``time_limit``, and without a
+    plan the same exit code 4."""
+    INTERRUPTED = "interrupted"
+    """The solve was interrupted: the plans are the incumbent; without one,
+    :class:`~fleetopt.optimizer.errors.SolveInterruptedError` (exit 130)."""
+    INFEASIBLE = "infeasible"
+    """Proven: no plan satisfies the instance; ``explanation`` names the binding requirement
+    (:class:`~fleetopt.optimizer.errors.InfeasibleError`, exit 3)."""
+    ERROR = "error"
+    """The solver failed, or reported what cannot hold for these models (unbounded, an objective limit
+    fleetopt never sets); without a plan :class:`~fleetopt.optimizer.errors.SolverError` (exit 1)."""
+    UNKNOWN = "unknown"
+    """The solver gave no reason, or one fleetopt does not know; without a plan
+    :class:`~fleetopt.optimizer.errors.SolverError` (exit 1)."""
+
+
+STATUS = MappingProxyType({
+    Termination.OPTIMAL: SolveStatus.OPTIMAL,
+    Termination.TIME_LIMIT: SolveStatus.TIME_LIMIT,
+    Termination.ITERATION_LIMIT: SolveStatus.ITERATION_LIMIT,
+    Termination.INTERRUPTED: SolveStatus.INTERRUPTED,
+    Termination.INFEASIBLE: SolveStatus.INFEASIBLE,
+    # every objective is a sum of non-negative $/hr and kW terms over bounded or non-negative variables, so it
+    # is bounded below by 0: "infeasible or unbounded" can only be infeasible, and "unbounded" is a fault
+    Termination.INFEASIBLE_OR_UNBOUNDED: SolveStatus.INFEASIBLE,
+    Termination.UNBOUNDED: SolveStatus.ERROR,
+    Termination.OBJECTIVE_LIMIT: SolveStatus.ERROR,  # fleetopt sets no objective bound or target
+    Termination.ERROR: SolveStatus.ERROR,
+    Termination.UNKNOWN: SolveStatus.UNKNOWN,
+})
+"""The solver's :class:`~fleetopt.solvers.outcome.Termination` -> the report's :class:`SolveStatus`, one entry
+per member (``tests/test_solver_outcomes.py`` checks it)."""
+
+_NO_PLAN_ERROR = MappingProxyType({
+    SolveStatus.INFEASIBLE: InfeasibleError,
+    SolveStatus.TIME_LIMIT: SolverLimitError,
+    SolveStatus.ITERATION_LIMIT: SolverLimitError,
+    SolveStatus.INTERRUPTED: SolveInterruptedError,
+    SolveStatus.OPTIMAL: SolverError,  # proven optimal without a plan cannot happen: a fault
+    SolveStatus.ERROR: SolverError,
+    SolveStatus.UNKNOWN: SolverError,
+})
+"""The error :func:`require_plan` raises for a report without a plan, by status."""
+
+
+def _is_int(value) -> bool:
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
+def _is_real(value) -> bool:
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
 
 
 @dataclass(frozen=True)
 class SolveOptions:
+    """How to solve; checked when built (a bad value raises :class:`ValueError` naming every field at fault).
+
+    Examples
+    --------
+    >>> SolveOptions(method="bogus")
+    Traceback (most recent call last):
+    ...
+    ValueError: SolveOptions: method: 'bogus' is not one of 'auto', 'mip', 'oracle'
+    """
+
     top: int = 1
+    """Distinct fleets to return, best first (an integer >= 1)."""
     time_limit_s: float | None = None
+    """Solver time limit (> 0; None or inf: none)."""
     mip_gap: float = 0.0
+    """Relative MIP gap at which HiGHS stops, :math:`|ub - lb| / |ub|` (0 to 1)."""
     threads: int | None = None
+    """Solver threads (>= 1; None: HiGHS's default)."""
     verbose: bool = False
+    """Show the HiGHS log (True, or a list of streams as Pyomo's ``tee`` takes)."""
     method: str = "auto"
     """``auto`` (graph oracle when the problem is separable, else MIP), ``mip`` or ``oracle``."""
     min_replicas: tuple = ()
@@ -37,6 +131,21 @@ class SolveOptions:
     window_cuts: tuple[WindowCut, ...] = ()
     """Cuts from verification: every pool on a GPU with a window, starting at or below a boundary, needs at least
     a factor times its analytic minimum count (:class:`fleetopt.optimizer.plan.candidates.WindowCut`)."""
+
+    def __post_init__(self) -> None:
+        problems = []
+        if self.method not in METHODS:
+            problems.append(f"method: {self.method!r} is not one of {', '.join(map(repr, METHODS))}")
+        if not (_is_int(self.top) and self.top >= 1):
+            problems.append(f"top: {self.top!r} is not an integer >= 1")
+        if self.time_limit_s is not None and not (_is_real(self.time_limit_s) and self.time_limit_s > 0):
+            problems.append(f"time_limit_s: {self.time_limit_s!r} is not a number of seconds > 0 (None: no limit)")
+        if not (_is_real(self.mip_gap) and 0 <= self.mip_gap <= 1):
+            problems.append(f"mip_gap: {self.mip_gap!r} is not a number from 0 to 1")
+        if self.threads is not None and not (_is_int(self.threads) and self.threads >= 1):
+            problems.append(f"threads: {self.threads!r} is not an integer >= 1 (None: the solver's default)")
+        if problems:
+            raise ValueError("SolveOptions: " + "; ".join(problems))
 
     @property
     def has_cuts(self) -> bool:
@@ -58,7 +167,8 @@ class Plan:
 @dataclass(frozen=True)
 class SolveReport:
     instance: Instance
-    status: str  # optimal | time_limit | infeasible | error
+    status: SolveStatus
+    """What the solve concluded (:class:`SolveStatus`; a ``str``)."""
     method: str  # oracle | mip
     plans: tuple[Plan, ...]
     baseline: FleetResult | None
@@ -92,7 +202,7 @@ def build_problem(instance: Instance, c: Candidates) -> FleetProblem:
         pool_arrival_rate=c.arrival_rate, choice_pool=c.choice_pool, choice_replicas=c.choice_replicas,
         choice_gpus=c.choice_gpus, choice_cost_per_hr=c.choice_cost_per_hr, choice_power_w=c.choice_power_w,
         choice_miss_rate=c.choice_miss_rate,
-        max_miss_rate=0.01 * instance.workload.arrival_rate_req_per_s if fleet_scope else None,
+        max_miss_rate=P99_TAIL * instance.workload.arrival_rate_req_per_s if fleet_scope else None,
         max_pools=instance.pools.max_pools, gpu_max_gpus=gpu_max,
         pool_from_node=c.from_node, pool_to_node=c.to_node, n_nodes=len(c.boundaries) * len(c.gammas),
         sink_node=(len(c.boundaries) - 1) * len(c.gammas),
@@ -141,14 +251,13 @@ def solve_instance(instance: Instance, options: SolveOptions = SolveOptions()) -
         from fleetopt.solvers.mip import lp_bound
 
         root = lp_bound(problem)
-    status = result.termination.value
+    status = STATUS[result.termination]
     explanation = ""
     if not plans:
-        from fleetopt.optimizer.plan.explain import explain_infeasible
+        from fleetopt.optimizer.plan.explain import explain_infeasible, explain_stop
 
-        explanation = explain_infeasible(instance, allc, problem, result)
-        if result.termination == Termination.TIME_LIMIT:
-            status = "time_limit"
+        explanation = (explain_infeasible(instance, allc, problem, result) if status is SolveStatus.INFEASIBLE
+                       else explain_stop(result))
     return SolveReport(
         instance=instance, status=status, method="oracle" if use_oracle else "mip", plans=plans,
         baseline=baseline(instance), explanation=explanation, solve_seconds=time.perf_counter() - t0,
@@ -176,14 +285,45 @@ def _solve_split(instance: Instance, options: SolveOptions) -> SolveReport:
                                 mip_gap=options.mip_gap, threads=options.threads, verbose=options.verbose)
     decoded = tuple(Plan(k + 1, p.objective, *decode_split_plan(instance, model, p.choices, p.link_rate))
                     for k, p in enumerate(plans))
-    status = result.termination.value
-    explanation = "" if decoded else (result.message or "no split-routing plan satisfies the instance")
+    from fleetopt.optimizer.plan.explain import explain_stop
+
+    status = STATUS[result.termination]
+    explanation = ""
+    if not decoded:
+        explanation = (f"no split-routing plan satisfies the instance (solver: {result.message})"
+                       if status is SolveStatus.INFEASIBLE else explain_stop(result))
     return SolveReport(
         instance=instance, status=status, method="mip (split routing)", plans=decoded, baseline=baseline(instance),
         explanation=explanation, solve_seconds=time.perf_counter() - t0, mip_gap=result.rel_gap, bound=result.bound,
         solver=result.solver, candidates_generated=model.generated, candidates_feasible=len(model.problem.pool_gpu),
         candidates_after_pruning=len(model.problem.pool_gpu), dropped_reasons=model.dropped,
         power_error_w=model.problem.power_error_w)
+
+
+def require_plan(report: SolveReport) -> SolveReport:
+    """``report`` when it holds a plan; otherwise the typed error of its status (:data:`_NO_PLAN_ERROR`).
+
+    A time or iteration limit, or an interrupt, with an incumbent is a result and returns. The error's
+    message is the report's explanation and its ``exit_code`` is the documented one
+    (:mod:`fleetopt.optimizer.errors`).
+
+    Raises
+    ------
+    InfeasibleError
+        Status ``infeasible`` (exit 3).
+    SolverLimitError
+        Status ``time_limit`` or ``iteration_limit`` (exit 4).
+    SolveInterruptedError
+        Status ``interrupted`` (exit 130).
+    SolverError
+        Status ``error`` or ``unknown`` (exit 1).
+    """
+    if report.plans:
+        return report
+    status = SolveStatus(report.status)
+    message = f"no plan ({status}): {report.explanation}" if report.explanation else f"no plan ({status})"
+    error = _NO_PLAN_ERROR[status]
+    raise error(message) if error is InfeasibleError else error(message, status)
 
 
 def _oracle(problem: FleetProblem) -> SolveResult:
