@@ -14,15 +14,18 @@ from fleetopt.models.fleet import FleetResult
 from fleetopt.models.units import MS_PER_S
 
 from fleetopt.optimizer.io.catalog import load_catalog
-from fleetopt.optimizer.errors import EXIT_CODES, InstanceError
+from fleetopt.optimizer.errors import EXIT_CODES, FleetoptError, InstanceError
 from fleetopt.optimizer.plan.evaluate import baseline, context_sweep, evaluate, parse_fleet
 from fleetopt.optimizer.io.instance import Instance, load_instance
 from fleetopt.optimizer.report import fleet_json
+from fleetopt.optimizer.simulation.options import EngineOptions, SimOptions
 
 __all__ = ["load", "summarize_instance", "evaluate_report", "EvaluationReport", "tpw_rows", "simulate_report",
-           "simulate_plan"]
+           "simulate_plan", "SimOptions", "EngineOptions", "VERIFY_SIM_OPTIONS"]
 
 DEFAULT_CONTEXTS = "2048,4096,8192,16384,32768,65536,131072"
+VERIFY_SIM_OPTIONS = SimOptions(requests=100_000)
+"""The simulation settings of :func:`verify` unless given (``solve --verify-top``'s defaults)."""
 
 
 def load(path: str | Path, overrides=()) -> Instance:
@@ -105,77 +108,70 @@ def solve(inst: Instance, *, top: int = 1, time_limit_s: float | None = None, mi
                                              verbose=verbose, method=method))
 
 
-def verify(inst: Instance, *, verify_top: int = 3, rule: str = "ci-upper", max_rounds: int = 3, seed: int = 0,
-           requests: int = 100_000, replications: int = 5, time_limit_s: float | None = None, mip_gap: float = 0.0,
-           threads: int | None = None, method: str = "auto", verbose=False, engine=None, cuts: str = "count",
-           trim: bool = False):
+def verify(inst: Instance, sim_options: SimOptions = VERIFY_SIM_OPTIONS, *, verify_top: int = 3,
+           rule: str = "ci-upper", max_rounds: int = 3, time_limit_s: float | None = None, mip_gap: float = 0.0,
+           threads: int | None = None, method: str = "auto", verbose=False, cuts: str = "count", trim: bool = False,
+           progress=None):
     """Solve for the ``verify_top`` best plans and verify them by simulation (see :mod:`fleetopt.optimizer.simulation.verify`);
-    returns (solve report, verification). ``engine`` (:class:`fleetopt.optimizer.simulation.options.EngineOptions`) sets the
-    simulator's KV admission, token budget and availability (default: the analytic model's view); ``cuts`` is
-    ``count`` or ``window`` (:mod:`fleetopt.optimizer.simulation.verify`, "Cuts"); ``trim`` lowers the chosen plan's counts while
-    its simulation passes (:mod:`fleetopt.optimizer.simulation.trim`)."""
+    returns (solve report, verification). ``sim_options`` (:class:`~fleetopt.optimizer.simulation.options.SimOptions`)
+    are the settings of every simulation: requests, replications, seed, the engine's KV admission, token budget and
+    availability, ... (default :data:`VERIFY_SIM_OPTIONS`); ``cuts`` is ``count`` or ``window``
+    (:mod:`fleetopt.optimizer.simulation.verify`, "Cuts"); ``trim`` lowers the chosen plan's counts while its simulation
+    passes (:mod:`fleetopt.optimizer.simulation.trim`)."""
     from fleetopt.optimizer.plan.solve import SolveOptions
     from fleetopt.optimizer.simulation.verify import verify as run
 
     options = SolveOptions(time_limit_s=time_limit_s, mip_gap=mip_gap, threads=threads, verbose=verbose,
                            method="mip" if method == "auto" else method)
-    return run(inst, options, top=verify_top, seed=seed, rule=rule, max_rounds=max_rounds, cuts=cuts, trim=trim,
-               simulate_options={"requests": requests, "replications": replications,
-                                 **({} if engine is None else {"engine": engine})})
+    return run(inst, options, sim_options, top=verify_top, rule=rule, max_rounds=max_rounds, cuts=cuts, trim=trim,
+               progress=progress)
 
 
-def simulate_report(inst: Instance, fleet: str | None = None, *, plan_file=None, rank: int | None = None,
-                    precision=None, router: str = "auto", **options):
+def simulate_report(inst: Instance, fleet: str | None = None, options: SimOptions = SimOptions(), *, plan_file=None,
+                    rank: int | None = None, progress=None):
     """Simulate one fleet spec (``"0-4096:a100x3,4096-65536:a100"``; no ``xN`` = sized analytically first) or a
     plan of a ``solve --json`` file (``plan_file``, solution ``rank``; :mod:`fleetopt.optimizer.simulation.plan_files`).
 
-    ``precision`` is a percentage (``"5%"``, ``5``); ``router="auto"`` is the router the plan needs (its own
-    split routing, compress-and-route for ``@gamma`` pools, else length); the other options are those of
-    :func:`fleetopt.optimizer.simulation.simulate.simulate_plan`. Problems with the plan and the precision are reported together.
+    ``options`` (:class:`~fleetopt.optimizer.simulation.options.SimOptions`) are the run's settings; their default
+    ``router="auto"`` is the router the plan needs (its own split routing, compress-and-route for ``@gamma`` pools,
+    else length).
     """
     from fleetopt.optimizer.simulation.plan_files import SolvedPlan, load_solved_plan
-    from fleetopt.optimizer.simulation.simulate import parse_precision, plans_from_spec, simulate_plan
+    from fleetopt.optimizer.simulation.simulate import plans_from_spec, simulate_plan
 
     if (fleet is None) == (plan_file is None):
         raise InstanceError("--fleet / --plan: give exactly one of them")
     if rank is not None and plan_file is None:
         raise InstanceError("--rank: picks a solution of --plan FILE")
-
-    def plan() -> SolvedPlan:
-        if plan_file is not None:
-            return load_solved_plan(plan_file, inst, rank)
-        return SolvedPlan(plans_from_spec(inst, fleet), None, None)
-
-    problems, solved, target = [], None, None
-    for parse in (plan, lambda: parse_precision(precision)):
-        try:
-            value = parse()
-        except InstanceError as err:
-            problems += err.problems
-            continue
-        solved, target = (value, target) if isinstance(value, SolvedPlan) else (solved, value)
-    if solved is not None and solved.routing is not None and router not in ("auto", "split"):
-        problems.append(f"--router: {router!r}: a split-routing plan runs with its own routing (auto or split)")
-    if problems:
-        raise InstanceError(problems)
-    if solved.routing is not None:
-        options["routing"] = solved.routing
-    return simulate_plan(inst, solved.pools, precision=target, router=solved.router if router == "auto" else router,
-                         **options)
+    if plan_file is not None:
+        solved = load_solved_plan(plan_file, inst, rank)
+    else:
+        solved = SolvedPlan(plans_from_spec(inst, fleet), None, None)
+    if solved.routing is not None and options.router not in ("auto", "split"):
+        raise InstanceError(f"--router: {options.router!r}: a split-routing plan runs with its own routing "
+                            "(auto or split)")
+    return simulate_plan(inst, solved.pools, options, routing=solved.routing, progress=progress)
 
 
-def simulate_plan(inst: Instance, pools, **options):
-    """Simulate pools (``fleetopt.models.fleet.PoolPlan``) of a plan (see :func:`fleetopt.optimizer.simulation.simulate.simulate_plan`)."""
+def simulate_plan(inst: Instance, pools, options: SimOptions = SimOptions(), **per_call):
+    """Simulate pools (``fleetopt.models.fleet.PoolPlan``) of a plan with ``options``; ``per_call`` are ``routing``,
+    ``split_shares`` and ``progress`` (see :func:`fleetopt.optimizer.simulation.simulate.simulate_plan`)."""
     from fleetopt.optimizer.simulation.simulate import simulate_plan as run
 
-    return run(inst, pools, **options)
+    return run(inst, pools, options, **per_call)
 
 
 def exit_code(report) -> int:
-    """0 with a plan (optimal or time-limited), 3 infeasible, 4 time limit without a plan, 1 solver error."""
-    if report.plans:
-        return EXIT_CODES["ok"]
-    return {"infeasible": EXIT_CODES["infeasible"], "time_limit": EXIT_CODES["time_limit"]}.get(report.status, 1)
+    """The documented exit code of a solve report (:mod:`fleetopt.optimizer.errors`): 0 with a plan (a limit
+    with an incumbent included), otherwise that of the typed error
+    :func:`~fleetopt.optimizer.plan.solve.require_plan` raises for its status."""
+    from fleetopt.optimizer.plan.solve import require_plan
+
+    try:
+        require_plan(report)
+    except FleetoptError as err:
+        return err.exit_code
+    return EXIT_CODES["ok"]
 
 
 def tpw_rows(profiles: str | None, hardware: str | None, models: str | None, tp: int = 1, dtype: str = "fp16",

@@ -243,17 +243,18 @@ def bench_verification(repeats: int = 3) -> dict:
     """solve --verify-top 3 on the seed's Puzzle-2 agent instance with a 5 % P99 precision target."""
     from fleetopt.optimizer.io.instance import load_instance
     from fleetopt.optimizer.plan.solve import SolveOptions
+    from fleetopt.optimizer.simulation.options import SimOptions
     from fleetopt.optimizer.simulation.verify import verify
 
     path = REPO / "instances" / "agent_h100.yaml"
     if not path.is_file():
         return {"name": "verify top 3 (Puzzle 2, 5 % precision)", "skipped": "instances/ not found"}
     inst = load_instance(path)
+    sim = SimOptions(requests=20_000, precision=0.05, max_requests=400_000)
     results = []
 
     def run():
-        results.append(verify(inst, SolveOptions(method="mip"), top=3, simulate_options={
-            "requests": 20_000, "precision": 0.05, "max_requests": 400_000})[1])
+        results.append(verify(inst, SolveOptions(method="mip"), sim, top=3)[1])
 
     median = _median_s(run, repeats)
     return {"name": "verify top 3 (Puzzle 2, 5 % precision)", "median_s": median, "target_s": 20.0,

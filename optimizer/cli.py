@@ -1,7 +1,8 @@
 """The ``fleetopt`` command: a thin layer over :mod:`fleetopt.optimizer.api`.
 
-Exit codes: 0 success, 2 invalid input, 3 infeasible, 4 time limit without
-a plan, 1 internal error (see README).
+Exit codes: 0 success, 2 invalid input, 3 infeasible, 4 time or iteration limit
+without a plan, 130 interrupted without a plan, 1 internal or solver error
+(:mod:`fleetopt.optimizer.errors`, README).
 """
 
 from __future__ import annotations
@@ -16,7 +17,8 @@ from fleetopt.optimizer import api, report
 from fleetopt.optimizer.errors import FleetoptError, InstanceError
 from fleetopt.optimizer.io.output import write_json
 from fleetopt.optimizer.report import console
-from fleetopt.optimizer.simulation.options import DEFAULT_SPILL_BOUND, EngineOptions
+from fleetopt.optimizer.simulation.options import (DEFAULT_SPILL_BOUND, EngineOptions, SimOptions, SimOptionsError,
+                                                   parse_precision)
 
 CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"]}
 _json_opt = click.option("--json", "json_out", metavar="FILE", help="Also write the result as JSON ('-' = stdout).")
@@ -46,6 +48,25 @@ def _guard(fn):
             raise click.exceptions.Exit(1)
 
     return wrapper
+
+
+_SIMULATE_FLAGS = {"requests": "--requests", "replications": "--replications", "seed": "--seed", "mode": "--mode",
+                   "router": "--router", "dispatch": "--dispatch", "arrivals": "--arrivals",
+                   "peak_to_mean": "--peak-to-mean", "spill_bound": "--spill-bound", "precision": "--precision",
+                   "max_requests": "--max-requests", "engine.kv": "--kv", "engine.max_num_seqs": "--max-num-seqs",
+                   "engine.max_batched_tokens": "--max-batched-tokens", "engine.availability": "--availability"}
+"""``simulate``: the flag of each :class:`SimOptions` field it sets."""
+_VERIFY_FLAGS = {"requests": "--sim-requests", "replications": "--sim-replications", "seed": "--seed",
+                 "engine.kv": "--sim-kv", "engine.availability": "--sim-availability"}
+"""``solve --verify-top``: the flag of each :class:`SimOptions` field it sets."""
+
+
+def _sim_options(flags: dict[str, str], **settings) -> SimOptions:
+    """One :class:`SimOptions` from a command's flags; each bad setting is one line naming its flag."""
+    try:
+        return SimOptions(**settings)
+    except SimOptionsError as err:
+        raise InstanceError([f"{flags.get(field, field)}: {text}" for field, text in err.by_field]) from None
 
 
 def _emit(table_fn, data: dict, json_out: str | None, protect=()) -> None:
@@ -131,16 +152,16 @@ def solve(instance, top, max_pools, objective, time_limit, mip_gap, threads, met
     tee = [sys.stderr] if (verbose and json_out == "-") else verbose
     kwargs = dict(time_limit_s=time_limit, mip_gap=mip_gap, threads=threads, method=method, verbose=tee)
     if verify_top:
-        engine = EngineOptions(kv=sim_kv, availability=sim_availability)
-        rep, ver = api.verify(inst, verify_top=verify_top, rule=verify_rule, max_rounds=max_rounds, seed=seed,
-                              requests=sim_requests, replications=sim_replications, engine=engine,
+        sim = _sim_options(_VERIFY_FLAGS, requests=sim_requests, replications=sim_replications, seed=seed,
+                           engine=EngineOptions(kv=sim_kv, availability=sim_availability))
+        rep, ver = api.verify(inst, sim, verify_top=verify_top, rule=verify_rule, max_rounds=max_rounds,
                               cuts=verify_cuts, trim=trim, **kwargs)
     else:
         if trim:
             raise InstanceError("--trim: trims the plan --verify-top N chose; give --verify-top")
         rep, ver = api.solve(inst, top=top, **kwargs), None
     _emit(lambda c: report.render_solve(c, rep, ver), report.solve_json(rep, ver), json_out, (inst.path,))
-    raise click.exceptions.Exit(api.exit_code(rep))
+    raise click.exceptions.Exit(api.exit_code(rep))  # no plan: the code of its status (the report explains it)
 
 
 @main.command()
@@ -212,12 +233,12 @@ def simulate(instance, fleet, plan_file, rank, n_requests, seed, router, spill_b
     from fleetopt.optimizer.report import progress_bar, render_simulation
 
     inst = api.load(instance, overrides)
+    options = _sim_options(_SIMULATE_FLAGS, requests=n_requests, replications=replications, seed=seed, mode=mode,
+                           router=router, dispatch=dispatch, arrivals=arrivals, peak_to_mean=peak_to_mean,
+                           spill_bound=spill_bound, precision=parse_precision(precision), max_requests=max_requests,
+                           engine=EngineOptions(kv, max_num_seqs, max_batched_tokens, availability))
     with progress_bar(sys.stderr.isatty()) as progress:
-        rep = api.simulate_report(
-            inst, fleet, plan_file=plan_file, rank=rank, requests=n_requests, seed=seed, router=router,
-            spill_bound=spill_bound, dispatch=dispatch, arrivals=arrivals, peak_to_mean=peak_to_mean, mode=mode,
-            precision=precision, max_requests=max_requests, replications=replications, progress=progress,
-            engine=EngineOptions(kv, max_num_seqs, max_batched_tokens, availability))
+        rep = api.simulate_report(inst, fleet, options, plan_file=plan_file, rank=rank, progress=progress)
     _emit(lambda c: render_simulation(c, rep), rep.to_json(), json_out, (inst.path,))
 
 

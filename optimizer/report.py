@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import shlex
+import textwrap
 from contextlib import contextmanager, nullcontext
 from dataclasses import asdict
 
@@ -16,14 +17,15 @@ from rich.table import Table
 
 from fleetopt.models.fleet import FleetResult, PoolResult
 from fleetopt.models.service import ContextPoint
+from fleetopt.models.units import P99_TAIL
 
 from fleetopt.optimizer.plan.evaluate import fleet_spec
 from fleetopt.optimizer.io.overrides import set_flags
-from fleetopt.optimizer.simulation.options import EngineOptions
+from fleetopt.optimizer.simulation.options import EngineOptions, SimOptions
 
 __all__ = ["fleet_json", "pool_json", "fleet_table", "fleet_notes", "tpw_json", "tpw_table", "fmt_ms", "solve_json",
            "render_solve", "render_evaluation", "render_summary", "render_verification", "render_simulation",
-           "progress_bar"]
+           "sim_options_line", "progress_bar"]
 
 ANALYTIC = "analytic"
 
@@ -107,7 +109,7 @@ def fleet_notes(r: FleetResult, ttft_model: str) -> list[str]:
         lines.append(f"  fleet-scope SLO: {100 * r.slo_miss_share:.3f} % of all requests exceed the TTFT SLO "
                      f"(budget 1 %); fleet-wide P99 TTFT {fmt_ms(r.ttft_p99_ms)} ms")
         for p in r.pools:
-            if p.slo_miss_prob > 0.01:
+            if p.slo_miss_prob > P99_TAIL:
                 share = p.arrival_rate * p.slo_miss_prob / max(sum(q.arrival_rate for q in r.pools), 1e-300)
                 lines.append(f"  {p.min_tokens:,}-{p.max_tokens:,} on {p.gpu}: {100 * p.slo_miss_prob:.1f} % of its "
                              f"requests are slow ({100 * share:.3f} % of all)"
@@ -220,7 +222,7 @@ def trim_json(trim, plan, instance) -> dict | None:
             "ttft_p99_ms_sim": trim.sim.ttft_p99_ms, "ttft_p99_ms_confirmation": trim.confirmation.ttft_p99_ms,
             "fleet": fleet_spec(instance, trim.sim.analytic, trim.counts),
             "fleet_simulated": fleet_spec(instance, trim.sim.analytic), "trials": len(trim.steps),
-            "requests_per_trial": trim.requests_per_trial, "pools": pools}
+            "requests_per_trial": trim.requests_per_trial, "pools": pools, "options": trim.sim.options.to_json()}
 
 
 def verification_json(v, instance) -> dict:
@@ -239,7 +241,7 @@ def verification_json(v, instance) -> dict:
                       "ttft_p99_ms_sim": vp.sim.ttft_p99_ms, "ttft_p99_ci_ms": list(vp.sim.ttft_p99_ci_ms),
                       "requests_simulated": vp.sim.requests_simulated, "pools": pools})
     return {"rule": v.rule, "rounds": v.rounds, "cuts": list(v.cuts), "plans": plans,
-            "engine": v.plans[0].sim.engine.to_json() if v.plans else None,
+            "engine": v.plans[0].sim.engine.to_json() if v.plans else None, "options": v.options.to_json(),
             "chosen_rank": None if v.chosen is None else v.chosen.rank,
             "chosen_round": None if v.chosen is None else v.chosen.round,
             "trim": None if v.chosen is None else trim_json(v.trim, v.chosen.plan, instance)}
@@ -262,7 +264,7 @@ def solve_json(report, verification=None) -> dict:
     if verification is not None and verification.chosen is not None:
         best = verification.chosen.plan
     out = {"instance": inst.name, "command": "solve", "overrides": list(inst.overrides),
-           "status": report.status, "method": report.method,
+           "status": str(report.status), "method": report.method,
            "solver": report.solver, "explanation": report.explanation,
            "objective": {"name": inst.objective, "value": None if best is None else best.objective, "unit": unit,
                          "bound": report.bound, "lp_bound": report.lp_bound}}
@@ -327,13 +329,14 @@ def render_verification(c: Console, v, slo_ms: float, instance=None) -> None:
                       f"{vp.plan.fleet.cost_per_hr:,.2f}" if k == 0 else "", f"{p.min_tokens:,}-{p.max_tokens:,} {p.gpu}",
                       str(p.replicas), fmt_ms(p.ttft_p99_ms), sim_txt, "MISSES" if miss else "ok")
     c.print(t)
+    _say(c, f"simulated with {sim_options_line(v.options)}")
     for cut in v.cuts:
-        c.print(f"cut {cut}")
+        _say(c, f"cut {cut}")
     if v.chosen is None:
-        c.print(f"no plan met the SLO in simulation within {v.rounds} round(s)")
+        _say(c, f"no plan met the SLO in simulation within {v.rounds} round(s)")
     else:
-        c.print(f"chosen: round {v.chosen.round}, plan {v.chosen.rank}, ${v.chosen.plan.fleet.cost_per_hr:,.2f}/hr "
-                f"(simulated fleet P99 {v.chosen.sim.ttft_p99_ms:,.1f} ms, {v.chosen.sim.requests_simulated:,} requests)")
+        _say(c, f"chosen: round {v.chosen.round}, plan {v.chosen.rank}, ${v.chosen.plan.fleet.cost_per_hr:,.2f}/hr "
+             f"(simulated fleet P99 {v.chosen.sim.ttft_p99_ms:,.1f} ms, {v.chosen.sim.requests_simulated:,} requests)")
         if v.trim is not None:
             render_trim(c, v.trim, v.chosen.plan, instance)
 
@@ -353,21 +356,23 @@ def render_trim(c: Console, trim, plan, instance=None) -> None:
             why = "no pool could lose a replica and still meet the SLO"
         else:
             why = "every pool is at its load floor (offered load over its slots at max_utilization)"
-        c.print(f"trim (simulated): {why} ({len(trim.steps)} trials of {trim.requests_per_trial:,} requests; "
-                f"independent seed: {'met' if trim.confirmed else 'MISSED'}, P99 {trim.confirmation.ttft_p99_ms:,.1f} ms)")
+        _say(c, f"trim (simulated): {why} ({len(trim.steps)} trials of {trim.requests_per_trial:,} requests; "
+             f"independent seed: {'met' if trim.confirmed else 'MISSED'}, P99 {trim.confirmation.ttft_p99_ms:,.1f} ms)")
         return
     missed = [f"{p.min_tokens:,}-{p.max_tokens:,}" for p, s in zip(plan.fleet.pools, trim.sim.pools)
               if not s.analytic.slo_met]
-    c.print(f"trim (simulated, {len(trim.steps)} trials of {trim.requests_per_trial:,} requests): {pools}; "
-            f"${trim.cost_per_hr:,.2f}/hr, "
-            f"{trim.savings:.1%} below the verified plan; simulated fleet P99 {trim.sim.ttft_p99_ms:,.1f} ms, "
-            f"{trim.confirmation.ttft_p99_ms:,.1f} ms with an independent seed"
-            + (f"; analytically these pools miss: {', '.join(missed)}" if missed else ""))
+    _say(c, f"trim (simulated, {len(trim.steps)} trials of {trim.requests_per_trial:,} requests): {pools}; "
+         f"${trim.cost_per_hr:,.2f}/hr, "
+         f"{trim.savings:.1%} below the verified plan; simulated fleet P99 {trim.sim.ttft_p99_ms:,.1f} ms, "
+         f"{trim.confirmation.ttft_p99_ms:,.1f} ms with an independent seed"
+         + (f"; analytically these pools miss: {', '.join(missed)}" if missed else ""))
     spec = None if instance is None else fleet_spec(instance, trim.sim.analytic)
     if spec is not None:
         e = trim.sim.engine
         flags = "".join(f" --{k.replace('_', '-')} {v}" for k, v in e.to_json().items()
                         if v is not None and v != _ENGINE_DEFAULTS.get(k))
+        if trim.sim.options.replications != SimOptions().replications:
+            flags += f" --replications {trim.sim.options.replications}"
         sets = set_flags(instance.overrides)
         c.print(f"check the trimmed plan: fleetopt simulate {shlex.quote(str(instance.path or instance.name))} "
                 + (f"{sets} " if sets else "")
@@ -432,26 +437,30 @@ def render_simulation(c: Console, rep) -> None:
             ("attain %", f"{100 * rep.slo_attainment:.2f}"), ("TPOT sim", ms(rep.tpot_p99_ms)),
             ("power W", f"{a.power_kw * 1000:,.0f} / {rep.power_kw * 1000:,.0f}"),
             ("SLO", "met" if rep.slo_met else "MISSED")]
-    for name, footer in cols:
-        t.add_column(name, footer=footer, no_wrap=True,
-                     justify="left" if name in ("tokens", "gpu", "SLO") else "right")
+    rows = []
     for p in rep.pools:
         q = p.analytic
-        t.add_row(f"{q.min_tokens:,}-{q.max_tokens:,}" + (f" (+@{q.compress_gamma:g})" if q.compress_gamma > 1 else ""),
-                  q.gpu, str(q.replicas), f"{q.utilization:.2f} / {p.utilization_sim:.2f}",
-                  f"{q.mean_batch:,.1f} / {p.mean_batch:,.1f}", ms(q.ttft_p99_ms),
-                  ms(p.ttft_p99_ms_sim) + ci(p.ttft_p99_ci_ms),
-                  "-" if math.isnan(p.slo_attainment) else f"{100 * p.slo_attainment:.2f}", ms(p.tpot_p99_ms_sim),
-                  f"{q.power_w:,.0f} / {p.power_w_sim:,.0f}", "met" if p.slo_met_sim else "MISSED")
+        rows.append((f"{q.min_tokens:,}-{q.max_tokens:,}" + (f" (+@{q.compress_gamma:g})" if q.compress_gamma > 1 else ""),
+                     q.gpu, str(q.replicas), f"{q.utilization:.2f} / {p.utilization_sim:.2f}",
+                     f"{q.mean_batch:,.1f} / {p.mean_batch:,.1f}", ms(q.ttft_p99_ms),
+                     ms(p.ttft_p99_ms_sim) + ci(p.ttft_p99_ci_ms),
+                     "-" if math.isnan(p.slo_attainment) else f"{100 * p.slo_attainment:.2f}", ms(p.tpot_p99_ms_sim),
+                     f"{q.power_w:,.0f} / {p.power_w_sim:,.0f}", "met" if p.slo_met_sim else "MISSED"))
+    for k, (name, footer) in enumerate(cols):  # a narrow terminal wraps a cell in two at a space, never cuts digits
+        t.add_column(name, footer=footer, no_wrap=name == "tokens", overflow="fold",
+                     min_width=max(_two_line_width(x) for x in [footer] + [r[k] for r in rows]),
+                     justify="left" if name in ("tokens", "gpu", "SLO") else "right")
+    for r in rows:
+        t.add_row(*r)
     c.print(t)
     e = rep.energy_per_output_token_j
-    c.print(f"simulated: {rep.requests_simulated:,} requests ({rep.requests_measured:,} measured), "
-            f"{rep.replications} replications, seed {rep.seed}, mode {rep.mode}, router {rep.router}, "
-            f"dispatch {rep.dispatch}, arrivals {rep.arrivals}; CI {rep.ci_method}, stopped by {rep.stopped_by}; "
-            f"{rep.simulated_seconds:,.0f} s simulated in {rep.wall_seconds:,.2f} s; analytic numbers from models/")
-    c.print(f"  energy per output token {'-' if math.isnan(e) else f'{e:.3f} J'}; Little's law error "
-            f"{rep.littles_law_rel_error:.1e}; unfinished {rep.unfinished:,}, rejected {rep.rejected:,}; "
-            f"SLO on the CI upper bound (point estimate: {'met' if rep.slo_met_point else 'MISSED'})")
+    _say(c, f"simulated: {rep.requests_simulated:,} requests ({rep.requests_measured:,} measured), "
+         f"{rep.replications} replications; CI {rep.ci_method}, stopped by {rep.stopped_by}; "
+         f"{rep.simulated_seconds:,.0f} s simulated in {rep.wall_seconds:,.2f} s; analytic numbers from models/")
+    _say(c, sim_options_line(rep.options), "  ")
+    _say(c, f"energy per output token {'-' if math.isnan(e) else f'{e:.3f} J'}; Little's law error "
+         f"{rep.littles_law_rel_error:.1e}; unfinished {rep.unfinished:,}, rejected {rep.rejected:,}; "
+         f"SLO on the CI upper bound (point estimate: {'met' if rep.slo_met_point else 'MISSED'})", "  ")
     eng = rep.engine
     if eng.kv == "paged" or eng.max_batched_tokens is not None or eng.availability == "sampled":
         per_pool = "; ".join(
@@ -459,12 +468,62 @@ def render_simulation(c: Console, rep) -> None:
             + (f", replicas up {p.replicas_up_mean:.2f} of {p.replicas}" if eng.availability == "sampled" else "")
             for p in rep.pools)
         budget = "" if eng.max_batched_tokens is None else f", token budget {eng.max_batched_tokens:,}/iteration"
-        c.print(f"  engine: kv {eng.kv}{budget}, availability {eng.availability} (simulated) - {per_pool}")
+        _say(c, f"engine: kv {eng.kv}{budget}, availability {eng.availability} (simulated) - {per_pool}", "  ")
     if rep.router == "spillover":
         spilled = "; ".join(f"{p.min_tokens:,}-{p.max_tokens:,}: {p.spilled:,}" for p in rep.pools)
-        c.print(f"  simulated spills to the next pool up (bound {rep.spill_bound}, all replications) - {spilled}")
+        _say(c, f"simulated spills to the next pool up (bound {rep.spill_bound}, all replications) - {spilled}", "  ")
     for line in rep.notes:
-        c.print(f"  note: {line}")
+        _say(c, f"note: {line}", "  ")
+
+
+def _say(c: Console, text: str, indent: str = "") -> None:
+    """Print a paragraph wrapped at the console's width at its spaces, its continuation lines indented two more."""
+    c.print(textwrap.fill(text, width=max(c.width, 40), initial_indent=indent, subsequent_indent=indent + "  ",
+                          break_long_words=False, break_on_hyphens=False), markup=False)
+
+
+def _two_line_width(text: str) -> int:
+    """The least width at which ``text`` wraps at one of its spaces into at most two lines."""
+    cuts = [max(len(text[:k].rstrip()), len(text[k + 1:])) for k, ch in enumerate(text) if ch == " "]
+    return min(cuts + [len(text)])
+
+
+def sim_options_line(o: SimOptions) -> str:
+    """A run's settings in one line, ``options: field=value ...`` (a
+    :class:`fleetopt.optimizer.simulation.options.SimOptions`; the fields that apply to it: an arrival process's
+    parameters, the spill bound, the precision cap and the engine caps only where they are used; the JSON's
+    ``options`` holds every field).
+
+    Examples
+    --------
+    >>> from fleetopt.optimizer.simulation.options import SimOptions
+    >>> sim_options_line(SimOptions(requests=20_000, arrivals="mmpp", precision=0.05))
+    'options: requests=20000 replications=5 seed=0 warmup_share=0.1 mode=iteration router=auto dispatch=jsq
+    arrivals=mmpp peak_to_mean=2 mean_dwell_s=10 precision=0.05 max_requests=1000000 engine.kv=reserve
+    engine.availability=all-up'
+    """
+    parts = {"requests": o.requests, "replications": o.replications, "seed": o.seed,
+             "warmup_share": f"{o.warmup_share:g}", "mode": o.mode, "router": o.router}
+    if o.mode == "iteration":
+        parts["dispatch"] = o.dispatch
+    parts["arrivals"] = o.arrivals
+    if o.arrivals in ("mmpp", "diurnal"):
+        parts["peak_to_mean"] = f"{o.peak_to_mean:g}"
+    if o.arrivals == "mmpp":
+        parts["mean_dwell_s"] = f"{o.mean_dwell_s:g}"
+    if o.arrivals == "diurnal":
+        parts["period_s"] = "None" if o.period_s is None else f"{o.period_s:g}"
+    if o.spill_bound is not None:
+        parts["spill_bound"] = o.spill_bound
+    if o.precision is not None:
+        parts.update(precision=f"{o.precision:g}", max_requests=o.max_requests)
+    e = o.engine
+    parts["engine.kv"] = e.kv
+    for name in ("max_num_seqs", "max_batched_tokens"):
+        if getattr(e, name) is not None:
+            parts[f"engine.{name}"] = getattr(e, name)
+    parts["engine.availability"] = e.availability
+    return "options: " + " ".join(f"{k}={v}" for k, v in parts.items())
 
 
 def progress_bar(enabled: bool):

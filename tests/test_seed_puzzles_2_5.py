@@ -12,6 +12,7 @@ from __future__ import annotations
 import pytest
 
 from fleetopt.optimizer import api
+from fleetopt.optimizer.simulation.options import SimOptions
 from fleetopt.optimizer.simulation.simulate import plans_from_spec, simulate_plan
 
 
@@ -25,24 +26,38 @@ def test_analytic_sizing_of_the_homogeneous_fleet(agent):
     assert abs(r.total_replicas - 24) <= 1 and r.feasible  # the seed: about 24
 
 
+SEEDS = (11, 12, 13)
+"""Three independent seeds; each outcome must hold on every one with the margin its test states (measured on
+the three: JSQ's P99 CI upper bound 259-283 ms, round robin's P99 24-31 s, the split's long pool 302-326 ms)."""
+SLO_MS = 1000.0
+
+
+@pytest.mark.slow
 def test_load_blind_dispatch_reproduces_the_seed_miss(agent):
+    """On every seed, join-shortest-queue meets the SLO with its P99 CI below half of it, and round robin misses
+    it by more than ten times: the miss is a dispatch effect, not a matter of luck."""
     pools = plans_from_spec(agent, "0-64k:h100x24")
-    jsq = simulate_plan(agent, pools, requests=60_000, seed=11)
-    rr = simulate_plan(agent, pools, requests=60_000, seed=11, dispatch="round-robin")
-    assert jsq.slo_met and jsq.ttft_p99_ci_ms[1] <= 1000.0
-    assert not rr.slo_met and rr.ttft_p99_ms > 1000.0 > jsq.ttft_p99_ms
+    for seed in SEEDS:
+        jsq = simulate_plan(agent, pools, SimOptions(requests=60_000, seed=seed))
+        rr = simulate_plan(agent, pools, SimOptions(requests=60_000, seed=seed, dispatch="round-robin"))
+        assert jsq.slo_met and jsq.ttft_p99_ci_ms[1] <= 0.5 * SLO_MS, (seed, jsq.ttft_p99_ci_ms)
+        assert not rr.slo_met and rr.ttft_p99_ms > 10 * SLO_MS, (seed, rr.ttft_p99_ms)
 
 
+@pytest.mark.slow
 def test_the_two_pool_plan_passes_in_simulation(agent):
-    sim = simulate_plan(agent, plans_from_spec(agent, "0-4096:h100,4096-64k:h100"), requests=60_000, seed=11)
-    assert sim.slo_met
-    short, long_ = sim.pools
-    assert short.ttft_p99_ms_sim < long_.ttft_p99_ms_sim < 1000.0
+    """On every seed the seed's 4,096 / 65,536 split passes, its long pool's P99 below 60 % of the SLO."""
+    pools = plans_from_spec(agent, "0-4096:h100,4096-64k:h100")
+    for seed in SEEDS:
+        sim = simulate_plan(agent, pools, SimOptions(requests=60_000, seed=seed))
+        assert sim.slo_met, seed
+        short, long_ = sim.pools
+        assert short.ttft_p99_ms_sim < long_.ttft_p99_ms_sim < 0.6 * SLO_MS, (seed, long_.ttft_p99_ms_sim)
 
 
 def test_random_routing_rejects_what_a_short_window_cannot_hold(agent):
     """Random routing between a 4,096-token and a 65,536-token pool sends long prompts to a pool that
     cannot hold them: they are rejected and counted as misses (never silently served)."""
-    sim = simulate_plan(agent, plans_from_spec(agent, "0-4096:h100x2,4096-64k:h100x23"), requests=30_000, seed=5,
-                        router="random")
+    sim = simulate_plan(agent, plans_from_spec(agent, "0-4096:h100x2,4096-64k:h100x23"),
+                        SimOptions(requests=30_000, seed=5, router="random"))
     assert not sim.slo_met and sim.slo_attainment < 0.9

@@ -19,7 +19,7 @@ from scipy import stats
 from fleetopt.optimizer import api
 from fleetopt.optimizer.cli import main
 from fleetopt.optimizer.errors import InstanceError
-from fleetopt.optimizer.simulation.options import VLLM_DEFAULT_MAX_NUM_SEQS, EngineOptions
+from fleetopt.optimizer.simulation.options import VLLM_DEFAULT_MAX_NUM_SEQS, EngineOptions, SimOptions
 from fleetopt.optimizer.simulation.simulate import plans_from_spec, simulate_plan
 
 
@@ -29,7 +29,7 @@ def agent(repo_root):
 
 
 def _run(inst, fleet: str, **kw):
-    return simulate_plan(inst, plans_from_spec(inst, fleet), **kw)
+    return simulate_plan(inst, plans_from_spec(inst, fleet), SimOptions(**kw))
 
 
 def test_paged_admission_runs_batches_beyond_the_reserved_slots(agent):
@@ -61,21 +61,21 @@ def test_paged_overload_preempts_and_keeps_the_books(agent):
 def test_paged_keeps_a_tpot_cap(repo_root):
     inst = api.load(repo_root / "instances" / "quickstart.yaml", ["slo.tpot_p99_ms=30"])
     plan = plans_from_spec(inst, "0-4096:h100,4096-65536:h100")
-    reserve = simulate_plan(inst, plan, requests=1000, replications=1)
+    reserve = simulate_plan(inst, plan, SimOptions(requests=1000, replications=1))
     caps = [p.analytic.max_num_seqs for p in reserve.pools]
     slots = [inst.gpu("h100").profile.n_slots(p.max_tokens) for p in reserve.pools]
     assert any(c < s for c, s in zip(caps, slots)), "the TPOT SLO should cap a pool below its slots"
-    paged = simulate_plan(inst, plan, requests=1000, replications=1, engine=EngineOptions(kv="paged"))
+    paged = simulate_plan(inst, plan, SimOptions(requests=1000, replications=1, engine=EngineOptions(kv="paged")))
     for p, c, s in zip(paged.pools, caps, slots):
         assert p.max_num_seqs_sim == (c if c < s else VLLM_DEFAULT_MAX_NUM_SEQS)
 
 
 @pytest.mark.parametrize("engine, mode, phrase", [
-    (EngineOptions(max_num_seqs=64), "iteration", "--max-num-seqs"),
+    (EngineOptions(max_num_seqs=64), "iteration", "engine.max_num_seqs"),
     (EngineOptions(kv="paged"), "slot", "slot mode"),
-    (EngineOptions(kv="lazy"), "iteration", "--kv"),
-    (EngineOptions(availability="sometimes"), "iteration", "--availability"),
-    (EngineOptions(kv="paged", max_num_seqs=0), "iteration", "--max-num-seqs"),
+    (EngineOptions(kv="lazy"), "iteration", "engine.kv"),
+    (EngineOptions(availability="sometimes"), "iteration", "engine.availability"),
+    (EngineOptions(kv="paged", max_num_seqs=0), "iteration", "engine.max_num_seqs"),
 ])
 def test_engine_option_errors(agent, engine, mode, phrase):
     with pytest.raises(InstanceError) as err:
@@ -96,7 +96,7 @@ def test_availability_one_samples_nothing(agent):
     sampled = _run(agent, "0-4096:h100x2,4096-65536:h100x23", requests=1000, replications=2,
                    engine=EngineOptions(availability="sampled")).to_json()
     for d in (base, sampled):
-        d.pop("wall_seconds"), d.pop("engine"), d.pop("notes")
+        d.pop("wall_seconds"), d.pop("engine"), d.pop("notes"), d["options"].pop("engine")
     assert sampled == base
 
 
@@ -153,7 +153,7 @@ def test_token_budget_slows_prefills_and_is_reported(agent):
 
 
 def test_paged_with_a_token_budget_is_refused(agent):
-    with pytest.raises(InstanceError, match="--max-batched-tokens: not supported with --kv paged"):
+    with pytest.raises(InstanceError, match="engine.max_batched_tokens: 4096 is not supported with kv 'paged'"):
         _run(agent, "0-65536:h100x24", requests=500, replications=1,
              engine=EngineOptions(kv="paged", max_batched_tokens=4096))
 

@@ -17,6 +17,7 @@ from fleetopt.optimizer import api
 from fleetopt.optimizer.cli import main
 from fleetopt.optimizer.errors import InstanceError
 from fleetopt.optimizer.plan.evaluate import evaluate_plans
+from fleetopt.optimizer.simulation.options import SimOptions
 from fleetopt.optimizer.simulation.simulate import plans_from_fleet, plans_from_spec, simulate_plan
 from fleetopt.solvers.des.arrivals import diurnal_arrivals, mmpp_arrivals, mmpp_dispersion_limit, mmpp_rates
 from fleetopt.solvers.des.routers import CompressRouter
@@ -24,7 +25,7 @@ from fleetopt.solvers.des.routing import Requests
 
 CONTRACT = {"requests_simulated", "simulated_seconds", "wall_seconds", "ttft_p99_ms", "ttft_p99_ci_ms", "tpot_p99_ms",
             "slo_met", "slo_attainment", "power_kw", "energy_per_output_token_j", "pools", "engine", "spill_bound",
-            "routing_source", "latency_ms", "analytic", "notes"}
+            "routing_source", "latency_ms", "analytic", "notes", "options"}
 POOL_CONTRACT = {"min_tokens", "max_tokens", "gpu", "replicas", "gpus", "arrival_rate", "utilization", "ttft_p99_ms",
                  "power_w", "slo_met", "ttft_p99_ms_sim", "ttft_p99_ci_ms", "tpot_p99_ms_sim", "slo_attainment",
                  "mean_batch", "preemptions", "spilled", "max_num_seqs_sim", "replicas_up_mean"}
@@ -125,10 +126,13 @@ def test_compress_router_moves_the_band_with_its_success_probability():
 
 
 def test_json_contract_and_books(trace_inst):
-    rep = simulate_plan(trace_inst, plans_from_spec(trace_inst, TRACE_FLEET), requests=6000, replications=3)
+    rep = simulate_plan(trace_inst, plans_from_spec(trace_inst, TRACE_FLEET), SimOptions(requests=6000, replications=3))
     data = rep.to_json()
     assert CONTRACT <= set(data) and all(POOL_CONTRACT <= set(p) for p in data["pools"])
     assert data["requests_simulated"] == 6000 and data["replications"] == 3 and data["seed"] == 0
+    # provenance: the settings as run ("auto" resolved to the router the plan needs), the same record back
+    assert SimOptions.from_json(data["options"]) == SimOptions(requests=6000, replications=3, router="length")
+    assert data["options"]["engine"] == data["engine"] and data["options"]["seed"] == data["seed"]
     low, high = data["ttft_p99_ci_ms"]
     assert low <= data["ttft_p99_ms"] <= high and 0 <= data["slo_attainment"] <= 1
     assert all(p["preemptions"] == 0 and p["replicas"] >= 1 for p in data["pools"])
@@ -147,15 +151,15 @@ def test_json_contract_and_books(trace_inst):
 @pytest.mark.parametrize("mode,arrivals,router", [("iteration", "poisson", "length"), ("slot", "mmpp", "length"),
                                                   ("iteration", "trace", "random"), ("slot", "diurnal", "split")])
 def test_littles_law_holds_in_every_run(trace_inst, mode, arrivals, router):
-    rep = simulate_plan(trace_inst, plans_from_spec(trace_inst, TRACE_FLEET), requests=4000, replications=2,
-                        mode=mode, arrivals=arrivals, router=router)
+    rep = simulate_plan(trace_inst, plans_from_spec(trace_inst, TRACE_FLEET),
+                        SimOptions(requests=4000, replications=2, mode=mode, arrivals=arrivals, router=router))
     assert rep.littles_law_rel_error < 1e-9
     assert rep.requests_measured > 0 and rep.unfinished + rep.rejected <= rep.requests_measured
 
 
 def test_lightly_loaded_slot_p99_matches_the_analytic_tail(trace_inst):
-    rep = simulate_plan(trace_inst, plans_from_spec(trace_inst, "0-2048:h100x2,2048-16384:h100x2"), requests=20_000,
-                        mode="slot")
+    rep = simulate_plan(trace_inst, plans_from_spec(trace_inst, "0-2048:h100x2,2048-16384:h100x2"),
+                        SimOptions(requests=20_000, mode="slot"))
     assert trace_inst.slo.ttft_model == "tail"
     for p in rep.pools:
         analytic = p.analytic.ttft_p99_ms
@@ -168,15 +172,15 @@ def test_lightly_loaded_slot_p99_matches_the_analytic_tail(trace_inst):
 
 def test_trace_replay_and_poisson_at_the_same_rate(trace_inst):
     plans = plans_from_spec(trace_inst, TRACE_FLEET)
-    replay = simulate_plan(trace_inst, plans, requests=8000, arrivals="trace", replications=5)
-    poisson = simulate_plan(trace_inst, plans, requests=8000, arrivals="poisson", replications=2)
+    replay = simulate_plan(trace_inst, plans, SimOptions(requests=8000, arrivals="trace", replications=5))
+    poisson = simulate_plan(trace_inst, plans, SimOptions(requests=8000, arrivals="poisson", replications=2))
     assert replay.replications == 1 and replay.ci_method.startswith("batch-means")
     assert replay.requests_simulated == 8000 and poisson.requests_simulated == 8000
     for rep in (replay, poisson):
         rate = sum(p.arrival_rate_sim for p in rep.pools)
         assert abs(rate / trace_inst.workload.arrival_rate_req_per_s - 1) < 0.15
         assert math.isfinite(rep.ttft_p99_ms) and rep.ttft_p99_ci_ms[0] <= rep.ttft_p99_ms <= rep.ttft_p99_ci_ms[1]
-    again = simulate_plan(trace_inst, plans, requests=8000, arrivals="trace", seed=99)
+    again = simulate_plan(trace_inst, plans, SimOptions(requests=8000, arrivals="trace", seed=99))
     assert again.ttft_p99_ms == replay.ttft_p99_ms           # a replay does not depend on the seed
 
 
@@ -184,20 +188,20 @@ def test_mmpp_raises_p99_on_a_loaded_pool(quick_inst):
     plans = plans_from_spec(quick_inst, "0-4096:h100x1,4096-65536:h100x3")
     assert evaluate_plans(quick_inst, plans).pools[0].utilization > 0.7
     kw = dict(requests=20_000, replications=2, mode="slot")
-    poisson = simulate_plan(quick_inst, plans, arrivals="poisson", **kw)
-    bursty = simulate_plan(quick_inst, plans, arrivals="mmpp", peak_to_mean=2.0, **kw)
+    poisson = simulate_plan(quick_inst, plans, SimOptions(arrivals="poisson", **kw))
+    bursty = simulate_plan(quick_inst, plans, SimOptions(arrivals="mmpp", peak_to_mean=2.0, **kw))
     assert bursty.pools[0].ttft_p99_ms_sim > 2 * poisson.pools[0].ttft_p99_ms_sim
     assert bursty.slo_attainment < poisson.slo_attainment
 
 
 def test_random_router_rejects_what_does_not_fit_and_split_identity_is_length(trace_inst):
     plans = plans_from_spec(trace_inst, TRACE_FLEET)
-    rand = simulate_plan(trace_inst, plans, requests=4000, replications=2, router="random")
+    rand = simulate_plan(trace_inst, plans, SimOptions(requests=4000, replications=2, router="random"))
     assert rand.rejected > 0 and rand.slo_attainment < 1 and not rand.slo_met
-    length = simulate_plan(trace_inst, plans, requests=4000, replications=2).to_json()
-    split = simulate_plan(trace_inst, plans, requests=4000, replications=2, router="split").to_json()
+    length = simulate_plan(trace_inst, plans, SimOptions(requests=4000, replications=2)).to_json()
+    split = simulate_plan(trace_inst, plans, SimOptions(requests=4000, replications=2, router="split")).to_json()
     for d in (length, split):
-        d.pop("wall_seconds"), d.pop("router"), d.pop("routing_source"), d.pop("notes")
+        d.pop("wall_seconds"), d.pop("router"), d.pop("routing_source"), d.pop("notes"), d["options"].pop("router")
     assert length == split
 
 
@@ -205,23 +209,26 @@ def test_compress_and_route(repo_root):
     inst = api.load(repo_root / "instances" / "table3_azure.yaml")
     plans = plans_from_spec(inst, "0-4096:h100@2,4096-65536:h100")
     with pytest.raises(InstanceError, match="--router compress"):
-        simulate_plan(inst, plans, requests=2000)
-    rep = simulate_plan(inst, plans, requests=30_000, replications=2, router="compress")
+        simulate_plan(inst, plans, SimOptions(requests=2000, router="length"))
+    assert simulate_plan(inst, plans, SimOptions(requests=2000, replications=2)).router == "compress"   # auto
+    rep = simulate_plan(inst, plans, SimOptions(requests=30_000, replications=2, router="compress"))
     share = rep.pools[0].requests / rep.requests_measured
     beyond = float(1 - inst.workload.lengths.cdf(4096))          # ~10 % of requests are longer than 4,096
     assert beyond > 0.05 and share > 1 - beyond / 20              # the band (4096, 8192] lands in pool 0
     assert abs(share - rep.pools[0].analytic.routing_share) < 1e-3 and rep.rejected == 0
-    idle = simulate_plan(inst, plans, requests=2000, replications=2, router="compress").pools[1]
+    idle = simulate_plan(inst, plans, SimOptions(requests=2000, replications=2, router="compress")).pools[1]
     assert idle.requests == 0 and idle.slo_met_sim                 # ~0.04 req/s: nothing measured, nothing missed
     assert math.isnan(idle.ttft_p99_ms_sim) and all(math.isnan(x) for x in idle.ttft_p99_ci_ms)
 
 
 def test_precision_doubles_until_met_or_capped(trace_inst):
     plans = plans_from_spec(trace_inst, TRACE_FLEET)
-    met = simulate_plan(trace_inst, plans, requests=2000, replications=2, precision=0.1, max_requests=200_000)
+    met = simulate_plan(trace_inst, plans,
+                        SimOptions(requests=2000, replications=2, precision=0.1, max_requests=200_000))
     half = (met.ttft_p99_ci_ms[1] - met.ttft_p99_ci_ms[0]) / 2
     assert met.stopped_by == "precision" and half <= 0.1 * met.ttft_p99_ms
-    capped = simulate_plan(trace_inst, plans, requests=2000, replications=2, precision=1e-4, max_requests=7000)
+    capped = simulate_plan(trace_inst, plans,
+                           SimOptions(requests=2000, replications=2, precision=1e-4, max_requests=7000))
     assert capped.stopped_by == "max_requests" and capped.requests_simulated == 4000
 
 
@@ -235,11 +242,12 @@ def test_plans_from_fleet_round_trip(quick_inst):
 def test_option_errors_are_collected(trace_inst, quick_inst):
     plans = plans_from_spec(trace_inst, TRACE_FLEET)
     with pytest.raises(InstanceError) as err:
-        simulate_plan(trace_inst, plans, router="magic", arrivals="diurnal", peak_to_mean=3.0, requests=50)
+        simulate_plan(trace_inst, plans, SimOptions(router="magic", arrivals="diurnal", peak_to_mean=3.0, requests=50))
     text = str(err.value)
-    assert "'magic' is not one of" in text and "--peak-to-mean" in text and "--requests" in text and len(err.value.problems) == 3
+    assert "'magic' is not one of" in text and "peak_to_mean: 3 is above 2" in text and "requests: 50" in text
+    assert len(err.value.problems) == 3 and isinstance(err.value, ValueError)
     with pytest.raises(InstanceError, match="length CDF"):
-        simulate_plan(quick_inst, plans_from_spec(quick_inst, "0-65536:h100"), arrivals="trace")
+        simulate_plan(quick_inst, plans_from_spec(quick_inst, "0-65536:h100"), SimOptions(arrivals="trace"))
 
 
 # --- the CLI ----------------------------------------------------------------------------------------------------
@@ -282,8 +290,9 @@ def test_spillover_rescues_an_undersized_short_pool(quick_inst):
     # that would queue behind more than 4 others go to the six H100s above, and the fleet meets its SLO.
     fleet = "0-2048:a100x1#40,2048-65536:h100x6"
     plans = plans_from_spec(quick_inst, fleet)
-    length = simulate_plan(quick_inst, plans, requests=6000, replications=2)
-    spill = simulate_plan(quick_inst, plans, requests=6000, replications=2, router="spillover", spill_bound=4)
+    length = simulate_plan(quick_inst, plans, SimOptions(requests=6000, replications=2))
+    spill = simulate_plan(quick_inst, plans,
+                          SimOptions(requests=6000, replications=2, router="spillover", spill_bound=4))
     assert not length.slo_met and length.pools[0].utilization_sim > 0.99
     assert spill.slo_met and spill.pools[0].spilled > 0 and spill.pools[1].spilled == 0
     assert spill.pools[1].requests > length.pools[1].requests       # the spilled requests are served above
@@ -291,8 +300,8 @@ def test_spillover_rescues_an_undersized_short_pool(quick_inst):
     assert data["spill_bound"] == 4 and data["pools"][0]["spilled"] == spill.pools[0].spilled
     assert length.to_json()["spill_bound"] is None
     assert spill.littles_law_rel_error < 1e-6
-    with pytest.raises(InstanceError, match="--spill-bound"):
-        simulate_plan(quick_inst, plans, requests=600, router="spillover", spill_bound=-1)
+    with pytest.raises(InstanceError, match="spill_bound: -1 must be None or a whole number >= 0"):
+        simulate_plan(quick_inst, plans, SimOptions(requests=600, router="spillover", spill_bound=-1))
 
 
 # --- sampled availability: a pool with no replica up -------------------------------------------------------------
@@ -311,8 +320,8 @@ def test_a_pool_with_no_replica_up_draws_no_power(repo_root):
     curves = [inst.gpu(p.gpu).profile.power for p in plans]
     all_down = 0
     for seed in range(40):
-        rep = simulate_plan(inst, plans, requests=300, replications=3, seed=seed,
-                            engine=EngineOptions(availability="sampled"))
+        rep = simulate_plan(inst, plans, SimOptions(requests=300, replications=3, seed=seed,
+                                                    engine=EngineOptions(availability="sampled")))
         for p, curve in zip(rep.pools, curves):
             up = p.replicas_up_mean
             assert curve.idle_w * up * (1 - 1e-9) <= p.power_w_sim <= curve.nominal_w * up * (1 + 1e-9), (seed, p)
@@ -364,23 +373,23 @@ def test_spill_bound_default_and_misuse(repo_root, quick_inst):
     plans = plans_from_spec(quick_inst, "0-2048:a100x1#40,2048-65536:h100x6")
     from fleetopt.optimizer.simulation.simulate import DEFAULT_SPILL_BOUND
 
-    assert simulate_plan(quick_inst, plans, requests=400, replications=2, router="spillover").spill_bound == \
-        DEFAULT_SPILL_BOUND
-    with pytest.raises(InstanceError, match="--spill-bound: 4 applies to --router spillover only"):
-        simulate_plan(quick_inst, plans, requests=400, replications=2, router="length", spill_bound=4)
+    assert simulate_plan(quick_inst, plans,
+                         SimOptions(requests=400, replications=2, router="spillover")).spill_bound == DEFAULT_SPILL_BOUND
+    with pytest.raises(InstanceError, match="spill_bound: 4 applies to router 'spillover' only"):
+        simulate_plan(quick_inst, plans, SimOptions(requests=400, replications=2, router="length", spill_bound=4))
     r = run("simulate", repo_root / "instances" / "quickstart.yaml", "--fleet", "0-65536:h100x8", "--spill-bound", 4)
     lines = r.output.strip().splitlines()
     assert r.exit_code == 2 and len(lines) == 1 and "Traceback" not in r.output, r.output
-    assert lines[0] == "error: --spill-bound: 4 applies to --router spillover only; the router is 'length'"
+    assert lines[0] == "error: --spill-bound: 4 applies to router 'spillover' only; the router is 'auto'"
 
 
 def test_one_pool_spillover_says_there_is_nowhere_to_spill(quick_inst):
-    rep = simulate_plan(quick_inst, plans_from_spec(quick_inst, "0-65536:h100x8"), requests=400, replications=2,
-                        router="spillover", spill_bound=0)
+    rep = simulate_plan(quick_inst, plans_from_spec(quick_inst, "0-65536:h100x8"),
+                        SimOptions(requests=400, replications=2, router="spillover", spill_bound=0))
     assert rep.pools[0].spilled == 0
     assert any("nowhere to spill" in n for n in rep.notes)
-    two = simulate_plan(quick_inst, plans_from_spec(quick_inst, "0-4096:h100x4,4096-65536:h100x8"), requests=400,
-                        replications=2, router="spillover")
+    two = simulate_plan(quick_inst, plans_from_spec(quick_inst, "0-4096:h100x4,4096-65536:h100x8"),
+                        SimOptions(requests=400, replications=2, router="spillover"))
     assert not any("nowhere to spill" in n for n in two.notes)
 
 

@@ -124,10 +124,17 @@ def test_exit_code_mapping():
 
     from fleetopt.optimizer.api import exit_code
 
-    assert exit_code(SimpleNamespace(plans=(1,), status="time_limit")) == 0
-    assert exit_code(SimpleNamespace(plans=(), status="infeasible")) == 3
-    assert exit_code(SimpleNamespace(plans=(), status="time_limit")) == 4
-    assert exit_code(SimpleNamespace(plans=(), status="error")) == 1
+    def report(status, plans=()):
+        return SimpleNamespace(plans=plans, status=status, explanation=None)
+
+    assert exit_code(report("time_limit", plans=(1,))) == 0
+    assert exit_code(report("interrupted", plans=(1,))) == 0
+    assert exit_code(report("infeasible")) == 3
+    assert exit_code(report("time_limit")) == 4
+    assert exit_code(report("iteration_limit")) == 4
+    assert exit_code(report("interrupted")) == 130
+    assert exit_code(report("error")) == 1
+    assert exit_code(report("unknown")) == 1
 
 
 def test_oracle_method_refuses_coupled_instances(repo_root):

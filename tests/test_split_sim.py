@@ -14,6 +14,7 @@ from fleetopt.models.fleet import PoolPlan
 from fleetopt.optimizer.cli import main
 from fleetopt.optimizer.errors import InstanceError
 from fleetopt.optimizer.io.instance import instance_from_dict
+from fleetopt.optimizer.simulation.options import SimOptions
 from fleetopt.optimizer.simulation.simulate import plans_from_fleet, simulate_plan
 from fleetopt.optimizer.plan.solve import SolveOptions, SplitRouting, solve_instance
 from fleetopt.optimizer.plan.split_candidates import build_split_problem, restrict_split
@@ -68,8 +69,8 @@ def test_split_plan_simulates_with_its_own_analytic_numbers_and_link_rates(solve
     Binomial(N, pi_q), pi_q = sum_k r_kq / lambda, so it lies within Z standard deviations of N pi_q."""
     inst, rep = solved
     plan = rep.plans[1]  # three pools, two of them sharing segments
-    sim = simulate_plan(inst, plans_from_fleet(inst, plan.fleet), router="split", routing=plan.routing,
-                        requests=20_000, seed=3)
+    sim = simulate_plan(inst, plans_from_fleet(inst, plan.fleet), SimOptions(router="split", requests=20_000, seed=3),
+                        routing=plan.routing)
     assert sim.analytic == plan.fleet
     for s, p in zip(sim.pools, plan.fleet.pools):
         assert (s.min_tokens, s.max_tokens, s.gpu, s.replicas, s.ttft_p99_ms) == (
@@ -80,7 +81,7 @@ def test_split_plan_simulates_with_its_own_analytic_numbers_and_link_rates(solve
     assert pi.sum() == pytest.approx(1.0, rel=1e-6)
     sd = np.sqrt(n * pi * (1 - pi))
     assert np.all(np.abs(counts - n * pi) <= Z * sd), (counts, n * pi, sd)
-    again = simulate_solved_plan(inst, plan, requests=20_000, seed=3).to_json()
+    again = simulate_solved_plan(inst, plan, SimOptions(requests=20_000, seed=3)).to_json()
     assert {**again, "wall_seconds": 0} == {**sim.to_json(), "wall_seconds": 0}
 
 
@@ -91,7 +92,7 @@ def test_two_pools_with_one_range_and_gpu_keep_distinct_names(repo_root):
              PoolPlan(0, 65536, "h100", h100.profile, 8, max_num_seqs=8)]
     seg = build_split_problem(inst).problem.segment_rate
     routing = SplitRouting.from_array(inst.pools.boundaries, np.c_[seg / 2, seg / 2])
-    sim = simulate_plan(inst, pools, router="split", routing=routing, requests=2_000, replications=2)
+    sim = simulate_plan(inst, pools, SimOptions(router="split", requests=2_000, replications=2), routing=routing)
     assert [p.requests > 0 for p in sim.pools] == [True, True]
 
 
@@ -108,8 +109,8 @@ def test_bad_routing_is_one_line(solved, change, message):
     plan = rep.plans[1]
     seg = build_split_problem(inst).problem.segment_rate
     with pytest.raises(InstanceError) as err:
-        simulate_plan(inst, plans_from_fleet(inst, plan.fleet), router="split", routing=change(plan.routing, seg),
-                      requests=1_000)
+        simulate_plan(inst, plans_from_fleet(inst, plan.fleet), SimOptions(router="split", requests=1_000),
+                      routing=change(plan.routing, seg))
     assert len(err.value.problems) == 1 and "\n" not in str(err.value) and message in str(err.value)
 
 
@@ -117,9 +118,10 @@ def test_routing_needs_the_split_router_and_no_shares(solved):
     inst, rep = solved
     plan = rep.plans[1]
     pools = plans_from_fleet(inst, plan.fleet)
-    for kwargs in ({"router": "length"}, {"router": "split", "split_shares": np.eye(3)}):
+    for router, shares in (("length", None), ("split", np.eye(3))):
         with pytest.raises(InstanceError, match="routing: a split plan's routing needs router 'split'"):
-            simulate_plan(inst, pools, routing=plan.routing, requests=1_000, **kwargs)
+            simulate_plan(inst, pools, SimOptions(requests=1_000, router=router), routing=plan.routing,
+                          split_shares=shares)
 
 
 def test_split_cuts_raise_or_forbid_choices(solved):
@@ -161,7 +163,7 @@ def test_verify_accepts_split_instances(solved):
     own analytic numbers, and each pool's measured requests within Z binomial standard deviations of its
     routed share of the traffic (see test_split_plan_simulates_with_its_own_analytic_numbers_and_link_rates)."""
     inst, _ = solved
-    rep, v = verify(inst, top=2, seed=0, simulate_options={"requests": 10_000})
+    rep, v = verify(inst, sim_options=SimOptions(requests=10_000, seed=0), top=2)
     assert v.plans and all(vp.plan.routing is not None for vp in v.plans)
     lam = inst.workload.arrival_rate_req_per_s
     slo_ms = inst.slo.ttft_p99_s * 1000.0
@@ -182,19 +184,19 @@ def test_verify_accepts_split_instances(solved):
 def test_split_plan_report_says_it_replays_the_plans_routing(repo_root, solved):
     inst, rep = solved
     plan = rep.plans[1]
-    sim = simulate_plan(inst, plans_from_fleet(inst, plan.fleet), router="split", routing=plan.routing,
-                        requests=1_000, replications=2)
+    sim = simulate_plan(inst, plans_from_fleet(inst, plan.fleet),
+                        SimOptions(router="split", requests=1_000, replications=2), routing=plan.routing)
     assert sim.routing_source == "plan" and sim.to_json()["routing_source"] == "plan"
     notes = " ".join(sim.notes)
     assert "replays the plan's routing (req/s per length segment and pool" in notes and "tiled plan" not in notes
     data = split_data(repo_root)
     data["pools"] = dict(data["pools"], routing="length")
     tiled = instance_from_dict(data)
-    shares = simulate_plan(tiled, plans_from_fleet(tiled, solve_instance(tiled).best.fleet), router="split",
-                           requests=1_000, replications=2)
+    shares = simulate_plan(tiled, plans_from_fleet(tiled, solve_instance(tiled).best.fleet),
+                           SimOptions(router="split", requests=1_000, replications=2))
     assert shares.routing_source == "shares" and "tiled plan" in " ".join(shares.notes)
-    length = simulate_plan(tiled, plans_from_fleet(tiled, solve_instance(tiled).best.fleet), requests=1_000,
-                           replications=2)
+    length = simulate_plan(tiled, plans_from_fleet(tiled, solve_instance(tiled).best.fleet),
+                           SimOptions(requests=1_000, replications=2))
     assert length.routing_source is None and length.to_json()["routing_source"] is None
 
 
@@ -215,7 +217,7 @@ def test_simulate_pools_runs_each_plan_with_the_router_it_was_planned_for(solved
                                      (whole, None, "length")):
         assert planned_router(pools, routing) == SolvedPlan(pools, routing, None).router == expected
     for pools, routing, expected in ((split_pools, plan.routing, "split"), (whole, None, "length")):
-        assert simulate_pools(inst, pools, routing, requests=400, replications=2).router == expected
+        assert simulate_pools(inst, pools, routing, SimOptions(requests=400, replications=2)).router == expected
 
 
 def test_solve_verify_top_on_a_split_instance(repo_root, tmp_path):
@@ -252,7 +254,7 @@ def test_window_cuts_do_not_apply_under_split_routing():
     """Split routing leaves the routing shares free, so a window cut's superset argument does not hold: with
     cuts="window" the verification makes exactly the count cuts (same rounds, same plans) and says so."""
     inst = instance_from_dict(a10g_data())
-    runs = {cuts: verify(inst, top=1, seed=0, max_rounds=3, cuts=cuts, simulate_options={"requests": 10_000})[1]
+    runs = {cuts: verify(inst, sim_options=SimOptions(requests=10_000, seed=0), top=1, max_rounds=3, cuts=cuts)[1]
             for cuts in ("count", "window")}
     window, count = runs["window"], runs["count"]
     assert window.cuts and len(window.cuts) == len(count.cuts)
@@ -270,7 +272,7 @@ def test_split_verification_cuts_and_resolves():
     """The A10G instance (:func:`a10g_data`): the cut pools come back with at least their raised counts (or not
     at all)."""
     inst = instance_from_dict(a10g_data())
-    _, v = verify(inst, top=1, seed=0, max_rounds=5, simulate_options={"requests": 10_000})
+    _, v = verify(inst, sim_options=SimOptions(requests=10_000, seed=0), top=1, max_rounds=5)
     assert v.rounds >= 2 and v.cuts
     least = {}
     for r in range(1, v.rounds + 1):

@@ -18,6 +18,7 @@ from fleetopt.optimizer import api
 from fleetopt.optimizer.cli import main
 from fleetopt.optimizer.plan.evaluate import evaluate, parse_fleet
 from fleetopt.optimizer.plan.solve import Plan, SolveOptions, solve_instance
+from fleetopt.optimizer.simulation.options import SimOptions
 from fleetopt.optimizer.simulation.trim import MAX_BACKOFFS, _least_passing, trim_plan, work_floors
 
 
@@ -29,7 +30,7 @@ def roomy_plan(repo_root):
     return inst, Plan(1, fleet.cost_per_hr, fleet)
 
 
-FAST = {"requests": 500, "replications": 1}
+FAST = SimOptions(requests=500, replications=1)
 
 
 def _counts(sim) -> tuple[int, ...]:
@@ -47,7 +48,7 @@ def test_bisection_finds_the_least_counts_of_a_monotone_rule(roomy_plan):
     need = (7, 5)
     assert all(n > f for n, f in zip(need, _floors(inst, plan)))
     trim = trim_plan(inst, plan, lambda sim: all(c >= q for c, q in zip(_counts(sim), need)),
-                     simulate_options=FAST, relaxation_spans=0)
+                     options=FAST, relaxation_spans=0)
     assert trim.verified_counts == (12, 8) and trim.counts == trim.up_counts == need and trim.confirmed
     search = [s for s in trim.steps if s.pool >= 0]
     assert len(search) <= sum(2 * (n - f).bit_length() + 1 for n, f in zip((12, 8), _floors(inst, plan)))
@@ -67,7 +68,7 @@ def test_least_passing_search_finds_the_answer_in_logarithmic_trials():
 
 def test_counts_never_go_below_the_load_floor(roomy_plan):
     inst, plan = roomy_plan
-    trim = trim_plan(inst, plan, lambda sim: True, simulate_options=FAST, relaxation_spans=0)
+    trim = trim_plan(inst, plan, lambda sim: True, options=FAST, relaxation_spans=0)
     assert trim.counts == _floors(inst, plan) == (4, 3)
 
 
@@ -78,7 +79,7 @@ def test_a_missed_confirmation_backs_off_one_replica_per_trimmed_pool(roomy_plan
     def passes(sim):      # the search seed (0) accepts anything; the independent seed (1) wants `want`
         return sim.seed == 0 or all(c >= q for c, q in zip(_counts(sim), want))
 
-    trim = trim_plan(inst, plan, passes, simulate_options=FAST, relaxation_spans=0)
+    trim = trim_plan(inst, plan, passes, options=FAST, relaxation_spans=0)
     confirmations = [s.counts for s in trim.steps if s.pool < 0]
     assert confirmations == [tuple(f + k for f in floors) for k in range(3)]       # (4, 3), (5, 4), (6, 5)
     assert trim.counts == want and trim.confirmed
@@ -87,7 +88,7 @@ def test_a_missed_confirmation_backs_off_one_replica_per_trimmed_pool(roomy_plan
 
 def test_no_backoff_passes_keeps_the_verified_plan(roomy_plan):
     inst, plan = roomy_plan
-    trim = trim_plan(inst, plan, lambda sim: sim.seed == 0, simulate_options=FAST, relaxation_spans=0)
+    trim = trim_plan(inst, plan, lambda sim: sim.seed == 0, options=FAST, relaxation_spans=0)
     assert trim.counts == trim.verified_counts and not trim.confirmed and trim.savings == 0.0
 
 
@@ -96,7 +97,7 @@ def test_availability_and_min_count_survive_the_trim(repo_root):
     inst = api.load(repo_root / "instances" / "lmsys_a100.yaml",
                     ["gpus.a100.availability=0.5", "gpus.a100.min_count=16"])
     fleet = evaluate(inst, parse_fleet("0-8192:a100x12,8192-65536:a100x8", inst)).result
-    trim = trim_plan(inst, Plan(1, fleet.cost_per_hr, fleet), lambda sim: True, simulate_options=FAST,
+    trim = trim_plan(inst, Plan(1, fleet.cost_per_hr, fleet), lambda sim: True, options=FAST,
                      relaxation_spans=0)
     up = trim.up_counts
     bought = [min(v, math.ceil(u / 0.5)) for u, v in zip(up, trim.verified_counts)]
@@ -105,17 +106,19 @@ def test_availability_and_min_count_survive_the_trim(repo_root):
     assert sum(bought) * gpus < 16 < sum(trim.counts) * gpus + gpus     # min_count bound, and only just
 
 
+@pytest.mark.slow
 def test_trials_run_long_enough_to_see_an_overloaded_pool(repo_root):
     """table3_azure's B200 short pool: a few thousand requests end before an overloaded pool's queue builds up,
     so the trials are lengthened; no trimmed pool is left above its load floor's utilisation."""
     inst = api.load(repo_root / "instances" / "table3_azure.yaml")
     plan = solve_instance(inst, SolveOptions()).plans[0]
-    trim = trim_plan(inst, plan, lambda sim: sim.slo_met, simulate_options={"requests": 3000, "replications": 2})
+    trim = trim_plan(inst, plan, lambda sim: sim.slo_met, SimOptions(requests=3000, replications=2))
     assert trim.requests_per_trial > 3000
     for p, n in zip(plan.fleet.pools, trim.counts):
         assert p.arrival_rate * p.mean_service_s / (n * p.max_num_seqs) <= inst.constraints.max_utilization + 1e-9
 
 
+@pytest.mark.slow
 def test_cli_trim(repo_root, tmp_path):
     path = repo_root / "instances" / "agent_h100.yaml"
     r = CliRunner().invoke(main, ["solve", str(path), "--trim"])

@@ -20,6 +20,7 @@ def test_agent_fleet_is_verified_by_simulation(repo_root):
     assert res.exit_code == 0 and r["verified"] is True
     v = r["verification"]
     assert v["rule"] == "ci-upper" and v["chosen_round"] == 1 and len(v["plans"]) == 2
+    assert v["options"]["requests"] == 20000 and v["options"]["router"] == "auto"   # the settings, as provenance
     passing = [p for p in v["plans"] if p["passed"]]
     chosen = next(p for p in v["plans"] if p["rank"] == v["chosen_rank"] and p["round"] == v["chosen_round"])
     assert chosen["passed"] and chosen["cost_per_hr"] == min(p["cost_per_hr"] for p in passing)

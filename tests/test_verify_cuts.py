@@ -11,6 +11,7 @@ import pytest
 from fleetopt.optimizer import api
 from fleetopt.optimizer.plan.candidates import WindowCut, generate_candidates, restrict
 from fleetopt.optimizer.plan.split_candidates import build_split_problem, restrict_split
+from fleetopt.optimizer.simulation.options import SimOptions
 from fleetopt.optimizer.simulation.verify import analytic_minima, verify
 
 
@@ -116,7 +117,7 @@ def _honours(plan, cuts, minima) -> bool:
 
 def test_puzzle2_verification_ends_feasible_without_more_rounds(repo_root):
     inst = api.load(repo_root / "instances" / "agent_h100.yaml")
-    runs = {c: verify(inst, top=2, seed=0, simulate_options={"requests": 20_000}, cuts=c)[1]
+    runs = {c: verify(inst, sim_options=SimOptions(requests=20_000, seed=0), top=2, cuts=c)[1]
             for c in ("count", "window")}
     print(f"agent_h100 rounds: count cuts only {runs['count'].rounds}, with window cuts {runs['window'].rounds}")
     assert runs["window"].verified and runs["window"].chosen.passed
@@ -127,7 +128,7 @@ def test_window_cuts_bind_in_later_rounds(repo_root):
     """At a 350 ms SLO the agent fleet's long pool misses in simulation: each round's cuts, re-derived here from
     the round's best plan, hold in every later plan, and the cuts are reported."""
     inst = api.load(repo_root / "instances" / "agent_h100.yaml", ["slo.ttft_p99_ms=350"])
-    _, v = verify(inst, top=2, seed=0, max_rounds=8, simulate_options={"requests": 20_000}, cuts="window")
+    _, v = verify(inst, sim_options=SimOptions(requests=20_000, seed=0), top=2, max_rounds=8, cuts="window")
     minima = analytic_minima(inst)
     assert v.rounds >= 2 and any("x its analytic minimum" in c for c in v.cuts)
     cuts = []

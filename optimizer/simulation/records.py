@@ -20,7 +20,7 @@ from fleetopt.models.units import MS_PER_S
 from fleetopt.solvers.des.metrics import Estimate, batch_means_ci, percentile, quantile_ci
 
 from fleetopt.optimizer.io.instance import Instance
-from fleetopt.optimizer.simulation.options import EngineOptions
+from fleetopt.optimizer.simulation.options import SimOptions
 
 __all__ = ["CONFIDENCE", "N_BATCHES", "ANALYTIC_POOL_KEYS", "Latency", "SimPoolReport", "SimReport", "Replication",
            "p99_estimate", "build_report"]
@@ -161,15 +161,13 @@ class SimReport(_Measured):
     slo_met_point: bool
     power_kw: float
     pools: tuple[SimPoolReport, ...]
-    seed: int
-    mode: str
-    router: str
-    dispatch: str
-    arrivals: str
+    options: SimOptions
+    """The settings the run used (``router="auto"`` and spillover's default ``spill_bound`` resolved); ``seed``,
+    ``mode``, ``router``, ``arrivals``, ``precision``, ``engine`` and ``spill_bound`` read from it."""
     replications: int
+    """Replications run (1 for a trace replay, whatever ``options.replications`` says)."""
     ci_method: str
     stopped_by: str
-    precision: float | None
     relaxation_s: float
     """:math:`\\max_p E[S_p^2]/E[S_p]`, the start-up time scale behind the warm-up floor (:mod:`fleetopt.optimizer.simulation.simulate`)."""
     warmup_s: float
@@ -185,14 +183,19 @@ class SimReport(_Measured):
     scope: str
     ttft_model: str
     notes: tuple[str, ...] = ()
-    engine: EngineOptions = EngineOptions()
-    """KV admission, token budget and availability of the run (:mod:`fleetopt.optimizer.simulation.options`)."""
-    spill_bound: int | None = None
-    """``router="spillover"``: waiting requests in a pool beyond which an arrival spills (None otherwise)."""
     routing_source: str | None = None
     """``router="split"``: where the router's weights came from, ``"plan"`` (a split plan's own routing, req/s
     per length segment and pool from the split MIP) or ``"shares"`` (per-segment shares over a tiled plan's
     pools; default each segment to its own pool); None for the other routers."""
+
+    seed = property(lambda self: self.options.seed)
+    mode = property(lambda self: self.options.mode)
+    router = property(lambda self: self.options.router)
+    arrivals = property(lambda self: self.options.arrivals)
+    precision = property(lambda self: self.options.precision)
+    engine = property(lambda self: self.options.engine)
+    spill_bound = property(lambda self: self.options.spill_bound)   # None unless router="spillover"
+    dispatch = property(lambda self: self.options.dispatch if self.options.mode == "iteration" else "pool-fcfs")
 
     def to_json(self) -> dict:
         """The stable JSON contract: the keys of the issue first, then provenance and details."""
@@ -216,6 +219,7 @@ class SimReport(_Measured):
             "arrivals": self.arrivals, "spill_bound": self.spill_bound, "routing_source": self.routing_source,
             "engine": self.engine.to_json(),
             "replications": self.replications,
+            "options": self.options.to_json(),
             "confidence": CONFIDENCE,
             "ci_method": self.ci_method, "stopped_by": self.stopped_by, "precision": self.precision,
             "warmup_s": self.warmup_s, "cooldown_s": self.cooldown_s, "relaxation_s": self.relaxation_s,
@@ -340,13 +344,14 @@ def _pool_report(instance: Instance, a: PoolResult, k: int, runs: list[Replicati
         wait=_latency(np.concatenate(pooled("wait_s"))), e2e=_latency(np.concatenate(pooled("e2e_s"))))
 
 
-def build_report(instance: Instance, analytic: FleetResult, runs: list[Replication], fleet: Estimate, opts: dict,
-                 wall_s: float) -> SimReport:
+def build_report(instance: Instance, analytic: FleetResult, runs: list[Replication], fleet: Estimate,
+                 options: SimOptions, *, replications: int, stopped_by: str, requests_simulated: int,
+                 relaxation_s: float, routing_source: str | None, wall_s: float) -> SimReport:
     """Pool the replications of a run into a :class:`SimReport`.
 
     ``runs`` holds one :class:`Replication` per replication, ``fleet`` is the fleet P99 TTFT estimate (the
-    pipeline's stopping statistic), ``opts`` the run's provenance fields of :class:`SimReport` (``seed``,
-    ``mode``, ..., ``relaxation_s``) and ``wall_s`` the wall time in seconds.
+    pipeline's stopping statistic), ``options`` the settings as run, the keywords the run's outcome fields of
+    :class:`SimReport` and ``wall_s`` the wall time in seconds.
     """
     slo = instance.slo
     pools = tuple(_pool_report(instance, a, k, runs) for k, a in enumerate(analytic.pools))
@@ -360,7 +365,7 @@ def build_report(instance: Instance, analytic: FleetResult, runs: list[Replicati
         met_point = all(_within(p99_estimate([r.ttft_s[r.pool == k] for r in runs]), slo.ttft_p99_s, False)
                         and _within(p99_estimate([r.tpot_s[r.pool == k] for r in runs]), slo.tpot_p99_s, False)
                         for k in range(len(pools)))
-    ci_method = "replications" if opts["replications"] >= 2 else f"batch-means ({N_BATCHES} batches)"
+    ci_method = "replications" if replications >= 2 else f"batch-means ({N_BATCHES} batches)"
     return SimReport(
         requests_measured=int(ttft_all.size), simulated_seconds=float(sum(r.span_s for r in runs)),
         wall_seconds=wall_s, ttft_p99_ms=fleet.value * MS_PER_S, ttft_p99_ci_ms=_ci_ms(fleet),
@@ -378,11 +383,14 @@ def build_report(instance: Instance, analytic: FleetResult, runs: list[Replicati
         wait=_latency(np.concatenate([r.wait_s for r in runs])), e2e=_latency(np.concatenate([r.e2e_s for r in runs])),
         analytic=analytic, instance_name=instance.name, slo_ttft_p99_ms=slo.ttft_p99_s * MS_PER_S,
         slo_tpot_p99_ms=None if slo.tpot_p99_s is None else slo.tpot_p99_s * MS_PER_S, scope=slo.scope,
-        ttft_model=slo.ttft_model, notes=_notes(instance, opts, runs), **opts)
+        ttft_model=slo.ttft_model, notes=_notes(instance, options, routing_source, relaxation_s, runs),
+        options=options, replications=replications, stopped_by=stopped_by, requests_simulated=requests_simulated,
+        relaxation_s=relaxation_s, routing_source=routing_source)
 
 
-def _notes(instance: Instance, opts: dict, runs: list[Replication]) -> tuple[str, ...]:
-    engine = opts["engine"]
+def _notes(instance: Instance, options: SimOptions, routing_source: str | None, relaxation_s: float,
+           runs: list[Replication]) -> tuple[str, ...]:
+    engine = options.engine
     if engine.kv == "paged":
         out = ["kv paged: vLLM admission by KV blocks up to max_num_seqs per replica, recompute preemption when the "
                "blocks run out; the iteration latency is extrapolated beyond the profile's calibrated batch; simulated "
@@ -401,25 +409,25 @@ def _notes(instance: Instance, opts: dict, runs: list[Replication]) -> tuple[str
         out.append("analytic P99 TTFT uses the 'mean-prefill' model (P99 wait + mean prefill); the simulated one is "
                    "the true P99 of wait + prefill")
     if any(r.warmup_cut for r in runs):
-        out.append(f"the service times' start-up scale E[S^2]/E[S] = {opts['relaxation_s']:,.0f} s is long against a "
+        out.append(f"the service times' start-up scale E[S^2]/E[S] = {relaxation_s:,.0f} s is long against a "
                    f"replication ({np.mean([r.span_s for r in runs]):,.0f} s): warm-up cut to half the span, so the "
                    "utilisation, batch and power of the slowest pools are low estimates; raise --requests or lower "
                    "--replications")
-    if opts["arrivals"] == "trace":
+    if options.arrivals == "trace":
         out.append(f"trace replay: the first {runs[0].n_requests} requests of the trace, rescaled to "
                    f"{instance.workload.arrival_rate_req_per_s:g} req/s; one deterministic run")
-    if opts["routing_source"] == "plan":
+    if routing_source == "plan":
         out.append("split routing from the plan: the router replays the plan's routing (req/s per length segment "
                    "and pool, from the split MIP), drawing each request's pool with those rates as weights; the "
                    "analytic numbers evaluate each pool at its routed mix")
-    elif opts["router"] == "split":
+    elif options.router == "split":
         out.append("split routing of a tiled plan: each segment's shares (default: all to its own pool)")
-    if opts["router"] == "spillover":
-        out.append(f"spillover: an arrival moves to the next pool up when more than {opts['spill_bound']} requests "
+    if options.router == "spillover":
+        out.append(f"spillover: an arrival moves to the next pool up when more than {options.spill_bound} requests "
                    "wait in its own pool (one hop, only if it fits); the analytic numbers assume length routing")
         if len(runs[0].spilled) == 1:
             out.append("spillover with one pool: there is nowhere to spill (no pool above it), so this is length "
                        "routing")
-    if opts["mode"] == "slot":
+    if options.mode == "slot":
         out.append("slot mode: one FCFS queue per pool (M/G/c), the analytic model's own view; dispatch unused")
     return tuple(out)

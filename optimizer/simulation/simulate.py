@@ -22,7 +22,7 @@ Each replication generates ``n`` requests and runs until the last arrival
 
 .. math:: T_w = \min\left(\max\left(wT,\; 2 \max_p \frac{E[S_p^2]}{E[S_p]}\right),\; T/2\right)
 
-are discarded (:math:`w` = ``warmup``; :math:`E[S_p^2]/E[S_p] = E[S_p](1 + c_{s,p}^2)`
+are discarded (:math:`w` = ``warmup_share``; :math:`E[S_p^2]/E[S_p] = E[S_p](1 + c_{s,p}^2)`
 from the analytic evaluation of pool :math:`p`). The floor bounds the start-up
 transient: a pool started empty lacks :math:`\lambda E[(S - t)^+]` busy slots
 at :math:`t` (M/G/:math:`\infty`), and :math:`(s - t)^+ \le s^2/(4t)` gives
@@ -67,9 +67,12 @@ power) cover :math:`[T_w, T]`.
   has no capacity in that replication: its utilisation, batch, power, energy
   and slot-seconds count as 0 there (its requests are rejected, SLO misses).
 
-With ``precision`` the requests per replication double until the fleet P99
-interval's half-width is at most ``precision`` x P99, or ``max_requests``
-would be exceeded; ``stopped_by`` says which (``requests`` without a
+The settings are one :class:`fleetopt.optimizer.simulation.options.SimOptions`
+(``warmup_share`` is :math:`w`); the report keeps them as provenance
+(``SimReport.options``, with ``router="auto"`` and a default ``spill_bound``
+resolved to what ran). With ``precision`` the requests per replication double
+until the fleet P99 interval's half-width is at most ``precision`` x P99, or
+``max_requests`` would be exceeded; ``stopped_by`` says which (``requests`` without a
 precision target, ``precision``, ``max_requests``, ``trace_length`` when a
 replay has no more requests, ``p99_unbounded`` when more than 1 % of measured
 requests get no first token, so more requests cannot narrow it).
@@ -78,7 +81,6 @@ requests get no first token, so more requests cannot narrow it).
 from __future__ import annotations
 
 import math
-import re
 import time
 from dataclasses import dataclass, replace
 from typing import Callable
@@ -87,10 +89,10 @@ import numpy as np
 
 from fleetopt.models.fleet import FleetResult, PoolPlan, PoolResult
 from fleetopt.models.workload import RequestTrace
-from fleetopt.solvers.des.state import MODES, SimPool
+from fleetopt.solvers.des.state import SimPool
 from fleetopt.solvers.des.records import Outcome
 from fleetopt.solvers.des.engine import simulate
-from fleetopt.solvers.des.arrivals import DEFAULT_MEAN_DWELL_S, diurnal_arrivals, mmpp_arrivals
+from fleetopt.solvers.des.arrivals import diurnal_arrivals, mmpp_arrivals
 from fleetopt.solvers.des.metrics import e2e_s, littles_law, replicate, tpot_s, ttft_s, wait_s
 from fleetopt.solvers.des.routers import CompressRouter, SpilloverRouter
 from fleetopt.solvers.des.routing import (
@@ -108,11 +110,18 @@ from fleetopt.solvers.des.routing import (
 from fleetopt.optimizer.errors import InstanceError
 from fleetopt.optimizer.plan.evaluate import evaluate_plans, parse_fleet
 from fleetopt.optimizer.io.instance import Instance
-from fleetopt.optimizer.simulation.options import (
+from fleetopt.optimizer.simulation.options import (  # the settings and their choices live with the record
+    ARRIVALS,
     DEFAULT_SPILL_BOUND,
+    DISPATCHES,
+    MIN_REQUESTS_PER_REPLICATION,
+    MODES,
+    ROUTERS,
     DownPoolsRouter,
     EngineOptions,
+    SimOptions,
     engine_pools,
+    parse_precision,
     sample_up,
 )
 from fleetopt.optimizer.simulation.records import (
@@ -125,18 +134,15 @@ from fleetopt.optimizer.simulation.records import (
 )
 from fleetopt.optimizer.plan.split_candidates import SplitRouting, evaluate_routing
 
-__all__ = ["ROUTERS", "DISPATCHES", "ARRIVALS", "MODES", "COOLDOWN_SHARE", "Latency", "SimPoolReport", "SimReport",
-           "simulate_plan", "simulate_pools", "simulate_solved_plan", "planned_router", "plans_from_fleet",
-           "plans_from_spec", "parse_precision"]
+__all__ = ["ROUTERS", "DISPATCHES", "ARRIVALS", "MODES", "MIN_REQUESTS_PER_REPLICATION", "DEFAULT_SPILL_BOUND",
+           "COOLDOWN_SHARE", "Latency", "SimPoolReport", "SimReport",
+           "SimOptions", "simulate_plan", "simulate_pools", "simulate_solved_plan", "planned_router",
+           "plans_from_fleet", "plans_from_spec", "parse_precision"]
 
-ROUTERS = ("length", "split", "random", "compress", "spillover")
-DISPATCHES = ("jsq", "round-robin")
-ARRIVALS = ("poisson", "trace", "mmpp", "diurnal")
 COOLDOWN_SHARE = 0.05
 """Share of a replication's span at its end whose arrivals are not measured (they keep the load on)."""
 COOLDOWN_SLOS = 10.0
 """The unmeasured end of a replication lasts at least this many TTFT SLOs (up to a quarter of the span)."""
-MIN_REQUESTS_PER_REPLICATION = 100
 
 
 # --------------------------------------------------------------------------------------------
@@ -179,17 +185,6 @@ def planned_router(pools: list[PoolPlan], routing: SplitRouting | None = None) -
     return "compress" if any(p.compress_gamma > 1 for p in pools) else "length"
 
 
-def parse_precision(text, field: str = "--precision") -> float | None:
-    """``"5%"`` or ``"5"`` (percent of the P99) -> 0.05; None stays None."""
-    if text is None:
-        return None
-    m = re.fullmatch(r"\s*(\d+(?:\.\d*)?|\.\d+)\s*%?\s*", str(text))
-    value = float(m[1]) / 100.0 if m else math.nan
-    if not 0.0 < value < 1.0:
-        raise InstanceError(f"{field}: '{text}' is not a percentage in (0, 100), e.g. 5%")
-    return value
-
-
 # --------------------------------------------------------------------------------------------
 # The pipeline
 # --------------------------------------------------------------------------------------------
@@ -202,28 +197,17 @@ class _RunSpec:
     instance: Instance
     analytic: FleetResult
     pools: tuple[SimPool, ...]
-    router: str
-    dispatch: str
-    arrivals: str
-    mode: str
-    warmup_share: float
+    options: SimOptions
+    """The run's settings with ``router`` and ``spill_bound`` resolved (:func:`_resolved`)."""
     warmup_floor_s: float
     cooldown_floor_s: float
-    peak_to_mean: float
-    mean_dwell_s: float
-    period_s: float | None
     split_shares: object
-    engine: EngineOptions = EngineOptions()
     availability: tuple = ()
-    spill_bound: int = DEFAULT_SPILL_BOUND
 
-def simulate_plan(instance: Instance, pools: list[PoolPlan], *, requests: int = 50_000, seed: int = 0,
-                  router: str = "length", dispatch: str = "jsq", arrivals: str = "poisson",
-                  mode: str = "iteration", precision: float | None = None, max_requests: int = 1_000_000,
-                  warmup: float = 0.1, replications: int = 5, progress: Callable[[int, int], None] | None = None,
-                  peak_to_mean: float = 2.0, mean_dwell_s: float = DEFAULT_MEAN_DWELL_S,
-                  period_s: float | None = None, split_shares=None, routing: SplitRouting | None = None,
-                  engine: EngineOptions = EngineOptions(), spill_bound: int | None = None) -> SimReport:
+
+def simulate_plan(instance: Instance, pools: list[PoolPlan], options: SimOptions = SimOptions(), *,
+                  routing: SplitRouting | None = None, split_shares=None,
+                  progress: Callable[[int, int], None] | None = None) -> SimReport:
     """Simulate a fleet plan and report simulated latencies, SLO attainment and power with 95 % intervals.
 
     Parameters
@@ -236,88 +220,67 @@ def simulate_plan(instance: Instance, pools: list[PoolPlan], *, requests: int = 
         Pools tiling ``(0, max_context]``; ``replicas=None`` is sized
         analytically first (:func:`fleetopt.optimizer.plan.evaluate.evaluate_plans`), and the
         batch cap is the analytic one (``max_num_seqs``, or the TPOT cap).
-    requests : int
-        Requests per round over all replications (split evenly; >= 100 each).
-    seed : int
-        Root of ``SeedSequence(seed).spawn(replications)``; the same seed gives
-        the same report except ``wall_seconds``.
-    router : {"length", "split", "random", "compress", "spillover"}
-        ``length``: the plan's boundaries; ``split``: :class:`SplitRouter` with
-        ``split_shares`` (default the identity: each segment to its own pool)
-        or a split plan's ``routing``;
-        ``random``: baseline, pools drawn by their analytic routing shares
-        whatever the length (a request longer than its pool's window is
-        rejected); ``compress``: compress-and-route for pools with ``@gamma``
-        (:class:`fleetopt.solvers.des.routers.CompressRouter`); ``spillover``:
-        length routing, but an arrival moves to the next pool up when more
-        than ``spill_bound`` requests wait in its own pool
+    options : SimOptions
+        The run's settings (:class:`fleetopt.optimizer.simulation.options.SimOptions`, validated when built):
+        ``requests`` per round over ``replications`` (1: batch means within the run), the ``seed`` of
+        ``SeedSequence(seed).spawn(replications)`` (the same seed gives the same report except
+        ``wall_seconds``), ``warmup_share``, the service ``mode`` (``iteration`` or ``slot``,
+        :func:`fleetopt.solvers.des.engine.simulate`'s), the ``router`` between pools, the ``dispatch`` to a
+        replica (iteration mode; slot mode uses one FCFS queue per pool, the analytic M/G/c), the
+        ``arrivals`` and their parameters, the ``precision`` target and its ``max_requests`` cap, and the
+        ``engine`` (KV admission, token budget, availability; :mod:`fleetopt.optimizer.simulation.options`).
+
+        Routers: ``auto`` (default), the router the plan was solved for (:func:`planned_router`);
+        ``length``, the plan's boundaries; ``split``, :class:`SplitRouter` with ``split_shares`` (default the
+        identity: each segment to its own pool) or a split plan's ``routing``; ``random``, a baseline, pools
+        drawn by their analytic routing shares whatever the length (a request longer than its pool's window is
+        rejected); ``compress``, compress-and-route for pools with ``@gamma``
+        (:class:`fleetopt.solvers.des.routers.CompressRouter`); ``spillover``, length routing, but an arrival
+        moves to the next pool up when more than ``spill_bound`` requests wait in its own pool
         (:class:`fleetopt.solvers.des.routers.SpilloverRouter`; one hop).
-    dispatch : {"jsq", "round-robin"}
-        Replica choice within a pool (iteration mode; slot mode uses one FCFS
-        queue per pool, the analytic M/G/c).
-    arrivals : {"poisson", "trace", "mmpp", "diurnal"}
-        Poisson at the instance's rate; the trace's own instants rescaled to
-        that rate (trace workloads; one deterministic run, batch-means CI);
-        a two-state MMPP with ``peak_to_mean`` and mean burst ``mean_dwell_s``
-        (:func:`fleetopt.solvers.des.arrivals.mmpp_arrivals`); a sinusoidal rate with
-        amplitude ``peak_to_mean - 1`` (<= 1) and period ``period_s`` (None:
-        the expected span of one replication, so a run sees one whole cycle).
-    mode : {"iteration", "slot"}
-        :func:`fleetopt.solvers.des.engine.simulate`'s service model.
-    precision : float or None
-        Target relative half-width of the fleet P99 TTFT interval (0.05 = 5 %).
-    max_requests : int
-        Cap on the requests of one round when doubling for ``precision``.
-    warmup : float
-        Share of each replication's span discarded at its start, at least
-        twice the largest E[S^2]/E[S] of a pool and at most half (module docstring).
-    replications : int
-        Independent replications (1: batch means within the run).
+
+        Arrivals: Poisson at the instance's rate; the trace's own instants rescaled to that rate (trace
+        workloads; one deterministic run, batch-means CI); a two-state MMPP with ``peak_to_mean`` and mean
+        burst ``mean_dwell_s`` (:func:`fleetopt.solvers.des.arrivals.mmpp_arrivals`); a sinusoidal rate with
+        amplitude ``peak_to_mean - 1`` (<= 1) and period ``period_s`` (None: the expected span of one
+        replication, so a run sees one whole cycle).
+    routing : SplitRouting or None
+        A split-routing plan's own routing (``plan.routing`` of ``solve``; router ``auto`` or ``split``, no
+        ``split_shares``): the router draws pools with the routing's per-segment rates as weights, on its own
+        elementary boundaries, and the analytic numbers are the plan's own, each pool evaluated at its routed
+        mix (:func:`fleetopt.optimizer.plan.split_candidates.evaluate_routing`, which checks the routing) rather
+        than a tiling's. The pools (e.g. :func:`plans_from_fleet` of ``plan.fleet``) need fixed replica counts
+        and may overlap.
+    split_shares : array (pools x pools) or None
+        ``router="split"`` on a tiled plan: weight of pool ``p`` (column) for segment ``k`` (row). Like
+        ``routing`` it is indexed by this call's pools, so it is an argument, not a setting.
     progress : callable or None
         ``progress(done_requests, planned_requests)`` after each replication.
-    split_shares : array (pools x pools) or None
-        ``router="split"``: weight of pool ``p`` (column) for segment ``k`` (row).
-    routing : SplitRouting or None
-        ``router="split"`` for a split-routing plan (``plan.routing`` of ``solve``; not with ``split_shares``):
-        the router draws pools with the routing's per-segment rates as weights, on its own elementary
-        boundaries, and the analytic numbers are the plan's own, each pool evaluated at its routed mix
-        (:func:`fleetopt.optimizer.plan.split_candidates.evaluate_routing`, which checks the routing) rather than a tiling's. The
-        pools (e.g. :func:`plans_from_fleet` of ``plan.fleet``) need fixed replica counts and may overlap.
-    spill_bound : int or None
-        ``router="spillover"``: the queue bound (requests waiting in a pool, not yet admitted); None:
-        :data:`DEFAULT_SPILL_BOUND`. A bound with another router is a problem, not ignored.
-    engine : EngineOptions
-        KV admission (``reserve``: the analytic batch cap; ``paged``: vLLM's block-based admission with
-        preemption), the per-iteration token budget and replica availability (:mod:`fleetopt.optimizer.simulation.options`).
 
     Returns
     -------
     SimReport
+        With ``options``: the settings as run (``router`` and ``spill_bound`` resolved).
 
     Raises
     ------
     InstanceError
-        For a bad option or a plan the simulator cannot run (one line each).
+        For options the plan or the instance cannot take, or a plan the simulator cannot run (one line each).
     """
     t0 = time.perf_counter()
-    analytic, sim_pools, trace = _checked(instance, pools, dict(
-        requests=requests, router=router, dispatch=dispatch, arrivals=arrivals, mode=mode, precision=precision,
-        max_requests=max_requests, warmup=warmup, replications=replications, peak_to_mean=peak_to_mean,
-        mean_dwell_s=mean_dwell_s, period_s=period_s, split_shares=split_shares, routing=routing, engine=engine,
-        spill_bound=spill_bound))
-    if spill_bound is None:
-        spill_bound = DEFAULT_SPILL_BOUND
-    R = 1 if arrivals == "trace" else int(replications)
-    n_rep = int(math.ceil(requests / R))
-    if arrivals == "trace":
+    options = _resolved(options, pools, routing)
+    analytic, sim_pools, trace = _checked(instance, pools, options, routing, split_shares)
+    R = 1 if options.arrivals == "trace" else int(options.replications)
+    n_rep = int(math.ceil(options.requests / R))
+    if options.arrivals == "trace":
         n_rep = min(n_rep, len(trace.arrived_at_s))
     planned, done = R * n_rep, [0]
     relax_s = max((p.mean_service_s * (1.0 + p.cv2_service) for p in analytic.pools if p.arrival_rate > 0),
                   default=0.0)
-    spec = _RunSpec(instance, analytic, tuple(sim_pools), router, dispatch, arrivals, mode, warmup, 2.0 * relax_s,
-                    COOLDOWN_SLOS * instance.slo.ttft_p99_s, peak_to_mean, mean_dwell_s, period_s,
+    spec = _RunSpec(instance, analytic, tuple(sim_pools), options, 2.0 * relax_s,
+                    COOLDOWN_SLOS * instance.slo.ttft_p99_s,
                     split_shares if routing is None else routing,  # the split router's weights, either form
-                    engine, tuple(instance.gpu(p.gpu).availability for p in analytic.pools), spill_bound)
+                    tuple(instance.gpu(p.gpu).availability for p in analytic.pools))
 
     def one(n: int):
         def run(rng: np.random.Generator) -> Replication:
@@ -328,8 +291,9 @@ def simulate_plan(instance: Instance, pools: list[PoolPlan], *, requests: int = 
             return out
         return run
 
+    precision = options.precision
     while True:
-        runs = replicate(one(n_rep), seed, R).results
+        runs = replicate(one(n_rep), options.seed, R).results
         fleet = p99_estimate([r.ttft_s for r in runs])
         if precision is None:
             stop = "requests"
@@ -337,78 +301,53 @@ def simulate_plan(instance: Instance, pools: list[PoolPlan], *, requests: int = 
             stop = "p99_unbounded"
         elif fleet.half_width <= precision * fleet.value:
             stop = "precision"
-        elif arrivals == "trace" and n_rep >= len(trace.arrived_at_s):
+        elif options.arrivals == "trace" and n_rep >= len(trace.arrived_at_s):
             stop = "trace_length"
-        elif 2 * n_rep * R > max_requests:
+        elif 2 * n_rep * R > options.max_requests:
             stop = "max_requests"
         else:
             n_rep *= 2
-            if arrivals == "trace":
+            if options.arrivals == "trace":
                 n_rep = min(n_rep, len(trace.arrived_at_s))
             planned = done[0] + R * n_rep
             continue
         break
-    return build_report(instance, analytic, runs, fleet, dict(
-        seed=int(seed), mode=mode, router=router, dispatch=dispatch if mode == "iteration" else "pool-fcfs",
-        arrivals=arrivals, replications=R, stopped_by=stop, precision=precision,
-        requests_simulated=R * n_rep, relaxation_s=relax_s, engine=engine,
-        spill_bound=spill_bound if router == "spillover" else None,
-        routing_source=None if router != "split" else "shares" if routing is None else "plan"),
-        time.perf_counter() - t0)
+    return build_report(instance, analytic, runs, fleet, options, replications=R, stopped_by=stop,
+                        requests_simulated=R * n_rep, relaxation_s=relax_s,
+                        routing_source=None if options.router != "split" else "shares" if routing is None else "plan",
+                        wall_s=time.perf_counter() - t0)
 
 
-def _checked(instance: Instance, pools: list[PoolPlan], opts: dict):
-    """Validate the options and the plan at the edge; the analytic fleet, the simulator's pools and the trace."""
+def _resolved(options: SimOptions, pools: list[PoolPlan], routing) -> SimOptions:
+    """The options as the run uses them: ``router="auto"`` replaced by :func:`planned_router`'s, and spillover's
+    ``spill_bound=None`` by :data:`DEFAULT_SPILL_BOUND`."""
+    if not isinstance(options, SimOptions):
+        raise InstanceError(f"options: {options!r} is not a SimOptions")
+    router = planned_router(pools, routing) if options.router == "auto" else options.router
+    bound = DEFAULT_SPILL_BOUND if router == "spillover" and options.spill_bound is None else options.spill_bound
+    if (router, bound) == (options.router, options.spill_bound):
+        return options
+    return replace(options, router=router, spill_bound=bound)
+
+
+def _checked(instance: Instance, pools: list[PoolPlan], options: SimOptions, routing, split_shares):
+    """Check what the options (valid on their own, :class:`SimOptions`) and the plan need of each other and of the
+    instance, at the edge; the analytic fleet, the simulator's pools and the trace."""
     problems = []
-    choices = {"router": ROUTERS, "dispatch": DISPATCHES, "arrivals": ARRIVALS, "mode": MODES}
-    for name, allowed in choices.items():
-        if opts[name] not in allowed:
-            problems.append(f"--{name}: {opts[name]!r} is not one of {', '.join(allowed)}")
-    R = opts["replications"]
-    if int(R) != R or R < 1:
-        problems.append(f"--replications: {R!r} must be a whole number >= 1")
-    elif opts["requests"] < MIN_REQUESTS_PER_REPLICATION * (1 if opts["arrivals"] == "trace" else R):
-        problems.append(f"--requests: {opts['requests']} leaves fewer than {MIN_REQUESTS_PER_REPLICATION} requests "
-                        f"per replication ({R} replications)")
-    if opts["precision"] is not None and not 0.0 < opts["precision"] < 1.0:
-        problems.append(f"precision: {opts['precision']!r} must be a fraction in (0, 1), e.g. 0.05")
-    if opts["precision"] is not None and opts["requests"] > opts["max_requests"]:
-        problems.append(f"--max-requests: {opts['max_requests']} is below --requests {opts['requests']}")
-    if not 0.0 <= opts["warmup"] <= 0.5:
-        problems.append(f"warmup: {opts['warmup']!r} must lie in [0, 0.5]")
     w = instance.workload
     trace = w.lengths if isinstance(w.lengths, RequestTrace) else None
-    if opts["arrivals"] == "trace" and trace is None:
+    if options.arrivals == "trace" and trace is None:
         problems.append(f"--arrivals: 'trace' replays a trace's instants, but the workload of {instance.name} is a "
                         "length CDF; use poisson, mmpp or diurnal")
-    ptm = opts["peak_to_mean"]
-    if opts["arrivals"] in ("mmpp", "diurnal") and not (math.isfinite(ptm) and ptm >= 1.0):
-        problems.append(f"--peak-to-mean: {ptm!r} must be >= 1")
-    elif opts["arrivals"] == "diurnal" and ptm > 2.0:
-        problems.append(f"--peak-to-mean: {ptm:g} is above 2, the largest a sinusoidal rate reaches (amplitude 1)")
-    if not (math.isfinite(opts["mean_dwell_s"]) and opts["mean_dwell_s"] > 0):
-        problems.append(f"mean_dwell_s: {opts['mean_dwell_s']!r} must be finite and > 0")
-    if opts["period_s"] is not None and not (math.isfinite(opts["period_s"]) and opts["period_s"] > 0):
-        problems.append(f"period_s: {opts['period_s']!r} must be finite and > 0, or None")
-    bound = opts["spill_bound"]
-    if bound is not None and opts["router"] != "spillover":
-        problems.append(f"--spill-bound: {bound!r} applies to --router spillover only; the router is "
-                        f"{opts['router']!r}")
-    elif bound is not None and (isinstance(bound, bool) or not isinstance(bound, (int, np.integer)) or bound < 0):
-        problems.append(f"--spill-bound: {bound!r} must be a whole number >= 0")
-    if opts["router"] in ("length", "spillover") and any(p.compress_gamma > 1 for p in pools):
+    if options.router in ("length", "spillover") and any(p.compress_gamma > 1 for p in pools):
         problems.append("--router: the plan has @gamma (compress-and-route) pools; simulate them with "
                         "--router compress")
-    engine = opts["engine"]
-    if not isinstance(engine, EngineOptions):
-        problems.append(f"engine: {engine!r} is not an EngineOptions")
-    else:
-        problems += engine.problems(opts["mode"])
+    engine = options.engine
     if problems:
         raise InstanceError(problems)
     try:
-        analytic = (evaluate_plans(instance, list(pools)) if opts["routing"] is None  # a split plan: routed mixes
-                    else evaluate_routing(instance, list(pools), opts["routing"]))
+        analytic = (evaluate_plans(instance, list(pools)) if routing is None  # a split plan: routed mixes
+                    else evaluate_routing(instance, list(pools), routing))
     except ValueError as err:
         raise InstanceError(f"--fleet: {err}") from err
     for p in analytic.pools:
@@ -425,13 +364,15 @@ def _checked(instance: Instance, pools: list[PoolPlan], opts: dict):
             sim_pools = engine_pools(analytic, profiles, names, engine)
         except ValueError as err:
             problems.append(f"--fleet: {err}")
-    if opts["routing"] is not None and (opts["router"] != "split" or opts["split_shares"] is not None):
-        problems.append(f"routing: a split plan's routing needs router 'split' (got {opts['router']!r}) and no "
+    if split_shares is not None and options.router != "split":
+        problems.append(f"split_shares: weights of router 'split'; the router is {options.router!r}")
+    if routing is not None and (options.router != "split" or split_shares is not None):
+        problems.append(f"routing: a split plan's routing needs router 'split' (got {options.router!r}) and no "
                         "split_shares")
     if not problems and len({p.name for p in sim_pools}) < len(sim_pools):
         sim_pools = _unique_names(sim_pools)  # e.g. a split plan with two batch caps of one range and GPU
-    if opts["router"] == "split" and opts["split_shares"] is not None:
-        s = np.asarray(opts["split_shares"], dtype=float)
+    if options.router == "split" and split_shares is not None:
+        s = np.asarray(split_shares, dtype=float)
         if s.shape != (len(pools), len(pools)) or not np.all(np.isfinite(s)) or np.any(s < 0) \
                 or np.any(s.sum(axis=1) <= 0):
             problems.append(f"split_shares: give a ({len(pools)}, {len(pools)}) array of finite weights >= 0 with a "
@@ -475,18 +416,18 @@ def _unique_names(pools: list[SimPool]) -> list[SimPool]:
     return [replace(p, name=n) for p, n in zip(pools, names)]
 
 
-def _stream(instance: Instance, n: int, rng: np.random.Generator, arrivals: str, peak_to_mean: float,
-            mean_dwell_s: float, period_s: float | None) -> Requests:
-    """``n`` requests of the instance's workload with the chosen arrival process (draws: instants, then lengths)."""
+def _stream(instance: Instance, n: int, rng: np.random.Generator, options: SimOptions) -> Requests:
+    """``n`` requests of the instance's workload with the options' arrival process (draws: instants, then lengths)."""
     w = instance.workload
     rate = w.arrival_rate_req_per_s
-    if arrivals == "trace":
+    if options.arrivals == "trace":
         full = replay_trace(w.lengths, rate)
         return Requests(full.arrival_at_s[:n], full.prompt_tokens[:n], full.output_tokens[:n])
-    if arrivals == "mmpp":
-        at = mmpp_arrivals(rate, peak_to_mean, n, rng, mean_dwell_s)
-    elif arrivals == "diurnal":
-        at = diurnal_arrivals(rate, n, rng, peak_to_mean - 1.0, period_s if period_s else n / rate)
+    if options.arrivals == "mmpp":
+        at = mmpp_arrivals(rate, options.peak_to_mean, n, rng, options.mean_dwell_s)
+    elif options.arrivals == "diurnal":
+        period_s = options.period_s
+        at = diurnal_arrivals(rate, n, rng, options.peak_to_mean - 1.0, period_s if period_s else n / rate)
     else:
         at = poisson_arrivals(rate, n, rng)
     prompt, output = sample_lengths(w.lengths, n, rng, w.input_fraction)
@@ -516,21 +457,22 @@ def _router(kind: str, instance: Instance, analytic: FleetResult, names: list[st
 
 def _replication(spec: _RunSpec, n: int, rng: np.random.Generator) -> Replication:
     """One replication: stream, route, simulate to the last arrival, keep the measured requests."""
-    req = _stream(spec.instance, n, rng, spec.arrivals, spec.peak_to_mean, spec.mean_dwell_s, spec.period_s)
-    route = _router(spec.router, spec.instance, spec.analytic, [p.name for p in spec.pools], rng, spec.split_shares,
-                    spec.spill_bound)
+    o = spec.options
+    req = _stream(spec.instance, n, rng, o)
+    route = _router(o.router, spec.instance, spec.analytic, [p.name for p in spec.pools], rng, spec.split_shares,
+                    o.spill_bound)
     if isinstance(route, CompressRouter):
         req = route.compress(req)
     horizon_s = float(req.arrival_at_s[-1])
-    warmup_s = min(max(spec.warmup_share * horizon_s, spec.warmup_floor_s), 0.5 * horizon_s)
+    warmup_s = min(max(o.warmup_share * horizon_s, spec.warmup_floor_s), 0.5 * horizon_s)
     measure_end_s = horizon_s - min(max(COOLDOWN_SHARE * horizon_s, spec.cooldown_floor_s), 0.25 * horizon_s)
     pools, up = list(spec.pools), np.array([p.replicas for p in spec.pools], dtype=np.int64)
-    if spec.engine.availability == "sampled":
+    if o.engine.availability == "sampled":
         pools, up = sample_up(pools, list(spec.availability), rng)
         if np.any(up == 0):
             route = DownPoolsRouter(route, [p.name for p, u in zip(pools, up) if u == 0])
-    disp = JoinShortestQueue() if spec.dispatch == "jsq" else RoundRobin()
-    res = simulate(pools, req, route, mode=spec.mode, queue="pool" if spec.mode == "slot" else "replica",
+    disp = JoinShortestQueue() if o.dispatch == "jsq" else RoundRobin()
+    res = simulate(pools, req, route, mode=o.mode, queue="pool" if o.mode == "slot" else "replica",
                    dispatch=disp, horizon_s=horizon_s, warmup_s=warmup_s)
     keep = (res.arrival_at_s >= warmup_s) & (res.arrival_at_s <= measure_end_s)
     pool_of = res.pool
@@ -557,17 +499,16 @@ def _replication(spec: _RunSpec, n: int, rng: np.random.Generator) -> Replicatio
         littles_error=float(np.max(np.abs(L - lam_w) / np.maximum(L, 1e-12), initial=0.0)))
 
 
-def simulate_solved_plan(instance: Instance, plan, **options):
-    """Simulate a plan of :func:`fleetopt.optimizer.plan.solve.solve_instance` with the router it was planned for: its own
-    split routing (``plan.routing``), compress-and-route when a pool has ``@gamma``, else length routing.
-    ``options`` are those of :func:`simulate_plan` (except ``router`` and ``routing``)."""
-    return simulate_pools(instance, plans_from_fleet(instance, plan.fleet), plan.routing, **options)
+def simulate_solved_plan(instance: Instance, plan, options: SimOptions = SimOptions(), *,
+                         progress: Callable[[int, int], None] | None = None) -> SimReport:
+    """Simulate a plan of :func:`fleetopt.optimizer.plan.solve.solve_instance` (its pools and, for a split plan, its
+    routing ``plan.routing``); with ``options.router="auto"`` (default) under the router it was planned for."""
+    return simulate_pools(instance, plans_from_fleet(instance, plan.fleet), plan.routing, options, progress=progress)
 
 
-def simulate_pools(instance: Instance, pools: list, routing=None, **options):
-    """Simulate pools (``fleetopt.models.fleet.PoolPlan`` with replica counts) with the router they were planned for
-    (:func:`planned_router`): ``routing`` (a split plan's) if given, compress-and-route
-    when a pool has ``@gamma``, else length routing."""
-    if routing is not None:
-        options["routing"] = routing
-    return simulate_plan(instance, pools, router=planned_router(pools, routing), **options)
+def simulate_pools(instance: Instance, pools: list, routing=None, options: SimOptions = SimOptions(), *,
+                   progress: Callable[[int, int], None] | None = None) -> SimReport:
+    """Simulate pools (``fleetopt.models.fleet.PoolPlan`` with replica counts) and a split plan's ``routing`` (or
+    None); with ``options.router="auto"`` (default) under the router they were planned for
+    (:func:`planned_router`): split with a routing, compress-and-route when a pool has ``@gamma``, else length."""
+    return simulate_plan(instance, pools, options, routing=routing, progress=progress)

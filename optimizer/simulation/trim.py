@@ -49,7 +49,6 @@ the trimmed plan infeasible, and its analytic figures are printed next to it.
 
 from __future__ import annotations
 
-import inspect
 import math
 from dataclasses import dataclass, replace
 from typing import Callable
@@ -58,6 +57,7 @@ import numpy as np
 
 from fleetopt.optimizer.io.instance import Instance
 from fleetopt.optimizer.plan.solve import Plan
+from fleetopt.optimizer.simulation.options import SimOptions
 
 __all__ = ["MAX_BACKOFFS", "TrimStep", "Trim", "trim_plan"]
 
@@ -115,22 +115,25 @@ class Trim:
         return 1.0 - self.cost_per_hr / self.verified_cost_per_hr if self.verified_cost_per_hr else 0.0
 
 
-def trim_plan(instance: Instance, plan: Plan, passes: Callable[[object], bool], *, seed: int = 0,
-              simulate_options: dict | None = None, progress=None,
-              relaxation_spans: float = RELAXATION_SPANS) -> Trim:
+def trim_plan(instance: Instance, plan: Plan, passes: Callable[[object], bool], options: SimOptions = SimOptions(),
+              *, progress=None, relaxation_spans: float = RELAXATION_SPANS) -> Trim:
     """Lower the replica counts of a verified ``plan`` while its simulation ``passes`` (module docstring).
 
-    ``passes(sim_report)`` is the verification rule; ``simulate_options`` are those of
-    :func:`fleetopt.optimizer.simulation.simulate.simulate_plan` (requests, engine settings, ...); ``relaxation_spans`` is the
-    least run length of a trial in start-up scales (step 1; 0 keeps the verification's request count).
+    ``passes(sim_report)`` is the verification rule; ``options`` are the verification's simulation settings
+    (:class:`~fleetopt.optimizer.simulation.options.SimOptions`): the search runs them with their ``seed``, the
+    confirmation with ``seed + 1``, and every trial with ``requests`` raised for the run length (step 1;
+    ``max_requests`` follows when a precision target would otherwise refuse them). ``relaxation_spans`` is the
+    least run length of a trial in start-up scales (0 keeps the verification's request count).
     """
-    from fleetopt.optimizer.simulation.options import EngineOptions, engine_pools
-    from fleetopt.optimizer.simulation.simulate import plans_from_fleet, simulate_plan
-    from fleetopt.optimizer.simulation.simulate import simulate_pools
+    from fleetopt.optimizer.simulation.options import engine_pools
+    from fleetopt.optimizer.simulation.simulate import plans_from_fleet, simulate_pools
 
+    if not isinstance(options, SimOptions):
+        raise ValueError(f"options must be a SimOptions; got {options!r}")
     base = plans_from_fleet(instance, plan.fleet)
-    options = dict(simulate_options or {})
-    engine = options.get("engine", EngineOptions())
+    engine, seed = options.engine, options.seed
+    requests = _trial_requests(instance, plan.fleet, options.requests, options.replications, relaxation_spans)
+    trial_options = replace(options, requests=requests, max_requests=max(options.max_requests, requests))
     steps: list[TrimStep] = []
     cache: dict = {}
 
@@ -138,7 +141,8 @@ def trim_plan(instance: Instance, plan: Plan, passes: Callable[[object], bool], 
         key = (counts, run_seed)
         if key not in cache:
             pools = [replace(p, replicas=n) for p, n in zip(base, counts)]
-            cache[key] = simulate_pools(instance, pools, plan.routing, seed=run_seed, progress=progress, **options)
+            cache[key] = simulate_pools(instance, pools, plan.routing, replace(trial_options, seed=run_seed),
+                                        progress=progress)
         return cache[key]
 
     def trial(k: int, counts: tuple[int, ...], run_seed: int) -> bool:
@@ -148,9 +152,6 @@ def trim_plan(instance: Instance, plan: Plan, passes: Callable[[object], bool], 
         return ok
 
     verified = tuple(int(p.replicas) for p in base)
-    default = {k: v.default for k, v in inspect.signature(simulate_plan).parameters.items()}
-    options["requests"] = _trial_requests(instance, plan.fleet, options.get("requests", default["requests"]),
-                                          options.get("replications", default["replications"]), relaxation_spans)
     caps = [p.max_num_seqs for p in engine_pools(plan.fleet, [p.profile for p in base],
                                                  [str(k) for k in range(len(base))], engine)]
     floors = [max(a, b) for a, b in zip(_floors(plan.fleet, caps, engine, instance.constraints.max_utilization),
@@ -171,7 +172,7 @@ def trim_plan(instance: Instance, plan: Plan, passes: Callable[[object], bool], 
     cost = sum(n * c for n, c in zip(final, per_replica))
     verified_cost = sum(n * c for n, c in zip(verified, per_replica))
     return Trim(verified, final, trimmed, run(trimmed, seed), confirmation, bool(passes(confirmation)),
-                tuple(steps), float(cost), float(verified_cost), int(options["requests"]))
+                tuple(steps), float(cost), float(verified_cost), int(trial_options.requests))
 
 
 def _least_passing(passes_at: Callable[[int], bool], hi: int, floor: int) -> int:

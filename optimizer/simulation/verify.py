@@ -61,9 +61,11 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
+from fleetopt.models.units import P99
 from fleetopt.optimizer.plan.candidates import WindowCut
 from fleetopt.optimizer.io.instance import Instance
 from fleetopt.optimizer.plan.solve import Plan, SolveOptions, SolveReport, solve_instance
+from fleetopt.optimizer.simulation.options import SimOptions
 from fleetopt.optimizer.simulation.simulate import simulate_solved_plan
 
 __all__ = ["RULES", "CUTS", "VerifiedPlan", "Verification", "verify", "analytic_minima"]
@@ -93,6 +95,9 @@ class Verification:
     cuts: tuple[str, ...]
     trim: object = None
     """With ``trim=True``: the chosen plan trimmed by simulation (:class:`fleetopt.optimizer.simulation.trim.Trim`)."""
+    options: SimOptions = SimOptions()
+    """The settings every plan was simulated with (``router="auto"``: each plan under the router it was planned
+    for; the report of each simulation holds them as run)."""
 
     @property
     def verified(self) -> bool:
@@ -106,7 +111,7 @@ def _pool_misses(pool, rule: str, slo_ms: float) -> bool:
         return pool.ttft_p99_ci_ms[1] > slo_ms
     if rule in ("ci-upper", "point"):
         return bool(pool.ttft_p99_ms_sim > slo_ms)  # False for NaN (no measured request)
-    return bool(pool.slo_attainment < 0.99)
+    return bool(pool.slo_attainment < P99)
 
 
 def _fleet_passes(sim, instance: Instance, rule: str) -> tuple[bool, tuple]:
@@ -119,7 +124,7 @@ def _fleet_passes(sim, instance: Instance, rule: str) -> tuple[bool, tuple]:
         elif rule == "point":
             ok = sim.ttft_p99_ms <= slo_ms
         else:
-            ok = sim.slo_attainment >= 0.99
+            ok = sim.slo_attainment >= P99
         if not ok and not failing:  # no pool misses on its own: cut the one with the worst attainment
             judged = [p for p in sim.pools if not math.isnan(p.slo_attainment)] or list(sim.pools)
             worst = min(judged, key=lambda p: p.slo_attainment)
@@ -132,12 +137,14 @@ def _fleet_passes(sim, instance: Instance, rule: str) -> tuple[bool, tuple]:
     return not failing, failing
 
 
-def verify(instance: Instance, options: SolveOptions = SolveOptions(), *, top: int = 3, seed: int = 0,
-           rule: str = "ci-upper", max_rounds: int = 3, simulate_options: dict | None = None,
-           progress=None, cuts: str = "count", trim: bool = False) -> tuple[SolveReport, Verification]:
+def verify(instance: Instance, options: SolveOptions = SolveOptions(), sim_options: SimOptions = SimOptions(), *,
+           top: int = 3, rule: str = "ci-upper", max_rounds: int = 3, progress=None, cuts: str = "count",
+           trim: bool = False) -> tuple[SolveReport, Verification]:
     """Solve, simulate the ``top`` plans, and cut and re-solve until one passes (see the module docstring).
 
-    ``cuts="window"`` adds a :class:`~fleetopt.optimizer.plan.candidates.WindowCut` to every count cut under length routing
+    ``sim_options`` are the settings of every simulation
+    (:class:`~fleetopt.optimizer.simulation.options.SimOptions`): each plan of each round runs with the same
+    seed, so plans are compared on the same requests. ``cuts="window"`` adds a :class:`~fleetopt.optimizer.plan.candidates.WindowCut` to every count cut under length routing
     (not under split routing, where only count cuts apply); ``trim=True`` then
     lowers the chosen plan's counts while its simulation still passes (:mod:`fleetopt.optimizer.simulation.trim`).
     Returns the last round's solve report and the verification record; the chosen plan (if any) is
@@ -147,8 +154,9 @@ def verify(instance: Instance, options: SolveOptions = SolveOptions(), *, top: i
         raise ValueError(f"rule must be one of {RULES}; got {rule!r}")
     if cuts not in CUTS:
         raise ValueError(f"cuts must be one of {CUTS}; got {cuts!r}")
+    if not isinstance(sim_options, SimOptions):
+        raise ValueError(f"sim_options must be a SimOptions; got {sim_options!r}")
     window_cuts = cuts == "window" and instance.pools.routing == "length"  # module docstring: not under split
-    sim_kwargs = dict(simulate_options or {})
     min_replicas: dict = dict(options.min_replicas)
     forbidden: set = set(options.forbidden)
     factors: dict = {}  # (lo, hi, gpu) -> the largest derating factor of its window cuts
@@ -163,7 +171,7 @@ def verify(instance: Instance, options: SolveOptions = SolveOptions(), *, top: i
             break
         this_round = []
         for plan in report.plans:
-            sim = simulate_solved_plan(instance, plan, seed=seed, progress=progress, **sim_kwargs)
+            sim = simulate_solved_plan(instance, plan, sim_options, progress=progress)
             ok, failing = _fleet_passes(sim, instance, rule)
             this_round.append(VerifiedPlan(round_, plan.rank, plan, sim, ok, failing))
         verified += this_round
@@ -175,8 +183,9 @@ def verify(instance: Instance, options: SolveOptions = SolveOptions(), *, top: i
                 from fleetopt.optimizer.simulation.trim import trim_plan
 
                 trimmed = trim_plan(instance, chosen.plan, lambda sim: _fleet_passes(sim, instance, rule)[0],
-                                    seed=seed, simulate_options=sim_kwargs, progress=progress)
-            return report, Verification(rule, round_, tuple(verified), chosen, tuple(cut_lines), trimmed)
+                                    sim_options, progress=progress)
+            return report, Verification(rule, round_, tuple(verified), chosen, tuple(cut_lines), trimmed,
+                                        sim_options)
         best = this_round[0]
         if window_cuts and minima is None:
             minima = analytic_minima(instance)
@@ -198,7 +207,8 @@ def verify(instance: Instance, options: SolveOptions = SolveOptions(), *, top: i
                 text += (f"; every pool on {key[2]} with the {key[1]:,}-token window starting at or below "
                          f"{key[0]:,} needs at least {factor:.3g} x its analytic minimum ({raised} / {n_star})")
             cut_lines.append(text)
-    return report, Verification(rule, len({v.round for v in verified}), tuple(verified), None, tuple(cut_lines))
+    return report, Verification(rule, len({v.round for v in verified}), tuple(verified), None, tuple(cut_lines),
+                                options=sim_options)
 
 
 def analytic_minima(instance: Instance) -> dict[tuple, int]:
