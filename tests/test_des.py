@@ -146,7 +146,7 @@ MMC_CONFIDENCE = 0.999
 PROB_RESOLUTION = 1e-3  # tail probabilities below 0.1 % are not resolved by runs of this length
 
 
-@pytest.mark.parametrize("rho", [0.5, 0.8, 0.95])
+@pytest.mark.parametrize("rho", [0.5, 0.8, pytest.param(0.95, marks=pytest.mark.slow)])  # 0.95: 60k-180k requests
 @pytest.mark.parametrize("c", [1, 4, 32, 256])
 def test_mmc_wait_tail_and_p99_match_erlang_c(c, rho):
     """M/M/c with pool-level FCFS: P(W > t) = C e^{-(c mu - lambda) t} exactly, mu = 1."""

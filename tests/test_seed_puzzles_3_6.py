@@ -33,6 +33,7 @@ def reference_search(inst):
     return best
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(SEED_BEST_PER_YEAR))
 def test_mip_equals_reference_search_and_beats_seed(repo_root, name):
     inst = api.load(repo_root / "instances" / f"{name}.yaml")
