@@ -20,8 +20,8 @@ from fleetopt.optimizer.io.instance import Instance, load_instance
 from fleetopt.optimizer.report import fleet_json
 from fleetopt.optimizer.simulation.options import EngineOptions, SimOptions
 
-__all__ = ["load", "summarize_instance", "evaluate_report", "EvaluationReport", "tpw_rows", "simulate_report",
-           "simulate_plan", "SimOptions", "EngineOptions", "VERIFY_SIM_OPTIONS"]
+__all__ = ["load", "summarize_instance", "evaluate_report", "EvaluationReport", "solve", "verify", "exit_code",
+           "tpw_rows", "simulate_report", "simulate_plan", "SimOptions", "EngineOptions", "VERIFY_SIM_OPTIONS"]
 
 DEFAULT_CONTEXTS = "2048,4096,8192,16384,32768,65536,131072"
 VERIFY_SIM_OPTIONS = SimOptions(requests=100_000)
