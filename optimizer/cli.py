@@ -244,13 +244,17 @@ def simulate(instance, fleet, plan_file, rank, n_requests, seed, router, spill_b
 
 @main.command()
 @click.option("--quick", is_flag=True, help="Fewer repetitions (smoke run).")
+@click.option("--agreement-pools", type=click.IntRange(min=0), default=None, metavar="N",
+              help="Random pools of the analytic-vs-simulated agreement run (default 200, 12 with --quick; 0 skips).")
 @_json_opt
 @_guard
-def bench(quick, json_out):
+def bench(quick, json_out, agreement_pools):
     """Run the benchmarks, print a table of medians and write JSON."""
     from fleetopt.optimizer.bench import run_benchmarks, render_bench
 
-    result = run_benchmarks(repeats=1 if quick else 5, enumeration_limit_s=5.0 if quick else 60.0, memory=not quick)
+    pools = (12 if quick else 200) if agreement_pools is None else agreement_pools
+    result = run_benchmarks(repeats=1 if quick else 5, enumeration_limit_s=5.0 if quick else 60.0, memory=not quick,
+                            agreement_pools=pools, agreement_requests=20_000 if quick else 50_000)
     _emit(lambda c: render_bench(c, result), result, json_out)
 
 

@@ -1,0 +1,492 @@
+r"""Agreement of the analytic pool model with the simulator: random single pools, both views, ratio statistics.
+
+A yardstick for the analytic model (:func:`fleetopt.models.fleet.evaluate_fleet`): draw candidate pools at
+random, evaluate each analytically and simulate it (:func:`fleetopt.optimizer.simulation.simulate.simulate_plan`,
+iteration mode, JSQ dispatch, Poisson arrivals by default), and summarise the ratio analytic / simulated of four
+metrics: P99 TTFT, mean batch per replica, slot utilisation and pool power.
+
+The pools
+---------
+:func:`sample_pools` draws, from one ``numpy.random.Generator``, pools of
+
+* a workload of :data:`WORKLOADS` (the bundled CDFs and the bundled trace);
+* a GPU option of :data:`GPU_CHOICES` (every calibrated profile, plus computed hardware + model profiles);
+* a length window :math:`(lo, hi]`: :math:`hi` on the grid :data:`WINDOW_HI_TOKENS` (2K to 64K) that the
+  profile holds, :math:`lo = 0` or :math:`hi/k`, :math:`k \in \{2, 4, 8\}`;
+* a replica count :math:`N` (log-uniform in 1..:data:`MAX_REPLICAS`) and a target utilisation
+  :math:`u \sim U(` :data:`UTILIZATION_BAND` :math:`)`, from which the arrival rate is
+  :math:`\lambda = u\, N c / E[S]` (:math:`c` slots per replica, :math:`E[S]` mean slot time of the window;
+  the analytic utilisation :math:`\lambda E[S] / (N c)` is linear in :math:`\lambda`).
+
+A pool of window :math:`(lo, hi]` is one instance whose workload is the bundled one *conditioned* on
+:math:`(lo, hi]` (a CDF renormalised on the window, or the trace's rows in it) with one pool ``0-hi``: the
+pool then receives exactly the window's requests at rate :math:`\lambda`, its slots are those of a
+:math:`hi`-token window, and no other pool has to be simulated. A draw is skipped and drawn again when the
+window holds too little of the workload (:data:`MIN_WINDOW_SHARE`, :data:`MIN_TRACE_ROWS`), the profile
+cannot hold :math:`hi`, or the analytic pool is unstable (utilisation outside the band, P99 TTFT not finite).
+Each pool carries its own simulation seed, drawn from the same generator, so the whole run is reproducible.
+
+The statistics
+--------------
+For each metric :func:`summarize_ratios` gives the median, P10 and P90 of :math:`r` = analytic / simulated
+(numpy percentiles, method :data:`fleetopt.solvers.des.metrics.PERCENTILE_METHOD`, the empirical quantile),
+the worst ratio (largest :math:`|\ln r|`), the share within the metric's band
+(:math:`|r - 1| \le` :data:`BANDS`: 10 % for TTFT, 5 % for the others) and the share *optimistic* by more
+than 20 % (:math:`r <` :data:`OPTIMISTIC_BELOW` = 0.8, e.g. analytic TTFT below 0.8 x simulated). A
+simulated P99 TTFT of :math:`+\infty` (a measured request without a first token) gives :math:`r = 0`.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+import tempfile
+import time
+from dataclasses import dataclass, replace
+from functools import lru_cache
+from pathlib import Path
+
+import numpy as np
+
+from fleetopt.models.fleet import PoolResult
+from fleetopt.models.workload import LengthDistribution, RequestTrace
+from fleetopt.solvers.des.metrics import PERCENTILE_METHOD, percentile
+
+from fleetopt.optimizer.errors import InstanceError
+from fleetopt.optimizer.io.catalog import BUILTIN_WORKLOADS, data_dir
+from fleetopt.optimizer.io.instance import Instance, instance_from_dict
+from fleetopt.optimizer.plan.evaluate import evaluate_plans
+from fleetopt.optimizer.simulation.options import SimOptions
+from fleetopt.optimizer.simulation.simulate import plans_from_spec, simulate_plan
+
+__all__ = ["WORKLOADS", "GPU_CHOICES", "WINDOW_HI_TOKENS", "UTILIZATION_BAND", "MAX_REPLICAS", "METRICS", "BANDS",
+           "OPTIMISTIC_BELOW", "MIN_WINDOW_SHARE", "MIN_TRACE_ROWS", "SampledPool", "MetricAgreement",
+           "PoolAgreement", "RatioSummary", "draw_pool", "sample_pools", "agreement_options", "measure_pool",
+           "run_agreement", "summarize_ratios", "summarize_agreement"]
+
+WORKLOADS = ("builtin:azure", "builtin:lmsys", "builtin:agent_heavy", "builtin:azure_conv_trace")
+"""The bundled workloads the sampler draws from (the last one is a trace)."""
+
+GPU_CHOICES: tuple[tuple[tuple[str, object], ...], ...] = (
+    (("profile", "A10G"),),
+    (("profile", "A100-80GB"),),
+    (("profile", "H100-80GB"),),
+    (("profile", "B200-projected"),),
+    (("hardware", "H100-SXM-80GB"), ("model", "Llama-3.1-8B"), ("tp", 1)),
+    (("hardware", "H100-SXM-80GB"), ("model", "Llama-3.1-70B"), ("tp", 8)),
+)
+"""GPU option entries (the ``gpus[]`` keys of an instance, as pairs): the calibrated profiles and two computed ones."""
+
+WINDOW_HI_TOKENS = (2048, 3072, 4096, 6144, 8192, 12288, 16384, 24576, 32768, 49152, 65536)
+"""Upper ends a window may have."""
+
+WINDOW_LO_DIVISORS = (2, 4, 8)
+"""A window's lower end is 0 (probability 1/3) or its upper end divided by one of these."""
+
+UTILIZATION_BAND = (0.2, 0.85)
+"""The analytic slot utilisation a drawn pool is given, uniform in this interval."""
+
+MAX_REPLICAS = 16
+"""Largest replica count drawn (log-uniform in 1..16)."""
+
+MIN_WINDOW_SHARE = 0.005
+"""A CDF window must hold at least this share of the workload's requests."""
+
+MIN_TRACE_ROWS = 200
+"""A trace window must hold at least this many of the trace's rows."""
+
+METRICS = ("ttft_p99", "mean_batch", "utilization", "power")
+"""The metrics compared, in report order."""
+
+BANDS = {"ttft_p99": 0.10, "mean_batch": 0.05, "utilization": 0.05, "power": 0.05}
+"""Relative band around 1 within which a ratio counts as agreeing, per metric."""
+
+OPTIMISTIC_BELOW = 0.8
+"""A ratio below this is optimistic by more than 20 % (for TTFT: the model promises less than is measured)."""
+
+SLO_TTFT_P99_MS = 60_000.0
+"""TTFT SLO of the drawn instances. It plays no part in a pool's analytic numbers at a fixed replica count; the
+simulator's unmeasured end lasts ``min(max(5 % of the span, 10 SLOs), 25 % of the span)``."""
+
+
+# --------------------------------------------------------------------------------------------
+# Records
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, eq=False)
+class SampledPool:
+    """One drawn pool: its description, the instance that carries it and its analytic evaluation.
+
+    ``instance`` has the workload conditioned on ``(lo_tokens, hi_tokens]`` and one pool ``0-hi_tokens``
+    of ``replicas`` replicas (``spec``, a ``--fleet`` spec); ``analytic`` is that pool's evaluation.
+    """
+
+    workload: str
+    gpu: str
+    """The profile's name (a calibrated profile, or ``HARDWARE/MODEL/tpN/dtype`` for a computed one)."""
+    lo_tokens: int
+    hi_tokens: int
+    replicas: int
+    arrival_rate_req_per_s: float
+    utilization_analytic: float
+    window_share: float
+    """Share of the workload's requests (a trace's rows) in the window."""
+    sim_seed: int
+    spec: str
+    instance: Instance
+    analytic: PoolResult
+
+    def describe(self) -> dict:
+        """The description as JSON-ready scalars."""
+        return {"workload": self.workload, "gpu": self.gpu, "lo_tokens": self.lo_tokens, "hi_tokens": self.hi_tokens,
+                "replicas": self.replicas, "arrival_rate_req_per_s": self.arrival_rate_req_per_s,
+                "utilization_analytic": self.utilization_analytic, "window_share": self.window_share,
+                "sim_seed": self.sim_seed}
+
+
+@dataclass(frozen=True)
+class MetricAgreement:
+    """One metric of one pool: analytic value, simulated value (with its 95 % interval where the report has one)
+    and ``ratio`` = analytic / simulated (0 when the simulated value is infinite)."""
+
+    analytic: float
+    simulated: float
+    simulated_ci: tuple[float, float] | None
+    ratio: float
+
+
+@dataclass(frozen=True)
+class PoolAgreement:
+    """One pool, analytic against simulated. Units: TTFT in ms, power in W, batch in sequences per replica."""
+
+    pool: SampledPool
+    ttft_p99_ms: MetricAgreement
+    mean_batch: MetricAgreement
+    utilization: MetricAgreement
+    power_w: MetricAgreement
+    requests_simulated: int
+    wall_s: float
+
+    def metric(self, name: str) -> MetricAgreement:
+        """The agreement of metric ``name`` (one of :data:`METRICS`)."""
+        fields = {"ttft_p99": self.ttft_p99_ms, "mean_batch": self.mean_batch, "utilization": self.utilization,
+                  "power": self.power_w}
+        if name not in fields:
+            raise ValueError(f"metric: {name!r} is not one of {', '.join(METRICS)}")
+        return fields[name]
+
+    def to_json(self) -> dict:
+        return {**self.pool.describe(), "requests_simulated": self.requests_simulated, "wall_s": self.wall_s,
+                **{m: {"analytic": self.metric(m).analytic, "simulated": self.metric(m).simulated,
+                       "simulated_ci": self.metric(m).simulated_ci, "ratio": self.metric(m).ratio}
+                   for m in METRICS}}
+
+
+@dataclass(frozen=True)
+class RatioSummary:
+    """The distribution of one metric's ratio analytic / simulated over the pools (:func:`summarize_ratios`)."""
+
+    metric: str
+    pools: int
+    median: float
+    p10: float
+    p90: float
+    worst: float
+    """The ratio farthest from 1 in log terms (largest :math:`|\\ln r|`)."""
+    band: float
+    within_band_share: float
+    optimistic_share: float
+    """Share of ratios below :data:`OPTIMISTIC_BELOW`."""
+
+    def to_json(self) -> dict:
+        return {"metric": self.metric, "pools": self.pools, "median": self.median, "p10": self.p10, "p90": self.p90,
+                "worst": self.worst, "band": self.band, "within_band_share": self.within_band_share,
+                "optimistic_share": self.optimistic_share, "percentile_method": PERCENTILE_METHOD}
+
+
+# --------------------------------------------------------------------------------------------
+# Drawing pools
+# --------------------------------------------------------------------------------------------
+
+
+@lru_cache(maxsize=None)
+def _workload_lengths(workload: str) -> LengthDistribution | RequestTrace:
+    """The bundled workload's lengths (read once per process), untruncated."""
+    from fleetopt.optimizer.io.schema import Problems, RawWorkload
+    from fleetopt.optimizer.io.workloads import load_workload
+
+    key = "trace" if BUILTIN_WORKLOADS[workload.removeprefix("builtin:")].endswith(".csv") else "cdf"
+    problems = Problems(None)
+    loaded = load_workload(RawWorkload.model_validate({key: workload, "arrival_rate": 1.0}), data_dir(), problems)
+    problems.raise_if_any()
+    return loaded.lengths
+
+
+def _window_cdf(dist: LengthDistribution, lo: int, hi: int) -> tuple[list[list[float]], float]:
+    """The CDF points of ``dist`` conditioned on ``(lo, hi]`` and the window's share of ``dist``.
+
+    .. math:: F_w(x) = \\frac{F(x) - F(lo)}{F(hi) - F(lo)}, \\quad lo \\le x \\le hi
+
+    on ``lo`` (when > 0), the CDF's own breakpoints inside the window, and ``hi``: the conditioned
+    distribution is the same piecewise-uniform one restricted to the window.
+    """
+    inner = [float(t) for t in dist.breakpoints if lo < t < hi]
+    points = ([float(lo)] if lo > 0 else []) + inner + [float(hi)]
+    F_lo, F_hi = float(dist.cdf(lo)), float(dist.cdf(hi))
+    share = F_hi - F_lo
+    if share <= 0:
+        return [], 0.0
+    F = (np.asarray(dist.cdf(points), dtype=float) - F_lo) / share
+    F = np.clip(np.maximum.accumulate(F), 0.0, 1.0)
+    F[-1] = 1.0
+    return [[t, float(f)] for t, f in zip(points, F)], share
+
+
+def _window_trace_csv(trace: RequestTrace, lo: int, hi: int, folder: Path) -> tuple[Path | None, float]:
+    """The trace's rows of total length in ``(lo, hi]`` written as a trace CSV in ``folder``, and their share."""
+    total = trace.total_tokens
+    keep = (total > lo) & (total <= hi)
+    if int(keep.sum()) < MIN_TRACE_ROWS:
+        return None, float(np.mean(keep))
+    path = folder / "window.csv"
+    with path.open("w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(("arrived_at", "num_prefill_tokens", "num_decode_tokens"))
+        for row in zip(trace.arrived_at_s[keep], trace.prompt_tokens[keep], trace.output_tokens[keep]):
+            w.writerow((repr(float(row[0])), int(row[1]), int(row[2])))
+    return path, float(np.mean(keep))
+
+
+def _instance(workload_entry: dict, gpu_entry: dict, hi: int, rate_req_per_s: float) -> Instance:
+    return instance_from_dict({
+        "name": "agreement-pool", "workload": {**workload_entry, "arrival_rate": rate_req_per_s},
+        "slo": {"ttft_p99_ms": SLO_TTFT_P99_MS, "ttft_model": "tail", "scope": "pool"},
+        "gpus": [{"name": "g", **gpu_entry}],
+        "pools": {"max_pools": 1, "max_context": int(hi), "boundaries": []},
+        "constraints": {"max_utilization": 0.99}})
+
+
+def _evaluate(inst: Instance, spec: str) -> PoolResult:
+    return evaluate_plans(inst, plans_from_spec(inst, spec, "spec")).pools[0]
+
+
+def draw_pool(rng: np.random.Generator, workloads=WORKLOADS, gpu_choices=GPU_CHOICES) -> SampledPool | None:
+    """One attempt at a pool (module docstring, "The pools"); None when the draw is skipped.
+
+    Parameters
+    ----------
+    rng : numpy.random.Generator
+        The only source of randomness; an attempt makes the same draws whether or not it is skipped up to
+        the point where it is.
+    workloads : sequence of str
+        ``builtin:NAME`` workloads to draw from (uniformly).
+    gpu_choices : sequence of tuple of (key, value) pairs
+        GPU option entries to draw from (uniformly); see :data:`GPU_CHOICES`.
+
+    Returns
+    -------
+    SampledPool or None
+    """
+    workload = workloads[int(rng.integers(len(workloads)))]
+    gpu_entry = dict(gpu_choices[int(rng.integers(len(gpu_choices)))])
+    hi = int(WINDOW_HI_TOKENS[int(rng.integers(len(WINDOW_HI_TOKENS)))])
+    k = int(rng.integers(len(WINDOW_LO_DIVISORS) + 1))
+    lo = 0 if k == len(WINDOW_LO_DIVISORS) else hi // WINDOW_LO_DIVISORS[k]
+    replicas = int(np.floor(np.exp(rng.uniform(0.0, np.log(MAX_REPLICAS + 1)))))
+    replicas = min(max(replicas, 1), MAX_REPLICAS)
+    u_target = float(rng.uniform(*UTILIZATION_BAND))
+    sim_seed = int(rng.integers(2**31 - 1))
+    lengths = _workload_lengths(workload)
+    spec = f"0-{hi}:gx{replicas}"
+    with tempfile.TemporaryDirectory() as folder:
+        if isinstance(lengths, RequestTrace):
+            path, share = _window_trace_csv(lengths, lo, hi, Path(folder))
+            if path is None:
+                return None
+            entry = {"trace": str(path)}
+        else:
+            points, share = _window_cdf(lengths, lo, hi)
+            if share < MIN_WINDOW_SHARE:
+                return None
+            entry = {"cdf": points}
+        try:
+            probe = _evaluate(_instance(entry, gpu_entry, hi, 1.0), spec)
+        except InstanceError:  # the profile cannot hold the window
+            return None
+        if probe.max_num_seqs < 1 or not probe.utilization > 0:
+            return None
+        rate = u_target / probe.utilization  # utilisation is linear in the rate (probe at 1 req/s)
+        inst = _instance(entry, gpu_entry, hi, rate)
+    analytic = _evaluate(inst, spec)
+    lo_u, hi_u = UTILIZATION_BAND
+    if not (lo_u <= analytic.utilization <= hi_u and math.isfinite(analytic.ttft_p99_ms)):
+        return None
+    return SampledPool(workload, inst.gpus[0].profile.name, lo, hi, replicas, float(inst.workload.arrival_rate_req_per_s),
+                       float(analytic.utilization), share, sim_seed, spec, inst, analytic)
+
+
+def sample_pools(rng: np.random.Generator, n: int, *, workloads=WORKLOADS, gpu_choices=GPU_CHOICES,
+                 max_attempts: int | None = None) -> tuple[SampledPool, ...]:
+    """``n`` pools drawn by :func:`draw_pool` from ``rng`` (skipped draws are drawn again).
+
+    Parameters
+    ----------
+    rng : numpy.random.Generator
+        The same generator state gives the same pools.
+    n : int
+        Pools to draw (>= 0).
+    workloads, gpu_choices
+        As :func:`draw_pool`.
+    max_attempts : int or None
+        Attempts allowed in all (None: ``50 n + 50``).
+
+    Raises
+    ------
+    ValueError
+        For ``n < 0``, or when ``max_attempts`` attempts give fewer than ``n`` pools.
+    """
+    if n < 0:
+        raise ValueError(f"n: {n} must be >= 0")
+    limit = 50 * n + 50 if max_attempts is None else int(max_attempts)
+    out: list[SampledPool] = []
+    attempts = 0
+    while len(out) < n:
+        if attempts >= limit:
+            raise ValueError(f"max_attempts: {limit} attempts gave {len(out)} of {n} pools; widen the choices")
+        attempts += 1
+        pool = draw_pool(rng, workloads, gpu_choices)
+        if pool is not None:
+            out.append(pool)
+    return tuple(out)
+
+
+# --------------------------------------------------------------------------------------------
+# Simulating them
+# --------------------------------------------------------------------------------------------
+
+
+def agreement_options(requests: int = 50_000, *, mode: str = "iteration", replications: int = 1,
+                      seed: int = 0) -> SimOptions:
+    """The simulator settings of the harness: ``requests`` in the pool over ``replications``, JSQ dispatch,
+    Poisson arrivals, the given service ``mode`` (``iteration``; ``slot`` is the analytic M/G/c).
+
+    One replication by default (the P99 TTFT interval from batch means): the start-up transient is
+    discarded once per run, so a long-tailed window (:math:`E[S^2]/E[S]` of tens of seconds) keeps a span
+    long against it and its time averages (utilisation, batch, power) are not biased low by a warm-up cut
+    at half of a short replication (:mod:`fleetopt.optimizer.simulation.simulate`)."""
+    return SimOptions(requests=requests, replications=replications, seed=seed, mode=mode, dispatch="jsq",
+                      arrivals="poisson", router="length")
+
+
+def _ratio(analytic: float, simulated: float) -> float:
+    if math.isinf(simulated) and simulated > 0:
+        return 0.0
+    if simulated == 0:
+        return 1.0 if analytic == 0 else math.inf
+    return float(analytic / simulated)
+
+
+def _metric(analytic: float, simulated: float, ci=None) -> MetricAgreement:
+    ci = None if ci is None else (float(ci[0]), float(ci[1]))
+    return MetricAgreement(float(analytic), float(simulated), ci, _ratio(float(analytic), float(simulated)))
+
+
+def measure_pool(pool: SampledPool, options: SimOptions = agreement_options()) -> PoolAgreement:
+    """Simulate one drawn pool (seed: the pool's own ``sim_seed``) and set its four metrics side by side.
+
+    Parameters
+    ----------
+    pool : SampledPool
+    options : SimOptions
+        Settings (:func:`agreement_options`); ``seed`` is replaced by ``pool.sim_seed``.
+
+    Returns
+    -------
+    PoolAgreement
+    """
+    t0 = time.perf_counter()
+    report = simulate_plan(pool.instance, plans_from_spec(pool.instance, pool.spec, "spec"),
+                           replace(options, seed=pool.sim_seed))
+    s = report.pools[0]
+    a = s.analytic
+    return PoolAgreement(pool, _metric(a.ttft_p99_ms, s.ttft_p99_ms_sim, s.ttft_p99_ci_ms),
+                         _metric(a.mean_batch, s.mean_batch), _metric(a.utilization, s.utilization_sim),
+                         _metric(a.power_w, s.power_w_sim), int(report.requests_simulated),
+                         time.perf_counter() - t0)
+
+
+def run_agreement(n_pools: int, rng: np.random.Generator, options: SimOptions = agreement_options(), *,
+                  workloads=WORKLOADS, gpu_choices=GPU_CHOICES, progress=None) -> tuple[PoolAgreement, ...]:
+    """Draw ``n_pools`` pools (:func:`sample_pools`) and measure each (:func:`measure_pool`).
+
+    ``progress(done, total)``, if given, is called after each pool.
+    """
+    pools = sample_pools(rng, n_pools, workloads=workloads, gpu_choices=gpu_choices)
+    out = []
+    for k, pool in enumerate(pools):
+        out.append(measure_pool(pool, options))
+        if progress is not None:
+            progress(k + 1, len(pools))
+    return tuple(out)
+
+
+# --------------------------------------------------------------------------------------------
+# Statistics
+# --------------------------------------------------------------------------------------------
+
+
+def summarize_ratios(ratios, band: float, metric: str = "", optimistic_below: float = OPTIMISTIC_BELOW
+                     ) -> RatioSummary:
+    """The distribution of ratios analytic / simulated.
+
+    Parameters
+    ----------
+    ratios : sequence of float
+        Ratios >= 0 (0 and inf allowed; NaN is not).
+    band : float
+        Relative band: a ratio :math:`r` agrees when :math:`|r - 1| \\le` ``band``.
+    metric : str
+        The metric's name, kept in the record.
+    optimistic_below : float
+        A ratio below this counts as optimistic.
+
+    Returns
+    -------
+    RatioSummary
+        Median, P10 and P90 by :func:`fleetopt.solvers.des.metrics.percentile` (the empirical quantile
+        :math:`\\min\\{r : \\hat F_n(r) \\ge q\\}`), the ratio with the largest :math:`|\\ln r|`, the share
+        within the band and the share below ``optimistic_below``.
+
+    Raises
+    ------
+    ValueError
+        For no ratios, a NaN or a negative ratio, or a negative ``band``.
+
+    Examples
+    --------
+    >>> s = summarize_ratios([0.5, 0.95, 1.0, 1.08, 3.0], band=0.1)
+    >>> (float(s.median), s.worst, s.within_band_share, s.optimistic_share)
+    (1.0, 3.0, 0.6, 0.2)
+    """
+    r = np.asarray(ratios, dtype=float)
+    if r.size == 0:
+        raise ValueError("ratios: empty; give at least one ratio")
+    if np.any(np.isnan(r)) or np.any(r < 0):
+        raise ValueError("ratios: must be numbers >= 0 (no NaN)")
+    if not band >= 0:
+        raise ValueError(f"band: {band!r} must be >= 0")
+    with np.errstate(divide="ignore"):
+        dev = np.abs(np.log(r))
+    worst = float(r[int(np.argmax(dev))])
+    p10, med, p90 = (float(x) for x in percentile(r, [10, 50, 90]))
+    return RatioSummary(metric, int(r.size), med, p10, p90, worst, float(band),
+                        float(np.mean(np.abs(r - 1.0) <= band * (1 + 1e-12))),
+                        float(np.mean(r < optimistic_below)))
+
+
+def summarize_agreement(records) -> tuple[RatioSummary, ...]:
+    """One :class:`RatioSummary` per metric of :data:`METRICS` over :class:`PoolAgreement` records, with the
+    metric's band from :data:`BANDS`."""
+    records = list(records)
+    return tuple(summarize_ratios([rec.metric(m).ratio for rec in records], BANDS[m], m) for m in METRICS)

@@ -1,0 +1,88 @@
+"""The agreement harness (analytic vs simulated): its sampler, its statistics, and one closed-form fact."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from fleetopt.optimizer.simulation.agreement import (
+    WORKLOADS,
+    agreement_options,
+    measure_pool,
+    sample_pools,
+    summarize_ratios,
+)
+
+
+@pytest.fixture(scope="module")
+def drawn():
+    return sample_pools(np.random.default_rng(11), 8)
+
+
+def test_sampler_is_reproducible_per_seed(drawn):
+    again = sample_pools(np.random.default_rng(11), 8)
+    assert [p.describe() for p in again] == [p.describe() for p in drawn]
+    other = sample_pools(np.random.default_rng(12), 2)
+    assert [p.describe() for p in other] != [p.describe() for p in drawn[:2]]
+
+
+def test_sampled_pools_satisfy_the_stated_ranges(drawn):
+    for p in drawn:
+        assert 2048 <= p.hi_tokens <= 65536
+        assert p.lo_tokens in (0, p.hi_tokens // 2, p.hi_tokens // 4, p.hi_tokens // 8)
+        assert 0.2 <= p.utilization_analytic <= 0.85
+        assert 1 <= p.replicas <= 16
+        a = p.analytic
+        # the analytic utilisation is lambda E[S] / (N c), recomputed from its parts
+        assert p.utilization_analytic == pytest.approx(
+            p.arrival_rate_req_per_s * a.mean_service_s / (p.replicas * a.max_num_seqs), rel=1e-9)
+        assert a.max_num_seqs >= 1 and np.isfinite(a.ttft_p99_ms)
+        # the instance holds the window's traffic only: no request outside (lo, hi]
+        lengths = p.instance.workload.lengths
+        if hasattr(lengths, "total_tokens"):
+            t = lengths.total_tokens
+            assert t.min() > p.lo_tokens and t.max() <= p.hi_tokens
+        else:
+            assert float(lengths.cdf(p.lo_tokens)) == pytest.approx(0.0, abs=1e-12)
+            assert float(lengths.cdf(p.hi_tokens)) == pytest.approx(1.0, abs=1e-12)
+
+
+@pytest.mark.slow
+def test_every_workload_and_several_gpus_appear():
+    pools = sample_pools(np.random.default_rng(5), 60)
+    assert {p.workload for p in pools} == set(WORKLOADS)
+    assert len({p.gpu for p in pools}) >= 5
+
+
+def test_summary_statistics_by_hand():
+    """Ten ratios; the empirical quantile min{r : F_n(r) >= q}: P10 is the 1st order statistic, the median the
+    5th, P90 the 9th. Within 10 %: 0.95, 1.0, 1.05, 1.1 (4 of 10); below 0.8: 0.0, 0.5, 0.7 (3 of 10); the
+    worst by |ln r| is 0.0 (a simulated +inf)."""
+    r = [1.1, 0.5, 2.5, 0.95, 1.0, 0.7, 1.3, 1.05, 0.0, 1.6]
+    s = summarize_ratios(r, band=0.10)
+    assert (s.p10, s.median, s.p90) == (0.0, 1.0, 1.6)
+    assert s.within_band_share == pytest.approx(0.4)
+    assert s.optimistic_share == pytest.approx(0.3)
+    assert s.worst == 0.0 and s.pools == 10
+    t = summarize_ratios([1.0, 1.04, 0.9, 3.0], band=0.05)   # worst: |ln 3| > |ln 0.9|
+    assert (t.worst, t.within_band_share, t.optimistic_share) == (3.0, 0.5, 0.0)
+    with pytest.raises(ValueError):
+        summarize_ratios([], band=0.1)
+    with pytest.raises(ValueError):
+        summarize_ratios([1.0, float("nan")], band=0.1)
+
+
+@pytest.mark.slow
+def test_slot_mode_utilisation_is_the_closed_form():
+    """In slot mode the simulator is the M/G/c queue of the analytic model, whose utilisation is
+    lambda E[S] / (N c). Pools whose start-up scale E[S](1 + c_s^2) is short against the run (under 1/50 of
+    the expected span n / lambda) are taken, so the warm-up transient does not bias the time average."""
+    n = 30_000
+    pools = [p for p in sample_pools(np.random.default_rng(3), 30)
+             if p.analytic.mean_service_s * (1 + p.analytic.cv2_service) * 50 < n / p.arrival_rate_req_per_s][:3]
+    assert len(pools) == 3
+    for p in pools:
+        a = p.analytic
+        expected = p.arrival_rate_req_per_s * a.mean_service_s / (p.replicas * a.max_num_seqs)
+        rec = measure_pool(p, agreement_options(n, mode="slot"))
+        assert rec.utilization.simulated == pytest.approx(expected, rel=0.05)
