@@ -17,8 +17,8 @@ from fleetopt.optimizer import api, report
 from fleetopt.optimizer.errors import FleetoptError, InstanceError
 from fleetopt.optimizer.io.output import write_json
 from fleetopt.optimizer.report import console
-from fleetopt.optimizer.simulation.options import (DEFAULT_SPILL_BOUND, EngineOptions, SimOptions, SimOptionsError,
-                                                   parse_precision)
+from fleetopt.optimizer.simulation.options import (DEFAULT_SPILL_BOUND, DISPATCHES, EngineOptions, SimOptions,
+                                                   SimOptionsError, parse_precision)
 
 CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"]}
 _json_opt = click.option("--json", "json_out", metavar="FILE", help="Also write the result as JSON ('-' = stdout).")
@@ -200,8 +200,9 @@ def tpw(profiles, hardware, models, tp, dtype, kv_layout, contexts, json_out):
 @click.option("--spill-bound", type=click.IntRange(0), default=None,
               help="With --router spillover: requests waiting in a pool beyond which an arrival spills "
               f"[default: {DEFAULT_SPILL_BOUND}].")
-@click.option("--dispatch", type=click.Choice(["jsq", "round-robin"]), default="jsq", show_default=True,
-              help="Replica choice within a pool (iteration mode).")
+@click.option("--dispatch", type=click.Choice(list(DISPATCHES)), default="jsq", show_default=True,
+              help="Replica choice within a pool: join-shortest-queue (running + waiting), round-robin, or "
+              "least-queue (fewest waiting; the reference tool's rule).")
 @click.option("--arrivals", type=click.Choice(["poisson", "trace", "mmpp", "diurnal"]), default="poisson",
               show_default=True, help="Arrival process at the instance's rate (trace: replay its own instants).")
 @click.option("--peak-to-mean", type=click.FloatRange(1.0), default=2.0, show_default=True,

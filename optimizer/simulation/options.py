@@ -70,7 +70,9 @@ KV_MODES = ("reserve", "paged")
 AVAILABILITY_MODES = ("all-up", "sampled")
 ROUTERS = ("length", "split", "random", "compress", "spillover")
 """The routers between pools; :class:`SimOptions` also takes ``"auto"``, the one the plan was solved for."""
-DISPATCHES = ("jsq", "round-robin")
+DISPATCHES = ("jsq", "round-robin", "least-queue")
+"""Replica choice within a pool: join-shortest-queue (fewest running plus waiting), round robin, or least-queue
+(fewest waiting, the reference tool's rule); :mod:`fleetopt.solvers.des.routing`."""
 ARRIVALS = ("poisson", "trace", "mmpp", "diurnal")
 MIN_REQUESTS_PER_REPLICATION = 100
 """Fewest requests a replication may have (``SimOptions.requests`` over ``SimOptions.replications``)."""
@@ -180,7 +182,8 @@ class SimOptions:
     """Router between pools: one of :data:`ROUTERS`, or ``auto``, the one the plan was solved for (a split plan's
     own routing, compress-and-route for ``@gamma`` pools, else length)."""
     dispatch: str = "jsq"
-    """Replica choice within a pool (iteration mode): ``jsq`` or ``round-robin``."""
+    """Replica choice within a pool (iteration mode): ``jsq``, ``round-robin`` or ``least-queue``
+    (:data:`DISPATCHES`)."""
     arrivals: str = "poisson"
     """Arrival process at the instance's rate: ``poisson``, ``trace`` (replay a trace's instants), ``mmpp`` or
     ``diurnal``."""

@@ -97,6 +97,7 @@ from fleetopt.solvers.des.metrics import e2e_s, littles_law, replicate, tpot_s, 
 from fleetopt.solvers.des.routers import CompressRouter, SpilloverRouter
 from fleetopt.solvers.des.routing import (
     JoinShortestQueue,
+    LeastQueue,
     LengthRouter,
     RandomRouter,
     Requests,
@@ -143,6 +144,8 @@ COOLDOWN_SHARE = 0.05
 """Share of a replication's span at its end whose arrivals are not measured (they keep the load on)."""
 COOLDOWN_SLOS = 10.0
 """The unmeasured end of a replication lasts at least this many TTFT SLOs (up to a quarter of the span)."""
+_DISPATCH = {"jsq": JoinShortestQueue, "round-robin": RoundRobin, "least-queue": LeastQueue}
+"""The engine's dispatch policy per :data:`DISPATCHES` name (one entry each)."""
 
 
 # --------------------------------------------------------------------------------------------
@@ -471,7 +474,7 @@ def _replication(spec: _RunSpec, n: int, rng: np.random.Generator) -> Replicatio
         pools, up = sample_up(pools, list(spec.availability), rng)
         if np.any(up == 0):
             route = DownPoolsRouter(route, [p.name for p, u in zip(pools, up) if u == 0])
-    disp = JoinShortestQueue() if o.dispatch == "jsq" else RoundRobin()
+    disp = _DISPATCH[o.dispatch]()
     res = simulate(pools, req, route, mode=o.mode, queue="pool" if o.mode == "slot" else "replica",
                    dispatch=disp, horizon_s=horizon_s, warmup_s=warmup_s)
     keep = (res.arrival_at_s >= warmup_s) & (res.arrival_at_s <= measure_end_s)

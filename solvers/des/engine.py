@@ -130,6 +130,30 @@ spilled request, and :attr:`SimResult.spilled` counts the requests spilled out
 of each pool. Runs without a live router do not pay for any of this
 (:mod:`fleetopt.solvers.des.spill`).
 
+Dispatch within a pool
+----------------------
+With per-replica queues (iteration mode; slot mode with ``queue="replica"``)
+a :class:`fleetopt.solvers.des.routing.Dispatch` picks the replica at each
+arrival, before the request is counted, from two live per-replica counts:
+*outstanding* (running plus waiting; join-shortest-queue) and *waiting* (the
+requests queued and not yet admitted; least-queue, the reference tool's
+rule). Waiting means, per path:
+
+* plain iteration replicas: the replica's FCFS queue (requests held back by a
+  full batch);
+* overcommitted replicas (KV blocks): the queue, which also holds the
+  preempted sequences waiting for readmission and requests held back for
+  lack of blocks;
+* budgeted replicas: the queue, which also holds requests held back because
+  no tokens are left;
+* slot mode: the replica's FCFS queue (requests held back by full slots).
+
+On overcommitted and budgeted replicas a request that arrives at a free
+replica but whose joining boundary is an event waits in the queue only for
+that event's admissions (``deferred``); the plain path would admit it at that
+boundary, so it does not count as waiting, as for the live router's queue
+below.
+
 Order of simultaneous events
 ----------------------------
 1. Events on the heap (a slot freed, a replica boundary) come before arrivals
@@ -224,7 +248,10 @@ def simulate(pools: Sequence[SimPool], requests: Requests, router: Router, *, mo
         Iteration mode always queues per replica (None or "replica").
     dispatch : Dispatch or None
         Replica choice on arrival when queueing per replica (default
-        :class:`~fleetopt.solvers.des.routing.JoinShortestQueue`).
+        :class:`~fleetopt.solvers.des.routing.JoinShortestQueue`; also
+        :class:`~fleetopt.solvers.des.routing.LeastQueue` and
+        :class:`~fleetopt.solvers.des.routing.RoundRobin`; module docstring,
+        "Dispatch within a pool").
     horizon_s : float or None
         Stop at this instant (requests still in flight are ``UNFINISHED``);
         None runs until every accepted request completes.
@@ -450,7 +477,14 @@ def _iteration_station(st: _State, pools, requests: Requests, pool_of, dispatch:
     start, first, end, rep, run, cap = st.start, st.first, st.end, st.rep, st.batch, st.cap
     outstanding, replica_pool = st.outstanding, st.replica_pool
     batch_to, system_to = st.batch_to, st.system_to
-    choose = dispatch.bind(st.ranges, outstanding)
+    deferred = [0] * R
+
+    def waiting_at(r: int) -> int:
+        """Requests waiting at replica ``r`` (module docstring, "Dispatch within a pool"): its queue, less those
+        only deferred to an event boundary's admissions (``Replicas.deferred``), which the plain path admits."""
+        return len(waiting[r]) - deferred[r]
+
+    choose = dispatch.bind(st.ranges, outstanding, waiting_at)
     BOUNDARY = EventKind.BOUNDARY
 
     def after(r: int, m: int) -> float:
@@ -553,7 +587,6 @@ def _iteration_station(st: _State, pools, requests: Requests, pool_of, dispatch:
 
     # ---- Overcommitted replicas (fleetopt.solvers.des.kv) and budgeted ones (module docstring, "Token budget";
     # fleetopt.solvers.des.budget): their handlers share the live state above ----
-    deferred = [0] * R
     shared = Replicas(
         it=it, ref=ref, c0=c0, g=g, seqs=seqs, waiting=waiting, token=token, run=run, cap=cap,
         outstanding=outstanding, replica_pool=replica_pool, start=start, first=first, end=end, lin=lin, kch=kch,
@@ -573,7 +606,7 @@ def _iteration_station(st: _State, pools, requests: Requests, pool_of, dispatch:
     def queued(p: int) -> int:
         """Requests of pool ``p`` not yet admitted, less those only deferred to an event boundary's admissions
         (``Replicas.deferred``: the plain path admits such requests at that boundary)."""
-        return sum(len(waiting[r]) - deferred[r] for r in ranges[p])
+        return sum(map(waiting_at, ranges[p]))
 
     def reroute(i: int, p: int) -> None:
         rpool[i] = p

@@ -42,7 +42,7 @@ from fleetopt.models.workload import DEFAULT_INPUT_FRACTION, LengthDistribution,
 __all__ = [
     "Requests", "poisson_arrivals", "sample_lengths", "poisson_requests", "replay_trace",
     "Router", "LiveRouter", "LengthRouter", "RandomRouter", "SplitRouter",
-    "Dispatch", "JoinShortestQueue", "RoundRobin",
+    "Dispatch", "JoinShortestQueue", "LeastQueue", "RoundRobin",
 ]
 
 
@@ -351,15 +351,20 @@ class SplitRouter:
 class Dispatch(Protocol):
     """Chooses the replica of a pool that an arriving request joins.
 
-    ``bind(replicas, outstanding)`` is called once when a run starts, with the
-    global replica indices of every pool (``replicas[p]``, a ``range``) and the
-    engine's live list of outstanding requests (running plus waiting) per
-    replica; it returns ``choose(p) -> replica``, called once per arrival.
+    ``bind(replicas, outstanding, waiting)`` is called once when a run starts,
+    with the global replica indices of every pool (``replicas[p]``, a
+    ``range``), the engine's live list of outstanding requests (running plus
+    waiting) per replica, and ``waiting(r)``, the number of requests waiting
+    at replica ``r`` (queued, not yet admitted to its batch or slots; what
+    counts as waiting in each path is stated in :mod:`fleetopt.solvers.des.engine`,
+    "Dispatch within a pool"). It returns ``choose(p) -> replica``, called
+    once per arrival, before the request is counted anywhere.
     """
 
     name: str
 
-    def bind(self, replicas: Sequence[range], outstanding: list) -> Callable[[int], int]: ...
+    def bind(self, replicas: Sequence[range], outstanding: list,
+             waiting: Callable[[int], int]) -> Callable[[int], int]: ...
 
 
 class JoinShortestQueue:
@@ -370,10 +375,43 @@ class JoinShortestQueue:
     def __repr__(self) -> str:
         return "JoinShortestQueue()"
 
-    def bind(self, replicas: Sequence[range], outstanding: list) -> Callable[[int], int]:
+    def bind(self, replicas: Sequence[range], outstanding: list,
+             waiting: Callable[[int], int] | None = None) -> Callable[[int], int]:
         key = outstanding.__getitem__
         ranges = list(replicas)
         return lambda p: min(ranges[p], key=key)
+
+
+class LeastQueue:
+    """Join the replica with the fewest *waiting* requests; ties go to the lowest index.
+
+    .. math:: r^* = \\min \\operatorname*{arg\\,min}_{r \\in R_p} q_r
+
+    where :math:`R_p` are the replicas of the request's pool and :math:`q_r`
+    the requests queued at replica :math:`r` and not yet admitted to its batch
+    (``waiting(r)`` of :meth:`Dispatch.bind`). Running sequences do not count,
+    so a replica with a long running batch and an empty queue ties with an idle
+    one; unlike :class:`JoinShortestQueue` it does not see how loaded a replica
+    is until its batch is full.
+
+    Source: the in-pool dispatch of the reference tool, vllm-sr-sim
+    (vllm-project/semantic-router ``src/fleet-sim``): a pool's default
+    ``lb_strategy`` is ``"least_queue"`` (``PoolConfig`` in
+    ``fleet_sim/core/fleet.py``), which sends a request to the instance with
+    the fewest queued (not yet admitted) requests, the first such instance on
+    a tie. Here ties go to the lowest global replica index, as for
+    :class:`JoinShortestQueue`.
+    """
+
+    name = "least-queue"
+
+    def __repr__(self) -> str:
+        return "LeastQueue()"
+
+    def bind(self, replicas: Sequence[range], outstanding: list,
+             waiting: Callable[[int], int]) -> Callable[[int], int]:
+        ranges = list(replicas)
+        return lambda p: min(ranges[p], key=waiting)
 
 
 class RoundRobin:
@@ -384,7 +422,8 @@ class RoundRobin:
     def __repr__(self) -> str:
         return "RoundRobin()"
 
-    def bind(self, replicas: Sequence[range], outstanding: list) -> Callable[[int], int]:
+    def bind(self, replicas: Sequence[range], outstanding: list,
+             waiting: Callable[[int], int] | None = None) -> Callable[[int], int]:
         ranges = list(replicas)
         turn = [0] * len(ranges)
 

@@ -57,7 +57,12 @@ def slot_station(st: _State, pools, requests: Requests, pool_of, accepted, queue
     replica_queue = [deque() for _ in busy]
     outstanding, ranges = st.outstanding, st.ranges
     least_busy = JoinShortestQueue().bind(ranges, busy)   # pool queue: a free slot on the least busy replica
-    choose = dispatch.bind(ranges, outstanding)
+
+    def waiting_at(r: int) -> int:
+        """Requests waiting for a slot of replica ``r`` (per-replica queues)."""
+        return len(replica_queue[r])
+
+    choose = dispatch.bind(ranges, outstanding, waiting_at)
 
     def begin(r: int, i: int, now: float) -> None:
         batch_to(r, now)
@@ -112,7 +117,7 @@ def slot_station(st: _State, pools, requests: Requests, pool_of, accepted, queue
     def queued(p: int) -> int:
         if queue == "pool":
             return len(pool_queue[p])
-        return sum(len(replica_queue[r]) for r in ranges[p])
+        return sum(map(waiting_at, ranges[p]))
 
     def reroute(i: int, p: int) -> None:
         rpool[i] = p
