@@ -124,6 +124,7 @@ def test_routing_needs_the_split_router_and_no_shares(solved):
                           split_shares=shares)
 
 
+@pytest.mark.slow
 def test_split_cuts_raise_or_forbid_choices(solved):
     """restrict_split: the raised pool's smaller counts become one choice at the least count, keeping the
     largest operating point below it; a forbidden pool loses every choice; the MIP honours both."""

@@ -124,6 +124,7 @@ def test_puzzle2_verification_ends_feasible_without_more_rounds(repo_root):
     assert runs["window"].rounds <= runs["count"].rounds
 
 
+@pytest.mark.slow
 def test_window_cuts_bind_in_later_rounds(repo_root):
     """At a 350 ms SLO the agent fleet's long pool misses in simulation: each round's cuts, re-derived here from
     the round's best plan, hold in every later plan, and the cuts are reported."""
