@@ -19,11 +19,13 @@ Every number here is *analytic*; the report layer labels it so.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from fleetopt.models.profiles import ServingProfile, quality_label
+from fleetopt.models.batched import (BatchedTraffic, batched_miss_prob, batched_min_replicas, batched_ttft_p99_s,
+                                     mean_power_w, mean_prefill_s, operating_point, prefill_limit_s)
 from fleetopt.models.numerics import bisect_boundary
 from fleetopt.models.queueing import min_replicas, prefill_p99_s, ttft_miss_prob, ttft_p99_s
 from fleetopt.models.segments import compressed_band, raw_between, segment_basis, stats_from_raw
@@ -100,6 +102,10 @@ class PoolResult:
     """The batch cap the pool runs with (= ``n_slots``)."""
     tpot_p99_ms: float = 0.0
     """Upper bound on the time per output token: one iteration at the batch cap with full contexts."""
+    relaxation_s: float = 0.0
+    """Time scale over which the pool's occupancy forgets its start (s): :math:`E[S](1 + c_s^2)` for the slot
+    models; for the batched model :math:`R (1 + c_I^2) / (1 - x)`, the context feedback slowing the relaxation
+    (:mod:`fleetopt.models.batched`). Simulations warm up and run for multiples of it."""
 
 
 @dataclass(frozen=True)
@@ -143,7 +149,13 @@ def evaluate_traffic(raws: list, pools: list[PoolPlan], arrival_rate: float, lev
     """
     evaluated = [_evaluate_pool(raw, p, arrival_rate, level) for raw, p in zip(raws, pools)]
     results = [r for r, _ in evaluated]
-    return summarize(results, fleet_ttft_p99_s([q for _, q in evaluated], level), level)
+    if level.ttft_model == "batched":
+        live = [(r, q) for r, q in evaluated if r.arrival_rate > 0]
+        p99 = _mixture_p99_s([r.arrival_rate for r, _ in live], [q for _, q in live],
+                             [r.ttft_p99_ms / MS_PER_S for r, _ in live])
+    else:
+        p99 = fleet_ttft_p99_s([q for _, q in evaluated], level)
+    return summarize(results, p99, level)
 
 
 def _pool_traffic(pools: list[PoolPlan], workload, input_fraction: float, p_c: float):
@@ -201,14 +213,22 @@ def fleet_ttft_p99_s(queues: list[tuple], level: ServiceLevel) -> float:
     (:func:`fleetopt.models.numerics.bisect_boundary`); ``inf`` when the fleet misses even there.
     """
     live = [q for q in queues if q[1] > 0]
-    if not live:
+    return _mixture_p99_s([q[1] for q in live], [lambda t, q=q: float(ttft_miss_prob(t, *q, model=level.ttft_model)[0])
+                                                 for q in live],
+                          [float(np.atleast_1d(ttft_p99_s(*q, model=level.ttft_model))[0]) for q in live])
+
+
+def _mixture_p99_s(rates: list[float], misses: list, p99s: list[float]) -> float:
+    """Root of :math:`\\sum_p \\lambda_p P_p(T > t) = q \\sum_p \\lambda_p` on :math:`[0, \\max_p T_{99,p}]`
+    (:func:`fleet_ttft_p99_s`); ``misses[p](t)`` is pool :math:`p`'s :math:`P(T > t)`."""
+    if not rates:
         return 0.0
-    total = sum(q[1] for q in live)
+    total = sum(rates)
 
     def miss(t):
-        return sum(q[1] * float(ttft_miss_prob(t, *q, model=level.ttft_model)[0]) for q in live) / total
+        return sum(r * m(t) for r, m in zip(rates, misses)) / total
 
-    hi = max(float(np.atleast_1d(ttft_p99_s(*q, model=level.ttft_model))[0]) for q in live)
+    hi = max(p99s)
     if not np.isfinite(hi) or miss(hi) > P99_TAIL + 1e-12:
         return math.inf
     _, hi = bisect_boundary(lambda t: miss(float(t)) > P99_TAIL, 0.0, hi)
@@ -254,6 +274,8 @@ def _evaluate_pool(raw, plan: PoolPlan, arrival_rate: float, level: ServiceLevel
     tpot = float(tpot_bound_s(plan.profile, max(cap, 1), plan.hi_tokens))
     tpot_ok = level.tpot_p99_s is None or (cap >= 1 and tpot <= level.tpot_p99_s * (1 + 1e-12))
     lam = float(arrival_rate * s.rate_share[0])
+    if level.ttft_model == "batched":
+        return _evaluate_pool_batched(s, plan, lam, cap, full, tpot, tpot_ok, level)
     n = int(s.n_slots[0])
     args = (lam, s.mean_service_s, s.cv2_service)
     sized = plan.replicas is None
@@ -283,6 +305,7 @@ def _evaluate_pool(raw, plan: PoolPlan, arrival_rate: float, level: ServiceLevel
     slo_met = bool(ttft <= level.ttft_p99_s * (1 + 1e-12))
     util_ok = bool(util <= level.max_utilization * (1 + 1e-12))
     return PoolResult(
+        relaxation_s=es * (1.0 + float(np.nan_to_num(s.cv2_service[0]))) if lam > 0 else 0.0,
         slo_miss_prob=miss,
         compress_gamma=plan.compress_gamma,
         max_num_seqs=cap,
@@ -303,6 +326,64 @@ def _evaluate_pool(raw, plan: PoolPlan, arrival_rate: float, level: ServiceLevel
     ), queue
 
 
+def _evaluate_pool_batched(s, plan: PoolPlan, lam: float, cap: int, full: int, tpot: float, tpot_ok: bool,
+                           level: ServiceLevel):
+    """One pool under the batched replica model (:mod:`fleetopt.models.batched`): its result and its
+    miss function :math:`t \\mapsto P(T > t)` (for the fleet-wide P99)."""
+    traffic = BatchedTraffic.from_stats(s, [lam], cap=[max(cap, 0)])
+    sized = plan.replicas is None
+    if sized:
+        z = batched_min_replicas(traffic, level.ttft_p99_s, level.max_utilization)
+        if not z.feasible[0]:
+            z = batched_min_replicas(traffic, math.inf, level.max_utilization)
+        base = int(z.replicas[0])
+        replicas = math.ceil(base / plan.availability - 1e-9) if base > 0 else 0
+    else:
+        replicas = int(plan.replicas)
+    live = lam > 0 and replicas > 0 and cap >= 1
+    op = operating_point(traffic, [replicas])
+    if live:
+        ttft = float(batched_ttft_p99_s(traffic, [replicas])[0])
+        miss = float(batched_miss_prob(level.ttft_p99_s, traffic, [replicas], op)[0])
+        limit = prefill_limit_s(traffic)
+        pf99 = prefill_p99_s(limit, traffic.chunk_probs[0])
+        mean_pf = float(mean_prefill_s(traffic, op)[0])
+        util = float(op.utilization[0]) if op.stable[0] else math.inf
+        batch = float(min(op.mean_batch[0], cap)) if op.stable[0] else float(cap)
+        power = replicas * float(mean_power_w(plan.profile.power.power_w, op, [cap])[0]) if op.stable[0] else \
+            replicas * float(plan.profile.power.power_w(cap))
+    else:
+        ttft = 0.0 if lam == 0 else math.inf
+        miss = 0.0 if lam == 0 else 1.0
+        pf99 = mean_pf = 0.0
+        util = 0.0 if lam == 0 else math.inf
+        batch = 0.0
+        power = replicas * float(plan.profile.power.power_w(0)) if replicas > 0 else 0.0
+    # served output: the whole offered rate when stable (an unstable pool's tok/W would describe load it drops)
+    out_tps = lam * float(np.nan_to_num(s.mean_output_tokens[0])) if math.isfinite(util) else 0.0
+    es = float(op.residence_s[0]) if live and op.stable[0] else 0.0
+    slo_met = bool(ttft <= level.ttft_p99_s * (1 + 1e-12))
+    util_ok = bool(util <= level.max_utilization * (1 + 1e-12))
+    result = PoolResult(
+        slo_miss_prob=miss, compress_gamma=plan.compress_gamma, max_num_seqs=cap, tpot_p99_ms=tpot * MS_PER_S,
+        min_tokens=plan.lo_tokens, max_tokens=plan.hi_tokens, gpu=plan.gpu, profile=plan.profile.name,
+        model=plan.profile.model_name, quality=quality_label(plan.profile), replicas=replicas,
+        gpus=replicas * plan.profile.gpus_per_replica, sized=sized, n_slots=full, arrival_rate=lam,
+        routing_share=float(s.rate_share[0]), utilization=util, ttft_p99_ms=ttft * MS_PER_S,
+        prefill_p99_ms=pf99 * MS_PER_S, mean_prefill_ms=mean_pf * MS_PER_S, mean_service_s=es,
+        cv2_service=float(traffic.cv2_iterations[0]), mean_batch=batch, power_w=power, output_tok_per_s=out_tps,
+        tok_per_watt=out_tps / power if power > 0 else 0.0, cost_per_hr=replicas * plan.profile.cost_usd_per_hr,
+        slo_met=slo_met and util < 1.0 and tpot_ok, utilization_ok=util_ok,
+        miss_reason=(_miss_reason(full, lam, util, ttft, pf99, mean_pf, level) if cap >= 1 or full < 1 else "")
+        or ("" if tpot_ok else f"TPOT bound {tpot * MS_PER_S:,.1f} ms at batch cap {max(cap, 1)} "
+                               f"exceeds the {level.tpot_p99_s * MS_PER_S:,.0f} ms SLO"))
+    reps = [replicas]
+    if live and op.stable[0]:
+        result = replace(result, relaxation_s=float(op.residence_s[0] * (1.0 + traffic.cv2_iterations[0])
+                                                     / (1.0 - op.context_load[0])))
+    return result, (lambda t: float(batched_miss_prob(t, traffic, reps)[0]))
+
+
 def _miss_reason(n, lam, util, ttft, pf99, mean_pf, level: ServiceLevel) -> str:
     slo_ms = level.ttft_p99_s * MS_PER_S
     if n < 1:
@@ -313,7 +394,7 @@ def _miss_reason(n, lam, util, ttft, pf99, mean_pf, level: ServiceLevel) -> str:
         if util > level.max_utilization * (1 + 1e-12):
             return f"utilisation {util:.2f} above the cap {level.max_utilization:.2f}"
         return ""
-    if level.ttft_model == "tail" and pf99 >= level.ttft_p99_s:
+    if level.ttft_model in ("tail", "batched") and pf99 >= level.ttft_p99_s:
         return (f"prefill of its longest prompts: P99 prefill alone is {pf99 * MS_PER_S:,.0f} ms "
                 f"> SLO {slo_ms:,.0f} ms at any replica count")
     if level.ttft_model == "mean-prefill" and mean_pf >= level.ttft_p99_s:

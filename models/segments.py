@@ -31,13 +31,14 @@ from dataclasses import dataclass
 import numpy as np
 
 from fleetopt.models.profiles import ServingProfile
+from fleetopt.models.service import iteration_coefficients
 from fleetopt.models.workload import LengthDistribution, RequestTrace
 
 __all__ = ["SegmentBasis", "SegmentStats", "RawSums", "segment_basis", "segment_stats", "raw_between",
-           "compressed_band", "stats_from_raw"]
+           "compressed_band", "stats_from_raw", "context_work"]
 
 _GL_X, _GL_W = np.polynomial.legendre.leggauss(3)
-_NAMES = ("mass", "A", "AL", "A2", "A2L", "A2L2", "k", "out", "L")
+_NAMES = ("mass", "A", "AL", "A2", "A2L", "A2L2", "k", "out", "L", "X", "X2")
 
 
 @dataclass(frozen=True, eq=False)
@@ -73,10 +74,47 @@ def _accumulate(boundaries, L_idx, weights, values: dict, k, k_max):
     return prefix, np.cumsum(grid, axis=0)
 
 
-def _values(k, l_out, L):
+def context_work(prompt_tokens, output_tokens, chunk_tokens):
+    """Context sums of one request over its iterations, :math:`X` and :math:`X_2` (array-aware).
+
+    In continuous batching a request runs :math:`k = \\lceil l_{in}/c \\rceil` prefill iterations starting
+    from contexts :math:`0, c, \\dots, (k-1)c` and :math:`l_{out}` decode iterations starting from
+    :math:`l_{in}, \\dots, l_{in} + l_{out} - 1` (:mod:`fleetopt.solvers.des.engine`), so
+
+    .. math::
+
+        X = c\\frac{k(k-1)}{2} + l_{out} l_{in} + \\frac{l_{out}(l_{out}-1)}{2}, \\qquad
+        X_2 = c^2 \\frac{(k-1)k(2k-1)}{6} + l_{out} l_{in}^2 + l_{in} l_{out}(l_{out}-1)
+              + \\frac{(l_{out}-1) l_{out} (2 l_{out}-1)}{6}
+
+    (:math:`X_2` sums the squared contexts). Both are polynomials in the lengths (degree 2 and 3), so
+    Gauss-Legendre on pieces of constant :math:`k` integrates them exactly.
+
+    Examples
+    --------
+    Two prefill chunks of 4 tokens (prompt 8) and 3 output tokens: contexts 0, 4 | 8, 9, 10.
+
+    >>> [float(v) for v in context_work(8, 3, 4)]
+    [31.0, 261.0]
+    """
+    l_in = np.asarray(prompt_tokens, dtype=float)
+    return _work(np.ceil(l_in / chunk_tokens), l_in, np.asarray(output_tokens, dtype=float), chunk_tokens)
+
+
+def _values(k, l_out, L, chunk_tokens):
     A = k + l_out
+    X, X2 = _work(k, L - l_out, l_out, chunk_tokens)
     return {"A": A, "AL": A * L, "A2": A * A, "A2L": A * A * L, "A2L2": A * A * L * L,
-            "k": k, "out": l_out, "L": L}
+            "k": k, "out": l_out, "L": L, "X": X, "X2": X2}
+
+
+def _work(k, l_in, l_out, c):
+    """:func:`context_work` with the chunk count :math:`k` given (constant on a Gauss-Legendre piece)."""
+    c = float(c)
+    X = c * k * (k - 1) / 2 + l_out * l_in + l_out * (l_out - 1) / 2
+    X2 = (c * c * (k - 1) * k * (2 * k - 1) / 6 + l_out * l_in * l_in + l_in * l_out * (l_out - 1)
+          + (l_out - 1) * l_out * (2 * l_out - 1) / 6)
+    return X, X2
 
 
 def segment_basis(workload: LengthDistribution | RequestTrace, boundaries, chunk_tokens: int,
@@ -96,7 +134,8 @@ def segment_basis(workload: LengthDistribution | RequestTrace, boundaries, chunk
         k = np.ceil(workload.prompt_tokens / chunk_tokens)
         w = np.full(len(L), 1.0 / len(L))
         idx = np.searchsorted(b, L, side="left")
-        prefix, grid = _accumulate(b, idx, w, _values(k, workload.output_tokens.astype(float), L), k, int(k.max()))
+        prefix, grid = _accumulate(b, idx, w, _values(k, workload.output_tokens.astype(float), L, chunk_tokens), k,
+                                   int(k.max()))
         return SegmentBasis(b, chunk_tokens, prefix, grid)
     if not 0.0 < input_fraction < 1.0:
         raise ValueError(f"input_fraction must lie in (0, 1); got {input_fraction}")
@@ -134,7 +173,7 @@ def segment_basis(workload: LengthDistribution | RequestTrace, boundaries, chunk
     k_all = np.concatenate((kg.ravel(), ka))
     i_all = np.concatenate((idx.ravel(), np.searchsorted(b, La, side="left")))
     k_max = int(max(k_all.max(initial=0), 0))
-    prefix, grid = _accumulate(b, i_all, w_all, _values(k_all, (1 - f) * L_all, L_all), k_all, k_max)
+    prefix, grid = _accumulate(b, i_all, w_all, _values(k_all, (1 - f) * L_all, L_all, chunk_tokens), k_all, k_max)
     return SegmentBasis(b, chunk_tokens, prefix, grid)
 
 
@@ -158,6 +197,10 @@ class RawSums:
     out: np.ndarray
     L: np.ndarray
     k_hist: np.ndarray
+    X: np.ndarray
+    """:math:`E[X 1_{comp}]`, the context a request's iterations start from, summed (:func:`context_work`)."""
+    X2: np.ndarray
+    """:math:`E[X_2 1_{comp}]`, the sum of those contexts squared."""
 
     def take(self, idx) -> "RawSums":
         """The components at ``idx`` (array of row indices)."""
@@ -185,7 +228,7 @@ class RawSums:
                          else _pad(self.k_hist, width) + _pad(other.k_hist, width) for f in _RAW_FIELDS))
 
 
-_RAW_FIELDS = ("mass", "A", "AL", "A2", "A2L", "A2L2", "k", "out", "L", "k_hist")
+_RAW_FIELDS = ("mass", "A", "AL", "A2", "A2L", "A2L2", "k", "out", "L", "k_hist", "X", "X2")
 
 
 def _pad(a: np.ndarray, width: int) -> np.ndarray:
@@ -199,7 +242,7 @@ def raw_between(basis: SegmentBasis, i, j) -> RawSums:
     fields = {name: basis.between(name, i, j) for name in _NAMES}
     hist = basis.chunk_mass_prefix[j] - basis.chunk_mass_prefix[i]
     return RawSums(fields["mass"], fields["A"], fields["AL"], fields["A2"], fields["A2L"], fields["A2L2"],
-                   fields["k"], fields["out"], fields["L"], hist)
+                   fields["k"], fields["out"], fields["L"], hist, fields["X"], fields["X2"])
 
 
 def compressed_band(workload: LengthDistribution | RequestTrace, window_tokens: float, gamma: float,
@@ -256,8 +299,9 @@ def _band_sums(weights, out_tokens, window: float, chunk_tokens: int) -> RawSums
     k_max = int(k.max(initial=0))
     hist = np.bincount(k.astype(np.int64), weights=weights, minlength=k_max + 1)[None, :]
     one = lambda x: np.array([float(np.sum(weights * x))])  # noqa: E731
+    X, X2 = _work(k, window - out_tokens, out_tokens, chunk_tokens)
     return RawSums(one(1.0), one(A), one(A * window), one(A * A), one(A * A * window), one(A * A * window * window),
-                   one(k), one(out_tokens), one(np.full_like(A, window)), hist)
+                   one(k), one(out_tokens), one(np.full_like(A, window)), hist, one(X), one(X2))
 
 
 @dataclass(frozen=True, eq=False)
@@ -280,6 +324,19 @@ class SegmentStats:
     mean_total_tokens: np.ndarray
     prefill_chunk_s: float
     prefill_probs: np.ndarray
+    mean_iterations: np.ndarray
+    """:math:`E[I]`, iterations a request runs, :math:`I = k + l_{out}`."""
+    cv2_iterations: np.ndarray
+    """Squared coefficient of variation of :math:`I`."""
+    mean_context_work: np.ndarray
+    """:math:`E[X]`, the contexts a request's iterations start from, summed (tokens; :func:`context_work`)."""
+    mean_context_work_sq: np.ndarray
+    """:math:`E[X_2]`, their squares summed (tokens squared)."""
+    iteration_base_s: float
+    """:math:`W`: the iteration time with no context (:func:`fleetopt.models.service.iteration_coefficients`)."""
+    context_s_per_token: float
+    """:math:`h`: the iteration time each token of context adds."""
+    chunk_tokens: int
 
     @property
     def prefill_times_s(self) -> np.ndarray:
@@ -328,5 +385,10 @@ def stats_from_raw(raw: RawSums, lo_tokens, window_tokens, profile: ServingProfi
         tot = raw.L / mass
         chunk_s = W + profile.H_s
         mean_pf = raw.k / mass * chunk_s
+        mean_it = raw.A / mass
+        cv2_it = np.maximum(raw.A2 / mass / (mean_it * mean_it) - 1.0, 0.0)
+        work, work2 = raw.X / mass, raw.X2 / mass
+    w0, h0 = iteration_coefficients(profile)
     return SegmentStats(np.broadcast_to(np.asarray(lo_tokens, dtype=float), hi.shape), hi, n, mass, m1, cv2, mean_pf,
-                        out, tot, chunk_s, np.clip(probs, 0.0, None))
+                        out, tot, chunk_s, np.clip(probs, 0.0, None), mean_it, cv2_it, work, work2, w0, h0,
+                        int(profile.chunk_tokens))

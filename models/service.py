@@ -22,13 +22,14 @@ of the reference tool vllm-sr-sim, which the seeds' tables were computed with.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
 
 from fleetopt.models.profiles import ServingProfile, quality_label
 
-__all__ = ["iteration_latency_s", "service_time_s", "prefill_time_s", "ContextPoint", "context_point",
+__all__ = ["iteration_latency_s", "iteration_coefficients", "service_time_s", "prefill_time_s", "ContextPoint", "context_point",
            "tpot_bound_s", "tpot_batch_cap"]
 
 
@@ -37,6 +38,37 @@ def iteration_latency_s(profile: ServingProfile, n_active, seq_tokens):
     n = np.asarray(n_active, dtype=float)
     L = np.asarray(seq_tokens, dtype=float)
     return profile.W_s + profile.H_s * (L / profile.calibration_ctx_tokens) * n
+
+
+def iteration_coefficients(profile: ServingProfile) -> tuple[float, float]:
+    """Intercept :math:`W` (s) and per-token slope :math:`h` (s/token) of the iteration time.
+
+    An iteration over sequences whose contexts (KV tokens at its start) are :math:`x_1, \\dots, x_n` takes
+
+    .. math:: t = W + h \\sum_s x_s, \\qquad h = H / B_{cal}
+
+    which is :func:`iteration_latency_s` read as a function of the total context :math:`n \\bar x`. The
+    simulator (:mod:`fleetopt.solvers.des.engine`) and the batched analytic model
+    (:mod:`fleetopt.models.batched`) both take the iteration time from here. Raises ``ValueError`` if
+    :func:`iteration_latency_s` is not affine in :math:`n \\bar x`.
+
+    Examples
+    --------
+    >>> from fleetopt.models.profiles import CalibratedProfile
+    >>> from fleetopt.models.power import PowerCurve
+    >>> p = CalibratedProfile("g", "m", 0.004, 0.00032, 8192, 1024, 16, 65536, 256, 1.0, 1,
+    ...     PowerCurve(300, 600, 1.0, 4.2, "measured"))
+    >>> W, h = iteration_coefficients(p)
+    >>> (W, round(h * 8192, 12))
+    (0.004, 0.00032)
+    """
+    ctx = float(profile.calibration_ctx_tokens)
+    W = float(iteration_latency_s(profile, 0, 0.0))
+    h = (float(iteration_latency_s(profile, 1, ctx)) - W) / ctx
+    probe = float(iteration_latency_s(profile, 37, 0.3 * ctx))
+    if not math.isclose(probe, W + h * 37 * 0.3 * ctx, rel_tol=1e-9):
+        raise ValueError(f"profile {profile.name}: iteration latency is not affine in n x mean context")
+    return W, h
 
 
 def tpot_bound_s(profile: ServingProfile, batch, window_tokens):

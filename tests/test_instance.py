@@ -139,7 +139,7 @@ CASES = [
          "-5 is out of range; must be > 0"),
     Case("zero-ttft", setting("slo", "ttft_p99_ms", 0), "slo.ttft_p99_ms", "0 is out of range; must be > 0"),
     Case("bad-ttft-model", setting("slo", "ttft_model", "fast"), "slo.ttft_model",
-         "'fast' is not allowed; choose tail or mean-prefill"),
+         "'fast' is not allowed; choose batched, tail or mean-prefill"),
     Case("bad-scope", setting("slo", "scope", "global"), "slo.scope", "choose pool or fleet"),
     Case("bad-objective", setting("objective", "speed"), "objective", "choose cost, power, tok_per_watt or cost+power"),
     Case("bad-routing", setting("pools", "routing", "random"), "pools.routing", "choose length or split"),

@@ -33,7 +33,7 @@ import numpy as np
 import pytest
 
 from fleetopt.models.fleet import PoolPlan, ServiceLevel, _evaluate_pool
-from fleetopt.models.segments import RawSums, raw_between, segment_basis, segment_stats
+from fleetopt.models.segments import RawSums, context_work, raw_between, segment_basis, segment_stats
 from fleetopt.models.workload import LengthDistribution
 from fleetopt.optimizer import api
 from fleetopt.optimizer.io.catalog import data_dir, load_catalog
@@ -74,7 +74,8 @@ def _pool(dist, lo, hi, window, prof, lam, clamp=False):
         hist[0, int(k)] = mass
         values = (mass, mass * a, mass * a * length, mass * a * a, mass * a * a * length, mass * a * a * length ** 2,
                   mass * k, mass * out, mass * length)
-        raw = raw + RawSums(*(np.array([v]) for v in values), hist)
+        work, work2 = context_work(int(0.8 * length), out, prof.chunk_tokens)
+        raw = raw + RawSums(*(np.array([v]) for v in values), hist, np.array([mass * work]), np.array([mass * work2]))
     result, _ = _evaluate_pool(raw, PoolPlan(lo, window, "x", prof), lam, LEVEL)
     return result
 

@@ -24,6 +24,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from fleetopt.models.batched import (BatchedTraffic, batched_min_replicas, batched_miss_prob, mean_power_w,
+                                     operating_point, prefill_limit_s)
 from fleetopt.models.queueing import min_replicas, prefill_p99_s, ttft_miss_prob
 from fleetopt.models.service import tpot_batch_cap, tpot_bound_s
 from fleetopt.models.units import MS_PER_S, P99_TAIL
@@ -217,18 +219,31 @@ def _size_option(instance: Instance, g_idx: int, opt, raw, b, rows, pools, choic
             dropped.append(Dropped(int(b[ii[r]]), int(b[jj[r]]), opt.name, reasons[k]))
     first = len(pools)
     keep = np.flatnonzero(ok)
+    traffic = BatchedTraffic.from_stats(s, lam) if instance.slo.ttft_model == "batched" else None
+    if traffic is not None:  # offered load at the realised occupancy of the least count (restrict re-prices with it)
+        n_min = np.array([max(int(counts[k][0][0]), 1) for k in keep], dtype=float)
+        load = lam[keep] * np.nan_to_num(operating_point(traffic.take(keep), n_min).residence_s, posinf=0.0)
+    else:
+        load = lam[keep] * np.nan_to_num(s.mean_service_s[keep])
     pools.add(i=ii[idx[keep]], j=jj[idx[keep]], gpu=np.full(len(keep), g_idx), arrival_rate=lam[keep],
               output_tok_per_s=lam[keep] * np.nan_to_num(s.mean_output_tokens[keep]),
               state_in=sin[idx[keep]], state_out=sout[idx[keep]], cap=caps[keep],
-              load_erlangs=lam[keep] * np.nan_to_num(s.mean_service_s[keep]),
+              load_erlangs=load,
               min_replicas=np.array([int(counts[k][0][0]) for k in keep], dtype=np.int64))
-    for k_local, k in enumerate(keep):
-        n_base, miss = counts[k]
-        n = np.ceil(n_base / opt.availability - 1e-9).astype(np.int64)
-        batch = lam[k] * float(np.nan_to_num(s.mean_service_s[k])) / n
-        choices.add(pool=np.full(len(n), first + k_local), replicas=n, gpus=n * prof.gpus_per_replica,
-                    cost=n * prof.cost_usd_per_hr, power=n * prof.power.power_w(np.minimum(batch, s.n_slots[k])),
-                    miss=lam[k] * miss)
+    if not len(keep):
+        return
+    owner = np.concatenate([np.full(len(counts[k][0]), k_local) for k_local, k in enumerate(keep)])
+    row = keep[owner]
+    n = np.ceil(np.concatenate([counts[k][0] for k in keep]) / opt.availability - 1e-9).astype(np.int64)
+    miss = np.concatenate([counts[k][1] for k in keep])
+    if traffic is not None:  # the batched model's power at the realised occupancy of n replicas
+        sub = traffic.take(row)
+        power = n * mean_power_w(prof.power.power_w, operating_point(sub, n), sub.cap)
+    else:
+        batch = lam[row] * np.nan_to_num(s.mean_service_s[row]) / n
+        power = n * prof.power.power_w(np.minimum(batch, s.n_slots[row]))
+    choices.add(pool=first + owner, replicas=n, gpus=n * prof.gpus_per_replica, cost=n * prof.cost_usd_per_hr,
+                power=power, miss=lam[row] * miss)
 
 
 CAP_LEVELS = (1.0, 0.5, 0.25)
@@ -290,10 +305,15 @@ def _sizing_args(instance, s, lam):
 def pool_counts(instance: Instance, s, lam):
     """Pool scope: the minimum count meeting the pool's own P99 (one choice, no misses counted)."""
     slo = instance.slo
-    z = min_replicas(lam, s.mean_service_s, s.cv2_service, s.n_slots, slo.ttft_p99_s, s.prefill_times_s,
-                     s.prefill_probs, s.mean_prefill_s, instance.constraints.max_utilization, slo.ttft_model)
+    if slo.ttft_model == "batched":
+        z = batched_min_replicas(BatchedTraffic.from_stats(s, lam), slo.ttft_p99_s,
+                                 instance.constraints.max_utilization)
+    else:
+        z = min_replicas(lam, s.mean_service_s, s.cv2_service, s.n_slots, slo.ttft_p99_s, s.prefill_times_s,
+                         s.prefill_probs, s.mean_prefill_s, instance.constraints.max_utilization, slo.ttft_model)
     counts = {int(k): (np.array([z.replicas[k]]), np.array([0.0])) for k in np.flatnonzero(z.feasible)}
-    reasons = {int(k): _reason(z.reason[k], s, k, slo) for k in np.flatnonzero(~z.feasible)}
+    limit = prefill_limit_s(BatchedTraffic.from_stats(s, lam)) if slo.ttft_model == "batched" else None
+    reasons = {int(k): _reason(z.reason[k], s, k, slo, limit) for k in np.flatnonzero(~z.feasible)}
     return counts, z.feasible, reasons
 
 
@@ -301,9 +321,16 @@ def fleet_counts(instance: Instance, s, lam):
     """Fleet scope: counts from the utilisation floor until the miss probability reaches its limit."""
     slo = instance.slo
     total = instance.workload.arrival_rate_req_per_s
-    floor = min_replicas(lam, s.mean_service_s, s.cv2_service, s.n_slots, np.inf, s.prefill_times_s,
-                         s.prefill_probs, s.mean_prefill_s, instance.constraints.max_utilization, slo.ttft_model)
-    if slo.ttft_model == "tail":
+    batched = slo.ttft_model == "batched"
+    traffic = BatchedTraffic.from_stats(s, lam) if batched else None
+    if batched:
+        floor = batched_min_replicas(traffic, np.inf, instance.constraints.max_utilization)
+    else:
+        floor = min_replicas(lam, s.mean_service_s, s.cv2_service, s.n_slots, np.inf, s.prefill_times_s,
+                             s.prefill_probs, s.mean_prefill_s, instance.constraints.max_utilization, slo.ttft_model)
+    if batched:
+        limit = np.sum(np.where(prefill_limit_s(traffic)[None, :] > slo.ttft_p99_s, traffic.chunk_probs, 0.0), axis=1)
+    elif slo.ttft_model == "tail":
         limit = np.sum(np.where(s.prefill_times_s[None, :] >= slo.ttft_p99_s, s.prefill_probs, 0.0), axis=1)
     else:
         limit = np.where(np.nan_to_num(s.mean_prefill_s) < slo.ttft_p99_s, 0.0, 1.0)
@@ -311,7 +338,7 @@ def fleet_counts(instance: Instance, s, lam):
     reasons = {}
     for k in np.flatnonzero(~ok):
         if not floor.feasible[k]:
-            reasons[int(k)] = _reason(floor.reason[k], s, k, slo)
+            reasons[int(k)] = _reason(floor.reason[k], s, k, slo, prefill_limit_s(traffic) if batched else None)
         else:
             reasons[int(k)] = (f"requests whose prefill alone exceeds the SLO are {lam[k] * limit[k] / total:.2%} "
                                "of all traffic, above the fleet's 1 % budget")
@@ -322,9 +349,13 @@ def fleet_counts(instance: Instance, s, lam):
         if not len(active):
             break
         n = floor.replicas[active] + extra
-        miss = ttft_miss_prob(slo.ttft_p99_s, n * s.n_slots[active], lam[active],
+        if batched:
+            miss = batched_miss_prob(slo.ttft_p99_s, traffic.take(active), n)
+        else:
+            miss = ttft_miss_prob(slo.ttft_p99_s, n * s.n_slots[active], lam[active],
                               np.where(lam[active] > 0, s.mean_service_s[active], 1.0), s.cv2_service[active],
-                              s.prefill_times_s, s.prefill_probs[active], s.mean_prefill_s[active], slo.ttft_model)
+                                  s.prefill_times_s, s.prefill_probs[active], s.mean_prefill_s[active],
+                                  slo.ttft_model)
         miss = np.where(lam[active] > 0, miss, 0.0)
         for k, nk, mk in zip(active, n, miss):
             per[int(k)][0].append(int(nk))
@@ -335,13 +366,19 @@ def fleet_counts(instance: Instance, s, lam):
     return counts, ok, reasons
 
 
-def _reason(code: str, s, k: int, slo) -> str:
+def _reason(code: str, s, k: int, slo, idle_prefill_s=None) -> str:
+    """Why candidate ``k`` is dropped (``idle_prefill_s``: the batched model's prefill times per chunk count on an
+    idle replica, :func:`fleetopt.models.batched.prefill_limit_s`)."""
     slo_ms = slo.ttft_p99_s * MS_PER_S
     if code == "no-slots":
         return f"the {int(s.hi_tokens[k]):,}-token context window does not fit the KV cache"
     if code == "prefill":
         if slo.ttft_model == "mean-prefill":
             return f"mean prefill {s.mean_prefill_s[k] * MS_PER_S:,.0f} ms alone exceeds the {slo_ms:,.0f} ms SLO"
+        if slo.ttft_model == "batched":
+            tau = prefill_p99_s(idle_prefill_s, s.prefill_probs[k])
+            return (f"P99 prefill alone on an idle replica is {tau * MS_PER_S:,.0f} ms, above the {slo_ms:,.0f} ms "
+                    "SLO, at any replica count")
         tau = prefill_p99_s(s.prefill_times_s, s.prefill_probs[k])
         return f"P99 prefill alone is {tau * MS_PER_S:,.0f} ms, above the {slo_ms:,.0f} ms SLO, at any replica count"
     return "no replica count up to the search cap meets the SLO"

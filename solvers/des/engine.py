@@ -214,7 +214,7 @@ from typing import Iterator, Sequence
 import numpy as np
 
 from fleetopt.models.profiles import ServingProfile
-from fleetopt.models.service import iteration_latency_s, prefill_chunks
+from fleetopt.models.service import iteration_coefficients, prefill_chunks
 
 from fleetopt.solvers.des.records import Outcome, SimResult
 from fleetopt.solvers.des.state import MODES, QUEUES, EventKind, Replicas, SimPool, _State
@@ -411,18 +411,6 @@ def _run(heap: list, arrive, serve, chunks: Iterator[tuple[list, list]], horizon
     return last_at, events
 
 
-def _latency_affine(profile: ServingProfile) -> tuple[float, float]:
-    """Intercept :math:`W` and slope :math:`h` of :math:`t(n, \\bar x) = W + h\\, n \\bar x`, read from
-    :func:`fleetopt.models.service.iteration_latency_s` (raises if it is not affine in :math:`n \\bar x`)."""
-    ctx = float(profile.calibration_ctx_tokens)
-    W = float(iteration_latency_s(profile, 0, 0.0))
-    h = (float(iteration_latency_s(profile, 1, ctx)) - W) / ctx
-    probe = float(iteration_latency_s(profile, 37, 0.3 * ctx))
-    if not math.isclose(probe, W + h * 37 * 0.3 * ctx, rel_tol=1e-9):
-        raise ValueError(f"profile {profile.name}: iteration latency is not affine in n x mean context")
-    return W, h
-
-
 _PLAIN, _TRACKED, _BUDGETED = 0, 1, 2
 """Paths of an iteration-mode replica: plain, KV blocks tracked (overcommitted), token budget (binding)."""
 
@@ -460,7 +448,7 @@ def _iteration_station(st: _State, pools, requests: Requests, pool_of, dispatch:
     M = 4 * max(n, 1)
     W, h, chunk, path, blk, blocks, tokens = [], [], [], [], [], [], []
     for p in pools:
-        w0, h0 = _latency_affine(p.profile)
+        w0, h0 = iteration_coefficients(p.profile)
         W += [w0] * p.replicas
         h += [h0] * p.replicas
         chunk += [int(p.profile.chunk_tokens)] * p.replicas

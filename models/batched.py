@@ -1,0 +1,500 @@
+r"""The batched replica model: a continuous-batching replica at its realised occupancy.
+
+The seeds' slot model (:mod:`fleetopt.models.queueing` with ``ttft_model`` ``tail`` or ``mean-prefill``)
+charges every request the iteration time of a *full* batch and prices a prefill chunk as if it ran
+alone. A replica of vLLM (and fleetopt's simulator, :mod:`fleetopt.solvers.des.engine`) does neither:
+an iteration carries whatever sequences are running, decodes and prefill chunks together, and takes
+
+.. math:: t = W + h\, C, \qquad C = \sum_s x_s
+
+with :math:`x_s` the context of sequence :math:`s` at the iteration's start
+(:func:`fleetopt.models.service.iteration_coefficients`). This module derives TTFT, occupancy,
+utilisation and power from that same function (``ttft_model: batched``, the default). The derivation,
+its assumptions and where it errs are in ``docs/models.md`` ("The batched replica model").
+
+Occupancy as a fixed point
+--------------------------
+Length routing and join-the-shortest-queue dispatch give each of a pool's :math:`N` replicas the rate
+:math:`\lambda_r = \lambda / N`. A request of :math:`k = \lceil l_{in}/c \rceil` prefill chunks and
+:math:`l_{out}` output tokens runs :math:`I = k + l_{out}` iterations whose start contexts sum to
+:math:`X` (:func:`fleetopt.models.segments.context_work`). Treating the replica's total context
+:math:`C` as shot noise with iterations of mean length :math:`\bar t` (Campbell's theorem),
+
+.. math::
+
+    E[C] = \lambda_r E[X]\, \bar t, \qquad \bar t = W + h E[C]
+    \;\Rightarrow\; \bar t = \frac{W}{1 - x}, \quad x = \lambda_r h E[X] < 1,
+
+    \mathrm{Var}[C] = \lambda_r \bar t\, E[X_2], \qquad
+    \bar b = \lambda_r E[I]\, \bar t \;\text{(Little's law)}, \qquad \rho = \bar b / n
+
+with :math:`n` the batch cap. :math:`x` is the replica's *context load*: the share of its time spent
+on context; :math:`x \ge 1` is unstable whatever the slots.
+
+TTFT
+----
+A request waits for a batch place, then joins at the next iteration boundary and runs :math:`k`
+prefill iterations:
+
+.. math::
+
+    T = W_q + (k + U)(W + h C) + h c \frac{k(k-1)}{2}
+
+where :math:`U \sim U(0, 1)` is the residual of the iteration in progress (:math:`U = 0` and
+:math:`C = 0` when the replica is idle), :math:`C` is the other sequences' context, drawn from a gamma
+law with the mean and variance above, and the last term is the request's own prefill context.
+:math:`W_q` is Erlang-C over the pool's :math:`N n` batch places, each held for the residence time
+:math:`R = E[I]\, \bar t` with :math:`c_s^2` that of :math:`I`, with Kimura's exponential tail
+(:func:`fleetopt.models.queueing.wait_exceed_prob`). The P99 comes from the distribution of the sum,
+:math:`P(T > t) = \sum_k p_k E_{C,U}[P(W_q > t - \tau_k(C, U))]`, integrated exactly over :math:`U`
+(:func:`smeared_exceed_prob`) and by quantile nodes over :math:`C` (:data:`CONTEXT_NODES`).
+
+References
+----------
+.. [1] S. O. Rice, "Mathematical analysis of random noise", Bell System Technical Journal 23 (1944)
+       282-332 (shot noise, Campbell's theorem).
+.. [2] J. D. C. Little, "A proof for the queuing formula L = lambda W", Operations Research 9 (1961).
+.. [3] T. Kimura, "Approximations for multi-server queues: system interpolations", Queueing Systems 17
+       (1994) 347-382.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from scipy import special
+
+from fleetopt.models.numerics import bisect_boundary
+from fleetopt.models.queueing import Sizing, erlang_c, wait_decay_rate
+from fleetopt.models.units import P99_TAIL
+
+__all__ = ["CONTEXT_NODES", "BatchedTraffic", "OperatingPoint", "operating_point", "smeared_exceed_prob",
+           "batched_miss_prob", "batched_ttft_p99_s", "batched_min_replicas", "prefill_limit_s",
+           "mean_prefill_s", "mean_power_w"]
+
+_BIN_EDGES = np.array([0.0, 0.25, 0.5, 0.75, 0.9, 0.97, 0.995, 1.0])
+CONTEXT_NODES = (0.5 * (_BIN_EDGES[1:] + _BIN_EDGES[:-1]), np.diff(_BIN_EDGES))
+"""Quantile levels and weights of the nodes that integrate over the context :math:`C`: the mid-point of
+each probability bin, with bins narrowing into the upper tail (where the P99 is decided)."""
+
+_MAX_REPLICAS = 10**7
+
+
+@dataclass(frozen=True, eq=False)
+class BatchedTraffic:
+    """What the batched model needs of a pool's traffic and replica (arrays over pools, shape (S,)).
+
+    Build it with :meth:`from_stats` from :class:`fleetopt.models.segments.SegmentStats`.
+    """
+
+    arrival_rate: np.ndarray
+    """Requests per second into the pool, :math:`\\lambda`."""
+    cap: np.ndarray
+    """Batch cap per replica (``max_num_seqs``), :math:`n`."""
+    mean_iterations: np.ndarray
+    cv2_iterations: np.ndarray
+    mean_work: np.ndarray
+    """:math:`E[X]` in tokens."""
+    mean_work_sq: np.ndarray
+    """:math:`E[X_2]` in tokens squared."""
+    chunk_probs: np.ndarray
+    """:math:`p_k`, shape (S, K): probability of :math:`k` prefill chunks (column :math:`k`)."""
+    W_s: float
+    h_s: float
+    chunk_tokens: int
+
+    @staticmethod
+    def from_stats(stats, arrival_rate, cap=None) -> "BatchedTraffic":
+        """From segment statistics (``stats.n_slots`` is the cap unless ``cap`` is given)."""
+        lam = np.atleast_1d(np.asarray(arrival_rate, dtype=float))
+        n = np.asarray(stats.n_slots if cap is None else cap, dtype=float)
+        fix = lambda a: np.broadcast_to(np.nan_to_num(np.asarray(a, dtype=float)), lam.shape)  # noqa: E731
+        return BatchedTraffic(lam, np.broadcast_to(n, lam.shape), fix(stats.mean_iterations),
+                              fix(stats.cv2_iterations), fix(stats.mean_context_work),
+                              fix(stats.mean_context_work_sq), np.nan_to_num(np.atleast_2d(stats.prefill_probs)),
+                              float(stats.iteration_base_s), float(stats.context_s_per_token),
+                              int(stats.chunk_tokens))
+
+    def take(self, idx) -> "BatchedTraffic":
+        """The pools at ``idx``."""
+        return BatchedTraffic(self.arrival_rate[idx], self.cap[idx], self.mean_iterations[idx],
+                              self.cv2_iterations[idx], self.mean_work[idx], self.mean_work_sq[idx],
+                              self.chunk_probs[idx], self.W_s, self.h_s, self.chunk_tokens)
+
+
+@dataclass(frozen=True, eq=False)
+class OperatingPoint:
+    """A pool's replicas at their realised occupancy (arrays over pools; module docstring).
+
+    An arrival finds one of three states: a replica idle (``idle_prob``), a replica running a batch with a
+    place free (``busy``), or every batch place of the pool taken (``full_prob``), when it waits; the
+    context :math:`C` of the replica it joins has the mean and variance given for its state.
+    """
+
+    replicas: np.ndarray
+    context_load: np.ndarray
+    """:math:`x = \\lambda h E[X] / N`: the share of a replica's time spent on context."""
+    full_load: np.ndarray
+    """:math:`\\rho_f = x + \\lambda E[I] W / (N n)`: offered load over the pool's throughput when every
+    batch place is taken (stable below 1)."""
+    mean_batch: np.ndarray
+    """:math:`E[\\min(J, Nn)] / N`, sequences running per replica."""
+    utilization: np.ndarray
+    """Mean batch over the cap :math:`n`: the share of batch places in use."""
+    residence_s: np.ndarray
+    """Mean time a request holds its batch place (Little's law: mean batch x N / lambda)."""
+    iteration_s: np.ndarray
+    """Mean iteration time of a running replica, :math:`W + h E[C \\mid b > 0]`."""
+    idle_prob: np.ndarray
+    full_prob: np.ndarray
+    busy_context_mean: np.ndarray
+    busy_context_var: np.ndarray
+    full_context_mean: np.ndarray
+    full_context_var: np.ndarray
+    wait_decay: np.ndarray
+    """:math:`\\theta`: the wait of an arrival that finds the pool full is exponential with this rate (1/s)."""
+    stable: np.ndarray
+
+
+def _nb_cdf(m, r, x):
+    """:math:`P(J \\le m)` for :math:`J` negative binomial with shape :math:`r` and ratio :math:`x` (0 for m < 0)."""
+    m = np.asarray(m, dtype=float)
+    return np.where(m >= 0, special.betainc(r, np.maximum(m, 0.0) + 1.0, 1.0 - x), 0.0)
+
+
+def _nb_pmf(m, r, x):
+    """:math:`P(J = m) = \\binom{m + r - 1}{m} (1 - x)^r x^m`."""
+    return np.exp(special.gammaln(r + m) - special.gammaln(r) - special.gammaln(m + 1.0)
+                  + r * np.log1p(-x) + special.xlogy(m, x))
+
+
+def operating_point(traffic: BatchedTraffic, replicas) -> OperatingPoint:
+    """Occupancy of a pool of ``replicas`` continuous-batching replicas (module docstring, "Occupancy").
+
+    Examples
+    --------
+    One replica, W = 10 ms, h = 1 us/token, 1 req/s of 100 iterations over 200,000 context tokens in all:
+    :math:`x = 0.2`, :math:`\\beta = W E[I] / (h E[X]) = 5`, so the batch is negative binomial with shape
+    :math:`r = 6` and ratio 0.2 (mean :math:`r x/(1-x) = 1.5`) as long as the cap of 8 is rarely reached.
+
+    >>> t = BatchedTraffic(np.array([1.0]), np.array([8.0]), np.array([100.0]), np.array([0.0]),
+    ...                    np.array([2e5]), np.array([1e9]), np.array([[0.0, 1.0]]), 0.01, 1e-6, 512)
+    >>> op = operating_point(t, 1)
+    >>> [round(float(v[0]), 4) for v in (op.context_load, op.mean_batch)]
+    [0.2, 1.4997]
+    """
+    N = np.broadcast_to(np.asarray(replicas, dtype=float), traffic.arrival_rate.shape).astype(float)
+    lam, n = traffic.arrival_rate, traffic.cap
+    W, h = traffic.W_s, traffic.h_s
+    EI, EX = traffic.mean_iterations, traffic.mean_work
+    live = (lam > 0) & (N > 0) & (n >= 1) & (EI > 0)
+    Ns = np.where(live, N, 1.0)
+    EIs = np.where(live, EI, 1.0)
+    xbar = np.where(live, EX / EIs, 0.0)                        # mean context of a running sequence
+    seq_var = np.maximum(np.where(live, traffic.mean_work_sq / EIs, 0.0) - xbar * xbar, 0.0)
+    a = lam * EI * W                                            # work without context, per second
+    x = np.where(live, np.maximum(lam * h * EX / Ns, 1e-300), 0.0)
+    m = Ns * n                                                  # batch places in the pool
+    rho_f = x + a / np.where(live, m, 1.0)
+    stable = live & (rho_f < 1.0)
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        xs = np.where(stable, x, 0.5)
+        r = np.where(stable, a / xs + 1.0, 1.0)                 # N beta + 1
+        q = xs / (1.0 - xs)
+        below = _nb_cdf(m - 1.0, r, xs)                         # P(J < Nn) (unnormalised chain)
+        at_m = _nb_pmf(m, r, xs)
+        tail = at_m / np.where(stable, 1.0 - rho_f, 1.0)        # sum over J >= Nn: geometric
+        Z = below + tail
+        p_full = tail / Z
+        p_idle = _nb_cdf(Ns - 1.0, r, xs) / Z                   # J < N: JSQ finds an idle replica
+        # partial moments of J over [N, Nn - 1]: j P(j; r) = r q P(j - 1; r + 1), j(j-1) P(j; r) = r(r+1) q^2 P(j - 2; r + 2)
+        S0 = below - _nb_cdf(Ns - 1.0, r, xs)
+        S1 = r * q * (_nb_cdf(m - 2.0, r + 1.0, xs) - _nb_cdf(Ns - 2.0, r + 1.0, xs))
+        S2 = r * (r + 1.0) * q * q * (_nb_cdf(m - 3.0, r + 2.0, xs) - _nb_cdf(Ns - 3.0, r + 2.0, xs))
+        busy_mass = np.maximum(S0, 0.0)
+        has_busy = busy_mass > 0
+        Ej = np.where(has_busy, S1 / np.where(has_busy, busy_mass, 1.0), Ns)
+        Ej2 = np.where(has_busy, (S2 + S1) / np.where(has_busy, busy_mass, 1.0), Ns * Ns)
+        b_mean = Ej / Ns
+        b_var = np.maximum(Ej2 - Ej * Ej, 0.0) / (Ns * Ns)
+        running = (r * q * _nb_cdf(m - 2.0, r + 1.0, xs) + m * tail) / Z   # E[min(J, Nn)]
+        batch = np.where(stable, running / Ns, np.where(live, n, 0.0))
+        mu_full = m / (EIs * (W + h * n * xbar))
+        theta = np.where(stable, (mu_full - lam) * 2.0 / (1.0 + traffic.cv2_iterations), -1.0)
+        residence = np.where(live & stable, batch * Ns / np.where(lam > 0, lam, 1.0), np.inf)
+        busy_p = np.maximum(1.0 - p_idle, 1e-300)
+        mean_c_running = (b_mean * xbar * busy_mass / Z + n * xbar * p_full) / busy_p
+    ok = lambda v, fill: np.where(stable, v, fill)  # noqa: E731
+    return OperatingPoint(
+        N, np.where(live, x, 0.0), np.where(live, rho_f, 0.0), batch, batch / np.where(n >= 1, n, 1.0),
+        residence, ok(W + h * mean_c_running, np.inf), ok(p_idle, 0.0), ok(p_full, 1.0),
+        ok(b_mean * xbar, 0.0), ok(xbar * xbar * b_var + b_mean * seq_var, 0.0), ok(n * xbar, 0.0),
+        ok(n * seq_var, 0.0), theta, stable | (lam <= 0))
+
+
+def _context_nodes(mean, var) -> np.ndarray:
+    """Gamma quantiles of the context at :data:`CONTEXT_NODES` levels (Wilson-Hilferty), shape (S, Q)."""
+    q, _ = CONTEXT_NODES
+    z = special.ndtri(q)
+    mean = np.asarray(mean, dtype=float)[:, None]
+    var = np.asarray(var, dtype=float)[:, None]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        shape = np.where(var > 0, mean * mean / np.where(var > 0, var, 1.0), np.inf)
+        v = 1.0 / (9.0 * shape)
+        wh = mean * np.maximum(1.0 - v + z * np.sqrt(v), 0.0) ** 3
+    return np.where(np.isfinite(shape) & (mean > 0), wh, mean)
+
+
+def smeared_exceed_prob(t_s, start_s, spread_s, C, theta):
+    """:math:`P(W_q + a + U b > t)` for :math:`U \\sim U(0,1)` and the wait tail :math:`(C, \\theta)` (array-aware).
+
+    With :math:`x_0 = t - a` and :math:`u^* = \\mathrm{clip}(x_0 / b, 0, 1)`,
+
+    .. math::
+
+        E_U[P(W_q > x_0 - U b)] = (1 - u^*) + \\frac{C}{\\theta b}\\left(e^{-\\theta (x_0 - b u^*)}
+        - e^{-\\theta x_0}\\right)
+
+    (the wait exceeds any negative amount surely; :math:`P(W_q > x) = C e^{-\\theta x}` above 0,
+    :func:`fleetopt.models.queueing.wait_exceed_prob`). :math:`b = 0` gives the plain tail; :math:`\\theta \\le 0`
+    (unstable) gives 1.
+
+    Examples
+    --------
+    No waiting (:math:`C = 0`): the share of :math:`U` with :math:`a + U b > t`; a point atom for :math:`b = 0`.
+
+    >>> float(smeared_exceed_prob(1.25, 1.0, 1.0, 0.0, 1.0)), round(float(smeared_exceed_prob(2.0, 1.0, 0.0, 0.5, 1.0)), 6)
+    (0.75, 0.18394)
+    """
+    t = np.asarray(t_s, dtype=float)
+    a = np.asarray(start_s, dtype=float)
+    b = np.asarray(spread_s, dtype=float)
+    C = np.asarray(C, dtype=float)
+    theta = np.asarray(theta, dtype=float)
+    x0 = t - a
+    pos = b > 0
+    b_safe = np.where(pos, b, 1.0)
+    th = np.where(theta > 0, theta, 1.0)
+    with np.errstate(over="ignore", invalid="ignore"):
+        u = np.where(pos, np.clip(x0 / b_safe, 0.0, 1.0), (x0 >= 0).astype(float))
+        lo_edge = np.maximum(x0 - b * u, 0.0)             # wait needed at U = u*: >= 0
+        # (C / (theta b)) (e^{-theta (x0 - b u)} - e^{-theta x0}) = C e^{-theta lo} (1 - e^{-theta b u}) / (theta b)
+        smeared = C * np.exp(-th * lo_edge) * np.where(pos, -np.expm1(-th * b * u) / (th * b_safe), 1.0)
+        point = np.where(x0 >= 0, np.minimum(1.0, C * np.exp(-th * np.maximum(x0, 0.0))), 1.0)
+    out = np.where(pos, (1.0 - u) + np.where(u > 0, smeared, 0.0), point)
+    return np.where(theta > 0, np.minimum(out, 1.0), 1.0)
+
+
+_BLOCK = 256
+"""Pools per block in :func:`batched_miss_prob`: each block integrates only the chunk counts its pools hold."""
+
+
+def batched_miss_prob(t_s, traffic: BatchedTraffic, replicas, op: OperatingPoint | None = None) -> np.ndarray:
+    """:math:`P(T > t)` per pool at ``replicas`` (module docstring; 1 where unstable).
+
+    Pools are taken in blocks of similar chunk-count support (sorted by their largest :math:`k`), and each
+    block integrates only the columns :math:`k` some pool of it holds: the result is the same as over all
+    columns (the others carry probability 0), at a fraction of the work.
+    """
+    op = operating_point(traffic, replicas) if op is None else op
+    probs = traffic.chunk_probs
+    S, K = probs.shape
+    t = np.broadcast_to(np.asarray(t_s, dtype=float), (S,))
+    has = probs > 0
+    k_hi = np.where(has.any(axis=1), K - 1 - np.argmax(has[:, ::-1], axis=1), 0)
+    k_lo = np.where(has.any(axis=1), np.argmax(has, axis=1), 0)
+    T_busy = traffic.W_s + traffic.h_s * _context_nodes(op.busy_context_mean, op.busy_context_var)
+    T_full = traffic.W_s + traffic.h_s * _context_nodes(op.full_context_mean, op.full_context_var)
+    miss = np.zeros(S)
+    order = np.lexsort((k_lo, k_hi))
+    for lo in range(0, S, _BLOCK):
+        rows = order[lo:lo + _BLOCK]
+        a, b = int(k_lo[rows].min()), int(k_hi[rows].max()) + 1
+        miss[rows] = _miss_block(t[rows], probs[rows, a:b], np.arange(a, b, dtype=float), T_busy[rows],
+                                 T_full[rows], op.idle_prob[rows], op.full_prob[rows], op.wait_decay[rows], traffic)
+    live = traffic.arrival_rate > 0
+    return np.where(live, np.where(op.stable, miss, 1.0), 0.0)
+
+
+def _waited_exceed(t, start, spread, theta):
+    """:func:`smeared_exceed_prob` for a certain wait (:math:`C = 1`) with :math:`b > 0` and :math:`\\theta > 0`
+    (the full state of a stable pool), written out for speed: :math:`(1 - u^*) + e^{-\\theta (x_0 - b u^*)}
+    (1 - e^{-\\theta b u^*}) / (\\theta b)`."""
+    x0 = t - start
+    u = np.clip(x0 / spread, 0.0, 1.0)
+    tb = theta * spread
+    with np.errstate(over="ignore"):
+        tail = np.exp(-theta * (x0 - spread * u)) * (-np.expm1(-tb * u)) / tb
+    return np.minimum((1.0 - u) + tail, 1.0)
+
+
+_FULL_NEGLIGIBLE = 1e-12
+"""Pools whose full-state probability is below this skip the wait term: it adds less than this to the miss
+probability (which is compared with 0.01)."""
+
+
+def _miss_block(t, probs, k, T_busy, T_full, p_idle, p_full, theta, traffic: BatchedTraffic) -> np.ndarray:
+    """:math:`\\sum_k p_k [p_0 P_{idle}(k) + p_b E_C P_{busy}(k, C) + p_f E_C P_{full}(k, C)]` for a block.
+
+    Without a wait (idle and busy states) the smeared tail of :func:`smeared_exceed_prob` reduces to the share
+    of :math:`U` whose prefill ends after :math:`t`, :math:`1 - \\mathrm{clip}((t - a)/b, 0, 1)`.
+    """
+    own = traffic.h_s * traffic.chunk_tokens * k * (k - 1) / 2.0           # (K,)
+    _, weights = CONTEXT_NODES
+    tt = t[:, None, None]
+    start = k[None, :, None] * T_busy[:, None, :] + own[None, :, None]
+    busy = (1.0 - np.clip((tt - start) / T_busy[:, None, :], 0.0, 1.0)) @ weights
+    idle = (k * traffic.W_s + own)[None, :] > t[:, None]
+    p0, pf = p_idle[:, None], p_full[:, None]
+    out = np.sum(probs * (p0 * idle + (1.0 - p0 - pf) * busy), axis=1)
+    waits = np.flatnonzero(p_full > _FULL_NEGLIGIBLE)
+    if waits.size:
+        T = T_full[waits][:, None, :]
+        full = _waited_exceed(tt[waits], k[None, :, None] * T + own[None, :, None], T,
+                              theta[waits][:, None, None]) @ weights
+        out[waits] += np.sum(probs[waits] * pf[waits] * full, axis=1)
+    return out
+
+
+def batched_ttft_p99_s(traffic: BatchedTraffic, replicas) -> np.ndarray:
+    """P99 TTFT per pool at ``replicas`` (inf where unstable; 0 without traffic)."""
+    op = operating_point(traffic, replicas)
+    probs = traffic.chunk_probs
+    k_max = np.max(np.where(probs > 0, np.arange(probs.shape[1])[None, :], 0), axis=1)
+    nodes = _context_nodes(op.full_context_mean, op.full_context_var)
+    T_top = traffic.W_s + traffic.h_s * np.maximum(np.nanmax(nodes, axis=1),
+                                                   np.nanmax(_context_nodes(op.busy_context_mean,
+                                                                            op.busy_context_var), axis=1))
+    own = traffic.h_s * traffic.chunk_tokens * k_max * (k_max - 1) / 2.0
+    theta = op.wait_decay
+    with np.errstate(divide="ignore", invalid="ignore"):   # P(wait > w) = p_full e^{-theta w} <= q beyond w99
+        w99 = np.where(op.full_prob > P99_TAIL,
+                       np.log(np.maximum(op.full_prob, P99_TAIL) / P99_TAIL) / np.where(theta > 0, theta, 1.0), 0.0)
+    hi = (k_max + 1) * T_top + own + w99 + 1e-9
+    live = op.stable & (traffic.arrival_rate > 0)
+    hi = np.where(live, hi, 1.0)
+    _, hi = bisect_boundary(lambda t: batched_miss_prob(t, traffic, op.replicas, op) > P99_TAIL,
+                            np.zeros_like(hi), hi)
+    return np.where(traffic.arrival_rate > 0, np.where(op.stable, hi, np.inf), 0.0)
+
+
+def prefill_limit_s(traffic: BatchedTraffic) -> np.ndarray:
+    """Prefill time of each chunk count on an idle replica, :math:`k W + h c k(k-1)/2`, shape (K,).
+
+    The limit of TTFT as the replica count grows: requests whose prefill alone exceeds the SLO here
+    miss it at any count.
+    """
+    k = np.arange(traffic.chunk_probs.shape[1], dtype=float)
+    return k * traffic.W_s + traffic.h_s * traffic.chunk_tokens * k * (k - 1) / 2.0
+
+
+def mean_prefill_s(traffic: BatchedTraffic, op: OperatingPoint) -> np.ndarray:
+    """Mean time from joining a batch to the first token, :math:`E[(k + U)(W + hC)] + h c E[k(k-1)]/2`."""
+    probs = traffic.chunk_probs
+    k = np.arange(probs.shape[1], dtype=float)
+    mass = np.maximum(probs.sum(axis=1), 1e-300)
+    ek = probs @ k / mass
+    own = probs @ (traffic.h_s * traffic.chunk_tokens * k * (k - 1) / 2.0) / mass
+    busy = (ek + 0.5) * (traffic.W_s + traffic.h_s * op.busy_context_mean)
+    full = (ek + 0.5) * (traffic.W_s + traffic.h_s * op.full_context_mean)
+    p_busy = 1.0 - op.idle_prob - op.full_prob
+    return op.idle_prob * ek * traffic.W_s + p_busy * busy + op.full_prob * full + own
+
+
+_EXACT_BELOW = 50.0
+"""Mean batches below this get the Poisson sum term by term; above it the normal limit of the Poisson law."""
+_GH_X, _GH_W = np.polynomial.hermite_e.hermegauss(24)
+_GH_W = _GH_W / _GH_W.sum()
+
+
+def mean_power_w(power_w, op: OperatingPoint, cap) -> np.ndarray:
+    """A replica's mean power :math:`E[P(\\min(b, n))]` with the batch :math:`b` Poisson of mean :math:`\\bar b`
+    (``power_w`` maps batch sizes to watts; arrays over pools).
+
+    .. math:: E[P] = \\sum_{j < n} \\frac{\\bar b^j e^{-\\bar b}}{j!} P(j) + P(b \\ge n)\\, P(n)
+
+    summed term by term for :math:`\\bar b <` :data:`_EXACT_BELOW` (the terms beyond :math:`j = 3 \\cdot 50`
+    are below :math:`10^{-20}`); above it the Poisson law is within :math:`O(\\bar b^{-1/2})` of the normal
+    :math:`N(\\bar b, \\bar b)`, integrated by 24-point Gauss-Hermite quadrature with :math:`b` clipped to
+    :math:`[0, n]` (the power curve is smooth there).
+    """
+    m = np.asarray(op.mean_batch, dtype=float)
+    n = np.broadcast_to(np.asarray(cap, dtype=float), m.shape)
+    m = np.where(np.isfinite(m), m, n)
+    out = np.empty(m.shape)
+    small = m < _EXACT_BELOW
+    if np.any(small):
+        ms, ns = m[small][:, None], n[small]
+        b = np.arange(int(3 * _EXACT_BELOW) + 1, dtype=float)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            pmf = np.exp(special.xlogy(b[None, :], ms) - ms - special.gammaln(b + 1.0)[None, :])
+        pmf = np.where(b[None, :] < ns[:, None], pmf, 0.0)
+        rest = np.maximum(1.0 - pmf.sum(axis=1), 0.0)
+        out[small] = pmf @ np.asarray(power_w(b), dtype=float) + rest * np.asarray(power_w(ns), dtype=float)
+    if np.any(~small):
+        ml, nl = m[~small][:, None], n[~small][:, None]
+        b = np.clip(ml + np.sqrt(ml) * _GH_X[None, :], 0.0, nl)
+        out[~small] = np.asarray(power_w(b), dtype=float) @ _GH_W
+    return out
+
+
+def batched_min_replicas(traffic: BatchedTraffic, slo_s, rho_max: float = 0.85, min_count: int = 1) -> Sizing:
+    """Smallest replica count meeting the P99-TTFT SLO and :math:`\\rho \\le \\rho_{max}` at the realised occupancy.
+
+    .. math::
+
+        N^* = \\min\\{N \\ge N_0 : P(T > T_{SLO} \\mid N) \\le q\\}, \\qquad
+        N_0 = \\left\\lceil \\lambda h E[X] + \\frac{\\lambda E[I] W}{n \\rho_{max}} \\right\\rceil
+
+    (:math:`\\rho(N) = \\lambda E[I] W / (n (N - \\lambda h E[X]))` from the fixed point, so :math:`N_0` is the
+    least count within the utilisation cap). The miss probability falls with :math:`N`; the search doubles
+    then bisects, vectorised over pools. Pools whose idle-replica prefill alone misses the SLO for more than
+    1 % of requests are infeasible (reason ``prefill``); a pool without traffic needs ``min_count``.
+    """
+    if not 0.0 < rho_max <= 1.0:
+        raise ValueError(f"rho_max must lie in (0, 1]; got {rho_max}")
+    lam = traffic.arrival_rate
+    slo = np.broadcast_to(np.asarray(slo_s, dtype=float), lam.shape)
+    idle = lam <= 0
+    no_slots = traffic.cap < 1
+    cap = np.where(no_slots, 1.0, traffic.cap)
+    with np.errstate(invalid="ignore"):
+        N0 = np.ceil((lam * traffic.h_s * traffic.mean_work + lam * traffic.mean_iterations * traffic.W_s
+                      / (cap * rho_max)) * (1 + 1e-12))
+    N0 = np.maximum(np.nan_to_num(N0, nan=1.0), min_count)
+    limit = np.sum(np.where(prefill_limit_s(traffic)[None, :] > slo[:, None], traffic.chunk_probs, 0.0), axis=1)
+    limit_ok = limit < P99_TAIL
+    active = ~idle & ~no_slots & limit_ok
+    safe = BatchedTraffic(lam, cap, traffic.mean_iterations, traffic.cv2_iterations, traffic.mean_work,
+                          traffic.mean_work_sq, traffic.chunk_probs, traffic.W_s, traffic.h_s, traffic.chunk_tokens)
+
+    def ok(N, idx):
+        sub = safe.take(idx)
+        op = operating_point(sub, N)
+        return op.stable & (op.utilization <= rho_max * (1 + 1e-12)) & (
+            batched_miss_prob(slo[idx], sub, N, op) <= P99_TAIL * (1 + 1e-12))
+
+    hi = N0.copy()
+    passed = ~active
+    todo = np.flatnonzero(~passed)
+    while todo.size:
+        good = ok(hi[todo], todo)
+        passed[todo[good]] = True
+        todo = todo[~good]
+        todo = todo[hi[todo] < _MAX_REPLICAS]
+        hi[todo] = np.minimum(hi[todo] * 2, _MAX_REPLICAS)
+    capped = ~passed
+    lo = np.maximum(np.where(hi > N0, np.floor(hi / 2), N0 - 1), N0 - 1)    # lo fails (or is below N0)
+    todo = np.flatnonzero(active & ~capped & (hi - lo > 1))
+    while todo.size:
+        mid = np.floor((lo[todo] + hi[todo]) / 2)
+        good = ok(np.maximum(mid, 1), todo)
+        hi[todo[good]] = mid[good]
+        lo[todo[~good]] = mid[~good]
+        todo = todo[hi[todo] - lo[todo] > 1]
+    feasible = (active & ~capped) | idle
+    replicas = np.where(idle, min_count, np.where(feasible, hi, 0)).astype(np.int64)
+    reason = np.where(feasible, "", np.where(no_slots, "no-slots", np.where(~limit_ok, "prefill", "cap")))
+    bound = feasible & ~idle & (replicas == N0)
+    return Sizing(replicas, feasible, reason, bound)

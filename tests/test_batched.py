@@ -1,0 +1,206 @@
+"""The batched replica model (models/batched.py) against closed forms, brute force and enumeration."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from fleetopt.models.batched import (BatchedTraffic, batched_miss_prob, batched_min_replicas, batched_ttft_p99_s,
+                                     mean_power_w, operating_point, prefill_limit_s, smeared_exceed_prob)
+from fleetopt.models.power import PowerCurve
+from fleetopt.models.profiles import CalibratedProfile
+from fleetopt.models.segments import context_work, segment_basis, segment_stats
+from fleetopt.models.service import iteration_coefficients
+from fleetopt.models.workload import LengthDistribution, RequestTrace
+from fleetopt.models.units import P99_TAIL
+
+GPU = CalibratedProfile("g", "m", 0.004, 0.00032, 8192, 256, 16, 65536, 256, 1.0, 1,
+                        PowerCurve(300.0, 600.0, 1.0, 4.2, "measured"))
+
+
+@given(st.integers(1, 5000), st.integers(1, 3000), st.sampled_from([16, 256, 512, 2048]))
+@settings(max_examples=60, deadline=None)
+def test_context_work_sums_the_contexts_each_iteration_starts_from(l_in, l_out, chunk):
+    k = math.ceil(l_in / chunk)
+    contexts = [j * chunk for j in range(k)] + [l_in + d for d in range(l_out)]
+    X, X2 = context_work(l_in, l_out, chunk)
+    assert float(X) == sum(contexts)
+    assert float(X2) == sum(c * c for c in contexts)
+
+
+def test_segment_context_sums_match_dense_integration():
+    """The Gauss-Legendre basis of X and X2 against a midpoint rule on 2 million points of the CDF."""
+    dist = LengthDistribution.from_cdf([(1000, 0.3), (5000, 0.8), (20000, 1.0)])   # uniform on (0, 1000] first
+    b = np.array([0.0, 3000.0, 20000.0])
+    basis = segment_basis(dist, b, GPU.chunk_tokens, 0.8)
+    s = segment_stats(basis, [0, 1], [1, 2], GPU)
+    L = np.linspace(0, 20000, 2_000_001)
+    mid = (L[1:] + L[:-1]) / 2
+    dens = np.where(mid <= 1000, 0.3 / 1000, np.where(mid <= 5000, 0.5 / 4000, 0.2 / 15000))
+    w = dens * np.diff(L)
+    X, X2 = context_work(0.8 * mid, 0.2 * mid, GPU.chunk_tokens)
+    I = np.ceil(0.8 * mid / GPU.chunk_tokens) + 0.2 * mid
+    for seg, (lo, hi) in enumerate(((0, 3000), (3000, 20000))):
+        m = (mid > lo) & (mid <= hi)
+        mass = w[m].sum()
+        assert s.mean_context_work[seg] == pytest.approx((w[m] * X[m]).sum() / mass, rel=1e-5)
+        assert s.mean_context_work_sq[seg] == pytest.approx((w[m] * X2[m]).sum() / mass, rel=1e-5)
+        assert s.mean_iterations[seg] == pytest.approx((w[m] * I[m]).sum() / mass, rel=1e-5)
+
+
+def test_trace_context_sums_are_the_requests_own():
+    prompt = np.array([100, 3000, 700, 5000])
+    out = np.array([50, 200, 10, 1])
+    trace = RequestTrace(np.arange(4.0), prompt, out)
+    s = segment_stats(segment_basis(trace, np.array([0.0, 10000.0]), GPU.chunk_tokens), [0], [1], GPU)
+    X, X2 = context_work(prompt, out, GPU.chunk_tokens)
+    assert s.mean_context_work[0] == pytest.approx(X.mean(), rel=1e-12)
+    assert s.mean_context_work_sq[0] == pytest.approx(X2.mean(), rel=1e-12)
+
+
+def _traffic(lam, cap=64, EI=300.0, cv2=0.5, EX=3e6, EX2=5e13, probs=(0.0, 0.5, 0.3, 0.2), W=0.004, h=4e-8):
+    return BatchedTraffic(np.atleast_1d(np.asarray(lam, dtype=float)), np.array([float(cap)]), np.array([EI]),
+                          np.array([cv2]), np.array([EX]), np.array([EX2]), np.array([probs], dtype=float), W, h, 512)
+
+
+def _chain(lam, N, n, EI, EX, W, h, top=20_000):
+    """The pool's birth-death chain by brute force: pi(j) from the rates, j up to ``top``."""
+    xbar = EX / EI
+    j = np.arange(1, top + 1, dtype=float)
+    b = np.minimum(j, N * n)
+    mu = b / (EI * (W + h * (b / N) * xbar))
+    logpi = np.concatenate(([0.0], np.cumsum(np.log(lam / mu))))
+    pi = np.exp(logpi - logpi.max())
+    return pi / pi.sum()
+
+
+@given(st.floats(0.5, 80.0), st.integers(1, 6), st.integers(1, 40), st.floats(20.0, 2000.0), st.floats(1e3, 3e6))
+@settings(max_examples=80, deadline=None)
+def test_occupancy_is_the_birth_death_chain_by_brute_force(lam, N, n, EI, EX):
+    """Idle and full probabilities, running batch and the busy state's batch moments against the chain's
+    stationary law computed state by state (rates lambda and min(j, Nn) / (E[I] t(min(j, Nn) / N)))."""
+    W, h = 0.004, 4e-8
+    t = _traffic(lam, cap=n, EI=EI, EX=EX, EX2=EX * EX, W=W, h=h)
+    op = operating_point(t, N)
+    x = lam * h * EX / N
+    rho_f = x + lam * EI * W / (N * n)
+    assert op.context_load[0] == pytest.approx(x, rel=1e-12) and op.full_load[0] == pytest.approx(rho_f, rel=1e-12)
+    if rho_f >= 0.97:            # too close to the limit for a truncated chain (and unstable beyond 1)
+        assert op.stable[0] == (rho_f < 1)
+        return
+    pi = _chain(lam, N, n, EI, EX, W, h)
+    j = np.arange(len(pi), dtype=float)
+    m = N * n
+    assert op.idle_prob[0] == pytest.approx(pi[j < N].sum(), abs=1e-9)
+    assert op.full_prob[0] == pytest.approx(pi[j >= m].sum(), abs=1e-9)
+    assert op.mean_batch[0] == pytest.approx((pi @ np.minimum(j, m)) / N, rel=1e-7, abs=1e-9)
+    busy = (j >= N) & (j < m)
+    if pi[busy].sum() > 1e-6:
+        w = pi[busy] / pi[busy].sum()
+        b = j[busy] / N
+        mean_b = w @ b
+        var_b = w @ (b - mean_b) ** 2
+        xbar = EX / EI
+        assert op.busy_context_mean[0] == pytest.approx(mean_b * xbar, rel=1e-6)
+        seq_var = EX * EX / EI - xbar ** 2      # E[X2]/E[I] - xbar^2, the context spread of one sequence
+        assert op.busy_context_var[0] == pytest.approx(var_b * xbar ** 2 + mean_b * seq_var, rel=1e-5,
+                                                       abs=1e-6 * xbar ** 2)
+    assert op.utilization[0] == pytest.approx(op.mean_batch[0] / n, rel=1e-12)
+    assert op.residence_s[0] == pytest.approx(op.mean_batch[0] * N / lam, rel=1e-12)   # Little's law
+
+
+@given(st.floats(0.0, 3.0), st.floats(0.0, 2.0), st.one_of(st.just(0.0), st.floats(1e-3, 1.5)), st.floats(0.0, 1.0),
+       st.floats(0.05, 20.0))
+@settings(max_examples=200, deadline=None)
+def test_smeared_tail_is_the_average_over_the_residual(t, a, b, C, theta):
+    """E_U[P(W_q > t - a - U b)] by a 20,001-point midpoint rule over U."""
+    u = (np.arange(20_001) + 0.5) / 20_001
+    x = t - a - u * b
+    direct = np.where(x < 0, 1.0, np.minimum(1.0, C * np.exp(-theta * np.maximum(x, 0.0)))).mean()
+    assert float(smeared_exceed_prob(t, a, b, C, theta)) == pytest.approx(direct, abs=2e-4)
+
+
+def test_smeared_tail_unstable_is_certain_miss():
+    assert float(smeared_exceed_prob(5.0, 0.1, 0.1, 0.5, -1.0)) == 1.0
+
+
+def test_light_load_ttft_is_the_idle_prefill():
+    """At a vanishing rate every request finds an idle replica: TTFT = k W + h c k(k-1)/2 exactly."""
+    t = _traffic(1e-9)
+    limit = prefill_limit_s(t)
+    assert limit.tolist() == pytest.approx([0.0, 0.004, 0.008 + 4e-8 * 512, 0.012 + 4e-8 * 512 * 3], rel=1e-12)
+    p99 = float(batched_ttft_p99_s(t, 3)[0])
+    assert p99 == pytest.approx(limit[3], rel=1e-6)     # 20 % of requests have 3 chunks: the P99 is that atom
+
+
+def test_miss_probability_falls_with_replicas_and_time():
+    t = _traffic(20.0)
+    counts = np.arange(1, 30)
+    miss = np.array([float(batched_miss_prob(0.1, t, n)[0]) for n in counts])
+    assert np.all(np.diff(miss) <= 1e-12)
+    times = np.linspace(0.0, 0.5, 60)
+    by_t = np.array([float(batched_miss_prob(x, t, 12)[0]) for x in times])
+    assert np.all(np.diff(by_t) <= 1e-12)
+
+
+@pytest.mark.parametrize("lam,slo", [(5.0, 0.05), (20.0, 0.1), (60.0, 0.2), (150.0, 0.5)])
+def test_min_replicas_is_the_least_count_by_enumeration(lam, slo):
+    t = _traffic(lam)
+    z = batched_min_replicas(t, slo, 0.85)
+    assert z.feasible[0]
+
+    def ok(n):
+        op = operating_point(t, n)
+        return bool(op.stable[0] and op.utilization[0] <= 0.85 * (1 + 1e-12)
+                    and batched_miss_prob(slo, t, n, op)[0] <= P99_TAIL * (1 + 1e-12))
+
+    first = next(n for n in range(1, 10_000) if ok(n))
+    assert int(z.replicas[0]) == first
+
+
+def test_min_replicas_infeasible_when_idle_prefill_breaks_the_slo():
+    t = _traffic(5.0, probs=(0.0, 0.9, 0.0, 0.1))
+    z = batched_min_replicas(t, 0.010, 0.85)          # 3 chunks take 12 ms + own context on an idle replica
+    assert not z.feasible[0] and z.reason[0] == "prefill"
+
+
+def test_mean_power_normal_limit_is_close_to_the_poisson_sum():
+    """Above the exact-sum threshold the normal limit stands in for the Poisson law: against the sum."""
+    from types import SimpleNamespace
+
+    for m in (60.0, 200.0, 900.0):
+        b = np.arange(0, 4000, dtype=float)
+        logpmf = b * math.log(m) - m - np.array([math.lgamma(v + 1) for v in b])
+        pmf = np.exp(logpmf)
+        cap = 1000.0
+        exact = float(pmf[b < cap] @ GPU.power.power_w(b[b < cap]) + pmf[b >= cap].sum() * GPU.power.power_w(cap))
+        op = SimpleNamespace(mean_batch=np.array([m]))
+        assert float(mean_power_w(GPU.power.power_w, op, cap)[0]) == pytest.approx(exact, rel=2e-3)
+
+
+def test_mean_power_is_the_poisson_average_of_the_curve():
+    t = _traffic(10.0, cap=8)
+    op = operating_point(t, 2)
+    m = float(op.mean_batch[0])
+    b = np.arange(9)
+    pmf = np.array([math.exp(-m) * m ** k / math.factorial(k) for k in b])
+    pmf[-1] += 1 - pmf.sum()
+    expected = float(pmf @ GPU.power.power_w(b.astype(float)))
+    assert float(mean_power_w(GPU.power.power_w, op, 8)[0]) == pytest.approx(expected, rel=1e-12)
+
+
+def test_iteration_coefficients_read_the_profile():
+    W, h = iteration_coefficients(GPU)
+    assert (W, h) == (pytest.approx(0.004), pytest.approx(0.00032 / 8192))
+
+
+@given(st.floats(0.0, 3.0), st.floats(0.0, 2.0), st.floats(1e-3, 1.5), st.floats(0.05, 20.0))
+@settings(max_examples=100, deadline=None)
+def test_the_certain_wait_kernel_is_the_general_one(t, a, b, theta):
+    from fleetopt.models.batched import _waited_exceed
+
+    assert float(_waited_exceed(t, a, b, theta)) == pytest.approx(float(smeared_exceed_prob(t, a, b, 1.0, theta)),
+                                                                  rel=1e-12, abs=1e-15)
