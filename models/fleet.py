@@ -41,7 +41,7 @@ class ServiceLevel:
     """What a fleet must deliver: P99 TTFT under a TTFT model, and the utilisation cap."""
 
     ttft_p99_s: float
-    ttft_model: str = "tail"
+    ttft_model: str = "batched"
     max_utilization: float = 0.85
     scope: str = "pool"
     """``pool``: every pool meets the P99 on its own requests; ``fleet``: the P99 over all requests."""

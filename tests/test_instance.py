@@ -425,7 +425,7 @@ def test_defaults(tmp_path: Path):
     path.write_text(yaml.safe_dump(data))
     inst = load_instance(path)
     assert inst.name == "minimal" and inst.objective == "cost" and inst.description == ""
-    assert (inst.slo.ttft_model, inst.slo.scope, inst.slo.tpot_p99_s) == ("tail", "pool", None)
+    assert (inst.slo.ttft_model, inst.slo.scope, inst.slo.tpot_p99_s) == ("batched", "pool", None)
     assert (inst.pools.max_pools, inst.pools.routing) == (1, "length")
     assert inst.constraints.max_utilization == DEFAULT_MAX_UTILIZATION
     assert inst.workload.input_fraction == 0.8

@@ -26,13 +26,16 @@ from click.testing import CliRunner
 from fleetopt.optimizer import api
 from fleetopt.optimizer.cli import main
 
+SEED_CONVENTION = "slo.ttft_model=mean-prefill"
+"""The seed's TTFT convention (P99 wait + mean prefill), which its table was computed with."""
+
 SEED = {512: (2, 13, 9, 25), 1024: (2, 10, 10, 36), 2048: (2, 7, 12, 63), 4096: (3, 5, 13, 108),
         8192: (4, 4, 14, 212), 12288: (5, 3, 14, 319)}
 
 
 @pytest.fixture(scope="module")
 def inst(repo_root):
-    return api.load(repo_root / "instances" / "lmsys_a100.yaml")
+    return api.load(repo_root / "instances" / "lmsys_a100.yaml", [SEED_CONVENTION])
 
 
 @pytest.mark.parametrize("b_short", sorted(SEED))
@@ -81,7 +84,7 @@ def test_tail_model_rejects_the_a100_long_pool(repo_root):
 
 def test_cli_json_contract(repo_root, tmp_path):
     out = tmp_path / "r.json"
-    res = CliRunner().invoke(main, ["evaluate", str(repo_root / "instances" / "lmsys_a100.yaml"),
+    res = CliRunner().invoke(main, ["evaluate", str(repo_root / "instances" / "lmsys_a100.yaml"), "--set", SEED_CONVENTION,
                                     "--fleet", "0-8192:a100,8192-65536:a100", "--json", str(out)])
     assert res.exit_code == 0, res.output
     r = json.loads(out.read_text())
@@ -98,7 +101,7 @@ def test_cli_json_contract(repo_root, tmp_path):
 
 
 def test_several_fleets_and_stdout_json(repo_root):
-    res = CliRunner().invoke(main, ["evaluate", str(repo_root / "instances" / "lmsys_a100.yaml"),
+    res = CliRunner().invoke(main, ["evaluate", str(repo_root / "instances" / "lmsys_a100.yaml"), "--set", SEED_CONVENTION,
                                     "--fleet", "0-8192:a100,8192-65536:a100", "--fleet", "0-64k:a100x14",
                                     "--json", "-"])
     assert res.exit_code == 0, res.output
@@ -114,5 +117,6 @@ def test_several_fleets_and_stdout_json(repo_root):
     ("zero-4096", "is not LO-HI:GPU"),
 ])
 def test_bad_fleet_specs(repo_root, fleet, phrase):
-    res = CliRunner().invoke(main, ["evaluate", str(repo_root / "instances" / "lmsys_a100.yaml"), "--fleet", fleet])
+    res = CliRunner().invoke(main, ["evaluate", str(repo_root / "instances" / "lmsys_a100.yaml"), "--set", SEED_CONVENTION,
+                                    "--fleet", fleet])
     assert res.exit_code == 2 and phrase in res.stderr and "Traceback" not in res.output

@@ -140,7 +140,7 @@ class RawSlo(_Raw):
 
     ttft_p99_ms: _PositiveFloat
     tpot_p99_ms: _PositiveFloat | None = None
-    ttft_model: Literal["batched", "tail", "mean-prefill"] = "tail"
+    ttft_model: Literal["batched", "tail", "mean-prefill"] = "batched"
     scope: Literal["pool", "fleet"] = "pool"
 
 
