@@ -110,13 +110,13 @@ def solve(inst: Instance, *, top: int = 1, time_limit_s: float | None = None, mi
 
 def verify(inst: Instance, sim_options: SimOptions = VERIFY_SIM_OPTIONS, *, verify_top: int = 3,
            rule: str = "ci-upper", max_rounds: int = 3, time_limit_s: float | None = None, mip_gap: float = 0.0,
-           threads: int | None = None, method: str = "auto", verbose=False, cuts: str = "count", trim: bool = False,
+           threads: int | None = None, method: str = "auto", verbose=False, cuts: str = "pool", trim: bool = False,
            progress=None):
     """Solve for the ``verify_top`` best plans and verify them by simulation (see :mod:`fleetopt.optimizer.simulation.verify`);
     returns (solve report, verification). ``sim_options`` (:class:`~fleetopt.optimizer.simulation.options.SimOptions`)
     are the settings of every simulation: requests, replications, seed, the engine's KV admission, token budget and
-    availability, ... (default :data:`VERIFY_SIM_OPTIONS`); ``cuts`` is ``count`` or ``window``
-    (:mod:`fleetopt.optimizer.simulation.verify`, "Cuts"); ``trim`` lowers the chosen plan's counts while its simulation
+    availability, ... (default :data:`VERIFY_SIM_OPTIONS`); ``cuts`` is ``pool`` (per-pool simulated sizing),
+    ``count`` or ``window`` (:mod:`fleetopt.optimizer.simulation.verify`, "Cuts"); ``trim`` lowers the chosen plan's counts while its simulation
     passes (:mod:`fleetopt.optimizer.simulation.trim`)."""
     from fleetopt.optimizer.plan.solve import SolveOptions
     from fleetopt.optimizer.simulation.verify import verify as run
@@ -161,16 +161,24 @@ def simulate_plan(inst: Instance, pools, options: SimOptions = SimOptions(), **p
     return run(inst, pools, options, **per_call)
 
 
-def exit_code(report) -> int:
+def exit_code(report, verification=None) -> int:
     """The documented exit code of a solve report (:mod:`fleetopt.optimizer.errors`): 0 with a plan (a limit
     with an incumbent included), otherwise that of the typed error
-    :func:`~fleetopt.optimizer.plan.solve.require_plan` raises for its status."""
+    :func:`~fleetopt.optimizer.plan.solve.require_plan` raises for its status.
+
+    With a ``verification`` (``solve --verify-top``, :mod:`fleetopt.optimizer.simulation.verify`) the plan must
+    also be verified: 0 when it is; when the cuts left the solver without a plan, the code of the last solve's
+    status (3, infeasible: ``verification.reason`` says which requests no pool can serve and why); when the
+    rounds ran out with plans still missing in simulation, 4 (a limit was reached before a verified plan was
+    found; one may exist: raise ``--max-rounds``)."""
     from fleetopt.optimizer.plan.solve import require_plan
 
     try:
         require_plan(report)
     except FleetoptError as err:
         return err.exit_code
+    if verification is not None and not verification.verified:
+        return EXIT_CODES["time_limit"]
     return EXIT_CODES["ok"]
 
 

@@ -125,9 +125,10 @@ def evaluate(instance, fleets, overrides, json_out):
 @click.option("--verify-rule", type=click.Choice(["ci-upper", "point", "attainment"]), default="ci-upper",
               show_default=True, help="What 'meets the SLO in simulation' means.")
 @click.option("--max-rounds", type=click.IntRange(1, 20), default=3, show_default=True, help="Verification rounds.")
-@click.option("--verify-cuts", type=click.Choice(["count", "window"]), default="count", show_default=True,
-              help="What a failing pool's cut raises: its own replica count, or (window) also every pool with "
-              "its window and a lower start on its GPU (length routing only; split routing gets count cuts).")
+@click.option("--verify-cuts", type=click.Choice(["pool", "count", "window"]), default="pool", show_default=True,
+              help="How a failing pool is cut: pool sizes it alone by simulation to its least passing count "
+              "(length routing; split routing gets count cuts); count raises its count by 10 %; window also "
+              "raises every pool with its window and a lower start on its GPU.")
 @click.option("--trim", is_flag=True, help="After --verify-top: lower the chosen plan's replica counts while its "
               "simulation still meets the SLO (confirmed with an independent seed).")
 @click.option("--seed", type=click.IntRange(0), default=0, show_default=True, help="Simulation seed.")
@@ -161,7 +162,7 @@ def solve(instance, top, max_pools, objective, time_limit, mip_gap, threads, met
             raise InstanceError("--trim: trims the plan --verify-top N chose; give --verify-top")
         rep, ver = api.solve(inst, top=top, **kwargs), None
     _emit(lambda c: report.render_solve(c, rep, ver), report.solve_json(rep, ver), json_out, (inst.path,))
-    raise click.exceptions.Exit(api.exit_code(rep))  # no plan: the code of its status (the report explains it)
+    raise click.exceptions.Exit(api.exit_code(rep, ver))  # no (verified) plan: its code (the report explains it)
 
 
 @main.command()

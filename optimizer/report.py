@@ -91,9 +91,18 @@ def fleet_table(title: str, r: FleetResult, slo_ms: float, source: str = ANALYTI
     return t
 
 
+MODEL_SOURCES = {
+    "batched": "TTFT model 'batched': continuous-batching replicas at their realised occupancy, a birth-death "
+               "chain over the pool's requests, an exponential wait once every batch place is taken",
+    "tail": "TTFT model 'tail': M/G/c per KV slot at full-batch iteration time, Erlang-C with Kimura tail",
+    "mean-prefill": "TTFT model 'mean-prefill', the seeds' convention: M/G/c per KV slot, P99 wait + mean prefill",
+}
+"""What each TTFT model's analytic numbers rest on, for the provenance line under a table."""
+
+
 def fleet_notes(r: FleetResult, ttft_model: str) -> list[str]:
     """Provenance and caveat lines printed under a fleet table."""
-    lines = [f"source: analytic (M/G/c per KV slot, Erlang-C with Kimura tail; TTFT model '{ttft_model}'); "
+    lines = [f"source: analytic ({MODEL_SOURCES.get(ttft_model, ttft_model)}); "
              f"cost/yr ${r.cost_per_year:,.0f}; * = sized to the minimum count"]
     if any(p.compress_gamma > 1 for p in r.pools):
         lines.append("  (+@g): the pool also serves requests up to g x its window, prompt-compressed to fit "
@@ -236,11 +245,21 @@ def verification_json(v, instance) -> dict:
                           "ttft_p99_ms_sim": None if s is None else s.ttft_p99_ms_sim,
                           "ttft_p99_ci_ms": None if s is None else list(s.ttft_p99_ci_ms),
                           "slo_met_sim": (p.min_tokens, p.max_tokens, p.gpu) not in vp.failing_pools,
+                          "too_few_requests": (p.min_tokens, p.max_tokens, p.gpu) in vp.thin_pools,
+                          "requests_measured": None if s is None else s.requests,
                           "preemptions": None if s is None else s.preemptions})
         plans.append({"round": vp.round, "rank": vp.rank, "cost_per_hr": vp.plan.fleet.cost_per_hr, "passed": vp.passed,
                       "ttft_p99_ms_sim": vp.sim.ttft_p99_ms, "ttft_p99_ci_ms": list(vp.sim.ttft_p99_ci_ms),
-                      "requests_simulated": vp.sim.requests_simulated, "pools": pools})
-    return {"rule": v.rule, "rounds": v.rounds, "cuts": list(v.cuts), "plans": plans,
+                      "requests_simulated": vp.sim.requests_simulated, "cached": vp.cached, "pools": pools})
+    sizing = [{"min_tokens": z.candidate.lo_tokens, "max_tokens": z.candidate.hi_tokens, "gpu": z.candidate.gpu,
+               "max_num_seqs": z.candidate.max_num_seqs, "least_replicas": z.least_replicas,
+               "cap_replicas": z.cap_replicas, "reason": z.reason,
+               "trials": [{"replicas": t.replicas, "passed": t.passed, "ttft_p99_ms_sim": t.ttft_p99_ms_sim,
+                           "ttft_p99_ci_ms": list(t.ttft_p99_ci_ms), "requests": t.requests, "source": t.source}
+                          for t in z.trials]} for z in v.sizings]
+    return {"rule": v.rule, "rounds": v.rounds, "cuts": list(v.cuts), "plans": plans, "reason": v.reason,
+            "pool_sizing": sizing, "solves": v.solves, "plan_simulations": v.plan_simulations,
+            "pool_simulations": v.pool_simulations,
             "engine": v.plans[0].sim.engine.to_json() if v.plans else None, "options": v.options.to_json(),
             "chosen_rank": None if v.chosen is None else v.chosen.rank,
             "chosen_round": None if v.chosen is None else v.chosen.round,
@@ -324,15 +343,21 @@ def render_verification(c: Console, v, slo_ms: float, instance=None) -> None:
         for k, (p, s) in enumerate(zip(vp.plan.fleet.pools, _sim_pools(vp))):
             sim_txt = "-" if s is None else (f"{s.ttft_p99_ms_sim:,.1f} ({s.ttft_p99_ci_ms[0]:,.1f}-"
                                              f"{s.ttft_p99_ci_ms[1]:,.1f})")
-            miss = (p.min_tokens, p.max_tokens, p.gpu) in vp.failing_pools
-            t.add_row(str(vp.round) if k == 0 else "", str(vp.rank) if k == 0 else "",
+            key = (p.min_tokens, p.max_tokens, p.gpu)
+            verdict = "MISSES" if key in vp.failing_pools else "too few requests" if key in vp.thin_pools else "ok"
+            rank = f"{vp.rank} (judged before)" if vp.cached else str(vp.rank)
+            t.add_row(str(vp.round) if k == 0 else "", rank if k == 0 else "",
                       f"{vp.plan.fleet.cost_per_hr:,.2f}" if k == 0 else "", f"{p.min_tokens:,}-{p.max_tokens:,} {p.gpu}",
-                      str(p.replicas), fmt_ms(p.ttft_p99_ms), sim_txt, "MISSES" if miss else "ok")
+                      str(p.replicas), fmt_ms(p.ttft_p99_ms), sim_txt, verdict)
     c.print(t)
     _say(c, f"simulated with {sim_options_line(v.options)}")
     for cut in v.cuts:
         _say(c, f"cut {cut}")
-    if v.chosen is None:
+    _say(c, f"{v.solves} solve(s), {v.plan_simulations} plan simulation(s), {v.pool_simulations} single-pool "
+         "simulation(s)")
+    if v.chosen is None and v.reason is not None:
+        _say(c, f"infeasible in simulation: {v.reason}")
+    elif v.chosen is None:
         _say(c, f"no plan met the SLO in simulation within {v.rounds} round(s)")
     else:
         _say(c, f"chosen: round {v.chosen.round}, plan {v.chosen.rank}, ${v.chosen.plan.fleet.cost_per_hr:,.2f}/hr "
@@ -389,6 +414,8 @@ def render_solve(c: Console, report, verification=None) -> None:
             f"{report.candidates_feasible} -> after pruning {report.candidates_after_pruning})")
     if not report.plans:
         c.print(f"no plan: {report.explanation}")
+        if verification is not None:       # the cuts of a verification may be why: it says which and why
+            render_verification(c, verification, slo_ms, inst)
         return
     for plan in report.plans:
         title = f"plan {plan.rank}: objective {inst.objective} = {plan.objective:,.4g}"
@@ -445,7 +472,9 @@ def render_simulation(c: Console, rep) -> None:
                      f"{q.mean_batch:,.1f} / {p.mean_batch:,.1f}", ms(q.ttft_p99_ms),
                      ms(p.ttft_p99_ms_sim) + ci(p.ttft_p99_ci_ms),
                      "-" if math.isnan(p.slo_attainment) else f"{100 * p.slo_attainment:.2f}", ms(p.tpot_p99_ms_sim),
-                     f"{q.power_w:,.0f} / {p.power_w_sim:,.0f}", "met" if p.slo_met_sim else "MISSED"))
+                     f"{q.power_w:,.0f} / {p.power_w_sim:,.0f}",
+                     ("MISSED, " if not p.slo_met_sim else "") + "too few requests" if p.too_few_requests
+                     else "met" if p.slo_met_sim else "MISSED"))
     for k, (name, footer) in enumerate(cols):  # a narrow terminal wraps a cell in two at a space, never cuts digits
         t.add_column(name, footer=footer, no_wrap=name == "tokens", overflow="fold",
                      min_width=max(_two_line_width(x) for x in [footer] + [r[k] for r in rows]),

@@ -133,8 +133,9 @@ def test_cli_engine_flags_reach_the_json(repo_root, tmp_path):
 def test_verification_runs_with_paged_admission(repo_root, tmp_path):
     out = tmp_path / "v.json"
     r = CliRunner().invoke(main, ["solve", str(repo_root / "instances" / "quickstart.yaml"), "--verify-top", "1",
-                                  "--sim-requests", "4000", "--sim-kv", "paged", "--json", str(out)])
-    assert r.exit_code == 0, r.output
+                                  "--max-rounds", "1", "--set", "pools.max_pools=1", "--sim-requests", "4000",
+                                  "--sim-kv", "paged", "--json", str(out)])
+    assert r.exit_code in (0, 4), r.output       # one round: verified (0) or out of rounds (4)
     v = json.loads(out.read_text())["verification"]
     assert v["engine"]["kv"] == "paged"
     assert all(p["preemptions"] is not None for plan in v["plans"] for p in plan["pools"])

@@ -38,9 +38,11 @@ def _counts(sim) -> tuple[int, ...]:
 
 
 def _floors(inst, plan) -> tuple[int, ...]:
-    """Least counts whose slots carry the offered load at max_utilization, from the analytic pools."""
-    rho = inst.constraints.max_utilization
-    return tuple(math.ceil(p.arrival_rate * p.mean_service_s / p.max_num_seqs / rho) for p in plan.fleet.pools)
+    """Least counts that keep up with each pool's context work: under length routing the trim's only floor
+    (the analytic load floor no longer binds; the simulation decides)."""
+    from fleetopt.optimizer.simulation.simulate import plans_from_fleet
+
+    return tuple(work_floors(inst, plans_from_fleet(inst, plan.fleet)))
 
 
 def test_bisection_finds_the_least_counts_of_a_monotone_rule(roomy_plan):
@@ -66,22 +68,23 @@ def test_least_passing_search_finds_the_answer_in_logarithmic_trials():
                 assert all(n >= answer - (hi - answer) - 1 for n in calls)    # never far below the answer
 
 
-def test_counts_never_go_below_the_load_floor(roomy_plan):
+def test_counts_never_go_below_the_context_work_floor(roomy_plan):
     inst, plan = roomy_plan
     trim = trim_plan(inst, plan, lambda sim: True, options=FAST, relaxation_spans=0)
-    assert trim.counts == _floors(inst, plan) == (4, 3)
+    assert trim.counts == _floors(inst, plan)
 
 
 def test_a_missed_confirmation_backs_off_one_replica_per_trimmed_pool(roomy_plan):
     inst, plan = roomy_plan
-    floors, want = _floors(inst, plan), (6, 5)
+    floors, want = _floors(inst, plan), (4, 4)
 
     def passes(sim):      # the search seed (0) accepts anything; the independent seed (1) wants `want`
         return sim.seed == 0 or all(c >= q for c, q in zip(_counts(sim), want))
 
     trim = trim_plan(inst, plan, passes, options=FAST, relaxation_spans=0)
     confirmations = [s.counts for s in trim.steps if s.pool < 0]
-    assert confirmations == [tuple(f + k for f in floors) for k in range(3)]       # (4, 3), (5, 4), (6, 5)
+    backoffs = max(w - f for w, f in zip(want, floors))
+    assert confirmations == [tuple(min(f + k, v) for f, v in zip(floors, (12, 8))) for k in range(backoffs + 1)]
     assert trim.counts == want and trim.confirmed
     assert len(confirmations) <= MAX_BACKOFFS + 1
 
@@ -124,13 +127,14 @@ def test_cli_trim(repo_root, tmp_path):
     r = CliRunner().invoke(main, ["solve", str(path), "--trim"])
     assert r.exit_code == 2 and "--trim" in r.output and len(r.output.strip().splitlines()) == 1
     out = tmp_path / "v.json"
-    r = CliRunner().invoke(main, ["solve", str(path), "--set", "slo.ttft_p99_ms=1100", "--verify-top", "1", "--trim",
+    r = CliRunner().invoke(main, ["solve", str(path), "--set", "slo.ttft_p99_ms=1100", "--set",
+                                  "slo.ttft_model=mean-prefill", "--verify-top", "1", "--trim",
                                   "--sim-kv", "paged", "--sim-requests", "4000", "--sim-replications", "1",
                                   "--json", str(out)])
     assert r.exit_code == 0, r.output
     d = json.loads(out.read_text())["verification"]["trim"]
     assert d["source"] == "simulated" and d["cost_per_hr"] < d["verified_cost_per_hr"]
-    inst = api.load(path, ["slo.ttft_p99_ms=1100"])
+    inst = api.load(path, ["slo.ttft_p99_ms=1100", "slo.ttft_model=mean-prefill"])
     assert [p["replicas"] for p in d["pools"]] == [q[3] for q in parse_fleet(d["fleet"], inst).pools]
     assert [p["replicas_up"] for p in d["pools"]] == [q[3] for q in parse_fleet(d["fleet_simulated"], inst).pools]
     # Puzzle 2 under vLLM's paged admission: whole-window slots over-size it, so the trim saves real money

@@ -22,13 +22,18 @@ from fleetopt.solvers.des.metrics import Estimate, batch_means_ci, percentile, q
 from fleetopt.optimizer.io.instance import Instance
 from fleetopt.optimizer.simulation.options import SimOptions
 
-__all__ = ["CONFIDENCE", "N_BATCHES", "ANALYTIC_POOL_KEYS", "Latency", "SimPoolReport", "SimReport", "Replication",
+__all__ = ["CONFIDENCE", "N_BATCHES", "MIN_POOL_REQUESTS", "ANALYTIC_POOL_KEYS", "Latency", "SimPoolReport", "SimReport", "Replication",
            "p99_estimate", "build_report"]
 
 CONFIDENCE = 0.95
 """Confidence level of every interval in a report."""
 N_BATCHES = 20
 """Batches of the batch-means interval (one replication, or a trace replay)."""
+MIN_POOL_REQUESTS = 500
+"""Least measured requests a pool with traffic needs for its own verdict. A P99 over :math:`n` requests rests on
+its :math:`n/100` slowest ones (5 at this floor); below it a pool's verdict is flagged ``too_few_requests`` and
+never shown as met (:attr:`SimPoolReport.too_few_requests`; the verification re-simulates with more requests,
+:mod:`fleetopt.optimizer.simulation.verify`)."""
 _SOURCE = "simulated"
 ANALYTIC_POOL_KEYS = ("min_tokens", "max_tokens", "gpu", "replicas", "gpus", "arrival_rate", "utilization",
                       "ttft_p99_ms", "power_w", "slo_met")
@@ -112,6 +117,12 @@ class SimPoolReport(_Measured):
     max_num_seqs_sim: int
     """Batch cap per replica in the engine (the analytic one, unless ``kv="paged"``)."""
 
+    @property
+    def too_few_requests(self) -> bool:
+        """The pool has traffic (analytic arrival rate > 0) but fewer than :data:`MIN_POOL_REQUESTS` measured
+        requests: its simulated verdict rests on too few of them to be trusted either way."""
+        return bool(self.analytic.arrival_rate > 0 and self.requests < MIN_POOL_REQUESTS)
+
     min_tokens = property(lambda self: self.analytic.min_tokens)
     max_tokens = property(lambda self: self.analytic.max_tokens)
     gpu = property(lambda self: self.analytic.gpu)
@@ -135,7 +146,8 @@ class SimPoolReport(_Measured):
             "tpot_p99_ci_ms": self.tpot_p99_ci_ms, "slo_met_sim": self.slo_met_sim,
             "utilization_sim": self.utilization_sim, "power_w_sim": self.power_w_sim,
             "energy_per_output_token_j": self.energy_per_output_token_j,
-            "arrival_rate_sim": self.arrival_rate_sim, "requests": self.requests, "unfinished": self.unfinished,
+            "arrival_rate_sim": self.arrival_rate_sim, "requests": self.requests,
+            "too_few_requests": self.too_few_requests, "unfinished": self.unfinished,
             "rejected": self.rejected, "max_num_seqs": a.max_num_seqs, "compress_gamma": a.compress_gamma,
             "mean_batch_analytic": a.mean_batch, "tpot_p99_ms_bound": a.tpot_p99_ms,
             "latency_ms": self._latency_json(),

@@ -20,10 +20,12 @@ Measurement protocol
 Each replication generates ``n`` requests and runs until the last arrival
 :math:`T` (the horizon). Arrivals before the warm-up instant
 
-.. math:: T_w = \min\left(\max\left(wT,\; 2 \max_p \frac{E[S_p^2]}{E[S_p]}\right),\; T/2\right)
+.. math:: T_w = \min\left(\max\left(wT,\; 2 \max_p \tau_p\right),\; T/2\right)
 
-are discarded (:math:`w` = ``warmup_share``; :math:`E[S_p^2]/E[S_p] = E[S_p](1 + c_{s,p}^2)`
-from the analytic evaluation of pool :math:`p`). The floor bounds the start-up
+are discarded (:math:`w` = ``warmup_share``; :math:`\tau_p` the pool's relaxation time from its analytic
+evaluation, ``PoolResult.relaxation_s``: :math:`E[S_p^2]/E[S_p] = E[S_p](1 + c_{s,p}^2)` under the slot
+models, and that scale stretched by :math:`1/(1 - x_p)` under the batched model, whose iterations slow down
+as the batch fills). The floor bounds the start-up
 transient: a pool started empty lacks :math:`\lambda E[(S - t)^+]` busy slots
 at :math:`t` (M/G/:math:`\infty`), and :math:`(s - t)^+ \le s^2/(4t)` gives
 at most 1/8 of its load at :math:`t = 2E[S^2]/E[S]`. Long-tailed service times
@@ -71,11 +73,17 @@ The settings are one :class:`fleetopt.optimizer.simulation.options.SimOptions`
 (``warmup_share`` is :math:`w`); the report keeps them as provenance
 (``SimReport.options``, with ``router="auto"`` and a default ``spill_bound``
 resolved to what ran). With ``precision`` the requests per replication double
-until the fleet P99 interval's half-width is at most ``precision`` x P99, or
-``max_requests`` would be exceeded; ``stopped_by`` says which (``requests`` without a
-precision target, ``precision``, ``max_requests``, ``trace_length`` when a
-replay has no more requests, ``p99_unbounded`` when more than 1 % of measured
-requests get no first token, so more requests cannot narrow it).
+until the P99 intervals that decide the verdict are narrow enough, or
+``max_requests`` would be exceeded. Under a fleet-scope SLO that is the fleet
+P99's interval (half-width at most ``precision`` x P99); under a pool-scope SLO
+it is every pool with traffic, each of which must also hold at least
+:data:`fleetopt.optimizer.simulation.records.MIN_POOL_REQUESTS` measured requests
+(a pool whose P99 is unbounded, more than 1 % of its requests without a first
+token, is decided: it misses whatever the run length). ``stopped_by`` says which
+(``requests`` without a precision target, ``precision``, ``max_requests``,
+``trace_length`` when a replay has no more requests, ``p99_unbounded`` when more
+than 1 % of all measured requests get no first token, so more requests cannot
+narrow it).
 """
 
 from __future__ import annotations
@@ -126,6 +134,7 @@ from fleetopt.optimizer.simulation.options import (  # the settings and their ch
     sample_up,
 )
 from fleetopt.optimizer.simulation.records import (
+    MIN_POOL_REQUESTS,
     Latency,
     Replication,
     SimPoolReport,
@@ -278,8 +287,7 @@ def simulate_plan(instance: Instance, pools: list[PoolPlan], options: SimOptions
     if options.arrivals == "trace":
         n_rep = min(n_rep, len(trace.arrived_at_s))
     planned, done = R * n_rep, [0]
-    relax_s = max((p.mean_service_s * (1.0 + p.cv2_service) for p in analytic.pools if p.arrival_rate > 0),
-                  default=0.0)
+    relax_s = max((p.relaxation_s for p in analytic.pools if p.arrival_rate > 0), default=0.0)
     spec = _RunSpec(instance, analytic, tuple(sim_pools), options, 2.0 * relax_s,
                     COOLDOWN_SLOS * instance.slo.ttft_p99_s,
                     split_shares if routing is None else routing,  # the split router's weights, either form
@@ -302,7 +310,7 @@ def simulate_plan(instance: Instance, pools: list[PoolPlan], options: SimOptions
             stop = "requests"
         elif not math.isfinite(fleet.value):
             stop = "p99_unbounded"
-        elif fleet.half_width <= precision * fleet.value:
+        elif _precise(instance, analytic, runs, fleet, precision):
             stop = "precision"
         elif options.arrivals == "trace" and n_rep >= len(trace.arrived_at_s):
             stop = "trace_length"
@@ -319,6 +327,25 @@ def simulate_plan(instance: Instance, pools: list[PoolPlan], options: SimOptions
                         requests_simulated=R * n_rep, relaxation_s=relax_s,
                         routing_source=None if options.router != "split" else "shares" if routing is None else "plan",
                         wall_s=time.perf_counter() - t0)
+
+
+def _precise(instance: Instance, analytic: FleetResult, runs: list[Replication], fleet, precision: float) -> bool:
+    """Whether the P99 intervals that decide the verdict meet the ``precision`` target (module docstring): the
+    fleet's under a fleet-scope SLO; under a pool-scope SLO every pool with traffic, with at least
+    :data:`~fleetopt.optimizer.simulation.records.MIN_POOL_REQUESTS` measured requests (an unbounded pool P99
+    is decided)."""
+    if instance.slo.scope == "fleet":
+        return bool(fleet.half_width <= precision * fleet.value)
+    for k, p in enumerate(analytic.pools):
+        if not p.arrival_rate > 0:
+            continue
+        est = p99_estimate([r.ttft_s[r.pool == k] for r in runs])
+        if est.value == math.inf:
+            continue
+        measured = sum(int(np.sum(r.pool == k)) for r in runs)
+        if measured < MIN_POOL_REQUESTS or not est.half_width <= precision * est.value:
+            return False
+    return True
 
 
 def _resolved(options: SimOptions, pools: list[PoolPlan], routing) -> SimOptions:

@@ -11,22 +11,25 @@ as the simulated SLO still holds:
    times the plan's start-up scale :math:`\\max_p E[S_p^2]/E[S_p]` per replication (the measurement
    protocol of :mod:`fleetopt.optimizer.simulation.simulate`): the request count of the verification is raised as needed,
    up to :data:`MAX_TRIAL_REQUESTS`.
-2. **Floors.** Pool :math:`k` never goes below two counts:
+2. **Floors.** Pool :math:`k` never goes below the count that can keep up with its context work (below),
+   a physical stability bound. Under length routing that is its only floor: its traffic is its own, so the
+   simulation decides how far below the analytic count it may go (the analytic service time overstates the
+   simulator's, :mod:`fleetopt.optimizer.simulation.pool_sizing`). Under split routing or compress-and-route,
+   where pools share traffic, it also keeps the analytic floor, the count whose engine slots carry its offered
+   load, :math:`\\lambda_k E[S_k] / (s_k \\rho)` (:math:`s_k` the simulated batch cap per replica; with
+   whole-window slots :math:`\\rho` is the instance's ``max_utilization``, the operator's cap; with paged
+   admission, whose slots are not the analytic ones, :math:`\\rho = 1`: the stability limit).
 
-   * the count whose engine slots carry its offered load, :math:`\\lambda_k E[S_k] / (s_k \\rho)`
-     (:math:`s_k` the simulated batch cap per replica; with whole-window slots :math:`\\rho` is the
-     instance's ``max_utilization``, the operator's cap; with paged admission, whose slots are not the
-     analytic ones, :math:`\\rho = 1`: the stability limit);
-   * the count that can keep up with its context work. An iteration over contexts :math:`x_s` takes
-     :math:`W + h \\sum_s x_s` (:mod:`fleetopt.solvers.des.engine`), so a replica busy all the time spends at least
-     :math:`h \\sum x_s` per iteration on context, and over a long run :math:`N` replicas must absorb
-     :math:`\\lambda_k\\, h\\, E[X]` seconds of it per second, where a request's
-     :math:`X = c\\, m(m-1)/2 + l_{out} l_{in} + l_{out}(l_{out}-1)/2` (:math:`m = \\lceil l_{in}/c \\rceil`)
-     sums the contexts its prefill chunks and decode steps start from. Hence
-     :math:`N_k > \\lambda_k h E[X]`, whatever the admission: a budget or a preemption only adds
-     steps. :math:`E[X]` is estimated from :data:`WORK_SAMPLES` requests of the workload (a fixed seed),
-     and the bound is shaded by :data:`WORK_MARGIN` for the sampling error; compress-and-route pools
-     get none (their band requests would have to be moved between pools).
+   The context-work floor: an iteration over contexts :math:`x_s` takes
+   :math:`W + h \\sum_s x_s` (:mod:`fleetopt.solvers.des.engine`), so a replica busy all the time spends at least
+   :math:`h \\sum x_s` per iteration on context, and over a long run :math:`N` replicas must absorb
+   :math:`\\lambda_k\\, h\\, E[X]` seconds of it per second, where a request's
+   :math:`X = c\\, m(m-1)/2 + l_{out} l_{in} + l_{out}(l_{out}-1)/2` (:math:`m = \\lceil l_{in}/c \\rceil`)
+   sums the contexts its prefill chunks and decode steps start from. Hence
+   :math:`N_k > \\lambda_k h E[X]`, whatever the admission: a budget or a preemption only adds
+   steps. :math:`E[X]` is estimated from :data:`WORK_SAMPLES` requests of the workload (a fixed seed),
+   and the bound is shaded by :data:`WORK_MARGIN` for the sampling error; compress-and-route pools
+   get none (their band requests would have to be moved between pools).
 3. **Search.** Pools are taken most expensive replica first (then the largest count). For pool
    :math:`k` a search between its floor and its count (steps down 1, 2, 4, ... until a count fails, then
    bisection) finds the smallest count whose plan (the other pools at their current counts) passes the
@@ -58,6 +61,8 @@ import numpy as np
 from fleetopt.optimizer.io.instance import Instance
 from fleetopt.optimizer.plan.solve import Plan
 from fleetopt.optimizer.simulation.options import SimOptions
+from fleetopt.optimizer.simulation.pool_sizing import least_passing as _least_passing
+from fleetopt.optimizer.simulation.records import MIN_POOL_REQUESTS
 
 __all__ = ["MAX_BACKOFFS", "TrimStep", "Trim", "trim_plan"]
 
@@ -154,8 +159,10 @@ def trim_plan(instance: Instance, plan: Plan, passes: Callable[[object], bool], 
     verified = tuple(int(p.replicas) for p in base)
     caps = [p.max_num_seqs for p in engine_pools(plan.fleet, [p.profile for p in base],
                                                  [str(k) for k in range(len(base))], engine)]
-    floors = [max(a, b) for a, b in zip(_floors(plan.fleet, caps, engine, instance.constraints.max_utilization),
-                                        work_floors(instance, base, plan.routing))]
+    floors = work_floors(instance, base, plan.routing)
+    if plan.routing is not None or any(p.compress_gamma > 1 for p in base):   # pools share traffic: step 2
+        floors = [max(a, b) for a, b in zip(_floors(plan.fleet, caps, engine, instance.constraints.max_utilization),
+                                            floors)]
     counts = list(verified)
     per_replica = [p.profile.cost_usd_per_hr for p in base]
     for k in sorted(range(len(base)), key=lambda k: (-per_replica[k], -counts[k], k)):
@@ -175,36 +182,20 @@ def trim_plan(instance: Instance, plan: Plan, passes: Callable[[object], bool], 
                 tuple(steps), float(cost), float(verified_cost), int(trial_options.requests))
 
 
-def _least_passing(passes_at: Callable[[int], bool], hi: int, floor: int) -> int:
-    """The least count in ``[floor, hi]`` that passes, ``hi`` passing (module docstring, step 3): steps down
-    1, 2, 4, ... from ``hi`` until a count fails or the floor is reached, then bisects between the last count
-    that failed and the least that passed. Stepping down first keeps the trials near the answer: a count far
-    below it overloads the pool, and such runs are the slow ones (paged admission thrashes)."""
-    failed, step = floor - 1, 1
-    while hi > floor:
-        n = max(hi - step, floor)
-        if not passes_at(n):
-            failed = n
-            break
-        hi, step = n, 2 * step
-    while hi - failed > 1:
-        mid = (failed + hi) // 2
-        if passes_at(mid):
-            hi = mid
-        else:
-            failed = mid
-    return hi
-
-
 def _trial_requests(instance: Instance, fleet, requests: int, replications: int,
                     spans: float = RELAXATION_SPANS) -> int:
     """Requests per trial so that a replication lasts ``spans`` start-up scales :math:`\\max_p E[S_p^2]/E[S_p]`
+    and the pool with the least traffic gets four times :data:`MIN_POOL_REQUESTS` (its verdict needs them, and the
+    warm-up may take half a replication and the cool-down a quarter); ``spans = 0`` keeps ``requests`` as it is
     (the scale of :mod:`fleetopt.optimizer.simulation.simulate`, from the analytic pools; a replication of :math:`n` requests
     spans about :math:`n / \\lambda`): at least ``requests``, at most :data:`MAX_TRIAL_REQUESTS`."""
     relax_s = max((p.mean_service_s * (1.0 + p.cv2_service) for p in fleet.pools if p.arrival_rate > 0),
                   default=0.0)
-    need = spans * relax_s * instance.workload.arrival_rate_req_per_s * replications
-    return int(min(MAX_TRIAL_REQUESTS, max(requests, math.ceil(need))))
+    lam = instance.workload.arrival_rate_req_per_s
+    need = spans * relax_s * lam * replications
+    least_share = min((p.arrival_rate / lam for p in fleet.pools if p.arrival_rate > 0), default=1.0)
+    thin = 4.0 * MIN_POOL_REQUESTS / least_share if spans > 0 else 0.0   # every pool measures enough for its verdict
+    return int(min(MAX_TRIAL_REQUESTS, max(requests, math.ceil(need), math.ceil(thin))))
 
 
 def _floors(fleet, caps: list[int], engine, max_utilization: float) -> list[int]:

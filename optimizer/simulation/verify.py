@@ -3,8 +3,9 @@
 Each round solves for the ``N`` best distinct plans, simulates every one with the same simulator users
 call (:func:`fleetopt.optimizer.simulation.simulate.simulate_plan`; a split-routing plan with its own routing, see
 ``Plan.routing``), and keeps the cheapest plan that meets the SLO by simulation under the chosen rule.
-When none does, the pools of the round's best plan that miss get cuts (below) and the model is solved
-again, up to ``max_rounds``. Every round is reported.
+When none does, the failing pools get cuts (below) and the model is solved again, up to ``max_rounds``.
+Every round is reported, and a plan judged in an earlier round is never simulated again (its verdict is
+kept by its pools: window, GPU, count, batch cap, compression, and a split plan's routing).
 
 Rules (``rule``):
 
@@ -13,47 +14,75 @@ Rules (``rule``):
 * ``point``: the simulated P99 point estimate is within the SLO;
 * ``attainment``: at least 99 % of the simulated requests meet the SLO.
 
-Cuts
-----
-A missing pool :math:`(b_{lo}, b_{hi}, g)` with :math:`n` replicas gets a count cut: its least replica
-count becomes :math:`n^+ = \\max(n + 1, \\lceil 1.1 n \\rceil)` (``SolveOptions.min_replicas``).
+Under a pool-scope SLO a pool with traffic but fewer than
+:data:`~fleetopt.optimizer.simulation.records.MIN_POOL_REQUESTS` measured requests is *thin*: its verdict is
+flagged ``too few requests``, never ``ok``, and the plan is simulated once more with its requests scaled so
+that the pool should reach them (up to ``max_requests``); a plan with a thin pool does not pass.
 
-With ``cuts="window"`` and length routing it also gets a window cut
+Per-pool cuts (``cuts="pool"``, the default)
+--------------------------------------------
+Under length routing and a pool-scope SLO a pool's verdict depends only on its own traffic and replica
+count, so a failing pool is sized *alone* (:mod:`fleetopt.optimizer.simulation.pool_sizing`): its candidate
+(window, GPU, batch cap) is simulated at increasing counts with common random numbers until the least
+count that passes is found, and every verdict is cached for the whole solve. That count is an exact lower
+bound for the candidate in simulation: ``SolveOptions.min_replicas[(lo, hi, gpu)]`` (the solver's cuts are
+keyed by window and GPU: when several batch caps or compression states of one window and GPU are sized,
+the cut is the largest of their counts, which may exclude a cheaper variant). A candidate that misses even
+at :data:`~fleetopt.optimizer.simulation.pool_sizing.CAP_FACTOR` times its count is forbidden
+(``SolveOptions.forbidden``) with that reason; when the solver then has no plan, ``Verification.reason``
+says which requests cannot be served and why, and ``solve`` exits 3.
+
+Every failing plan of a round is cut, not only the best. From the second round on, before plans are
+simulated whole, each new plan is *screened*: every pool is simulated alone at its count (cached), a pool
+that misses alone is sized and cut at once, and the model is solved again, up to :data:`MAX_SCREENS`
+times, until the best plan's pools all pass alone. Only then are the plans whose pools all pass alone
+simulated whole: the whole simulation stays the user-visible verdict (its requests differ from the
+pools' own runs, so a plan can still miss by sampling noise; the miss is then recorded as a failing
+count of that pool and its sizing resumes above it). The first round is simulated whole without
+screening, so a plan the analytic model got right costs nothing more.
+
+Plan-level cuts (``cuts="count"`` or ``"window"``, and under split routing or a fleet-scope SLO)
+---------------------------------------------------------------------------------------------
+A missing pool :math:`(b_{lo}, b_{hi}, g)` with :math:`n` replicas gets a count cut: its least replica
+count becomes :math:`n^+ = \\max(n + 1, \\lceil 1.1 n \\rceil)` (``SolveOptions.min_replicas``). With
+``cuts="count"`` or ``"window"`` only the round's best plan is cut (the heuristics as first measured); with
+``cuts="pool"`` where pools cannot be sized alone (split routing, whose routing shares are free; a
+fleet-scope SLO, whose verdict is not per pool; compress-and-route pools, which exchange a band of
+requests), every failing plan gets count cuts.
+
+With ``cuts="window"`` and length routing a count cut also brings a window cut
 (:class:`fleetopt.optimizer.plan.candidates.WindowCut`) with the derating factor
 :math:`f = n^+ / N^*_{(b_{lo}, b_{hi}, g)}`, :math:`N^*` the pool's analytic minimum count before
 availability inflation (``Candidates.min_replicas_analytic``): every candidate pool
 :math:`(b', b_{hi}, g)` with :math:`b' \\le b_{lo}` needs at least :math:`\\lceil f N^*_{(b', b_{hi}, g)} \\rceil`
-replicas (the missing pool itself exactly :math:`n^+`). The idea: a count cut alone lets the solver dodge
-the raised count by moving the lower boundary down (:math:`(b_{lo} - \\delta, b_{hi}, g)`), which costs a
-round, and under length routing a pool with the same window and a lower start carries a superset of the
-missing pool's traffic.
+replicas. Plan-level cuts are heuristics, not proofs: they may exclude a cheaper plan that would pass,
+and the loop may end after ``max_rounds`` without a verified plan (``solve`` exits 4: a limit, not a proof).
 
-Under split routing (``pools.routing: split``) only count cuts apply, whatever ``cuts`` says: the routing
-shares are free, so a pool with a lower start need not carry any of the missing pool's traffic (the
-superset argument fails), and a split plan's count can sit below :math:`N^*` of the nominal mix (its pool
-takes only part of its segments), which would give factors below 1. A raised choice keeps its operating
-point (:func:`fleetopt.optimizer.plan.split_candidates.restrict_split`), so the solver cannot load the extra replicas back up to
-the count's analytic capacity.
+Measured
+--------
+``fleetopt solve INSTANCE --verify-top 3`` (default: 100,000 requests per plan, 5 replications, seed 0,
+``cuts="pool"``), wall time on a shared 2-core machine under load (other jobs running), with the analytic
+TTFT model the instance names (default where it names none):
 
-Both cuts are heuristics, not proofs: they may exclude a cheaper plan that would pass, and the loop
-ends after ``max_rounds`` without a verified plan if they do not suffice. The window cut's superset
-argument fails where the simulated P99 is set by prefill under continuous batching rather than by
-waiting for a slot (the usual case: in the Puzzle-2 runs below the missing pools' P99 *wait* is about
-10 ms of a 400 ms P99 TTFT). A lower start then dilutes the pool's percentile with short requests and
-can pass, and the window cut prices exactly that escape out. Measured with ``top=2``,
-``max_rounds=8``, 20,000 requests per plan, seeds 0 / 1 / 2 (rounds; "-" = not verified):
+==========================================  ======  ====================================  =======  ======
+instance (``--set``)                        rounds  verified plan                         $/hr     wall s
+==========================================  ======  ====================================  =======  ======
+p3 example (issue 10; Azure, 3 GPUs)        1       0-2048 a10g x3, 2048-8192 h100 x4     19.11    11
+``azure_mixed``                             1       0-2048 a10g x3, 2048-8192 h100 x4     19.11    11
+``lmsys_mixed``                             2       0-4096 a10g x3, 4096-65536 h100 x3    15.09    38
+``lmsys_a100``                              1       0-1024 a100 x1, 1024-65536 a100 x9    22.10    19
+``lmsys_a100``, ``ttft_model=mean-prefill`` 2       0-1536 a100 x1, 1536-65536 a100 x8    19.89    210
+``agent_h100`` (Puzzle 2)                   1       0-16384 h100 x7, 16384-65536 h100 x11 72.36    10
+``quickstart``                              1       0-1536 a100 x1, 1536-6144 h100 x1,    14.27    84
+                                                    6144-65536 h100 x2
+p3 example, ``ttft_model=mean-prefill``     2       0-3072 a10g x6, 3072-8192 h100 x4     22.14    447
+==========================================  ======  ====================================  =======  ======
 
-============================  ===============  ================
-instance, SLO                 count cuts       window cuts
-============================  ===============  ================
-``agent_h100``, 1,000 ms      1 / 1 / 1        1 / 1 / 1
-``agent_h100``, 400 ms        2 / 8 / 8        4 / 6 / 7
-``agent_h100``, 350 ms        8 / 8 / 8        6 / 6 / 8
-``quickstart``, 45 ms         3 / 1 / 3        - / 1 / 7
-``quickstart``, 60 ms         2 / 2 / 2        - / - / -
-============================  ===============  ================
-
-so count cuts are the default and window cuts an option (``solve --verify-cuts window``).
+(The machine was shared with other CPU-bound jobs, load about 5 on 2 cores, so the wall times are upper
+bounds.) Under ``mean-prefill`` the analytic plans miss badly in simulation; the per-pool sizings then
+dominate the wall time (the p3 example sizes ten A10G windows of the 8,192-token pool before the MIP
+leaves them, each from its analytic count up). Before this scheme (plan-level count cuts on the round's
+best plan only) the p3 example ended unverified after 6 rounds.
 """
 
 from __future__ import annotations
@@ -66,12 +95,19 @@ from fleetopt.optimizer.plan.candidates import WindowCut
 from fleetopt.optimizer.io.instance import Instance
 from fleetopt.optimizer.plan.solve import Plan, SolveOptions, SolveReport, solve_instance
 from fleetopt.optimizer.simulation.options import SimOptions
+from fleetopt.optimizer.simulation.pool_sizing import PoolCandidate, PoolSizer, PoolSizing, pool_misses
+from fleetopt.optimizer.simulation.records import MIN_POOL_REQUESTS
 from fleetopt.optimizer.simulation.simulate import simulate_solved_plan
 
-__all__ = ["RULES", "CUTS", "VerifiedPlan", "Verification", "verify", "analytic_minima"]
+__all__ = ["RULES", "CUTS", "VerifiedPlan", "Verification", "verify", "analytic_minima", "plan_verdict"]
 
 RULES = ("ci-upper", "point", "attainment")
-CUTS = ("count", "window")
+CUTS = ("pool", "count", "window")
+MAX_SCREENS = 8
+"""Solves per round while the best plan has a pool that misses when simulated alone (module docstring)."""
+THIN_MARGIN = 1.25
+"""A plan with a pool below :data:`MIN_POOL_REQUESTS` is simulated again with its requests scaled by the
+missing factor times this margin (measured requests vary with the warm-up)."""
 
 
 @dataclass(frozen=True)
@@ -84,6 +120,12 @@ class VerifiedPlan:
     sim: object  # fleetopt.optimizer.simulation.simulate.SimReport
     passed: bool
     failing_pools: tuple[tuple[int, int, str], ...]
+    """``(lo, hi, gpu)`` of the pools that miss under the rule."""
+    thin_pools: tuple[tuple[int, int, str], ...] = ()
+    """``(lo, hi, gpu)`` of the pools with too few measured requests for a verdict (``too_few_requests``; they
+    keep the plan from passing without counting as misses)."""
+    cached: bool = False
+    """The plan was judged in an earlier round; its verdict and simulation are that round's (not re-simulated)."""
 
 
 @dataclass(frozen=True)
@@ -98,27 +140,41 @@ class Verification:
     options: SimOptions = SimOptions()
     """The settings every plan was simulated with (``router="auto"``: each plan under the router it was planned
     for; the report of each simulation holds them as run)."""
+    reason: str | None = None
+    """Why no plan exists when the cuts left the solver without one: the pools that cannot meet the SLO in
+    simulation at any count, and the solver's explanation (None otherwise)."""
+    sizings: tuple[PoolSizing, ...] = ()
+    """Every per-pool simulated sizing (``cuts="pool"``; :mod:`fleetopt.optimizer.simulation.pool_sizing`)."""
+    pool_simulations: int = 0
+    """Simulations of single pools the sizings ran."""
+    plan_simulations: int = 0
+    """Simulations of whole plans (a plan judged before is not simulated again)."""
+    solves: int = 0
+    """Solves of the MIP (a round may re-solve after screening, module docstring)."""
 
     @property
     def verified(self) -> bool:
         return self.chosen is not None
 
-
-def _pool_misses(pool, rule: str, slo_ms: float) -> bool:
-    """A pool misses under ``rule``. A pool with too few simulated requests for a finite confidence bound is
-    judged by its point estimate (an infinite bound means no data, not a miss); one without any is not judged."""
-    if rule == "ci-upper" and math.isfinite(pool.ttft_p99_ci_ms[1]):
-        return pool.ttft_p99_ci_ms[1] > slo_ms
-    if rule in ("ci-upper", "point"):
-        return bool(pool.ttft_p99_ms_sim > slo_ms)  # False for NaN (no measured request)
-    return bool(pool.slo_attainment < P99)
+    @property
+    def infeasible(self) -> bool:
+        """No plan is left: the solver had none once the cuts were in (``reason`` says why)."""
+        return self.chosen is None and self.reason is not None
 
 
-def _fleet_passes(sim, instance: Instance, rule: str) -> tuple[bool, tuple]:
-    """Verdict on one simulated plan and the pools that miss (for the cuts)."""
+def plan_verdict(sim, instance: Instance, rule: str) -> tuple[bool, tuple, tuple]:
+    """Verdict on one simulated plan: ``(passed, failing pools, thin pools)``, pools as ``(lo, hi, gpu)``.
+
+    Pool scope: a pool fails when it misses under ``rule``
+    (:func:`~fleetopt.optimizer.simulation.pool_sizing.pool_misses`, TPOT included when the SLO sets one); a pool
+    that does not miss but holds fewer than :data:`MIN_POOL_REQUESTS` measured requests is *thin* and keeps the
+    plan from passing. Fleet scope: the fleet's P99 (or attainment) decides; when it misses and no pool misses on
+    its own, the pool with the worst attainment is the failing one (for the cuts).
+    """
     slo_ms = instance.slo.ttft_p99_s * 1000.0
-    failing = tuple((p.min_tokens, p.max_tokens, p.gpu) for p in sim.pools if _pool_misses(p, rule, slo_ms))
+    key = lambda p: (p.min_tokens, p.max_tokens, p.gpu)  # noqa: E731
     if instance.slo.scope == "fleet":
+        failing = tuple(key(p) for p in sim.pools if pool_misses(p, rule, slo_ms))
         if rule == "ci-upper":
             ok = sim.ttft_p99_ci_ms[1] <= slo_ms
         elif rule == "point":
@@ -127,28 +183,27 @@ def _fleet_passes(sim, instance: Instance, rule: str) -> tuple[bool, tuple]:
             ok = sim.slo_attainment >= P99
         if not ok and not failing:  # no pool misses on its own: cut the one with the worst attainment
             judged = [p for p in sim.pools if not math.isnan(p.slo_attainment)] or list(sim.pools)
-            worst = min(judged, key=lambda p: p.slo_attainment)
-            failing = ((worst.min_tokens, worst.max_tokens, worst.gpu),)
-        return ok, (() if ok else failing)
-    if instance.slo.tpot_p99_s is not None:
-        tpot_ms = instance.slo.tpot_p99_s * 1000.0
-        failing += tuple((p.min_tokens, p.max_tokens, p.gpu) for p in sim.pools
-                         if p.tpot_p99_ms_sim > tpot_ms and (p.min_tokens, p.max_tokens, p.gpu) not in failing)
-    return not failing, failing
+            failing = (key(min(judged, key=lambda p: p.slo_attainment)),)
+        return bool(ok), (() if ok else failing), ()
+    tpot_ms = None if instance.slo.tpot_p99_s is None else instance.slo.tpot_p99_s * 1000.0
+    failing = tuple(dict.fromkeys(key(p) for p in sim.pools if pool_misses(p, rule, slo_ms, tpot_ms)))
+    thin = tuple(dict.fromkeys(key(p) for p in sim.pools if p.too_few_requests and key(p) not in failing))
+    return not failing and not thin, failing, thin
 
 
 def verify(instance: Instance, options: SolveOptions = SolveOptions(), sim_options: SimOptions = SimOptions(), *,
-           top: int = 3, rule: str = "ci-upper", max_rounds: int = 3, progress=None, cuts: str = "count",
+           top: int = 3, rule: str = "ci-upper", max_rounds: int = 3, progress=None, cuts: str = "pool",
            trim: bool = False) -> tuple[SolveReport, Verification]:
     """Solve, simulate the ``top`` plans, and cut and re-solve until one passes (see the module docstring).
 
     ``sim_options`` are the settings of every simulation
     (:class:`~fleetopt.optimizer.simulation.options.SimOptions`): each plan of each round runs with the same
-    seed, so plans are compared on the same requests. ``cuts="window"`` adds a :class:`~fleetopt.optimizer.plan.candidates.WindowCut` to every count cut under length routing
-    (not under split routing, where only count cuts apply); ``trim=True`` then
-    lowers the chosen plan's counts while its simulation still passes (:mod:`fleetopt.optimizer.simulation.trim`).
-    Returns the last round's solve report and the verification record; the chosen plan (if any) is
-    ``verification.chosen``.
+    seed, so plans are compared on the same requests. ``cuts`` chooses how a failing pool is cut: ``pool``
+    (default) sizes it alone by simulation (:mod:`fleetopt.optimizer.simulation.pool_sizing`) where its traffic
+    is its own, else a count cut; ``count`` and ``window`` are the heuristics of "Plan-level cuts".
+    ``trim=True`` then lowers the chosen plan's counts while its simulation still passes
+    (:mod:`fleetopt.optimizer.simulation.trim`). Returns the last round's solve report and the verification record;
+    the chosen plan (if any) is ``verification.chosen``.
     """
     if rule not in RULES:
         raise ValueError(f"rule must be one of {RULES}; got {rule!r}")
@@ -156,24 +211,83 @@ def verify(instance: Instance, options: SolveOptions = SolveOptions(), sim_optio
         raise ValueError(f"cuts must be one of {CUTS}; got {cuts!r}")
     if not isinstance(sim_options, SimOptions):
         raise ValueError(f"sim_options must be a SimOptions; got {sim_options!r}")
-    window_cuts = cuts == "window" and instance.pools.routing == "length"  # module docstring: not under split
-    min_replicas: dict = dict(options.min_replicas)
+    length = instance.pools.routing == "length"
+    window_cuts = cuts == "window" and length  # module docstring: not under split
+    sizer = PoolSizer(instance, sim_options, rule, progress) if (
+        cuts == "pool" and length and instance.slo.scope == "pool") else None
+    user_min = dict(options.min_replicas)
+    min_replicas: dict = dict(user_min)
     forbidden: set = set(options.forbidden)
+    forbidden_why: dict = {}
     factors: dict = {}  # (lo, hi, gpu) -> the largest derating factor of its window cuts
     minima = None
+    sizings: dict = {}
+    judged: dict = {}   # plan key -> (sim, passed, failing, thin)
     verified, cut_lines = [], []
-    report = None
-    for round_ in range(1, max_rounds + 1):
+    report, plan_sims = None, [0]
+
+    def simulate(plan: Plan):
+        sim = simulate_solved_plan(instance, plan, sim_options, progress=progress)
+        plan_sims[0] += 1
+        thin = [p for p in sim.pools if p.too_few_requests]
+        if thin and instance.slo.scope == "pool" and sim_options.precision is None:
+            scale = THIN_MARGIN * max(MIN_POOL_REQUESTS / max(p.requests, 1) for p in thin)
+            requests = min(math.ceil(sim_options.requests * scale), max(sim_options.max_requests, sim_options.requests))
+            if requests > sim_options.requests:
+                sim = simulate_solved_plan(instance, plan, replace(sim_options, requests=requests), progress=progress)
+                plan_sims[0] += 1
+        return sim
+
+    solves = [0]
+
+    def solve():
         derated = options.window_cuts + tuple(WindowCut(*key, f) for key, f in factors.items())
-        report = solve_instance(instance, replace(options, top=top, min_replicas=tuple(min_replicas.items()),
-                                                  forbidden=tuple(sorted(forbidden)), window_cuts=derated))
+        solves[0] += 1
+        return solve_instance(instance, replace(options, top=top, min_replicas=tuple(min_replicas.items()),
+                                                forbidden=tuple(sorted(forbidden)), window_cuts=derated))
+
+    def cut_alone(round_: int, plan: Plan, k: int, sim_pool=None) -> None:
+        cand = _candidate(plan, k)
+        pool = plan.fleet.pools[k]
+        if sim_pool is not None:
+            sizer.record_miss(cand, pool.replicas, sim_pool)
+        line = _size_cut(round_, sizer, cand, pool, minima, sizings, min_replicas, user_min, forbidden,
+                         forbidden_why, sim_pool is not None)
+        if line and line not in cut_lines:    # several plans of a round may share a failing pool
+            cut_lines.append(line)
+
+    for round_ in range(1, max_rounds + 1):
+        report = solve()
+        screened = None
+        if sizer is not None and round_ > 1:      # screening: only once a round has failed (module docstring)
+            for _ in range(MAX_SCREENS):
+                if not report.plans:
+                    break
+                screened = []
+                for plan in report.plans:
+                    if _plan_key(plan) in judged:
+                        screened.append(plan)
+                        continue
+                    misses = [k for k, pool in _sizable(plan) if not sizer.verdict(_candidate(plan, k),
+                                                                                  pool.replicas).passed]
+                    for k in misses:
+                        cut_alone(round_, plan, k)
+                    if not misses:
+                        screened.append(plan)
+                if screened and screened[0].rank == report.plans[0].rank:
+                    break
+                report = solve()
         if not report.plans:
             break
         this_round = []
-        for plan in report.plans:
-            sim = simulate_solved_plan(instance, plan, sim_options, progress=progress)
-            ok, failing = _fleet_passes(sim, instance, rule)
-            this_round.append(VerifiedPlan(round_, plan.rank, plan, sim, ok, failing))
+        for plan in (report.plans if not screened else screened):
+            key = _plan_key(plan)
+            cached = key in judged
+            if not cached:
+                sim = simulate(plan)
+                judged[key] = (sim, *plan_verdict(sim, instance, rule))
+            sim, ok, failing, thin = judged[key]
+            this_round.append(VerifiedPlan(round_, plan.rank, plan, sim, ok, failing, thin, cached))
         verified += this_round
         passing = [v for v in this_round if v.passed]
         if passing:
@@ -182,33 +296,108 @@ def verify(instance: Instance, options: SolveOptions = SolveOptions(), sim_optio
             if trim:
                 from fleetopt.optimizer.simulation.trim import trim_plan
 
-                trimmed = trim_plan(instance, chosen.plan, lambda sim: _fleet_passes(sim, instance, rule)[0],
+                trimmed = trim_plan(instance, chosen.plan, lambda sim: plan_verdict(sim, instance, rule)[0],
                                     sim_options, progress=progress)
             return report, Verification(rule, round_, tuple(verified), chosen, tuple(cut_lines), trimmed,
-                                        sim_options)
-        best = this_round[0]
-        if window_cuts and minima is None:
+                                        sim_options, None, tuple(sizings.values()), _sims(sizer), plan_sims[0],
+                                        solves[0])
+        if (window_cuts or sizer is not None) and minima is None:
             minima = analytic_minima(instance)
-        for key in best.failing_pools:
-            pools = [(k, p) for k, p in enumerate(best.plan.fleet.pools) if (p.min_tokens, p.max_tokens, p.gpu) == key]
-            k, pool = max(pools, key=lambda kp: kp[1].replicas)
-            current = pool.replicas
-            raised = max(current + 1, math.ceil(current * 1.1))
-            min_replicas[key] = max(min_replicas.get(key, 0), raised)
-            text = (f"round {round_}: {key[0]:,}-{key[1]:,} on {key[2]} needs at least {raised} replicas "
-                    f"(simulated P99 misses with {current})")
-            n_star = minima.get(_candidate_key(best.plan, k)) if window_cuts else None
-            if cuts == "window" and not window_cuts:
-                text += ("; no window cut under split routing (routing shares are free, so a lower start need not "
-                         "carry this pool's traffic)")
-            if n_star:
-                factor = raised / n_star
-                factors[key] = max(factors.get(key, 0.0), factor)
-                text += (f"; every pool on {key[2]} with the {key[1]:,}-token window starting at or below "
-                         f"{key[0]:,} needs at least {factor:.3g} x its analytic minimum ({raised} / {n_star})")
-            cut_lines.append(text)
+        to_cut = [v for v in this_round if not v.cached] if cuts == "pool" else this_round[:1]
+        for vp in to_cut:
+            for k, pool in _failing(vp):
+                key = (pool.min_tokens, pool.max_tokens, pool.gpu)
+                cand = _candidate(vp.plan, k)
+                if sizer is not None and cand.gamma_in == 1.0 and cand.gamma_out == 1.0:
+                    cut_alone(round_, vp.plan, k, vp.sim.pools[k])
+                    continue
+                current = pool.replicas
+                raised = max(current + 1, math.ceil(current * 1.1))
+                if min_replicas.get(key, 0) >= raised:
+                    continue
+                min_replicas[key] = raised
+                text = (f"round {round_}: {key[0]:,}-{key[1]:,} on {key[2]} needs at least {raised} replicas "
+                        f"(simulated P99 misses with {current})")
+                n_star = minima.get(cand.key) if window_cuts else None
+                if cuts == "window" and not window_cuts:
+                    text += ("; no window cut under split routing (routing shares are free, so a lower start need "
+                             "not carry this pool's traffic)")
+                if n_star:
+                    factor = raised / n_star
+                    factors[key] = max(factors.get(key, 0.0), factor)
+                    text += (f"; every pool on {key[2]} with the {key[1]:,}-token window starting at or below "
+                             f"{key[0]:,} needs at least {factor:.3g} x its analytic minimum ({raised} / {n_star})")
+                cut_lines.append(text)
+    reason = None
+    if report is not None and not report.plans:
+        why = [forbidden_why[k] for k in sorted(forbidden_why)]
+        reason = "; ".join(why + [str(report.explanation)]) if why else str(report.explanation)
     return report, Verification(rule, len({v.round for v in verified}), tuple(verified), None, tuple(cut_lines),
-                                options=sim_options)
+                                options=sim_options, reason=reason, sizings=tuple(sizings.values()),
+                                pool_simulations=_sims(sizer), plan_simulations=plan_sims[0], solves=solves[0])
+
+
+def _sims(sizer) -> int:
+    return 0 if sizer is None else sizer.simulations
+
+
+def _failing(vp: VerifiedPlan):
+    """``(index, pool)`` of each failing pool of a plan (the one with the most replicas when two share a key)."""
+    out = {}
+    for k, p in enumerate(vp.plan.fleet.pools):
+        key = (p.min_tokens, p.max_tokens, p.gpu)
+        if key in vp.failing_pools and (key not in out or p.replicas > out[key][1].replicas):
+            out[key] = (k, p)
+    return list(out.values())
+
+
+def _sizable(plan: Plan):
+    """``(index, pool)`` of the pools of a plan that can be sized alone: traffic of their own (no compression)."""
+    out = []
+    for k, p in enumerate(plan.fleet.pools):
+        c = _candidate(plan, k)
+        if c.gamma_in == 1.0 and c.gamma_out == 1.0 and p.arrival_rate > 0:
+            out.append((k, p))
+    return out
+
+
+def _size_cut(round_: int, sizer: PoolSizer, cand: PoolCandidate, pool, minima: dict, sizings: dict,
+              min_replicas: dict, user_min: dict, forbidden: set, forbidden_why: dict, plan_miss: bool = False
+              ) -> str | None:
+    """Size a failing candidate alone and turn the result into its cut (module docstring, "Per-pool cuts");
+    None when an earlier sizing of the solve already cuts this count (the same candidate in two plans of a round)
+    and no whole-plan miss at or above its least count asks for a new one."""
+    prev = sizings.get(cand)
+    if prev is not None and (not prev.feasible or (pool.replicas < prev.least_replicas and not plan_miss)):
+        return None
+    n_star = minima.get(cand.key)
+    sizing = sizer.size(cand, pool.replicas, n_star, sizer.guess(cand, n_star))
+    sizings[cand] = sizing
+    key = cand.window
+    if not sizing.feasible:
+        forbidden.add(key)
+        forbidden_why[key] = sizing.reason
+        return f"round {round_}: {cand.label()} is forbidden: {sizing.reason}"
+    least = max([s.least_replicas for c, s in sizings.items() if c.window == key and s.feasible])
+    min_replicas[key] = max(least, user_min.get(key, 0))
+    trials = {v.replicas: v for v in sizing.trials}
+    below = trials.get(least - 1)
+    at = trials[sizing.least_replicas]
+    miss = "" if below is None else (f"; misses with {least - 1}, P99 {below.ttft_p99_ms_sim:,.1f} ms"
+                                     + (" in the plan" if below.source == "plan" else ""))
+    return (f"round {round_}: {cand.label()} needs at least {least} replicas (simulated alone: passes with "
+            f"{sizing.least_replicas}, P99 {at.ttft_p99_ms_sim:,.1f} ms [{at.ttft_p99_ci_ms[0]:,.1f}, "
+            f"{at.ttft_p99_ci_ms[1]:,.1f}] on {at.requests:,} requests{miss})")
+
+
+def _plan_key(plan: Plan) -> tuple:
+    """What makes two plans the same plan to simulate: every pool's window, GPU, count, batch cap and compression,
+    and a split plan's routing."""
+    pools = tuple((p.min_tokens, p.max_tokens, p.gpu, int(p.replicas), int(p.max_num_seqs), float(p.compress_gamma))
+                  for p in plan.fleet.pools)
+    r = plan.routing
+    routing = None if r is None else (tuple(r.boundaries_tokens), tuple(tuple(row) for row in r.rate_req_per_s))
+    return pools, routing
 
 
 def analytic_minima(instance: Instance) -> dict[tuple, int]:
@@ -230,9 +419,15 @@ def analytic_minima(instance: Instance) -> dict[tuple, int]:
                                                      c.min_replicas_analytic)}
 
 
-def _candidate_key(plan: Plan, k: int) -> tuple:
-    """The :func:`analytic_minima` key of the candidate behind pool ``k`` of a plan."""
+def _candidate(plan: Plan, k: int) -> PoolCandidate:
+    """The candidate behind pool ``k`` of a plan (its ``key`` is the :func:`analytic_minima` key)."""
     pools = plan.fleet.pools
     p = pools[k]
     gamma_in = pools[k - 1].compress_gamma if plan.routing is None and k > 0 else 1.0
-    return (p.min_tokens, p.max_tokens, p.gpu, int(p.max_num_seqs), float(gamma_in), float(p.compress_gamma))
+    return PoolCandidate(p.min_tokens, p.max_tokens, p.gpu, int(p.max_num_seqs), float(gamma_in),
+                         float(p.compress_gamma))
+
+
+def _candidate_key(plan: Plan, k: int) -> tuple:
+    """The :func:`analytic_minima` key of the candidate behind pool ``k`` of a plan."""
+    return _candidate(plan, k).key
