@@ -440,17 +440,22 @@ def mean_power_w(power_w, op: OperatingPoint, cap) -> np.ndarray:
 
 
 def batched_min_replicas(traffic: BatchedTraffic, slo_s, rho_max: float = 0.85, min_count: int = 1) -> Sizing:
-    """Smallest replica count meeting the P99-TTFT SLO and :math:`\\rho \\le \\rho_{max}` at the realised occupancy.
+    """Smallest replica count meeting the P99-TTFT SLO with the full-batch load :math:`\\rho_f \\le \\rho_{max}`.
 
     .. math::
 
         N^* = \\min\\{N \\ge N_0 : P(T > T_{SLO} \\mid N) \\le q\\}, \\qquad
-        N_0 = \\left\\lceil \\lambda h E[X] + \\frac{\\lambda E[I] W}{n \\rho_{max}} \\right\\rceil
+        N_0 = \\left\\lceil \\frac{\\lambda (h E[X] + E[I] W / n)}{\\rho_{max}} \\right\\rceil
 
-    (:math:`\\rho(N) = \\lambda E[I] W / (n (N - \\lambda h E[X]))` from the fixed point, so :math:`N_0` is the
-    least count within the utilisation cap). The miss probability falls with :math:`N`; the search doubles
-    then bisects, vectorised over pools. Pools whose idle-replica prefill alone misses the SLO for more than
-    1 % of requests are infeasible (reason ``prefill``); a pool without traffic needs ``min_count``.
+    The utilisation cap ``max_utilization`` is a capacity headroom: it bounds :math:`\\rho_f = x + \\lambda E[I] W
+    / (N n)`, the offered load over what the pool completes with every batch place taken (the slot models'
+    utilisation is the same ratio, a slot charged a full batch's iteration time), so :math:`N_0` is closed-form.
+    It does not bound the realised share of batch places in use (``OperatingPoint.utilization``), which is
+    lower: a pool at :math:`\\rho_f` near 1 alternates between long congested episodes and quiet ones that a
+    mean occupancy hides (``docs/models.md``, "Where it errs"). The miss probability falls with :math:`N`; the
+    search doubles then bisects, vectorised over pools. Pools whose idle-replica prefill alone misses the SLO
+    for more than 1 % of requests are infeasible (reason ``prefill``); a pool without traffic needs
+    ``min_count``.
     """
     if not 0.0 < rho_max <= 1.0:
         raise ValueError(f"rho_max must lie in (0, 1]; got {rho_max}")
@@ -460,8 +465,8 @@ def batched_min_replicas(traffic: BatchedTraffic, slo_s, rho_max: float = 0.85, 
     no_slots = traffic.cap < 1
     cap = np.where(no_slots, 1.0, traffic.cap)
     with np.errstate(invalid="ignore"):
-        N0 = np.ceil((lam * traffic.h_s * traffic.mean_work + lam * traffic.mean_iterations * traffic.W_s
-                      / (cap * rho_max)) * (1 + 1e-12))
+        N0 = np.ceil((lam * traffic.h_s * traffic.mean_work + lam * traffic.mean_iterations * traffic.W_s / cap)
+                     / rho_max * (1 - 1e-12))
     N0 = np.maximum(np.nan_to_num(N0, nan=1.0), min_count)
     limit = np.sum(np.where(prefill_limit_s(traffic)[None, :] > slo[:, None], traffic.chunk_probs, 0.0), axis=1)
     limit_ok = limit < P99_TAIL
@@ -472,7 +477,7 @@ def batched_min_replicas(traffic: BatchedTraffic, slo_s, rho_max: float = 0.85, 
     def ok(N, idx):
         sub = safe.take(idx)
         op = operating_point(sub, N)
-        return op.stable & (op.utilization <= rho_max * (1 + 1e-12)) & (
+        return op.stable & (op.full_load <= rho_max * (1 + 1e-12)) & (
             batched_miss_prob(slo[idx], sub, N, op) <= P99_TAIL * (1 + 1e-12))
 
     hi = N0.copy()

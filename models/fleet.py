@@ -102,6 +102,10 @@ class PoolResult:
     """The batch cap the pool runs with (= ``n_slots``)."""
     tpot_p99_ms: float = 0.0
     """Upper bound on the time per output token: one iteration at the batch cap with full contexts."""
+    capacity_load: float = math.nan
+    """Offered load over the pool's throughput with every batch place taken (the batched model's
+    :math:`\\rho_f`; the slot models' utilisation, whose slots are charged a full batch). ``max_utilization``
+    caps it: it is the pool's headroom against saturation. NaN: not computed."""
     relaxation_s: float = 0.0
     """Time scale over which the pool's occupancy forgets its start (s): :math:`E[S](1 + c_s^2)` for the slot
     models; for the batched model :math:`R (1 + c_I^2) / (1 - x)`, the context feedback slowing the relaxation
@@ -305,6 +309,7 @@ def _evaluate_pool(raw, plan: PoolPlan, arrival_rate: float, level: ServiceLevel
     slo_met = bool(ttft <= level.ttft_p99_s * (1 + 1e-12))
     util_ok = bool(util <= level.max_utilization * (1 + 1e-12))
     return PoolResult(
+        capacity_load=util,
         relaxation_s=es * (1.0 + float(np.nan_to_num(s.cv2_service[0]))) if lam > 0 else 0.0,
         slo_miss_prob=miss,
         compress_gamma=plan.compress_gamma,
@@ -363,8 +368,9 @@ def _evaluate_pool_batched(s, plan: PoolPlan, lam: float, cap: int, full: int, t
     out_tps = lam * float(np.nan_to_num(s.mean_output_tokens[0])) if math.isfinite(util) else 0.0
     es = float(op.residence_s[0]) if live and op.stable[0] else 0.0
     slo_met = bool(ttft <= level.ttft_p99_s * (1 + 1e-12))
-    util_ok = bool(util <= level.max_utilization * (1 + 1e-12))
-    result = PoolResult(
+    load = float(op.full_load[0]) if live else (0.0 if lam == 0 else math.inf)
+    util_ok = bool(load <= level.max_utilization * (1 + 1e-12))
+    result = PoolResult(capacity_load=load,
         slo_miss_prob=miss, compress_gamma=plan.compress_gamma, max_num_seqs=cap, tpot_p99_ms=tpot * MS_PER_S,
         min_tokens=plan.lo_tokens, max_tokens=plan.hi_tokens, gpu=plan.gpu, profile=plan.profile.name,
         model=plan.profile.model_name, quality=quality_label(plan.profile), replicas=replicas,
@@ -374,7 +380,7 @@ def _evaluate_pool_batched(s, plan: PoolPlan, lam: float, cap: int, full: int, t
         cv2_service=float(traffic.cv2_iterations[0]), mean_batch=batch, power_w=power, output_tok_per_s=out_tps,
         tok_per_watt=out_tps / power if power > 0 else 0.0, cost_per_hr=replicas * plan.profile.cost_usd_per_hr,
         slo_met=slo_met and util < 1.0 and tpot_ok, utilization_ok=util_ok,
-        miss_reason=(_miss_reason(full, lam, util, ttft, pf99, mean_pf, level) if cap >= 1 or full < 1 else "")
+        miss_reason=(_miss_reason(full, lam, util, ttft, pf99, mean_pf, level, load) if cap >= 1 or full < 1 else "")
         or ("" if tpot_ok else f"TPOT bound {tpot * MS_PER_S:,.1f} ms at batch cap {max(cap, 1)} "
                                f"exceeds the {level.tpot_p99_s * MS_PER_S:,.0f} ms SLO"))
     reps = [replicas]
@@ -384,15 +390,18 @@ def _evaluate_pool_batched(s, plan: PoolPlan, lam: float, cap: int, full: int, t
     return result, (lambda t: float(batched_miss_prob(t, traffic, reps)[0]))
 
 
-def _miss_reason(n, lam, util, ttft, pf99, mean_pf, level: ServiceLevel) -> str:
+def _miss_reason(n, lam, util, ttft, pf99, mean_pf, level: ServiceLevel, load: float | None = None) -> str:
+    """Why a pool misses; ``load`` is its capacity load where it differs from the utilisation (batched model)."""
+    load = util if load is None else load
     slo_ms = level.ttft_p99_s * MS_PER_S
     if n < 1:
         return "no KV slot: the context window does not fit this GPU's KV cache"
     if lam > 0 and util >= 1.0:
         return f"overloaded: utilisation {util:.2f} >= 1, the queue grows without bound"
     if ttft <= level.ttft_p99_s * (1 + 1e-12):
-        if util > level.max_utilization * (1 + 1e-12):
-            return f"utilisation {util:.2f} above the cap {level.max_utilization:.2f}"
+        if load > level.max_utilization * (1 + 1e-12):
+            what = "utilisation" if load == util else "full-batch load"
+            return f"{what} {load:.2f} above the cap {level.max_utilization:.2f}"
         return ""
     if level.ttft_model in ("tail", "batched") and pf99 >= level.ttft_p99_s:
         return (f"prefill of its longest prompts: P99 prefill alone is {pf99 * MS_PER_S:,.0f} ms "

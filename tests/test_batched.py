@@ -154,11 +154,13 @@ def test_min_replicas_is_the_least_count_by_enumeration(lam, slo):
 
     def ok(n):
         op = operating_point(t, n)
-        return bool(op.stable[0] and op.utilization[0] <= 0.85 * (1 + 1e-12)
+        return bool(op.stable[0] and op.full_load[0] <= 0.85 * (1 + 1e-12)
                     and batched_miss_prob(slo, t, n, op)[0] <= P99_TAIL * (1 + 1e-12))
 
     first = next(n for n in range(1, 10_000) if ok(n))
     assert int(z.replicas[0]) == first
+    # the capacity cap alone, closed form: N >= lambda (h E[X] + E[I] W / n) / 0.85
+    assert first >= math.ceil(lam * (4e-8 * 3e6 + 300.0 * 0.004 / 64) / 0.85 - 1e-9)
 
 
 def test_min_replicas_infeasible_when_idle_prefill_breaks_the_slo():
