@@ -54,11 +54,11 @@ def iteration_coefficients(profile: ServingProfile) -> tuple[float, float]:
 
     Examples
     --------
-    >>> from fleetopt.models.profiles import CalibratedProfile
-    >>> from fleetopt.models.power import PowerCurve
-    >>> p = CalibratedProfile("g", "m", 0.004, 0.00032, 8192, 1024, 16, 65536, 256, 1.0, 1,
-    ...     PowerCurve(300, 600, 1.0, 4.2, "measured"))
-    >>> W, h = iteration_coefficients(p)
+    The seeds' H100 unit: :math:`W` = 4 ms and :math:`H` = 0.32 ms per sequence at 8,192 tokens of context.
+
+    >>> import types
+    >>> unit = types.SimpleNamespace(W_s=0.004, H_s=0.00032, calibration_ctx_tokens=8192)
+    >>> W, h = iteration_coefficients(unit)
     >>> (W, round(h * 8192, 12))
     (0.004, 0.00032)
     """
