@@ -61,28 +61,24 @@ and the loop may end after ``max_rounds`` without a verified plan (``solve`` exi
 Measured
 --------
 ``fleetopt solve INSTANCE --verify-top 3`` (default: 100,000 requests per plan, 5 replications, seed 0,
-``cuts="pool"``), wall time on a shared 2-core machine under load (other jobs running), with the analytic
-TTFT model the instance names (default where it names none):
+``cuts="pool"``), wall time on the 2-core machine with another simulation job running beside it, with the
+default analytic model unless the row says otherwise:
 
-==========================================  ======  ====================================  =======  ======
-instance (``--set``)                        rounds  verified plan                         $/hr     wall s
-==========================================  ======  ====================================  =======  ======
-p3 example (issue 10; Azure, 3 GPUs)        1       0-2048 a10g x3, 2048-8192 h100 x4     19.11    11
-``azure_mixed``                             1       0-2048 a10g x3, 2048-8192 h100 x4     19.11    11
-``lmsys_mixed``                             2       0-4096 a10g x3, 4096-65536 h100 x3    15.09    38
-``lmsys_a100``                              1       0-1024 a100 x1, 1024-65536 a100 x9    22.10    19
-``lmsys_a100``, ``ttft_model=mean-prefill`` 2       0-1536 a100 x1, 1536-65536 a100 x8    19.89    210
-``agent_h100`` (Puzzle 2)                   1       0-16384 h100 x7, 16384-65536 h100 x11 72.36    10
-``quickstart``                              1       0-1536 a100 x1, 1536-6144 h100 x1,    14.27    84
-                                                    6144-65536 h100 x2
-p3 example, ``ttft_model=mean-prefill``     2       0-3072 a10g x6, 3072-8192 h100 x4     22.14    447
-==========================================  ======  ====================================  =======  ======
+==========================================  ======  ==========================================  =======  ======
+instance (``--set``)                        rounds  verified plan                               $/hr     wall s
+==========================================  ======  ==========================================  =======  ======
+p3 example (issue 10; Azure, 3 GPUs)        1       0-1536 a10g x2, 1536-8192 h100 x5           22.12    33
+``azure_mixed``                             1       0-1536 a10g x2, 1536-8192 h100 x5           22.12    32
+``lmsys_mixed``                             1       0-8192 a10g x6, 8192-65536 h100 x2          14.10    46
+``lmsys_a100``                              1       0-1536 a100 x1, 1536-65536 a100 x8          19.89    37
+``lmsys_a100``, ``ttft_model=mean-prefill`` 2       0-1536 a100 x1, 1536-65536 a100 x8          19.89    115
+``agent_h100`` (Puzzle 2)                   1       0-16384 h100 x8, 16384-65536 h100 x12       80.40    39
+``quickstart``                              1       0-1536 a100 x1, 1536-8192 h100 x1,          14.27    50
+                                                    8192-65536 h100 x2
+==========================================  ======  ==========================================  =======  ======
 
-(The machine was shared with other CPU-bound jobs, load about 5 on 2 cores, so the wall times are upper
-bounds.) Under ``mean-prefill`` the analytic plans miss badly in simulation; the per-pool sizings then
-dominate the wall time (the p3 example sizes ten A10G windows of the 8,192-token pool before the MIP
-leaves them, each from its analytic count up). Before this scheme (plan-level count cuts on the round's
-best plan only) the p3 example ended unverified after 6 rounds.
+Under the seeds' ``mean-prefill`` convention most of the time goes to sizing candidates alone (90 single-pool
+simulations on ``lmsys_a100``): that model's plans miss in simulation, and each missing window is sized.
 """
 
 from __future__ import annotations
