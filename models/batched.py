@@ -47,7 +47,7 @@ law with the mean and variance above, and the last term is the request's own pre
 :math:`R = E[I]\, \bar t` with :math:`c_s^2` that of :math:`I`, with Kimura's exponential tail
 (:func:`fleetopt.models.queueing.wait_exceed_prob`). The P99 comes from the distribution of the sum,
 :math:`P(T > t) = \sum_k p_k E_{C,U}[P(W_q > t - \tau_k(C, U))]`, integrated exactly over :math:`U`
-(:func:`smeared_exceed_prob`) and by quantile nodes over :math:`C` (:data:`CONTEXT_NODES`).
+(:func:`waited_exceed_prob`) and by quantile nodes over :math:`C` (:data:`CONTEXT_NODES`).
 
 References
 ----------
@@ -69,7 +69,7 @@ from fleetopt.models.numerics import bisect_boundary
 from fleetopt.models.queueing import Sizing, erlang_c, wait_decay_rate
 from fleetopt.models.units import P99_TAIL
 
-__all__ = ["CONTEXT_NODES", "BatchedTraffic", "OperatingPoint", "operating_point", "smeared_exceed_prob",
+__all__ = ["CONTEXT_NODES", "BatchedTraffic", "OperatingPoint", "operating_point", "waited_exceed_prob",
            "batched_miss_prob", "batched_ttft_p99_s", "batched_min_replicas", "prefill_limit_s",
            "mean_prefill_s", "mean_power_w"]
 
@@ -144,8 +144,6 @@ class OperatingPoint:
     """Mean batch over the cap :math:`n`: the share of batch places in use."""
     residence_s: np.ndarray
     """Mean time a request holds its batch place (Little's law: mean batch x N / lambda)."""
-    iteration_s: np.ndarray
-    """Mean iteration time of a running replica, :math:`W + h E[C \\mid b > 0]`."""
     idle_prob: np.ndarray
     full_prob: np.ndarray
     busy_context_mean: np.ndarray
@@ -223,12 +221,10 @@ def operating_point(traffic: BatchedTraffic, replicas) -> OperatingPoint:
         mu_full = m / (EIs * (W + h * n * xbar))
         theta = np.where(stable, (mu_full - lam) * 2.0 / (1.0 + traffic.cv2_iterations), -1.0)
         residence = np.where(live & stable, batch * Ns / np.where(lam > 0, lam, 1.0), np.inf)
-        busy_p = np.maximum(1.0 - p_idle, 1e-300)
-        mean_c_running = (b_mean * xbar * busy_mass / Z + n * xbar * p_full) / busy_p
     ok = lambda v, fill: np.where(stable, v, fill)  # noqa: E731
     return OperatingPoint(
         N, np.where(live, x, 0.0), np.where(live, rho_f, 0.0), batch, batch / np.where(n >= 1, n, 1.0),
-        residence, ok(W + h * mean_c_running, np.inf), ok(p_idle, 0.0), ok(p_full, 1.0),
+        residence, ok(p_idle, 0.0), ok(p_full, 1.0),
         ok(b_mean * xbar, 0.0), ok(xbar * xbar * b_var + b_mean * seq_var, 0.0), ok(n * xbar, 0.0),
         ok(n * seq_var, 0.0), theta, stable | (lam <= 0))
 
@@ -244,46 +240,6 @@ def _context_nodes(mean, var) -> np.ndarray:
         v = 1.0 / (9.0 * shape)
         wh = mean * np.maximum(1.0 - v + z * np.sqrt(v), 0.0) ** 3
     return np.where(np.isfinite(shape) & (mean > 0), wh, mean)
-
-
-def smeared_exceed_prob(t_s, start_s, spread_s, C, theta):
-    """:math:`P(W_q + a + U b > t)` for :math:`U \\sim U(0,1)` and the wait tail :math:`(C, \\theta)` (array-aware).
-
-    With :math:`x_0 = t - a` and :math:`u^* = \\mathrm{clip}(x_0 / b, 0, 1)`,
-
-    .. math::
-
-        E_U[P(W_q > x_0 - U b)] = (1 - u^*) + \\frac{C}{\\theta b}\\left(e^{-\\theta (x_0 - b u^*)}
-        - e^{-\\theta x_0}\\right)
-
-    (the wait exceeds any negative amount surely; :math:`P(W_q > x) = C e^{-\\theta x}` above 0,
-    :func:`fleetopt.models.queueing.wait_exceed_prob`). :math:`b = 0` gives the plain tail; :math:`\\theta \\le 0`
-    (unstable) gives 1.
-
-    Examples
-    --------
-    No waiting (:math:`C = 0`): the share of :math:`U` with :math:`a + U b > t`; a point atom for :math:`b = 0`.
-
-    >>> float(smeared_exceed_prob(1.25, 1.0, 1.0, 0.0, 1.0)), round(float(smeared_exceed_prob(2.0, 1.0, 0.0, 0.5, 1.0)), 6)
-    (0.75, 0.18394)
-    """
-    t = np.asarray(t_s, dtype=float)
-    a = np.asarray(start_s, dtype=float)
-    b = np.asarray(spread_s, dtype=float)
-    C = np.asarray(C, dtype=float)
-    theta = np.asarray(theta, dtype=float)
-    x0 = t - a
-    pos = b > 0
-    b_safe = np.where(pos, b, 1.0)
-    th = np.where(theta > 0, theta, 1.0)
-    with np.errstate(over="ignore", invalid="ignore"):
-        u = np.where(pos, np.clip(x0 / b_safe, 0.0, 1.0), (x0 >= 0).astype(float))
-        lo_edge = np.maximum(x0 - b * u, 0.0)             # wait needed at U = u*: >= 0
-        # (C / (theta b)) (e^{-theta (x0 - b u)} - e^{-theta x0}) = C e^{-theta lo} (1 - e^{-theta b u}) / (theta b)
-        smeared = C * np.exp(-th * lo_edge) * np.where(pos, -np.expm1(-th * b * u) / (th * b_safe), 1.0)
-        point = np.where(x0 >= 0, np.minimum(1.0, C * np.exp(-th * np.maximum(x0, 0.0))), 1.0)
-    out = np.where(pos, (1.0 - u) + np.where(u > 0, smeared, 0.0), point)
-    return np.where(theta > 0, np.minimum(out, 1.0), 1.0)
 
 
 _BLOCK = 256
@@ -317,11 +273,31 @@ def batched_miss_prob(t_s, traffic: BatchedTraffic, replicas, op: OperatingPoint
     return np.where(live, np.where(op.stable, miss, 1.0), 0.0)
 
 
-def _waited_exceed(t, start, spread, theta):
-    """:func:`smeared_exceed_prob` for a certain wait (:math:`C = 1`) with :math:`b > 0` and :math:`\\theta > 0`
-    (the full state of a stable pool), written out for speed: :math:`(1 - u^*) + e^{-\\theta (x_0 - b u^*)}
-    (1 - e^{-\\theta b u^*}) / (\\theta b)`."""
-    x0 = t - start
+def waited_exceed_prob(t_s, start_s, spread_s, theta):
+    """:math:`P(W + a + U b > t)` for an exponential wait :math:`W` of rate :math:`\\theta > 0` and
+    :math:`U \\sim U(0, 1)`, :math:`b > 0` (array-aware): an arrival that finds every batch place taken.
+
+    With :math:`x_0 = t - a` and :math:`u^* = \\mathrm{clip}(x_0 / b, 0, 1)`, averaging
+    :math:`P(W > x_0 - U b)` (1 where the argument is negative, :math:`e^{-\\theta x}` above 0) over :math:`U`:
+
+    .. math::
+
+        (1 - u^*) + \\frac{e^{-\\theta (x_0 - b u^*)} - e^{-\\theta x_0}}{\\theta b}
+
+    (without a wait the same average is :math:`1 - u^*`, the share of :math:`U` whose prefill ends after
+    :math:`t`; :func:`_miss_block` writes that one inline).
+
+    Examples
+    --------
+    Half of :math:`U` ends its prefill after :math:`t`; the other half needs a wait of up to 0.5 s:
+    :math:`0.5 + (1 - e^{-0.5})/1 = 0.8935`.
+
+    >>> round(float(waited_exceed_prob(1.5, 1.0, 1.0, 1.0)), 4)
+    0.8935
+    """
+    x0 = np.asarray(t_s, dtype=float) - np.asarray(start_s, dtype=float)
+    spread = np.asarray(spread_s, dtype=float)
+    theta = np.asarray(theta, dtype=float)
     u = np.clip(x0 / spread, 0.0, 1.0)
     tb = theta * spread
     with np.errstate(over="ignore"):
@@ -337,8 +313,8 @@ probability (which is compared with 0.01)."""
 def _miss_block(t, probs, k, T_busy, T_full, p_idle, p_full, theta, traffic: BatchedTraffic) -> np.ndarray:
     """:math:`\\sum_k p_k [p_0 P_{idle}(k) + p_b E_C P_{busy}(k, C) + p_f E_C P_{full}(k, C)]` for a block.
 
-    Without a wait (idle and busy states) the smeared tail of :func:`smeared_exceed_prob` reduces to the share
-    of :math:`U` whose prefill ends after :math:`t`, :math:`1 - \\mathrm{clip}((t - a)/b, 0, 1)`.
+    Without a wait (idle and busy states) the average over :math:`U` is the share whose prefill ends after
+    :math:`t`, :math:`1 - \\mathrm{clip}((t - a)/b, 0, 1)`; with one, :func:`waited_exceed_prob`.
     """
     own = traffic.h_s * traffic.chunk_tokens * k * (k - 1) / 2.0           # (K,)
     _, weights = CONTEXT_NODES
@@ -351,7 +327,7 @@ def _miss_block(t, probs, k, T_busy, T_full, p_idle, p_full, theta, traffic: Bat
     waits = np.flatnonzero(p_full > _FULL_NEGLIGIBLE)
     if waits.size:
         T = T_full[waits][:, None, :]
-        full = _waited_exceed(tt[waits], k[None, :, None] * T + own[None, :, None], T,
+        full = waited_exceed_prob(tt[waits], k[None, :, None] * T + own[None, :, None], T,
                               theta[waits][:, None, None]) @ weights
         out[waits] += np.sum(probs[waits] * pf[waits] * full, axis=1)
     return out
