@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from fleetopt.models.batched import (BatchedTraffic, batched_miss_prob, batched_min_replicas, batched_ttft_p99_s,
-                                     mean_power_w, operating_point, prefill_limit_s, smeared_exceed_prob)
+                                     mean_power_w, operating_point, prefill_limit_s, waited_exceed_prob)
 from fleetopt.models.power import PowerCurve
 from fleetopt.models.profiles import CalibratedProfile
 from fleetopt.models.segments import context_work, segment_basis, segment_stats
@@ -112,19 +112,53 @@ def test_occupancy_is_the_birth_death_chain_by_brute_force(lam, N, n, EI, EX):
     assert op.residence_s[0] == pytest.approx(op.mean_batch[0] * N / lam, rel=1e-12)   # Little's law
 
 
-@given(st.floats(0.0, 3.0), st.floats(0.0, 2.0), st.one_of(st.just(0.0), st.floats(1e-3, 1.5)), st.floats(0.0, 1.0),
-       st.floats(0.05, 20.0))
+@given(st.floats(0.0, 3.0), st.floats(0.0, 2.0), st.floats(1e-3, 1.5), st.floats(0.05, 20.0))
 @settings(max_examples=200, deadline=None)
-def test_smeared_tail_is_the_average_over_the_residual(t, a, b, C, theta):
-    """E_U[P(W_q > t - a - U b)] by a 20,001-point midpoint rule over U."""
+def test_waited_tail_is_the_average_over_the_residual(t, a, b, theta):
+    """E_U[P(W > t - a - U b)] for W ~ Exp(theta), by a 20,001-point midpoint rule over U."""
     u = (np.arange(20_001) + 0.5) / 20_001
     x = t - a - u * b
-    direct = np.where(x < 0, 1.0, np.minimum(1.0, C * np.exp(-theta * np.maximum(x, 0.0)))).mean()
-    assert float(smeared_exceed_prob(t, a, b, C, theta)) == pytest.approx(direct, abs=2e-4)
+    direct = np.where(x < 0, 1.0, np.exp(-theta * np.maximum(x, 0.0))).mean()
+    assert float(waited_exceed_prob(t, a, b, theta)) == pytest.approx(direct, abs=2e-4)
 
 
-def test_smeared_tail_unstable_is_certain_miss():
-    assert float(smeared_exceed_prob(5.0, 0.1, 0.1, 0.5, -1.0)) == 1.0
+def test_miss_probability_is_the_stated_mixture_by_direct_integration():
+    """P(T > t) against the three-state mixture integrated independently: the exact gamma law of the context
+    (scipy.stats, 4,000 quantiles) instead of the seven nodes, a fine grid over U, the exponential wait in
+    closed form per point. The nodes are an approximation; measured within 0.01 % here, asserted within 1 %."""
+    from scipy import stats
+
+    # a sequence's context spread like the bundled workloads' (squared coefficient of variation 1: E[X2]/E[I] =
+    # 2 xbar^2); the Wilson-Hilferty nodes lose accuracy for far more skewed laws (gamma shape below ~0.3)
+    t_ = _traffic(30.0, cap=16, EX2=2 * 3e6 ** 2 / 300.0, probs=(0.0, 0.3, 0.3, 0.2, 0.2))
+    N = 6
+    op = operating_point(t_, N)
+    assert op.stable[0] and op.full_prob[0] > 1e-4          # all three states carry weight
+    W, h, c = t_.W_s, t_.h_s, t_.chunk_tokens
+    q = (np.arange(4000) + 0.5) / 4000
+    u = (np.arange(400) + 0.5) / 400
+
+    def ctx(mean, var):
+        return stats.gamma.ppf(q, mean * mean / var, scale=var / mean)
+
+    C_busy = ctx(op.busy_context_mean[0], op.busy_context_var[0])
+    C_full = ctx(op.full_context_mean[0], op.full_context_var[0])
+    theta = op.wait_decay[0]
+    t99 = float(batched_ttft_p99_s(t_, N)[0])
+    for t in (0.5 * t99, 0.8 * t99, t99, 1.2 * t99):       # the body down to the 1 % tail
+        total = 0.0
+        for k, pk in enumerate(t_.chunk_probs[0]):
+            if pk == 0:
+                continue
+            own = h * c * k * (k - 1) / 2
+            idle = float(k * W + own > t)
+            busy = np.mean((k + u[None, :]) * (W + h * C_busy[:, None]) + own > t)
+            x = t - ((k + u[None, :]) * (W + h * C_full[:, None]) + own)
+            full = np.mean(np.where(x < 0, 1.0, np.exp(-theta * np.maximum(x, 0.0))))
+            p0, pf = op.idle_prob[0], op.full_prob[0]
+            total += pk * (p0 * idle + (1 - p0 - pf) * busy + pf * full)
+        got = float(batched_miss_prob(t, t_, N, op)[0])
+        assert got == pytest.approx(total, rel=0.01, abs=1e-5), t
 
 
 def test_light_load_ttft_is_the_idle_prefill():
@@ -197,12 +231,3 @@ def test_mean_power_is_the_poisson_average_of_the_curve():
 def test_iteration_coefficients_read_the_profile():
     W, h = iteration_coefficients(GPU)
     assert (W, h) == (pytest.approx(0.004), pytest.approx(0.00032 / 8192))
-
-
-@given(st.floats(0.0, 3.0), st.floats(0.0, 2.0), st.floats(1e-3, 1.5), st.floats(0.05, 20.0))
-@settings(max_examples=100, deadline=None)
-def test_the_certain_wait_kernel_is_the_general_one(t, a, b, theta):
-    from fleetopt.models.batched import _waited_exceed
-
-    assert float(_waited_exceed(t, a, b, theta)) == pytest.approx(float(smeared_exceed_prob(t, a, b, 1.0, theta)),
-                                                                  rel=1e-12, abs=1e-15)

@@ -181,7 +181,8 @@ class SimReport(_Measured):
     ci_method: str
     stopped_by: str
     relaxation_s: float
-    """:math:`\\max_p E[S_p^2]/E[S_p]`, the start-up time scale behind the warm-up floor (:mod:`fleetopt.optimizer.simulation.simulate`)."""
+    """The largest pool relaxation time (``PoolResult.relaxation_s``), the start-up time scale behind the warm-up
+    floor (:mod:`fleetopt.optimizer.simulation.simulate`)."""
     warmup_s: float
     """Mean warm-up discarded per replication, in simulated seconds."""
     cooldown_s: float

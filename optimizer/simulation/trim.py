@@ -8,7 +8,7 @@ as the simulated SLO still holds:
 
 1. **Long enough runs.** A pool below its stability limit still looks fine in a simulation shorter than
    the time its queue takes to build up. The trials therefore run at least :data:`RELAXATION_SPANS`
-   times the plan's start-up scale :math:`\\max_p E[S_p^2]/E[S_p]` per replication (the measurement
+   times the plan's start-up scale :math:`\\max_p \\tau_p` (``PoolResult.relaxation_s``) per replication (the measurement
    protocol of :mod:`fleetopt.optimizer.simulation.simulate`): the request count of the verification is raised as needed,
    up to :data:`MAX_TRIAL_REQUESTS`.
 2. **Floors.** Pool :math:`k` never goes below the count that can keep up with its context work (below),
@@ -69,7 +69,7 @@ __all__ = ["MAX_BACKOFFS", "TrimStep", "Trim", "trim_plan"]
 MAX_BACKOFFS = 3
 """Times the trimmed pools get one replica back when the independent confirmation misses."""
 RELAXATION_SPANS = 4.0
-"""A trial's replication lasts at least this many start-up scales :math:`\\max_p E[S_p^2]/E[S_p]`."""
+"""A trial's replication lasts at least this many start-up scales :math:`\\max_p \\tau_p` (``PoolResult.relaxation_s``)."""
 MAX_TRIAL_REQUESTS = 2_000_000
 """Cap on the requests of one trial when raising them for the run length."""
 WORK_SAMPLES = 200_000
@@ -184,13 +184,12 @@ def trim_plan(instance: Instance, plan: Plan, passes: Callable[[object], bool], 
 
 def _trial_requests(instance: Instance, fleet, requests: int, replications: int,
                     spans: float = RELAXATION_SPANS) -> int:
-    """Requests per trial so that a replication lasts ``spans`` start-up scales :math:`\\max_p E[S_p^2]/E[S_p]`
+    """Requests per trial so that a replication lasts ``spans`` start-up scales :math:`\\max_p \\tau_p`
     and the pool with the least traffic gets four times :data:`MIN_POOL_REQUESTS` (its verdict needs them, and the
     warm-up may take half a replication and the cool-down a quarter); ``spans = 0`` keeps ``requests`` as it is
     (the scale of :mod:`fleetopt.optimizer.simulation.simulate`, from the analytic pools; a replication of :math:`n` requests
     spans about :math:`n / \\lambda`): at least ``requests``, at most :data:`MAX_TRIAL_REQUESTS`."""
-    relax_s = max((p.mean_service_s * (1.0 + p.cv2_service) for p in fleet.pools if p.arrival_rate > 0),
-                  default=0.0)
+    relax_s = max((p.relaxation_s for p in fleet.pools if p.arrival_rate > 0), default=0.0)
     lam = instance.workload.arrival_rate_req_per_s
     need = spans * relax_s * lam * replications
     least_share = min((p.arrival_rate / lam for p in fleet.pools if p.arrival_rate > 0), default=1.0)
