@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["PowerCurve", "pool_power_secant"]
+__all__ = ["PowerCurve", "ActivityPower", "pool_power_secant"]
 
 QUALITIES = ("measured", "one-anchor", "projected", "none")
 
@@ -112,6 +112,92 @@ class PowerCurve:
     def scaled(self, factor: float) -> "PowerCurve":
         """The same curve for ``factor`` identical GPUs working in lockstep (TP)."""
         return PowerCurve(self.idle_w * factor, self.nominal_w * factor, self.k, self.x0, self.quality)
+
+
+@dataclass(frozen=True)
+class ActivityPower:
+    """Board power of one serving replica that follows what its iterations do (a measured profile's power).
+
+    Parameters
+    ----------
+    idle_w : float
+        Power of the replica with no work at all (no iteration running), W.
+    limit_w : float
+        Board power limit of the replica (the sum over its GPUs), W; no iteration draws more.
+    weights_w, kv_w, compute_w : float
+        Power while the replica streams weights, scans the KV cache and computes, W (>= 0). These are fitted
+        intensities, not board readings: ``compute_w`` may exceed ``limit_w``, the cap then applies.
+    quality : str
+        One of ``measured``, ``one-anchor``, ``projected``, ``none`` (``measured`` for a fit to board power).
+
+    Notes
+    -----
+    An iteration of the profile's iteration-time model (:mod:`fleetopt.models.service`) takes
+    :math:`t = T_w + T_{kv} + T_c` with :math:`T_w = W` (weight streaming and fixed cost),
+    :math:`T_{kv} = h \\sum x` (KV scan over the contexts in the batch) and :math:`T_c` the compute
+    (:math:`g\\,n` per decode sequence plus the prefill terms :math:`a c + b((p+c)^2 - p^2)`). Its mean board
+    power is the time-weighted mean of a power per component, capped at the board limit:
+
+    .. math::
+
+        P = \\min\\left(P_{lim},\\;
+            \\frac{p_w T_w + p_{kv} T_{kv} + p_c T_c}{T_w + T_{kv} + T_c}\\right),
+        \\qquad P = P_{idle} \\text{ when } T_w + T_{kv} + T_c = 0.
+
+    A lightly loaded decode step is dominated by :math:`T_w` and draws about :math:`p_w`; long contexts
+    shift the time to the KV scan (:math:`p_{kv}`); large batches and prefill are compute-bound and run
+    into the board limit. Source: the NVML energy-counter measurements of a Llama-3.1-8B-shaped model on one
+    H100-SXM (``data/measurements/README.md``; fit and errors in ``docs/profile_fit.md``): fitted by
+    :func:`fleetopt.models.calibration.fit_activity_power`, this form is within 5.1 % of all 20 measured
+    points (decode 417-710 W, prefill 681-687 W; median 1.7 %).
+
+    Examples
+    --------
+    Weight streaming at 400 W for 6 ms, KV scan at 700 W for 3 ms and compute at 1,800 W for 1 ms:
+    (400 x 6 + 700 x 3 + 1800 x 1) / 10 = 630 W; with 2 ms of KV and 2 ms of compute the mean would be
+    740 W, capped at 700 W; no work draws idle power.
+
+    >>> p = ActivityPower(idle_w=70.0, limit_w=700.0, weights_w=400.0, kv_w=700.0, compute_w=1800.0)
+    >>> [round(float(x), 6) for x in p.iteration_power_w([0.006, 0.006, 0.0], [0.003, 0.002, 0.0],
+    ...                                                  [0.001, 0.002, 0.0])]
+    [630.0, 700.0, 70.0]
+    """
+
+    idle_w: float
+    limit_w: float
+    weights_w: float
+    kv_w: float
+    compute_w: float
+    quality: str = "measured"
+
+    def __post_init__(self) -> None:
+        if not (0.0 <= self.idle_w <= self.limit_w) or not np.isfinite(self.limit_w):
+            raise ValueError(f"activity power needs 0 <= idle_w <= limit_w < inf; got idle_w={self.idle_w}, "
+                             f"limit_w={self.limit_w}")
+        for name in ("weights_w", "kv_w", "compute_w"):
+            value = getattr(self, name)
+            if not (value >= 0.0 and np.isfinite(value)):
+                raise ValueError(f"activity power {name} must be finite and >= 0; got {value}")
+        if self.quality not in QUALITIES:
+            raise ValueError(f"power quality must be one of {QUALITIES}; got {self.quality!r}")
+
+    def iteration_power_w(self, weights_s, kv_s, compute_s):
+        """Mean board power in W of an iteration whose time splits into ``weights_s`` + ``kv_s`` + ``compute_s``
+        seconds (array-aware, broadcast; each >= 0); ``idle_w`` where all three are 0 (see the class Notes)."""
+        w, kv, c = np.broadcast_arrays(*(np.asarray(x, dtype=float) for x in (weights_s, kv_s, compute_s)))
+        if np.any(w < 0) or np.any(kv < 0) or np.any(c < 0):
+            raise ValueError("iteration_power_w needs weights_s, kv_s and compute_s >= 0")
+        total = w + kv + c
+        energy = self.weights_w * w + self.kv_w * kv + self.compute_w * c
+        with np.errstate(divide="ignore", invalid="ignore"):
+            mean = np.where(total > 0, energy / np.where(total > 0, total, 1.0), self.idle_w)
+        out = np.minimum(self.limit_w, mean)
+        return out if out.ndim else float(out)
+
+    def scaled(self, factor: float) -> "ActivityPower":
+        """The same power for ``factor`` identical GPUs working in lockstep (TP): every wattage times ``factor``."""
+        return ActivityPower(self.idle_w * factor, self.limit_w * factor, self.weights_w * factor,
+                             self.kv_w * factor, self.compute_w * factor, self.quality)
 
 
 def pool_power_secant(curve: PowerCurve, replicas: int, load_max_erlangs: float, max_batch: int,

@@ -1,7 +1,9 @@
 """GPU options of an instance: each ``gpus`` entry resolved to a serving profile.
 
-An entry names either a calibrated ``profile`` from the catalogue or
-``hardware`` + ``model`` with a serving config, from which a roofline profile
+An entry names exactly one of: a calibrated ``profile`` from the catalogue, a
+``profile_file`` (a profile YAML written by ``fleetopt profile fit``, resolved
+relative to the instance file's folder: :mod:`fleetopt.optimizer.io.measurements`),
+or ``hardware`` + ``model`` with a serving config, from which a roofline profile
 is built. Catalogue names are looked up case-insensitively and never replaced
 by a default; a price override, the GPU counts and the context window are
 checked against the profile. Every problem is added to a
@@ -13,11 +15,13 @@ from __future__ import annotations
 
 import dataclasses
 import re
+from pathlib import Path
 from typing import NamedTuple
 
 from fleetopt.models.profiles import ServingProfile
 
 from fleetopt.optimizer.io.catalog import Catalog, load_catalog
+from fleetopt.optimizer.io.measurements import profile_file_problems
 from fleetopt.optimizer.io.schema import Problems, RawGpu, validate_section
 
 __all__ = ["ResolvedGpu", "resolve_gpus", "check_context_fits"]
@@ -73,20 +77,25 @@ def _computed_profile(raw: RawGpu, catalog: Catalog, prefix: str, problems: Prob
 
 
 def _gpu_kind(raw: RawGpu, prefix: str, problems: Problems) -> str | None:
-    """``calibrated`` or ``computed`` from which keys are given, or None after reporting."""
+    """``calibrated``, ``file`` or ``computed`` from which keys are given, or None after reporting."""
     computed = raw.hardware is not None or raw.model is not None
-    if raw.profile is not None and computed:
-        problems.add(prefix, "both profile and hardware/model are given; give either profile "
-                             "(calibrated) or hardware + model (computed)")
+    given = [key for key, present in (("profile", raw.profile is not None),
+                                      ("profile_file", raw.profile_file is not None),
+                                      ("hardware/model", computed)) if present]
+    if len(given) > 1:
+        both = "both " + " and ".join(given) if len(given) == 2 else "all of " + ", ".join(given)
+        problems.add(prefix, f"{both} are given; give exactly one of profile (calibrated), "
+                             "profile_file (a fitted profile file) or hardware + model (computed)")
         return None
-    if raw.profile is not None:
+    if raw.profile is not None or raw.profile_file is not None:
+        key = "profile" if raw.profile is not None else "profile_file"
         extra = [k for k in _COMPUTED_ONLY if getattr(raw, k) is not None]
-        for key in extra:
-            problems.add(f"{prefix}.{key}", "only applies to a computed profile (hardware + model); "
-                                            "remove it or replace profile by hardware + model")
-        return None if extra else "calibrated"
+        for name in extra:
+            problems.add(f"{prefix}.{name}", "only applies to a computed profile (hardware + model); "
+                                             f"remove it or replace {key} by hardware + model")
+        return None if extra else ("calibrated" if key == "profile" else "file")
     if not computed:
-        problems.add(prefix, "neither profile nor hardware + model is given; give one of them")
+        problems.add(prefix, "neither profile nor hardware + model is given (nor profile_file); give one of them")
         return None
     for key in ("hardware", "model"):
         if getattr(raw, key) is None:
@@ -113,11 +122,25 @@ def _count_problems(raw: RawGpu, profile, prefix: str, problems: Problems) -> No
                                             "give min_count <= max_count")
 
 
+def _file_profile(raw: RawGpu, prefix: str, problems: Problems):
+    """The profile in ``profile_file``, resolved against the instance file's folder (the current one without)."""
+    base = Path(problems.path).parent if problems.path not in (None, "") else Path.cwd()
+    file = Path(raw.profile_file).expanduser()
+    file = file if file.is_absolute() else base / file
+    profile, lines = profile_file_problems(file)
+    for line in lines:
+        problems.add(f"{prefix}.profile_file", f"{raw.profile_file!r} (resolved to {file}): {line}")
+    return profile
+
+
 def _resolve_gpu(raw: RawGpu, index: int, catalog: Catalog, problems: Problems) -> ResolvedGpu | None:
     prefix = f"gpus[{index}]"
     kind = _gpu_kind(raw, prefix, problems)
     if kind == "calibrated":
         profile = _lookup(catalog, "profiles", raw.profile, f"{prefix}.profile", problems)
+    elif kind == "file":
+        profile = _file_profile(raw, prefix, problems)
+        kind = "calibrated"    # a CalibratedProfile like the catalogue's, with measured constants
     elif kind == "computed":
         profile = _computed_profile(raw, catalog, prefix, problems)
     else:

@@ -22,6 +22,8 @@ __all__ = [
     "allowed_keys",
     "structure_problems",
     "validate_section",
+    "pydantic_field_path",
+    "pydantic_message",
     "RawWorkload",
     "RawSlo",
     "RawGpu",
@@ -145,10 +147,12 @@ class RawSlo(_Raw):
 
 
 class RawGpu(_Raw):
-    """One ``gpus`` entry: a calibrated ``profile`` or ``hardware`` + ``model`` with a serving config."""
+    """One ``gpus`` entry: a calibrated ``profile``, a ``profile_file`` (a fitted profile YAML, relative to the
+    instance file) or ``hardware`` + ``model`` with a serving config."""
 
     name: _GpuName
     profile: str | None = None
+    profile_file: str | None = None
     hardware: str | None = None
     model: str | None = None
     tp: Literal[1, 2, 4, 8] | None = None
@@ -279,6 +283,17 @@ def _pydantic_message(error: dict) -> str:
         limit = limit if isinstance(limit, int) else f"{limit:g}"
         return f"{show_value(given)} is out of range; must be {bounds[kind]} {limit}"
     return f"{error['msg']}; got {show_value(given)}"
+
+
+def pydantic_field_path(loc: Sequence) -> str:
+    """A pydantic error location as a field path, e.g. ``('gpus', 1, 'profile')`` -> ``gpus[1].profile`` (for other
+    files read with pydantic, such as profile files: :mod:`fleetopt.optimizer.io.measurements`)."""
+    return _field_path(loc)
+
+
+def pydantic_message(error: dict) -> str:
+    """One pydantic error as ``<what is wrong>; <what is allowed>`` (the instance's wording, for other files)."""
+    return _pydantic_message(error)
 
 
 def structure_problems(data: dict, problems: Problems) -> None:

@@ -1,0 +1,1 @@
+"""Click command groups beside the main ``fleetopt`` command (wired into :mod:`fleetopt.optimizer.cli`)."""

@@ -1,0 +1,144 @@
+"""``fleetopt profile``: serving profiles from measurements.
+
+``fleetopt profile fit MEASUREMENTS... [-o FILE] [--json FILE|-]`` reads decode and prefill CSVs and an optional
+meta JSON (:mod:`fleetopt.optimizer.io.measurements`), fits the iteration-time and power coefficients
+(:mod:`fleetopt.models.calibration`), prints every measured point next to the fit's prediction and writes the
+profile YAML that instances name as ``gpus[i].profile_file``. Exit codes as for ``fleetopt``
+(:mod:`fleetopt.optimizer.errors`): 2 for invalid measurement files.
+"""
+
+from __future__ import annotations
+
+import datetime
+import functools
+import os
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from fleetopt.models.calibration import DEFAULT_MAX_REL_ERROR, ProfileFit
+from fleetopt.models.power import ActivityPower
+
+from fleetopt.optimizer.errors import FleetoptError
+from fleetopt.optimizer.io.measurements import (build_profile, fit_measurements, profile_document, read_measurements,
+                                                write_profile_file)
+from fleetopt.optimizer.io.output import write_json
+from fleetopt.optimizer.report import console
+
+__all__ = ["profile", "fit", "fit_report"]
+
+
+def _guard(fn):
+    """Fleetopt errors as one line each on stderr and their exit code (as ``fleetopt``'s own commands do)."""
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except FleetoptError as err:
+            for line in str(err).splitlines():
+                click.echo(f"error: {line}", err=True)
+            raise click.exceptions.Exit(err.exit_code)
+        except (KeyboardInterrupt, click.exceptions.Exit, click.ClickException):
+            raise
+        except Exception as err:  # a bug: one line unless debugging
+            if os.environ.get("FLEETOPT_DEBUG"):
+                raise
+            click.echo(f"error: internal error: {type(err).__name__}: {err} (set FLEETOPT_DEBUG=1 for details)",
+                       err=True)
+            raise click.exceptions.Exit(1)
+
+    return wrapper
+
+
+def fit_report(fit: ProfileFit, document: dict) -> dict:
+    """The ``--json`` document: the profile file's content, the coefficients, every point and the summaries."""
+    it = fit.iteration
+    points = []
+    for p in fit.points:
+        row = {"kind": p.kind, "phase": p.phase, "batch": p.batch}
+        row.update({"context_tokens": p.context_tokens} if p.context_tokens is not None
+                   else {"prompt_tokens": p.prompt_tokens})
+        row.update({"measured": p.measured, "predicted": p.predicted, "rel_error": p.rel_error, "unit": p.unit})
+        points.append(row)
+    power = fit.power
+    return {
+        "coefficients": {"W_s": it.W_s, "h_s_per_token": it.h_s_per_token,
+                         "H_s": it.h_s_per_token * document["latency"]["calibration_ctx_tokens"],
+                         "calibration_ctx_tokens": document["latency"]["calibration_ctx_tokens"],
+                         "g_s": it.g_s, "prefill_a_s": it.prefill_a_s, "prefill_b_s": it.prefill_b_s},
+        "power": None if power is None else {"form": "activity", "idle_w": power.idle_w, "limit_w": power.limit_w,
+                                             "weights_w": power.weights_w, "kv_w": power.kv_w,
+                                             "compute_w": power.compute_w, "quality": power.quality},
+        "fit": {"max_rel_error": it.max_rel_error, "chebyshev_rel_error": it.chebyshev_rel_error,
+                "tolerance_met": it.tolerance_met},
+        "summary": {s.kind: {"points": s.points, "median_abs_rel_error": s.median_abs_rel_error,
+                             "worst_abs_rel_error": s.worst_abs_rel_error} for s in fit.summaries},
+        "points": points,
+        "profile": document,
+    }
+
+
+def _render(c: Console, fit: ProfileFit, document: dict) -> None:
+    it, sources = fit.iteration, ", ".join(s["file"] for s in document["provenance"]["sources"])
+    c.print(f"[bold]{document['name']}[/bold]: fitted to {sources}")
+    c.print(f"  iteration time: W = {it.W_s * 1e3:.4f} ms, h = {it.h_s_per_token:.4g} s per KV token "
+            f"(H = {document['latency']['H_s'] * 1e3:.4f} ms at {document['latency']['calibration_ctx_tokens']:,}), "
+            f"g = {it.g_s * 1e6:.3f} us per sequence, a = {it.prefill_a_s * 1e6:.3f} us per prompt token, "
+            f"b = {it.prefill_b_s:.4g} s per token^2")
+    c.print(f"  fit: worst relative error of the Chebyshev fit {it.chebyshev_rel_error:.2%}; tolerance "
+            f"{it.max_rel_error:.0%} " + ("met (least squares within it)" if it.tolerance_met
+                                          else "NOT met: the Chebyshev fit is used"))
+    power = fit.power
+    if isinstance(power, ActivityPower):
+        c.print(f"  power (fit to the power_w cells): idle {power.idle_w:.1f} W, limit {power.limit_w:.1f} W, "
+                f"weights {power.weights_w:.1f} W, KV {power.kv_w:.1f} W, compute {power.compute_w:.1f} W")
+    else:
+        c.print(f"  power: not fitted (too few power_w cells); the profile uses the catalogue curve "
+                f"({document['power']['quality']})")
+    t = Table(title="measured (median) vs fitted, per point", title_justify="left")
+    for name, just in (("kind", "left"), ("phase", "left"), ("batch", "right"), ("context", "right"),
+                       ("prompt", "right"), ("measured", "right"), ("predicted", "right"), ("error", "right")):
+        t.add_column(name, justify=just)
+    for p in fit.points:
+        scale, unit = (1e3, "ms") if p.unit == "s" else (1.0, "W")
+        t.add_row(p.kind, p.phase, str(p.batch), "" if p.context_tokens is None else f"{p.context_tokens:,}",
+                  "" if p.prompt_tokens is None else f"{p.prompt_tokens:,}", f"{p.measured * scale:,.3f} {unit}",
+                  f"{p.predicted * scale:,.3f} {unit}", f"{p.rel_error:+.1%}")
+    c.print(t)
+    s = Table(title="fit quality per kind (absolute relative error)", title_justify="left")
+    for name in ("kind", "points", "median", "worst"):
+        s.add_column(name, justify="left" if name == "kind" else "right")
+    for k in fit.summaries:
+        s.add_row(k.kind, str(k.points), f"{k.median_abs_rel_error:.2%}", f"{k.worst_abs_rel_error:.2%}")
+    c.print(s)
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+def profile():
+    """Serving profiles from measurements."""
+
+
+@profile.command()
+@click.argument("measurements", nargs=-1, required=True, type=click.Path(dir_okay=False))
+@click.option("-o", "--output", "output", metavar="FILE", help="Write the fitted profile YAML here (atomically).")
+@click.option("--json", "json_out", metavar="FILE", help="Also write the fit as JSON ('-' = stdout).")
+@click.option("--max-rel-error", type=click.FloatRange(0.0, 1.0, min_open=True), default=DEFAULT_MAX_REL_ERROR,
+              show_default=True, help="Tolerance of the time fit: every point within it when any fit can be.")
+@click.option("--chunk-tokens", type=click.IntRange(1), help="Prefill chunk (default: vLLM's max_num_batched_tokens).")
+@click.option("--max-slots", type=click.IntRange(1), help="Sequence cap (default: vLLM's max_num_seqs).")
+@click.option("--name", help="Profile name (default HARDWARE_MODEL_tpN).")
+@_guard
+def fit(measurements, output, json_out, max_rel_error, chunk_tokens, max_slots, name):
+    """Fit a serving profile to MEASUREMENTS (decode CSV, prefill CSV, meta JSON)."""
+    measured = read_measurements(measurements)
+    result = fit_measurements(measured, max_rel_error)
+    built = build_profile(measured, result, chunk_tokens=chunk_tokens, max_slots=max_slots, name=name)
+    document = profile_document(measured, result, built, datetime.date.today().isoformat())
+    if json_out != "-":
+        _render(console(), result, document)
+    if output:
+        write_profile_file(document, output, protect=measurements)
+    if json_out:
+        write_json(fit_report(result, document), json_out, protect=tuple(measurements))
