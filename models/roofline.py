@@ -6,32 +6,49 @@ and a serving configuration (tensor-parallel degree, dtype, KV layout, ...). It
 satisfies :class:`fleetopt.models.profiles.ServingProfile`, so everything that takes a
 calibrated profile takes a computed one.
 
-Decode is modelled as memory-bandwidth bound (a roofline): one iteration streams
-the weights a GPU holds once and scans the KV cache of every sequence in flight,
+An iteration with decode sequences at contexts :math:`x_s` and prefill chunks of
+:math:`c_j` tokens at prefix :math:`p_j` takes
 
 .. math::
 
-    t(n, L) = W + H \\frac{L}{B_{cal}} n, \\qquad
-    W = \\frac{P_s \\, b_w}{tp \\, \\beta \\eta} + \\ell c, \\qquad
-    H = \\frac{B_{cal} \\, k_{scan}}{\\beta \\eta}
+    t = W + h \\left(\\sum_s x_s + \\sum_j p_j\\right) + g \\, n_{dec}
+        + \\sum_j \\left[a \\, c_j + b \\left((p_j + c_j)^2 - p_j^2\\right)\\right],
+    \\qquad h = H / B_{cal}
 
-with :math:`P_s` the parameters streamed per iteration (all of them for a dense
-model, the active ones for a MoE), :math:`b_w` bytes per weight, :math:`\\beta`
-the peak memory bandwidth (bytes/s), :math:`\\eta` the sustained fraction of it,
-:math:`\\ell` layers, :math:`c` a constant per-layer latency, :math:`B_{cal}` the
-calibration context (tokens) and :math:`k_{scan}` the KV bytes per token one GPU
-scans. Concurrency is limited by the KV cache left after the weights and by a
-compute cap (:func:`ridge_batch`).
+with, per GPU of the ``tp``,
 
-The recipe (bandwidth efficiency 0.80, 3 µs per layer, 0.90 memory utilisation,
-the NCCL reserve) is the one the 1/W-law paper's Tables 2 and 5 were computed
-with; see ``data/catalog/README.md`` and ``docs/profiles.md``.
+.. math::
+
+    W = \\frac{P_s \\, b_w}{tp \\, \\beta \\eta_{bw}} + \\ell c, \\quad
+    H = \\frac{B_{cal} \\, k_{scan}}{\\beta \\eta_{bw}}, \\quad
+    g = \\frac{2 P_{mm}}{tp \\, F \\eta_{flop}}, \\quad
+    a = \\frac{2 P_{mm}^{pf}}{tp \\, F \\eta_{flop}}, \\quad
+    b = \\frac{2 \\ell h_q d}{tp \\, F_{16} \\eta_{attn}}
+
+:math:`P_s` the weights streamed per decode iteration, :math:`P_{mm}` (:math:`P_{mm}^{pf}`) the
+weights a decode (prefill) token is multiplied through (:func:`matmul_params`), :math:`b_w` bytes per
+weight, :math:`\\beta` peak memory bandwidth, :math:`F` dense tensor FLOP/s at the dtype
+(:func:`peak_flops_per_s`), :math:`F_{16}` at 16 bit, :math:`\\eta_{bw}, \\eta_{flop}, \\eta_{attn}` the
+sustained fractions (:class:`~fleetopt.models.hardware.RooflineDefaults`), :math:`\\ell` layers,
+:math:`c` a per-layer constant, :math:`B_{cal}` the calibration context, :math:`k_{scan}` the KV bytes
+per token one GPU scans, :math:`h_q` query heads of dimension :math:`d`. A decode step of :math:`n`
+sequences at context :math:`L` is :math:`W + h n L + g n`; a :math:`P`-token prompt alone in one
+chunk is :math:`W + a P + b P^2`. Concurrency is limited by the KV cache left after the weights and
+by ``max_num_seqs``, never by a compute ridge: :math:`n / t` grows with :math:`n` at every context.
+
+Two conventions (``defaults.convention``): ``physical`` (above, the default; efficiencies checked
+against ``data/measurements/``) and ``seeds``, the reference tool's recipe the 1/W-law paper's Tables 2
+and 5 were computed with (:math:`\\eta_{bw}` = 0.80, :math:`g = a = b = 0`, the ridge-batch cap,
+the catalogue's power curves, official parameter counts streamed). See ``docs/profiles.md``.
 
 References
 ----------
 .. [1] "The 1/W Law" seed paper, section 2.1, 3.2, 5.2, Tables 2 and 5, Appendix A.
 .. [2] vllm-sr-sim (vllm-project/semantic-router, ``src/fleet-sim``): profile builder
-   and computed profile, the source of the recipe's constants (Apache-2.0).
+   and computed profile, the source of the seeds' recipe's constants (Apache-2.0).
+.. [3] T. Dao, "FlashAttention-2", arXiv:2307.08691 (2023); J. Shah et al., "FlashAttention-3",
+   arXiv:2407.08608 (2024): causal attention FLOPs and the ~35 % H100 utilisation of FlashAttention-2.
+.. [4] ``data/measurements/README.md``: Llama-3.1-8B bf16 on one H100-SXM, decode, prefill and power.
 """
 
 from __future__ import annotations
@@ -43,7 +60,7 @@ from typing import Mapping
 import numpy as np
 
 from fleetopt.models.hardware import HardwareSpec, ModelSpec, RooflineDefaults
-from fleetopt.models.power import PowerCurve
+from fleetopt.models.power import ActivityPower, PowerCurve
 
 __all__ = [
     "ComputedProfile",
@@ -53,9 +70,14 @@ __all__ = [
     "kv_bytes_per_token_per_gpu",
     "kv_budget_bytes",
     "peak_flops_per_s",
+    "matmul_params",
+    "decode_compute_s_per_seq",
+    "prefill_compute_s_per_token",
+    "causal_attention_s_per_token_sq",
     "ridge_batch",
     "moe_table_key",
     "activity_power_per_gpu_w",
+    "busy_power_per_gpu_w",
     "WEIGHT_BYTES_BY_DTYPE",
     "KV_BYTES_BY_DTYPE",
     "KV_LAYOUTS",
@@ -94,14 +116,19 @@ class ComputedProfile:
     with :math:`M_{kv}` = ``kv_budget_bytes`` (per GPU; 0 slots when it is not
     positive), :math:`k_{cap}` = ``kv_bytes_per_token_per_gpu`` (the capacity
     figure of the chosen ``kv_layout``), :math:`b` = ``blk_size_tokens`` (only
-    whole blocks are allocated) and :math:`n_{cap}` = ``compute_cap_seqs``.
+    whole blocks are allocated) and :math:`n_{cap}` = ``concurrency_cap_seqs``
+    (no cap when None).
 
     Attributes
     ----------
     name, model_name : str
-        ``HARDWARE/MODEL/tpN/DTYPE`` (plus non-default options) and the model's name.
+        ``HARDWARE/MODEL/tpN/DTYPE`` (plus non-default options, ``moe-<method>`` for a MoE and
+        ``seeds`` under the seeds' convention) and the model's name.
     W_s, H_s : float
         Iteration constants in seconds (see :mod:`fleetopt.models.roofline`).
+    g_s, prefill_a_s, prefill_b_s : float
+        Per decode sequence (s), per prompt token (s) and per prompt token squared (s); 0 under
+        the seeds' convention.
     calibration_ctx_tokens, chunk_tokens, blk_size_tokens : int
         Context at which ``H_s`` is stated, prefill chunk and KV block size (tokens).
     cost_usd_per_hr : float
@@ -109,13 +136,18 @@ class ComputedProfile:
     gpus_per_replica : int
         ``tp``.
     power : PowerCurve
-        Logistic power curve of the whole replica (``tp`` GPUs).
+        Power of the whole replica (``tp`` GPUs) versus sequences in flight: the busy-power rule at
+        the calibration context (``physical``) or the catalogue curve (``seeds``).
     latency_quality : str
         ``"roofline"``.
     hardware_name, dtype, kv_dtype, kv_layout, moe_w : str
         The configuration the profile was built from (``moe_w`` is ``"dense"`` for a dense model).
+    convention : str
+        ``physical`` or ``seeds`` (:class:`~fleetopt.models.hardware.RooflineDefaults`).
     tp : int
         Tensor-parallel degree.
+    bandwidth_efficiency, flop_efficiency, attention_flop_efficiency : float
+        The sustained fractions the constants were computed with.
     weight_bytes_per_gpu : float
         Resident weight bytes on each GPU.
     weight_stream_s : float
@@ -126,16 +158,22 @@ class ComputedProfile:
         KV bytes one token occupies in one GPU's budget under ``kv_layout``.
     kv_scan_bytes_per_token_per_gpu : float
         KV bytes one GPU reads per token per iteration (always TP-sharded; sets ``H_s``).
-    compute_cap_seqs : int
-        Concurrency cap: ``max_num_seqs`` or the roofline ridge batch.
+    concurrency_cap_seqs : int or None
+        ``max_num_seqs`` when given; else None (``physical``: only the KV cache limits) or the
+        ridge batch (``seeds``, :func:`ridge_batch`).
     peak_flops_per_s : float
         Dense tensor FLOP/s of one GPU at the compute dtype.
     flops_per_seq_per_gpu : float
-        Weight FLOPs per decoded token per GPU, :math:`2 P_a / tp`.
+        Weight FLOPs per decoded token per GPU, :math:`2 P_{mm} / tp` (``seeds``: :math:`2 P_a / tp`).
     tdp_w : float
         Board power of one GPU.
     tdp_idle_fraction, tdp_nominal_fraction : float
         TDP fractions of :func:`activity_power_per_gpu_w`.
+    streaming_power_fraction : float
+        Floor of :func:`busy_power_per_gpu_w` as a fraction of ``tdp_w``.
+    activity_power : ActivityPower or None
+        ``physical``: power of the replica for any iteration from its weight / KV-scan / compute
+        times (:func:`busy_power_per_gpu_w`); None under ``seeds``.
     note : str
         Why the profile holds no sequence, when it does not; empty otherwise.
     """
@@ -162,13 +200,23 @@ class ComputedProfile:
     kv_budget_bytes: int
     kv_bytes_per_token_per_gpu: float
     kv_scan_bytes_per_token_per_gpu: float
-    compute_cap_seqs: int
+    concurrency_cap_seqs: int | None
     peak_flops_per_s: float
     flops_per_seq_per_gpu: float
     tdp_w: float
     tdp_idle_fraction: float
     tdp_nominal_fraction: float
     note: str = ""
+    g_s: float = 0.0
+    prefill_a_s: float = 0.0
+    prefill_b_s: float = 0.0
+    convention: str = "physical"
+    bandwidth_efficiency: float = 0.0
+    flop_efficiency: float = 0.0
+    attention_flop_efficiency: float = 0.0
+    streaming_power_fraction: float = 0.0
+    activity_power: ActivityPower | None = None
+    """Power of the replica for any iteration from its time components (``physical``); None (``seeds``)."""
 
     @property
     def kv_block_bytes(self) -> int:
@@ -181,7 +229,7 @@ class ComputedProfile:
         return max(0, self.kv_budget_bytes) // self.kv_block_bytes
 
     def kv_slots(self, ctx_tokens):
-        """Sequences of ``ctx_tokens`` whose KV blocks fit, ignoring the compute cap (array-aware)."""
+        """Sequences of ``ctx_tokens`` whose KV blocks fit, ignoring the concurrency cap (array-aware)."""
         ctx = np.asarray(ctx_tokens, dtype=np.int64)
         if np.any(ctx < 1):
             raise ValueError("ctx_tokens must be >= 1")
@@ -190,8 +238,10 @@ class ComputedProfile:
         return out if out.ndim else int(out)
 
     def n_slots(self, ctx_tokens):
-        """Sequences held at context window ``ctx_tokens``: KV limit capped by compute (array-aware)."""
-        out = np.minimum(np.asarray(self.kv_slots(ctx_tokens)), self.compute_cap_seqs)
+        """Sequences held at context window ``ctx_tokens``: KV limit, capped by ``concurrency_cap_seqs`` (array-aware)."""
+        out = np.asarray(self.kv_slots(ctx_tokens))
+        if self.concurrency_cap_seqs is not None:
+            out = np.minimum(out, self.concurrency_cap_seqs)
         return out if out.ndim else int(out)
 
 
@@ -344,8 +394,91 @@ def peak_flops_per_s(hardware: HardwareSpec, dtype: str) -> float:
     return hardware.fp8_dense_tflops * 1e12
 
 
+def matmul_params(model: ModelSpec, *, prefill: bool = False) -> int:
+    """Weights one token is multiplied through (and a decode step streams), whole model.
+
+    .. math::
+
+        P_{mm} = P_a - [\\text{untied}] \\, V D, \\qquad P_{mm}^{pf} = P_{mm} - V D
+
+    with :math:`P_a` = ``model.active_params`` (official count: embedding, every projection, the
+    active experts, an untied LM head, norms), :math:`V` the vocabulary and :math:`D` the hidden size.
+    The input-embedding table is *gathered* (one row per token), neither multiplied nor streamed;
+    when it is tied to the LM head it is counted once in :math:`P_a`, as the LM head, and nothing is
+    taken off. Attention projections (q, k, v, o), MLP or active experts, shared experts and routers
+    and the LM head all count for a decode token. A prefill token skips the LM head
+    (:math:`P_{mm}^{pf}`): an engine computes logits only at the positions it samples, the last
+    prompt token (2 V D FLOP once per prompt, left out).
+
+    Examples
+    --------
+    Llama-3.1-8B: 8,030,261,248 - 128,256 x 4,096 = 7,504,924,672; prefill 6,979,588,096.
+
+    >>> from fleetopt.models.hardware import ModelSpec
+    >>> m = ModelSpec("8B", "dense", 32, 4096, 32, 8, 128, 14336, 128256, 131072, 8030261248, 8030261248, 131072)
+    >>> matmul_params(m), matmul_params(m, prefill=True)
+    (7504924672, 6979588096)
+    """
+    table = model.vocab_size * model.hidden_size
+    decode = model.active_params - (0 if model.tied_embeddings else table)
+    return decode - table if prefill else decode
+
+
+def decode_compute_s_per_seq(hardware: HardwareSpec, model: ModelSpec, dtype: str, tp: int,
+                             defaults: RooflineDefaults) -> float:
+    """Per-sequence decode compute :math:`g`: one token through the weight matmuls on one GPU.
+
+    .. math:: g = \\frac{2 P_{mm} / tp}{F(\\text{dtype}) \\, \\eta_{flop}}
+
+    (:func:`matmul_params`, :func:`peak_flops_per_s`; tensor parallelism splits every matmul, the
+    vocab-parallel LM head included). It is added to the memory-bound part, not overlapped with it:
+    the measured H100 decode grid fits :math:`W + h n L + g n` within 10 % and :math:`W + h n L`
+    alone only within 22 % (``data/measurements/README.md``).
+    """
+    return 2.0 * matmul_params(model) / tp / (peak_flops_per_s(hardware, dtype) * defaults.flop_efficiency)
+
+
+def prefill_compute_s_per_token(hardware: HardwareSpec, model: ModelSpec, dtype: str, tp: int,
+                                defaults: RooflineDefaults) -> float:
+    """Per-prompt-token prefill compute :math:`a`: the weight matmuls of one prompt token on one GPU.
+
+    .. math:: a = \\frac{2 P_{mm}^{pf} / tp}{F(\\text{dtype}) \\, \\eta_{flop}}
+
+    The same matmuls as :func:`decode_compute_s_per_seq` without the LM head (:func:`matmul_params`).
+    """
+    flops = 2.0 * matmul_params(model, prefill=True) / tp
+    return flops / (peak_flops_per_s(hardware, dtype) * defaults.flop_efficiency)
+
+
+def causal_attention_s_per_token_sq(hardware: HardwareSpec, model: ModelSpec, tp: int,
+                                    defaults: RooflineDefaults) -> float:
+    """Causal-attention compute :math:`b` of prefill, seconds per token squared on one GPU.
+
+    .. math:: b = \\frac{2 \\, \\ell \\, h_q \\, d / tp}{F_{16} \\, \\eta_{attn}}
+
+    Derivation: in each of the :math:`\\ell` layers a (query, key) pair costs :math:`2d` FLOP per
+    query head for :math:`q k^T` and :math:`2d` for the weighted sum of :math:`v`, so
+    :math:`4 h_q d / tp` FLOP on one GPU (the :math:`h_q` heads are split over ``tp``). Causally, query
+    :math:`i` sees keys :math:`1..i`: a chunk of :math:`c` tokens after a prefix of :math:`p` has
+    :math:`\\sum_{i=p+1}^{p+c} i = ((p+c)^2 - p^2 + c)/2` pairs, so it costs
+    :math:`4 \\ell h_q d / tp \\cdot ((p+c)^2 - p^2)/2 = b F_{16} \\eta_{attn} ((p+c)^2 - p^2)` FLOP and a
+    whole prompt (:math:`p = 0, c = P`) :math:`b P^2`. The linear remainder (:math:`c/2` pairs,
+    :math:`2 \\ell h_q d c / tp` FLOP) is below 0.01 % of :math:`a c` and dropped. Attention runs at
+    16 bit whatever the weight dtype (an fp8 KV cache is dequantised), hence the FP16 rate
+    :math:`F_{16}`. For MLA (DeepSeek-V3) :math:`d` is ``model.head_dim``, an approximation of the
+    expanded form's 192-wide :math:`q k^T` and 128-wide :math:`v`.
+
+    Examples
+    --------
+    Llama-3.1-8B on H100 (989 TFLOPS), TP=1, 0.35: 2 x 32 x 32 x 128 / (989e12 x 0.35) = 7.57e-10 s
+    (the measured fit is 7.4e-10).
+    """
+    flops_per_token_sq = 2.0 * model.layers * model.attention_heads * model.head_dim / tp
+    return flops_per_token_sq / (hardware.fp16_dense_tflops * 1e12 * defaults.attention_flop_efficiency)
+
+
 def ridge_batch(peak_flops: float, weight_stream_s: float, active_params: int, tp: int) -> int:
-    """Largest batch for which a decode iteration stays memory-bound (at least 1).
+    """The seeds' concurrency cap: the largest batch whose weight matmuls fit in the weight streaming time.
 
     Each sequence costs :math:`2 P_a / tp` weight FLOPs per GPU per iteration;
     the iteration stays memory-bound while that compute fits in the weight
@@ -358,8 +491,11 @@ def ridge_batch(peak_flops: float, weight_stream_s: float, active_params: int, t
         \\quad (\\text{when } W_{stream} = P_a b_w / (tp \\, \\beta \\eta))
 
     i.e. the GPU's ridge point (FLOP per byte) times bytes per weight over 2:
-    369 for fp16 on an H100 (989e12 x 2 / (2 x 2.68e12)). Beyond it decode
-    turns compute-bound and the roofline ``W + H n`` no longer holds.
+    369 for fp16 on an H100 (989e12 x 2 / (2 x 2.68e12)). Used only under the seeds'
+    convention, whose iteration ``W + H n`` has no compute term. It is not a physical limit: it
+    ignores the KV scan (at 4K context an iteration at the ridge is still memory-bound), it gives a
+    GPU with more bandwidth fewer slots (H200 257 against H100 353 for Llama-3.1-70B TP=8 at 4K) and
+    int4 a quarter of fp16's (92). The ``physical`` convention has no compute cap.
 
     Examples
     --------
@@ -395,21 +531,49 @@ def _moe_layer_table_stream_s(hardware: HardwareSpec, model: ModelSpec, dtype: s
 
 def _weight_stream_s(hardware: HardwareSpec, model: ModelSpec, dtype: str, tp: int, moe_w: str,
                      moe_table: MoELatencyTable | None, defaults: RooflineDefaults) -> float:
-    """Memory-bound part of :math:`W`: streamed (active) weight bytes over sustained bandwidth."""
+    """Memory-bound part of :math:`W`: streamed weight bytes over sustained bandwidth.
+
+    Streamed weights :math:`P_s`: :func:`matmul_params` (``physical``: the input-embedding table is
+    gathered, not streamed) or the official ``active_params`` (``seeds``).
+    """
     if model.is_moe and moe_w == "layer-table":
         return _moe_layer_table_stream_s(hardware, model, dtype, tp, moe_table, defaults)
-    streamed_bytes = model.active_params * WEIGHT_BYTES_BY_DTYPE[dtype] / tp
+    streamed = model.active_params if defaults.convention == "seeds" else matmul_params(model)
+    streamed_bytes = streamed * WEIGHT_BYTES_BY_DTYPE[dtype] / tp
     return streamed_bytes / (hardware.memory_bandwidth_bytes_per_s * defaults.bandwidth_efficiency)
 
 
-def _replica_power(hardware: HardwareSpec, tp: int, W_s: float, H_s: float,
-                   defaults: RooflineDefaults) -> PowerCurve:
-    """Catalogue curve of one GPU scaled by tp; TDP-fraction rule where the catalogue has none.
+def _busy_power_curve(hardware: HardwareSpec, W_s: float, h_s_per_token: float, g_s: float,
+                      ctx_tokens: int, defaults: RooflineDefaults) -> PowerCurve:
+    """:func:`busy_power_per_gpu_w` at a fixed context, written as one GPU's logistic curve.
 
-    The fallback is the paper's projection rule (section 2.1, Appendix A):
-    idle = 0.43 TDP, nominal = 0.86 TDP, k = 1, :math:`x_0 = \\log_2(W/H)`
-    with :math:`H` at the calibration context (quality ``projected``).
+    With every sequence at context :math:`L`, the busy share
+    :math:`a(n) = (hL+g) n / (W + (hL+g) n) = 1 / (1 + e^{-\\ln 2 (\\log_2 n - x_0)})`, so
+
+    .. math::
+
+        P(n) = T f_s + T (1 - f_s) \\, a(n) : \\quad
+        P_{idle} = f_s T, \\; P_{nom} = T, \\; k = \\ln 2, \\; x_0 = \\log_2 \\frac{W}{hL + g}
+
+    exactly (the paper's projection rule :math:`x_0 = \\log_2(W/H)` is this with :math:`g = 0`, at
+    :math:`L = B_{cal}`, but with :math:`k = 1` and 0.43/0.86 TDP). Quality ``projected``.
     """
+    x0 = math.log2(W_s / (h_s_per_token * ctx_tokens + g_s))
+    return PowerCurve(defaults.streaming_power_fraction * hardware.tdp_w, hardware.tdp_w, math.log(2.0), x0,
+                      "projected")
+
+
+def _replica_power(hardware: HardwareSpec, tp: int, W_s: float, H_s: float, g_s: float, ctx_tokens: int,
+                   defaults: RooflineDefaults) -> PowerCurve:
+    """Power curve of the replica (tp GPUs).
+
+    ``physical``: :func:`_busy_power_curve` at the calibration context. ``seeds``: the catalogue
+    curve of one GPU scaled by tp, or where the catalogue has none the paper's projection rule
+    (section 2.1, Appendix A): idle = 0.43 TDP, nominal = 0.86 TDP, k = 1,
+    :math:`x_0 = \\log_2(W/H)` with :math:`H` at the calibration context (quality ``projected``).
+    """
+    if defaults.convention == "physical":
+        return _busy_power_curve(hardware, W_s, H_s / ctx_tokens, g_s, ctx_tokens, defaults).scaled(tp)
     curve = hardware.power
     if curve is None:
         curve = PowerCurve(defaults.tdp_idle_fraction * hardware.tdp_w, defaults.tdp_nominal_fraction * hardware.tdp_w,
@@ -449,14 +613,21 @@ def _config_problems(hardware: HardwareSpec, model: ModelSpec, tp: int, dtype: s
 
 
 def _profile_name(hardware: HardwareSpec, model: ModelSpec, tp: int, dtype: str, kv_dtype: str,
-                  kv_layout: str, moe_w: str) -> str:
+                  kv_layout: str, moe_w: str, convention: str) -> str:
+    """``HARDWARE/MODEL/tpN/DTYPE`` plus the options that change the numbers.
+
+    A MoE always says which weight-streaming method applies (``moe-active-params`` or
+    ``moe-layer-table``), and a profile built under the seeds' convention ends in ``seeds``.
+    """
     parts = [hardware.name, model.name, f"tp{tp}", dtype]
     if kv_dtype != _default_kv_dtype(dtype):
         parts.append(f"kv-{kv_dtype}")
     if kv_layout != "sharded":
         parts.append(f"kv-{kv_layout}")
-    if model.is_moe and moe_w != "active-params":
+    if model.is_moe:
         parts.append(f"moe-{moe_w}")
+    if convention != "physical":
+        parts.append(convention)
     return "/".join(parts)
 
 
@@ -494,7 +665,8 @@ def computed_profile(hardware: HardwareSpec, model: ModelSpec, *, tp: int = 1, d
     gpu_memory_utilization : float, optional
         Fraction of memory for weights + KV; default ``defaults.gpu_memory_utilization`` (0.90).
     max_num_seqs : int, optional
-        Concurrency cap (vLLM's ``--max-num-seqs``); default the ridge batch (:func:`ridge_batch`).
+        Concurrency cap (vLLM's ``--max-num-seqs``). Default: none beyond the KV cache (``physical``),
+        the ridge batch (``seeds``, :func:`ridge_batch`).
     kv_layout : {"sharded", "replicated"}, default "sharded"
         KV capacity convention (:func:`kv_bytes_per_token_per_gpu`). ``replicated``
         reproduces the paper's Tables 2 and 5; it changes only the capacity, never ``H_s``.
@@ -502,13 +674,14 @@ def computed_profile(hardware: HardwareSpec, model: ModelSpec, *, tp: int = 1, d
         Prefill chunk and KV block (tokens).
     calibration_ctx_tokens : int, default 8192
         Context at which ``H_s`` is stated (only the product ``H_s / calibration_ctx_tokens`` matters
-        for latency; the fallback power curve's :math:`x_0` uses ``H_s`` itself).
+        for latency) and at which ``power`` is written as a curve of the batch.
     moe_w : {"active-params", "layer-table"}, default "active-params"
         How a MoE's weight-streaming time is computed; ignored for dense models.
     moe_table : MoELatencyTable, optional
         Required with ``moe_w="layer-table"``.
     defaults : RooflineDefaults
-        Bandwidth efficiency, per-layer latency, memory reserves, TDP fractions.
+        Efficiencies, per-layer latency, memory reserves, power fractions and the convention
+        (``defaults.seeds_convention()`` for the paper's Tables 2 and 5).
 
     Returns
     -------
@@ -524,24 +697,26 @@ def computed_profile(hardware: HardwareSpec, model: ModelSpec, *, tp: int = 1, d
     .. math::
 
         W = W_{stream} + \\ell c, \\quad
-        W_{stream} = \\frac{P_s b_w}{tp \\, \\beta \\eta}, \\quad
-        H = \\frac{B_{cal} \\, k_{scan}}{\\beta \\eta}, \\quad
+        W_{stream} = \\frac{P_s b_w}{tp \\, \\beta \\eta_{bw}}, \\quad
+        H = \\frac{B_{cal} \\, k_{scan}}{\\beta \\eta_{bw}}, \\quad
         M_{kv} = \\lfloor u M - P b_w / tp - r_{nccl}(tp) \\rfloor
 
-    :math:`P_s` is ``model.active_params`` (= ``params`` for a dense model; the
-    active experts for a MoE, the paper's "active-parameter weight streaming",
-    an upper bound on throughput since all-to-all dispatch and the experts that a
-    large batch touches are ignored) or, with ``moe_w="layer-table"``, replaced by
-    :func:`MoELatencyTable.layer_latency_s` plus attention streaming.
-    :math:`k_{scan}` is the TP-sharded KV bytes per token per GPU under *both*
-    layouts: every GPU scans only its own heads, and this is what reproduces
-    the tok/s column of Table 2 (2,716 tok/s for 70B on H100). Weights use the
-    official ``model.params``, which includes the input-embedding table a decode
-    step only gathers rows of, so :math:`W` is above the paper's by
-    vocab x hidden x :math:`b_w`/tp of streaming (+1.5% for Llama-3.1-70B, +7% for 8B).
+    and ``g_s``, ``prefill_a_s``, ``prefill_b_s`` from :func:`decode_compute_s_per_seq`,
+    :func:`prefill_compute_s_per_token`, :func:`causal_attention_s_per_token_sq` (0 under ``seeds``).
+    :math:`P_s` is :func:`matmul_params` (``physical``: the active weights less the gathered embedding
+    table) or ``model.active_params`` (``seeds``: the official count, embedding included, which puts
+    :math:`W` above the paper's by vocab x hidden x :math:`b_w`/tp: +1.5 % for Llama-3.1-70B, +7 % for
+    8B). For a MoE, active parameters are the paper's "active-parameter weight streaming", an upper
+    bound on throughput (all-to-all dispatch and the experts a large batch touches are ignored); with
+    ``moe_w="layer-table"`` :math:`W_{stream}` is :func:`MoELatencyTable.layer_latency_s` plus
+    attention streaming. :math:`k_{scan}` is the TP-sharded KV bytes per token per GPU under *both*
+    layouts: every GPU scans only its own heads (this is what reproduces the tok/s column of Table 2,
+    2,716 tok/s for 70B on H100). Resident weights use the official ``model.params``.
 
-    The replica costs ``tp`` GPU-hours per hour and draws ``tp`` times one GPU's
-    power curve. Quality labels: latency ``roofline``; power as catalogued.
+    The replica costs ``tp`` GPU-hours per hour. Power: ``physical``, the busy-power rule
+    (:func:`busy_power_per_gpu_w`, ``activity_power`` for any iteration, ``power`` as a curve of the
+    batch at the calibration context); ``seeds``, ``tp`` times the catalogue curve. Quality labels:
+    latency ``roofline``; power ``projected`` (physical) or as catalogued (seeds).
 
     Examples
     --------
@@ -552,10 +727,11 @@ def computed_profile(hardware: HardwareSpec, model: ModelSpec, *, tp: int = 1, d
     >>> m70 = ModelSpec("70B", "dense", 80, 8192, 64, 8, 128, 28672, 128256, 131072,
     ...                 70553706496, 70553706496, 327680)
     >>> p = computed_profile(h100, m70, tp=8, defaults=RooflineDefaults())
-    >>> round(p.W_s * 1e3, 2), p.n_slots(8192), p.gpus_per_replica, p.cost_usd_per_hr
-    (6.82, 176, 8, 32.16)
-    >>> computed_profile(h100, m70, tp=8, kv_layout="replicated", defaults=RooflineDefaults()).n_slots(8192)
-    22
+    >>> round(p.W_s * 1e3, 2), round(p.g_s * 1e6, 2), p.n_slots(8192), p.gpus_per_replica, p.cost_usd_per_hr
+    (7.16, 29.28, 176, 8, 32.16)
+    >>> seeds = computed_profile(h100, m70, tp=8, kv_layout="replicated", defaults=RooflineDefaults().seeds_convention())
+    >>> round(seeds.W_s * 1e3, 2), seeds.g_s, seeds.n_slots(8192), seeds.name
+    (6.82, 0.0, 22, 'H100/70B/tp8/fp16/kv-replicated/seeds')
     """
     kv_dtype = _default_kv_dtype(dtype) if kv_dtype is None else kv_dtype
     u = defaults.gpu_memory_utilization if gpu_memory_utilization is None else gpu_memory_utilization
@@ -564,28 +740,86 @@ def computed_profile(hardware: HardwareSpec, model: ModelSpec, *, tp: int = 1, d
     if problems:
         raise ValueError(f"invalid serving configuration for {model.name} on {hardware.name}: "
                          + "; ".join(problems))
+    physical = defaults.convention == "physical"
     flops = peak_flops_per_s(hardware, dtype)
     weights = weight_bytes_per_gpu(model, dtype, tp)
     stream_s = _weight_stream_s(hardware, model, dtype, tp, moe_w, moe_table, defaults)
     W_s = stream_s + model.layers * defaults.per_layer_latency_s
     scan = kv_bytes_per_token_per_gpu(model, kv_dtype, tp, "sharded")
-    H_s = calibration_ctx_tokens * scan / (hardware.memory_bandwidth_bytes_per_s * defaults.bandwidth_efficiency)
+    h_s_per_token = scan / (hardware.memory_bandwidth_bytes_per_s * defaults.bandwidth_efficiency)
+    H_s = calibration_ctx_tokens * h_s_per_token
     budget = kv_budget_bytes(hardware, weights, tp, u, defaults)
-    cap = max_num_seqs if max_num_seqs is not None else ridge_batch(flops, stream_s, model.active_params, tp)
+    if physical:
+        g_s = decode_compute_s_per_seq(hardware, model, dtype, tp, defaults)
+        a_s = prefill_compute_s_per_token(hardware, model, dtype, tp, defaults)
+        b_s = causal_attention_s_per_token_sq(hardware, model, tp, defaults)
+        cap = max_num_seqs
+        flops_per_seq = 2.0 * matmul_params(model) / tp
+        activity = ActivityPower(idle_w=tp * defaults.idle_power_fraction * hardware.tdp_w,
+                                 limit_w=tp * hardware.tdp_w,
+                                 weights_w=tp * defaults.streaming_power_fraction * hardware.tdp_w,
+                                 kv_w=tp * hardware.tdp_w, compute_w=tp * hardware.tdp_w, quality="projected")
+    else:
+        g_s = a_s = b_s = 0.0
+        cap = max_num_seqs if max_num_seqs is not None else ridge_batch(flops, stream_s, model.active_params, tp)
+        flops_per_seq = 2.0 * model.active_params / tp
+        activity = None
     return ComputedProfile(
-        name=_profile_name(hardware, model, tp, dtype, kv_dtype, kv_layout, moe_w),
+        name=_profile_name(hardware, model, tp, dtype, kv_dtype, kv_layout, moe_w, defaults.convention),
         model_name=model.name, W_s=W_s, H_s=H_s, calibration_ctx_tokens=calibration_ctx_tokens,
         chunk_tokens=chunk_tokens, blk_size_tokens=blk_size_tokens,
         cost_usd_per_hr=tp * hardware.usd_per_gpu_hour, gpus_per_replica=tp,
-        power=_replica_power(hardware, tp, W_s, H_s, defaults), latency_quality="roofline",
+        power=_replica_power(hardware, tp, W_s, H_s, g_s, calibration_ctx_tokens, defaults),
+        latency_quality="roofline",
         hardware_name=hardware.name, tp=tp, dtype=dtype, kv_dtype=kv_dtype, kv_layout=kv_layout,
         moe_w=moe_w if model.is_moe else "dense", weight_bytes_per_gpu=weights, weight_stream_s=stream_s,
         kv_budget_bytes=budget, kv_bytes_per_token_per_gpu=kv_bytes_per_token_per_gpu(model, kv_dtype, tp, kv_layout),
-        kv_scan_bytes_per_token_per_gpu=scan, compute_cap_seqs=int(cap), peak_flops_per_s=flops,
-        flops_per_seq_per_gpu=2.0 * model.active_params / tp, tdp_w=hardware.tdp_w,
+        kv_scan_bytes_per_token_per_gpu=scan, concurrency_cap_seqs=None if cap is None else int(cap),
+        peak_flops_per_s=flops, flops_per_seq_per_gpu=flops_per_seq, tdp_w=hardware.tdp_w,
         tdp_idle_fraction=defaults.tdp_idle_fraction, tdp_nominal_fraction=defaults.tdp_nominal_fraction,
         note=_empty_note(budget, weights, hardware, u, tp, defaults),
+        g_s=g_s, prefill_a_s=a_s, prefill_b_s=b_s, convention=defaults.convention,
+        bandwidth_efficiency=defaults.bandwidth_efficiency, flop_efficiency=defaults.flop_efficiency,
+        attention_flop_efficiency=defaults.attention_flop_efficiency,
+        streaming_power_fraction=defaults.streaming_power_fraction, activity_power=activity,
     )
+
+
+def busy_power_per_gpu_w(profile: ComputedProfile, n_active, seq_tokens):
+    """Power of one GPU of a replica running decode steps of ``n_active`` sequences at ``seq_tokens`` (array-aware).
+
+    The busy-power rule of the ``physical`` convention:
+
+    .. math::
+
+        P = T \\left(f_s \\frac{W}{t} + \\frac{t - W}{t}\\right)
+          = T \\left(f_s + (1 - f_s)\\left(1 - \\frac{W}{t}\\right)\\right), \\qquad
+        t = W + h n L + g n
+
+    :math:`T` the board power limit (``tdp_w``), :math:`f_s` = ``streaming_power_fraction`` (0.60): a GPU
+    that only streams weights draws :math:`f_s T`, and the share of the iteration spent scanning KV or
+    computing runs at the board limit. It is ``profile.activity_power`` (an
+    :class:`~fleetopt.models.power.ActivityPower` with weights at :math:`f_s T`, KV scan and compute at
+    :math:`T`), which covers prefill chunks too, evaluated on a decode step; ``profile.power`` is the same
+    rule at the calibration context as a curve of :math:`n`. On the measured H100 Llama-3.1-8B grid
+    (``data/measurements/``) it is within -15 % / +3 % of the 18 board readings and within 10 % of the five
+    at full KV occupancy (645-710 W).
+
+    Only weight streaming (:math:`n = 0`) draws :math:`f_s T` (420 W on a 700 W H100); a KV scan as long
+    as :math:`W` draws halfway between :math:`f_s T` and :math:`T` (560 W). Raises ``ValueError`` for a
+    profile built under the seeds' convention (it has no activity power; use ``profile.power`` or
+    :func:`activity_power_per_gpu_w`).
+    """
+    if profile.activity_power is None:
+        raise ValueError(f"profile {profile.name}: busy power needs the physical convention; "
+                         "use profile.power or activity_power_per_gpu_w")
+    n = np.asarray(n_active, dtype=float)
+    L = np.asarray(seq_tokens, dtype=float)
+    weights_s = np.full(np.broadcast(n, L).shape, profile.W_s)
+    kv_s = profile.H_s / profile.calibration_ctx_tokens * n * L
+    compute_s = profile.g_s * n * np.ones_like(L)
+    out = np.asarray(profile.activity_power.iteration_power_w(weights_s, kv_s, compute_s)) / profile.gpus_per_replica
+    return out if out.ndim else float(out)
 
 
 def activity_power_per_gpu_w(profile: ComputedProfile, n_active, mean_seq_tokens):
@@ -602,11 +836,13 @@ def activity_power_per_gpu_w(profile: ComputedProfile, n_active, mean_seq_tokens
     :math:`a_{kv}` the KV-scan share of the iteration, :math:`a_c` the share of
     peak tensor FLOP/s :math:`F` spent on weight matmuls. It is the reference
     tool's computed-profile power (its ``power_at_concurrency``; it uses the FP16
-    rate for :math:`F` whatever the dtype, we use the dtype's rate) and gives
-    Table 5's P column (367 / 422 / 619 / 755 W) within 1%. It is not a
-    :class:`~fleetopt.models.power.PowerCurve` (it depends on :math:`\\bar L` too), so it is
-    offered beside ``profile.power``, not in place of it. Multiply by
-    ``profile.gpus_per_replica`` for the replica.
+    rate for :math:`F` whatever the dtype, we use the dtype's rate) and, on a profile
+    built under the seeds' convention, gives Table 5's P column (367 / 422 / 619 / 755 W)
+    within 1%. Its nominal 0.86 TDP is below what a busy GPU draws (645-710 W of 700 W
+    on the measured H100, ``data/measurements/``); for physical power use
+    :func:`busy_power_per_gpu_w`. It is not a :class:`~fleetopt.models.power.PowerCurve`
+    (it depends on :math:`\\bar L` too), so it is offered beside ``profile.power``, not in
+    place of it. Multiply by ``profile.gpus_per_replica`` for the replica.
     """
     n = np.asarray(n_active, dtype=float)
     kv_s = profile.H_s * (np.asarray(mean_seq_tokens, dtype=float) / profile.calibration_ctx_tokens) * n
