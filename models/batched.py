@@ -5,10 +5,12 @@ charges every request the iteration time of a *full* batch and prices a prefill 
 alone. A replica of vLLM (and fleetopt's simulator, :mod:`fleetopt.solvers.des.engine`) does neither:
 an iteration carries whatever sequences are running, decodes and prefill chunks together, and takes
 
-.. math:: t = W + h\, C, \qquad C = \sum_s x_s
+.. math:: t = W + h\, C + g\, n_{dec} + \sum_j (a\, c_j + b((p_j + c_j)^2 - p_j^2)), \qquad C = \sum_s x_s
 
-with :math:`x_s` the context of sequence :math:`s` at the iteration's start
-(:func:`fleetopt.models.service.iteration_coefficients`). This module derives TTFT, occupancy,
+with :math:`x_s` the context of sequence :math:`s` at the iteration's start and the compute terms of decode
+sequences and prefill chunks (:func:`fleetopt.models.service.compute_coefficients`; 0 for the seeds' units).
+Below, the *work* of an iteration is its time beyond :math:`W`, in seconds, and :math:`C` denotes the work the
+other sequences bring (:math:`hC` in the context-only case). This module derives TTFT, occupancy,
 utilisation and power from that same function (``ttft_model: batched``, the default). The derivation,
 its assumptions and where it errs are in ``docs/models.md`` ("The batched replica model").
 
@@ -16,16 +18,17 @@ Occupancy as a fixed point
 --------------------------
 Length routing and join-the-shortest-queue dispatch give each of a pool's :math:`N` replicas the rate
 :math:`\lambda_r = \lambda / N`. A request of :math:`k = \lceil l_{in}/c \rceil` prefill chunks and
-:math:`l_{out}` output tokens runs :math:`I = k + l_{out}` iterations whose start contexts sum to
-:math:`X` (:func:`fleetopt.models.segments.context_work`). Treating the replica's total context
+:math:`l_{out}` output tokens runs :math:`I = k + l_{out}` iterations to which it adds the work :math:`Y` in
+all, :math:`Y_2` summed squared (:func:`fleetopt.models.segments.compute_work`; :math:`Y = hX` with :math:`X`
+of :func:`fleetopt.models.segments.context_work` without compute terms). Treating the replica's total work
 :math:`C` as shot noise with iterations of mean length :math:`\bar t` (Campbell's theorem),
 
 .. math::
 
-    E[C] = \lambda_r E[X]\, \bar t, \qquad \bar t = W + h E[C]
-    \;\Rightarrow\; \bar t = \frac{W}{1 - x}, \quad x = \lambda_r h E[X] < 1,
+    E[C] = \lambda_r E[Y]\, \bar t, \qquad \bar t = W + E[C]
+    \;\Rightarrow\; \bar t = \frac{W}{1 - x}, \quad x = \lambda_r E[Y] < 1,
 
-    \mathrm{Var}[C] = \lambda_r \bar t\, E[X_2], \qquad
+    \mathrm{Var}[C] = \lambda_r \bar t\, E[Y_2], \qquad
     \bar b = \lambda_r E[I]\, \bar t \;\text{(Little's law)}, \qquad \rho = \bar b / n
 
 with :math:`n` the batch cap. :math:`x` is the replica's *context load*: the share of its time spent
@@ -38,11 +41,13 @@ prefill iterations:
 
 .. math::
 
-    T = W_q + (k + U)(W + h C) + h c \frac{k(k-1)}{2}
+    T = W_q + (k + U)(W + C) + \omega_k, \qquad \omega_k = h c \frac{k(k-1)}{2} + a E[l_{in} | k]
+        + b E[l_{in}^2 | k]
 
 where :math:`U \sim U(0, 1)` is the residual of the iteration in progress (:math:`U = 0` and
-:math:`C = 0` when the replica is idle), :math:`C` is the other sequences' context, drawn from a gamma
-law with the mean and variance above, and the last term is the request's own prefill context.
+:math:`C = 0` when the replica is idle), :math:`C` is the other sequences' work, drawn from a gamma
+law with the mean and variance above, and :math:`\omega_k` is the request's own prefill work (its prefix
+context and its prompt's compute, at the mean prompt moments of its chunk count).
 :math:`W_q` is Erlang-C over the pool's :math:`N n` batch places, each held for the residence time
 :math:`R = E[I]\, \bar t` with :math:`c_s^2` that of :math:`I`, with Kimura's exponential tail
 (:func:`fleetopt.models.queueing.wait_exceed_prob`). The P99 comes from the distribution of the sum,
@@ -71,7 +76,7 @@ from fleetopt.models.units import P99_TAIL
 
 __all__ = ["CONTEXT_NODES", "BatchedTraffic", "OperatingPoint", "operating_point", "waited_exceed_prob",
            "batched_miss_prob", "batched_ttft_p99_s", "batched_min_replicas", "prefill_limit_s",
-           "mean_prefill_s", "mean_power_w"]
+           "mean_prefill_s", "mean_power_w", "mean_activity_power_w"]
 
 _BIN_EDGES = np.array([0.0, 0.25, 0.5, 0.75, 0.9, 0.97, 0.995, 1.0])
 CONTEXT_NODES = (0.5 * (_BIN_EDGES[1:] + _BIN_EDGES[:-1]), np.diff(_BIN_EDGES))
@@ -95,14 +100,18 @@ class BatchedTraffic:
     mean_iterations: np.ndarray
     cv2_iterations: np.ndarray
     mean_work: np.ndarray
-    """:math:`E[X]` in tokens."""
+    """:math:`E[Y]`: the seconds a request adds to the iterations it runs in (:math:`hE[X]` without compute
+    terms; :attr:`fleetopt.models.segments.SegmentStats.mean_time_work`)."""
     mean_work_sq: np.ndarray
-    """:math:`E[X_2]` in tokens squared."""
+    """:math:`E[Y_2]` in s²: those per-iteration seconds squared, summed."""
     chunk_probs: np.ndarray
     """:math:`p_k`, shape (S, K): probability of :math:`k` prefill chunks (column :math:`k`)."""
+    own_prefill_s: np.ndarray
+    """Shape (S, K): the seconds a request of :math:`k` chunks adds to its own prefill iterations,
+    :math:`\\omega_k = h c k(k-1)/2 + a E[l_{in}|k] + b E[l_{in}^2|k]`."""
     W_s: float
-    h_s: float
-    chunk_tokens: int
+    mean_kv_work: np.ndarray | None = None
+    """:math:`E[hX]`: the part of :attr:`mean_work` that scans the KV cache (the rest is compute); ``None``: all."""
 
     @staticmethod
     def from_stats(stats, arrival_rate, cap=None) -> "BatchedTraffic":
@@ -110,17 +119,19 @@ class BatchedTraffic:
         lam = np.atleast_1d(np.asarray(arrival_rate, dtype=float))
         n = np.asarray(stats.n_slots if cap is None else cap, dtype=float)
         fix = lambda a: np.broadcast_to(np.nan_to_num(np.asarray(a, dtype=float)), lam.shape)  # noqa: E731
+        probs = np.nan_to_num(np.atleast_2d(stats.prefill_probs))
+        own = np.broadcast_to(np.nan_to_num(np.atleast_2d(stats.own_prefill_s)), probs.shape)
         return BatchedTraffic(lam, np.broadcast_to(n, lam.shape), fix(stats.mean_iterations),
-                              fix(stats.cv2_iterations), fix(stats.mean_context_work),
-                              fix(stats.mean_context_work_sq), np.nan_to_num(np.atleast_2d(stats.prefill_probs)),
-                              float(stats.iteration_base_s), float(stats.context_s_per_token),
-                              int(stats.chunk_tokens))
+                              fix(stats.cv2_iterations), fix(stats.mean_time_work),
+                              fix(stats.mean_time_work_sq), probs, own, float(stats.iteration_base_s),
+                              fix(stats.context_s_per_token * np.asarray(stats.mean_context_work, dtype=float)))
 
     def take(self, idx) -> "BatchedTraffic":
         """The pools at ``idx``."""
         return BatchedTraffic(self.arrival_rate[idx], self.cap[idx], self.mean_iterations[idx],
                               self.cv2_iterations[idx], self.mean_work[idx], self.mean_work_sq[idx],
-                              self.chunk_probs[idx], self.W_s, self.h_s, self.chunk_tokens)
+                              self.chunk_probs[idx], self.own_prefill_s[idx], self.W_s,
+                              None if self.mean_kv_work is None else self.mean_kv_work[idx])
 
 
 @dataclass(frozen=True, eq=False)
@@ -134,7 +145,7 @@ class OperatingPoint:
 
     replicas: np.ndarray
     context_load: np.ndarray
-    """:math:`x = \\lambda h E[X] / N`: the share of a replica's time spent on context."""
+    """:math:`x = \\lambda E[Y] / N`: the share of a replica's time spent on work beyond :math:`W`."""
     full_load: np.ndarray
     """:math:`\\rho_f = x + \\lambda E[I] W / (N n)`: offered load over the pool's throughput when every
     batch place is taken (stable below 1)."""
@@ -153,6 +164,9 @@ class OperatingPoint:
     wait_decay: np.ndarray
     """:math:`\\theta`: the wait of an arrival that finds the pool full is exponential with this rate (1/s)."""
     stable: np.ndarray
+    busy_fraction: np.ndarray | None = None
+    """:math:`E[\\min(J, N)] / N`: the share of time a replica runs iterations (JSQ keeps :math:`\\min(J, N)`
+    replicas busy)."""
 
 
 def _nb_cdf(m, r, x):
@@ -172,19 +186,19 @@ def operating_point(traffic: BatchedTraffic, replicas) -> OperatingPoint:
 
     Examples
     --------
-    One replica, W = 10 ms, h = 1 us/token, 1 req/s of 100 iterations over 200,000 context tokens in all:
-    :math:`x = 0.2`, :math:`\\beta = W E[I] / (h E[X]) = 5`, so the batch is negative binomial with shape
+    One replica, W = 10 ms, 1 req/s of 100 iterations adding 0.2 s in all (200,000 context tokens at
+    h = 1 us/token): :math:`x = 0.2`, :math:`\\beta = W E[I] / E[Y] = 5`, so the batch is negative binomial with shape
     :math:`r = 6` and ratio 0.2 (mean :math:`r x/(1-x) = 1.5`) as long as the cap of 8 is rarely reached.
 
     >>> t = BatchedTraffic(np.array([1.0]), np.array([8.0]), np.array([100.0]), np.array([0.0]),
-    ...                    np.array([2e5]), np.array([1e9]), np.array([[0.0, 1.0]]), 0.01, 1e-6, 512)
+    ...                    np.array([0.2]), np.array([1e-3]), np.array([[0.0, 1.0]]), np.array([[0.0, 0.0]]), 0.01)
     >>> op = operating_point(t, 1)
     >>> [round(float(v[0]), 4) for v in (op.context_load, op.mean_batch)]
     [0.2, 1.4997]
     """
     N = np.broadcast_to(np.asarray(replicas, dtype=float), traffic.arrival_rate.shape).astype(float)
     lam, n = traffic.arrival_rate, traffic.cap
-    W, h = traffic.W_s, traffic.h_s
+    W = traffic.W_s
     EI, EX = traffic.mean_iterations, traffic.mean_work
     live = (lam > 0) & (N > 0) & (n >= 1) & (EI > 0)
     Ns = np.where(live, N, 1.0)
@@ -192,7 +206,7 @@ def operating_point(traffic: BatchedTraffic, replicas) -> OperatingPoint:
     xbar = np.where(live, EX / EIs, 0.0)                        # mean context of a running sequence
     seq_var = np.maximum(np.where(live, traffic.mean_work_sq / EIs, 0.0) - xbar * xbar, 0.0)
     a = lam * EI * W                                            # work without context, per second
-    x = np.where(live, np.maximum(lam * h * EX / Ns, 1e-300), 0.0)
+    x = np.where(live, np.maximum(lam * EX / Ns, 1e-300), 0.0)
     m = Ns * n                                                  # batch places in the pool
     rho_f = x + a / np.where(live, m, 1.0)
     stable = live & (rho_f < 1.0)
@@ -217,8 +231,9 @@ def operating_point(traffic: BatchedTraffic, replicas) -> OperatingPoint:
         b_mean = Ej / Ns
         b_var = np.maximum(Ej2 - Ej * Ej, 0.0) / (Ns * Ns)
         running = (r * q * _nb_cdf(m - 2.0, r + 1.0, xs) + m * tail) / Z   # E[min(J, Nn)]
+        busy_frac = (r * q * _nb_cdf(Ns - 2.0, r + 1.0, xs) / Z + Ns * (1.0 - p_idle)) / Ns   # E[min(J, N)] / N
         batch = np.where(stable, running / Ns, np.where(live, n, 0.0))
-        mu_full = m / (EIs * (W + h * n * xbar))
+        mu_full = m / (EIs * (W + n * xbar))
         theta = np.where(stable, (mu_full - lam) * 2.0 / (1.0 + traffic.cv2_iterations), -1.0)
         residence = np.where(live & stable, batch * Ns / np.where(lam > 0, lam, 1.0), np.inf)
     ok = lambda v, fill: np.where(stable, v, fill)  # noqa: E731
@@ -226,7 +241,7 @@ def operating_point(traffic: BatchedTraffic, replicas) -> OperatingPoint:
         N, np.where(live, x, 0.0), np.where(live, rho_f, 0.0), batch, batch / np.where(n >= 1, n, 1.0),
         residence, ok(p_idle, 0.0), ok(p_full, 1.0),
         ok(b_mean * xbar, 0.0), ok(xbar * xbar * b_var + b_mean * seq_var, 0.0), ok(n * xbar, 0.0),
-        ok(n * seq_var, 0.0), theta, stable | (lam <= 0))
+        ok(n * seq_var, 0.0), theta, stable | (lam <= 0), np.where(stable, busy_frac, np.where(live, 1.0, 0.0)))
 
 
 def _context_nodes(mean, var) -> np.ndarray:
@@ -266,15 +281,16 @@ def batched_miss_prob(t_s, traffic: BatchedTraffic, replicas, op: OperatingPoint
     has = probs > 0
     k_hi = np.where(has.any(axis=1), K - 1 - np.argmax(has[:, ::-1], axis=1), 0)
     k_lo = np.where(has.any(axis=1), np.argmax(has, axis=1), 0)
-    T_busy = traffic.W_s + traffic.h_s * _context_nodes(op.busy_context_mean, op.busy_context_var)
-    T_full = traffic.W_s + traffic.h_s * _context_nodes(op.full_context_mean, op.full_context_var)
+    T_busy = traffic.W_s + _context_nodes(op.busy_context_mean, op.busy_context_var)
+    T_full = traffic.W_s + _context_nodes(op.full_context_mean, op.full_context_var)
     miss = np.zeros(S)
     order = np.lexsort((k_lo, k_hi))
     for lo in range(0, S, _BLOCK):
         rows = order[lo:lo + _BLOCK]
         a, b = int(k_lo[rows].min()), int(k_hi[rows].max()) + 1
-        miss[rows] = _miss_block(t[rows], probs[rows, a:b], np.arange(a, b, dtype=float), T_busy[rows],
-                                 T_full[rows], op.idle_prob[rows], op.full_prob[rows], op.wait_decay[rows], traffic)
+        miss[rows] = _miss_block(t[rows], probs[rows, a:b], np.arange(a, b, dtype=float),
+                                 traffic.own_prefill_s[rows, a:b], T_busy[rows], T_full[rows], op.idle_prob[rows],
+                                 op.full_prob[rows], op.wait_decay[rows], traffic.W_s)
     live = traffic.arrival_rate > 0
     return np.where(live, np.where(op.stable, miss, 1.0), 0.0)
 
@@ -316,24 +332,23 @@ _FULL_NEGLIGIBLE = 1e-12
 probability (which is compared with 0.01)."""
 
 
-def _miss_block(t, probs, k, T_busy, T_full, p_idle, p_full, theta, traffic: BatchedTraffic) -> np.ndarray:
+def _miss_block(t, probs, k, own, T_busy, T_full, p_idle, p_full, theta, W_s: float) -> np.ndarray:
     """:math:`\\sum_k p_k [p_0 P_{idle}(k) + p_b E_C P_{busy}(k, C) + p_f E_C P_{full}(k, C)]` for a block.
 
     Without a wait (idle and busy states) the average over :math:`U` is the share whose prefill ends after
     :math:`t`, :math:`1 - \\mathrm{clip}((t - a)/b, 0, 1)`; with one, :func:`waited_exceed_prob`.
     """
-    own = traffic.h_s * traffic.chunk_tokens * k * (k - 1) / 2.0           # (K,)
     _, weights = CONTEXT_NODES
     tt = t[:, None, None]
-    start = k[None, :, None] * T_busy[:, None, :] + own[None, :, None]
+    start = k[None, :, None] * T_busy[:, None, :] + own[:, :, None]
     busy = (1.0 - np.clip((tt - start) / T_busy[:, None, :], 0.0, 1.0)) @ weights
-    idle = (k * traffic.W_s + own)[None, :] > t[:, None]
+    idle = (k[None, :] * W_s + own) > t[:, None]
     p0, pf = p_idle[:, None], p_full[:, None]
     out = np.sum(probs * (p0 * idle + (1.0 - p0 - pf) * busy), axis=1)
     waits = np.flatnonzero(p_full > _FULL_NEGLIGIBLE)
     if waits.size:
         T = T_full[waits][:, None, :]
-        full = waited_exceed_prob(tt[waits], k[None, :, None] * T + own[None, :, None], T,
+        full = waited_exceed_prob(tt[waits], k[None, :, None] * T + own[waits][:, :, None], T,
                               theta[waits][:, None, None]) @ weights
         out[waits] += np.sum(probs[waits] * pf[waits] * full, axis=1)
     return out
@@ -345,10 +360,9 @@ def batched_ttft_p99_s(traffic: BatchedTraffic, replicas) -> np.ndarray:
     probs = traffic.chunk_probs
     k_max = np.max(np.where(probs > 0, np.arange(probs.shape[1])[None, :], 0), axis=1)
     nodes = _context_nodes(op.full_context_mean, op.full_context_var)
-    T_top = traffic.W_s + traffic.h_s * np.maximum(np.nanmax(nodes, axis=1),
-                                                   np.nanmax(_context_nodes(op.busy_context_mean,
-                                                                            op.busy_context_var), axis=1))
-    own = traffic.h_s * traffic.chunk_tokens * k_max * (k_max - 1) / 2.0
+    T_top = traffic.W_s + np.maximum(np.nanmax(nodes, axis=1),
+                                     np.nanmax(_context_nodes(op.busy_context_mean, op.busy_context_var), axis=1))
+    own = np.max(np.where(probs > 0, traffic.own_prefill_s, 0.0), axis=1)
     theta = op.wait_decay
     with np.errstate(divide="ignore", invalid="ignore"):   # P(wait > w) = p_full e^{-theta w} <= q beyond w99
         w99 = np.where(op.full_prob > P99_TAIL,
@@ -362,24 +376,24 @@ def batched_ttft_p99_s(traffic: BatchedTraffic, replicas) -> np.ndarray:
 
 
 def prefill_limit_s(traffic: BatchedTraffic) -> np.ndarray:
-    """Prefill time of each chunk count on an idle replica, :math:`k W + h c k(k-1)/2`, shape (K,).
+    """Prefill time of each chunk count on an idle replica, :math:`k W + \\omega_k`, shape (S, K).
 
     The limit of TTFT as the replica count grows: requests whose prefill alone exceeds the SLO here
     miss it at any count.
     """
     k = np.arange(traffic.chunk_probs.shape[1], dtype=float)
-    return k * traffic.W_s + traffic.h_s * traffic.chunk_tokens * k * (k - 1) / 2.0
+    return k[None, :] * traffic.W_s + traffic.own_prefill_s
 
 
 def mean_prefill_s(traffic: BatchedTraffic, op: OperatingPoint) -> np.ndarray:
-    """Mean time from joining a batch to the first token, :math:`E[(k + U)(W + hC)] + h c E[k(k-1)]/2`."""
+    """Mean time from joining a batch to the first token, :math:`E[(k + U)(W + C)] + E[\\omega_k]`."""
     probs = traffic.chunk_probs
     k = np.arange(probs.shape[1], dtype=float)
     mass = np.maximum(probs.sum(axis=1), 1e-300)
     ek = probs @ k / mass
-    own = probs @ (traffic.h_s * traffic.chunk_tokens * k * (k - 1) / 2.0) / mass
-    busy = (ek + 0.5) * (traffic.W_s + traffic.h_s * op.busy_context_mean)
-    full = (ek + 0.5) * (traffic.W_s + traffic.h_s * op.full_context_mean)
+    own = np.sum(probs * traffic.own_prefill_s, axis=1) / mass
+    busy = (ek + 0.5) * (traffic.W_s + op.busy_context_mean)
+    full = (ek + 0.5) * (traffic.W_s + op.full_context_mean)
     p_busy = 1.0 - op.idle_prob - op.full_prob
     return op.idle_prob * ek * traffic.W_s + p_busy * busy + op.full_prob * full + own
 
@@ -421,13 +435,38 @@ def mean_power_w(power_w, op: OperatingPoint, cap) -> np.ndarray:
     return out
 
 
+def mean_activity_power_w(power, traffic: BatchedTraffic, op: OperatingPoint) -> np.ndarray:
+    """A replica's mean power under an activity power model (:class:`fleetopt.models.power.ActivityPower`).
+
+    Energy per second is linear in the time a replica spends on each component: of the busy share :math:`f_b`
+    (:attr:`OperatingPoint.busy_fraction`), the work :math:`\\lambda_r E[Y]` (s/s) splits into KV scan
+    :math:`\\lambda_r E[hX]` and compute, and the rest is weight streaming, so
+
+    .. math::
+
+        \\bar P = P_{idle} (1 - f_b) + p_w (f_b - \\lambda_r E[Y]) + p_{kv} \\lambda_r E[hX]
+                  + p_c \\lambda_r (E[Y] - E[hX])
+
+    with the busy part's mean capped at the board limit (the simulator caps the mean between events:
+    :mod:`fleetopt.solvers.des.engine`, "Power"). Exact in the work rates; :math:`f_b` is the model's.
+    """
+    lam_r = traffic.arrival_rate / np.maximum(op.replicas, 1.0)
+    work = lam_r * traffic.mean_work
+    kv = lam_r * (traffic.mean_work if traffic.mean_kv_work is None else traffic.mean_kv_work)
+    fb = np.clip(op.busy_fraction, 0.0, 1.0)
+    weights = np.maximum(fb - work, 0.0)
+    busy_energy = power.weights_w * weights + power.kv_w * kv + power.compute_w * np.maximum(work - kv, 0.0)
+    busy_energy = np.minimum(busy_energy, power.limit_w * fb)
+    return power.idle_w * (1.0 - fb) + busy_energy
+
+
 def batched_min_replicas(traffic: BatchedTraffic, slo_s, rho_max: float = 0.85, min_count: int = 1) -> Sizing:
     """Smallest replica count meeting the P99-TTFT SLO with the full-batch load :math:`\\rho_f \\le \\rho_{max}`.
 
     .. math::
 
         N^* = \\min\\{N \\ge N_0 : P(T > T_{SLO} \\mid N) \\le q\\}, \\qquad
-        N_0 = \\left\\lceil \\frac{\\lambda (h E[X] + E[I] W / n)}{\\rho_{max}} \\right\\rceil
+        N_0 = \\left\\lceil \\frac{\\lambda (E[Y] + E[I] W / n)}{\\rho_{max}} \\right\\rceil
 
     The utilisation cap ``max_utilization`` is a capacity headroom: it bounds :math:`\\rho_f = x + \\lambda E[I] W
     / (N n)`, the offered load over what the pool completes with every batch place taken (the slot models'
@@ -447,14 +486,15 @@ def batched_min_replicas(traffic: BatchedTraffic, slo_s, rho_max: float = 0.85, 
     no_slots = traffic.cap < 1
     cap = np.where(no_slots, 1.0, traffic.cap)
     with np.errstate(invalid="ignore"):
-        N0 = np.ceil((lam * traffic.h_s * traffic.mean_work + lam * traffic.mean_iterations * traffic.W_s / cap)
+        N0 = np.ceil((lam * traffic.mean_work + lam * traffic.mean_iterations * traffic.W_s / cap)
                      / rho_max * (1 - 1e-12))
     N0 = np.maximum(np.nan_to_num(N0, nan=1.0), min_count)
-    limit = np.sum(np.where(prefill_limit_s(traffic)[None, :] > slo[:, None], traffic.chunk_probs, 0.0), axis=1)
+    limit = np.sum(np.where(prefill_limit_s(traffic) > slo[:, None], traffic.chunk_probs, 0.0), axis=1)
     limit_ok = limit < P99_TAIL
     active = ~idle & ~no_slots & limit_ok
     safe = BatchedTraffic(lam, cap, traffic.mean_iterations, traffic.cv2_iterations, traffic.mean_work,
-                          traffic.mean_work_sq, traffic.chunk_probs, traffic.W_s, traffic.h_s, traffic.chunk_tokens)
+                          traffic.mean_work_sq, traffic.chunk_probs, traffic.own_prefill_s, traffic.W_s,
+                          traffic.mean_kv_work)
 
     def ok(N, idx):
         sub = safe.take(idx)

@@ -25,11 +25,13 @@ import numpy as np
 
 from fleetopt.models.profiles import ServingProfile, quality_label
 from fleetopt.models.batched import (BatchedTraffic, batched_miss_prob, batched_min_replicas, batched_ttft_p99_s,
-                                     mean_power_w, mean_prefill_s, operating_point, prefill_limit_s)
+                                     mean_activity_power_w, mean_power_w, mean_prefill_s, operating_point,
+                                     prefill_limit_s)
 from fleetopt.models.numerics import bisect_boundary
 from fleetopt.models.queueing import min_replicas, prefill_p99_s, ttft_miss_prob, ttft_p99_s
 from fleetopt.models.segments import compressed_band, raw_between, segment_basis, stats_from_raw
-from fleetopt.models.service import tpot_batch_cap, tpot_bound_s
+from fleetopt.models.power import ActivityPower
+from fleetopt.models.service import decode_power_curve, tpot_batch_cap, tpot_bound_s
 from fleetopt.models.units import HOURS_PER_YEAR, MS_PER_S, P99_TAIL
 from fleetopt.models.workload import LengthDistribution, RequestTrace
 
@@ -304,7 +306,8 @@ def _evaluate_pool(raw, plan: PoolPlan, arrival_rate: float, level: ServiceLevel
     pf99 = prefill_p99_s(s.prefill_times_s, s.prefill_probs[0]) if lam > 0 else 0.0
     util = lam * es / servers if servers > 0 else (0.0 if lam == 0 else math.inf)
     batch = lam * es / replicas if replicas > 0 else 0.0
-    power = replicas * float(plan.profile.power.power_w(min(batch, n))) if replicas > 0 else 0.0
+    curve = decode_power_curve(plan.profile, plan.hi_tokens / 2)
+    power = replicas * float(curve.power_w(min(batch, n))) if replicas > 0 else 0.0
     out_tps = lam * float(np.nan_to_num(s.mean_output_tokens[0]))
     slo_met = bool(ttft <= level.ttft_p99_s * (1 + 1e-12))
     util_ok = bool(util <= level.max_utilization * (1 + 1e-12))
@@ -350,20 +353,25 @@ def _evaluate_pool_batched(s, plan: PoolPlan, lam: float, cap: int, full: int, t
     if live:
         ttft = float(batched_ttft_p99_s(traffic, [replicas])[0])
         miss = float(batched_miss_prob(level.ttft_p99_s, traffic, [replicas], op)[0])
-        limit = prefill_limit_s(traffic)
+        limit = prefill_limit_s(traffic)[0]
         pf99 = prefill_p99_s(limit, traffic.chunk_probs[0])
         mean_pf = float(mean_prefill_s(traffic, op)[0])
         util = float(op.utilization[0]) if op.stable[0] else math.inf
         batch = float(min(op.mean_batch[0], cap)) if op.stable[0] else float(cap)
-        power = replicas * float(mean_power_w(plan.profile.power.power_w, op, [cap])[0]) if op.stable[0] else \
-            replicas * float(plan.profile.power.power_w(cap))
+        curve = decode_power_curve(plan.profile, plan.hi_tokens / 2)
+        if not op.stable[0]:
+            power = replicas * float(curve.power_w(cap))
+        elif isinstance(plan.profile.power, ActivityPower):
+            power = replicas * float(mean_activity_power_w(plan.profile.power, traffic, op)[0])
+        else:
+            power = replicas * float(mean_power_w(curve.power_w, op, [cap])[0])
     else:
         ttft = 0.0 if lam == 0 else math.inf
         miss = 0.0 if lam == 0 else 1.0
         pf99 = mean_pf = 0.0
         util = 0.0 if lam == 0 else math.inf
         batch = 0.0
-        power = replicas * float(plan.profile.power.power_w(0)) if replicas > 0 else 0.0
+        power = replicas * float(decode_power_curve(plan.profile, plan.hi_tokens / 2).power_w(0)) if replicas > 0 else 0.0
     # served output: the whole offered rate when stable (an unstable pool's tok/W would describe load it drops)
     out_tps = lam * float(np.nan_to_num(s.mean_output_tokens[0])) if math.isfinite(util) else 0.0
     es = float(op.residence_s[0]) if live and op.stable[0] else 0.0

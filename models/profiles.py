@@ -6,8 +6,11 @@ profile answers the same questions (:class:`ServingProfile`):
 
 * ``n_slots(ctx)`` - sequences the replica holds at once when its context
   window is ``ctx`` tokens (KV-cache and compute limits);
-* the iteration-latency constants ``W_s`` and ``H_s`` at ``calibration_ctx_tokens``
-  and the prefill chunk, used by :mod:`fleetopt.models.service`;
+* the iteration-latency constants ``W_s`` and ``H_s`` at ``calibration_ctx_tokens``,
+  the per-sequence compute ``g_s``, the prefill compute ``prefill_a_s`` (per prompt
+  token) and ``prefill_b_s`` (per token squared, causal attention), and the prefill
+  chunk, used by :mod:`fleetopt.models.service` (the seeds' calibrated profiles have
+  ``g_s = prefill_a_s = prefill_b_s = 0``: their convention);
 * price, power curve and GPU count per replica, with quality labels.
 
 Two kinds exist: :class:`CalibratedProfile` (constants measured or fitted
@@ -22,7 +25,7 @@ from typing import Protocol, runtime_checkable
 
 import numpy as np
 
-from fleetopt.models.power import PowerCurve
+from fleetopt.models.power import ActivityPower, PowerCurve
 
 __all__ = ["ServingProfile", "CalibratedProfile", "quality_label"]
 
@@ -42,8 +45,11 @@ class ServingProfile(Protocol):
     blk_size_tokens: int
     cost_usd_per_hr: float
     gpus_per_replica: int
-    power: PowerCurve
+    power: PowerCurve | ActivityPower
     latency_quality: str
+    g_s: float
+    prefill_a_s: float
+    prefill_b_s: float
 
     def n_slots(self, ctx_tokens): ...
 
@@ -71,7 +77,7 @@ class CalibratedProfile:
 
     Examples
     --------
-    >>> from fleetopt.models.power import PowerCurve
+    >>> from fleetopt.models.power import ActivityPower, PowerCurve
     >>> h100 = CalibratedProfile("H100-80GB", "Llama-3-70B-class (TP=8)", 0.004, 0.00032, 8192, 1024,
     ...     16, 65536, 256, 4.02, 1, PowerCurve(300, 600, 1.0, 4.2, "measured"), "calibrated")
     >>> [int(h100.n_slots(c)) for c in (2048, 8192, 65536)]
@@ -89,15 +95,21 @@ class CalibratedProfile:
     max_slots: int
     cost_usd_per_hr: float
     gpus_per_replica: int
-    power: PowerCurve
+    power: PowerCurve | ActivityPower
     latency_quality: str = "calibrated"
     source: str = ""
     note: str = ""
+    g_s: float = 0.0
+    prefill_a_s: float = 0.0
+    prefill_b_s: float = 0.0
 
     def __post_init__(self) -> None:
         for attr in ("W_s", "H_s"):
             if not getattr(self, attr) > 0:
                 raise ValueError(f"profile {self.name}: {attr} must be > 0; got {getattr(self, attr)}")
+        for attr in ("g_s", "prefill_a_s", "prefill_b_s"):
+            if not getattr(self, attr) >= 0:
+                raise ValueError(f"profile {self.name}: {attr} must be >= 0; got {getattr(self, attr)}")
         for attr in ("calibration_ctx_tokens", "chunk_tokens", "blk_size_tokens", "total_kv_blocks",
                      "max_slots", "gpus_per_replica"):
             if not getattr(self, attr) >= 1:

@@ -26,19 +26,21 @@ quantities over their requests. No sampling is involved.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from fleetopt.models.profiles import ServingProfile
-from fleetopt.models.service import iteration_coefficients
+from fleetopt.models.service import compute_coefficients, iteration_coefficients
 from fleetopt.models.workload import LengthDistribution, RequestTrace
 
 __all__ = ["SegmentBasis", "SegmentStats", "RawSums", "segment_basis", "segment_stats", "raw_between",
-           "compressed_band", "stats_from_raw", "context_work"]
+           "compressed_band", "stats_from_raw", "context_work", "compute_work"]
 
 _GL_X, _GL_W = np.polynomial.legendre.leggauss(3)
 _NAMES = ("mass", "A", "AL", "A2", "A2L", "A2L2", "k", "out", "L", "X", "X2")
+_COMPUTE_NAMES = ("Xd", "P1", "P2", "Q1", "Q2", "R11", "R12", "R22")
+"""Sums the compute terms of the iteration need (:func:`compute_work`), in this order."""
 
 
 @dataclass(frozen=True, eq=False)
@@ -54,6 +56,9 @@ class SegmentBasis:
     chunk_tokens: int
     prefix: dict
     chunk_mass_prefix: np.ndarray
+    chunk_prompt_prefix: np.ndarray
+    """``chunk_prompt_prefix[j, k, p]``: the integral of :math:`l_{in}^{p+1}` over requests of :math:`L \\le b_j` with
+    :math:`k` chunks (p = 0, 1): the prompt moments of each chunk count, for the own-prefill compute."""
 
     def between(self, name: str, i, j):
         """Integral of basis ``name`` over :math:`(b_i, b_j]` (array-aware in i, j)."""
@@ -65,13 +70,17 @@ def _accumulate(boundaries, L_idx, weights, values: dict, k, k_max):
     """Sum weighted values into elementary intervals; return prefix sums."""
     m = len(boundaries)
     prefix = {}
-    for name in _NAMES:
+    for name in _NAMES + _COMPUTE_NAMES:
         v = weights if name == "mass" else weights * values[name]
         per = np.bincount(L_idx, weights=v, minlength=m)[:m]
         prefix[name] = np.cumsum(per)
     grid = np.zeros((m, k_max + 1))
-    np.add.at(grid, (L_idx, k.astype(np.int64)), weights)
-    return prefix, np.cumsum(grid, axis=0)
+    ki = k.astype(np.int64)
+    np.add.at(grid, (L_idx, ki), weights)
+    prompt = np.zeros((m, k_max + 1, 2))
+    np.add.at(prompt, (L_idx, ki, 0), weights * values["P1"])
+    np.add.at(prompt, (L_idx, ki, 1), weights * values["P2"])
+    return prefix, np.cumsum(grid, axis=0), np.cumsum(prompt, axis=0)
 
 
 def context_work(prompt_tokens, output_tokens, chunk_tokens):
@@ -104,8 +113,61 @@ def context_work(prompt_tokens, output_tokens, chunk_tokens):
 def _values(k, l_out, L, chunk_tokens):
     A = k + l_out
     X, X2 = _work(k, L - l_out, l_out, chunk_tokens)
-    return {"A": A, "AL": A * L, "A2": A * A, "A2L": A * A * L, "A2L2": A * A * L * L,
-            "k": k, "out": l_out, "L": L, "X": X, "X2": X2}
+    out = {"A": A, "AL": A * L, "A2": A * A, "A2L": A * A * L, "A2L2": A * A * L * L,
+           "k": k, "out": l_out, "L": L, "X": X, "X2": X2}
+    out.update(zip(_COMPUTE_NAMES, _compute(k, L - l_out, l_out, chunk_tokens)))
+    return out
+
+
+def compute_work(prompt_tokens, output_tokens, chunk_tokens):
+    """The sums that the compute terms of the iteration add to a request's time-work (array-aware).
+
+    With :math:`g, a, b` of :func:`fleetopt.models.service.compute_coefficients` and the even-chunk
+    convention there (chunk :math:`j` of :math:`k` costs :math:`\\alpha + \\beta j`,
+    :math:`\\alpha = a u + b v`, :math:`\\beta = 2 b v`, :math:`u = l_{in}/k`, :math:`v = u^2`), a request adds
+    to the iterations it runs in the time-work
+
+    .. math::
+
+        Y = h X + g\\, l_{out} + a\\, l_{in} + b\\, l_{in}^2, \\qquad
+        Y_2 = h^2 X_2 + 2hg X_d + 2ha Q_1 + 2hb Q_2 + g^2 l_{out} + a^2 R_{11} + 2ab R_{12} + b^2 R_{22}
+
+    (:math:`Y_2` the sum of its per-iteration contributions squared; :math:`X, X_2` of :func:`context_work`)
+    with the decode context sum :math:`X_d = l_{out} l_{in} + l_{out}(l_{out}-1)/2` and
+
+    .. math::
+
+        Q_1 = c\\, l_{in} \\frac{k-1}{2}, \\quad Q_2 = c\\, l_{in}^2 \\frac{(k-1)(4k+1)}{6k}, \\quad
+        R_{11} = \\frac{l_{in}^2}{k}, \\quad R_{12} = \\frac{l_{in}^3}{k}, \\quad
+        R_{22} = l_{in}^4 \\frac{4k^2 - 1}{3k^3}
+
+    (from :math:`\\sum_j jc(\\alpha + \\beta j)` and :math:`\\sum_j (\\alpha + \\beta j)^2`). Returns
+    :math:`(X_d, l_{in}, l_{in}^2, Q_1, Q_2, R_{11}, R_{12}, R_{22})`.
+
+    Examples
+    --------
+    Prompt 8 in two chunks of 4, 3 outputs: decode contexts 8, 9, 10 sum to 27; with :math:`a = 1, b = 0` the
+    chunks cost 4 each, so :math:`\\sum (\\alpha + \\beta j)^2 = 32 = R_{11}`.
+
+    >>> [float(v) for v in compute_work(8, 3, 4)]
+    [27.0, 8.0, 64.0, 16.0, 192.0, 32.0, 256.0, 2560.0]
+    """
+    l_in = np.asarray(prompt_tokens, dtype=float)
+    return _compute(np.ceil(l_in / chunk_tokens), l_in, np.asarray(output_tokens, dtype=float), chunk_tokens)
+
+
+def _compute(k, l_in, l_out, c):
+    """:func:`compute_work` with the chunk count :math:`k` given."""
+    c = float(c)
+    ks = np.where(k > 0, k, 1.0)
+    p2 = l_in * l_in
+    Xd = l_out * l_in + l_out * (l_out - 1) / 2
+    Q1 = c * l_in * (k - 1) / 2
+    Q2 = np.where(k > 0, c * p2 * (k - 1) * (4 * k + 1) / (6 * ks), 0.0)
+    R11 = np.where(k > 0, p2 / ks, 0.0)
+    R12 = np.where(k > 0, p2 * l_in / ks, 0.0)
+    R22 = np.where(k > 0, p2 * p2 * (4 * k * k - 1) / (3 * ks ** 3), 0.0)
+    return Xd, l_in, p2, np.where(k > 0, Q1, 0.0), Q2, R11, R12, R22
 
 
 def _work(k, l_in, l_out, c):
@@ -134,9 +196,9 @@ def segment_basis(workload: LengthDistribution | RequestTrace, boundaries, chunk
         k = np.ceil(workload.prompt_tokens / chunk_tokens)
         w = np.full(len(L), 1.0 / len(L))
         idx = np.searchsorted(b, L, side="left")
-        prefix, grid = _accumulate(b, idx, w, _values(k, workload.output_tokens.astype(float), L, chunk_tokens), k,
-                                   int(k.max()))
-        return SegmentBasis(b, chunk_tokens, prefix, grid)
+        prefix, grid, prompt = _accumulate(b, idx, w, _values(k, workload.output_tokens.astype(float), L,
+                                                              chunk_tokens), k, int(k.max()))
+        return SegmentBasis(b, chunk_tokens, prefix, grid, prompt)
     if not 0.0 < input_fraction < 1.0:
         raise ValueError(f"input_fraction must lie in (0, 1); got {input_fraction}")
     f = input_fraction
@@ -173,8 +235,9 @@ def segment_basis(workload: LengthDistribution | RequestTrace, boundaries, chunk
     k_all = np.concatenate((kg.ravel(), ka))
     i_all = np.concatenate((idx.ravel(), np.searchsorted(b, La, side="left")))
     k_max = int(max(k_all.max(initial=0), 0))
-    prefix, grid = _accumulate(b, i_all, w_all, _values(k_all, (1 - f) * L_all, L_all, chunk_tokens), k_all, k_max)
-    return SegmentBasis(b, chunk_tokens, prefix, grid)
+    prefix, grid, prompt = _accumulate(b, i_all, w_all, _values(k_all, (1 - f) * L_all, L_all, chunk_tokens), k_all,
+                                       k_max)
+    return SegmentBasis(b, chunk_tokens, prefix, grid, prompt)
 
 
 @dataclass(frozen=True, eq=False)
@@ -201,38 +264,60 @@ class RawSums:
     """:math:`E[X 1_{comp}]`, the context a request's iterations start from, summed (:func:`context_work`)."""
     X2: np.ndarray
     """:math:`E[X_2 1_{comp}]`, the sum of those contexts squared."""
+    compute: np.ndarray | None = None
+    """Shape (S, 8): :math:`E[\\cdot\\, 1_{comp}]` of the sums of :func:`compute_work`; ``None`` reads as zeros
+    (components built by hand for profiles without compute terms)."""
+    k_prompt: np.ndarray | None = None
+    """Shape (S, K, 2): ``k_hist`` weighted by :math:`l_{in}` and :math:`l_{in}^2`; ``None`` reads as zeros."""
+
+    def _full(self) -> "RawSums":
+        """The same sums with ``compute`` and ``k_prompt`` as arrays."""
+        if self.compute is not None and self.k_prompt is not None:
+            return self
+        S, K = self.k_hist.shape
+        return replace(self, compute=np.zeros((S, len(_COMPUTE_NAMES))) if self.compute is None else self.compute,
+                       k_prompt=np.zeros((S, K, 2)) if self.k_prompt is None else self.k_prompt)
 
     def take(self, idx) -> "RawSums":
         """The components at ``idx`` (array of row indices)."""
-        return RawSums(*(getattr(self, f)[idx] for f in _RAW_FIELDS))
+        full = self._full()
+        return RawSums(*(getattr(full, f)[idx] for f in _RAW_FIELDS))
 
     @staticmethod
     def stack(parts: list["RawSums"]) -> "RawSums":
         """Concatenate components (prefill histograms padded to a common width)."""
+        parts = [p._full() for p in parts]
         width = max(p.k_hist.shape[1] for p in parts)
-        return RawSums(*(np.concatenate([_pad(p.k_hist, width) if f == "k_hist" else getattr(p, f) for p in parts])
-                         for f in _RAW_FIELDS))
+        return RawSums(*(np.concatenate([_pad(getattr(p, f), width) if f in _HIST_FIELDS else getattr(p, f)
+                                         for p in parts]) for f in _RAW_FIELDS))
 
     def total(self) -> "RawSums":
         """One component holding the sum of all components."""
-        return RawSums(*(getattr(self, f).sum(axis=0)[None, ...] if f == "k_hist" else np.array([getattr(self, f).sum()])
-                         for f in _RAW_FIELDS))
+        full = self._full()
+        return RawSums(*(getattr(full, f).sum(axis=0)[None, ...] if f in _HIST_FIELDS + ("compute",)
+                         else np.array([getattr(full, f).sum()]) for f in _RAW_FIELDS))
 
     def scaled(self, w) -> "RawSums":
         w = np.asarray(w, dtype=float)
-        return RawSums(*(getattr(self, f) * (w[:, None] if f == "k_hist" else w) for f in _RAW_FIELDS))
+        full = self._full()
+        shape = {"k_hist": w[:, None], "compute": w[:, None], "k_prompt": w[:, None, None]}
+        return RawSums(*(getattr(full, f) * shape.get(f, w) for f in _RAW_FIELDS))
 
     def __add__(self, other: "RawSums") -> "RawSums":
-        width = max(self.k_hist.shape[1], other.k_hist.shape[1])
-        return RawSums(*(getattr(self, f) + getattr(other, f) if f != "k_hist"
-                         else _pad(self.k_hist, width) + _pad(other.k_hist, width) for f in _RAW_FIELDS))
+        a, b = self._full(), other._full()
+        width = max(a.k_hist.shape[1], b.k_hist.shape[1])
+        return RawSums(*(getattr(a, f) + getattr(b, f) if f not in _HIST_FIELDS
+                         else _pad(getattr(a, f), width) + _pad(getattr(b, f), width) for f in _RAW_FIELDS))
 
 
-_RAW_FIELDS = ("mass", "A", "AL", "A2", "A2L", "A2L2", "k", "out", "L", "k_hist", "X", "X2")
+_RAW_FIELDS = ("mass", "A", "AL", "A2", "A2L", "A2L2", "k", "out", "L", "k_hist", "X", "X2", "compute", "k_prompt")
+_HIST_FIELDS = ("k_hist", "k_prompt")
 
 
 def _pad(a: np.ndarray, width: int) -> np.ndarray:
-    return a if a.shape[1] == width else np.pad(a, ((0, 0), (0, width - a.shape[1])))
+    if a.shape[1] == width:
+        return a
+    return np.pad(a, ((0, 0), (0, width - a.shape[1])) + ((0, 0),) * (a.ndim - 2))
 
 
 def raw_between(basis: SegmentBasis, i, j) -> RawSums:
@@ -241,8 +326,10 @@ def raw_between(basis: SegmentBasis, i, j) -> RawSums:
     j = np.atleast_1d(np.asarray(j, dtype=np.int64))
     fields = {name: basis.between(name, i, j) for name in _NAMES}
     hist = basis.chunk_mass_prefix[j] - basis.chunk_mass_prefix[i]
+    compute = np.stack([basis.between(name, i, j) for name in _COMPUTE_NAMES], axis=1)
+    prompt = basis.chunk_prompt_prefix[j] - basis.chunk_prompt_prefix[i]
     return RawSums(fields["mass"], fields["A"], fields["AL"], fields["A2"], fields["A2L"], fields["A2L2"],
-                   fields["k"], fields["out"], fields["L"], hist, fields["X"], fields["X2"])
+                   fields["k"], fields["out"], fields["L"], hist, fields["X"], fields["X2"], compute, prompt)
 
 
 def compressed_band(workload: LengthDistribution | RequestTrace, window_tokens: float, gamma: float,
@@ -300,8 +387,12 @@ def _band_sums(weights, out_tokens, window: float, chunk_tokens: int) -> RawSums
     hist = np.bincount(k.astype(np.int64), weights=weights, minlength=k_max + 1)[None, :]
     one = lambda x: np.array([float(np.sum(weights * x))])  # noqa: E731
     X, X2 = _work(k, window - out_tokens, out_tokens, chunk_tokens)
+    l_in = window - out_tokens
+    compute = np.array([[float(np.sum(weights * v)) for v in _compute(k, l_in, out_tokens, chunk_tokens)]])
+    prompt = np.stack([np.bincount(k.astype(np.int64), weights=weights * l_in ** (p + 1), minlength=k_max + 1)
+                       for p in (0, 1)], axis=1)[None, :, :]
     return RawSums(one(1.0), one(A), one(A * window), one(A * A), one(A * A * window), one(A * A * window * window),
-                   one(k), one(out_tokens), one(np.full_like(A, window)), hist, one(X), one(X2))
+                   one(k), one(out_tokens), one(np.full_like(A, window)), hist, one(X), one(X2), compute, prompt)
 
 
 @dataclass(frozen=True, eq=False)
@@ -337,6 +428,14 @@ class SegmentStats:
     context_s_per_token: float
     """:math:`h`: the iteration time each token of context adds."""
     chunk_tokens: int
+    mean_time_work: np.ndarray
+    """:math:`E[Y]`: the seconds a request adds to the iterations it runs in (:func:`compute_work`; :math:`hE[X]`
+    for a profile without compute terms)."""
+    mean_time_work_sq: np.ndarray
+    """:math:`E[Y_2]`: those per-iteration seconds squared, summed (s²)."""
+    own_prefill_s: np.ndarray
+    """Shape (S, K): the seconds a request of :math:`k` chunks adds to its own prefill iterations,
+    :math:`h c k(k-1)/2 + a E[l_{in} | k] + b E[l_{in}^2 | k]`."""
 
     @property
     def prefill_times_s(self) -> np.ndarray:
@@ -374,7 +473,7 @@ def stats_from_raw(raw: RawSums, lo_tokens, window_tokens, profile: ServingProfi
     if n_slots is not None:
         n = np.broadcast_to(np.asarray(n_slots, dtype=float), n.shape).copy()
     c = profile.H_s * n / profile.calibration_ctx_tokens
-    W = profile.W_s
+    W = profile.W_s + profile.g_s * n              # a full batch's per-sequence compute (0 for the seeds' units)
     mass = raw.mass
     with np.errstate(divide="ignore", invalid="ignore"):
         m1 = (W * raw.A + c * raw.AL) / mass
@@ -383,12 +482,29 @@ def stats_from_raw(raw: RawSums, lo_tokens, window_tokens, profile: ServingProfi
         probs = raw.k_hist / mass[:, None]
         out = raw.out / mass
         tot = raw.L / mass
-        chunk_s = W + profile.H_s
+        chunk_s = profile.W_s + profile.H_s
         mean_pf = raw.k / mass * chunk_s
         mean_it = raw.A / mass
         cv2_it = np.maximum(raw.A2 / mass / (mean_it * mean_it) - 1.0, 0.0)
         work, work2 = raw.X / mass, raw.X2 / mass
     w0, h0 = iteration_coefficients(profile)
+    g, a, b = compute_coefficients(profile)
+    c_tok = float(profile.chunk_tokens)
+    k = np.arange(raw.k_hist.shape[1], dtype=float)
+    own = np.broadcast_to(h0 * c_tok * k * (k - 1) / 2.0, raw.k_hist.shape)
+    if g or a or b:
+        full = raw._full()
+        Xd, P1, P2, Q1, Q2, R11, R12, R22 = full.compute.T
+        with np.errstate(divide="ignore", invalid="ignore"):
+            time_work = (h0 * raw.X + g * raw.out + a * P1 + b * P2) / mass
+            time_work2 = (h0 * h0 * raw.X2 + 2 * h0 * g * Xd + 2 * h0 * a * Q1 + 2 * h0 * b * Q2 + g * g * raw.out
+                          + a * a * R11 + 2 * a * b * R12 + b * b * R22) / mass
+            hist = np.where(raw.k_hist > 0, raw.k_hist, 1.0)
+            own = own + np.where(raw.k_hist > 0, (a * full.k_prompt[..., 0] + b * full.k_prompt[..., 1]) / hist, 0.0)
+            # the slot models' prefill and iteration take the compute terms too
+            mean_pf = mean_pf + (a * P1 + b * P2) / mass
+    else:
+        time_work, time_work2 = h0 * work, h0 * h0 * work2
     return SegmentStats(np.broadcast_to(np.asarray(lo_tokens, dtype=float), hi.shape), hi, n, mass, m1, cv2, mean_pf,
                         out, tot, chunk_s, np.clip(probs, 0.0, None), mean_it, cv2_it, work, work2, w0, h0,
-                        int(profile.chunk_tokens))
+                        int(profile.chunk_tokens), time_work, time_work2, np.array(own))

@@ -3,10 +3,12 @@
 A replica runs continuous batching. One iteration with :math:`n` sequences of
 mean length :math:`L` tokens takes
 
-.. math:: t(n, L) = W + H \\frac{L}{B_{cal}} n
+.. math:: t(n, L) = W + H \\frac{L}{B_{cal}} n + g\\, n
 
 (:math:`W`: weight streaming and fixed per-layer cost; :math:`H`: KV scan of one
-sequence at the calibration context :math:`B_{cal}`). A request of
+sequence at the calibration context :math:`B_{cal}`; :math:`g`: the per-sequence compute
+of a decode step, 0 for the seeds' calibrated units). The iteration of the
+continuous-batching replica, prefill chunks included, is :func:`iteration_terms`. A request of
 :math:`l_{in}` prompt and :math:`l_{out}` output tokens in a pool whose context
 window is :math:`B` holds one KV slot for
 
@@ -27,9 +29,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from fleetopt.models.power import ActivityPower
 from fleetopt.models.profiles import ServingProfile, quality_label
 
-__all__ = ["iteration_latency_s", "iteration_coefficients", "service_time_s", "prefill_time_s", "ContextPoint", "context_point",
+__all__ = ["DecodePower", "decode_power_curve", "iteration_latency_s", "iteration_coefficients", "compute_coefficients", "prefill_compute_terms", "service_time_s", "prefill_time_s", "ContextPoint", "context_point",
            "tpot_bound_s", "tpot_batch_cap"]
 
 
@@ -37,7 +40,97 @@ def iteration_latency_s(profile: ServingProfile, n_active, seq_tokens):
     """Iteration time :math:`t(n, L)` in seconds (array-aware)."""
     n = np.asarray(n_active, dtype=float)
     L = np.asarray(seq_tokens, dtype=float)
-    return profile.W_s + profile.H_s * (L / profile.calibration_ctx_tokens) * n
+    return profile.W_s + (profile.H_s * (L / profile.calibration_ctx_tokens) + profile.g_s) * n
+
+
+def compute_coefficients(profile: ServingProfile) -> tuple[float, float, float]:
+    """Compute terms of the iteration: per decode sequence :math:`g`, per prompt token :math:`a`, per prompt token
+    squared :math:`b` (seconds; all 0 for the seeds' calibrated units).
+
+    An iteration whose decode sequences start from contexts :math:`x_s` and whose prefill chunks of :math:`c_j`
+    tokens start at prefixes :math:`p_j` takes
+
+    .. math::
+
+        t = W + h \\Big(\\sum_s x_s + \\sum_j p_j\\Big) + g\\, n_{dec}
+            + \\sum_j \\left(a\\, c_j + b \\left((p_j + c_j)^2 - p_j^2\\right)\\right)
+
+    (:func:`iteration_coefficients` gives :math:`W, h`): a decode step reads the weights and the KV cache and
+    computes one token per sequence; a prefill chunk computes its tokens (linear) and their causal attention
+    over the prompt so far (quadratic), so a whole prompt of :math:`P` tokens costs :math:`aP + bP^2` of
+    compute however it is chunked (measured on an H100: ``data/measurements/README.md``).
+
+    **Chunking convention.** The simulator and the batched model split a prompt of :math:`P` tokens into its
+    :math:`k = \\lceil P/c \\rceil` chunks *evenly* for the compute terms: chunk :math:`j = 0, \\dots, k-1`
+    costs :math:`a P/k + b (P/k)^2 (2j + 1)`, which sums to :math:`aP + bP^2` exactly and grows by the same
+    step each iteration, so the simulator's closed-form jump between events stays exact. The KV-scan term
+    keeps the prefixes :math:`0, c, \\dots, (k-1)c` of full chunks (:func:`fleetopt.models.segments.context_work`).
+    """
+    return float(profile.g_s), float(profile.prefill_a_s), float(profile.prefill_b_s)
+
+
+def prefill_compute_terms(profile: ServingProfile, prompt_tokens):
+    """Per-chunk compute of a prompt under the even-chunk convention (:func:`compute_coefficients`):
+    chunk :math:`j` costs :math:`\\alpha + \\beta j` seconds (array-aware; 0 for an empty prompt).
+
+    .. math:: \\alpha = a \\frac{P}{k} + b \\frac{P^2}{k^2}, \\qquad \\beta = 2 b \\frac{P^2}{k^2},
+              \\qquad \\sum_{j=0}^{k-1} (\\alpha + \\beta j) = aP + bP^2
+
+    Examples
+    --------
+    >>> import types
+    >>> p = types.SimpleNamespace(chunk_tokens=4, prefill_a_s=1.0, prefill_b_s=0.5)
+    >>> alpha, beta = prefill_compute_terms(p, 8)       # two chunks of 4: 4 + 8 = 12, then 4 + 24 = 28
+    >>> (float(alpha), float(beta), float(2 * alpha + beta))
+    (12.0, 16.0, 40.0)
+    """
+    P = np.asarray(prompt_tokens, dtype=float)
+    k = np.ceil(P / profile.chunk_tokens)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        u = np.where(k > 0, P / np.where(k > 0, k, 1.0), 0.0)
+    return profile.prefill_a_s * u + profile.prefill_b_s * u * u, 2.0 * profile.prefill_b_s * u * u
+
+
+@dataclass(frozen=True)
+class DecodePower:
+    """An activity power model read as a function of the batch alone: decode steps of :math:`b` sequences at a
+    fixed context :math:`x` (:func:`decode_power_curve`).
+
+    .. math:: P(b) = P_{act}(W,\\; b\\, h x,\\; b\\, g), \\qquad P(0) = P_{idle}
+    """
+
+    activity: ActivityPower
+    weights_s: float
+    kv_per_seq_s: float
+    compute_per_seq_s: float
+
+    @property
+    def quality(self) -> str:
+        return self.activity.quality
+
+    @property
+    def idle_w(self) -> float:
+        return self.activity.idle_w
+
+    def power_w(self, batch):
+        """Power in W at ``batch`` decoding sequences (array-aware)."""
+        b = np.asarray(batch, dtype=float)
+        out = np.where(b > 0, self.activity.iteration_power_w(self.weights_s + 0.0 * b, self.kv_per_seq_s * b,
+                                                              self.compute_per_seq_s * b), self.activity.idle_w)
+        return out if out.ndim else float(out)
+
+
+def decode_power_curve(profile: ServingProfile, context_tokens: float):
+    """The profile's power as a function of the batch: its :class:`~fleetopt.models.power.PowerCurve`, or for an
+    activity power model (:class:`~fleetopt.models.power.ActivityPower`) the power of decode steps at
+    ``context_tokens`` of context per sequence (:class:`DecodePower`). For the places that know only a batch
+    (slot models, power caps, the split MIP's power line, 1/W tables); the batched model and the simulator use
+    the activity model itself."""
+    power = profile.power
+    if not isinstance(power, ActivityPower):
+        return power
+    W, h = iteration_coefficients(profile)
+    return DecodePower(power, W, h * np.asarray(context_tokens, dtype=float), float(profile.g_s))
 
 
 def iteration_coefficients(profile: ServingProfile) -> tuple[float, float]:
@@ -57,16 +150,17 @@ def iteration_coefficients(profile: ServingProfile) -> tuple[float, float]:
     The seeds' H100 unit: :math:`W` = 4 ms and :math:`H` = 0.32 ms per sequence at 8,192 tokens of context.
 
     >>> import types
-    >>> unit = types.SimpleNamespace(W_s=0.004, H_s=0.00032, calibration_ctx_tokens=8192)
+    >>> unit = types.SimpleNamespace(W_s=0.004, H_s=0.00032, calibration_ctx_tokens=8192, g_s=0.0)
     >>> W, h = iteration_coefficients(unit)
     >>> (W, round(h * 8192, 12))
     (0.004, 0.00032)
     """
     ctx = float(profile.calibration_ctx_tokens)
+    g = float(getattr(profile, "g_s", 0.0))
     W = float(iteration_latency_s(profile, 0, 0.0))
-    h = (float(iteration_latency_s(profile, 1, ctx)) - W) / ctx
+    h = (float(iteration_latency_s(profile, 1, ctx)) - W - g) / ctx
     probe = float(iteration_latency_s(profile, 37, 0.3 * ctx))
-    if not math.isclose(probe, W + h * 37 * 0.3 * ctx, rel_tol=1e-9):
+    if not math.isclose(probe, W + h * 37 * 0.3 * ctx + 37 * g, rel_tol=1e-9):
         raise ValueError(f"profile {profile.name}: iteration latency is not affine in n x mean context")
     return W, h
 
@@ -74,7 +168,7 @@ def iteration_coefficients(profile: ServingProfile) -> tuple[float, float]:
 def tpot_bound_s(profile: ServingProfile, batch, window_tokens):
     """Upper bound on the time per output token: one iteration with ``batch`` sequences at full context.
 
-    .. math:: \\mathrm{TPOT} \\le t(n, B) = W + H \\frac{B}{B_{cal}} n
+    .. math:: \\mathrm{TPOT} \\le t(n, B) = W + H \\frac{B}{B_{cal}} n + g n
 
     Every sequence in a pool of window :math:`B` holds at most :math:`B` tokens,
     so no decode iteration of :math:`n` sequences takes longer.
@@ -85,10 +179,10 @@ def tpot_bound_s(profile: ServingProfile, batch, window_tokens):
 def tpot_batch_cap(profile: ServingProfile, window_tokens, tpot_s: float):
     """Largest batch cap (max_num_seqs) whose :func:`tpot_bound_s` meets ``tpot_s`` (0: none; array-aware).
 
-    .. math:: n_{max} = \\left\\lfloor \\frac{T_{tpot} - W}{H B / B_{cal}} \\right\\rfloor
+    .. math:: n_{max} = \\left\\lfloor \\frac{T_{tpot} - W}{H B / B_{cal} + g} \\right\\rfloor
     """
     B = np.asarray(window_tokens, dtype=float)
-    per_seq = profile.H_s * B / profile.calibration_ctx_tokens
+    per_seq = profile.H_s * B / profile.calibration_ctx_tokens + profile.g_s
     cap = np.floor((tpot_s - profile.W_s) / per_seq * (1 + 1e-12))
     return np.maximum(cap, 0).astype(np.int64)
 
@@ -152,10 +246,10 @@ def context_point(profile: ServingProfile, ctx_tokens: int, mean_seq_tokens: flo
     seq = ctx_tokens / 2.0 if mean_seq_tokens is None else float(mean_seq_tokens)
     if n < 1:
         return ContextPoint(profile.name, profile.model_name, int(ctx_tokens), 0, float("nan"), 0.0,
-                            float(profile.power.power_w(0)), 0.0, _quality(profile))
+                            float(decode_power_curve(profile, seq).power_w(0)), 0.0, _quality(profile))
     t = float(iteration_latency_s(profile, n, seq))
     tok_s = n / t
-    p = float(profile.power.power_w(n))
+    p = float(decode_power_curve(profile, seq).power_w(n))
     return ContextPoint(profile.name, profile.model_name, int(ctx_tokens), n, t * 1000.0, tok_s, p, tok_s / p,
                         _quality(profile))
 

@@ -62,8 +62,11 @@ def test_trace_context_sums_are_the_requests_own():
 
 
 def _traffic(lam, cap=64, EI=300.0, cv2=0.5, EX=3e6, EX2=5e13, probs=(0.0, 0.5, 0.3, 0.2), W=0.004, h=4e-8):
+    """Context-only traffic (contexts in tokens, slope h): the model's work is h X, its own prefill h c k(k-1)/2."""
+    k = np.arange(len(probs), dtype=float)
     return BatchedTraffic(np.atleast_1d(np.asarray(lam, dtype=float)), np.array([float(cap)]), np.array([EI]),
-                          np.array([cv2]), np.array([EX]), np.array([EX2]), np.array([probs], dtype=float), W, h, 512)
+                          np.array([cv2]), np.array([h * EX]), np.array([h * h * EX2]), np.array([probs], dtype=float),
+                          np.array([h * 512 * k * (k - 1) / 2]), W)
 
 
 def _chain(lam, N, n, EI, EX, W, h, top=20_000):
@@ -103,9 +106,9 @@ def test_occupancy_is_the_birth_death_chain_by_brute_force(lam, N, n, EI, EX):
         b = j[busy] / N
         mean_b = w @ b
         var_b = w @ (b - mean_b) ** 2
-        xbar = EX / EI
+        xbar = h * EX / EI                      # the work (seconds) a running sequence brings per iteration
         assert op.busy_context_mean[0] == pytest.approx(mean_b * xbar, rel=1e-6)
-        seq_var = EX * EX / EI - xbar ** 2      # E[X2]/E[I] - xbar^2, the context spread of one sequence
+        seq_var = h * h * EX * EX / EI - xbar ** 2      # E[Y2]/E[I] - xbar^2, the spread of one sequence
         assert op.busy_context_var[0] == pytest.approx(var_b * xbar ** 2 + mean_b * seq_var, rel=1e-5,
                                                        abs=1e-6 * xbar ** 2)
     assert op.utilization[0] == pytest.approx(op.mean_batch[0] / n, rel=1e-12)
@@ -134,7 +137,7 @@ def test_miss_probability_is_the_stated_mixture_by_direct_integration():
     N = 6
     op = operating_point(t_, N)
     assert op.stable[0] and op.full_prob[0] > 1e-4          # all three states carry weight
-    W, h, c = t_.W_s, t_.h_s, t_.chunk_tokens
+    W, h, c = t_.W_s, 4e-8, 512                             # _traffic's defaults
     q = (np.arange(4000) + 0.5) / 4000
     u = (np.arange(400) + 0.5) / 400
 
@@ -152,8 +155,8 @@ def test_miss_probability_is_the_stated_mixture_by_direct_integration():
                 continue
             own = h * c * k * (k - 1) / 2
             idle = float(k * W + own > t)
-            busy = np.mean((k + u[None, :]) * (W + h * C_busy[:, None]) + own > t)
-            x = t - ((k + u[None, :]) * (W + h * C_full[:, None]) + own)
+            busy = np.mean((k + u[None, :]) * (W + C_busy[:, None]) + own > t)      # C in seconds of work
+            x = t - ((k + u[None, :]) * (W + C_full[:, None]) + own)
             full = np.mean(np.where(x < 0, 1.0, np.exp(-theta * np.maximum(x, 0.0))))
             p0, pf = op.idle_prob[0], op.full_prob[0]
             total += pk * (p0 * idle + (1 - p0 - pf) * busy + pf * full)
@@ -165,9 +168,9 @@ def test_light_load_ttft_is_the_idle_prefill():
     """At a vanishing rate every request finds an idle replica: TTFT = k W + h c k(k-1)/2 exactly."""
     t = _traffic(1e-9)
     limit = prefill_limit_s(t)
-    assert limit.tolist() == pytest.approx([0.0, 0.004, 0.008 + 4e-8 * 512, 0.012 + 4e-8 * 512 * 3], rel=1e-12)
+    assert limit[0].tolist() == pytest.approx([0.0, 0.004, 0.008 + 4e-8 * 512, 0.012 + 4e-8 * 512 * 3], rel=1e-12)
     p99 = float(batched_ttft_p99_s(t, 3)[0])
-    assert p99 == pytest.approx(limit[3], rel=1e-6)     # 20 % of requests have 3 chunks: the P99 is that atom
+    assert p99 == pytest.approx(limit[0, 3], rel=1e-6)     # 20 % of requests have 3 chunks: the P99 is that atom
 
 
 def test_miss_probability_falls_with_replicas_and_time():

@@ -24,10 +24,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from fleetopt.models.batched import (BatchedTraffic, batched_min_replicas, batched_miss_prob, mean_power_w,
+from fleetopt.models.batched import (BatchedTraffic, batched_min_replicas, batched_miss_prob, mean_activity_power_w,
+                                     mean_power_w,
                                      operating_point, prefill_limit_s)
 from fleetopt.models.queueing import min_replicas, prefill_p99_s, ttft_miss_prob
-from fleetopt.models.service import tpot_batch_cap, tpot_bound_s
+from fleetopt.models.power import ActivityPower
+from fleetopt.models.service import decode_power_curve, tpot_batch_cap, tpot_bound_s
 from fleetopt.models.units import MS_PER_S, P99_TAIL
 
 from fleetopt.optimizer.io.instance import Instance
@@ -238,10 +240,14 @@ def _size_option(instance: Instance, g_idx: int, opt, raw, b, rows, pools, choic
     miss = np.concatenate([counts[k][1] for k in keep])
     if traffic is not None:  # the batched model's power at the realised occupancy of n replicas
         sub = traffic.take(row)
-        power = n * mean_power_w(prof.power.power_w, operating_point(sub, n), sub.cap)
+        op = operating_point(sub, n)
+        if isinstance(prof.power, ActivityPower):
+            power = n * mean_activity_power_w(prof.power, sub, op)
+        else:
+            power = n * mean_power_w(prof.power.power_w, op, sub.cap)
     else:
         batch = lam[row] * np.nan_to_num(s.mean_service_s[row]) / n
-        power = n * prof.power.power_w(np.minimum(batch, s.n_slots[row]))
+        power = n * decode_power_curve(prof, s.hi_tokens[row] / 2).power_w(np.minimum(batch, s.n_slots[row]))
     choices.add(pool=first + owner, replicas=n, gpus=n * prof.gpus_per_replica, cost=n * prof.cost_usd_per_hr,
                 power=power, miss=lam[row] * miss)
 
@@ -329,7 +335,7 @@ def fleet_counts(instance: Instance, s, lam):
         floor = min_replicas(lam, s.mean_service_s, s.cv2_service, s.n_slots, np.inf, s.prefill_times_s,
                              s.prefill_probs, s.mean_prefill_s, instance.constraints.max_utilization, slo.ttft_model)
     if batched:
-        limit = np.sum(np.where(prefill_limit_s(traffic)[None, :] > slo.ttft_p99_s, traffic.chunk_probs, 0.0), axis=1)
+        limit = np.sum(np.where(prefill_limit_s(traffic) > slo.ttft_p99_s, traffic.chunk_probs, 0.0), axis=1)
     elif slo.ttft_model == "tail":
         limit = np.sum(np.where(s.prefill_times_s[None, :] >= slo.ttft_p99_s, s.prefill_probs, 0.0), axis=1)
     else:
@@ -376,7 +382,7 @@ def _reason(code: str, s, k: int, slo, idle_prefill_s=None) -> str:
         if slo.ttft_model == "mean-prefill":
             return f"mean prefill {s.mean_prefill_s[k] * MS_PER_S:,.0f} ms alone exceeds the {slo_ms:,.0f} ms SLO"
         if slo.ttft_model == "batched":
-            tau = prefill_p99_s(idle_prefill_s, s.prefill_probs[k])
+            tau = prefill_p99_s(idle_prefill_s[k], s.prefill_probs[k])
             return (f"P99 prefill alone on an idle replica is {tau * MS_PER_S:,.0f} ms, above the {slo_ms:,.0f} ms "
                     "SLO, at any replica count")
         tau = prefill_p99_s(s.prefill_times_s, s.prefill_probs[k])
@@ -444,7 +450,8 @@ def restrict(c: Candidates, instance: Instance, min_replicas: dict, forbidden: s
         replicas[ch] = low
         gpus[ch] = low * prof.gpus_per_replica
         cost[ch] = low * prof.cost_usd_per_hr
-        power[ch] = low * float(prof.power.power_w(min(c.load_erlangs[p] / low, c.cap[p])))
+        curve = decode_power_curve(prof, c.boundaries[c.j[p]] / 2)
+        power[ch] = low * float(curve.power_w(min(c.load_erlangs[p] / low, c.cap[p])))
     raised = Candidates(c.boundaries, c.gpu_names, c.i, c.j, c.gpu, c.arrival_rate, c.output_tok_per_s, c.choice_pool,
                         replicas, gpus, cost, power, c.choice_miss_rate, c.dropped, c.generated, c.state_in,
                         c.state_out, c.cap, c.load_erlangs, c.min_replicas_analytic, c.gammas)

@@ -28,6 +28,7 @@ import numpy as np
 
 from fleetopt.models.fleet import FleetResult, PoolPlan, evaluate_traffic
 from fleetopt.models.power import pool_power_secant
+from fleetopt.models.service import decode_power_curve
 from fleetopt.models.queueing import erlang_c, max_load_erlangs, miss_coefficients
 from fleetopt.models.segments import raw_between, segment_basis, stats_from_raw
 
@@ -109,9 +110,10 @@ def build_split_problem(instance: Instance) -> SplitModel:
             resid_nom = es * (1 + cv2)
             segs = np.arange(pi[k], pj[k])
             c_eff = prof.H_s * caps[k] / prof.calibration_ctx_tokens
+            w_eff = prof.W_s + prof.g_s * caps[k]         # a full batch's iteration (stats_from_raw)
             with np.errstate(divide="ignore", invalid="ignore"):
-                m1 = np.where(elem.mass[segs] > 0, (prof.W_s * elem.A[segs] + c_eff * elem.AL[segs]) / elem.mass[segs], 0)
-                m2 = np.where(elem.mass[segs] > 0, (prof.W_s ** 2 * elem.A2[segs] + 2 * prof.W_s * c_eff * elem.A2L[segs]
+                m1 = np.where(elem.mass[segs] > 0, (w_eff * elem.A[segs] + c_eff * elem.AL[segs]) / elem.mass[segs], 0)
+                m2 = np.where(elem.mass[segs] > 0, (w_eff ** 2 * elem.A2[segs] + 2 * w_eff * c_eff * elem.A2L[segs]
                                                     + c_eff ** 2 * elem.A2L2[segs]) / elem.mass[segs], 0)
                 seg_probs = np.where(elem.mass[segs, None] > 0, elem.k_hist[segs] / elem.mass[segs, None], 0)
                 seg_pf = np.where(elem.mass[segs] > 0, elem.k[segs] / elem.mass[segs] * chunk_s, 0)
@@ -129,7 +131,8 @@ def build_split_problem(instance: Instance) -> SplitModel:
             C = erlang_c(servers.astype(float), np.minimum(A, servers - 1e-9))
             theta = 2 * (servers - A) / resid_nom
             for n_rep, a_c, c_c, th in zip(replicas[usable], A[usable], C[usable], theta[usable]):
-                base, slope, err = pool_power_secant(prof.power, int(n_rep), float(a_c), int(caps[k]))
+                base, slope, err = pool_power_secant(decode_power_curve(prof, b[pj[k]] / 2), int(n_rep), float(a_c),
+                                                     int(caps[k]))
                 row = {"pool": p, "n": n_rep, "gpus": n_rep * prof.gpus_per_replica,
                        "cost": n_rep * prof.cost_usd_per_hr, "cap_erl": a_c, "base": base, "slope": slope}
                 for key, value in row.items():

@@ -189,6 +189,17 @@ integrates the number in system (for Little's law), busy slot-seconds
 :math:`b(t)` (:class:`fleetopt.models.power.PowerCurve`), all over the observation
 window ``[warmup_s, end]``.
 
+Power
+-----
+A profile whose power follows activity (:class:`fleetopt.models.power.ActivityPower`, fitted to measured board
+power) draws per iteration the time-weighted mean of a weights, a KV-scan and a compute power, capped at the
+board limit. Between two events of a replica its :math:`m` iterations take :math:`mW` of weight streaming,
+:math:`h(mC_0 + G m(m-1)/2)` of KV scan and :math:`m D_0 + D_1 m(m-1)/2` of compute (the jump's terms), so
+their energy is summed in closed form; the board limit caps the mean over those :math:`m` iterations (exact
+while it does not bind; when it binds within a span of changing composition, the per-iteration cap would
+give at most as much). Idle time draws ``idle_w``. The iteration-mode plain path only: slot mode, KV
+overcommit and a binding token budget refuse such profiles.
+
 References
 ----------
 .. [1] W. Kwon et al., "Efficient Memory Management for Large Language Model
@@ -214,7 +225,8 @@ from typing import Iterator, Sequence
 import numpy as np
 
 from fleetopt.models.profiles import ServingProfile
-from fleetopt.models.service import iteration_coefficients, prefill_chunks
+from fleetopt.models.power import ActivityPower
+from fleetopt.models.service import compute_coefficients, iteration_coefficients, prefill_chunks, prefill_compute_terms
 
 from fleetopt.solvers.des.records import Outcome, SimResult
 from fleetopt.solvers.des.state import MODES, QUEUES, EventKind, Replicas, SimPool, _State
@@ -336,6 +348,8 @@ def simulate(pools: Sequence[SimPool], requests: Requests, router: Router, *, mo
 
     del routed
     state = _State(pools, n, float(warmup_s), hi_s)
+    if mode == "slot" and any(isinstance(p.profile.power, ActivityPower) for p in pools):
+        raise ValueError("slot mode has no iterations: a profile with activity power needs mode='iteration'")
     if mode == "slot":
         arrive, serve, queued, reroute = slot_station(state, pools, requests, pool_of, accepted, queue, dispatch,
                                                       EventKind.SLOT_FREED)
@@ -348,6 +362,8 @@ def simulate(pools: Sequence[SimPool], requests: Requests, router: Router, *, mo
     last_at, events = _run(state.heap, arrive, serve, _arrival_chunks(requests.arrival_at_s, accepted), hi_s)
     del arrive, serve, queued, reroute
     end_s = hi_s if horizon_s is not None else max(last_at, float(warmup_s))
+    for hook in state.finish:
+        hook(end_s)
     return state.result(mode, tuple(names), requests, pool_of, accepted, end_s, events)
 
 
@@ -435,10 +451,19 @@ def _iteration_station(st: _State, pools, requests: Requests, pool_of, dispatch:
     """
     n = len(requests)
     chunks = np.zeros(n, dtype=np.int32)
+    alpha = np.zeros(n)                          # compute of a request's first prefill chunk (s)
+    beta = np.zeros(n)                           # its growth per further chunk (s)
     for k, p in enumerate(pools):
         sel = pool_of == k
         chunks[sel] = prefill_chunks(p.profile, requests.prompt_tokens[sel])
+        if any(compute_coefficients(p.profile)[1:]):
+            alpha[sel], beta[sel] = prefill_compute_terms(p.profile, requests.prompt_tokens[sel])
         del sel
+    for p in pools:
+        if (p.overcommitted or p.budget_binds) and any(compute_coefficients(p.profile)):
+            raise ValueError(f"pool of {p.profile.name}: KV overcommit and a binding token budget are not simulated "
+                             "for a profile with compute terms (g, prefill a, b) yet")
+    alpha_v, beta_v = memoryview(alpha), memoryview(beta)
     # Per-request inputs read through memoryviews of the arrays (Python ints out, no per-request lists).
     # Overcommitted pools track KV blocks; a preempted request's prefill length, chunks and remaining
     # decode steps change, so those columns are then private copies.
@@ -446,11 +471,17 @@ def _iteration_station(st: _State, pools, requests: Requests, pool_of, dispatch:
     lin, kch, lout, rpool = (memoryview(np.array(a) if any_trk else np.ascontiguousarray(a)) for a in (
         requests.prompt_tokens, chunks, requests.output_tokens, pool_of))
     M = 4 * max(n, 1)
-    W, h, chunk, path, blk, blocks, tokens = [], [], [], [], [], [], []
+    W, h, gd, chunk, path, blk, blocks, tokens, act = [], [], [], [], [], [], [], [], []
     for p in pools:
+        pw = p.profile.power
+        act += [(pw.weights_w, pw.kv_w, pw.compute_w, pw.limit_w) if isinstance(pw, ActivityPower) else None] * p.replicas
+        if isinstance(pw, ActivityPower) and (p.overcommitted or p.budget_binds):
+            raise ValueError(f"pool of {p.profile.name}: activity power is not simulated with KV overcommit or a "
+                             "binding token budget yet")
         w0, h0 = iteration_coefficients(p.profile)
         W += [w0] * p.replicas
         h += [h0] * p.replicas
+        gd += [compute_coefficients(p.profile)[0]] * p.replicas
         chunk += [int(p.profile.chunk_tokens)] * p.replicas
         path += [_TRACKED if p.overcommitted else _BUDGETED if p.budget_binds else _PLAIN] * p.replicas
         tokens += [p.max_batched_tokens or 0] * p.replicas
@@ -458,6 +489,10 @@ def _iteration_station(st: _State, pools, requests: Requests, pool_of, dispatch:
         blocks += [int(p.profile.total_kv_blocks) if p.overcommitted else 0] * p.replicas
     R = len(W)
     it, ref, c0, g = [0] * R, [0.0] * R, [0] * R, [0] * R
+    # Compute seconds of the anchor iteration (d0) and their growth per iteration (d1): the decode sequences'
+    # g each and the prefill chunks' alpha + beta j (fleetopt.models.service.compute_coefficients); both stay
+    # 0.0 for profiles without compute terms, so their arithmetic is exactly the context-only jump.
+    d0, d1 = [0.0] * R, [0.0] * R
     seqs = [[] for _ in range(R)]
     waiting = [deque() for _ in range(R)]
     token = [-1] * R
@@ -477,14 +512,31 @@ def _iteration_station(st: _State, pools, requests: Requests, pool_of, dispatch:
 
     def after(r: int, m: int) -> float:
         """Instant of boundary ``it + m``: :math:`ref + T(m)`."""
-        return ref[r] + m * (W[r] + h[r] * c0[r]) + h[r] * g[r] * (m * (m - 1) // 2)
+        return ref[r] + m * (W[r] + h[r] * c0[r] + d0[r]) + (h[r] * g[r] + d1[r]) * (m * (m - 1) // 2)
+
+    lo_s, hi_s, energy = st.lo_s, st.hi_s, st.energy
+
+    def credit(r: int, m: int) -> None:
+        """Energy of the next ``m`` iterations from the anchor on an activity-power replica (module docstring,
+        "Power"): weights, KV-scan and compute seconds summed in closed form, the board limit on their mean,
+        the part inside the observation window."""
+        a = act[r]
+        if a is None or m <= 0:
+            return
+        tri = m * (m - 1) // 2
+        ws, kv, cs = m * W[r], h[r] * (m * c0[r] + g[r] * tri), m * d0[r] + d1[r] * tri
+        dur = ws + kv + cs
+        t0 = ref[r]
+        inside = min(t0 + dur, hi_s) - max(t0, lo_s)
+        if inside > 0 and dur > 0:
+            energy[r] += min(a[3] * dur, a[0] * ws + a[1] * kv + a[2] * cs) * inside / dur
 
     def boundary_at(r: int, now: float) -> int:
         """Iterations :math:`m` from the anchor to the first boundary at or after ``now`` (0 if ``now <= ref``):
         :math:`T(m) \\ge now - ref` solved for :math:`m` (a quadratic), then corrected for round-off."""
         if now <= ref[r]:
             return 0
-        w, a = W[r] + h[r] * c0[r], h[r] * g[r]
+        w, a = W[r] + h[r] * c0[r] + d0[r], h[r] * g[r] + d1[r]
         x = now - ref[r]
         m = math.ceil(x / w if a == 0 else (math.sqrt((w - a / 2) ** 2 + 2 * a * x) - (w - a / 2)) / a)
         while after(r, m) < now:
@@ -499,10 +551,13 @@ def _iteration_station(st: _State, pools, requests: Requests, pool_of, dispatch:
         k = kch[i]
         if k:
             g[r] += chunk[r]
+            d0[r] += alpha_v[i]
+            d1[r] += beta_v[i]
             push(seqs[r], (it[r] + k) * M + 4 * i)
         else:                                   # no prompt: decoding from the start
             first[i] = b
             g[r] += 1
+            d0[r] += gd[r]
             push(seqs[r], (it[r] + lout[i]) * M + 4 * i + 1)
 
     def reschedule(r: int) -> None:
@@ -529,8 +584,10 @@ def _iteration_station(st: _State, pools, requests: Requests, pool_of, dispatch:
             ref[r] = now                          # idle: an iteration starts now (c0 = g = 0)
         elif now > ref[r]:                        # first boundary at or after now
             m = boundary_at(r, now)
+            credit(r, m)
             ref[r] = after(r, m)
             c0[r] += m * g[r]
+            d0[r] += m * d1[r]
             it[r] += m
         batch_to(r, ref[r])
         admit(r, i, ref[r])
@@ -544,7 +601,9 @@ def _iteration_station(st: _State, pools, requests: Requests, pool_of, dispatch:
             return
         sq, ch, p = seqs[r], chunk[r], replica_pool[r]
         e = sq[0] // M
+        credit(r, e - it[r])
         c, gr = c0[r] + (e - it[r]) * g[r], g[r]
+        f0, f1, gdr = d0[r] + (e - it[r]) * d1[r], d1[r], gd[r]
         it[r], ref[r] = e, at
         batch_to(r, at)
         done = 0
@@ -556,10 +615,16 @@ def _iteration_station(st: _State, pools, requests: Requests, pool_of, dispatch:
                 first[i] = at
                 c += li - kch[i] * ch
                 gr += 1 - ch
+                b_i = beta_v[i]
+                f0 -= alpha_v[i] + b_i * kch[i]   # its next chunk would have been chunk k
+                f1 -= b_i
                 if lo:
+                    f0 += gdr
                     push(sq, (e + lo) * M + 4 * i + 1)
                     continue
                 # no output: it completes at once
+            else:
+                f0 -= gdr
             end[i] = at
             c -= li + lo
             gr -= 1
@@ -567,6 +632,7 @@ def _iteration_station(st: _State, pools, requests: Requests, pool_of, dispatch:
             system_to(p, at, -1)
         c0[r], g[r] = c, gr
         run[r] -= done
+        d0[r], d1[r] = (f0, f1) if run[r] else (0.0, 0.0)   # an idle replica drops the float residue
         outstanding[r] -= done
         q = waiting[r]
         while q and run[r] < cap[r]:
@@ -596,8 +662,18 @@ def _iteration_station(st: _State, pools, requests: Requests, pool_of, dispatch:
         (``Replicas.deferred``: the plain path admits such requests at that boundary)."""
         return sum(map(waiting_at, ranges[p]))
 
+    def finish(end_s: float) -> None:
+        """Credit the iterations of replicas still running at the end of a run with a horizon."""
+        for r in range(R):
+            if act[r] is not None and run[r] and end_s > ref[r]:
+                credit(r, boundary_at(r, end_s))
+
+    st.finish.append(finish)
+
     def reroute(i: int, p: int) -> None:
         rpool[i] = p
         kch[i] = int(prefill_chunks(pools[p].profile, lin[i]))
+        a_i, b_i = prefill_compute_terms(pools[p].profile, lin[i])
+        alpha_v[i], beta_v[i] = float(a_i), float(b_i)
 
     return arrive, serve, queued, reroute

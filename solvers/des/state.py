@@ -18,6 +18,7 @@ from typing import Callable
 
 import numpy as np
 
+from fleetopt.models.power import ActivityPower
 from fleetopt.models.profiles import ServingProfile
 from fleetopt.solvers.des.records import Outcome, SimResult
 
@@ -196,7 +197,11 @@ class _State:
         r = 0
         for k, p in enumerate(pools):
             self.ranges.append(range(r, r + p.replicas))
-            table = np.asarray(p.profile.power.power_w(np.arange(p.max_num_seqs + 1)), dtype=float).tolist()
+            power = p.profile.power
+            if isinstance(power, ActivityPower):     # busy energy is credited per iteration by the engine
+                table = [float(power.idle_w)] + [0.0] * p.max_num_seqs
+            else:
+                table = np.asarray(power.power_w(np.arange(p.max_num_seqs + 1)), dtype=float).tolist()
             for _ in range(p.replicas):
                 self.replica_pool.append(k)
                 self.cap.append(p.max_num_seqs)
@@ -215,6 +220,7 @@ class _State:
         self.slots = [p.replicas * p.max_num_seqs for p in pools]
         self.preempt = [0] * R                       # KV-cache preemptions per replica
         self.spilled = [0] * P                       # requests a live router moved out of each pool
+        self.finish = []                             # the stations' end-of-run hooks, called with the end instant
 
     def batch_to(self, r: int, t: float) -> None:
         """Integrate replica ``r``'s batch and power up to instant ``t`` (clipped to the window)."""
