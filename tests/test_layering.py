@@ -33,11 +33,13 @@ LAYERS = {
     "fleetopt.optimizer.plan": (4, PIPELINE),
     "fleetopt.optimizer.simulation": (5, PIPELINE),
     "fleetopt.optimizer.report": (6, PIPELINE),
+    "fleetopt.optimizer.workflows": (6, PIPELINE),
     "fleetopt.optimizer.api": (7, PIPELINE),
     "fleetopt.optimizer.bench": (7, PIPELINE),
-    "fleetopt.optimizer.cli": (8, PIPELINE),
-    "fleetopt.optimizer": (9, set()),       # the package's own __init__ (a docstring)
-    "fleetopt": (10, set()),                # the root __init__ and the api facade
+    "fleetopt.optimizer.commands": (8, PIPELINE),
+    "fleetopt.optimizer.cli": (9, PIPELINE),        # the entry point: loads the commands' modules on first use
+    "fleetopt.optimizer": (10, set()),      # the package's own __init__ (a docstring)
+    "fleetopt": (11, set()),                # the root __init__ and the api facade
 }
 
 

@@ -1,0 +1,260 @@
+"""The operator-workflow commands ``fleetopt pareto --split-table`` and ``fleetopt headroom``: load, call the
+workflow (:mod:`fleetopt.optimizer.workflows`), render, exit. Wired into the main group by
+``main.add_command(pareto)`` and ``main.add_command(headroom)`` in :mod:`fleetopt.optimizer.cli`.
+
+Errors are one line each on stderr with the documented exit code (:mod:`fleetopt.optimizer.errors`; 2 for
+invalid input), as the main command's guard does.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import os
+import sys
+import tempfile
+from dataclasses import replace
+from pathlib import Path
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from fleetopt.optimizer.errors import FleetoptError, InstanceError
+from fleetopt.optimizer.io.instance import load_instance
+from fleetopt.optimizer.io.output import write_json
+from fleetopt.optimizer.simulation.options import SimOptions, SimOptionsError
+from fleetopt.optimizer.workflows.headroom import (Headroom, StepSchedule, fleet_steps, headroom as find_headroom,
+                                                   parse_range, simulated_limit)
+from fleetopt.optimizer.workflows.split_table import SplitTable, parse_boundaries, split_table
+
+__all__ = ["pareto", "headroom"]
+
+CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"]}
+_PIPE_COLUMNS = 200
+"""Console width when stdout is not a terminal (wide enough for the tables here)."""
+
+
+def _guard(fn):
+    """Turn fleetopt errors into one line each on stderr and the documented exit code (as ``cli._guard``)."""
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except FleetoptError as err:
+            for line in str(err).splitlines():
+                click.echo(f"error: {line}", err=True)
+            raise click.exceptions.Exit(err.exit_code)
+        except (KeyboardInterrupt, click.exceptions.Exit, click.ClickException):
+            raise
+        except Exception as err:  # a bug: say so in one line unless debugging
+            if os.environ.get("FLEETOPT_DEBUG"):
+                raise
+            click.echo(f"error: internal error: {type(err).__name__}: {err} (set FLEETOPT_DEBUG=1 for details)",
+                       err=True)
+            raise click.exceptions.Exit(1)
+
+    return wrapper
+
+
+def _console() -> Console:
+    return Console(soft_wrap=True, width=None if sys.stdout.isatty() else _PIPE_COLUMNS)
+
+
+def _write_text(text: str, target: str, flag: str, protect: tuple = ()) -> None:
+    """Write ``text`` to ``target`` ('-' = stdout) atomically (temp file + rename), never over ``protect``."""
+    if target == "-":
+        sys.stdout.write(text)
+        return
+    path = Path(target)
+    if any(path.resolve() == Path(p).resolve() for p in protect if p is not None):
+        raise InstanceError(f"{flag}: {target}: refusing to overwrite the instance file")
+    if not path.parent.exists():
+        raise InstanceError(f"{flag}: {target}: folder {path.parent} does not exist")
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _ms(x: float) -> str:
+    return "inf" if not math.isfinite(x) else f"{x:,.1f}"
+
+
+def _rate(x: float | None, digits: int = 2) -> str:
+    if x is None:
+        return "-"
+    return "none" if not math.isfinite(x) else f"{x:,.{digits}f}"
+
+
+# --------------------------------------------------------------------------------------------
+# pareto --split-table
+# --------------------------------------------------------------------------------------------
+
+
+def render_split_table(c: Console, t: SplitTable) -> None:
+    b = t.baseline
+    table = Table(title=f"{t.instance}: two-pool split table on {t.gpu}, {t.arrival_rate:g} req/s  "
+                        f"[P99 TTFT SLO {t.slo_ttft_p99_ms:,.0f} ms, ttft_model {t.ttft_model}, "
+                        f"utilisation cap {t.max_utilization:g}]", title_justify="left")
+    for name, justify in (("B tokens", "right"), ("short %", "right"), ("n_short", "right"), ("n_long", "right"),
+                          ("GPUs", "right"), ("$/yr", "right"), ("saving", "right"), ("P99 short ms", "right"),
+                          ("P99 long ms", "right"), ("SLO", "left"), ("Pareto", "left"), ("", "left")):
+        table.add_column(name, justify=justify, no_wrap=True)
+    for k, r in enumerate(t.rows):
+        table.add_row(f"{r.boundary_tokens:,}", f"{100 * r.share_short:.1f}", str(r.replicas_short),
+                      str(r.replicas_long), str(r.total_gpus), f"${r.cost_per_year / 1e3:,.0f}K",
+                      f"{r.saving_pct:+.1f}%", _ms(r.ttft_p99_ms_short), _ms(r.ttft_p99_ms_long),
+                      "met" if r.slo_met else "MISSED", "*" if r.pareto else "",
+                      "<- recommended" if k == t.recommended else "")
+    c.print(table)
+    c.print(f"homogeneous baseline (analytic): {b.fleet}, {b.total_gpus} GPUs, ${b.cost_per_year / 1e3:,.0f}K/yr, "
+            f"P99 {_ms(b.ttft_p99_ms)} ms, SLO {'met' if b.slo_met else 'MISSED'}", markup=False)
+    c.print("every number analytic: each pool sized to its least count meeting the SLO and the utilisation cap "
+            "(as 'fleetopt evaluate' sizes a pool without xN); Pareto: meets the SLO, not dominated in "
+            "($/yr, worst P99)", markup=False)
+    if t.recommended is None:
+        c.print("no row meets the SLO: nothing to recommend", markup=False)
+    else:
+        r = t.rows[t.recommended]
+        c.print(f"recommended: B = {r.boundary_tokens:,} (least cost among rows meeting the SLO; ties: fewer GPUs, "
+                f"then smaller B): fleetopt evaluate INSTANCE --fleet '{r.fleet}'", markup=False)
+    for r in t.rows:
+        if not r.slo_met and r.miss_reason:
+            c.print(f"B = {r.boundary_tokens:,} misses: {r.miss_reason}", markup=False)
+
+
+@click.command(context_settings=CONTEXT_SETTINGS)
+@click.argument("instance", type=click.Path(dir_okay=False))
+@click.option("--split-table", "split", is_flag=True, help="The fixed-topology table: two pools of one GPU type "
+              "split at each boundary, each sized analytically.")
+@click.option("--boundaries", metavar="B1,B2,...", help="Split boundaries in tokens (default: the instance's "
+              "candidate boundaries, pools.boundaries as resolved).")
+@click.option("--gpu", metavar="NAME", help="The GPU option of both pools (default: the instance's only one).")
+@click.option("--set", "overrides", multiple=True, metavar="PATH=VALUE",
+              help="Override an instance field, e.g. slo.ttft_model=mean-prefill (repeatable).")
+@click.option("--json", "json_out", metavar="FILE", help="Also write the result as JSON ('-' = stdout).")
+@click.option("--csv", "csv_out", metavar="FILE", help="Also write the rows as CSV ('-' = stdout).")
+@_guard
+def pareto(instance, split, boundaries, gpu, overrides, json_out, csv_out):
+    """Cost against latency over split boundaries (--split-table: two pools of one GPU type)."""
+    if not split:
+        raise InstanceError("--split-table: give --split-table (the two-pool table is the form of pareto this "
+                            "command provides)")
+    if json_out == "-" and csv_out == "-":
+        raise InstanceError("--json / --csv: only one of them can go to stdout ('-')")
+    inst = load_instance(instance, overrides)
+    bounds = None if boundaries is None else parse_boundaries(boundaries, inst)
+    result = split_table(inst, gpu, bounds)
+    if "-" not in (json_out, csv_out):
+        render_split_table(_console(), result)
+    if json_out:
+        write_json(result.to_json(), json_out, (inst.path,))
+    if csv_out:
+        _write_text(result.to_csv(), csv_out, "--csv", (inst.path,))
+
+
+# --------------------------------------------------------------------------------------------
+# headroom
+# --------------------------------------------------------------------------------------------
+
+
+def render_headroom(c: Console, h: Headroom) -> None:
+    table = Table(title=f"{h.instance}: headroom of {h.fleet} (now {h.arrival_rate:g} req/s)  [P99 TTFT SLO "
+                        f"{h.slo_ttft_p99_ms:,.0f} ms, ttft_model {h.ttft_model}, utilisation cap "
+                        f"{h.max_utilization:g}]", title_justify="left")
+    for name in ("pool", "share %", "max req/s", "limited by", "P99 ms @max", "load @max", "P99 ms @max+",
+                 "load @max+"):
+        table.add_column(name, justify="left" if name in ("pool", "limited by") else "right", no_wrap=True)
+    if h.sim is not None:
+        table.add_column("max req/s sim", justify="right", no_wrap=True)
+        table.add_column("first miss sim", justify="right", no_wrap=True)
+    for k, p in enumerate(h.pools):
+        row = [p.label + (" *" if k == h.binding_pool else ""), f"{100 * p.routing_share:.2f}",
+               _rate(p.max_arrival_rate), p.limited_by or "-", _ms(p.ttft_p99_ms), f"{p.capacity_load:.3f}",
+               _ms(p.ttft_p99_ms_above), f"{p.capacity_load_above:.3f}"]
+        if h.sim is not None:
+            q = h.sim.pools[k]
+            row += [_rate(q.max_arrival_rate_sim, 0), _rate(q.min_failing_rate_sim, 0)]
+        table.add_row(*row)
+    c.print(table)
+    c.print(f"max arrival rate (analytic): {_rate(h.max_arrival_rate)} req/s, binding pool {h.binding_label or '-'}"
+            f" ({h.limited_by or 'no limit found'}); max req/s: the largest rate each pool carries (analytic), "
+            f"@max+ one {h.tolerance_req_per_s:g} req/s step above it; {h.evaluations} analytic evaluations", markup=False)
+    if h.fleet_p99_limit is not None:
+        c.print(f"fleet-wide P99 TTFT (slo.scope fleet) holds up to {_rate(h.fleet_p99_limit)} req/s", markup=False)
+    if h.sim is not None:
+        s, o = h.sim, h.sim.options
+        binding = "-" if s.binding_pool is None else s.pools[s.binding_pool].label
+        c.print(f"max arrival rate (simulated): {_rate(s.max_arrival_rate_sim, 0)} req/s, binding pool {binding}; "
+                f"each pool simulated alone at its share, {o.requests:,} requests in {o.replications} replications "
+                f"per rate, seed {o.seed} at every rate (common random numbers), grid "
+                f"{s.tolerance_req_per_s:g} req/s, {s.simulations} simulations; passes: {s.rule}", markup=False)
+
+
+def render_steps(c: Console, s: StepSchedule) -> None:
+    table = Table(title=f"{s.instance}: least-cost fleet over {s.lo:g}-{s.hi:g} req/s  [P99 TTFT SLO "
+                        f"{s.slo_ttft_p99_ms:,.0f} ms, ttft_model {s.ttft_model}]", title_justify="left")
+    for name in ("from req/s", "fleet", "GPUs", "$/yr", "add capacity before req/s"):
+        table.add_column(name, justify="left" if name == "fleet" else "right", no_wrap=True)
+    for p, until in s.plateaus:
+        table.add_row(f"{p.arrival_rate:g}", p.fleet or f"no plan ({p.status})",
+                      "-" if p.total_gpus is None else str(p.total_gpus),
+                      "-" if not math.isfinite(p.cost_per_year) else f"${p.cost_per_year / 1e3:,.0f}K",
+                      "-" if until is None else f"{until:g}")
+    c.print(table)
+    c.print(f"re-solved (analytic, least cost) at {len(s.solved)} rates; a step is the first whole-req/s rate whose "
+            "least cost exceeds the plateau's (found by bisection: the least cost never falls as the rate grows)",
+            markup=False)
+
+
+@click.command(context_settings=CONTEXT_SETTINGS)
+@click.argument("instance", type=click.Path(dir_okay=False))
+@click.option("--fleet", metavar="SPEC", help="The fleet, LO-HI:GPU[xN],... (no xN: sized at the instance's rate).")
+@click.option("--verify", is_flag=True, help="Also search the limit by simulation (each pool alone at its share).")
+@click.option("--range", "rate_range", metavar="LO:HI", help="Instead of --fleet: the rates in [LO, HI] where the "
+              "least-cost fleet steps up (re-solved, bisected to 1 req/s).")
+@click.option("--sim-requests", type=click.IntRange(1000), default=20_000, show_default=True,
+              help="--verify: requests per simulated rate (each pool alone), over all replications.")
+@click.option("--sim-replications", type=click.IntRange(2, 100), default=5, show_default=True,
+              help="--verify: independent replications per simulated rate.")
+@click.option("--seed", type=click.IntRange(0), default=0, show_default=True,
+              help="--verify: the seed of every simulated rate (common random numbers).")
+@click.option("--sim-tolerance", type=click.FloatRange(0, min_open=True), default=1.0, show_default=True,
+              metavar="REQ/S", help="--verify: grid of the simulated search (fleet req/s).")
+@click.option("--set", "overrides", multiple=True, metavar="PATH=VALUE",
+              help="Override an instance field, e.g. slo.ttft_model=mean-prefill (repeatable).")
+@click.option("--json", "json_out", metavar="FILE", help="Also write the result as JSON ('-' = stdout).")
+@_guard
+def headroom(instance, fleet, verify, rate_range, sim_requests, sim_replications, seed, sim_tolerance, overrides,
+             json_out):
+    """The largest arrival rate a fleet carries within its SLO (--fleet), or where the optimal fleet steps
+    up over a range of rates (--range LO:HI)."""
+    if rate_range is None and fleet is None:
+        raise InstanceError("--fleet: give the fleet to test (or --range LO:HI for the steps of the optimal fleet)")
+    bounds = None if rate_range is None else parse_range(rate_range)
+    if bounds is not None and verify:
+        raise InstanceError("--verify: applies to --fleet (the limit of one fleet), not to --range")
+    inst = load_instance(instance, overrides)
+    if bounds is not None:
+        result = fleet_steps(inst, *bounds)
+        render = render_steps
+    else:
+        result = find_headroom(inst, fleet)
+        if verify:
+            try:
+                options = SimOptions(requests=sim_requests, replications=sim_replications, seed=seed)
+            except SimOptionsError as err:
+                raise InstanceError([f"--sim-{f}: {t}" for f, t in err.by_field]) from None
+            result = replace(result, sim=simulated_limit(inst, fleet, options, start=result,
+                                                          tolerance_req_per_s=sim_tolerance))
+        render = render_headroom
+    if json_out != "-":
+        render(_console(), result)
+    if json_out:
+        write_json(result.to_json(), json_out, (inst.path,))

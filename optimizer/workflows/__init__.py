@@ -1,0 +1,1 @@
+"""Operator workflows over the solver and simulator: split tables, frontiers, headroom."""
