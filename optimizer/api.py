@@ -7,6 +7,7 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -15,13 +16,14 @@ from fleetopt.models.units import MS_PER_S
 
 from fleetopt.optimizer.io.catalog import load_catalog
 from fleetopt.optimizer.errors import EXIT_CODES, FleetoptError, InstanceError
-from fleetopt.optimizer.plan.evaluate import baseline, context_sweep, evaluate, parse_fleet
+from fleetopt.optimizer.plan.evaluate import baseline, context_sweep, evaluate, limit_violations, parse_fleet
 from fleetopt.optimizer.io.instance import Instance, load_instance
 from fleetopt.optimizer.report import fleet_json
 from fleetopt.optimizer.simulation.options import EngineOptions, SimOptions
 
 __all__ = ["load", "summarize_instance", "evaluate_report", "EvaluationReport", "solve", "verify", "exit_code",
-           "tpw_rows", "simulate_report", "simulate_plan", "SimOptions", "EngineOptions", "VERIFY_SIM_OPTIONS"]
+           "fleet_exit_code", "evaluation_exit_code", "simulation_exit_code", "tpw_rows", "simulate_report",
+           "simulate_plan", "SimOptions", "EngineOptions", "VERIFY_SIM_OPTIONS"]
 
 DEFAULT_CONTEXTS = "2048,4096,8192,16384,32768,65536,131072"
 VERIFY_SIM_OPTIONS = SimOptions(requests=100_000)
@@ -39,7 +41,7 @@ def summarize_instance(inst: Instance) -> dict:
     top = inst.pools.max_context_tokens
     return {
         "name": inst.name,
-        "workload": {"kind": w.kind, "source": w.source, "arrival_rate": w.arrival_rate_req_per_s,
+        "workload": {"kind": w.kind, "source": _normalized(w.source), "arrival_rate": w.arrival_rate_req_per_s,
                      "input_fraction": w.input_fraction if w.kind == "cdf" else None,
                      "truncated_share": w.truncated_share},
         "slo": {"ttft_p99_ms": inst.slo.ttft_p99_s * MS_PER_S, "ttft_model": inst.slo.ttft_model,
@@ -69,16 +71,27 @@ class EvaluationReport:
     instance: Instance
     fleets: tuple[tuple[str, FleetResult], ...]
     baseline: FleetResult | None
+    violations: tuple[tuple[str, ...], ...] = ()
+    """Per fleet (in ``fleets`` order), every instance limit it breaks
+    (:func:`fleetopt.optimizer.plan.evaluate.limit_violations`); empty: none, or not checked."""
+    baseline_violations: tuple[str, ...] = ()
+    """The limits the baseline breaks (it does only when every single-pool option breaks one)."""
+
+    def fleet_violations(self, k: int) -> tuple[str, ...]:
+        return self.violations[k] if k < len(self.violations) else ()
 
     def to_json(self) -> dict:
-        """The stable JSON contract (one fleet: keys at top level; several: a ``fleets`` list)."""
+        """The stable JSON contract (one fleet: keys at top level; several: a ``fleets`` list). ``feasible`` is
+        true when the fleet meets its SLO and breaks no limit, ``violations`` names each limit it breaks."""
         inst = self.instance
         head = {"instance": inst.name, "command": "evaluate", "ttft_model": inst.slo.ttft_model,
                 "slo_ttft_p99_ms": inst.slo.ttft_p99_s * MS_PER_S,
                 "max_utilization": inst.constraints.max_utilization,
                 "truncated_share": inst.workload.truncated_share}
-        results = [{"fleet": text, **fleet_json(r)} for text, r in self.fleets]
-        tail = {"baseline": None if self.baseline is None else fleet_json(self.baseline)}
+        results = [{"fleet": text, **fleet_json(r, violations=self.fleet_violations(k))}
+                   for k, (text, r) in enumerate(self.fleets)]
+        tail = {"baseline": None if self.baseline is None else fleet_json(self.baseline,
+                                                                           violations=self.baseline_violations)}
         if len(results) == 1:
             return {**head, **results[0], **tail}
         return {**head, "fleets": results, **tail}
@@ -96,7 +109,39 @@ def evaluate_report(inst: Instance, fleets) -> EvaluationReport:
             problems += err.problems
     if problems:
         raise InstanceError(problems)
-    return EvaluationReport(inst, tuple((spec.text, evaluate(inst, spec).result) for spec in specs), baseline(inst))
+    results = tuple((spec.text, evaluate(inst, spec).result) for spec in specs)
+    base = baseline(inst)
+    return EvaluationReport(inst, results, base, tuple(limit_violations(inst, r) for _, r in results),
+                            () if base is None else limit_violations(inst, base))
+
+
+def fleet_exit_code(slo_met: bool, violations=()) -> int:
+    """The documented exit code of a judged fleet (:mod:`fleetopt.optimizer.errors`): 5 (``slo_missed``) when it
+    misses its SLO, else 6 (``limits_broken``) when it breaks a limit of the instance, else 0."""
+    if not slo_met:
+        return EXIT_CODES["slo_missed"]
+    return EXIT_CODES["limits_broken"] if violations else EXIT_CODES["ok"]
+
+
+def evaluation_exit_code(report: EvaluationReport) -> int:
+    """``fleetopt evaluate``'s exit code: the worst of its fleets' :func:`fleet_exit_code` (5 before 6 before 0;
+    the baseline is not judged)."""
+    codes = [fleet_exit_code(r.slo_met, report.fleet_violations(k)) for k, (_, r) in enumerate(report.fleets)]
+    for code in (EXIT_CODES["slo_missed"], EXIT_CODES["limits_broken"]):
+        if code in codes:
+            return code
+    return EXIT_CODES["ok"]
+
+
+def simulation_exit_code(rep) -> int:
+    """``fleetopt simulate``'s exit code: 5 (``slo_missed``) when the simulated fleet misses its SLO (the
+    report's ``slo_met``, judged on the CI upper bound), else 0."""
+    return fleet_exit_code(bool(rep.slo_met))
+
+
+def _normalized(source: str) -> str:
+    """A workload source as a user reads it: a file path without ``..`` detours; ``builtin:NAME`` unchanged."""
+    return source if source.startswith("builtin:") else os.path.normpath(source)
 
 
 def solve(inst: Instance, *, top: int = 1, time_limit_s: float | None = None, mip_gap: float = 0.0,

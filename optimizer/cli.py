@@ -1,22 +1,31 @@
 """The ``fleetopt`` command: a thin layer over :mod:`fleetopt.optimizer.api`.
 
 Exit codes: 0 success, 2 invalid input, 3 infeasible, 4 time or iteration limit
-without a plan, 130 interrupted without a plan, 1 internal or solver error
-(:mod:`fleetopt.optimizer.errors`, README).
+without a plan, 5 the evaluated or simulated fleet misses its SLO (``evaluate``,
+``simulate``), 6 the evaluated fleet meets its SLO but breaks a limit of the
+instance (``evaluate``), 130 interrupted without a plan, 141 the reader closed
+the output pipe early (``| head``: the command stops quietly, as a Unix tool
+killed by SIGPIPE), 1 internal or solver error (:mod:`fleetopt.optimizer.errors`,
+README).
+
+Every command takes ``--format table|plain|markdown|csv``
+(:data:`fleetopt.optimizer.report.FORMATS`); ``table`` never shortens a cell: a
+table wider than the terminal is printed in column groups, or stacked.
 """
 
 from __future__ import annotations
 
 import functools
+import io
 import os
 import sys
 
 import click
 
 from fleetopt.optimizer import api, report
-from fleetopt.optimizer.errors import FleetoptError, InstanceError
+from fleetopt.optimizer.errors import EXIT_CODES, FleetoptError, InstanceError
 from fleetopt.optimizer.io.output import write_json
-from fleetopt.optimizer.report import console
+from fleetopt.optimizer.report import FORMATS, Output
 from fleetopt.optimizer.simulation.options import (DEFAULT_SPILL_BOUND, DISPATCHES, EngineOptions, SimOptions,
                                                    SimOptionsError, parse_precision)
 
@@ -25,6 +34,9 @@ _json_opt = click.option("--json", "json_out", metavar="FILE", help="Also write 
 _set_opt = click.option("--set", "overrides", multiple=True, metavar="PATH=VALUE",
                         help="Override an instance field, e.g. constraints.max_utilization=0.8 (repeatable).")
 _instance_arg = click.argument("instance", type=click.Path(dir_okay=False))
+_format_opt = click.option("--format", "fmt", type=click.Choice(FORMATS), default="table", show_default=True,
+                           help="Text layout: table (boxed; split into column groups or stacked when wider than the "
+                           "terminal, never cut), plain (aligned columns), markdown, or csv (prose as # lines).")
 
 
 def _guard(fn):
@@ -38,7 +50,7 @@ def _guard(fn):
             for line in str(err).splitlines():
                 click.echo(f"error: {line}", err=True)
             raise click.exceptions.Exit(err.exit_code)
-        except (KeyboardInterrupt, click.exceptions.Exit, click.ClickException):
+        except (KeyboardInterrupt, click.exceptions.Exit, click.ClickException, BrokenPipeError):
             raise
         except Exception as err:  # a bug: say so in one line unless debugging
             if os.environ.get("FLEETOPT_DEBUG"):
@@ -69,14 +81,76 @@ def _sim_options(flags: dict[str, str], **settings) -> SimOptions:
         raise InstanceError([f"{flags.get(field, field)}: {text}" for field, text in err.by_field]) from None
 
 
-def _emit(table_fn, data: dict, json_out: str | None, protect=()) -> None:
+def _emit(table_fn, data: dict, json_out: str | None, protect=(), fmt: str = "table") -> None:
     if json_out != "-":
-        table_fn(console())
+        table_fn(Output(fmt))
     if json_out:
         write_json(data, json_out, protect)
 
 
-@click.group(context_settings=CONTEXT_SETTINGS)
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null so that nothing more (Python's flush at exit included) fails on a closed pipe."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError, io.UnsupportedOperation):
+        pass  # not a file descriptor (a test runner's buffer): nothing to protect
+
+
+class _Commands(click.Group):
+    """The command group; a reader that closes the pipe early (``fleetopt solve ... | head -1``) ends the command
+    quietly with exit code 141 (``broken_pipe``: 128 + SIGPIPE, what a shell reports for a Unix tool the closed
+    pipe stopped), not with a traceback or error text. The commands of :mod:`fleetopt.optimizer.commands` load on
+    first use (:data:`LAZY`), so start-up and ``--help`` do not pay for the workflow and profile-fitting pipelines."""
+
+    LAZY = {"profile": ("fleetopt.optimizer.commands.profile", "profile", "Serving profiles from measurements."),
+            "pareto": ("fleetopt.optimizer.commands.workflows", "pareto",
+                       "Cost against latency over split boundaries (--split-table)."),
+            "headroom": ("fleetopt.optimizer.commands.workflows", "headroom",
+                         "The largest arrival rate a fleet carries within its SLO.")}
+
+    def list_commands(self, ctx):
+        return sorted(set(super().list_commands(ctx)) | set(self.LAZY))
+
+    def get_command(self, ctx, name):
+        if name in self.LAZY and name not in self.commands:
+            import importlib
+
+            module, attr, _ = self.LAZY[name]
+            self.add_command(getattr(importlib.import_module(module), attr), name)
+        return super().get_command(ctx, name)
+
+    def format_commands(self, ctx, formatter):
+        names = self.list_commands(ctx)
+        limit = formatter.width - 6 - max(len(n) for n in names)
+        rows = [(n, self.LAZY[n][2] if n in self.LAZY and n not in self.commands
+                 else self.commands[n].get_short_help_str(limit)) for n in names
+                if n in self.LAZY or not self.commands[n].hidden]
+        with formatter.section("Commands"):
+            formatter.write_dl(rows)
+
+    def invoke(self, ctx):
+        try:
+            return super().invoke(ctx)
+        except BrokenPipeError:
+            _silence_stdout()
+            raise click.exceptions.Exit(EXIT_CODES["broken_pipe"]) from None
+
+    def main(self, *args, **kwargs):
+        try:
+            return super().main(*args, **kwargs)
+        except SystemExit as done:
+            try:  # output still buffered for a pipe is written here: the pipe may be closed by now
+                sys.stdout.flush()
+            except BrokenPipeError:
+                _silence_stdout()
+                raise SystemExit(EXIT_CODES["broken_pipe"]) from None
+            except (OSError, ValueError):
+                pass
+            raise done
+
+
+@click.group(cls=_Commands, context_settings=CONTEXT_SETTINGS)
 @click.version_option(package_name="fleetopt")
 def main() -> None:
     """Plan GPU fleets for LLM inference: pools, context splits, GPU types and replica counts."""
@@ -86,12 +160,13 @@ def main() -> None:
 @_instance_arg
 @_set_opt
 @_json_opt
+@_format_opt
 @_guard
-def validate(instance, overrides, json_out):
+def validate(instance, overrides, json_out, fmt):
     """Check INSTANCE and summarize what it asks for."""
     inst = api.load(instance, overrides)
     summary = api.summarize_instance(inst)
-    _emit(lambda c: report.render_summary(c, summary), summary, json_out, (inst.path,))
+    _emit(lambda c: report.render_summary(c, summary), summary, json_out, (inst.path,), fmt)
 
 
 @main.command()
@@ -100,12 +175,16 @@ def validate(instance, overrides, json_out):
               help="Pools as LO-HI:GPU[xN],... e.g. '0-4096:a100x3,4096-65536:a100' (repeatable to compare).")
 @_set_opt
 @_json_opt
+@_format_opt
 @_guard
-def evaluate(instance, fleets, overrides, json_out):
-    """Evaluate given fleets analytically, next to the homogeneous baseline."""
+def evaluate(instance, fleets, overrides, json_out, fmt):
+    """Evaluate given fleets analytically, next to the homogeneous baseline.
+
+    Exits 5 when a fleet misses its SLO, 6 when one meets it but breaks a limit of the instance."""
     inst = api.load(instance, overrides)
     result = api.evaluate_report(inst, fleets)
-    _emit(lambda c: report.render_evaluation(c, result), result.to_json(), json_out, (inst.path,))
+    _emit(lambda c: report.render_evaluation(c, result), result.to_json(), json_out, (inst.path,), fmt)
+    raise click.exceptions.Exit(api.evaluation_exit_code(result))
 
 
 @main.command()
@@ -142,10 +221,11 @@ def evaluate(instance, fleets, overrides, json_out):
               help="Replica availability when verifying (see simulate --availability).")
 @_set_opt
 @_json_opt
+@_format_opt
 @_guard
 def solve(instance, top, max_pools, objective, time_limit, mip_gap, threads, method, verbose, verify_top, verify_rule,
           max_rounds, verify_cuts, trim, seed, sim_requests, sim_replications, sim_kv, sim_availability, overrides,
-          json_out):
+          json_out, fmt):
     """Find the cheapest (or least-power) fleet: pools, splits, GPU types and replica counts."""
     extra = [f"pools.max_pools={max_pools}"] * (max_pools is not None) + [f"objective={objective}"] * bool(objective)
     inst = api.load(instance, list(overrides) + extra)
@@ -161,7 +241,7 @@ def solve(instance, top, max_pools, objective, time_limit, mip_gap, threads, met
         if trim:
             raise InstanceError("--trim: trims the plan --verify-top N chose; give --verify-top")
         rep, ver = api.solve(inst, top=top, **kwargs), None
-    _emit(lambda c: report.render_solve(c, rep, ver), report.solve_json(rep, ver), json_out, (inst.path,))
+    _emit(lambda c: report.render_solve(c, rep, ver), report.solve_json(rep, ver), json_out, (inst.path,), fmt)
     raise click.exceptions.Exit(api.exit_code(rep, ver))  # no (verified) plan: its code (the report explains it)
 
 
@@ -176,17 +256,18 @@ def solve(instance, top, max_pools, objective, time_limit, mip_gap, threads, met
 @click.option("--contexts", "--context", "contexts", default="2048,4096,8192,16384,32768,65536,131072",
               show_default=True, metavar="TOKENS", help="Context windows, comma-separated.")
 @_json_opt
+@_format_opt
 @_guard
-def tpw(profiles, hardware, models, tp, dtype, kv_layout, contexts, json_out):
+def tpw(profiles, hardware, models, tp, dtype, kv_layout, contexts, json_out, fmt):
     """Tokens per watt of one replica at full concurrency, per context window (the 1/W law)."""
     rows = api.tpw_rows(profiles, hardware, models, tp, dtype, kv_layout, contexts)
-    _emit(lambda c: c.print(report.tpw_table(rows)), report.tpw_json(rows), json_out)
+    _emit(lambda c: c.print(report.tpw_table(rows)), report.tpw_json(rows), json_out, (), fmt)
 
 
 @main.command()
 @_instance_arg
-@click.option("--fleet", metavar="SPEC", help="Pools as LO-HI:GPU[xN][@GAMMA][#SEQS],... (no xN: sized "
-              "analytically first).")
+@click.option("--fleet", "fleets", metavar="SPEC", multiple=True,
+              help="Pools as LO-HI:GPU[xN][@GAMMA][#SEQS],... (no xN: sized analytically first); one fleet per run.")
 @click.option("--plan", "plan_file", type=click.Path(dir_okay=False), metavar="FILE",
               help="Instead of --fleet: a plan of a 'fleetopt solve --json' file (split-routing plans too).")
 @click.option("--rank", type=click.IntRange(1), help="With --plan: the solution's rank (default: the chosen plan).")
@@ -227,13 +308,20 @@ def tpw(profiles, hardware, models, tp, dtype, kv_layout, contexts, json_out):
               help="Simulate every replica, or draw the replicas up per replication from gpus[].availability.")
 @_set_opt
 @_json_opt
+@_format_opt
 @_guard
-def simulate(instance, fleet, plan_file, rank, n_requests, seed, router, spill_bound, dispatch, arrivals,
+def simulate(instance, fleets, plan_file, rank, n_requests, seed, router, spill_bound, dispatch, arrivals,
              peak_to_mean, mode, precision, max_requests, replications, kv, max_num_seqs, max_batched_tokens,
-             availability, overrides, json_out):
-    """Simulate a fleet (--fleet SPEC, or --plan of a solve's JSON) next to its analytic numbers."""
+             availability, overrides, json_out, fmt):
+    """Simulate a fleet (--fleet SPEC, or --plan of a solve's JSON) next to its analytic numbers.
+
+    Exits 5 when the simulated fleet misses its SLO."""
     from fleetopt.optimizer.report import progress_bar, render_simulation
 
+    if len(fleets) > 1:
+        raise InstanceError(f"--fleet: given {len(fleets)} times; simulate runs one fleet (run it once per fleet, "
+                            "or compare fleets analytically with: fleetopt evaluate ... --fleet A --fleet B)")
+    fleet = fleets[0] if fleets else None
     inst = api.load(instance, overrides)
     options = _sim_options(_SIMULATE_FLAGS, requests=n_requests, replications=replications, seed=seed, mode=mode,
                            router=router, dispatch=dispatch, arrivals=arrivals, peak_to_mean=peak_to_mean,
@@ -241,7 +329,8 @@ def simulate(instance, fleet, plan_file, rank, n_requests, seed, router, spill_b
                            engine=EngineOptions(kv, max_num_seqs, max_batched_tokens, availability))
     with progress_bar(sys.stderr.isatty()) as progress:
         rep = api.simulate_report(inst, fleet, options, plan_file=plan_file, rank=rank, progress=progress)
-    _emit(lambda c: render_simulation(c, rep), rep.to_json(), json_out, (inst.path,))
+    _emit(lambda c: render_simulation(c, rep), rep.to_json(), json_out, (inst.path,), fmt)
+    raise click.exceptions.Exit(api.simulation_exit_code(rep))
 
 
 @main.command()
@@ -249,15 +338,17 @@ def simulate(instance, fleet, plan_file, rank, n_requests, seed, router, spill_b
 @click.option("--agreement-pools", type=click.IntRange(min=0), default=None, metavar="N",
               help="Random pools of the analytic-vs-simulated agreement run (default 200, 12 with --quick; 0 skips).")
 @_json_opt
+@_format_opt
 @_guard
-def bench(quick, json_out, agreement_pools):
+def bench(quick, json_out, agreement_pools, fmt):
     """Run the benchmarks, print a table of medians and write JSON."""
     from fleetopt.optimizer.bench import run_benchmarks, render_bench
 
     pools = (12 if quick else 200) if agreement_pools is None else agreement_pools
     result = run_benchmarks(repeats=1 if quick else 5, enumeration_limit_s=5.0 if quick else 60.0, memory=not quick,
                             agreement_pools=pools, agreement_requests=20_000 if quick else 50_000)
-    _emit(lambda c: render_bench(c, result), result, json_out)
+    _emit(lambda c: render_bench(c, result), result, json_out, (), fmt)
+
 
 
 if __name__ == "__main__":  # pragma: no cover

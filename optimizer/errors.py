@@ -18,12 +18,24 @@ code  key                meaning
                          ``time_limit``) or an iteration, node or solution limit (status
                          ``iteration_limit``, which keeps the time-limit code); the instance may still
                          be feasible (:class:`SolverLimitError`)
+5     ``slo_missed``     the fleet judged misses its SLO: ``evaluate`` (a given fleet misses its
+                         analytic P99 TTFT, or TPOT, SLO; JSON ``slo_met: false``) and ``simulate``
+                         (the simulated fleet misses it; JSON ``slo_met: false``). The output is
+                         complete; the code lets a CI job gate on it
+6     ``limits_broken``  ``evaluate``: a given fleet meets its SLO but breaks a limit of the
+                         instance (GPU inventory ``max_count``/``min_count``, pool counts,
+                         ``constraints.max_total_gpus``/``max_power_kw``/``max_cost_per_hr``/
+                         ``max_utilization``); the JSON's ``violations`` names each (5 wins when both)
 130   ``interrupted``    the solve was interrupted before it found a plan (status ``interrupted``;
                          128 + SIGINT, the shell's code for Ctrl-C; :class:`SolveInterruptedError`)
+141   ``broken_pipe``    the reader closed the output pipe early (``fleetopt solve ... | head -1``):
+                         the command stops quietly, as a Unix tool SIGPIPE stops (128 + SIGPIPE)
 ====  =================  ==============================================================================
 
 Only the pipeline turns a solve status into one of these errors
-(:func:`fleetopt.optimizer.plan.solve.require_plan`).
+(:func:`fleetopt.optimizer.plan.solve.require_plan`); codes 5 and 6 judge a fleet, not a solve
+(:func:`fleetopt.optimizer.api.fleet_exit_code`), and 141 comes from the command group
+(:mod:`fleetopt.optimizer.cli`).
 """
 
 from __future__ import annotations
@@ -31,7 +43,8 @@ from __future__ import annotations
 __all__ = ["FleetoptError", "InstanceError", "InfeasibleError", "SolverError", "SolverLimitError",
            "SolveInterruptedError", "EXIT_CODES"]
 
-EXIT_CODES = {"ok": 0, "error": 1, "invalid_input": 2, "infeasible": 3, "time_limit": 4, "interrupted": 130}
+EXIT_CODES = {"ok": 0, "error": 1, "invalid_input": 2, "infeasible": 3, "time_limit": 4, "slo_missed": 5,
+              "limits_broken": 6, "interrupted": 130, "broken_pipe": 141}
 """Documented exit codes of the ``fleetopt`` command (see the module docstring)."""
 
 

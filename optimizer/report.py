@@ -6,26 +6,32 @@ simulated and ``quality`` the profile quality its inputs rest on.
 
 from __future__ import annotations
 
+import csv
+import io
 import math
 import shlex
 import textwrap
 from contextlib import contextmanager, nullcontext
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 
 from rich.console import Console
+from rich.errors import MarkupError
+from rich.measure import Measurement
 from rich.table import Table
+from rich.text import Text
 
 from fleetopt.models.fleet import FleetResult, PoolResult
 from fleetopt.models.service import ContextPoint
 from fleetopt.models.units import P99_TAIL
 
-from fleetopt.optimizer.plan.evaluate import fleet_spec
+from fleetopt.optimizer.plan.evaluate import fleet_spec, limit_violations
 from fleetopt.optimizer.io.overrides import set_flags
 from fleetopt.optimizer.simulation.options import EngineOptions, SimOptions
 
 __all__ = ["fleet_json", "pool_json", "fleet_table", "fleet_notes", "tpw_json", "tpw_table", "fmt_ms", "solve_json",
            "render_solve", "render_evaluation", "render_summary", "render_verification", "render_simulation",
-           "sim_options_line", "progress_bar"]
+           "sim_options_line", "progress_bar", "FORMATS", "Output", "Grid", "table_grid", "table_width", "layout_table",
+           "objective_line", "violations_lines"]
 
 ANALYTIC = "analytic"
 
@@ -42,8 +48,11 @@ def pool_json(p: PoolResult, source: str = ANALYTIC) -> dict:
     return out
 
 
-def fleet_json(r: FleetResult, source: str = ANALYTIC) -> dict:
-    return {
+def fleet_json(r: FleetResult, source: str = ANALYTIC, violations=None) -> dict:
+    """A fleet's contract keys. With ``violations`` (the instance limits it breaks,
+    :func:`fleetopt.optimizer.plan.evaluate.limit_violations`) they are listed under ``violations`` and
+    ``feasible`` is true only when the SLO is met and none is broken."""
+    out = {
         "cost_per_hr": r.cost_per_hr,
         "cost_per_year": r.cost_per_year,
         "total_replicas": r.total_replicas,
@@ -58,6 +67,10 @@ def fleet_json(r: FleetResult, source: str = ANALYTIC) -> dict:
         "pools": [pool_json(p, source) for p in r.pools],
         "source": source,
     }
+    if violations is not None:
+        out["feasible"] = bool(r.feasible and not violations)
+        out["violations"] = list(violations)
+    return out
 
 
 def fmt_ms(x: float) -> str:
@@ -76,19 +89,33 @@ def fleet_table(title: str, r: FleetResult, slo_ms: float, source: str = ANALYTI
     t.add_column("power W", justify="right", footer=f"{r.power_kw * 1000:,.0f}")
     t.add_column("tok/W", justify="right", footer=f"{r.tok_per_watt:.2f}")
     t.add_column("$/hr", justify="right", footer=f"{r.cost_per_hr:,.2f}")
-    t.add_column("SLO", footer=("met" if r.feasible else "MISSED") + (" (fleet)" if r.scope == "fleet" else ""))
+    t.add_column("SLO", footer=_slo_word(r.slo_met, all(p.utilization_ok for p in r.pools))
+                 + (" (fleet)" if r.scope == "fleet" else ""))
     for p in r.pools:
         sized = "*" if p.sized else ""
         if r.scope == "fleet":
-            status = "-" if p.utilization_ok and p.utilization < 1 else "MISSED"
+            status = "MISSED" if p.utilization >= 1 else "-" if p.utilization_ok else UTIL_CAP
         else:
-            status = "met" if p.slo_met and p.utilization_ok else "MISSED"
+            status = _slo_word(p.slo_met, p.utilization_ok)
         band = f" (+@{p.compress_gamma:g})" if p.compress_gamma > 1 else ""
         t.add_row(f"{p.min_tokens:,}-{p.max_tokens:,}{band}", p.gpu, f"{p.replicas}{sized} ({p.gpus})",
                   f"{p.arrival_rate:,.2f}", f"{p.utilization:.2f}", fmt_ms(p.ttft_p99_ms),
                   f"{100 * p.slo_miss_prob:.2f}", f"{p.power_w:,.0f}", f"{p.tok_per_watt:.2f}", f"{p.cost_per_hr:,.2f}",
                   status)
     return t
+
+
+UTIL_CAP = "UTIL CAP"
+"""Status of a pool (or fleet) that meets the TTFT SLO but runs above ``constraints.max_utilization``: a broken
+limit, not a missed SLO (the JSON: ``slo_met`` true, ``feasible`` false)."""
+
+
+def _slo_word(slo_met: bool, utilization_ok: bool) -> str:
+    """The SLO column: ``MISSED`` only when the TTFT (or TPOT) SLO is missed; a utilisation-cap breach alone
+    is :data:`UTIL_CAP`."""
+    if not slo_met:
+        return "MISSED" if utilization_ok else f"MISSED, {UTIL_CAP}"
+    return "met" if utilization_ok else UTIL_CAP
 
 
 MODEL_SOURCES = {
@@ -149,11 +176,233 @@ def tpw_table(rows: list[ContextPoint]) -> Table:
     return t
 
 
+PIPE_COLUMNS = 140
+"""Width of ``table`` output that is not a terminal (a pipe or a file): wide enough for every table unsqueezed."""
+
+FORMATS = ("table", "plain", "markdown", "csv")
+"""Values of every command's ``--format``: ``table`` (boxed; a table wider than the terminal is split into
+column groups that each repeat the row's key, or stacked one row per block when even that does not fit: a cell is
+never cut), ``plain`` (aligned columns, no box, colour or markup, never wrapped), ``markdown`` (pipe tables) and
+``csv`` (one CSV block per table, its title and every prose line as a ``#`` comment line)."""
+
+
+class _Console(Console):
+    """A rich console that lets a closed output pipe surface as :class:`BrokenPipeError` (the command decides the
+    exit: :mod:`fleetopt.optimizer.cli`) instead of rich's own ``SystemExit(1)``."""
+
+    def on_broken_pipe(self) -> None:
+        self.quiet = True
+        raise BrokenPipeError("the reader closed the output pipe")
+
+
 def console() -> Console:
-    """Rich console; output that is not a terminal gets 140 columns so tables are not squeezed."""
+    """Rich console; output that is not a terminal gets :data:`PIPE_COLUMNS` columns so tables are not squeezed."""
     import sys
 
-    return Console(soft_wrap=True, width=None if sys.stdout.isatty() else 140)
+    return _Console(soft_wrap=True, width=None if sys.stdout.isatty() else PIPE_COLUMNS)
+
+
+class Output:
+    """Where a command's text goes, in one of :data:`FORMATS`.
+
+    Renderers call :meth:`print` with a rich :class:`~rich.table.Table` or a line of text, as they would a
+    :class:`~rich.console.Console`; the format decides the layout. In ``table`` format a table that fits the
+    console's width prints boxed as built; a wider one is laid out narrow (:func:`layout_table`), so a cell is
+    never shortened to an ellipsis (rich's own way to squeeze a table).
+    """
+
+    def __init__(self, fmt: str = "table", con: Console | None = None):
+        if fmt not in FORMATS:
+            raise ValueError(f"format: {fmt!r} is not one of {', '.join(FORMATS)}")
+        self.format = fmt
+        self.console = console() if con is None else con
+        self._tables = 0
+
+    @property
+    def width(self) -> int:
+        return self.console.width
+
+    def print(self, obj="", **kwargs) -> None:
+        if isinstance(obj, Table):
+            self._table(obj)
+        elif self.format == "table":
+            self.console.print(obj, **kwargs)
+        else:
+            text = obj.plain if isinstance(obj, Text) else (str(obj) if kwargs.get("markup") is False
+                                                            else _plain_text(obj))
+            prefix = "# " if self.format == "csv" else ""
+            self._write("\n".join(prefix + line for line in text.splitlines() or [""]))
+            if self.format == "markdown":
+                self._write("")  # each print its own paragraph
+
+    def _write(self, line: str) -> None:
+        self.console.file.write(line + "\n")
+
+    def _table(self, t: Table) -> None:
+        grid = table_grid(t)
+        if self.format == "table":
+            for part in layout_table(self.console, t, grid):
+                self.console.print(part)
+            return
+        if self._tables and self.format == "csv":
+            self._write("")
+        self._tables += 1
+        lines = {"plain": _plain_lines, "markdown": _markdown_lines, "csv": _csv_lines}[self.format](grid)
+        for line in lines:
+            self._write(line)
+
+
+@dataclass(frozen=True)
+class Grid:
+    """A table's text: title, headers, justification per column, rows, footer (None without) and caption."""
+
+    title: str
+    headers: tuple[str, ...]
+    justify: tuple[str, ...]
+    rows: tuple[tuple[str, ...], ...]
+    footer: tuple[str, ...] | None
+    caption: str
+
+
+def _plain_text(obj) -> str:
+    """What rich would show of ``obj`` (a str holds markup), without the markup."""
+    if isinstance(obj, Text):
+        return obj.plain
+    if obj is None:
+        return ""
+    if not isinstance(obj, str):
+        return str(obj)
+    try:
+        return Text.from_markup(obj).plain
+    except MarkupError:
+        return obj
+
+
+def table_grid(t: Table) -> Grid:
+    """The text of a rich table (its public ``columns``: header, cells, footer, justification)."""
+    cols = t.columns
+    cells = [[_plain_text(x) for x in c.cells] for c in cols]
+    rows = tuple(tuple(col[k] for col in cells) for k in range(max((len(c) for c in cells), default=0)))
+    return Grid(_plain_text(t.title), tuple(_plain_text(c.header) for c in cols),
+                tuple(c.justify or "left" for c in cols), rows,
+                tuple(_plain_text(c.footer) for c in cols) if t.show_footer else None, _plain_text(t.caption))
+
+
+def table_width(c: Console, t: Table) -> int:
+    """Columns a table needs to show every cell on one line (rich's own measure, borders and padding included)."""
+    return Measurement.get(c, c.options.update(width=10**6), t).maximum
+
+
+def layout_table(c: Console, t: Table, grid: Grid | None = None) -> list:
+    """Renderables showing ``t`` within ``c.width`` with no cell shortened.
+
+    The table as built when it fits; else its columns split into groups, each repeating the first (key) column,
+    greedily in order while a group fits; else (a key and one column do not fit side by side) stacked: per row, its
+    key on a line and one ``header  value`` line per column.
+    """
+    if table_width(c, t) <= c.width:
+        return [t]
+    grid = table_grid(t) if grid is None else grid
+    groups = _column_groups(c, t, grid, c.width)
+    if groups is None:
+        return _stacked(grid)
+    low, high = 1, c.width  # the narrowest cap giving as few groups: balanced groups
+    while low < high:
+        mid = (low + high) // 2
+        trial = _column_groups(c, t, grid, mid)
+        if trial is not None and len(trial) <= len(groups):
+            high = mid
+        else:
+            low = mid + 1
+    groups = _column_groups(c, t, grid, high)
+    out = [_sub_table(t, grid, g, grid.title if n == 0 else f"{grid.title} (continued)" if grid.title else "")
+           for n, g in enumerate(groups)]
+    if grid.caption:
+        out.append(Text(grid.caption, style="dim"))
+    return out
+
+
+def _column_groups(c: Console, t: Table, grid: Grid, width: int) -> list[list[int]] | None:
+    """Column indices per group, each group the key column 0 and the next columns in order while the group fits
+    ``width``; None when the key and one column do not fit side by side."""
+    groups, current = [], [0]
+    for k in range(1, len(grid.headers)):
+        if table_width(c, _sub_table(t, grid, current + [k], "")) <= width:
+            current.append(k)
+            continue
+        if len(current) == 1:
+            return None
+        groups.append(current)
+        current = [0, k]
+        if table_width(c, _sub_table(t, grid, current, "")) > width:
+            return None
+    groups.append(current)
+    return groups
+
+
+def _sub_table(t: Table, grid: Grid, columns: list[int], title: str) -> Table:
+    s = Table(title=Text(title) if title else None, title_justify="left", show_footer=grid.footer is not None,
+              box=t.box, pad_edge=t.pad_edge, show_lines=t.show_lines)
+    for k in columns:
+        s.add_column(Text(grid.headers[k]), footer=Text(grid.footer[k]) if grid.footer else "",
+                     justify=grid.justify[k], no_wrap=True)
+    for row in grid.rows:
+        s.add_row(*(Text(row[k]) for k in columns))
+    return s
+
+
+def _stacked(grid: Grid) -> list:
+    """One block per row: its key column's header and value, then ``header  value`` per other column (the footer
+    row last, under its own key)."""
+    width = max((len(h) for h in grid.headers[1:]), default=0)
+    out = [Text(grid.title, style="italic")] if grid.title else []
+    keyed = [(f"{grid.headers[0]} {row[0]}", row) for row in grid.rows]
+    for key, row in keyed + ([(grid.footer[0], grid.footer)] if grid.footer else []):
+        out.append(Text(key, style="bold"))
+        out += [Text(f"  {h:<{width}}  {v}") for h, v in zip(grid.headers[1:], row[1:]) if v != ""]
+    if grid.caption:
+        out.append(Text(grid.caption, style="dim"))
+    return out
+
+
+def _plain_lines(grid: Grid) -> list[str]:
+    """Aligned columns, two spaces apart, a dashed rule under the header and above the footer; never cut."""
+    rows = [grid.headers, *grid.rows] + ([grid.footer] if grid.footer else [])
+    widths = [max(len(r[k]) for r in rows) for k in range(len(grid.headers))]
+
+    def line(r):
+        return "  ".join(v.rjust(w) if j == "right" else v.center(w) if j == "center" else v.ljust(w)
+                         for v, w, j in zip(r, widths, grid.justify)).rstrip()
+
+    rule = "  ".join("-" * w for w in widths)
+    body = [line(grid.headers), rule] + [line(r) for r in grid.rows]
+    if grid.footer:
+        body += [rule, line(grid.footer)]
+    return ([grid.title] if grid.title else []) + body + ([grid.caption] if grid.caption else []) + [""]
+
+
+def _markdown_lines(grid: Grid) -> list[str]:
+    def cells(r):
+        return "| " + " | ".join(v.replace("|", "\\|") for v in r) + " |"
+
+    align = {"right": "---:", "center": ":---:"}
+    out = [f"**{grid.title}**", ""] if grid.title else []
+    out += [cells(grid.headers), "| " + " | ".join(align.get(j, "---") for j in grid.justify) + " |"]
+    out += [cells(r) for r in grid.rows]
+    if grid.footer:
+        out.append(cells([f"**{v}**" if v else "" for v in grid.footer]))
+    return out + ([""] + [grid.caption] if grid.caption else []) + [""]
+
+
+def _csv_lines(grid: Grid) -> list[str]:
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(grid.headers)
+    w.writerows(grid.rows)
+    if grid.footer:
+        w.writerow(grid.footer)
+    head = [f"# {grid.title}"] if grid.title else []
+    return head + buf.getvalue().splitlines() + ([f"# {grid.caption}"] if grid.caption else [])
 
 
 def render_summary(c: Console, s: dict) -> None:
@@ -184,19 +433,26 @@ def render_evaluation(c: Console, report) -> None:
     """Print an :class:`fleetopt.optimizer.api.EvaluationReport`: each fleet, the baseline and the saving."""
     inst = report.instance
     slo_ms = inst.slo.ttft_p99_s * 1000.0
-    for text, r in report.fleets:
+    for k, (text, r) in enumerate(report.fleets):
         c.print(fleet_table(f"fleet {text}", r, slo_ms))
         for line in fleet_notes(r, inst.slo.ttft_model):
-            c.print(line)
+            c.print(line, markup=False)
+        for line in violations_lines(r, report.fleet_violations(k)):
+            c.print(line, markup=False)
     b = report.baseline
     if b is not None:
         c.print(fleet_table("homogeneous baseline (cheapest single pool)", b, slo_ms))
         for line in fleet_notes(b, inst.slo.ttft_model)[1:]:
-            c.print(line)
-        for text, r in report.fleets:
-            if b.cost_per_hr > 0:
+            c.print(line, markup=False)
+        for line in violations_lines(b, report.baseline_violations, "baseline"):
+            c.print(line, markup=False)
+        for k, (text, r) in enumerate(report.fleets):
+            if not (b.feasible and not report.baseline_violations):
+                c.print(f"fleet {text}: ${r.cost_per_year:,.0f}/yr; no saving against the baseline is claimed: "
+                        "no single pool meets the SLO within the instance's limits", markup=False)
+            elif b.cost_per_hr > 0:
                 c.print(f"fleet {text}: ${r.cost_per_year:,.0f}/yr vs baseline ${b.cost_per_year:,.0f}/yr "
-                        f"({1 - r.cost_per_hr / b.cost_per_hr:+.1%} saving)")
+                        f"({1 - r.cost_per_hr / b.cost_per_hr:+.1%} saving)", markup=False)
     if inst.workload.truncated_share > 0:
         c.print(f"note: {inst.workload.truncated_share:.4%} of requests are longer than the largest context "
                 "window and are served truncated to it")
@@ -278,7 +534,7 @@ def routing_json(routing) -> dict | None:
 def solve_json(report, verification=None) -> dict:
     """The stable JSON contract of ``fleetopt solve`` (see README); with a verification, its chosen plan heads it."""
     inst = report.instance
-    unit = {"cost": "usd_per_hr", "power": "kw", "tok_per_watt": "kw", "cost+power": "usd_per_hr"}[inst.objective]
+    unit = OBJECTIVE_UNITS[inst.objective]
     best = report.best
     if verification is not None and verification.chosen is not None:
         best = verification.chosen.plan
@@ -286,7 +542,8 @@ def solve_json(report, verification=None) -> dict:
            "status": str(report.status), "method": report.method,
            "solver": report.solver, "explanation": report.explanation,
            "objective": {"name": inst.objective, "value": None if best is None else best.objective, "unit": unit,
-                         "bound": report.bound, "lp_bound": report.lp_bound}}
+                         "bound": report.bound, "lp_bound": report.lp_bound,
+                         "minimizes": OBJECTIVE_MEANINGS[inst.objective]}}
     fleet = fleet_json(best.fleet, "analytic") if best else {k: None for k in (
         "cost_per_hr", "cost_per_year", "total_replicas", "total_gpus", "power_kw", "tok_per_watt", "slo_met",
         "feasible", "pools")}
@@ -295,7 +552,8 @@ def solve_json(report, verification=None) -> dict:
     fleet["fleet"] = fleet_spec(inst, best.fleet) if best else None
     fleet["routing"] = routing_json(best.routing) if best else None
     out.update(fleet)
-    out["baseline"] = None if report.baseline is None else fleet_json(report.baseline)
+    out["baseline"] = (None if report.baseline is None else
+                       fleet_json(report.baseline, violations=limit_violations(inst, report.baseline)))
     out["warnings"] = solve_warnings(report)
     out.update({
         "solve_seconds": report.solve_seconds, "mip_gap": report.mip_gap,
@@ -325,8 +583,12 @@ def solve_warnings(report) -> list[str]:
         if base_models != plan_models:
             out.append(f"the plan serves {', '.join(plan_models)} but the baseline serves {', '.join(base_models)}: "
                        "the saving compares different models")
-        if not report.baseline.feasible:
+        if not report.baseline.slo_met:
             out.append("the homogeneous baseline misses the SLO")
+        broken = limit_violations(report.instance, report.baseline)
+        if broken:
+            out.append("the homogeneous baseline breaks the instance's limits (" + "; ".join(broken)
+                       + "): no saving against it is claimed")
     share = report.instance.workload.truncated_share
     if share > 0:
         out.append(f"{share:.4%} of requests exceed max_context and are served truncated")
@@ -405,6 +667,47 @@ def render_trim(c: Console, trim, plan, instance=None) -> None:
                 soft_wrap=True, highlight=False)
 
 
+OBJECTIVE_UNITS = {"cost": "usd_per_hr", "power": "kw", "tok_per_watt": "kw", "cost+power": "usd_per_hr"}
+"""Unit of the solver's objective value per objective (the JSON's ``objective.unit``)."""
+OBJECTIVE_MEANINGS = {"cost": "fleet cost in $/hr",
+                      "power": "fleet power in kW",
+                      "tok_per_watt": "fleet power in kW (the served tokens/s are fixed by the workload, so the "
+                                      "least power is the most tokens per watt)",
+                      "cost+power": "fleet cost plus energy in $/hr (usd_per_kwh x PUE x kW)"}
+"""What the solver minimises per objective (the JSON's ``objective.minimizes``): tok_per_watt is solved as least
+power (:meth:`fleetopt.solvers.problem.FleetProblem.choice_objective`)."""
+
+
+def objective_line(inst, value: float, fleet: FleetResult) -> str:
+    """The objective of a plan with its unit, saying what was minimised (the solver's value, ``source: MIP``
+    or oracle) and, for tok_per_watt, the fleet's tokens per watt (analytic).
+
+    Examples
+    --------
+    >>> class I: objective = "tok_per_watt"
+    >>> class F: tok_per_watt = 16.2169
+    >>> objective_line(I, 8.4061, F)
+    'objective tok_per_watt: least power 8.406 kW -> 16.22 tok/W'
+    """
+    name = inst.objective
+    if name == "cost":
+        return f"objective cost = ${value:,.2f}/hr"
+    if name == "power":
+        return f"objective power = {value:,.4g} kW"
+    if name == "tok_per_watt":
+        return f"objective tok_per_watt: least power {value:,.4g} kW -> {fleet.tok_per_watt:.2f} tok/W"
+    return f"objective cost+power = ${value:,.2f}/hr (GPUs + energy)"
+
+
+def violations_lines(r: FleetResult, violations, label: str = "fleet") -> list[str]:
+    """Lines under a fleet's table naming each instance limit it breaks (empty when none): the first says the
+    fleet is infeasible, one line per limit follows."""
+    if not violations:
+        return []
+    return [f"{label} is infeasible: it breaks {len(violations)} limit(s) of the instance"
+            + ("" if r.slo_met else ", and misses the SLO")] + [f"  breaks {v}" for v in violations]
+
+
 def render_solve(c: Console, report, verification=None) -> None:
     inst = report.instance
     slo_ms = inst.slo.ttft_p99_s * 1000.0
@@ -418,17 +721,23 @@ def render_solve(c: Console, report, verification=None) -> None:
             render_verification(c, verification, slo_ms, inst)
         return
     for plan in report.plans:
-        title = f"plan {plan.rank}: objective {inst.objective} = {plan.objective:,.4g}"
-        c.print(fleet_table(title, plan.fleet, slo_ms))
+        c.print(fleet_table(f"plan {plan.rank}: {objective_line(inst, plan.objective, plan.fleet)}", plan.fleet,
+                            slo_ms))
         for line in fleet_notes(plan.fleet, inst.slo.ttft_model):
-            c.print(line.replace("source: analytic", f"selected by {report.method}; numbers analytic", 1))
+            c.print(line.replace("source: analytic", f"selected by {report.method}; numbers analytic", 1),
+                    markup=False)
     b = report.baseline
     if b is not None:
         best = report.best.fleet
+        broken = limit_violations(inst, b)
+        why = "; ".join((["misses the SLO"] if not b.slo_met else [])
+                        + ([f"breaks {', '.join(v.split(':', 1)[0] for v in broken)}"] if broken else []))
         c.print(f"homogeneous baseline (analytic): {b.pools[0].gpu} x {b.total_replicas} on 0-{b.pools[0].max_tokens:,}, "
                 f"${b.cost_per_year:,.0f}/yr, {b.power_kw:,.1f} kW, {b.tok_per_watt:.2f} tok/W"
-                + ("" if b.feasible else " (misses the SLO)")
-                + (f" -> plan 1 saves {1 - best.cost_per_hr / b.cost_per_hr:.1%} of cost" if b.cost_per_hr else ""))
+                + (f" -> plan 1 saves {1 - best.cost_per_hr / b.cost_per_hr:.1%} of cost"
+                   if b.cost_per_hr and not why else "")
+                + (f" - infeasible: {why}; no single pool meets the SLO within the instance's limits, so no saving "
+                   "is claimed" if why else ""), markup=False)
     for w in solve_warnings(report):
         c.print(f"note: {w}")
     if verification is not None:

@@ -18,7 +18,7 @@ from scipy import stats
 
 from fleetopt.optimizer import api
 from fleetopt.optimizer.cli import main
-from fleetopt.optimizer.errors import InstanceError
+from fleetopt.optimizer.errors import EXIT_CODES, InstanceError
 from fleetopt.optimizer.simulation.options import VLLM_DEFAULT_MAX_NUM_SEQS, EngineOptions, SimOptions
 from fleetopt.optimizer.simulation.simulate import plans_from_spec, simulate_plan
 
@@ -172,7 +172,7 @@ def test_engine_settings_are_deterministic_per_seed(repo_root, tmp_path, fleet, 
     for seed, name in ((5, "a"), (5, "b"), (6, "c")):
         out = tmp_path / f"{name}.json"
         r = CliRunner().invoke(main, args + ["--seed", str(seed), "--json", str(out)])
-        assert r.exit_code == 0, r.output
+        assert r.exit_code in (0, EXIT_CODES["slo_missed"]), r.output      # a short run of a tight fleet may miss
         d = json.loads(out.read_text())
         d.pop("wall_seconds")
         texts.append(json.dumps(d, sort_keys=True))

@@ -34,6 +34,7 @@ def test_contract_and_seed_optimum(repo_root):
     assert r["baseline"]["total_replicas"] in (13, 14) and r["cost_per_hr"] < r["baseline"]["cost_per_hr"]
     objective = dict(r["objective"])
     lp_bound = objective.pop("lp_bound")
+    assert objective.pop("minimizes") == "fleet cost in $/hr"
     assert objective == {"name": "cost", "value": pytest.approx(8 * 2.21), "unit": "usd_per_hr",
                          "bound": pytest.approx(8 * 2.21)}
     assert 0 < lp_bound <= r["cost_per_hr"] + 1e-9  # the root relaxation bounds the optimum from below

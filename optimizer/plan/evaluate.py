@@ -11,7 +11,8 @@ from fleetopt.models.service import ContextPoint, context_point
 from fleetopt.optimizer.errors import InstanceError
 from fleetopt.optimizer.io.instance import Instance
 
-__all__ = ["FleetSpec", "parse_fleet", "fleet_spec", "evaluate", "evaluate_plans", "baseline", "service_level", "Evaluation", "context_sweep"]
+__all__ = ["FleetSpec", "parse_fleet", "fleet_spec", "evaluate", "evaluate_plans", "baseline", "service_level",
+           "Evaluation", "context_sweep", "limit_violations", "LIMIT_TOLERANCE"]
 
 _POOL_RE = re.compile(r"^\s*(?P<lo>\d+[kK]?)\s*-\s*(?P<hi>\d+[kK]?)\s*:\s*(?P<gpu>[A-Za-z0-9_.\-/]+?)"
                       r"(?:\s*[xX]\s*(?P<n>\d+))?(?:\s*@\s*(?P<gamma>\d+(?:\.\d+)?))?(?:\s*#\s*(?P<seqs>\d+))?\s*$")
@@ -135,10 +136,58 @@ def evaluate(instance: Instance, fleet: FleetSpec) -> Evaluation:
     return Evaluation(fleet, _run(instance, [_plan(instance, *p) for p in fleet.pools]))
 
 
+LIMIT_TOLERANCE = 1e-9
+"""Relative slack of :func:`limit_violations` on a real-valued cap (power, budget): round-off is no breach."""
+
+
+def limit_violations(instance: Instance, fleet: FleetResult) -> tuple[str, ...]:
+    """Every limit of ``instance`` that ``fleet`` breaks, one line each, starting with the instance field.
+
+    The limits are those the solver enforces (:func:`fleetopt.optimizer.plan.solve.build_problem`), on the same
+    quantities: per GPU option its physical GPUs against ``max_count`` / ``min_count`` and its pools against
+    ``max_pools`` / ``min_pools``; the fleet's pools against ``pools.max_pools``; its GPUs, $/hr and kW against
+    ``constraints.max_total_gpus`` / ``max_cost_per_hr`` / ``max_power_kw``; and each pool's capacity load
+    against ``constraints.max_utilization`` (the analytic model's ``utilization_ok``). The TTFT SLO is not a
+    limit here: ``fleet.slo_met`` says whether it is met. Empty: the fleet respects every limit.
+    """
+    out = []
+    pools = fleet.pools
+    for g in instance.gpus:
+        mine = [p for p in pools if p.gpu == g.name]
+        n_gpus = sum(p.gpus for p in mine)
+        if g.max_count is not None and n_gpus > g.max_count:
+            out.append(f"gpus.{g.name}.max_count: {n_gpus} GPUs of {g.name}, above its inventory of {g.max_count}")
+        if g.min_count and n_gpus < g.min_count:
+            out.append(f"gpus.{g.name}.min_count: {n_gpus} GPUs of {g.name}, below the committed {g.min_count}")
+        if g.max_pools is not None and len(mine) > g.max_pools:
+            out.append(f"gpus.{g.name}.max_pools: {len(mine)} pools on {g.name}, above the cap of {g.max_pools}")
+        if g.min_pools and len(mine) < g.min_pools:
+            out.append(f"gpus.{g.name}.min_pools: {len(mine)} pools on {g.name}, below the least of {g.min_pools}")
+    if len(pools) > instance.pools.max_pools:
+        out.append(f"pools.max_pools: {len(pools)} pools, above the cap of {instance.pools.max_pools}")
+    c = instance.constraints
+    if c.max_total_gpus is not None and fleet.total_gpus > c.max_total_gpus:
+        out.append(f"constraints.max_total_gpus: {fleet.total_gpus} GPUs, above the cap of {c.max_total_gpus}")
+    if c.max_power_kw is not None and fleet.power_kw > c.max_power_kw * (1 + LIMIT_TOLERANCE):
+        out.append(f"constraints.max_power_kw: {fleet.power_kw:,.2f} kW, above the cap of {c.max_power_kw:g} kW")
+    if c.max_cost_per_hr is not None and fleet.cost_per_hr > c.max_cost_per_hr * (1 + LIMIT_TOLERANCE):
+        out.append(f"constraints.max_cost_per_hr: ${fleet.cost_per_hr:,.2f}/hr, above the budget of "
+                   f"${c.max_cost_per_hr:,.2f}/hr")
+    for p in pools:
+        if not p.utilization_ok:
+            load = p.capacity_load if p.capacity_load == p.capacity_load else p.utilization
+            out.append(f"constraints.max_utilization: pool {p.min_tokens:,}-{p.max_tokens:,} on {p.gpu} runs at "
+                       f"{load:.3f} of its capacity, above {c.max_utilization:g}")
+    return tuple(out)
+
+
 def baseline(instance: Instance) -> FleetResult | None:
     """The cheapest homogeneous fleet: one pool ``(0, max_context]`` on one GPU option, sized to its minimum.
 
-    Feasible options win over infeasible ones; returns None if no GPU holds the context window.
+    An option that meets the SLO within every limit of the instance (:func:`limit_violations`: inventory,
+    GPU, power and budget caps, ...) wins over one that does not; among those that do not, one that meets the
+    SLO wins, then the cheaper. So the result breaks a limit or misses the SLO only when every option does (the
+    caller reports it as infeasible: see :func:`limit_violations`). None if no GPU holds the context window.
     """
     top = instance.pools.max_context_tokens
     best = None
@@ -146,7 +195,7 @@ def baseline(instance: Instance) -> FleetResult | None:
         if int(g.profile.n_slots(top)) < 1:
             continue
         r = _run(instance, [PoolPlan(0, top, g.name, g.profile, None, g.availability)])
-        key = (not r.feasible, r.cost_per_hr)
+        key = (not (r.feasible and not limit_violations(instance, r)), not r.feasible, r.cost_per_hr)
         if best is None or key < best[0]:
             best = (key, r)
     return None if best is None else best[1]
