@@ -105,13 +105,25 @@ class BatchedTraffic:
     mean_work_sq: np.ndarray
     """:math:`E[Y_2]` in s²: those per-iteration seconds squared, summed."""
     chunk_probs: np.ndarray
-    """:math:`p_k`, shape (S, K): probability of :math:`k` prefill chunks (column :math:`k`)."""
+    """Shape (S, Q): probability of each prompt class (column); a class is a chunk count :math:`k` (column
+    :math:`k`) unless :attr:`column_chunks` says otherwise."""
     own_prefill_s: np.ndarray
-    """Shape (S, K): the seconds a request of :math:`k` chunks adds to its own prefill iterations,
-    :math:`\\omega_k = h c k(k-1)/2 + a E[l_{in}|k] + b E[l_{in}^2|k]`."""
+    """Shape (S, Q): the seconds a request of each class adds to its own prefill iterations,
+    :math:`\\omega = h c k(k-1)/2 + a E[l_{in}] + b E[l_{in}^2]` over the class."""
     W_s: float
     mean_kv_work: np.ndarray | None = None
     """:math:`E[hX]`: the part of :attr:`mean_work` that scans the KV cache (the rest is compute); ``None``: all."""
+    column_chunks: np.ndarray | None = None
+    """Shape (Q,): the chunk count :math:`k` of each class (prompt bins finer than a chunk, for a profile with
+    prefill compute: :attr:`fleetopt.models.segments.SegmentStats.ttft_chunks`); ``None``: column :math:`k` has
+    :math:`k` chunks."""
+
+    @property
+    def chunks(self) -> np.ndarray:
+        """The chunk count of each column."""
+        if self.column_chunks is not None:
+            return np.asarray(self.column_chunks, dtype=float)
+        return np.arange(self.chunk_probs.shape[1], dtype=float)
 
     @staticmethod
     def from_stats(stats, arrival_rate, cap=None) -> "BatchedTraffic":
@@ -119,19 +131,20 @@ class BatchedTraffic:
         lam = np.atleast_1d(np.asarray(arrival_rate, dtype=float))
         n = np.asarray(stats.n_slots if cap is None else cap, dtype=float)
         fix = lambda a: np.broadcast_to(np.nan_to_num(np.asarray(a, dtype=float)), lam.shape)  # noqa: E731
-        probs = np.nan_to_num(np.atleast_2d(stats.prefill_probs))
+        probs = np.nan_to_num(np.atleast_2d(stats.ttft_probs))
         own = np.broadcast_to(np.nan_to_num(np.atleast_2d(stats.own_prefill_s)), probs.shape)
         return BatchedTraffic(lam, np.broadcast_to(n, lam.shape), fix(stats.mean_iterations),
                               fix(stats.cv2_iterations), fix(stats.mean_time_work),
                               fix(stats.mean_time_work_sq), probs, own, float(stats.iteration_base_s),
-                              fix(stats.context_s_per_token * np.asarray(stats.mean_context_work, dtype=float)))
+                              fix(stats.context_s_per_token * np.asarray(stats.mean_context_work, dtype=float)),
+                              np.asarray(stats.ttft_chunks, dtype=float))
 
     def take(self, idx) -> "BatchedTraffic":
         """The pools at ``idx``."""
         return BatchedTraffic(self.arrival_rate[idx], self.cap[idx], self.mean_iterations[idx],
                               self.cv2_iterations[idx], self.mean_work[idx], self.mean_work_sq[idx],
                               self.chunk_probs[idx], self.own_prefill_s[idx], self.W_s,
-                              None if self.mean_kv_work is None else self.mean_kv_work[idx])
+                              None if self.mean_kv_work is None else self.mean_kv_work[idx], self.column_chunks)
 
 
 @dataclass(frozen=True, eq=False)
@@ -281,6 +294,7 @@ def batched_miss_prob(t_s, traffic: BatchedTraffic, replicas, op: OperatingPoint
     has = probs > 0
     k_hi = np.where(has.any(axis=1), K - 1 - np.argmax(has[:, ::-1], axis=1), 0)
     k_lo = np.where(has.any(axis=1), np.argmax(has, axis=1), 0)
+    chunks = traffic.chunks
     T_busy = traffic.W_s + _context_nodes(op.busy_context_mean, op.busy_context_var)
     T_full = traffic.W_s + _context_nodes(op.full_context_mean, op.full_context_var)
     miss = np.zeros(S)
@@ -288,7 +302,7 @@ def batched_miss_prob(t_s, traffic: BatchedTraffic, replicas, op: OperatingPoint
     for lo in range(0, S, _BLOCK):
         rows = order[lo:lo + _BLOCK]
         a, b = int(k_lo[rows].min()), int(k_hi[rows].max()) + 1
-        miss[rows] = _miss_block(t[rows], probs[rows, a:b], np.arange(a, b, dtype=float),
+        miss[rows] = _miss_block(t[rows], probs[rows, a:b], chunks[a:b],
                                  traffic.own_prefill_s[rows, a:b], T_busy[rows], T_full[rows], op.idle_prob[rows],
                                  op.full_prob[rows], op.wait_decay[rows], traffic.W_s)
     live = traffic.arrival_rate > 0
@@ -358,7 +372,7 @@ def batched_ttft_p99_s(traffic: BatchedTraffic, replicas) -> np.ndarray:
     """P99 TTFT per pool at ``replicas`` (inf where unstable; 0 without traffic)."""
     op = operating_point(traffic, replicas)
     probs = traffic.chunk_probs
-    k_max = np.max(np.where(probs > 0, np.arange(probs.shape[1])[None, :], 0), axis=1)
+    k_max = np.max(np.where(probs > 0, traffic.chunks[None, :], 0), axis=1)
     nodes = _context_nodes(op.full_context_mean, op.full_context_var)
     T_top = traffic.W_s + np.maximum(np.nanmax(nodes, axis=1),
                                      np.nanmax(_context_nodes(op.busy_context_mean, op.busy_context_var), axis=1))
@@ -376,21 +390,19 @@ def batched_ttft_p99_s(traffic: BatchedTraffic, replicas) -> np.ndarray:
 
 
 def prefill_limit_s(traffic: BatchedTraffic) -> np.ndarray:
-    """Prefill time of each chunk count on an idle replica, :math:`k W + \\omega_k`, shape (S, K).
+    """Prefill time of each prompt class on an idle replica, :math:`k W + \\omega`, shape (S, Q).
 
     The limit of TTFT as the replica count grows: requests whose prefill alone exceeds the SLO here
     miss it at any count.
     """
-    k = np.arange(traffic.chunk_probs.shape[1], dtype=float)
-    return k[None, :] * traffic.W_s + traffic.own_prefill_s
+    return traffic.chunks[None, :] * traffic.W_s + traffic.own_prefill_s
 
 
 def mean_prefill_s(traffic: BatchedTraffic, op: OperatingPoint) -> np.ndarray:
     """Mean time from joining a batch to the first token, :math:`E[(k + U)(W + C)] + E[\\omega_k]`."""
     probs = traffic.chunk_probs
-    k = np.arange(probs.shape[1], dtype=float)
     mass = np.maximum(probs.sum(axis=1), 1e-300)
-    ek = probs @ k / mass
+    ek = probs @ traffic.chunks / mass
     own = np.sum(probs * traffic.own_prefill_s, axis=1) / mass
     busy = (ek + 0.5) * (traffic.W_s + op.busy_context_mean)
     full = (ek + 0.5) * (traffic.W_s + op.full_context_mean)
@@ -494,7 +506,7 @@ def batched_min_replicas(traffic: BatchedTraffic, slo_s, rho_max: float = 0.85, 
     active = ~idle & ~no_slots & limit_ok
     safe = BatchedTraffic(lam, cap, traffic.mean_iterations, traffic.cv2_iterations, traffic.mean_work,
                           traffic.mean_work_sq, traffic.chunk_probs, traffic.own_prefill_s, traffic.W_s,
-                          traffic.mean_kv_work)
+                          traffic.mean_kv_work, traffic.column_chunks)
 
     def ok(N, idx):
         sub = safe.take(idx)

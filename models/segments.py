@@ -35,7 +35,7 @@ from fleetopt.models.service import compute_coefficients, iteration_coefficients
 from fleetopt.models.workload import LengthDistribution, RequestTrace
 
 __all__ = ["SegmentBasis", "SegmentStats", "RawSums", "segment_basis", "segment_stats", "raw_between",
-           "compressed_band", "stats_from_raw", "context_work", "compute_work"]
+           "compressed_band", "stats_from_raw", "context_work", "compute_work", "prompt_bin_tokens"]
 
 _GL_X, _GL_W = np.polynomial.legendre.leggauss(3)
 _NAMES = ("mass", "A", "AL", "A2", "A2L", "A2L2", "k", "out", "L", "X", "X2")
@@ -56,9 +56,11 @@ class SegmentBasis:
     chunk_tokens: int
     prefix: dict
     chunk_mass_prefix: np.ndarray
-    chunk_prompt_prefix: np.ndarray
-    """``chunk_prompt_prefix[j, k, p]``: the integral of :math:`l_{in}^{p+1}` over requests of :math:`L \\le b_j` with
-    :math:`k` chunks (p = 0, 1): the prompt moments of each chunk count, for the own-prefill compute."""
+    prompt_bin_prefix: np.ndarray
+    """``prompt_bin_prefix[j, q, p]``: the integral of :math:`l_{in}^p` (p = 0, 1, 2) over requests of
+    :math:`L \\le b_j` whose prompt lies in bin :math:`q`, :math:`l_{in} \\in ((q-1)w, qw]` with
+    :math:`w` = :func:`prompt_bin_tokens` (bin 0: no prompt): the prompt law at a resolution finer than a chunk,
+    for the own-prefill compute of the TTFT mixture."""
 
     def between(self, name: str, i, j):
         """Integral of basis ``name`` over :math:`(b_i, b_j]` (array-aware in i, j)."""
@@ -66,7 +68,22 @@ class SegmentBasis:
         return p[np.asarray(j)] - p[np.asarray(i)]
 
 
-def _accumulate(boundaries, L_idx, weights, values: dict, k, k_max):
+_PROMPT_BIN = 256
+"""Largest prompt-bin width in tokens (:func:`prompt_bin_tokens`)."""
+
+
+def prompt_bin_tokens(chunk_tokens: int) -> int:
+    """Width :math:`w` of the prompt bins: the chunk itself up to :data:`_PROMPT_BIN` tokens, else its largest
+    divisor not above that, so every bin lies inside one chunk count (:math:`k` is constant on a bin).
+
+    >>> [prompt_bin_tokens(c) for c in (64, 512, 1000, 8192)]
+    [64, 256, 250, 256]
+    """
+    c = int(chunk_tokens)
+    return c if c <= _PROMPT_BIN else next(d for d in range(_PROMPT_BIN, 0, -1) if c % d == 0)
+
+
+def _accumulate(boundaries, L_idx, weights, values: dict, k, k_max, chunk_tokens):
     """Sum weighted values into elementary intervals; return prefix sums."""
     m = len(boundaries)
     prefix = {}
@@ -77,10 +94,16 @@ def _accumulate(boundaries, L_idx, weights, values: dict, k, k_max):
     grid = np.zeros((m, k_max + 1))
     ki = k.astype(np.int64)
     np.add.at(grid, (L_idx, ki), weights)
-    prompt = np.zeros((m, k_max + 1, 2))
-    np.add.at(prompt, (L_idx, ki, 0), weights * values["P1"])
-    np.add.at(prompt, (L_idx, ki, 1), weights * values["P2"])
+    q = _prompt_bin(values["P1"], chunk_tokens)
+    prompt = np.zeros((m, k_max * (int(chunk_tokens) // prompt_bin_tokens(chunk_tokens)) + 1, 3))
+    for p, v in enumerate((weights, weights * values["P1"], weights * values["P2"])):
+        np.add.at(prompt, (L_idx, q, p), v)
     return prefix, np.cumsum(grid, axis=0), np.cumsum(prompt, axis=0)
+
+
+def _prompt_bin(l_in, chunk_tokens) -> np.ndarray:
+    """Bin index :math:`\\lceil l_{in} / w \\rceil` of each prompt (:func:`prompt_bin_tokens`)."""
+    return np.ceil(np.asarray(l_in, dtype=float) / prompt_bin_tokens(chunk_tokens) - 1e-9).astype(np.int64)
 
 
 def context_work(prompt_tokens, output_tokens, chunk_tokens):
@@ -197,7 +220,7 @@ def segment_basis(workload: LengthDistribution | RequestTrace, boundaries, chunk
         w = np.full(len(L), 1.0 / len(L))
         idx = np.searchsorted(b, L, side="left")
         prefix, grid, prompt = _accumulate(b, idx, w, _values(k, workload.output_tokens.astype(float), L,
-                                                              chunk_tokens), k, int(k.max()))
+                                                              chunk_tokens), k, int(k.max()), chunk_tokens)
         return SegmentBasis(b, chunk_tokens, prefix, grid, prompt)
     if not 0.0 < input_fraction < 1.0:
         raise ValueError(f"input_fraction must lie in (0, 1); got {input_fraction}")
@@ -208,7 +231,8 @@ def segment_basis(workload: LengthDistribution | RequestTrace, boundaries, chunk
     atom = d.hi_tokens <= d.lo_tokens
     pieces = ~atom & (d.prob > 0)
     top = float(b[-1])
-    chunk_cuts = np.arange(1, int(np.ceil(f * top / chunk_tokens)) + 1) * chunk_tokens / f
+    step = prompt_bin_tokens(chunk_tokens)           # chunk counts and prompt bins are constant between cuts
+    chunk_cuts = np.arange(1, int(np.ceil(f * top / step)) + 1) * step / f
     cuts = np.unique(np.concatenate((b, d.lo_tokens[pieces], d.hi_tokens[pieces], chunk_cuts[chunk_cuts < top])))
     u, v = cuts[:-1], cuts[1:]
     mid = (u + v) / 2.0
@@ -236,7 +260,7 @@ def segment_basis(workload: LengthDistribution | RequestTrace, boundaries, chunk
     i_all = np.concatenate((idx.ravel(), np.searchsorted(b, La, side="left")))
     k_max = int(max(k_all.max(initial=0), 0))
     prefix, grid, prompt = _accumulate(b, i_all, w_all, _values(k_all, (1 - f) * L_all, L_all, chunk_tokens), k_all,
-                                       k_max)
+                                       k_max, chunk_tokens)
     return SegmentBasis(b, chunk_tokens, prefix, grid, prompt)
 
 
@@ -267,16 +291,17 @@ class RawSums:
     compute: np.ndarray | None = None
     """Shape (S, 8): :math:`E[\\cdot\\, 1_{comp}]` of the sums of :func:`compute_work`; ``None`` reads as zeros
     (components built by hand for profiles without compute terms)."""
-    k_prompt: np.ndarray | None = None
-    """Shape (S, K, 2): ``k_hist`` weighted by :math:`l_{in}` and :math:`l_{in}^2`; ``None`` reads as zeros."""
+    prompt_bins: np.ndarray | None = None
+    """Shape (S, Q, 3): mass, :math:`l_{in}` and :math:`l_{in}^2` of each prompt bin (:attr:`SegmentBasis.prompt_bin_prefix`);
+    ``None`` reads as zeros."""
 
     def _full(self) -> "RawSums":
-        """The same sums with ``compute`` and ``k_prompt`` as arrays."""
-        if self.compute is not None and self.k_prompt is not None:
+        """The same sums with ``compute`` and ``prompt_bins`` as arrays."""
+        if self.compute is not None and self.prompt_bins is not None:
             return self
-        S, K = self.k_hist.shape
+        S = self.k_hist.shape[0]
         return replace(self, compute=np.zeros((S, len(_COMPUTE_NAMES))) if self.compute is None else self.compute,
-                       k_prompt=np.zeros((S, K, 2)) if self.k_prompt is None else self.k_prompt)
+                       prompt_bins=np.zeros((S, 1, 3)) if self.prompt_bins is None else self.prompt_bins)
 
     def take(self, idx) -> "RawSums":
         """The components at ``idx`` (array of row indices)."""
@@ -287,8 +312,8 @@ class RawSums:
     def stack(parts: list["RawSums"]) -> "RawSums":
         """Concatenate components (prefill histograms padded to a common width)."""
         parts = [p._full() for p in parts]
-        width = max(p.k_hist.shape[1] for p in parts)
-        return RawSums(*(np.concatenate([_pad(getattr(p, f), width) if f in _HIST_FIELDS else getattr(p, f)
+        width = {f: max(getattr(p, f).shape[1] for p in parts) for f in _HIST_FIELDS}
+        return RawSums(*(np.concatenate([_pad(getattr(p, f), width[f]) if f in _HIST_FIELDS else getattr(p, f)
                                          for p in parts]) for f in _RAW_FIELDS))
 
     def total(self) -> "RawSums":
@@ -300,18 +325,18 @@ class RawSums:
     def scaled(self, w) -> "RawSums":
         w = np.asarray(w, dtype=float)
         full = self._full()
-        shape = {"k_hist": w[:, None], "compute": w[:, None], "k_prompt": w[:, None, None]}
+        shape = {"k_hist": w[:, None], "compute": w[:, None], "prompt_bins": w[:, None, None]}
         return RawSums(*(getattr(full, f) * shape.get(f, w) for f in _RAW_FIELDS))
 
     def __add__(self, other: "RawSums") -> "RawSums":
         a, b = self._full(), other._full()
-        width = max(a.k_hist.shape[1], b.k_hist.shape[1])
+        width = {f: max(getattr(a, f).shape[1], getattr(b, f).shape[1]) for f in _HIST_FIELDS}
         return RawSums(*(getattr(a, f) + getattr(b, f) if f not in _HIST_FIELDS
-                         else _pad(getattr(a, f), width) + _pad(getattr(b, f), width) for f in _RAW_FIELDS))
+                         else _pad(getattr(a, f), width[f]) + _pad(getattr(b, f), width[f]) for f in _RAW_FIELDS))
 
 
-_RAW_FIELDS = ("mass", "A", "AL", "A2", "A2L", "A2L2", "k", "out", "L", "k_hist", "X", "X2", "compute", "k_prompt")
-_HIST_FIELDS = ("k_hist", "k_prompt")
+_RAW_FIELDS = ("mass", "A", "AL", "A2", "A2L", "A2L2", "k", "out", "L", "k_hist", "X", "X2", "compute", "prompt_bins")
+_HIST_FIELDS = ("k_hist", "prompt_bins")
 
 
 def _pad(a: np.ndarray, width: int) -> np.ndarray:
@@ -327,7 +352,7 @@ def raw_between(basis: SegmentBasis, i, j) -> RawSums:
     fields = {name: basis.between(name, i, j) for name in _NAMES}
     hist = basis.chunk_mass_prefix[j] - basis.chunk_mass_prefix[i]
     compute = np.stack([basis.between(name, i, j) for name in _COMPUTE_NAMES], axis=1)
-    prompt = basis.chunk_prompt_prefix[j] - basis.chunk_prompt_prefix[i]
+    prompt = basis.prompt_bin_prefix[j] - basis.prompt_bin_prefix[i]
     return RawSums(fields["mass"], fields["A"], fields["AL"], fields["A2"], fields["A2L"], fields["A2L2"],
                    fields["k"], fields["out"], fields["L"], hist, fields["X"], fields["X2"], compute, prompt)
 
@@ -389,8 +414,9 @@ def _band_sums(weights, out_tokens, window: float, chunk_tokens: int) -> RawSums
     X, X2 = _work(k, window - out_tokens, out_tokens, chunk_tokens)
     l_in = window - out_tokens
     compute = np.array([[float(np.sum(weights * v)) for v in _compute(k, l_in, out_tokens, chunk_tokens)]])
-    prompt = np.stack([np.bincount(k.astype(np.int64), weights=weights * l_in ** (p + 1), minlength=k_max + 1)
-                       for p in (0, 1)], axis=1)[None, :, :]
+    q = _prompt_bin(l_in, chunk_tokens)
+    prompt = np.stack([np.bincount(q, weights=weights * l_in ** p, minlength=int(q.max(initial=0)) + 1)
+                       for p in (0, 1, 2)], axis=1)[None, :, :]
     return RawSums(one(1.0), one(A), one(A * window), one(A * A), one(A * A * window), one(A * A * window * window),
                    one(k), one(out_tokens), one(np.full_like(A, window)), hist, one(X), one(X2), compute, prompt)
 
@@ -433,9 +459,15 @@ class SegmentStats:
     for a profile without compute terms)."""
     mean_time_work_sq: np.ndarray
     """:math:`E[Y_2]`: those per-iteration seconds squared, summed (s²)."""
+    ttft_probs: np.ndarray
+    """Shape (S, Q): the prompt classes of the TTFT mixture (:mod:`fleetopt.models.batched`): the chunk counts
+    (``prefill_probs``) for a profile without compute terms, else the prompt bins of
+    :func:`prompt_bin_tokens` (finer than a chunk, so a long chunk's prompts are not charged their mean)."""
+    ttft_chunks: np.ndarray
+    """Shape (Q,): the chunk count :math:`k` of each class."""
     own_prefill_s: np.ndarray
-    """Shape (S, K): the seconds a request of :math:`k` chunks adds to its own prefill iterations,
-    :math:`h c k(k-1)/2 + a E[l_{in} | k] + b E[l_{in}^2 | k]`."""
+    """Shape (S, Q): the seconds a request of each class adds to its own prefill iterations,
+    :math:`\\omega = h c k(k-1)/2 + a E[l_{in}] + b E[l_{in}^2]` over the class."""
 
     @property
     def prefill_times_s(self) -> np.ndarray:
@@ -492,6 +524,17 @@ def stats_from_raw(raw: RawSums, lo_tokens, window_tokens, profile: ServingProfi
     c_tok = float(profile.chunk_tokens)
     k = np.arange(raw.k_hist.shape[1], dtype=float)
     own = np.broadcast_to(h0 * c_tok * k * (k - 1) / 2.0, raw.k_hist.shape)
+    classes, class_k = probs, k
+    if a or b:                  # prompt bins: the own compute varies within a chunk count
+        bins = raw._full().prompt_bins
+        width = prompt_bin_tokens(profile.chunk_tokens)
+        class_k = np.ceil(np.arange(bins.shape[1]) * width / c_tok)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            classes = bins[..., 0] / mass[:, None]
+            m = np.where(bins[..., 0] > 0, bins[..., 0], 1.0)
+            mid = np.maximum(np.arange(bins.shape[1]) - 0.5, 0.0) * width    # an empty bin: its middle, so that
+            own = (h0 * c_tok * class_k * (class_k - 1) / 2.0)[None, :] + np.where(  # omega rises with the bin
+                bins[..., 0] > 0, (a * bins[..., 1] + b * bins[..., 2]) / m, (a * mid + b * mid * mid)[None, :])
     if g or a or b:
         full = raw._full()
         Xd, P1, P2, Q1, Q2, R11, R12, R22 = full.compute.T
@@ -499,12 +542,11 @@ def stats_from_raw(raw: RawSums, lo_tokens, window_tokens, profile: ServingProfi
             time_work = (h0 * raw.X + g * raw.out + a * P1 + b * P2) / mass
             time_work2 = (h0 * h0 * raw.X2 + 2 * h0 * g * Xd + 2 * h0 * a * Q1 + 2 * h0 * b * Q2 + g * g * raw.out
                           + a * a * R11 + 2 * a * b * R12 + b * b * R22) / mass
-            hist = np.where(raw.k_hist > 0, raw.k_hist, 1.0)
-            own = own + np.where(raw.k_hist > 0, (a * full.k_prompt[..., 0] + b * full.k_prompt[..., 1]) / hist, 0.0)
             # the slot models' prefill and iteration take the compute terms too
             mean_pf = mean_pf + (a * P1 + b * P2) / mass
     else:
         time_work, time_work2 = h0 * work, h0 * h0 * work2
     return SegmentStats(np.broadcast_to(np.asarray(lo_tokens, dtype=float), hi.shape), hi, n, mass, m1, cv2, mean_pf,
                         out, tot, chunk_s, np.clip(probs, 0.0, None), mean_it, cv2_it, work, work2, w0, h0,
-                        int(profile.chunk_tokens), time_work, time_work2, np.array(own))
+                        int(profile.chunk_tokens), time_work, time_work2, np.clip(np.nan_to_num(classes), 0.0, None),
+                        class_k, np.array(own))

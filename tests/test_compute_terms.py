@@ -150,12 +150,23 @@ def test_segment_statistics_of_a_trace_are_the_request_sums():
     X, _ = context_work(prompts, outs, 512)
     Y = H * X + G * outs + A * prompts + B * prompts.astype(float) ** 2
     assert s.mean_time_work[0] == pytest.approx(Y.mean(), rel=1e-9)
-    k = np.ceil(prompts / 512)
-    for kk in (1, 5, 20):
-        sel = k == kk
-        if sel.any():
-            own = H * 512 * kk * (kk - 1) / 2 + A * prompts[sel].mean() + B * (prompts[sel].astype(float) ** 2).mean()
-            assert s.own_prefill_s[0, kk] == pytest.approx(own, rel=1e-9)
+    # the TTFT classes are prompt bins of 256 tokens (half a chunk): each with its chunk count and mean compute
+    q = np.ceil(prompts / 256).astype(int)
+    assert s.ttft_probs[0].sum() == pytest.approx(1.0, rel=1e-12)
+    checked = 0
+    for qq in np.unique(q)[::7]:
+        sel = q == qq
+        kk = np.ceil(qq * 256 / 512)
+        own = H * 512 * kk * (kk - 1) / 2 + A * prompts[sel].mean() + B * (prompts[sel].astype(float) ** 2).mean()
+        assert s.ttft_chunks[qq] == kk
+        assert s.ttft_probs[0, qq] == pytest.approx(sel.mean(), rel=1e-12)
+        assert s.own_prefill_s[0, qq] == pytest.approx(own, rel=1e-9)
+        checked += 1
+    assert checked >= 5
+    # without prefill compute the classes are the chunk counts themselves
+    s0 = segment_stats(segment_basis(trace, np.array([0.0, 32768.0]), 512), [0], [1], _profile(a=0.0, b=0.0))
+    assert s0.ttft_chunks.tolist() == list(range(s0.prefill_probs.shape[1]))
+    assert np.array_equal(s0.ttft_probs, s0.prefill_probs)
 
 
 def test_without_compute_terms_the_work_is_the_context_work():

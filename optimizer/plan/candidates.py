@@ -382,7 +382,7 @@ def _reason(code: str, s, k: int, slo, idle_prefill_s=None) -> str:
         if slo.ttft_model == "mean-prefill":
             return f"mean prefill {s.mean_prefill_s[k] * MS_PER_S:,.0f} ms alone exceeds the {slo_ms:,.0f} ms SLO"
         if slo.ttft_model == "batched":
-            tau = prefill_p99_s(idle_prefill_s[k], s.prefill_probs[k])
+            tau = prefill_p99_s(idle_prefill_s[k], s.ttft_probs[k])
             return (f"P99 prefill alone on an idle replica is {tau * MS_PER_S:,.0f} ms, above the {slo_ms:,.0f} ms "
                     "SLO, at any replica count")
         tau = prefill_p99_s(s.prefill_times_s, s.prefill_probs[k])
