@@ -61,7 +61,25 @@ def summarize_instance(inst: Instance) -> dict:
                         "max_total_gpus": inst.constraints.max_total_gpus},
         "objective": inst.objective,
         "valid": True,
+        "warnings": prefill_warnings(inst),
     }
+
+
+LONG_CONTEXT_TOKENS = 16_384
+"""Pools above this window rest visibly on the prefill model (a 16K prompt is ~0.5 s of compute for an 8B model
+on an H100, measured: ``data/measurements/README.md``)."""
+
+
+def prefill_warnings(inst: Instance) -> list[str]:
+    """One line per GPU option that would serve long prompts with a profile that ignores prefill compute (the
+    seeds' calibrated units price a chunk like a decode step: ``docs/profiles.md``)."""
+    top = inst.pools.max_context_tokens
+    if top < LONG_CONTEXT_TOKENS:
+        return []
+    return [f"gpus[{i}] {g.name}: profile {g.profile.name} ignores prefill compute (the seeds' convention: a "
+            f"{g.profile.chunk_tokens:,}-token chunk costs one iteration), so prompts up to {top:,} tokens are priced "
+            "optimistically; fit a measured profile (fleetopt profile fit) or use hardware + model"
+            for i, g in enumerate(inst.gpus) if not (g.profile.prefill_a_s or g.profile.prefill_b_s)]
 
 
 @dataclass(frozen=True)

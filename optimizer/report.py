@@ -427,6 +427,8 @@ def render_summary(c: Console, s: dict) -> None:
                   str(g["n_slots_at_max_context"]), "-" if g["max_count"] is None else str(g["max_count"]),
                   f"{g['availability']:g}", g["quality"])
     c.print(t)
+    for line in s.get("warnings", ()):
+        c.print(f"  warning: {line}")
 
 
 def render_evaluation(c: Console, report) -> None:
