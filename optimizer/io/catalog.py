@@ -19,7 +19,11 @@ from fleetopt.models.power import PowerCurve
 from fleetopt.models.profiles import CalibratedProfile
 from fleetopt.models.roofline import MoELatencyTable
 
-__all__ = ["Catalog", "data_dir", "load_catalog", "BUILTIN_WORKLOADS"]
+__all__ = ["Catalog", "data_dir", "load_catalog", "catalog_documents", "catalog_listing", "CATALOG_FILES",
+           "CATALOG_KINDS", "CATALOG_UNITS", "BUILTIN_WORKLOADS"]
+
+CATALOG_FILES = {"hardware": "hardware.yaml", "models": "models.yaml", "profiles": "calibrated_profiles.yaml"}
+"""The catalogue's YAML files (in ``data/catalog/``) by kind."""
 
 BUILTIN_WORKLOADS = {
     "azure": "workloads/azure_cdf.json",
@@ -118,6 +122,7 @@ def _model(name: str, d: dict) -> ModelSpec:
         moe=None if not moe else MoESpec(int(moe["routed_experts"]), int(moe["experts_per_token"]),
                                          int(moe.get("shared_experts", 0)), int(moe["expert_intermediate_size"])),
         attention=str(d.get("attention", "GQA")),
+        tied_embeddings=bool(d.get("tied_embeddings", False)),
     )
 
 
@@ -147,13 +152,22 @@ def _profile(name: str, d: dict) -> CalibratedProfile:
     )
 
 
+def catalog_documents() -> dict[str, dict]:
+    """The catalogue's YAML files as parsed, by kind (:data:`CATALOG_FILES`): a fresh copy on every call.
+
+    For what the records leave out (provenance, quality notes, Hugging Face ids, peer figures): ``fleetopt
+    catalog list`` shows them.
+    """
+    root = data_dir() / "catalog"
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml when present: ~10x faster start-up
+    return {kind: yaml.load((root / f).read_text(), Loader=loader) for kind, f in CATALOG_FILES.items()}
+
+
 @lru_cache(maxsize=1)
 def load_catalog() -> Catalog:
     """Read the shipped catalogue once per process."""
-    root = data_dir() / "catalog"
-    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml when present: ~10x faster start-up
-    hw, md, pr = (yaml.load((root / f).read_text(), Loader=loader)
-                  for f in ("hardware.yaml", "models.yaml", "calibrated_profiles.yaml"))
+    docs = catalog_documents()
+    hw, md, pr = docs["hardware"], docs["models"], docs["profiles"]
     dd = hw["defaults"]
     reserves = dd["memory_reserves"]
     defaults = RooflineDefaults(
@@ -179,3 +193,76 @@ def load_catalog() -> Catalog:
         moe_bandwidth_exponent=float(moe["bandwidth_scaling_exponent"]),
         moe_decode_reference_tokens=int(moe["decode_reference_tokens"]),
     )
+
+
+CATALOG_KINDS = ("hardware", "models", "profiles")
+"""What ``fleetopt catalog list`` lists."""
+
+CATALOG_UNITS = {
+    "hardware": {"memory_bytes": "bytes (vendor GB read as GiB)", "memory_bandwidth_bytes_per_s": "bytes/s (peak)",
+                 "fp16_dense_tflops": "1e12 FLOP/s, dense", "fp8_dense_tflops": "1e12 FLOP/s, dense",
+                 "tdp_w": "W", "usd_per_gpu_hour": "US$ per GPU-hour"},
+    "models": {"params_computed": "parameters (counted from the architecture)",
+               "active_params_computed": "parameters per token", "params_model_card_b": "1e9 parameters (model card)",
+               "kv_bytes_per_token_fp16": "bytes per token, whole model, 16-bit",
+               "max_position_embeddings": "tokens"},
+    "profiles": {"W_s": "s per iteration", "H_s": "s per iteration at calibration_ctx_tokens (per sequence)",
+                 "calibration_ctx_tokens": "tokens", "max_slots": "sequences at calibration_ctx_tokens",
+                 "total_kv_blocks": "blocks of blk_size_tokens", "cost_usd_per_hr": "US$ per unit-hour"},
+}
+"""Units of the listed numbers, by kind."""
+
+
+def _hardware_row(name: str, d: dict) -> dict:
+    power = d.get("power_model") or {}
+    price = d.get("price") or {}
+    return {"name": name, "aliases": list(d.get("aliases", ())),
+            "memory_bytes": int(d["memory"]["capacity_bytes"]),
+            "memory_bandwidth_bytes_per_s": float(d["memory_bandwidth_bytes_per_s"]),
+            "fp16_dense_tflops": float(d["fp16_dense_tflops"]),
+            "fp8_dense_tflops": None if d.get("fp8_dense_tflops") is None else float(d["fp8_dense_tflops"]),
+            "tdp_w": float(d["tdp_w"]), "usd_per_gpu_hour": float(price["usd_per_gpu_hour"]),
+            "power_quality": str(power.get("quality", "none")) if power else "none",
+            "source": str(d.get("spec_source", "public")), "price_source": str(price.get("price_source", ""))}
+
+
+def _model_row(name: str, d: dict) -> dict:
+    moe = d.get("moe") or {}
+    return {"name": name, "hf_id": d.get("hf_id"), "family": d["family"], "attention": str(d.get("attention", "GQA")),
+            "layers": int(d["layers"]), "hidden_size": int(d["hidden_size"]),
+            "routed_experts": moe.get("routed_experts"), "experts_per_token": moe.get("experts_per_token"),
+            "params_computed": int(d["params_computed"]), "active_params_computed": int(d["active_params_computed"]),
+            "params_model_card_b": d.get("params_model_card_b"),
+            "kv_bytes_per_token_fp16": int(d["kv_bytes_per_token_fp16"]),
+            "max_position_embeddings": int(d["max_position_embeddings"]),
+            "source": "public config.json and technical reports; parameters counted by us (models.yaml)"}
+
+
+def _profile_row(name: str, d: dict, record: CalibratedProfile) -> dict:
+    quality = d.get("quality", {})
+    return {"name": name, "model": record.model_name, "W_s": record.W_s, "H_s": record.H_s,
+            "calibration_ctx_tokens": record.calibration_ctx_tokens, "max_slots": record.max_slots,
+            "total_kv_blocks": record.total_kv_blocks, "cost_usd_per_hr": record.cost_usd_per_hr,
+            "latency_quality": str(quality.get("latency", "")), "power_quality": str(quality.get("power", "")),
+            "source": record.source, "note": record.note}
+
+
+def catalog_listing(kinds: tuple[str, ...] = CATALOG_KINDS) -> dict:
+    """What the catalogue holds, by kind, with provenance (``source``, quality labels) and :data:`CATALOG_UNITS`.
+
+    Numbers are the catalogue files' own (``data/catalog/*.yaml``); profiles as loaded (per-GPU-equivalent
+    price for the projected B200).
+    """
+    unknown = [k for k in kinds if k not in CATALOG_KINDS]
+    if unknown:
+        raise ValueError(f"unknown catalogue kind {unknown[0]!r}; known: {', '.join(CATALOG_KINDS)}")
+    docs, catalog = catalog_documents(), load_catalog()
+    out = {"files": {k: f"data/catalog/{CATALOG_FILES[k]}" for k in kinds},
+           "units": {k: CATALOG_UNITS[k] for k in kinds}}
+    if "hardware" in kinds:
+        out["hardware"] = [_hardware_row(n, d) for n, d in docs["hardware"]["gpus"].items()]
+    if "models" in kinds:
+        out["models"] = [_model_row(n, d) for n, d in docs["models"]["models"].items()]
+    if "profiles" in kinds:
+        out["profiles"] = [_profile_row(n, d, catalog.profiles[n]) for n, d in docs["profiles"]["profiles"].items()]
+    return out

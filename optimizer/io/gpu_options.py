@@ -3,8 +3,9 @@
 An entry names exactly one of: a calibrated ``profile`` from the catalogue, a
 ``profile_file`` (a profile YAML written by ``fleetopt profile fit``, resolved
 relative to the instance file's folder: :mod:`fleetopt.optimizer.io.measurements`),
-or ``hardware`` + ``model`` with a serving config, from which a roofline profile
-is built. Catalogue names are looked up case-insensitively and never replaced
+or ``hardware`` + ``model`` (a catalogue model) or ``hardware`` + ``model_config`` (a Hugging Face
+``config.json``, resolved relative to the instance file's folder: :mod:`fleetopt.optimizer.io.hf_config`)
+with a serving config, from which a roofline profile is built. Catalogue names are looked up case-insensitively and never replaced
 by a default; a price override, the GPU counts and the context window are
 checked against the profile. Every problem is added to a
 :class:`~fleetopt.optimizer.io.schema.Problems`; :mod:`fleetopt.optimizer.io.instance` turns the
@@ -21,6 +22,7 @@ from typing import NamedTuple
 from fleetopt.models.profiles import ServingProfile
 
 from fleetopt.optimizer.io.catalog import Catalog, load_catalog
+from fleetopt.optimizer.io.hf_config import model_config_problems
 from fleetopt.optimizer.io.measurements import profile_file_problems
 from fleetopt.optimizer.io.schema import Problems, RawGpu, validate_section
 
@@ -58,10 +60,28 @@ def _builder_field(message: str, prefix: str) -> str:
     return prefix
 
 
+def _resolved_path(problems: Problems, given: str) -> Path:
+    """``given`` relative to the instance file's folder (the current folder when there is no file)."""
+    base = Path(problems.path).parent if problems.path not in (None, "") else Path.cwd()
+    file = Path(given).expanduser()
+    return file if file.is_absolute() else base / file
+
+
+def _config_model(raw: RawGpu, prefix: str, problems: Problems):
+    """The :class:`~fleetopt.models.hardware.ModelSpec` of the entry's ``model_config`` file, or None after
+    reporting each problem as ``gpus[i].model_config: 'GIVEN' (resolved to PATH): KEY: problem``."""
+    file = _resolved_path(problems, raw.model_config_file)
+    model, lines = model_config_problems(file)
+    for line in lines:
+        problems.add(f"{prefix}.model_config", f"{raw.model_config_file!r} (resolved to {file}): {line}")
+    return model
+
+
 def _computed_profile(raw: RawGpu, catalog: Catalog, prefix: str, problems: Problems):
-    """A roofline profile for ``hardware`` x ``model`` under the entry's serving config."""
+    """A roofline profile for ``hardware`` x ``model`` (or ``model_config``) under the entry's serving config."""
     hardware = _lookup(catalog, "hardware", raw.hardware, f"{prefix}.hardware", problems)
-    model = _lookup(catalog, "models", raw.model, f"{prefix}.model", problems)
+    model = (_config_model(raw, prefix, problems) if raw.model_config_file is not None
+             else _lookup(catalog, "models", raw.model, f"{prefix}.model", problems))
     if hardware is None or model is None:
         return None
     from fleetopt.models.roofline import computed_profile  # written alongside; imported only when needed
@@ -78,7 +98,7 @@ def _computed_profile(raw: RawGpu, catalog: Catalog, prefix: str, problems: Prob
 
 def _gpu_kind(raw: RawGpu, prefix: str, problems: Problems) -> str | None:
     """``calibrated``, ``file`` or ``computed`` from which keys are given, or None after reporting."""
-    computed = raw.hardware is not None or raw.model is not None
+    computed = raw.hardware is not None or raw.model is not None or raw.model_config_file is not None
     given = [key for key, present in (("profile", raw.profile is not None),
                                       ("profile_file", raw.profile_file is not None),
                                       ("hardware/model", computed)) if present]
@@ -95,12 +115,21 @@ def _gpu_kind(raw: RawGpu, prefix: str, problems: Problems) -> str | None:
                                              f"remove it or replace {key} by hardware + model")
         return None if extra else ("calibrated" if key == "profile" else "file")
     if not computed:
-        problems.add(prefix, "neither profile nor hardware + model is given (nor profile_file); give one of them")
+        problems.add(prefix, "neither profile nor hardware + model is given (nor profile_file, nor "
+                             "hardware + model_config); give one of them")
         return None
-    for key in ("hardware", "model"):
-        if getattr(raw, key) is None:
-            problems.add(f"{prefix}.{key}", "missing; a computed profile needs both hardware and model")
-    return "computed" if raw.hardware is not None and raw.model is not None else None
+    if raw.model is not None and raw.model_config_file is not None:
+        problems.add(prefix, "both model and model_config are given; give exactly one of model (a catalogue "
+                             "model) or model_config (a Hugging Face config.json) with hardware")
+        return None
+    if raw.hardware is None:
+        problems.add(f"{prefix}.hardware", "missing; a computed profile needs both hardware and model "
+                                           "(or model_config)")
+    if raw.model is None and raw.model_config_file is None:
+        problems.add(f"{prefix}.model", "missing; a computed profile needs both hardware and model "
+                                        "(or model_config, a Hugging Face config.json)")
+        return None
+    return "computed" if raw.hardware is not None else None
 
 
 def _with_cost(profile, cost_usd_per_hr: float | None, prefix: str, problems: Problems):
@@ -124,9 +153,7 @@ def _count_problems(raw: RawGpu, profile, prefix: str, problems: Problems) -> No
 
 def _file_profile(raw: RawGpu, prefix: str, problems: Problems):
     """The profile in ``profile_file``, resolved against the instance file's folder (the current one without)."""
-    base = Path(problems.path).parent if problems.path not in (None, "") else Path.cwd()
-    file = Path(raw.profile_file).expanduser()
-    file = file if file.is_absolute() else base / file
+    file = _resolved_path(problems, raw.profile_file)
     profile, lines = profile_file_problems(file)
     for line in lines:
         problems.add(f"{prefix}.profile_file", f"{raw.profile_file!r} (resolved to {file}): {line}")

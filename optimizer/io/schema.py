@@ -148,13 +148,16 @@ class RawSlo(_Raw):
 
 class RawGpu(_Raw):
     """One ``gpus`` entry: a calibrated ``profile``, a ``profile_file`` (a fitted profile YAML, relative to the
-    instance file) or ``hardware`` + ``model`` with a serving config."""
+    instance file) or ``hardware`` + ``model`` (a catalogue model) or ``hardware`` + ``model_config`` (a Hugging
+    Face config.json, relative to the instance file) with a serving config."""
 
     name: _GpuName
     profile: str | None = None
     profile_file: str | None = None
     hardware: str | None = None
     model: str | None = None
+    model_config_file: str | None = Field(default=None, alias="model_config")
+    """``model_config`` in the file (pydantic reserves the attribute name ``model_config``)."""
     tp: Literal[1, 2, 4, 8] | None = None
     dtype: Literal["fp16", "bf16", "fp8", "int4"] | None = None
     memory_utilization: _Fraction | None = None
@@ -249,7 +252,7 @@ def allowed_keys(loc: Sequence) -> str:
     """The keys the section at ``loc`` allows (list indices are skipped), comma-separated."""
     names = tuple(p for p in loc if isinstance(p, str))
     model = _SECTION_MODELS.get(names)
-    return ", ".join(model.model_fields) if model else ""
+    return ", ".join(f.alias or n for n, f in model.model_fields.items()) if model else ""
 
 
 def _pydantic_message(error: dict) -> str:
