@@ -107,7 +107,15 @@ class _Commands(click.Group):
             "pareto": ("fleetopt.optimizer.commands.workflows", "pareto",
                        "Cost against latency over split boundaries (--split-table)."),
             "headroom": ("fleetopt.optimizer.commands.workflows", "headroom",
-                         "The largest arrival rate a fleet carries within its SLO.")}
+                         "The largest arrival rate a fleet carries within its SLO."),
+            "whatif": ("fleetopt.optimizer.commands.whatif", "whatif",
+                       "Solve a grid of scenarios (--sweep PATH=v1,v2,...) and show what changes."),
+            "gridflex": ("fleetopt.optimizer.commands.gridflex", "gridflex",
+                         "Demand response: the deepest safe power curtailment, sustained and per event."),
+            "export": ("fleetopt.optimizer.commands.export", "export",
+                       "Deployment files from a solve's JSON: vLLM command lines or Kubernetes manifests."),
+            "catalog": ("fleetopt.optimizer.commands.catalog", "catalog",
+                        "What the catalogue holds: GPUs, models and profiles, with provenance.")}
 
     def list_commands(self, ctx):
         return sorted(set(super().list_commands(ctx)) | set(self.LAZY))
@@ -246,6 +254,7 @@ def solve(instance, top, max_pools, objective, time_limit, mip_gap, threads, met
 
 
 @main.command()
+@click.argument("instance", required=False, type=click.Path(dir_okay=False))
 @click.option("--profile", "profiles", metavar="NAMES", help="Calibrated profiles, comma-separated (e.g. H100-80GB).")
 @click.option("--hardware", metavar="NAME", help="Hardware for computed profiles (e.g. H100-SXM-80GB).")
 @click.option("--models", metavar="NAMES", help="LLMs for computed profiles, comma-separated.")
@@ -255,13 +264,30 @@ def solve(instance, top, max_pools, objective, time_limit, mip_gap, threads, met
               help="KV cache split across TP ranks (vLLM) or whole on every GPU (the 1/W paper's Tables 2 and 5).")
 @click.option("--contexts", "--context", "contexts", default="2048,4096,8192,16384,32768,65536,131072",
               show_default=True, metavar="TOKENS", help="Context windows, comma-separated.")
+@click.option("--fleet", metavar="SPEC", help="With INSTANCE and --rho-sweep: the fleet, LO-HI:GPU[xN],...")
+@click.option("--rho-sweep", is_flag=True, help="With INSTANCE --fleet: tok/W and $/Mtok of each pool and the fleet "
+              "against utilisation (each pool brought to rho by scaling the arrival rate; analytic).")
+@click.option("--rho", "rhos", metavar="R1,R2,...", help="--rho-sweep: utilisations in (0, 1) [default: 0.1,...,0.9].")
+@_set_opt
 @_json_opt
 @_format_opt
 @_guard
-def tpw(profiles, hardware, models, tp, dtype, kv_layout, contexts, json_out, fmt):
-    """Tokens per watt of one replica at full concurrency, per context window (the 1/W law)."""
-    rows = api.tpw_rows(profiles, hardware, models, tp, dtype, kv_layout, contexts)
-    _emit(lambda c: c.print(report.tpw_table(rows)), report.tpw_json(rows), json_out, (), fmt)
+def tpw(instance, profiles, hardware, models, tp, dtype, kv_layout, contexts, fleet, rho_sweep, rhos, overrides,
+        json_out, fmt):
+    """Tokens per watt of one replica at full concurrency, per context window (the 1/W law); or, with INSTANCE
+    --fleet SPEC --rho-sweep, of a fleet's pools against utilisation."""
+    if instance is None and not (rho_sweep or fleet or rhos or overrides):
+        rows = api.tpw_rows(profiles, hardware, models, tp, dtype, kv_layout, contexts)
+        _emit(lambda c: c.print(report.tpw_table(rows)), report.tpw_json(rows), json_out, (), fmt)
+        return
+    from fleetopt.optimizer.workflows.rho_sweep import parse_rhos, rho_sweep as sweep
+
+    if not (instance and fleet and rho_sweep) or profiles or hardware or models:
+        raise InstanceError("tpw: give either --profile/--hardware (the context sweep) or INSTANCE --fleet SPEC "
+                            "--rho-sweep (the utilisation sweep)")
+    inst = api.load(instance, overrides)
+    result = sweep(inst, fleet, parse_rhos(rhos))
+    _emit(lambda c: report.render_rho_sweep(c, result), result.to_json(), json_out, (inst.path,), fmt)
 
 
 @main.command()
@@ -306,16 +332,18 @@ def tpw(profiles, hardware, models, tp, dtype, kv_layout, contexts, json_out, fm
               help="Per-iteration token budget per replica (vLLM's max_num_batched_tokens); default none.")
 @click.option("--availability", type=click.Choice(["all-up", "sampled"]), default="all-up", show_default=True,
               help="Simulate every replica, or draw the replicas up per replication from gpus[].availability.")
+@click.option("--routers", metavar="R1,R2,...", help="Instead of --router: one run per router (length, compress, "
+              "random, spillover) on the same request stream, side by side.")
 @_set_opt
 @_json_opt
 @_format_opt
 @_guard
 def simulate(instance, fleets, plan_file, rank, n_requests, seed, router, spill_bound, dispatch, arrivals,
              peak_to_mean, mode, precision, max_requests, replications, kv, max_num_seqs, max_batched_tokens,
-             availability, overrides, json_out, fmt):
+             availability, routers, overrides, json_out, fmt):
     """Simulate a fleet (--fleet SPEC, or --plan of a solve's JSON) next to its analytic numbers.
 
-    Exits 5 when the simulated fleet misses its SLO."""
+    Exits 5 when the simulated fleet misses its SLO (with --routers: when every router misses it)."""
     from fleetopt.optimizer.report import progress_bar, render_simulation
 
     if len(fleets) > 1:
@@ -323,6 +351,12 @@ def simulate(instance, fleets, plan_file, rank, n_requests, seed, router, spill_
                             "or compare fleets analytically with: fleetopt evaluate ... --fleet A --fleet B)")
     fleet = fleets[0] if fleets else None
     inst = api.load(instance, overrides)
+    if routers is not None:
+        return _simulate_routers(inst, fleet, plan_file, router, routers, spill_bound, json_out, fmt,
+                                 requests=n_requests, replications=replications, seed=seed, mode=mode,
+                                 dispatch=dispatch, arrivals=arrivals, peak_to_mean=peak_to_mean,
+                                 precision=parse_precision(precision), max_requests=max_requests,
+                                 engine=EngineOptions(kv, max_num_seqs, max_batched_tokens, availability))
     options = _sim_options(_SIMULATE_FLAGS, requests=n_requests, replications=replications, seed=seed, mode=mode,
                            router=router, dispatch=dispatch, arrivals=arrivals, peak_to_mean=peak_to_mean,
                            spill_bound=spill_bound, precision=parse_precision(precision), max_requests=max_requests,
@@ -331,6 +365,19 @@ def simulate(instance, fleets, plan_file, rank, n_requests, seed, router, spill_
         rep = api.simulate_report(inst, fleet, options, plan_file=plan_file, rank=rank, progress=progress)
     _emit(lambda c: render_simulation(c, rep), rep.to_json(), json_out, (inst.path,), fmt)
     raise click.exceptions.Exit(api.simulation_exit_code(rep))
+
+
+def _simulate_routers(inst, fleet, plan_file, router, routers, spill_bound, json_out, fmt, **settings) -> None:
+    """``simulate --routers``: every router on the same stream (:mod:`fleetopt.optimizer.workflows.routers`)."""
+    from fleetopt.optimizer.workflows.routers import compare_routers, parse_routers
+
+    if plan_file is not None or fleet is None or router != "auto":
+        raise InstanceError("--routers: compares routers on one --fleet SPEC; give --fleet (not --plan) and no "
+                            "--router")
+    cmp = compare_routers(inst, fleet, parse_routers(routers), _sim_options(_SIMULATE_FLAGS, **settings),
+                          spill_bound=spill_bound)
+    _emit(lambda c: report.render_routers(c, cmp), cmp.to_json(), json_out, (inst.path,), fmt)
+    raise click.exceptions.Exit(0 if any(r.report.slo_met for r in cmp.runs) else EXIT_CODES["slo_missed"])
 
 
 @main.command()

@@ -884,3 +884,118 @@ def progress_bar(enabled: bool):
             yield lambda done, total: shown.update(task, completed=done, total=total)
 
     return bar()
+
+
+# --------------------------------------------------------------------------------------------
+# gridflex, tpw --rho-sweep, simulate --routers (issue 13, commands 5-7)
+# --------------------------------------------------------------------------------------------
+
+
+def _ms_cell(x: float) -> str:
+    """A time in ms for a table: ``-`` when not measured (NaN), ``inf`` when unbounded."""
+    return "-" if math.isnan(x) else ("inf" if x == math.inf else f"{x:,.1f}")
+
+
+def render_gridflex(c, g) -> None:
+    """Print a :class:`fleetopt.optimizer.workflows.gridflex.GridFlex`: one row per depth, then provenance."""
+    one = len(g.depths[0].pools) == 1 if g.depths else True
+    t = Table(title=f"{g.instance}: demand response of {g.fleet} at {g.arrival_rate:g} req/s  [P99 TTFT SLO "
+                    f"{g.slo_ttft_p99_ms:,.0f} ms, scope {g.scope}, ttft_model {g.ttft_model}]", title_justify="left")
+    for name in ("depth %", "batch cap", "W/replica cap", "fleet kW", "P99 ms analytic", "P99 ms event [95% CI]",
+                 "event kW sim", "sustained", "event"):
+        t.add_column(name, justify="right", no_wrap=True)
+    for r in g.depths:
+        cap = str(r.batch_cap) if one else "/".join(str(p.batch_cap) for p in r.pools)
+        wcap = (f"{r.pools[0].replica_power_at_cap_w:,.0f}" if one
+                else "/".join(f"{p.replica_power_at_cap_w:,.0f}" for p in r.pools))
+        ci = "" if not r.simulated else f" [{_ms_cell(r.ttft_p99_ci_ms_event[0])}, {_ms_cell(r.ttft_p99_ci_ms_event[1])}]"
+        t.add_row(f"{r.depth:g}", cap, wcap, f"{r.power_kw:,.2f}", _ms_cell(r.ttft_p99_ms_analytic),
+                  _ms_cell(r.ttft_p99_ms_event) + ci, "-" if math.isnan(r.power_kw_event) else f"{r.power_kw_event:,.2f}",
+                  "ok" if r.sustained_ok else "BREACH", "ok" if r.event_ok else "BREACH")
+    c.print(t)
+
+    def depth(x):
+        return "none (the shallowest depth already breaches)" if x is None else f"{x:g} %"
+
+    c.print(f"max safe depth: sustained {depth(g.max_safe_depth_sustained)} (analytic steady state), event "
+            f"{depth(g.max_safe_depth_event)} (simulated {g.event_s / 60:g}-minute event); a depth is safe when it "
+            "and every shallower depth of the sweep are", markup=False)
+    c.print("batch cap: largest batch whose per-replica power (decode power curve at half the window) is at most "
+            "(1 - depth) x the power at the uncapped cap; W/replica cap: that power; fleet kW: analytic mean power "
+            "with the caps (an unstable pool at its cap); P99 analytic: steady state at the cap (inf: unstable); "
+            "event: simulated, SLO on the CI upper end", markup=False)
+    c.print(f"event: {g.replications} replications (seed {g.seed}, the same streams at every depth), warm-up "
+            f"{g.warmup_s:,.0f} s uncapped, then {g.event_s:,.0f} s measured + {g.tail_s:,.0f} s tail capped; "
+            f"{g.wall_s:,.1f} s wall", markup=False)
+    c.print(f"note: {g.approximation}", markup=False)
+
+
+def gridflex_csv(g) -> str:
+    """The depth rows of a gridflex sweep as CSV (one line per depth)."""
+    buf = io.StringIO()
+    rows = g.to_csv_rows()
+    w = csv.DictWriter(buf, fieldnames=list(rows[0]) if rows else ["depth"], lineterminator="\n")
+    w.writeheader()
+    w.writerows(rows)
+    return buf.getvalue()
+
+
+def render_rho_sweep(c, s) -> None:
+    """Print a :class:`fleetopt.optimizer.workflows.rho_sweep.RhoSweep`: tok/W and $/Mtok per pool and for the
+    fleet against the utilisation."""
+    t = Table(title=f"{s.instance}: tok/W and $ per million output tokens against utilisation, {s.fleet} "
+                    f"(analytic, ttft_model {s.ttft_model})", title_justify="left")
+    t.add_column("pool", justify="left", no_wrap=True)
+    t.add_column("", justify="left", no_wrap=True)
+    for r in s.rhos:
+        t.add_column(f"rho={r:g}", justify="right", no_wrap=True)
+    t.add_column(f"now ({s.arrival_rate:g} req/s)", justify="right", no_wrap=True)
+    for p in s.pools:
+        t.add_row(p.label, "tok/W", *[f"{q.tok_per_watt:.3f}" for q in p.points], f"{p.now.tok_per_watt:.3f}")
+        t.add_row("", "$/Mtok", *[f"{q.usd_per_mtok:.3f}" for q in p.points], f"{p.now.usd_per_mtok:.3f}")
+        t.add_row("", "fleet req/s", *[f"{q.fleet_arrival_rate:,.1f}" for q in p.points],
+                  f"{p.now.fleet_arrival_rate:,.1f}")
+        t.add_row("", "util", *[f"{q.utilization:.3f}" for q in p.points], f"{p.now.utilization:.3f}")
+    t.add_row("fleet", "tok/W", *[f"{f.tok_per_watt:.3f}" for f in s.fleet_points], f"{s.fleet_now.tok_per_watt:.3f}")
+    t.add_row("", "$/Mtok", *[f"{f.usd_per_mtok:.3f}" for f in s.fleet_points], f"{s.fleet_now.usd_per_mtok:.3f}")
+    c.print(t)
+    c.print("each pool brought to utilisation rho (mean batch over its cap, the analytic evaluation) by scaling the "
+            "fleet's arrival rate ('fleet req/s'); tok/W = output tok/s / mean power, $/Mtok = $/hr / (3600 x "
+            "output tok/s) x 1e6; fleet row: every pool at its own rho at once", markup=False)
+    low = [p.label for p in s.pools if "power measured" not in p.quality]
+    if low:
+        c.print(f"power of {', '.join(low)} is not measured: tok/W there rests on a projected or one-anchor curve",
+                markup=False)
+
+
+def render_routers(c, cmp) -> None:
+    """Print a :class:`fleetopt.optimizer.workflows.routers.RouterComparison`: one column group per router."""
+    t = Table(title=f"{cmp.instance}: routers side by side on {cmp.fleet}  [P99 TTFT SLO "
+                    f"{cmp.slo_ttft_p99_ms:,.0f} ms; simulated, common random numbers]", title_justify="left")
+    t.add_column("pool", justify="left", no_wrap=True)
+    for r in cmp.runs:
+        for what in ("P99 ms", "attain %", "util"):
+            t.add_column(f"{r.router} {what}", justify="right", no_wrap=True)
+    pools = cmp.runs[0].report.pools if cmp.runs else ()
+    for k, p in enumerate(pools):
+        row = [f"{p.analytic.min_tokens:,}-{p.analytic.max_tokens:,}:{p.analytic.gpu}x{p.analytic.replicas}"]
+        for r in cmp.runs:
+            q = r.report.pools[k]
+            row += [_ms_cell(q.ttft_p99_ms_sim),
+                    "-" if math.isnan(q.slo_attainment) else f"{100 * q.slo_attainment:.2f}", f"{q.utilization_sim:.3f}"]
+        t.add_row(*row)
+    row = ["fleet"]
+    for r in cmp.runs:
+        row += [_ms_cell(r.report.ttft_p99_ms), f"{100 * r.report.slo_attainment:.2f}", f"{r.utilization_sim:.3f}"]
+    t.add_row(*row)
+    c.print(t)
+    verdict = ", ".join(f"{r.router} {'met' if r.report.slo_met else 'MISSED'}" for r in cmp.runs)
+    c.print(f"SLO (CI upper end, as simulate judges): {verdict}", markup=False)
+    o = cmp.runs[0].report if cmp.runs else None
+    if o is not None:
+        c.print(f"every router: {o.requests_simulated:,} requests in {o.replications} replications, seed "
+                f"{cmp.options.seed}, the same request stream (sha256 {cmp.stream_sha256[:16]}...); fleet util: "
+                "pools' simulated utilisation weighted by batch places", markup=False)
+    for r in cmp.runs:
+        if r.note:
+            c.print(f"note: {r.router}: {r.note}", markup=False)

@@ -1,0 +1,102 @@
+"""``fleetopt gridflex INSTANCE --fleet SPEC``: load, sweep the curtailment depths
+(:func:`fleetopt.optimizer.workflows.gridflex.gridflex`), render, exit. Registered lazily by the main group
+(``_Commands.LAZY`` in :mod:`fleetopt.optimizer.cli`).
+
+Errors are one line each on stderr with the documented exit code (:mod:`fleetopt.optimizer.errors`; 2 for
+invalid input), as the main command's guard does.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+import click
+
+from fleetopt.optimizer.errors import FleetoptError, InstanceError
+from fleetopt.optimizer.io.instance import load_instance
+from fleetopt.optimizer.io.output import write_json
+from fleetopt.optimizer.report import FORMATS, Output, gridflex_csv, render_gridflex
+from fleetopt.optimizer.workflows.gridflex import gridflex as sweep, parse_depths
+
+__all__ = ["gridflex"]
+
+CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"]}
+
+
+def _guard(fn):
+    """Turn fleetopt errors into one line each on stderr and the documented exit code (as ``cli._guard``)."""
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except FleetoptError as err:
+            for line in str(err).splitlines():
+                click.echo(f"error: {line}", err=True)
+            raise click.exceptions.Exit(err.exit_code)
+        except (KeyboardInterrupt, click.exceptions.Exit, click.ClickException, BrokenPipeError):
+            raise
+        except Exception as err:  # a bug: say so in one line unless debugging
+            if os.environ.get("FLEETOPT_DEBUG"):
+                raise
+            click.echo(f"error: internal error: {type(err).__name__}: {err} (set FLEETOPT_DEBUG=1 for details)",
+                       err=True)
+            raise click.exceptions.Exit(1)
+
+    return wrapper
+
+
+def _write_text(text: str, target: str, flag: str, protect: tuple = ()) -> None:
+    """Write ``text`` to ``target`` ('-' = stdout) atomically (temp file + rename), never over ``protect``."""
+    if target == "-":
+        sys.stdout.write(text)
+        return
+    path = Path(target)
+    if any(path.resolve() == Path(p).resolve() for p in protect if p is not None):
+        raise InstanceError(f"{flag}: {target}: refusing to overwrite the instance file")
+    if not path.parent.exists():
+        raise InstanceError(f"{flag}: {target}: folder {path.parent} does not exist")
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+@click.command(context_settings=CONTEXT_SETTINGS)
+@click.argument("instance", type=click.Path(dir_okay=False))
+@click.option("--fleet", required=True, metavar="SPEC", help="The fleet, LO-HI:GPU[xN][#SEQS],... (no xN: sized "
+              "at the instance's rate).")
+@click.option("--depths", default="0,5,10,15,20,25,30,35,40,45,50", show_default=True, metavar="D1,D2,...",
+              help="Curtailment depths in % of the uncurtailed power.")
+@click.option("--event-minutes", type=click.FloatRange(0, min_open=True), default=15.0, show_default=True,
+              help="Length of the demand-response event (simulated from the loaded steady state).")
+@click.option("--replications", type=click.IntRange(1, 100), default=3, show_default=True,
+              help="Independent event simulations per depth (the same streams at every depth).")
+@click.option("--seed", type=click.IntRange(0), default=0, show_default=True, help="Root of the replications' seeds.")
+@click.option("--set", "overrides", multiple=True, metavar="PATH=VALUE", help="Override an instance field (repeatable).")
+@click.option("--json", "json_out", metavar="FILE", help="Also write the result as JSON ('-' = stdout).")
+@click.option("--csv", "csv_out", metavar="FILE", help="Also write the depth rows as CSV ('-' = stdout).")
+@click.option("--format", "fmt", type=click.Choice(FORMATS), default="table", show_default=True, help="Text layout.")
+@_guard
+def gridflex(instance, fleet, depths, event_minutes, replications, seed, overrides, json_out, csv_out, fmt):
+    """Demand response: the deepest safe power curtailment of a fleet, sustained (analytic) and per event
+    (simulated from the loaded steady state)."""
+    if json_out == "-" and csv_out == "-":
+        raise InstanceError("--json / --csv: only one of them can go to stdout ('-')")
+    levels = parse_depths(depths)
+    inst = load_instance(instance, overrides)
+    result = sweep(inst, fleet, levels, event_s=60.0 * event_minutes, replications=replications, seed=seed)
+    if "-" not in (json_out, csv_out):
+        render_gridflex(Output(fmt), result)
+    if json_out:
+        write_json(result.to_json(), json_out, (inst.path,))
+    if csv_out:
+        _write_text(gridflex_csv(result), csv_out, "--csv", (inst.path,))

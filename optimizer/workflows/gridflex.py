@@ -1,0 +1,458 @@
+r"""Demand response (``fleetopt gridflex``): how deep a fixed fleet can curtail its power, sustained and per event.
+
+A grid operator asks the site to shed a share :math:`d` of its power for an event (15-60 minutes). The knob is
+the serving engine's batch cap (vLLM ``max_num_seqs``): a replica running at most :math:`n` sequences draws at
+most :math:`P(n)` (the GPU-to-Grid control framework, Hassan et al., arXiv:2602.05116; the capacity-planning
+seed's Puzzle 8).
+
+Batch cap of a depth (:func:`cap_under`)
+----------------------------------------
+Pool :math:`p` runs with its uncapped batch cap :math:`n_p^0` (the cap its analytic evaluation uses: the slots of
+its window, a ``#SEQS`` cap or a TPOT cap) and draws at most :math:`P_p(n_p^0)` per replica, with :math:`P_p` its
+power as a function of the batch (:func:`fleetopt.models.service.decode_power_curve` at half the pool's window, as
+every batch-only power reading in fleetopt). At depth :math:`d` its cap is
+
+.. math:: n_p(d) = \max\{n \in \{0, \dots, n_p^0\} : P_p(n) \le (1 - d)\, P_p(n_p^0)\},
+
+so :math:`n_p(0) = n_p^0`. For a logistic :class:`~fleetopt.models.power.PowerCurve` this is
+:meth:`~fleetopt.models.power.PowerCurve.max_batch_under` (the closed-form inverse, floored and checked); for an
+activity power model (:class:`~fleetopt.models.service.DecodePower`) an integer bisection over the batch, which
+is exact where the power does not fall as the batch grows. A cap of 0 serves nothing.
+
+Power and analytic P99 (sustained)
+----------------------------------
+The fleet is evaluated analytically (:func:`fleetopt.optimizer.plan.evaluate.evaluate_plans`, the instance's TTFT
+model) with every pool's ``max_num_seqs`` set to :math:`n_p(d)` and its replica count fixed: ``power_kw`` is the
+mean power at the operating point the cap forces (an unstable pool draws :math:`N_p P_p(n_p(d))`, every batch
+full), ``ttft_p99_ms_analytic`` the steady-state P99 (inf when a capped pool is unstable). ``sustained_ok`` is
+the evaluation's SLO verdict (``FleetResult.slo_met``: stable, P99 and TPOT within the SLO, per pool or fleet-wide
+as ``slo.scope`` says): the cap can be held for hours.
+
+Event P99 (a transient from the loaded steady state)
+----------------------------------------------------
+The simulator (:func:`fleetopt.solvers.des.engine.simulate`) runs pools with one fixed cap and cannot resume a
+run, so the event is simulated in two runs joined at the event's start :math:`t_0`
+(:func:`event_replication`):
+
+1. *Warm-up*: the uncapped fleet serves the instance's Poisson stream on :math:`[0, t_0)`, length routing, JSQ
+   dispatch, stopped at :math:`t_0` (:math:`t_0 = \max(` :data:`WARMUP_RELAXATIONS` :math:`\tau,`
+   :data:`WARMUP_MIN_S` :math:`)`, :math:`\tau` the largest pool relaxation time of the uncapped evaluation,
+   ``PoolResult.relaxation_s``): the loaded steady state.
+2. *Event*: every request still in the system at :math:`t_0` is carried into a second run of the *capped* fleet
+   as an arrival at :math:`t_0`, ahead of the new arrivals, running sequences first (in admission order), then
+   the waiting ones (in arrival order). A running sequence is preempted by recompute, as vLLM's scheduler does
+   when its batch shrinks: it re-prefills its prompt plus the :math:`k` tokens it has produced and decodes the
+   remaining :math:`l_{out} - k`. :math:`k` is not in the engine's records; it is estimated from the pool's
+   decode pace in the warm-up, :math:`k = \min(\lfloor (t_0 - t_{first}) / \bar t_{dec} \rfloor, l_{out} - 1)`
+   with :math:`\bar t_{dec} = \sum (t_{end} - t_{first}) / \sum l_{out}` over the requests completed in the
+   warm-up's second half. The new arrivals continue the same stream; the cap holds until the horizon
+   :math:`t_0 + D + T_c` (:math:`T_c` = :data:`TAIL_SLOS` TTFT SLOs, so a measured request still waiting at the
+   horizon has waited at least that long).
+
+The *measured* requests are the new arrivals in :math:`[t_0, t_0 + D]` (:math:`D` = ``event_s``, no warm-up
+cut); one without a first token at the horizon counts as :math:`+\infty`. ``ttft_p99_ms_event`` is their P99
+pooled over the replications with its 95 % interval (:func:`fleetopt.optimizer.simulation.records.p99_estimate`:
+over replications when there are two or more, else batch means), and ``event_ok`` asks the interval's upper end
+to meet the SLO (per pool under a pool-scope SLO, over all measured requests under a fleet-scope one), as
+``fleetopt simulate`` judges. Every depth runs the same replications' streams (common random numbers: the
+generators of ``SeedSequence(seed).spawn(replications)``), so depths differ by the cap, not by the sample.
+What the approximation changes: the carried requests are re-dispatched by JSQ at :math:`t_0` (not kept on
+their replica), and every running sequence pays a recompute prefill even where its replica's batch is within
+the new cap (a few iterations per sequence, once).
+
+Safe depths
+-----------
+``max_safe_depth_sustained`` (``_event``) is the largest depth of the sweep such that it and every shallower
+depth of the sweep are ``sustained_ok`` (``event_ok``): the depth one can commit to without passing through an
+unsafe one; None when the shallowest depth fails.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from fleetopt.models.fleet import FleetResult, PoolPlan
+from fleetopt.models.power import PowerCurve
+from fleetopt.models.service import decode_power_curve
+from fleetopt.models.units import MS_PER_S
+from fleetopt.solvers.des.engine import simulate
+from fleetopt.solvers.des.records import Outcome
+from fleetopt.solvers.des.routing import LengthRouter, Requests, poisson_arrivals, sample_lengths
+
+from fleetopt.optimizer.errors import InstanceError
+from fleetopt.optimizer.io.instance import Instance
+from fleetopt.optimizer.plan.evaluate import evaluate_plans
+from fleetopt.optimizer.simulation.options import EngineOptions, engine_pools
+from fleetopt.optimizer.simulation.records import p99_estimate
+from fleetopt.optimizer.workflows.headroom import fixed_pools
+
+__all__ = ["SCHEMA_VERSION", "DEFAULT_DEPTHS_PCT", "WARMUP_RELAXATIONS", "WARMUP_MIN_S", "TAIL_SLOS", "APPROXIMATION",
+           "PoolDepth", "DepthRow", "GridFlex", "cap_under", "parse_depths", "event_replication", "gridflex"]
+
+SCHEMA_VERSION = 1
+"""Version of the JSON contract of :meth:`GridFlex.to_json`."""
+DEFAULT_DEPTHS_PCT = tuple(range(0, 55, 5))
+"""Depths of ``--depths`` by default, in % of the uncurtailed power: 0, 5, ..., 50."""
+WARMUP_RELAXATIONS = 10.0
+"""The warm-up before the event lasts at least this many relaxation times of the uncapped fleet."""
+WARMUP_MIN_S = 60.0
+"""... and at least this long (s)."""
+TAIL_SLOS = 10.0
+"""The capped run goes on this many TTFT SLOs after the event's last measured arrival."""
+APPROXIMATION = ("event simulated from the loaded steady state in two runs joined at t0 (the simulator cannot "
+                 "change a cap mid-run): the uncapped fleet warms up, then the requests in the system at t0 are "
+                 "carried into the capped fleet, running ones preempted by recompute (re-prefill prompt + tokens "
+                 "produced, estimated from the warm-up's decode pace) and re-dispatched by JSQ")
+"""The one-line statement of the event model (the command's note line; module docstring)."""
+_DEPTHS_RE = re.compile(r"^\s*\d+(\.\d*)?\s*%?\s*$")
+
+
+# --------------------------------------------------------------------------------------------
+# Records
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PoolDepth:
+    """One pool at one depth."""
+
+    label: str
+    replicas: int
+    batch_cap: int
+    """:math:`n_p(d)`."""
+    power_cap_w: float
+    """:math:`(1 - d) P_p(n_p^0)`: the per-replica power the cap must stay under."""
+    replica_power_at_cap_w: float
+    """:math:`P_p(n_p(d))`: the most one replica draws under the cap."""
+    power_w: float
+    """The pool's analytic mean power at the capped operating point."""
+    utilization: float
+    ttft_p99_ms_analytic: float
+    ttft_p99_ms_event: float
+    ttft_p99_ci_ms_event: tuple[float, float]
+    power_w_event: float
+    """Simulated mean power of the pool over the event run (NaN when not simulated)."""
+    measured_event: int
+    sustained_ok: bool
+    event_ok: bool
+
+    def to_json(self) -> dict:
+        return {"pool": self.label, "replicas": self.replicas, "batch_cap": self.batch_cap,
+                "power_cap_w": self.power_cap_w, "replica_power_at_cap_w": self.replica_power_at_cap_w,
+                "power_w": self.power_w, "utilization": self.utilization,
+                "ttft_p99_ms_analytic": self.ttft_p99_ms_analytic, "ttft_p99_ms_event": self.ttft_p99_ms_event,
+                "ttft_p99_ci_ms_event": list(self.ttft_p99_ci_ms_event), "power_w_event": self.power_w_event,
+                "measured_event": self.measured_event, "sustained_ok": self.sustained_ok, "event_ok": self.event_ok}
+
+
+@dataclass(frozen=True)
+class DepthRow:
+    """The fleet at one curtailment depth."""
+
+    depth: float
+    """In % of the uncurtailed power."""
+    pools: tuple[PoolDepth, ...]
+    power_kw: float
+    """Analytic mean power of the fleet with the caps (kW)."""
+    ttft_p99_ms_analytic: float
+    ttft_p99_ms_event: float
+    ttft_p99_ci_ms_event: tuple[float, float]
+    power_kw_event: float
+    sustained_ok: bool
+    event_ok: bool
+    simulated: bool
+    """False when a cap of 0 leaves a pool with no batch place (its requests never get a token: event P99 inf)."""
+
+    @property
+    def batch_cap(self) -> int | None:
+        """The cap of a one-pool fleet (None with several pools: see :attr:`pools`)."""
+        return self.pools[0].batch_cap if len(self.pools) == 1 else None
+
+    def to_json(self) -> dict:
+        return {"depth": self.depth, "batch_cap": self.batch_cap, "power_kw": self.power_kw,
+                "ttft_p99_ms_analytic": self.ttft_p99_ms_analytic, "ttft_p99_ms_event": self.ttft_p99_ms_event,
+                "ttft_p99_ci_ms_event": list(self.ttft_p99_ci_ms_event), "power_kw_event": self.power_kw_event,
+                "sustained_ok": self.sustained_ok, "event_ok": self.event_ok, "simulated": self.simulated,
+                "pools": [p.to_json() for p in self.pools]}
+
+
+@dataclass(frozen=True)
+class GridFlex:
+    """A depth sweep of one fleet (module docstring)."""
+
+    instance: str
+    fleet: str
+    arrival_rate: float
+    slo_ttft_p99_ms: float
+    ttft_model: str
+    scope: str
+    event_s: float
+    warmup_s: float
+    tail_s: float
+    replications: int
+    seed: int
+    depths: tuple[DepthRow, ...]
+    max_safe_depth_sustained: float | None
+    max_safe_depth_event: float | None
+    overrides: tuple[str, ...] = ()
+    wall_s: float = 0.0
+    approximation: str = APPROXIMATION
+
+    def to_json(self) -> dict:
+        return {"schema_version": SCHEMA_VERSION, "command": "gridflex", "instance": self.instance,
+                "fleet": self.fleet, "arrival_rate": self.arrival_rate, "slo_ttft_p99_ms": self.slo_ttft_p99_ms,
+                "ttft_model": self.ttft_model, "scope": self.scope,
+                "source": {"batch_cap": "inverse of the power model", "power_kw": "analytic",
+                           "ttft_p99_ms_analytic": "analytic (steady state at the cap)",
+                           "ttft_p99_ms_event": "simulated event window from the loaded steady state"},
+                "event_seconds": self.event_s, "warmup_seconds": self.warmup_s, "tail_seconds": self.tail_s,
+                "replications": self.replications, "seed": self.seed, "approximation": self.approximation,
+                "depths": [r.to_json() for r in self.depths],
+                "max_safe_depth_sustained": self.max_safe_depth_sustained,
+                "max_safe_depth_event": self.max_safe_depth_event, "overrides": list(self.overrides),
+                "wall_seconds": self.wall_s}
+
+    def to_csv_rows(self) -> list[dict]:
+        return [{"depth": r.depth, "batch_cap": "" if r.batch_cap is None else r.batch_cap,
+                 "power_kw": r.power_kw, "ttft_p99_ms_analytic": r.ttft_p99_ms_analytic,
+                 "ttft_p99_ms_event": r.ttft_p99_ms_event, "sustained_ok": r.sustained_ok, "event_ok": r.event_ok}
+                for r in self.depths]
+
+
+# --------------------------------------------------------------------------------------------
+# The cap of a depth
+# --------------------------------------------------------------------------------------------
+
+
+def cap_under(curve, power_w: float, max_batch: int) -> int:
+    """Largest batch :math:`n \\in \\{0, \\dots, n_{max}\\}` with :math:`P(n) \\le` ``power_w``
+    (module docstring, "Batch cap of a depth").
+
+    ``curve`` maps a batch to watts (``power_w(batch)``): a :class:`~fleetopt.models.power.PowerCurve` is inverted
+    in closed form (:meth:`~fleetopt.models.power.PowerCurve.max_batch_under`), any other by integer bisection
+    (exact where the power does not fall as the batch grows).
+
+    Examples
+    --------
+    The seeds' H100 curve (300-600 W, k = 1, x0 = 4.2) at 90 % of its power at a batch of 128:
+
+    >>> h100 = PowerCurve(300.0, 600.0, 1.0, 4.2, "measured")
+    >>> cap_under(h100, 0.9 * h100.power_w(128), 128)
+    39
+    """
+    if max_batch < 0:
+        raise ValueError(f"max_batch must be >= 0; got {max_batch}")
+    if float(curve.power_w(max_batch)) <= power_w:
+        return int(max_batch)
+    if isinstance(curve, PowerCurve):
+        return min(int(curve.max_batch_under(power_w)), int(max_batch))
+    if float(curve.power_w(0)) > power_w:
+        return 0
+    lo, hi = 0, int(max_batch)          # P(lo) <= power_w < P(hi)
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if float(curve.power_w(mid)) <= power_w:
+            lo = mid
+        else:
+            hi = mid
+    return lo
+
+
+def parse_depths(text: str, field: str = "--depths") -> tuple[float, ...]:
+    """``"0,5,10"`` (or ``"0%,5%"``) -> ``(0.0, 5.0, 10.0)``: depths in % of the uncurtailed power, each in
+    [0, 100), sorted and without repeats.
+
+    Examples
+    --------
+    >>> parse_depths("10, 0,5%")
+    (0.0, 5.0, 10.0)
+    """
+    parts = [x for x in str(text).split(",") if x.strip()]
+    if not parts or not all(_DEPTHS_RE.match(x) for x in parts):
+        raise InstanceError(f"{field}: {text!r} is not a comma-separated list of depths in % (e.g. 0,5,10)")
+    out = sorted({float(x.strip().rstrip("%")) for x in parts})
+    if out[-1] >= 100.0:
+        raise InstanceError(f"{field}: {out[-1]:g} % would cut all power; give depths in [0, 100)")
+    return tuple(out)
+
+
+# --------------------------------------------------------------------------------------------
+# The event simulation
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Event:
+    """One replication's event: the measured requests' TTFTs (s, inf without a first token) and pools, and the
+    pools' simulated mean power over the event run (W)."""
+
+    ttft_s: np.ndarray
+    pool: np.ndarray
+    power_w: np.ndarray
+
+
+def _stream(instance: Instance, end_s: float, rng: np.random.Generator) -> Requests:
+    """The instance's Poisson stream on :math:`[0, end]` (draws: instants, then lengths, as ``simulate`` does)."""
+    w = instance.workload
+    lam = w.arrival_rate_req_per_s
+    mean = lam * end_s
+    n = int(mean + 8.0 * math.sqrt(mean) + 16)
+    at = poisson_arrivals(lam, n, rng)
+    prompt, output = sample_lengths(w.lengths, n, rng, w.input_fraction)
+    keep = at <= end_s
+    return Requests(at[keep], prompt[keep], output[keep])
+
+
+def event_replication(uncapped, capped, edges: list[int], names: list[str], stream: Requests, t0_s: float,
+                      event_s: float, end_s: float) -> _Event:
+    """One replication of the event (module docstring, "Event P99"): ``uncapped`` and ``capped`` are the
+    simulator's pools (:class:`fleetopt.solvers.des.state.SimPool`, same names and windows) before and after
+    :math:`t_0`; ``stream`` the arrivals on :math:`[0, end]`."""
+    router = LengthRouter(edges, names)
+    pre = stream.arrival_at_s < t0_s
+    first = Requests(stream.arrival_at_s[pre], stream.prompt_tokens[pre], stream.output_tokens[pre])
+    warm = simulate(uncapped, first, router, horizon_s=t0_s)
+    live = (warm.outcome == Outcome.UNFINISHED) & (warm.pool >= 0)
+    # the decode pace of each pool in the warm-up's second half: seconds per output token
+    done = (warm.outcome == Outcome.COMPLETED) & (warm.arrival_at_s >= 0.5 * t0_s) & (warm.output_tokens > 0)
+    npools = len(uncapped)
+    dec_s = np.bincount(warm.pool[done], (warm.end_at_s - warm.first_token_at_s)[done], npools)
+    tok = np.bincount(warm.pool[done], warm.output_tokens[done], npools)
+    pace_s = np.where(tok > 0, dec_s / np.maximum(tok, 1), np.inf)
+    running = live & ~np.isnan(warm.first_token_at_s)
+    made = np.zeros(len(first), dtype=np.int64)
+    idx = np.flatnonzero(running)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        est = np.floor((t0_s - warm.first_token_at_s[idx]) / pace_s[warm.pool[idx]])
+    made[idx] = np.clip(np.nan_to_num(est, nan=0.0, posinf=0.0), 0, np.maximum(first.output_tokens[idx] - 1, 0))
+    started = live & ~np.isnan(warm.start_at_s)
+    order = np.concatenate([np.flatnonzero(started)[np.argsort(warm.start_at_s[started], kind="stable")],
+                            np.flatnonzero(live & ~started)])
+    post = ~pre
+    carried = len(order)
+    req = Requests(np.concatenate([np.full(carried, t0_s), stream.arrival_at_s[post]]),
+                   np.concatenate([first.prompt_tokens[order] + made[order], stream.prompt_tokens[post]]),
+                   np.concatenate([first.output_tokens[order] - made[order], stream.output_tokens[post]]))
+    res = simulate(capped, req, router, horizon_s=end_s, warmup_s=t0_s)
+    keep = np.zeros(len(req), dtype=bool)
+    keep[carried:] = req.arrival_at_s[carried:] <= t0_s + event_s
+    ttft = res.first_token_at_s[keep] - res.arrival_at_s[keep]
+    pool = res.pool[keep]
+    if np.any(pool < 0):        # rejected (longer than every window): charged to the pool its length belongs to
+        tot = (req.prompt_tokens + req.output_tokens)[keep]
+        pool = np.where(pool < 0, np.clip(np.searchsorted(edges, tot, side="left") - 1, 0, npools - 1), pool)
+    return _Event(np.where(np.isnan(ttft), np.inf, ttft), pool, res.pool_mean_power_w)
+
+
+# --------------------------------------------------------------------------------------------
+# The sweep
+# --------------------------------------------------------------------------------------------
+
+
+def _prefix_max(depths: list[float], ok: list[bool]) -> float | None:
+    """Largest depth whose own flag and every shallower depth's flag hold (None if the shallowest fails)."""
+    best = None
+    for d, good in zip(depths, ok):
+        if not good:
+            break
+        best = d
+    return best
+
+
+def gridflex(instance: Instance, fleet: str, depths_pct=DEFAULT_DEPTHS_PCT, *, event_s: float = 900.0,
+             replications: int = 3, seed: int = 0, progress=None) -> GridFlex:
+    """The depth sweep of ``fleet`` (a ``--fleet`` spec, counts fixed as ``evaluate`` sizes them) on ``instance``
+    (module docstring). ``progress(depth)``, if given, is called before each depth's simulation.
+
+    Raises
+    ------
+    InstanceError
+        A bad fleet spec, depths outside [0, 100), a compress-and-route pool (``@GAMMA``: the event runs length
+        routing), or a bad event length or replication count.
+    """
+    import time
+
+    t_start = time.perf_counter()
+    depths = sorted({float(d) for d in depths_pct})
+    problems = []
+    if not depths or depths[0] < 0 or depths[-1] >= 100:
+        problems.append(f"--depths: {depths_pct!r}: give depths in % in [0, 100)")
+    if not (math.isfinite(event_s) and event_s > 0):
+        problems.append(f"--event-minutes: {event_s / 60:g} must be > 0")
+    if not (isinstance(replications, int) and replications >= 1):
+        problems.append(f"--replications: {replications!r} must be a whole number >= 1")
+    if problems:
+        raise InstanceError(problems)
+    plans, base = fixed_pools(instance, fleet)
+    if any(p.compress_gamma > 1 for p in plans):
+        raise InstanceError("--fleet: gridflex simulates length routing; drop @GAMMA (compress-and-route) pools")
+    bad = [p for p in base.pools if p.replicas < 1 or p.max_num_seqs < 1]
+    if bad:
+        raise InstanceError([f"--fleet: pool {p.min_tokens}-{p.max_tokens}:{p.gpu} has no replica or batch place"
+                             for p in bad])
+    plans = [replace(p, max_num_seqs=q.max_num_seqs) for p, q in zip(plans, base.pools)]
+    curves = [decode_power_curve(p.profile, p.hi_tokens / 2) for p in plans]
+    ref_w = [float(c.power_w(q.max_num_seqs)) for c, q in zip(curves, base.pools)]
+    names = [f"{q.min_tokens}-{q.max_tokens}:{q.gpu}" for q in base.pools]
+    edges = [0] + [q.max_tokens for q in base.pools]
+    profiles = [p.profile for p in plans]
+    slo_s = instance.slo.ttft_p99_s
+    relax_s = max((q.relaxation_s for q in base.pools if q.arrival_rate > 0), default=0.0)
+    t0_s = max(WARMUP_RELAXATIONS * relax_s, WARMUP_MIN_S)
+    tail_s = TAIL_SLOS * slo_s
+    end_s = t0_s + event_s + tail_s
+    uncapped = engine_pools(base, profiles, names, EngineOptions())
+    children = np.random.SeedSequence(seed).spawn(replications)
+    streams = [_stream(instance, end_s, np.random.default_rng(c)) for c in children]
+
+    rows = []
+    for d in depths:
+        caps = [cap_under(c, (1.0 - d / 100.0) * r, q.max_num_seqs) for c, r, q in zip(curves, ref_w, base.pools)]
+        at_cap: FleetResult = evaluate_plans(instance, [replace(p, max_num_seqs=n) for p, n in zip(plans, caps)])
+        simulated = min(caps) >= 1
+        if simulated:
+            if progress is not None:
+                progress(d)
+            capped = engine_pools(at_cap, profiles, names, EngineOptions())
+            runs = [event_replication(uncapped, capped, edges, names, s, t0_s, event_s, end_s) for s in streams]
+        else:
+            runs = []
+        pools = []
+        for k, (q, n) in enumerate(zip(at_cap.pools, caps)):
+            if simulated:
+                est = p99_estimate([r.ttft_s[r.pool == k] for r in runs])
+                measured = sum(int(np.sum(r.pool == k)) for r in runs)
+                pw = float(np.mean([r.power_w[k] for r in runs]))
+            else:
+                est = None
+                measured = 0
+                pw = math.nan
+            p99 = math.inf if est is None else est.value * MS_PER_S
+            hi = math.inf if est is None else est.high * MS_PER_S
+            lo = math.inf if est is None else est.low * MS_PER_S
+            ok_event = bool(q.arrival_rate == 0 or (est is not None and hi <= slo_s * MS_PER_S * (1 + 1e-12)))
+            pools.append(PoolDepth(names[k], q.replicas, n, (1.0 - d / 100.0) * ref_w[k],
+                                   float(curves[k].power_w(n)), q.power_w, q.utilization, q.ttft_p99_ms, p99,
+                                   (lo, hi), pw, measured, bool(q.slo_met), ok_event))
+        if simulated:
+            fl = p99_estimate([r.ttft_s for r in runs])
+            f99, fci = fl.value * MS_PER_S, (fl.low * MS_PER_S, fl.high * MS_PER_S)
+            pkw = float(np.mean([r.power_w.sum() for r in runs])) / 1000.0
+        else:
+            f99, fci, pkw = math.inf, (math.inf, math.inf), math.nan
+        if instance.slo.scope == "fleet":
+            event_ok = bool(simulated and fci[1] <= slo_s * MS_PER_S * (1 + 1e-12))
+        else:
+            event_ok = all(p.event_ok for p in pools)
+        rows.append(DepthRow(d, tuple(pools), at_cap.power_kw, at_cap.ttft_p99_ms, f99, fci, pkw,
+                             bool(at_cap.slo_met), event_ok, simulated))
+    spec = ",".join(f"{q.min_tokens}-{q.max_tokens}:{q.gpu}x{q.replicas}" for q in base.pools)
+    return GridFlex(instance.name, spec, instance.workload.arrival_rate_req_per_s, slo_s * MS_PER_S,
+                    instance.slo.ttft_model, instance.slo.scope, float(event_s), t0_s, tail_s, replications, seed,
+                    tuple(rows), _prefix_max(depths, [r.sustained_ok for r in rows]),
+                    _prefix_max(depths, [r.event_ok for r in rows]), tuple(instance.overrides),
+                    time.perf_counter() - t_start)

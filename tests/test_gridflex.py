@@ -1,0 +1,206 @@
+"""``fleetopt gridflex`` (demand response) and ``fleetopt tpw --rho-sweep`` (issue 13, commands 5 and 6).
+
+The cap inversion is checked against a brute-force scan of the power curve; depth 0 against the plain analytic
+evaluation of the same fleet (``evaluate_plans``, the ``evaluate`` path); the sweep's safe depths against its own
+per-depth flags (a consistency rule, stated in the module docstring); the utilisation sweep against the target it
+was asked for. Puzzle 8 (the capacity-planning seed: 40 H100, Azure lambda = 200, SLO 500 ms) is a slow test with
+the seed's table quoted.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+import click
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from fleetopt.models.power import ActivityPower, PowerCurve
+from fleetopt.models.service import DecodePower
+from fleetopt.optimizer import api
+from fleetopt.optimizer.commands.gridflex import gridflex as gridflex_cmd
+from fleetopt.optimizer.errors import InstanceError
+from fleetopt.optimizer.plan.evaluate import evaluate_plans
+from fleetopt.optimizer.workflows.gridflex import cap_under, gridflex, parse_depths
+from fleetopt.optimizer.workflows.headroom import at_rate, fixed_pools
+from fleetopt.optimizer.workflows.rho_sweep import rho_sweep
+
+H100_AZURE = ["gpus=[{name: h100, profile: H100-80GB}]", "pools.max_pools=1"]
+"""Azure conversations (8,192-token window) on H100 units (``instances/azure_mixed.yaml`` narrowed to H100)."""
+
+
+@pytest.fixture(scope="module")
+def azure(repo_root):
+    return repo_root / "instances" / "azure_mixed.yaml"
+
+
+def _scan(curve, power_w: float, n_max: int) -> int:
+    """Brute force: the largest n in 0..n_max with P(n) <= power_w, scanning every batch."""
+    ok = [n for n in range(n_max + 1) if float(curve.power_w(n)) <= power_w]
+    return max(ok) if ok else 0
+
+
+@pytest.mark.parametrize("curve", [PowerCurve(300.0, 600.0, 1.0, 4.2, "measured"),
+                                   PowerCurve(175.0, 400.0, 0.8, 3.5, "one-anchor"),
+                                   PowerCurve(60.0, 150.0, 1.4, 2.0, "projected")])
+def test_cap_inversion_matches_a_scan_of_the_power_curve(curve):
+    n_max = 256
+    for share in np.linspace(0.3, 1.0, 57):
+        target = share * float(curve.power_w(n_max))
+        assert cap_under(curve, target, n_max) == _scan(curve, target, n_max)
+
+
+def test_cap_inversion_by_bisection_for_activity_power():
+    curve = DecodePower(ActivityPower(70.0, 700.0, 400.0, 650.0, 1800.0), 0.004, 2e-5, 1e-5)
+    n_max = 300
+    for share in np.linspace(0.2, 1.0, 41):
+        target = share * float(curve.power_w(n_max))
+        assert cap_under(curve, target, n_max) == _scan(curve, target, n_max)
+
+
+def test_parse_depths_rejects_full_curtailment():
+    assert parse_depths("0,5%,5") == (0.0, 5.0)
+    with pytest.raises(InstanceError, match="--depths"):
+        parse_depths("0,100")
+
+
+@pytest.fixture(scope="module")
+def small_sweep(azure):
+    """A small fleet under a short event: 4 H100 units at 20 req/s, 20-second events."""
+    inst = api.load(azure, H100_AZURE + ["workload.arrival_rate=20"])
+    return inst, gridflex(inst, "0-8192:h100x4", (0, 20, 40, 60), event_s=20.0, replications=2, seed=1)
+
+
+def test_depth_zero_is_the_uncapped_fleet(small_sweep):
+    inst, g = small_sweep
+    plans, _ = fixed_pools(inst, "0-8192:h100x4")
+    plain = evaluate_plans(inst, plans)          # the evaluate path, no cap given
+    zero = g.depths[0]
+    assert zero.depth == 0
+    assert zero.batch_cap == plain.pools[0].max_num_seqs == inst.gpu("h100").profile.n_slots(8192)
+    assert zero.power_kw == pytest.approx(plain.power_kw, rel=1e-12)
+    assert zero.ttft_p99_ms_analytic == pytest.approx(plain.ttft_p99_ms, rel=1e-12)
+
+
+def test_power_and_cap_never_rise_with_depth(small_sweep):
+    _, g = small_sweep
+    caps = [r.batch_cap for r in g.depths]
+    assert all(a >= b for a, b in zip(caps, caps[1:]))
+    # each cap keeps a replica's draw under (1 - d) of the uncapped one, and one more sequence would not
+    curve = PowerCurve(300.0, 600.0, 1.0, 4.2, "measured")    # data/catalog: the H100-80GB unit's measured curve
+    ref = curve.power_w(caps[0])
+    for r in g.depths:
+        assert curve.power_w(r.batch_cap) <= (1 - r.depth / 100) * ref or r.batch_cap == 0
+        assert curve.power_w(r.batch_cap + 1) > (1 - r.depth / 100) * ref or r.batch_cap == caps[0]
+        # the fleet's mean draw never exceeds what the caps commit: replicas x (1 - d) x P(uncapped cap)
+        assert r.power_kw * 1000 <= 4 * (1 - r.depth / 100) * ref * (1 + 1e-12) or r.batch_cap == 0
+    # the mean power falls with depth while the capped pool is stable (past the point of instability the
+    # evaluation charges every batch full, N P(cap), which can sit a hair above the last stable mean: docs)
+    stable = [r.power_kw for r in g.depths if math.isfinite(r.ttft_p99_ms_analytic)]
+    assert len(stable) >= 2
+    assert all(b <= a * (1 + 1e-12) for a, b in zip(stable, stable[1:]))
+
+
+def test_safe_depths_follow_the_flags(small_sweep):
+    _, g = small_sweep
+    for attr, flag in (("max_safe_depth_sustained", "sustained_ok"), ("max_safe_depth_event", "event_ok")):
+        best = getattr(g, attr)
+        flags = [getattr(r, flag) for r in g.depths]
+        if best is None:
+            assert not flags[0]
+            continue
+        k = [r.depth for r in g.depths].index(best)
+        assert all(flags[:k + 1])
+        assert k + 1 == len(flags) or not flags[k + 1]
+    # 60 % leaves a cap of 1-2 sequences: far below the 20 req/s load, unstable in steady state
+    deep = g.depths[-1]
+    assert deep.ttft_p99_ms_analytic == math.inf and not deep.sustained_ok
+
+
+def test_gridflex_cli_json(azure, tmp_path):
+    out = tmp_path / "g.json"
+    group = click.Group(commands={"gridflex": gridflex_cmd})
+    res = CliRunner().invoke(group, ["gridflex", str(azure), "--fleet", "0-8192:h100x4", "--depths", "0,50",
+                                     "--event-minutes", "0.2", "--replications", "1", "--set", H100_AZURE[0],
+                                     "--set", H100_AZURE[1], "--set", "workload.arrival_rate=10",
+                                     "--json", str(out)])
+    assert res.exit_code == 0, res.output
+    data = json.loads(out.read_text())
+    assert [d["depth"] for d in data["depths"]] == [0, 50]
+    for d in data["depths"]:
+        assert {"depth", "batch_cap", "power_kw", "ttft_p99_ms_analytic", "ttft_p99_ms_event", "sustained_ok",
+                "event_ok"} <= set(d)
+    assert {"max_safe_depth_sustained", "max_safe_depth_event"} <= set(data)
+    bad = CliRunner().invoke(group, ["gridflex", str(azure), "--fleet", "0-8192:h100x4", "--depths", "0,120"])
+    assert bad.exit_code == 2 and "--depths" in bad.output
+
+
+# --------------------------------------------------------------------------------------------
+# tpw --rho-sweep
+# --------------------------------------------------------------------------------------------
+
+
+def test_rho_sweep_hits_each_utilisation_and_tok_per_watt_rises(azure):
+    inst = api.load(azure, H100_AZURE + ["workload.arrival_rate=100"])
+    fleet = "0-8192:h100x8"
+    s = rho_sweep(inst, fleet, (0.2, 0.5, 0.8))
+    plans, _ = fixed_pools(inst, fleet)
+    for q in s.pools[0].points:
+        # re-evaluated independently at the reported fleet rate: the utilisation is the target
+        again = evaluate_plans(at_rate(inst, q.fleet_arrival_rate), plans).pools[0]
+        assert again.utilization == pytest.approx(q.rho, abs=1e-6)
+        assert q.tok_per_watt == pytest.approx(again.output_tok_per_s / again.power_w, rel=1e-12)
+        assert q.usd_per_mtok == pytest.approx(again.cost_per_hr / (3600 * again.output_tok_per_s) * 1e6, rel=1e-12)
+    tpw = [q.tok_per_watt for q in s.pools[0].points]
+    assert tpw[0] < tpw[1] < tpw[2]
+    usd = [q.usd_per_mtok for q in s.pools[0].points]
+    assert usd[0] > usd[1] > usd[2]
+
+
+def test_tpw_without_instance_keeps_the_context_sweep():
+    from fleetopt.optimizer.cli import main
+
+    res = CliRunner().invoke(main, ["tpw", "--profile", "H100-80GB", "--contexts", "8192", "--json", "-"])
+    assert res.exit_code == 0, res.output
+    rows = json.loads(res.output)["rows"]
+    assert len(rows) == 1 and rows[0]["context"] == 8192 and rows[0]["n_slots"] == 128
+
+
+# --------------------------------------------------------------------------------------------
+# Puzzle 8
+# --------------------------------------------------------------------------------------------
+
+PUZZLE8_SEED = {0: (128, 23.3, 35.2), 5: (84, 22.8, 36.1), 10: (48, 21.6, 38.4), 15: (33, 20.4, 39.9),
+                20: (24, 19.1, 41.0), 25: (17, 17.7, 42.3), 30: (13, 16.5, 51.0), 40: (6, 14.0, 189.8),
+                50: (1, 12.2, 449791.0)}
+"""The seed's Puzzle 8 table (``vllm-sr-sim grid-flex --lam 200 --n-gpus 40 --gpu h100 --slo 500 --verify-des
+15000``): depth % -> (n_max, fleet kW, P99 DES ms). Its analytic P99 is 7.9 ms up to 30 % and inf at 40 % and 50 %;
+max safe flex: 30 % sustained, 40 % per event. The seed's fleet kW is 40 x P(n_max), the draw with every batch
+full; its event is 15,000 requests (75 s) from an empty fleet."""
+
+
+@pytest.mark.slow
+def test_puzzle8_gridflex(azure):
+    inst = api.load(azure, H100_AZURE + ["workload.arrival_rate=200"])
+    g = gridflex(inst, "0-8192:h100x40", tuple(range(0, 55, 5)), event_s=120.0, replications=2)
+    rows = {r.depth: r for r in g.depths}
+    curve = PowerCurve(300.0, 600.0, 1.0, 4.2, "measured")
+    # depth 0: the seed's cap and baseline draw (583 W per unit, 40 units: 23.3 kW with every batch full)
+    assert rows[0].batch_cap == 128
+    assert 40 * curve.power_w(128) / 1000 == pytest.approx(PUZZLE8_SEED[0][1], abs=0.05)
+    # our caps are the exact floor of the inverse: within the seed's at the deep end, below it where the curve
+    # is flat (5 %: P(84) = 570 W is above 0.95 x 583 = 554 W, so 84 is not under the cap; the seed's 84 is
+    # its own rounding)
+    for d in (20, 25, 30):
+        assert abs(rows[d].batch_cap - PUZZLE8_SEED[d][0]) <= 3
+    assert curve.power_w(PUZZLE8_SEED[5][0]) > 0.95 * curve.power_w(128)
+    # our power is the mean at the operating point (batch about 8 per unit at 200 req/s), not 40 x P(cap):
+    # it stays below the seed's full-batch figure and does not fall until the cap binds
+    assert rows[0].power_kw < PUZZLE8_SEED[0][1]
+    # the seed's verdicts: steady state safe at 30 %, unstable at 40 %; an event survives deeper than steady state
+    assert rows[30].sustained_ok and not rows[40].sustained_ok
+    assert g.max_safe_depth_sustained == 30.0
+    assert rows[50].batch_cap == 0 and not rows[50].event_ok
+    assert g.max_safe_depth_event is not None and g.max_safe_depth_event >= 30.0
