@@ -287,6 +287,14 @@ def bench_agreement(n_pools: int = 200, requests: int = 50_000, seed: int = 2024
     return out
 
 
+def _bench_whatif() -> dict:
+    """A 100-scenario arrival-rate sweep of an Azure instance (3 GPU types, max_pools 3), no simulation
+    (:func:`fleetopt.optimizer.workflows.whatif.bench_whatif_sweep`; target 30 s on 2 cores)."""
+    from fleetopt.optimizer.workflows.whatif import bench_whatif_sweep
+
+    return bench_whatif_sweep(100, workers=min(2, os.cpu_count() or 1))
+
+
 def run_benchmarks(repeats: int = 5, enumeration_limit_s: float = 60.0, memory: bool = True,
                    agreement_pools: int = 200, agreement_requests: int = 50_000) -> dict:
     """Run every benchmark; the result is JSON-ready.
@@ -297,7 +305,7 @@ def run_benchmarks(repeats: int = 5, enumeration_limit_s: float = 60.0, memory: 
     results = [bench_sizing(repeats=repeats), bench_evaluate_process(repeats=repeats),
                bench_stress_solve(repeats=repeats), bench_solve_process(repeats=repeats),
                bench_enumeration(enumeration_limit_s), *bench_simulation_throughput(repeats=min(repeats, 3)),
-               bench_verification(repeats=min(repeats, 3))]
+               bench_verification(repeats=min(repeats, 3)), _bench_whatif()]
     if agreement_pools > 0:
         results += bench_agreement(agreement_pools, agreement_requests)
     if memory:

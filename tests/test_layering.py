@@ -24,6 +24,7 @@ ROOT_PACKAGE_DIR = "optimizer/_fleetopt"    # installs as the package root ``fle
 # (layer, rank, third-party packages it may import). A module's layer is the longest prefix that matches.
 SCIENCE = {"numpy", "scipy"}
 PIPELINE = SCIENCE | {"yaml", "pydantic", "rich", "click", "networkx", "pyomo", "highspy"}
+SCALE_OUT = {"dask", "distributed", "matplotlib"}     # optional extras (scale, plot), imported where used
 LAYERS = {
     "fleetopt.models": (0, SCIENCE),
     "fleetopt.solvers": (1, SCIENCE | {"networkx", "pyomo", "highspy"}),
@@ -33,10 +34,10 @@ LAYERS = {
     "fleetopt.optimizer.plan": (4, PIPELINE),
     "fleetopt.optimizer.simulation": (5, PIPELINE),
     "fleetopt.optimizer.report": (6, PIPELINE),
-    "fleetopt.optimizer.workflows": (6, PIPELINE),
+    "fleetopt.optimizer.workflows": (6, PIPELINE | SCALE_OUT),
     "fleetopt.optimizer.api": (7, PIPELINE),
     "fleetopt.optimizer.bench": (7, PIPELINE),
-    "fleetopt.optimizer.commands": (8, PIPELINE),
+    "fleetopt.optimizer.commands": (8, PIPELINE | SCALE_OUT),
     "fleetopt.optimizer.cli": (9, PIPELINE),        # the entry point: loads the commands' modules on first use
     "fleetopt.optimizer": (10, set()),      # the package's own __init__ (a docstring)
     "fleetopt": (11, set()),                # the root __init__ and the api facade

@@ -1,0 +1,264 @@
+"""One executor for independent tasks: serially, on local processes, or on a Dask cluster; keyed results
+streamed to a JSONL log that a later run resumes.
+
+A :class:`Task` is a picklable function with its arguments and a unique string key. :func:`iter_results` runs a
+list of them on a :class:`Backend` and yields ``(key, result)`` pairs *as they finish* (in completion order):
+
+* ``Backend()``: in this process, one after the other (the reference: no pickling, no other process);
+* ``Backend(workers=N)``: on N local processes (:class:`concurrent.futures.ProcessPoolExecutor`, the platform's
+  default start method); the function and its arguments are pickled to the workers;
+* ``Backend(scheduler=ADDRESS)``: on a Dask distributed cluster (``dask.distributed.Client(ADDRESS)``; a
+  ``Client`` object is taken as it is). Dask is imported only here, so it is needed only when asked for
+  (``pip install 'fleetopt[scale]'``). Every worker must be able to import ``fleetopt``.
+
+Nothing in a result depends on where it ran: the caller assembles its output from the results by key, in its
+own order, so the output is the same however the tasks were run.
+
+:class:`ResultLog` is the stream: one JSON line per finished task (``{"key": ..., ...}``) after one header line
+(``{"header": {...}}``, what run the log belongs to), each written whole and then flushed and ``fsync``-ed, so a
+run that is killed loses no finished task. Resuming (:meth:`ResultLog.open` with ``resume=True``) reads the
+finished keys back (a torn last line, a write the kill cut short, is cut off the file), checks that the header
+is the same run's, and appends the rest; the caller skips the finished keys.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import uuid
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from fleetopt.optimizer.errors import InstanceError
+
+__all__ = ["Task", "Backend", "iter_results", "run_tasks", "ResultLog", "DASK_CONNECT_TIMEOUT_S"]
+
+DASK_CONNECT_TIMEOUT_S = 30.0
+"""How long :func:`iter_results` waits for a Dask scheduler to answer before giving up (s)."""
+
+
+@dataclass(frozen=True)
+class Task:
+    """One independent unit of work: ``fn(*args)``, known by ``key`` (unique within a run). ``fn`` must be a
+    module-level function and ``args`` picklable for the process and Dask backends."""
+
+    key: str
+    fn: Callable[..., Any]
+    args: tuple = ()
+
+
+@dataclass(frozen=True)
+class Backend:
+    """Where tasks run: ``workers`` local processes (1: in this process), or the Dask cluster at ``scheduler``
+    (an address such as ``tcp://10.0.0.5:8786``, or a ``dask.distributed.Client``).
+
+    Raises
+    ------
+    InstanceError
+        ``workers`` below 1, or ``workers`` > 1 together with ``scheduler`` (one line naming the flag).
+    """
+
+    workers: int = 1
+    scheduler: Any = None
+    mp_context: Any = field(default=None, compare=False)
+    """Multiprocessing context of the process backend (None: the platform's default)."""
+
+    def __post_init__(self) -> None:
+        if not (isinstance(self.workers, int) and not isinstance(self.workers, bool) and self.workers >= 1):
+            raise InstanceError(f"--workers: {self.workers!r} is not a whole number >= 1")
+        if self.scheduler is not None and self.workers > 1:
+            raise InstanceError("--workers / --scheduler: give one of them (the Dask cluster has its own workers)")
+        if isinstance(self.scheduler, str) and not self.scheduler.strip():
+            raise InstanceError("--scheduler: give the scheduler's address, e.g. tcp://127.0.0.1:8786")
+
+    @property
+    def label(self) -> str:
+        if self.scheduler is not None:
+            return f"Dask scheduler {self.scheduler if isinstance(self.scheduler, str) else 'client'}"
+        return "serial (this process)" if self.workers == 1 else f"{self.workers} local processes"
+
+
+def iter_results(tasks: Iterable[Task], backend: Backend = Backend()) -> Iterator[tuple[str, Any]]:
+    """Run ``tasks`` on ``backend`` and yield ``(key, result)`` as each finishes (completion order).
+
+    A task that raises stops the run with its exception (the results yielded before it stand). Closing the
+    generator early (an interrupt) cancels the tasks not yet started.
+
+    Raises
+    ------
+    InstanceError
+        Duplicate keys; ``--scheduler`` without Dask installed, or a scheduler that does not answer.
+    """
+    tasks = list(tasks)
+    keys = [t.key for t in tasks]
+    if len(set(keys)) != len(keys):
+        dup = next(k for k in keys if keys.count(k) > 1)
+        raise InstanceError(f"executor: task key {dup!r} is given twice; keys must be unique")
+    if not tasks:
+        return
+    if backend.scheduler is not None:
+        yield from _dask_results(tasks, backend.scheduler)
+    elif backend.workers == 1:
+        for t in tasks:
+            yield t.key, t.fn(*t.args)
+    else:
+        yield from _process_results(tasks, backend.workers, backend.mp_context)
+
+
+def run_tasks(tasks: Iterable[Task], backend: Backend = Backend(),
+              on_result: Callable[[str, Any], None] | None = None) -> dict[str, Any]:
+    """Run ``tasks`` (:func:`iter_results`) and return ``{key: result}``; ``on_result(key, result)`` is called on
+    this process as each finishes (e.g. :meth:`ResultLog.append`)."""
+    out = {}
+    for key, result in iter_results(tasks, backend):
+        if on_result is not None:
+            on_result(key, result)
+        out[key] = result
+    return out
+
+
+def _process_results(tasks: list[Task], workers: int, mp_context) -> Iterator[tuple[str, Any]]:
+    pool = ProcessPoolExecutor(max_workers=min(workers, len(tasks)), mp_context=mp_context)
+    try:
+        futures = {pool.submit(t.fn, *t.args): t.key for t in tasks}
+        for fut in as_completed(futures):
+            yield futures[fut], fut.result()
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _dask_results(tasks: list[Task], scheduler) -> Iterator[tuple[str, Any]]:
+    try:
+        from dask.distributed import Client, as_completed as dask_completed
+    except ImportError:
+        raise InstanceError("--scheduler: needs dask.distributed; install it with pip install 'fleetopt[scale]'") \
+            from None
+    own = isinstance(scheduler, str)
+    if own:
+        try:
+            client = Client(scheduler, timeout=DASK_CONNECT_TIMEOUT_S, set_as_default=False)
+        except (OSError, TimeoutError, ValueError) as err:
+            raise InstanceError(f"--scheduler: {scheduler}: no Dask scheduler answered ({type(err).__name__}: "
+                                f"{err})") from None
+    else:
+        client = scheduler
+    run = uuid.uuid4().hex
+    futures = {}
+    try:
+        for k, t in enumerate(tasks):
+            futures[client.submit(t.fn, *t.args, key=f"fleetopt-{run}-{k}", pure=False)] = t.key
+        for fut in dask_completed(list(futures), loop=client.loop):
+            yield futures[fut], fut.result()
+    finally:
+        pending = [fut for fut in futures if not fut.done()]
+        if pending:
+            client.cancel(pending)
+        if own:
+            client.close()
+
+
+# --------------------------------------------------------------------------------------------
+# The JSONL stream
+# --------------------------------------------------------------------------------------------
+
+
+class ResultLog:
+    """An append-only JSONL file of finished tasks: a header line, then one line per task (module docstring).
+
+    Use :meth:`open`; :meth:`append` writes one record, flushed and fsync-ed before it returns.
+    """
+
+    def __init__(self, path: Path, handle) -> None:
+        self.path = path
+        self._handle = handle
+
+    @classmethod
+    def open(cls, path: str | Path, header: Mapping, *, resume: bool = False,
+             flag: str = "--out") -> tuple["ResultLog", dict[str, dict]]:
+        """Open ``path`` for a run described by ``header`` (a JSON-able mapping) and return the log with the
+        records already finished (``{key: record}``; empty unless resuming).
+
+        Without ``resume`` the file must not exist or be empty; with it, a missing file starts a new log, and
+        an existing one must start with the same header. A last line without its newline or not valid JSON
+        (a write cut short) is cut off the file before appending.
+
+        Raises
+        ------
+        InstanceError
+            One line naming ``flag`` (or ``--resume``) and the file: it exists without ``resume``, its header
+            is another run's, a line before the last is not a record, or its folder does not exist.
+        """
+        path = Path(path)
+        header = json.loads(json.dumps(dict(header), allow_nan=False))
+        if not path.parent.exists():
+            raise InstanceError(f"{flag}: {path}: folder {path.parent} does not exist")
+        finished: dict[str, dict] = {}
+        exists = path.exists() and path.stat().st_size > 0
+        if exists and not resume:
+            raise InstanceError(f"{flag}: {path} exists; give --resume to continue it, or remove it")
+        if exists:
+            finished, keep_bytes = _read_log(path, header)
+            with open(path, "r+b") as f:
+                f.truncate(keep_bytes)
+            handle = open(path, "a", encoding="utf-8")
+        else:
+            handle = open(path, "w", encoding="utf-8")
+            log = cls(path, handle)
+            log._write({"header": header})
+            return log, finished
+        return cls(path, handle), finished
+
+    def append(self, key: str, record: Mapping) -> None:
+        """Write ``{"key": key, **record}`` as one line, flush and fsync it."""
+        self._write({"key": key, **record})
+
+    def _write(self, obj: Mapping) -> None:
+        self._handle.write(json.dumps(obj, allow_nan=False, separators=(",", ":")) + "\n")
+        self._handle.flush()
+        os.fsync(self._handle.fileno())
+
+    def close(self) -> None:
+        self._handle.close()
+
+    def __enter__(self) -> "ResultLog":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def _read_log(path: Path, header: dict) -> tuple[dict[str, dict], int]:
+    """The finished records of an existing log and the byte length of its whole lines (a torn tail excluded)."""
+    data = path.read_bytes()
+    finished: dict[str, dict] = {}
+    offset, number, keep = 0, 0, 0
+    while offset < len(data):
+        end = data.find(b"\n", offset)
+        last = end < 0 or end == len(data) - 1
+        line = data[offset:] if end < 0 else data[offset:end]
+        number += 1
+        try:
+            obj = None if end < 0 else json.loads(line)
+        except ValueError:
+            obj = None
+        if obj is None or not isinstance(obj, dict):
+            if last and number > 1:      # a write the interruption cut short: drop it
+                break
+            raise InstanceError(f"--resume: {path}: line {number} is not a JSON record of a fleetopt log")
+        if number == 1:
+            if "header" not in obj:
+                raise InstanceError(f"--resume: {path}: line 1 is not a fleetopt log header")
+            if obj["header"] != header:
+                diff = sorted(k for k in set(obj["header"]) | set(header) if obj["header"].get(k) != header.get(k))
+                raise InstanceError(f"--resume: {path}: was written by another run (it differs in "
+                                    f"{', '.join(diff)}); give the same instance and flags, or another --out file")
+        else:
+            if not isinstance(obj.get("key"), str):
+                raise InstanceError(f"--resume: {path}: line {number} has no \"key\"")
+            finished[obj["key"]] = obj
+        keep = end + 1
+        offset = end + 1
+    return finished, keep

@@ -1,0 +1,564 @@
+r"""What-if sweeps (``fleetopt whatif``): the instance re-solved exactly over a grid of field values.
+
+The grid
+--------
+Each ``--sweep PATH=v1,v2,...`` names an instance field (any path ``--set`` takes,
+:mod:`fleetopt.optimizer.io.overrides`) and its values (YAML, as ``--set`` reads them; commas inside ``[...]``,
+``{...}`` or quotes do not split). The scenarios are the Cartesian product of the sweeps, the first sweep
+outermost; scenario :math:`s` is the instance loaded with the ``--set`` overrides and then its own value of every
+swept path, validated as any instance is. The *base* is the instance with the ``--set`` overrides alone.
+
+Each scenario (and the base) is solved exactly (:func:`fleetopt.optimizer.plan.solve.solve_instance`: the graph
+oracle or the MIP over every candidate pool, not a re-sizing of a fixed design), by :func:`solve_scenario`, a
+module-level function of the scenario's resolved :class:`~fleetopt.optimizer.io.instance.Instance`, so the
+executor (:mod:`fleetopt.optimizer.workflows.executor`) can run the scenarios serially, on local processes or on
+a Dask cluster, and stream each record to a JSONL log as it finishes. Every record is a JSON mapping
+(:data:`RECORD_KEYS`) with nothing that depends on where or when it ran, so the assembled result is the same
+however it was run.
+
+Deltas against the base (:func:`deltas`)
+---------------------------------------
+:math:`\Delta C = C_s - C_0` in $/yr (and :math:`100\,\Delta C / C_0` %), :math:`\Delta` replicas and GPUs; a
+pool is identified by its window and GPU option ``LO-HI:GPU``: *added* (in the scenario's plan, not the
+base's), *removed*, or *resized* (in both, another replica count); the GPU options used, added or dropped.
+
+What binds (:func:`binding`)
+----------------------------
+A :class:`~fleetopt.optimizer.plan.solve.SolveReport` carries no duals or slacks (the oracle has none, and a
+MIP's duals say nothing about integer counts), so the binding constraint of each pool is determined directly:
+the pool is evaluated analytically (the evaluate path, the instance's ``ttft_model``) with *one deployed replica
+fewer*. With availability :math:`A` the solver deploys :math:`\lceil m/A \rceil` for a least count :math:`m`, so
+:math:`n - 1` deployed replicas stand for the up count :math:`k = \lfloor (n-1)A \rfloor`; the pool is evaluated
+at :math:`k` and every condition it then breaks is named: ``P99 TTFT`` (above the SLO, or unstable),
+``TPOT`` (the TPOT SLO) and ``utilization cap`` (capacity load above ``constraints.max_utilization``).
+:math:`k = 0` is ``one replica`` (a pool with traffic needs one), and a pool that breaks nothing at :math:`k` is
+``above least count`` (a ``min_count``, or an objective other than cost, holds it there). Pools are independent
+under length routing, so one evaluation at every pool's :math:`k` gives them all. Under ``slo.scope: fleet`` the
+P99 is the fleet's and couples the pools, and split routing's pools share segments: there the per-pool binding
+is not determined (said so). Fleet-wide limits *at their bound* (``gpus.NAME.max_count``,
+``gpus.NAME.max_pools``, ``pools.max_pools``, ``constraints.max_total_gpus``, ``max_cost_per_hr``,
+``max_power_kw``, within :data:`LIMIT_TOLERANCE`) are listed too: active, which a limit must be to bind.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from fleetopt.models.units import MS_PER_S
+
+from fleetopt.optimizer.errors import InstanceError, format_problem
+from fleetopt.optimizer.io.instance import Instance, instance_from_dict
+from fleetopt.optimizer.io.output import to_jsonable
+from fleetopt.optimizer.io.overrides import override_settings
+from fleetopt.optimizer.io.schema import Problems
+from fleetopt.optimizer.io.workloads import read_instance_file
+from fleetopt.optimizer.plan.evaluate import evaluate_plans, fleet_spec
+from fleetopt.optimizer.plan.solve import SolveOptions, solve_instance
+from fleetopt.optimizer.simulation.options import SimOptions
+from fleetopt.optimizer.simulation.simulate import plans_from_fleet, simulate_plan
+from fleetopt.optimizer.workflows.executor import Backend, ResultLog, Task, iter_results
+
+__all__ = ["SCHEMA_VERSION", "MAX_SCENARIOS", "LIMIT_TOLERANCE", "RECORD_KEYS", "Sweep", "Scenario", "WhatIf",
+           "parse_sweep", "split_values", "build_scenarios", "solve_scenario", "binding", "deltas", "run_whatif",
+           "log_header", "bench_whatif_sweep", "BASE_KEY"]
+
+SCHEMA_VERSION = 1
+"""Version of the JSON contract of :meth:`WhatIf.to_json` and of the JSONL records."""
+MAX_SCENARIOS = 100_000
+"""Largest grid ``--sweep`` may span."""
+LIMIT_TOLERANCE = 1e-9
+"""Relative slack within which a real-valued fleet limit ($/hr, kW) counts as at its bound."""
+BASE_KEY = "base"
+"""The key of the base instance's record."""
+RECORD_KEYS = ("status", "method", "explanation", "mip_gap", "cost_per_hr", "cost_per_year", "total_replicas",
+               "total_gpus", "power_kw", "fleet", "pools", "binding", "limits_at_bound", "binding_note", "sim")
+"""Keys of a scenario's record (:func:`solve_scenario`); ``pools`` each ``min_tokens``, ``max_tokens``, ``gpu``,
+``replicas``, ``gpus``, ``ttft_p99_ms``, ``capacity_load``, ``cost_per_hr``."""
+
+_SOLVE_LOCK = threading.Lock()
+"""Solves in one process run one at a time (Pyomo models are not shared between threads; a Dask worker with
+several threads would otherwise build two at once)."""
+
+
+# --------------------------------------------------------------------------------------------
+# Sweeps and scenarios
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Sweep:
+    """One ``--sweep``: a dotted ``path`` and its values, as given (``texts``) and as YAML reads them."""
+
+    path: str
+    texts: tuple[str, ...]
+    values: tuple[Any, ...]
+
+    def to_json(self) -> dict:
+        return {"path": self.path, "values": list(self.values)}
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """One point of the grid: its key, the ``--set``-style strings it adds, and the values by path."""
+
+    index: int
+    key: str
+    overrides: tuple[str, ...]
+    settings: tuple[tuple[str, Any], ...]
+
+    @property
+    def settings_map(self) -> dict:
+        return dict(self.settings)
+
+
+def split_values(text: str) -> list[str]:
+    """Split ``"1,2,[3, 4]"`` at the commas outside brackets, braces and quotes: ``["1", "2", "[3, 4]"]``.
+
+    Examples
+    --------
+    >>> split_values("50, 100,[a, b],'x,y'")
+    ['50', '100', '[a, b]', "'x,y'"]
+    """
+    out, depth, quote, start = [], 0, "", 0
+    for i, ch in enumerate(text):
+        if quote:
+            quote = "" if ch == quote else quote
+        elif ch in "'\"":
+            quote = ch
+        elif ch in "[{":
+            depth += 1
+        elif ch in "]}":
+            depth -= 1
+        elif ch == "," and depth == 0:
+            out.append(text[start:i].strip())
+            start = i + 1
+    out.append(text[start:].strip())
+    return out
+
+
+def _key_value(value: Any) -> str:
+    return json.dumps(to_jsonable(value), sort_keys=True, separators=(",", ":"), default=str)
+
+
+def parse_sweep(text: str, flag: str = "--sweep") -> Sweep:
+    """``"workload.arrival_rate=50,100"`` -> a :class:`Sweep` (values parsed as ``--set`` parses them).
+
+    Raises
+    ------
+    InstanceError
+        One line naming ``flag``: no ``=``, an empty path or value, a value that is not YAML, a repeated value.
+    """
+    if "=" not in text:
+        raise InstanceError(f"{flag} {text}: no '=' in {text!r}; write PATH=v1,v2,..., e.g. "
+                            "workload.arrival_rate=50,100,200")
+    path, raw = (s.strip() for s in text.split("=", 1))
+    keys = [k.strip() for k in path.split(".")]
+    if not path or not all(keys):
+        raise InstanceError(f"{flag} {path}: {path!r} is not a dotted path; write e.g. slo.ttft_p99_ms=300,500")
+    texts = split_values(raw)
+    if not raw or any(not t for t in texts):
+        raise InstanceError(f"{flag} {path}: {raw!r} has an empty value; write PATH=v1,v2,...")
+    values = []
+    for t in texts:
+        parsed = override_settings([f"{path}={t}"])
+        if path not in parsed:
+            raise InstanceError(f"{flag} {path}: the value {t!r} is not valid YAML; quote it")
+        values.append(parsed[path])
+    seen = [_key_value(v) for v in values]
+    if len(set(seen)) != len(seen):
+        dup = next(texts[i] for i, s in enumerate(seen) if seen.count(s) > 1)
+        raise InstanceError(f"{flag} {path}: the value {dup!r} is given twice")
+    return Sweep(".".join(keys), tuple(texts), tuple(values))
+
+
+def build_scenarios(sweeps: Sequence[Sweep]) -> list[Scenario]:
+    """The Cartesian product of ``sweeps``, the first outermost; a scenario's key is ``PATH=VALUE`` per path
+    (the value as canonical JSON) joined by ``&``."""
+    paths = [s.path for s in sweeps]
+    if len(set(paths)) != len(paths):
+        dup = next(p for p in paths if paths.count(p) > 1)
+        raise InstanceError(f"--sweep {dup}: the path is swept twice; give its values in one --sweep")
+    size = math.prod(len(s.values) for s in sweeps) if sweeps else 0
+    if size > MAX_SCENARIOS:
+        raise InstanceError(f"--sweep: the grid has {size:,} scenarios, more than {MAX_SCENARIOS:,}")
+    out = []
+    for k, combo in enumerate(itertools.product(*[range(len(s.values)) for s in sweeps])):
+        picks = [(s, i) for s, i in zip(sweeps, combo)]
+        out.append(Scenario(k, "&".join(f"{s.path}={_key_value(s.values[i])}" for s, i in picks),
+                            tuple(f"{s.path}={s.texts[i]}" for s, i in picks),
+                            tuple((s.path, s.values[i]) for s, i in picks)))
+    return out
+
+
+def _attributed(err: InstanceError, path, label: str) -> list[str]:
+    """The lines of ``err`` re-labelled ``<file>: <label>: <field>: <message>`` (an override's own ``--set``
+    label replaced)."""
+    prefix = f"{path}: " if path is not None else ""
+    out = []
+    for line in err.problems:
+        rest = line[len(prefix):] if prefix and line.startswith(prefix) else line
+        if rest.startswith("--set "):
+            rest = rest.split(": ", 1)[1] if ": " in rest else rest
+        out.append(format_problem(path, label, rest))
+    return out
+
+
+def load_scenarios(path: str | Path, sets: Sequence[str], sweeps: Sequence[Sweep]) \
+        -> tuple[Instance, list[Scenario], dict[str, Instance]]:
+    """The base instance, the scenarios, and each scenario's validated instance by key.
+
+    Every ``--set`` and every swept value is checked on its own first (after the ``--set`` before it), so a
+    problem is one line naming its flag and path: ``<file>: --set PATH: ...`` or ``<file>: --sweep PATH=VALUE:
+    <field>: ...``; a combination of valid values that is not (a cross-field rule) names the combination.
+
+    Raises
+    ------
+    InstanceError
+        Every problem found, one line each.
+    """
+    problems = Problems(path)
+    data = read_instance_file(Path(path), problems)
+    problems.raise_if_any()
+    if data is None:
+        raise InstanceError(format_problem(path, "", "the file is empty"))
+    base = instance_from_dict(data, path)   # the file's own problems, unlabelled
+    for k, text in enumerate(sets):
+        try:
+            base = instance_from_dict(data, path, list(sets[:k + 1]))
+        except InstanceError as err:
+            raise InstanceError(_attributed(err, path, f"--set {text.split('=', 1)[0].strip()}")) from None
+    lines: list[str] = []
+    single: dict[tuple[str, int], Instance] = {}
+    for s in sweeps:
+        failed: dict[str, list[str]] = {}      # problem (without its label) -> the values that have it
+        for i, t in enumerate(s.texts):
+            try:
+                single[(s.path, i)] = instance_from_dict(data, path, [*sets, f"{s.path}={t}"])
+            except InstanceError as err:
+                for line in _attributed(err, path, ""):
+                    failed.setdefault(line, []).append(t)
+        for line, texts in failed.items():   # a problem every value shares (an unknown path) is one line
+            label = f"--sweep {s.path}" if len(texts) == len(s.texts) > 1 else f"--sweep {s.path}={','.join(texts)}"
+            lines.append(format_problem(path, label, line.removeprefix(f"{path}: ")))
+    if lines:
+        raise InstanceError(lines)
+    scenarios = build_scenarios(sweeps)
+    instances: dict[str, Instance] = {}
+    for sc in scenarios:
+        if len(sweeps) == 1:
+            instances[sc.key] = single[(sweeps[0].path, sc.index)]
+            continue
+        try:
+            instances[sc.key] = instance_from_dict(data, path, [*sets, *sc.overrides])
+        except InstanceError as err:
+            lines += _attributed(err, path, "--sweep " + ", ".join(sc.overrides))
+    if lines:
+        raise InstanceError(lines)
+    return base, scenarios, instances
+
+
+# --------------------------------------------------------------------------------------------
+# One scenario
+# --------------------------------------------------------------------------------------------
+
+
+def _finite(x: float | None) -> float | None:
+    return None if x is None or not math.isfinite(x) else float(x)
+
+
+def binding(instance: Instance, fleet) -> tuple[list[dict], str]:
+    """Per pool of ``fleet`` (a :class:`~fleetopt.models.fleet.FleetResult` of ``instance``) what it breaks
+    with one deployed replica fewer (module docstring), and a note when that is not determined.
+
+    Each entry: ``pool`` (``LO-HI:GPUxN``), ``binds`` (list of ``P99 TTFT``, ``TPOT``, ``utilization cap``, or
+    ``one replica``, or ``above least count``), ``replicas_tested`` (the up count :math:`k`), and the pool's
+    ``ttft_p99_ms`` and ``capacity_load`` at :math:`k` (None when not evaluated)."""
+    labels = [f"{p.min_tokens}-{p.max_tokens}:{p.gpu}x{p.replicas}" for p in fleet.pools]
+    if instance.pools.routing == "split":
+        return [], "split routing: pools share length segments, the per-pool binding is not determined"
+    if instance.slo.scope == "fleet":
+        return [], "slo.scope fleet: the fleet-wide P99 couples the pools, the per-pool binding is not determined"
+    plans = plans_from_fleet(instance, fleet)
+    tested = [math.floor((p.replicas - 1) * instance.gpu(p.gpu).availability + 1e-9) for p in fleet.pools]
+    trial = [replace(q, replicas=k if k >= 1 else q.replicas) for q, k in zip(plans, tested)]
+    below = evaluate_plans(instance, trial).pools if any(k >= 1 for k in tested) else ()
+    slo_ms = instance.slo.ttft_p99_s * MS_PER_S
+    out = []
+    for j, (p, k) in enumerate(zip(fleet.pools, tested)):
+        if p.routing_share <= 0:
+            out.append({"pool": labels[j], "binds": [], "replicas_tested": None, "ttft_p99_ms": None,
+                        "capacity_load": None})
+            continue
+        if k < 1:
+            out.append({"pool": labels[j], "binds": ["one replica"], "replicas_tested": 0, "ttft_p99_ms": None,
+                        "capacity_load": None})
+            continue
+        r = below[j]
+        unstable = not r.utilization < 1.0
+        binds = []
+        if unstable or r.ttft_p99_ms > slo_ms * (1 + 1e-12):
+            binds.append("P99 TTFT")
+        elif not r.slo_met:
+            binds.append("TPOT")
+        if unstable or not r.utilization_ok:
+            binds.append("utilization cap")
+        out.append({"pool": labels[j], "binds": binds or ["above least count"], "replicas_tested": k,
+                    "ttft_p99_ms": _finite(r.ttft_p99_ms), "capacity_load": _finite(r.capacity_load)})
+    return out, ""
+
+
+def limits_at_bound(instance: Instance, fleet) -> list[str]:
+    """The instance's fleet-wide limits ``fleet`` meets with equality (module docstring), one string each."""
+    out = []
+    pools = fleet.pools
+    for g in instance.gpus:
+        mine = [p for p in pools if p.gpu == g.name]
+        n_gpus = sum(p.gpus for p in mine)
+        if g.max_count is not None and mine and n_gpus >= g.max_count:
+            out.append(f"gpus.{g.name}.max_count ({n_gpus} of {g.max_count} GPUs)")
+        if g.max_pools is not None and mine and len(mine) >= g.max_pools:
+            out.append(f"gpus.{g.name}.max_pools ({len(mine)} of {g.max_pools})")
+    if len(pools) >= instance.pools.max_pools:
+        out.append(f"pools.max_pools ({len(pools)} of {instance.pools.max_pools})")
+    c = instance.constraints
+    if c.max_total_gpus is not None and fleet.total_gpus >= c.max_total_gpus:
+        out.append(f"constraints.max_total_gpus ({fleet.total_gpus} of {c.max_total_gpus})")
+    if c.max_cost_per_hr is not None and fleet.cost_per_hr >= c.max_cost_per_hr * (1 - LIMIT_TOLERANCE):
+        out.append(f"constraints.max_cost_per_hr ({fleet.cost_per_hr:.2f} of {c.max_cost_per_hr:g} $/hr)")
+    if c.max_power_kw is not None and fleet.power_kw >= c.max_power_kw * (1 - LIMIT_TOLERANCE):
+        out.append(f"constraints.max_power_kw ({fleet.power_kw:.2f} of {c.max_power_kw:g} kW)")
+    return out
+
+
+def solve_scenario(instance: Instance, sim_options: SimOptions | None = None,
+                   time_limit_s: float | None = None) -> dict:
+    """Solve ``instance`` exactly and return its record (:data:`RECORD_KEYS`; JSON-able, no wall times).
+
+    With ``sim_options`` the plan is also simulated (:func:`fleetopt.optimizer.simulation.simulate.simulate_plan`)
+    and ``sim`` holds ``slo_met`` (the upper end of the 95 % P99 TTFT interval within the SLO),
+    ``ttft_p99_ms``, ``ttft_p99_ci_ms``, ``requests_measured`` and ``seed``."""
+    with _SOLVE_LOCK:
+        report = solve_instance(instance, SolveOptions(time_limit_s=time_limit_s, compute_baseline=False))
+        plan = report.best
+        record: dict[str, Any] = {"status": str(report.status), "method": report.method,
+                                  "explanation": report.explanation, "mip_gap": report.mip_gap,
+                                  "cost_per_hr": None, "cost_per_year": None, "total_replicas": None,
+                                  "total_gpus": None, "power_kw": None, "fleet": None, "pools": [], "binding": [],
+                                  "limits_at_bound": [], "binding_note": "", "sim": None}
+        if plan is None:
+            return to_jsonable(record)
+        f = plan.fleet
+        pools = [{"min_tokens": p.min_tokens, "max_tokens": p.max_tokens, "gpu": p.gpu, "replicas": p.replicas,
+                  "gpus": p.gpus, "ttft_p99_ms": p.ttft_p99_ms, "capacity_load": p.capacity_load,
+                  "cost_per_hr": p.cost_per_hr} for p in f.pools]
+        spec = fleet_spec(instance, f) or ",".join(f"{p.min_tokens}-{p.max_tokens}:{p.gpu}x{p.replicas}"
+                                                   for p in f.pools)
+        binds, note = binding(instance, f)
+        record.update(cost_per_hr=f.cost_per_hr, cost_per_year=f.cost_per_year, total_replicas=f.total_replicas,
+                      total_gpus=f.total_gpus, power_kw=f.power_kw, fleet=spec, pools=pools, binding=binds,
+                      limits_at_bound=limits_at_bound(instance, f), binding_note=note)
+        if sim_options is not None:
+            rep = simulate_plan(instance, plans_from_fleet(instance, f), sim_options, routing=plan.routing)
+            record["sim"] = {"slo_met": bool(rep.slo_met), "ttft_p99_ms": rep.ttft_p99_ms,
+                             "ttft_p99_ci_ms": list(rep.ttft_p99_ci_ms), "requests_measured": rep.requests_measured,
+                             "seed": rep.seed}
+    return to_jsonable(record)
+
+
+# --------------------------------------------------------------------------------------------
+# Deltas and the result
+# --------------------------------------------------------------------------------------------
+
+
+def _pool_ids(record: Mapping) -> dict[str, int]:
+    return {f"{p['min_tokens']}-{p['max_tokens']}:{p['gpu']}": p["replicas"] for p in record.get("pools") or []}
+
+
+def deltas(record: Mapping, base: Mapping) -> dict:
+    """The scenario's ``record`` against the ``base`` record (module docstring); None fields where either has no
+    plan."""
+    have = record.get("fleet") is not None and base.get("fleet") is not None
+    if not have:
+        return {"cost_per_year": None, "cost_pct": None, "replicas": None, "gpus": None, "pools_added": [],
+                "pools_removed": [], "pools_resized": [], "gpu_types_added": [], "gpu_types_removed": [],
+                "same_fleet": None}
+    mine, theirs = _pool_ids(record), _pool_ids(base)
+    gpus_mine = sorted({p["gpu"] for p in record["pools"]})
+    gpus_base = sorted({p["gpu"] for p in base["pools"]})
+    dc = record["cost_per_year"] - base["cost_per_year"]
+    return {"cost_per_year": dc, "cost_pct": 100.0 * dc / base["cost_per_year"] if base["cost_per_year"] else None,
+            "replicas": record["total_replicas"] - base["total_replicas"],
+            "gpus": record["total_gpus"] - base["total_gpus"],
+            "pools_added": [k for k in mine if k not in theirs],
+            "pools_removed": [k for k in theirs if k not in mine],
+            "pools_resized": [{"pool": k, "replicas_base": theirs[k], "replicas": n}
+                              for k, n in mine.items() if k in theirs and theirs[k] != n],
+            "gpu_types_added": [g for g in gpus_mine if g not in gpus_base],
+            "gpu_types_removed": [g for g in gpus_base if g not in gpus_mine],
+            "same_fleet": record["fleet"] == base["fleet"]}
+
+
+@dataclass(frozen=True)
+class WhatIf:
+    """A finished sweep: the base record and each scenario's, in grid order (module docstring)."""
+
+    instance: str
+    instance_file: str
+    sets: tuple[str, ...]
+    sweeps: tuple[Sweep, ...]
+    scenarios: tuple[Scenario, ...]
+    base: dict
+    records: tuple[dict, ...]
+    """Per scenario (same order) its record (:data:`RECORD_KEYS`)."""
+    slo_ttft_p99_ms: float
+    ttft_model: str
+    sim_options: SimOptions | None = None
+    resumed: int = 0
+    """Records read back from the log instead of solved (not part of the JSON: the output is the same)."""
+
+    def rows(self) -> list[dict]:
+        return [{"index": sc.index, "key": sc.key, "overrides": sc.settings_map, **rec,
+                 "deltas": deltas(rec, self.base)} for sc, rec in zip(self.scenarios, self.records)]
+
+    def to_json(self) -> dict:
+        out = {"schema_version": SCHEMA_VERSION, "command": "whatif", "instance": self.instance,
+               "instance_file": self.instance_file, "source": "analytic (each scenario re-solved exactly: graph "
+               "oracle or MIP)", "slo_ttft_p99_ms": self.slo_ttft_p99_ms, "ttft_model": self.ttft_model,
+               "overrides": list(self.sets), "sweeps": [s.to_json() for s in self.sweeps],
+               "base": self.base, "scenarios": self.rows()}
+        if self.sim_options is not None:
+            out["sim_options"] = self.sim_options.to_json()
+        return out
+
+    def to_csv(self) -> str:
+        cols = [s.path for s in self.sweeps] + ["status", "cost_per_year", "delta_cost_per_year", "total_replicas",
+                                               "delta_replicas", "total_gpus", "fleet", "pools_added",
+                                               "pools_removed", "binding"]
+        lines = [",".join(cols)]
+        for row in self.rows():
+            d = row["deltas"]
+            cells = [row["overrides"][s.path] for s in self.sweeps] + [
+                row["status"], row["cost_per_year"], d["cost_per_year"], row["total_replicas"], d["replicas"],
+                row["total_gpus"], row["fleet"], " ".join(d["pools_added"]), " ".join(d["pools_removed"]),
+                binding_text(row)]
+            lines.append(",".join(_csv_cell(c) for c in cells))
+        return "\n".join(lines) + "\n"
+
+
+def binding_text(record: Mapping) -> str:
+    """A record's binding in one cell: per pool ``LO-HI:GPU: binds``, then the fleet limits at their bound."""
+    parts = [f"{b['pool'].rsplit('x', 1)[0]}: {'+'.join(b['binds'])}" for b in record.get("binding") or []
+             if b["binds"]]
+    parts += list(record.get("limits_at_bound") or [])
+    return "; ".join(parts)
+
+
+def _csv_cell(value) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float):
+        return repr(value)
+    text = value if isinstance(value, str) else json.dumps(value)
+    return '"' + text.replace('"', '""') + '"' if any(c in text for c in ',"\n') else text
+
+
+def _normalized(record: Any) -> dict:
+    """A record as it reads back from JSON (so solved and resumed records compare and print the same)."""
+    return json.loads(json.dumps(to_jsonable(record), allow_nan=False))
+
+
+def log_header(instance_file: str | Path, sets: Sequence[str], sim_options: SimOptions | None,
+               time_limit_s: float | None) -> dict:
+    """What a JSONL log's records depend on besides their own key: the instance file's bytes (SHA-256), the
+    ``--set`` overrides, the simulation options and the time limit."""
+    import hashlib
+
+    digest = hashlib.sha256(Path(instance_file).read_bytes()).hexdigest()
+    return {"schema_version": SCHEMA_VERSION, "command": "whatif", "instance_sha256": digest, "sets": list(sets),
+            "sim_options": None if sim_options is None else sim_options.to_json(), "time_limit_s": time_limit_s}
+
+
+def run_whatif(path: str | Path, sets: Sequence[str], sweep_texts: Sequence[str], *, backend: Backend = Backend(),
+               sim_options: SimOptions | None = None, time_limit_s: float | None = None,
+               out: str | Path | None = None, resume: bool = False) -> WhatIf:
+    """Load and check the grid (:func:`load_scenarios`), solve the base and every scenario on ``backend``
+    (:mod:`fleetopt.optimizer.workflows.executor`), streaming each record to the JSONL log ``out`` as it finishes;
+    with ``resume`` the records already in ``out`` are read back, not solved again.
+
+    Raises
+    ------
+    InstanceError
+        Bad ``--sweep`` / ``--set`` (one line each, naming the flag and path), no sweep, a bad ``--out`` or
+        ``--resume`` (:meth:`ResultLog.open`), an unreachable ``--scheduler``.
+    """
+    if not sweep_texts:
+        raise InstanceError("--sweep: give at least one --sweep PATH=v1,v2,...")
+    if resume and out is None:
+        raise InstanceError("--resume: continues the log of --out FILE.jsonl; give --out")
+    sweeps = [parse_sweep(t) for t in sweep_texts]
+    base, scenarios, instances = load_scenarios(path, sets, sweeps)
+    todo = [(BASE_KEY, base)] + [(sc.key, instances[sc.key]) for sc in scenarios]
+    settings = {sc.key: sc.settings_map for sc in scenarios}
+    settings[BASE_KEY] = {}
+    records: dict[str, dict] = {}
+    log = None
+    if out is not None:
+        log, finished = ResultLog.open(out, log_header(path, sets, sim_options, time_limit_s), resume=resume)
+        records.update({k: _normalized(v["result"]) for k, v in finished.items() if k in settings})
+    resumed = len(records)
+    try:
+        tasks = [Task(key, solve_scenario, (inst, sim_options, time_limit_s)) for key, inst in todo
+                 if key not in records]
+        for key, result in iter_results(tasks, backend):
+            rec = _normalized(result)
+            if log is not None:
+                log.append(key, {"overrides": settings[key], "result": rec})
+            records[key] = rec
+    finally:
+        if log is not None:
+            log.close()
+    return WhatIf(base.name, str(path), tuple(sets), tuple(sweeps), tuple(scenarios), records[BASE_KEY],
+                  tuple(records[sc.key] for sc in scenarios), base.slo.ttft_p99_s * MS_PER_S, base.slo.ttft_model,
+                  sim_options, resumed)
+
+
+# --------------------------------------------------------------------------------------------
+# Benchmark
+# --------------------------------------------------------------------------------------------
+
+BENCH_INSTANCE = {"name": "azure-3gpu-whatif", "workload": {"cdf": "builtin:azure", "arrival_rate": 100},
+                  "slo": {"ttft_p99_ms": 500},
+                  "gpus": [{"name": "a10g", "profile": "A10G"}, {"name": "a100", "profile": "A100-80GB"},
+                           {"name": "h100", "profile": "H100-80GB"}],
+                  "pools": {"max_pools": 3, "max_context": 8192}, "objective": "cost"}
+"""The benchmark's instance: Azure conversations, A10G / A100 / H100, up to three pools, default TTFT model."""
+
+
+def bench_whatif_sweep(scenarios: int = 100, workers: int = 1, folder: str | Path | None = None) -> dict:
+    """Wall time of a ``scenarios``-point λ sweep (5, 10, ... req/s) of :data:`BENCH_INSTANCE`, without
+    simulation, on ``workers`` local processes (1: serial), through :func:`run_whatif` (loading and checking
+    the grid included, no JSONL log). Target: under 30 s on two cores."""
+    import tempfile
+
+    rates = ",".join(str(5 * (k + 1)) for k in range(scenarios))
+    with tempfile.TemporaryDirectory(dir=folder) as tmp:
+        path = Path(tmp) / "azure_3gpu.json"
+        path.write_text(json.dumps(BENCH_INSTANCE))
+        t0 = time.perf_counter()
+        result = run_whatif(path, (), [f"workload.arrival_rate={rates}"], backend=Backend(workers=workers))
+        wall_s = time.perf_counter() - t0
+    target = 30.0
+    return {"name": f"whatif: {scenarios}-scenario arrival-rate sweep (Azure, 3 GPU types, max_pools 3)",
+            "scenarios": len(result.records), "workers": workers, "median_s": wall_s, "repeats": 1,
+            "target_s": target, "meets_target": wall_s <= target,
+            "solved": sum(r["fleet"] is not None for r in result.records)}
