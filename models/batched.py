@@ -76,7 +76,7 @@ from fleetopt.models.units import P99_TAIL
 
 __all__ = ["CONTEXT_NODES", "BatchedTraffic", "OperatingPoint", "operating_point", "waited_exceed_prob",
            "batched_miss_prob", "batched_ttft_p99_s", "batched_min_replicas", "prefill_limit_s",
-           "mean_prefill_s", "mean_power_w", "mean_activity_power_w"]
+           "mean_prefill_s", "mean_power_w", "mean_activity_power_w", "prefill_lumps", "coarrival_exceed_prob"]
 
 _BIN_EDGES = np.array([0.0, 0.25, 0.5, 0.75, 0.9, 0.97, 0.995, 1.0])
 CONTEXT_NODES = (0.5 * (_BIN_EDGES[1:] + _BIN_EDGES[:-1]), np.diff(_BIN_EDGES))
@@ -113,6 +113,9 @@ class BatchedTraffic:
     W_s: float
     mean_kv_work: np.ndarray | None = None
     """:math:`E[hX]`: the part of :attr:`mean_work` that scans the KV cache (the rest is compute); ``None``: all."""
+    prefill_compute_s: np.ndarray | None = None
+    """:math:`E[a\\, l_{in} + b\\, l_{in}^2]` per pool (the lumps other requests' prefill chunks add to an
+    iteration; ``None``: 0, a profile without prefill compute)."""
     column_chunks: np.ndarray | None = None
     """Shape (Q,): the chunk count :math:`k` of each class (prompt bins finer than a chunk, for a profile with
     prefill compute: :attr:`fleetopt.models.segments.SegmentStats.ttft_chunks`); ``None``: column :math:`k` has
@@ -137,14 +140,16 @@ class BatchedTraffic:
                               fix(stats.cv2_iterations), fix(stats.mean_time_work),
                               fix(stats.mean_time_work_sq), probs, own, float(stats.iteration_base_s),
                               fix(stats.context_s_per_token * np.asarray(stats.mean_context_work, dtype=float)),
-                              np.asarray(stats.ttft_chunks, dtype=float))
+                              fix(stats.mean_prefill_compute_s), np.asarray(stats.ttft_chunks, dtype=float))
 
     def take(self, idx) -> "BatchedTraffic":
         """The pools at ``idx``."""
         return BatchedTraffic(self.arrival_rate[idx], self.cap[idx], self.mean_iterations[idx],
                               self.cv2_iterations[idx], self.mean_work[idx], self.mean_work_sq[idx],
                               self.chunk_probs[idx], self.own_prefill_s[idx], self.W_s,
-                              None if self.mean_kv_work is None else self.mean_kv_work[idx], self.column_chunks)
+                              None if self.mean_kv_work is None else self.mean_kv_work[idx],
+                              None if self.prefill_compute_s is None else self.prefill_compute_s[idx],
+                              self.column_chunks)
 
 
 @dataclass(frozen=True, eq=False)
@@ -297,6 +302,9 @@ def batched_miss_prob(t_s, traffic: BatchedTraffic, replicas, op: OperatingPoint
     chunks = traffic.chunks
     T_busy = traffic.W_s + _context_nodes(op.busy_context_mean, op.busy_context_var)
     T_full = traffic.W_s + _context_nodes(op.full_context_mean, op.full_context_var)
+    lump, lump_share = prefill_lumps(traffic, op)
+    lam_r = traffic.arrival_rate / np.maximum(op.replicas, 1.0)
+    join = 1.0 + lam_r * lump               # the mean stretch co-arrivals' chunks give a waited-out residual
     miss = np.zeros(S)
     order = np.lexsort((k_lo, k_hi))
     for lo in range(0, S, _BLOCK):
@@ -304,7 +312,8 @@ def batched_miss_prob(t_s, traffic: BatchedTraffic, replicas, op: OperatingPoint
         a, b = int(k_lo[rows].min()), int(k_hi[rows].max()) + 1
         miss[rows] = _miss_block(t[rows], probs[rows, a:b], chunks[a:b],
                                  traffic.own_prefill_s[rows, a:b], T_busy[rows], T_full[rows], op.idle_prob[rows],
-                                 op.full_prob[rows], op.wait_decay[rows], traffic.W_s)
+                                 op.full_prob[rows], op.wait_decay[rows], traffic.W_s, lump[rows], lump_share[rows],
+                                 join[rows], lam_r[rows])
     live = traffic.arrival_rate > 0
     return np.where(live, np.where(op.stable, miss, 1.0), 0.0)
 
@@ -346,7 +355,84 @@ _FULL_NEGLIGIBLE = 1e-12
 probability (which is compared with 0.01)."""
 
 
-def _miss_block(t, probs, k, own, T_busy, T_full, p_idle, p_full, theta, W_s: float) -> np.ndarray:
+def prefill_lumps(traffic: BatchedTraffic, op: OperatingPoint) -> tuple[np.ndarray, np.ndarray]:
+    """The prefill lump :math:`\\ell` an arrival's first, partial iteration may carry, and the share of time
+    :math:`f_L` a busy replica spends in such iterations (arrays over pools; 0 without prefill compute).
+
+    A prefill chunk computes its tokens (:math:`a c + b(\\dots)`): with long chunks one chunk adds far more to
+    its iteration than all the decodes beside it (about 160 ms for 6,000 prompt tokens of an 8B model on an
+    H100, against a few ms), so iterations come in two kinds. An arrival lands in an iteration with
+    probability proportional to its *length* (it waits out the residual :math:`U t` of the iteration in
+    progress), so it meets the rare long ones far more often than their share of iterations, which the
+    gamma law of the other requests' work (matched to the iteration average) cannot show. The model keeps
+    that law for the request's own iterations and gives the residual a lump with probability
+
+    .. math::
+
+        f_L = 1 - e^{-\\lambda_r E[k] (W + \\bar C + \\ell)}, \\qquad
+        \\ell = \\frac{E[a\\, l_{in} + b\\, l_{in}^2]}{E[k]}, \\quad \\lambda_r = \\lambda / N
+
+    (:math:`\\lambda_r E[k]` chunk iterations a second, each lasting :math:`W + \\bar C + \\ell`; Poisson
+    overlap): the residual is :math:`U(W + C)` with probability :math:`1 - f_L` and :math:`U(W + C + \\ell)`
+    with :math:`f_L`. Measured on ``instances/h100_8b_fitted.yaml`` (``docs/models.md``).
+    """
+    S = traffic.arrival_rate.shape
+    if traffic.prefill_compute_s is None or not np.any(traffic.prefill_compute_s > 0):
+        return np.zeros(S), np.zeros(S)
+    probs = traffic.chunk_probs
+    mass = np.maximum(probs.sum(axis=1), 1e-300)
+    ek = probs @ traffic.chunks / mass
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ell = np.where(ek > 0, traffic.prefill_compute_s / np.where(ek > 0, ek, 1.0), 0.0)
+        lam_r = traffic.arrival_rate / np.maximum(op.replicas, 1.0)
+        share = -np.expm1(-lam_r * ek * (traffic.W_s + op.busy_context_mean + ell))
+    return np.nan_to_num(ell), np.clip(np.nan_to_num(share), 0.0, 1.0)
+
+
+_COARRIVALS = 6
+"""Co-arrivals counted one by one in :func:`coarrival_exceed_prob`; more are taken to miss (a bound)."""
+
+
+def coarrival_exceed_prob(x0, spread, ell, rate):
+    """:math:`P(U b + M \\ell > x_0)` with :math:`U \\sim U(0, 1)` and :math:`M \\mid U` Poisson of mean
+    :math:`\\lambda U b` (array-aware): an arrival waits out the residual :math:`U b` of the iteration in
+    progress, and the :math:`M` requests that arrive meanwhile join its first iteration, each with a prefill
+    chunk of :math:`\\ell` seconds (:func:`prefill_lumps`). With :math:`c = \\lambda b` and
+    :math:`u_m = \\mathrm{clip}((x_0 - m \\ell)/b, 0, 1)`,
+
+    .. math::
+
+        \\sum_m \\int_{u_m}^1 e^{-cu} \\frac{(cu)^m}{m!} du
+        = \\sum_m \\frac{P(m + 1, c) - P(m + 1, c\\, u_m)}{c}
+
+    (:math:`P` the regularised lower incomplete gamma function), for :math:`m` up to :data:`_COARRIVALS`; the
+    rest, :math:`1 - \\sum_m P(m + 1, c)/c`, counts as exceeding. Without co-arrivals (:math:`c \\to 0`) it is
+    :math:`1 - u_0`.
+
+    Examples
+    --------
+    No lump: the co-arrivals change nothing, :math:`1 - 0.3 = 0.7`.
+
+    >>> round(float(coarrival_exceed_prob(0.3, 1.0, 0.0, 0.5)), 6)
+    0.7
+    """
+    x0, b, ell, rate = np.broadcast_arrays(*(np.asarray(v, dtype=float) for v in (x0, spread, ell, rate)))
+    c = rate * b
+    small = c < 1e-9
+    cs = np.where(small, 1.0, c)
+    out = np.zeros(x0.shape)
+    counted = np.zeros(x0.shape)
+    for m in range(_COARRIVALS + 1):
+        u = np.clip((x0 - m * ell) / b, 0.0, 1.0)
+        whole = special.gammainc(m + 1, cs) / cs
+        out += whole - special.gammainc(m + 1, cs * u) / cs
+        counted += whole
+    out += np.maximum(1.0 - counted, 0.0)        # E_U[P(M > _COARRIVALS | U)], taken to exceed: a bound
+    return np.clip(np.where(small, 1.0 - np.clip(x0 / b, 0.0, 1.0), out), 0.0, 1.0)
+
+
+def _miss_block(t, probs, k, own, T_busy, T_full, p_idle, p_full, theta, W_s: float, lump=None,
+                lump_share=None, join=None, lam_r=None) -> np.ndarray:
     """:math:`\\sum_k p_k [p_0 P_{idle}(k) + p_b E_C P_{busy}(k, C) + p_f E_C P_{full}(k, C)]` for a block.
 
     Without a wait (idle and busy states) the average over :math:`U` is the share whose prefill ends after
@@ -355,15 +441,32 @@ def _miss_block(t, probs, k, own, T_busy, T_full, p_idle, p_full, theta, W_s: fl
     _, weights = CONTEXT_NODES
     tt = t[:, None, None]
     start = k[None, :, None] * T_busy[:, None, :] + own[:, :, None]
+    lumpy = np.flatnonzero(lump_share > 0) if lump_share is not None else np.zeros(0, dtype=int)
     busy = (1.0 - np.clip((tt - start) / T_busy[:, None, :], 0.0, 1.0)) @ weights
+    if lumpy.size:
+        # The residual iteration may carry a prefill lump (prefill_lumps), and the requests that arrive during
+        # the residual join the first iteration with theirs (coarrival_exceed_prob).
+        x0 = tt[lumpy] - start[lumpy]
+        ell, rate = lump[lumpy][:, None, None], lam_r[lumpy][:, None, None]
+        T = T_busy[lumpy][:, None, :]
+        busy[lumpy] = coarrival_exceed_prob(x0, T, ell, rate) @ weights
+        with_lump = coarrival_exceed_prob(x0, T + ell, ell, rate) @ weights
+        f = lump_share[lumpy][:, None]
+        busy[lumpy] = (1.0 - f) * busy[lumpy] + f * with_lump
     idle = (k[None, :] * W_s + own) > t[:, None]
     p0, pf = p_idle[:, None], p_full[:, None]
     out = np.sum(probs * (p0 * idle + (1.0 - p0 - pf) * busy), axis=1)
     waits = np.flatnonzero(p_full > _FULL_NEGLIGIBLE)
     if waits.size:
         T = T_full[waits][:, None, :]
-        full = waited_exceed_prob(tt[waits], k[None, :, None] * T + own[waits][:, :, None], T,
-                              theta[waits][:, None, None]) @ weights
+        g = 1.0 if join is None else join[waits][:, None, None]
+        full = waited_exceed_prob(tt[waits], k[None, :, None] * T + own[waits][:, :, None], g * T,
+                                  theta[waits][:, None, None]) @ weights
+        if lumpy.size and np.any(lump_share[waits] > 0):
+            f = lump_share[waits][:, None]
+            full_lump = waited_exceed_prob(tt[waits], k[None, :, None] * T + own[waits][:, :, None],
+                                           g * (T + lump[waits][:, None, None]), theta[waits][:, None, None]) @ weights
+            full = (1.0 - f) * full + f * full_lump
         out[waits] += np.sum(probs[waits] * pf[waits] * full, axis=1)
     return out
 
@@ -381,7 +484,7 @@ def batched_ttft_p99_s(traffic: BatchedTraffic, replicas) -> np.ndarray:
     with np.errstate(divide="ignore", invalid="ignore"):   # P(wait > w) = p_full e^{-theta w} <= q beyond w99
         w99 = np.where(op.full_prob > P99_TAIL,
                        np.log(np.maximum(op.full_prob, P99_TAIL) / P99_TAIL) / np.where(theta > 0, theta, 1.0), 0.0)
-    hi = (k_max + 1) * T_top + own + w99 + 1e-9
+    hi = (k_max + 1) * T_top + own + w99 + prefill_lumps(traffic, op)[0] + 1e-9
     live = op.stable & (traffic.arrival_rate > 0)
     hi = np.where(live, hi, 1.0)
     _, hi = bisect_boundary(lambda t: batched_miss_prob(t, traffic, op.replicas, op) > P99_TAIL,
@@ -452,24 +555,48 @@ def mean_activity_power_w(power, traffic: BatchedTraffic, op: OperatingPoint) ->
 
     Energy per second is linear in the time a replica spends on each component: of the busy share :math:`f_b`
     (:attr:`OperatingPoint.busy_fraction`), the work :math:`\\lambda_r E[Y]` (s/s) splits into KV scan
-    :math:`\\lambda_r E[hX]` and compute, and the rest is weight streaming, so
+    :math:`\\lambda_r E[hX]` and compute, and the rest is weight streaming, so without the board limit
 
     .. math::
 
         \\bar P = P_{idle} (1 - f_b) + p_w (f_b - \\lambda_r E[Y]) + p_{kv} \\lambda_r E[hX]
                   + p_c \\lambda_r (E[Y] - E[hX])
 
-    with the busy part's mean capped at the board limit (the simulator caps the mean between events:
-    :mod:`fleetopt.solvers.des.engine`, "Power"). Exact in the work rates; :math:`f_b` is the model's.
+    exactly in the work rates. The limit caps each iteration, and prefill chunks make iterations of two kinds
+    (:func:`prefill_lumps`): the chunk iterations, :math:`\\lambda_r E[k]` a second, carry all the prefill
+    compute :math:`\\Pi = \\lambda_r E[a l_{in} + b l_{in}^2]`, their weight streaming :math:`\\lambda_r E[k] W`
+    and their time's share :math:`T_L / f_b` of the decode work :math:`D` (KV scan and per-sequence compute),
+    so they take
+
+    .. math:: T_L = \\frac{\\lambda_r E[k] W + \\Pi}{1 - D / f_b}
+
+    of each second; the limit caps the mean of the chunk iterations and of the others separately. Without
+    prefill compute :math:`T_L = 0` and the limit caps the busy time's mean (the simulator caps the mean
+    between events: :mod:`fleetopt.solvers.des.engine`, "Power").
     """
     lam_r = traffic.arrival_rate / np.maximum(op.replicas, 1.0)
     work = lam_r * traffic.mean_work
     kv = lam_r * (traffic.mean_work if traffic.mean_kv_work is None else traffic.mean_kv_work)
     fb = np.clip(op.busy_fraction, 0.0, 1.0)
-    weights = np.maximum(fb - work, 0.0)
-    busy_energy = power.weights_w * weights + power.kv_w * kv + power.compute_w * np.maximum(work - kv, 0.0)
-    busy_energy = np.minimum(busy_energy, power.limit_w * fb)
-    return power.idle_w * (1.0 - fb) + busy_energy
+    pf = np.zeros_like(work) if traffic.prefill_compute_s is None else lam_r * traffic.prefill_compute_s
+    decode_compute = np.maximum(work - kv - pf, 0.0)
+    probs = traffic.chunk_probs
+    ek = probs @ traffic.chunks / np.maximum(probs.sum(axis=1), 1e-300)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        share = np.where(fb > 0, (kv + decode_compute) / np.where(fb > 0, fb, 1.0), 0.0)
+        t_lump = np.where(pf > 0, (lam_r * ek * traffic.W_s + pf) / np.maximum(1.0 - share, 1e-12), 0.0)
+        t_lump = np.minimum(t_lump, fb)
+        frac = np.where(fb > 0, t_lump / np.where(fb > 0, fb, 1.0), 0.0)
+
+    def capped(time, weights, kv_s, compute_s):
+        energy = power.weights_w * np.maximum(weights, 0.0) + power.kv_w * kv_s + power.compute_w * compute_s
+        return np.minimum(energy, power.limit_w * time)
+
+    lump = capped(t_lump, np.minimum(lam_r * ek * traffic.W_s, t_lump), kv * frac, pf + decode_compute * frac)
+    rest_time = fb - t_lump
+    rest = capped(rest_time, rest_time - (kv + decode_compute) * (1.0 - frac), kv * (1.0 - frac),
+                  decode_compute * (1.0 - frac))
+    return power.idle_w * (1.0 - fb) + lump + rest
 
 
 def batched_min_replicas(traffic: BatchedTraffic, slo_s, rho_max: float = 0.85, min_count: int = 1) -> Sizing:
@@ -506,7 +633,7 @@ def batched_min_replicas(traffic: BatchedTraffic, slo_s, rho_max: float = 0.85, 
     active = ~idle & ~no_slots & limit_ok
     safe = BatchedTraffic(lam, cap, traffic.mean_iterations, traffic.cv2_iterations, traffic.mean_work,
                           traffic.mean_work_sq, traffic.chunk_probs, traffic.own_prefill_s, traffic.W_s,
-                          traffic.mean_kv_work, traffic.column_chunks)
+                          traffic.mean_kv_work, traffic.prefill_compute_s, traffic.column_chunks)
 
     def ok(N, idx):
         sub = safe.take(idx)

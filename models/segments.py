@@ -459,6 +459,8 @@ class SegmentStats:
     for a profile without compute terms)."""
     mean_time_work_sq: np.ndarray
     """:math:`E[Y_2]`: those per-iteration seconds squared, summed (s²)."""
+    mean_prefill_compute_s: np.ndarray
+    """:math:`E[a\\, l_{in} + b\\, l_{in}^2]`: the compute of a request's prompt (0 without prefill compute)."""
     ttft_probs: np.ndarray
     """Shape (S, Q): the prompt classes of the TTFT mixture (:mod:`fleetopt.models.batched`): the chunk counts
     (``prefill_probs``) for a profile without compute terms, else the prompt bins of
@@ -525,6 +527,7 @@ def stats_from_raw(raw: RawSums, lo_tokens, window_tokens, profile: ServingProfi
     k = np.arange(raw.k_hist.shape[1], dtype=float)
     own = np.broadcast_to(h0 * c_tok * k * (k - 1) / 2.0, raw.k_hist.shape)
     classes, class_k = probs, k
+    prefill_compute = np.zeros(hi.shape)
     if a or b:                  # prompt bins: the own compute varies within a chunk count
         bins = raw._full().prompt_bins
         width = prompt_bin_tokens(profile.chunk_tokens)
@@ -543,10 +546,12 @@ def stats_from_raw(raw: RawSums, lo_tokens, window_tokens, profile: ServingProfi
             time_work2 = (h0 * h0 * raw.X2 + 2 * h0 * g * Xd + 2 * h0 * a * Q1 + 2 * h0 * b * Q2 + g * g * raw.out
                           + a * a * R11 + 2 * a * b * R12 + b * b * R22) / mass
             # the slot models' prefill and iteration take the compute terms too
-            mean_pf = mean_pf + (a * P1 + b * P2) / mass
+            prefill_compute = (a * P1 + b * P2) / mass
+            mean_pf = mean_pf + prefill_compute
     else:
         time_work, time_work2 = h0 * work, h0 * h0 * work2
     return SegmentStats(np.broadcast_to(np.asarray(lo_tokens, dtype=float), hi.shape), hi, n, mass, m1, cv2, mean_pf,
                         out, tot, chunk_s, np.clip(probs, 0.0, None), mean_it, cv2_it, work, work2, w0, h0,
-                        int(profile.chunk_tokens), time_work, time_work2, np.clip(np.nan_to_num(classes), 0.0, None),
+                        int(profile.chunk_tokens), time_work, time_work2, np.nan_to_num(prefill_compute),
+                        np.clip(np.nan_to_num(classes), 0.0, None),
                         class_k, np.array(own))
