@@ -20,6 +20,7 @@ from fleetopt.optimizer.errors import FleetoptError, InstanceError
 from fleetopt.optimizer.io.instance import load_instance
 from fleetopt.optimizer.io.output import write_json
 from fleetopt.optimizer.report import FORMATS, Output, gridflex_csv, render_gridflex
+from fleetopt.optimizer.workflows import plots
 from fleetopt.optimizer.workflows.gridflex import gridflex as sweep, parse_depths
 
 __all__ = ["gridflex"]
@@ -85,13 +86,17 @@ def _write_text(text: str, target: str, flag: str, protect: tuple = ()) -> None:
 @click.option("--json", "json_out", metavar="FILE", help="Also write the result as JSON ('-' = stdout).")
 @click.option("--csv", "csv_out", metavar="FILE", help="Also write the depth rows as CSV ('-' = stdout).")
 @click.option("--format", "fmt", type=click.Choice(FORMATS), default="table", show_default=True, help="Text layout.")
+@click.option("--plot", "plot_out", metavar="FILE", help="Also draw power and P99 TTFT against the depth to FILE "
+              "(.png or .svg; needs pip install 'fleetopt[plot]').")
 @_guard
-def gridflex(instance, fleet, depths, event_minutes, replications, seed, overrides, json_out, csv_out, fmt):
+def gridflex(instance, fleet, depths, event_minutes, replications, seed, overrides, json_out, csv_out, fmt, plot_out):
     """Demand response: the deepest safe power curtailment of a fleet, sustained (analytic) and per event
     (simulated from the loaded steady state)."""
     if json_out == "-" and csv_out == "-":
         raise InstanceError("--json / --csv: only one of them can go to stdout ('-')")
     levels = parse_depths(depths)
+    if plot_out:
+        plots.check_target(plot_out, "--plot", (instance,))
     inst = load_instance(instance, overrides)
     result = sweep(inst, fleet, levels, event_s=60.0 * event_minutes, replications=replications, seed=seed)
     if "-" not in (json_out, csv_out):
@@ -100,3 +105,5 @@ def gridflex(instance, fleet, depths, event_minutes, replications, seed, overrid
         write_json(result.to_json(), json_out, (inst.path,))
     if csv_out:
         _write_text(gridflex_csv(result), csv_out, "--csv", (inst.path,))
+    if plot_out:
+        plots.plot_gridflex(result, plot_out)

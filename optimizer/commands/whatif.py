@@ -11,10 +11,11 @@ from __future__ import annotations
 import click
 from rich.table import Table
 
-from fleetopt.optimizer.commands.workflows import CONTEXT_SETTINGS, _console, _guard, _write_text
+from fleetopt.optimizer.commands.workflows import CONTEXT_SETTINGS, PLOT_HELP, _console, _format_opt, _guard, _write_text
 from fleetopt.optimizer.errors import InstanceError
 from fleetopt.optimizer.io.output import write_json
 from fleetopt.optimizer.simulation.options import SimOptions, SimOptionsError
+from fleetopt.optimizer.workflows import plots
 from fleetopt.optimizer.workflows.executor import Backend
 from fleetopt.optimizer.workflows.whatif import WhatIf, binding_text, run_whatif
 
@@ -102,12 +103,16 @@ def render_whatif(c, w: WhatIf) -> None:
 @click.option("--resume", is_flag=True, help="Continue --out FILE.jsonl: skip the scenarios it holds.")
 @click.option("--json", "json_out", metavar="FILE", help="Also write the result as JSON ('-' = stdout).")
 @click.option("--csv", "csv_out", metavar="FILE", help="Also write the scenarios as CSV ('-' = stdout).")
+@click.option("--plot", "plot_out", metavar="FILE", help=PLOT_HELP)
+@_format_opt
 @_guard
 def whatif(instance, sweeps, overrides, verify, sim_requests, sim_replications, seed, time_limit, workers,
-           scheduler, log_out, resume, json_out, csv_out):
+           scheduler, log_out, resume, json_out, csv_out, plot_out, fmt):
     """Solve the instance over a grid of field values (--sweep PATH=v1,v2,...) and show what changes."""
     if json_out == "-" and csv_out == "-":
         raise InstanceError("--json / --csv: only one of them can go to stdout ('-')")
+    if plot_out:
+        plots.check_target(plot_out, "--plot", (instance,))
     options = None
     if verify:
         try:
@@ -117,8 +122,10 @@ def whatif(instance, sweeps, overrides, verify, sim_requests, sim_replications, 
     result = run_whatif(instance, overrides, sweeps, backend=Backend(workers=workers, scheduler=scheduler),
                         sim_options=options, time_limit_s=time_limit, out=log_out, resume=resume)
     if "-" not in (json_out, csv_out):
-        render_whatif(_console(), result)
+        render_whatif(_console(fmt), result)
     if json_out:
         write_json(result.to_json(), json_out, (instance,))
     if csv_out:
         _write_text(result.to_csv(), csv_out, "--csv", (instance,))
+    if plot_out:
+        plots.plot_whatif(result, plot_out)

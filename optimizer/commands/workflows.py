@@ -22,11 +22,14 @@ from rich.table import Table
 
 from fleetopt.optimizer.errors import FleetoptError, InstanceError
 from fleetopt.optimizer.io.instance import load_instance
-from fleetopt.optimizer.io.output import write_json
+from fleetopt.optimizer.io.output import FORMATS, write_json
 from fleetopt.optimizer.simulation.options import SimOptions, SimOptionsError
+from fleetopt.optimizer.workflows import plots
 from fleetopt.optimizer.workflows.headroom import (Headroom, StepSchedule, fleet_steps, headroom as find_headroom,
                                                    parse_range, simulated_limit)
 from fleetopt.optimizer.workflows.split_table import SplitTable, parse_boundaries, split_table
+
+PLOT_HELP = "Also draw the result's figure to FILE (.png or .svg; needs pip install 'fleetopt[plot]')."
 
 __all__ = ["pareto", "headroom"]
 
@@ -58,8 +61,16 @@ def _guard(fn):
     return wrapper
 
 
-def _console() -> Console:
-    return Console(soft_wrap=True, width=None if sys.stdout.isatty() else _PIPE_COLUMNS)
+def _console(fmt: str = "table"):
+    """Where the text goes, in the layout ``--format`` names (:class:`fleetopt.optimizer.report.Output`: a table
+    wider than the terminal is split into column groups, never cut)."""
+    from fleetopt.optimizer.report import Output
+
+    return Output(fmt)
+
+
+_format_opt = click.option("--format", "fmt", type=click.Choice(FORMATS), default="table", show_default=True,
+                           help="Text layout: table (boxed), plain, markdown or csv.")
 
 
 def _write_text(text: str, target: str, flag: str, protect: tuple = ()) -> None:
@@ -140,23 +151,44 @@ def render_split_table(c: Console, t: SplitTable) -> None:
               help="Override an instance field, e.g. slo.ttft_model=mean-prefill (repeatable).")
 @click.option("--json", "json_out", metavar="FILE", help="Also write the result as JSON ('-' = stdout).")
 @click.option("--csv", "csv_out", metavar="FILE", help="Also write the rows as CSV ('-' = stdout).")
+@click.option("--plot", "plot_out", metavar="FILE", help=PLOT_HELP)
+@click.option("--axes", metavar="cost,AXIS", help="The exact trade-off curve by epsilon-constraint re-solves: "
+              "cost,power | cost,ttft | cost,pools.")
+@click.option("--points", type=int, default=None, help="--axes: power: N evenly spaced caps; ttft/pools: at most N "
+              "points.")
+@_format_opt
 @_guard
-def pareto(instance, split, boundaries, gpu, overrides, json_out, csv_out):
+def pareto(instance, split, boundaries, gpu, overrides, json_out, csv_out, plot_out, axes, points, fmt):
     """Cost against latency over split boundaries (--split-table: two pools of one GPU type)."""
+    if axes is not None:
+        if split:
+            raise InstanceError("--axes: give --axes or --split-table, not both")
+        if plot_out:
+            raise InstanceError("--plot: not available with --axes yet (the JSON has every point)")
+        from fleetopt.optimizer.commands.frontier import run_axes
+
+        run_axes(instance, axes, points, overrides, json_out, csv_out, _console(fmt), _write_text)
+        return
     if not split:
-        raise InstanceError("--split-table: give --split-table (the two-pool table is the form of pareto this "
-                            "command provides)")
+        raise InstanceError("--split-table: give --split-table (the seeds' two-pool table) or --axes cost,AXIS "
+                            "(the exact frontier)")
     if json_out == "-" and csv_out == "-":
         raise InstanceError("--json / --csv: only one of them can go to stdout ('-')")
+    if plot_out:
+        plots.check_target(plot_out, "--plot", (instance,))
     inst = load_instance(instance, overrides)
     bounds = None if boundaries is None else parse_boundaries(boundaries, inst)
     result = split_table(inst, gpu, bounds)
     if "-" not in (json_out, csv_out):
-        render_split_table(_console(), result)
+        render_split_table(_console(fmt), result)
     if json_out:
         write_json(result.to_json(), json_out, (inst.path,))
+    if plot_out:
+        plots.plot_headroom(result, plot_out)
     if csv_out:
         _write_text(result.to_csv(), csv_out, "--csv", (inst.path,))
+    if plot_out:
+        plots.plot_split_table(result, plot_out)
 
 
 # --------------------------------------------------------------------------------------------
@@ -230,9 +262,11 @@ def render_steps(c: Console, s: StepSchedule) -> None:
 @click.option("--set", "overrides", multiple=True, metavar="PATH=VALUE",
               help="Override an instance field, e.g. slo.ttft_model=mean-prefill (repeatable).")
 @click.option("--json", "json_out", metavar="FILE", help="Also write the result as JSON ('-' = stdout).")
+@click.option("--plot", "plot_out", metavar="FILE", help=PLOT_HELP)
+@_format_opt
 @_guard
 def headroom(instance, fleet, verify, rate_range, sim_requests, sim_replications, seed, sim_tolerance, overrides,
-             json_out):
+             json_out, plot_out, fmt):
     """The largest arrival rate a fleet carries within its SLO (--fleet), or where the optimal fleet steps
     up over a range of rates (--range LO:HI)."""
     if rate_range is None and fleet is None:
@@ -240,6 +274,8 @@ def headroom(instance, fleet, verify, rate_range, sim_requests, sim_replications
     bounds = None if rate_range is None else parse_range(rate_range)
     if bounds is not None and verify:
         raise InstanceError("--verify: applies to --fleet (the limit of one fleet), not to --range")
+    if plot_out:
+        plots.check_target(plot_out, "--plot", (instance,))
     inst = load_instance(instance, overrides)
     if bounds is not None:
         result = fleet_steps(inst, *bounds)
@@ -255,6 +291,8 @@ def headroom(instance, fleet, verify, rate_range, sim_requests, sim_replications
                                                           tolerance_req_per_s=sim_tolerance))
         render = render_headroom
     if json_out != "-":
-        render(_console(), result)
+        render(_console(fmt), result)
     if json_out:
         write_json(result.to_json(), json_out, (inst.path,))
+    if plot_out:
+        plots.plot_headroom(result, plot_out)

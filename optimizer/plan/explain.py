@@ -1,7 +1,36 @@
-"""Why a solve has no plan, in one sentence: the binding requirement of an infeasible instance
-(:func:`explain_infeasible`), or why the solver stopped before it found one (:func:`explain_stop`)."""
+r"""Why a solve has no plan, in one sentence: the binding requirement of an infeasible instance
+(:func:`explain_infeasible`), or why the solver stopped before it found one (:func:`explain_stop`); and why a
+plan is what it is (:func:`explain_plan`, the data of ``solve --explain``).
+
+What relaxing a limit is worth (:func:`explain_plan`)
+-----------------------------------------------------
+Each limit of the instance is relaxed on its own and the instance re-solved (an ordinary solve of the instance
+re-loaded with one more ``--set`` override, :mod:`fleetopt.optimizer.io.overrides`):
+
+* ``constraints.max_power_kw`` + 1 kW (when set);
+* ``gpus.NAME.max_count`` + 1 GPU, for every option with a ``max_count``;
+* ``constraints.max_cost_per_hr`` x 1.1 (when set);
+* ``slo.ttft_p99_ms`` x 1.1 (a 10 % looser SLO);
+* ``pools.max_pools`` + 1.
+
+Its *worth* is :math:`\Delta = z^* - z^*_{relaxed}` in the objective's unit ($/hr, kW, ...): a relaxation only
+enlarges the feasible set, so :math:`\Delta \ge 0` for proven optima, and the limit *binds* when
+:math:`\Delta > 10^{-9} \max(1, |z^*|)`. A relaxed solve that does not end optimal reports ``None``.
+
+Each pool's *bottleneck* is what fails with one replica fewer (its count is the least meeting every condition,
+so one fewer breaks at least one), checked in this order on the exact analytic evaluation at :math:`n - 1`:
+``slots`` (the pool is unstable: its batch places cannot carry the load), ``utilisation cap`` (capacity load
+above ``max_utilization``), ``TPOT`` (the batch cap breaks the TPOT SLO), ``prefill time`` (the P99 TTFT misses
+and the pool's own P99 prefill takes at least half the SLO), ``P99 TTFT`` (it misses by waiting); ``one
+replica`` when :math:`n = 1`. Its *headroom* is the largest fleet arrival rate at which the pool still carries its
+share at its count (the bisection of :func:`fleetopt.optimizer.workflows.headroom.headroom`, passed in as
+``headroom``: this module sits below the workflows).
+"""
 
 from __future__ import annotations
+
+import math
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -12,7 +41,15 @@ from fleetopt.solvers.problem import FleetProblem
 from fleetopt.optimizer.plan.candidates import Candidates
 from fleetopt.optimizer.io.instance import Instance
 
-__all__ = ["explain_infeasible", "explain_stop"]
+__all__ = ["explain_infeasible", "explain_stop", "explain_plan", "Explanation", "Relaxation", "PoolBottleneck",
+           "BOTTLENECKS", "BINDING_REL"]
+
+BOTTLENECKS = ("slots", "utilisation cap", "TPOT", "prefill time", "P99 TTFT", "one replica")
+"""Bottleneck labels of :func:`explain_plan`, in the order they are checked."""
+BINDING_REL = 1e-9
+"""A relaxation binds when it lowers the objective by more than this share of it (or of 1)."""
+PREFILL_SHARE = 0.5
+"""``prefill time`` rather than ``P99 TTFT``: the pool's P99 prefill takes at least this share of the SLO."""
 
 
 def explain_infeasible(instance: Instance, allc: Candidates, problem: FleetProblem, result) -> str:
@@ -107,3 +144,191 @@ def _minimum(problem: FleetProblem, kind: str) -> float:
         return shortest_fleet(replace(problem, objective="cost"))[0]
     gp = replace(problem, choice_cost_per_hr=problem.choice_gpus.astype(float), objective="cost")
     return shortest_fleet(gp)[0]
+
+
+# --------------------------------------------------------------------------------------------
+# Why a plan is what it is: solve --explain
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Relaxation:
+    """One limit relaxed on its own and the instance re-solved (module docstring)."""
+
+    limit: str
+    """The instance field, e.g. ``constraints.max_power_kw``."""
+    now: float
+    relaxed: float
+    override: str
+    """The ``--set`` override of the re-solve."""
+    objective: float | None
+    """The re-solve's optimal objective (None: it did not end optimal)."""
+    worth: float | None
+    """:math:`z^* - z^*_{relaxed}` in the objective's unit (None: unknown)."""
+    binding: bool | None
+    status: str
+
+    def to_json(self) -> dict:
+        return {"limit": self.limit, "now": self.now, "relaxed": self.relaxed, "override": self.override,
+                "objective": self.objective, "worth": self.worth, "binding": self.binding, "status": self.status}
+
+
+@dataclass(frozen=True)
+class PoolBottleneck:
+    """What sets one pool's count (module docstring), and how far its traffic can grow at that count."""
+
+    pool: str
+    replicas: int
+    bottleneck: str
+    detail: str
+    max_arrival_rate: float | None
+    """Fleet req/s at which the pool still carries its share at its count (None: not computed)."""
+    limited_by: str | None
+
+    def to_json(self) -> dict:
+        return {"pool": self.pool, "replicas": self.replicas, "bottleneck": self.bottleneck, "detail": self.detail,
+                "max_arrival_rate": self.max_arrival_rate, "limited_by": self.limited_by}
+
+
+@dataclass(frozen=True)
+class Explanation:
+    """Which limits bind, what relaxing each is worth, and each pool's bottleneck (module docstring)."""
+
+    instance: str
+    objective: str
+    objective_unit: str
+    objective_value: float
+    fleet: str
+    relaxations: tuple[Relaxation, ...]
+    pools: tuple[PoolBottleneck, ...]
+    arrival_rate: float
+
+    @property
+    def binding(self) -> tuple[Relaxation, ...]:
+        return tuple(r for r in self.relaxations if r.binding)
+
+    def to_json(self) -> dict:
+        return {"instance": self.instance, "objective": self.objective, "objective_unit": self.objective_unit,
+                "objective_value": self.objective_value, "fleet": self.fleet, "arrival_rate": self.arrival_rate,
+                "source": "each relaxation an optimal re-solve; bottlenecks from the analytic evaluation at one "
+                          "replica fewer",
+                "relaxations": [r.to_json() for r in self.relaxations],
+                "binding": [r.limit for r in self.binding], "pools": [p.to_json() for p in self.pools]}
+
+
+_UNITS = {"cost": "$/hr", "power": "kW", "tok_per_watt": "kW", "cost+power": "$/hr"}
+
+
+def _relaxations(instance: Instance) -> list[tuple[str, float, float, str]]:
+    """(limit, now, relaxed, override) of every limit the instance sets (module docstring)."""
+    out = []
+    cons = instance.constraints
+    if cons.max_power_kw is not None:
+        v = float(cons.max_power_kw)
+        out.append(("constraints.max_power_kw", v, v + 1.0, f"constraints.max_power_kw={v + 1.0!r}"))
+    for g in instance.gpus:
+        if g.max_count is not None:
+            out.append((f"gpus.{g.name}.max_count", g.max_count, g.max_count + 1,
+                        f"gpus.{g.name}.max_count={g.max_count + 1}"))
+    if cons.max_cost_per_hr is not None:
+        v = float(cons.max_cost_per_hr)
+        out.append(("constraints.max_cost_per_hr", v, 1.1 * v, f"constraints.max_cost_per_hr={1.1 * v!r}"))
+    slo_ms = instance.slo.ttft_p99_s * 1000.0
+    out.append(("slo.ttft_p99_ms", slo_ms, 1.1 * slo_ms, f"slo.ttft_p99_ms={1.1 * slo_ms!r}"))
+    k = instance.pools.max_pools
+    out.append(("pools.max_pools", k, k + 1, f"pools.max_pools={k + 1}"))
+    return out
+
+
+def _bottleneck(instance: Instance, plans, k: int) -> tuple[str, str]:
+    """The bottleneck of pool ``k`` of ``plans`` (fixed counts): what fails with one replica fewer."""
+    from dataclasses import replace
+
+    from fleetopt.optimizer.plan.evaluate import evaluate_plans
+
+    n = plans[k].replicas
+    if n <= 1:
+        return "one replica", "a single replica meets every condition"
+    fewer = list(plans)
+    fewer[k] = replace(plans[k], replicas=n - 1)
+    p = evaluate_plans(instance, fewer).pools[k]
+    slo_ms = instance.slo.ttft_p99_s * 1000.0
+    cap = instance.constraints.max_utilization
+    at = f"at {n - 1} replicas"
+    if not p.utilization < 1.0:
+        need = f"{p.utilization:.3f} of" if math.isfinite(p.utilization) else "more than"
+        return "slots", f"{at} the load needs {need} the batch places (unstable)"
+    if not p.utilization_ok:
+        return "utilisation cap", f"{at} the capacity load {p.capacity_load:.3f} exceeds the cap {cap:g}"
+    tpot = instance.slo.tpot_p99_s
+    if tpot is not None and p.tpot_p99_ms > tpot * 1000.0 * (1 + 1e-12):
+        return "TPOT", f"{at} the TPOT bound {p.tpot_p99_ms:,.1f} ms exceeds the {tpot * 1000.0:,.0f} ms SLO"
+    if p.ttft_p99_ms > slo_ms * (1 + 1e-12):
+        if p.prefill_p99_ms >= PREFILL_SHARE * slo_ms:
+            return "prefill time", (f"{at} P99 TTFT {p.ttft_p99_ms:,.1f} ms > {slo_ms:,.0f} ms; the pool's P99 prefill "
+                                    f"alone is {p.prefill_p99_ms:,.1f} ms")
+        return "P99 TTFT", f"{at} P99 TTFT {p.ttft_p99_ms:,.1f} ms > {slo_ms:,.0f} ms (waiting for a batch place)"
+    return "P99 TTFT", f"{at} the pool misses its SLO ({p.miss_reason or 'fleet-scope share'})"
+
+
+def explain_plan(instance: Instance, report, *, resolve, headroom=None) -> Explanation:
+    """Why ``report``'s best plan is what it is (module docstring).
+
+    Parameters
+    ----------
+    instance : Instance
+        The instance ``report`` solved; loaded from a file (each relaxation re-loads it with one ``--set``).
+    report : SolveReport
+        A report with a plan, length routing.
+    headroom : callable, optional
+        ``headroom(instance, fleet_spec)`` returning an object whose ``pools[k]`` have ``max_arrival_rate`` and
+        ``limited_by`` (:func:`fleetopt.optimizer.workflows.headroom.headroom`); None: no headroom.
+    resolve : callable
+        ``resolve(instance) -> SolveReport``: the re-solve of a relaxed instance, e.g.
+        ``lambda i: solve_instance(i, SolveOptions(compute_baseline=False))`` (passed in: ``solve`` imports this
+        module, so this module does not import ``solve``).
+
+    Raises
+    ------
+    InstanceError
+        A report without a plan, a split-routing plan or an instance without a file.
+    """
+    from fleetopt.models.fleet import PoolPlan
+    from fleetopt.optimizer.errors import InstanceError
+    from fleetopt.optimizer.io.instance import load_instance
+    from fleetopt.optimizer.plan.evaluate import fleet_spec
+
+    if report.best is None:
+        raise InstanceError("--explain: the solve found no plan to explain")
+    if instance.pools.routing != "length":
+        raise InstanceError("--explain: explains length-routing plans only")
+    if instance.path is None:
+        raise InstanceError("--explain: the instance must come from a file (each relaxation re-loads it with --set)")
+    z = float(report.best.objective)
+    relaxations = []
+    for limit, now, relaxed, override in _relaxations(instance):
+        variant = load_instance(instance.path, tuple(instance.overrides) + (override,))
+        rep = resolve(variant)
+        if str(rep.status) == "optimal" and rep.best is not None:
+            value = float(rep.best.objective)
+            worth = z - value
+            relaxations.append(Relaxation(limit, now, relaxed, override, value, worth,
+                                          worth > BINDING_REL * max(1.0, abs(z)), str(rep.status)))
+        else:
+            relaxations.append(Relaxation(limit, now, relaxed, override, None, None, None, str(rep.status)))
+    fleet = report.best.fleet
+    plans = [PoolPlan(p.min_tokens, p.max_tokens, p.gpu, instance.gpu(p.gpu).profile, p.replicas,
+                      instance.gpu(p.gpu).availability, p.compress_gamma, p.max_num_seqs) for p in fleet.pools]
+    spec = fleet_spec(instance, fleet) or ""
+    limits = None
+    if headroom is not None and spec:
+        limits = headroom(instance, spec).pools
+    pools = []
+    for k, p in enumerate(fleet.pools):
+        label, detail = _bottleneck(instance, plans, k)
+        lim = None if limits is None else limits[k]
+        pools.append(PoolBottleneck(f"{p.min_tokens}-{p.max_tokens}:{p.gpu}x{p.replicas}", p.replicas, label, detail,
+                                    None if lim is None else float(lim.max_arrival_rate),
+                                    None if lim is None else lim.limited_by))
+    return Explanation(instance.name, instance.objective, _UNITS.get(instance.objective, ""), z, spec,
+                       tuple(relaxations), tuple(pools), instance.workload.arrival_rate_req_per_s)

@@ -1,0 +1,79 @@
+"""``fleetopt pareto INSTANCE --axes cost,AXIS``: load, call :func:`fleetopt.optimizer.workflows.frontier.frontier`,
+render, write, exit. :func:`run_axes` is what the ``pareto`` command delegates to when ``--axes`` is given;
+:data:`pareto_axes` is the same as a stand-alone click command (for tests and for wiring it alone).
+"""
+
+from __future__ import annotations
+
+import math
+
+from rich.console import Console
+from rich.table import Table
+
+from fleetopt.optimizer.errors import InstanceError
+from fleetopt.optimizer.io.instance import load_instance
+from fleetopt.optimizer.io.output import write_json
+from fleetopt.optimizer.workflows.frontier import Frontier, frontier, parse_axes
+
+__all__ = ["run_axes", "render_frontier", "pareto_axes"]
+
+
+def _num(x: float, unit: str) -> str:
+    if not math.isfinite(x):
+        return "inf"
+    return f"{x:,.0f}" if unit == "pools" else f"{x:,.3f}" if unit == "kW" else f"{x:,.1f}"
+
+
+def render_frontier(c: Console, f: Frontier) -> None:
+    """The curve as a table, then where its numbers come from and the recommended point."""
+    a = f.axis
+    table = Table(title=f"{f.instance}: least cost against {a.name} ({f.sweep} sweep, {f.solves} optimal re-solves, "
+                        f"{f.seconds:.1f} s)", title_justify="left")
+    axis_col = a.name if a.unit == a.name else f"{a.name} {a.unit}"
+    pools_col = a.name != "pools"                  # the pools axis is its own column
+    names = ["#", "$/yr", "$/hr", axis_col, "GPUs"] + ["pools"] * pools_col + ["solved with", "fleet", ""]
+    for name in names:
+        table.add_column(name, justify="right" if name in ("#", "$/yr", "$/hr", "GPUs", "pools", axis_col) else "left",
+                         no_wrap=True)
+    for k, p in enumerate(f.points):
+        table.add_row(str(k + 1), f"${p.cost_per_year / 1e3:,.0f}K", f"{p.cost_per_hr:,.2f}",
+                      _num(p.axis_value, a.unit), str(p.total_gpus), *[str(p.pools)] * pools_col, p.constraint,
+                      p.fleet, "<- recommended" if k == f.recommended else "")
+    c.print(table)
+    c.print("every point: least cost (fleetopt solve, exact) of the instance with the --set shown, re-evaluated "
+            "analytically; dominated points removed", markup=False)
+    if f.baseline is not None:
+        b = f.baseline
+        c.print(f"homogeneous baseline (analytic): {b.fleet}, ${b.cost_per_year / 1e3:,.0f}K/yr, "
+                f"{_num(b.axis_value, a.unit)} {a.unit}, {'dominated by the frontier' if f.baseline_dominated else 'not dominated'}",
+                markup=False)
+    if f.recommended is not None:
+        c.print(f"recommended: point {f.recommended + 1} (most $ saved per {a.unit} given up, from the least-{a.name} "
+                "point)", markup=False)
+    if f.truncated:
+        c.print(f"stopped at {len(f.points)} points (--points); the curve goes on", markup=False)
+
+
+def run_axes(instance: str, axes: str, points: int | None, overrides, json_out: str | None, csv_out: str | None,
+             console: Console, write_text) -> Frontier:
+    """``pareto --axes``: parse, load, sweep, render (unless JSON or CSV goes to stdout), write.
+
+    ``write_text(text, target, flag, protect)`` writes the CSV atomically (``workflows._write_text``).
+
+    Raises
+    ------
+    InstanceError
+        A bad ``--axes`` or ``--points`` (exit 2), or a bad instance.
+    """
+    axis = parse_axes(axes)
+    if json_out == "-" and csv_out == "-":
+        raise InstanceError("--json / --csv: only one of them can go to stdout ('-')")
+    inst = load_instance(instance, overrides)
+    result = frontier(inst, axis, points=points)
+    if "-" not in (json_out, csv_out):
+        render_frontier(console, result)
+    if json_out:
+        write_json(result.to_json(), json_out, (inst.path,))
+    if csv_out:
+        write_text(result.to_csv(), csv_out, "--csv", (inst.path,))
+    return result

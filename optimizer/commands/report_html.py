@@ -1,0 +1,66 @@
+"""``fleetopt report RESULT.json -o report.html``: load a result JSON, build the self-contained page
+(:func:`fleetopt.optimizer.workflows.html_report.build_html`), write it atomically, exit. The entry point loads it
+lazily as ``fleetopt.optimizer.commands.report_html:report``.
+
+Errors are one line on stderr and exit code 2 (an unreadable or foreign input, a ``--sim`` of another plan, an
+output that would overwrite an input), as the main command's guard does.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+
+from fleetopt.optimizer.commands.workflows import CONTEXT_SETTINGS, _guard
+from fleetopt.optimizer.errors import InstanceError
+from fleetopt.optimizer.workflows.html_report import build_html, detect_kind
+from fleetopt.optimizer.workflows.plots import write_atomic
+
+__all__ = ["report", "load_result"]
+
+
+def load_result(path: str, flag: str = "RESULT") -> dict:
+    """A result JSON file as a dict; one-line :class:`InstanceError` naming the file when it cannot be read."""
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise InstanceError(f"{flag}: {path}: no such file") from None
+    except IsADirectoryError:
+        raise InstanceError(f"{flag}: {path}: is a folder, not a result file") from None
+    except (OSError, UnicodeDecodeError) as err:
+        raise InstanceError(f"{flag}: {path}: cannot read: {type(err).__name__}: {err}") from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise InstanceError(f"{flag}: {path}: not JSON: line {err.lineno} column {err.colno}: {err.msg}") from None
+    detect_kind(data, f"{flag}: {path}")
+    return data
+
+
+@click.command(context_settings=CONTEXT_SETTINGS)
+@click.argument("result", type=click.Path(dir_okay=True))
+@click.option("-o", "--output", required=True, metavar="FILE.html", help="The page to write (atomically).")
+@click.option("--sim", "sim_file", metavar="SIM.json", help="With a solve result: the simulate JSON of the same plan.")
+@_guard
+def report(result, output, sim_file):
+    """A self-contained HTML page (tables, pool diagram, figures, provenance) from the JSON of solve, simulate,
+    pareto --split-table, whatif, gridflex, headroom or tpw."""
+    out = Path(output)
+    for name, path in (("RESULT", result), ("--sim", sim_file)):
+        if path is not None and Path(path).exists() and out.resolve() == Path(path).resolve():
+            raise InstanceError(f"--output: {output}: refusing to overwrite the input {name} file")
+    if out.is_dir():
+        raise InstanceError(f"--output: {output}: is a folder; name the page to write")
+    if not out.parent.exists():
+        raise InstanceError(f"--output: {output}: folder {out.parent} does not exist")
+    data = load_result(result)
+    sim = None if sim_file is None else load_result(sim_file, "--sim")
+    page = build_html(data, sim=sim, source=f"RESULT: {result}", sim_source=f"--sim: {sim_file}")
+    write_atomic(out, page.encode("utf-8"))
+    kind = detect_kind(data)
+    click.echo(f"wrote {output} ({len(page.encode('utf-8')) / 1024:,.0f} KiB): the {kind} result {result}"
+               + (f" with the simulation {sim_file}" if sim_file else "") + "; every figure and table names its "
+               "source (analytic, MIP or oracle selection, simulated)")

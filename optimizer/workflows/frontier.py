@@ -1,0 +1,431 @@
+r"""Exact trade-off curves (``fleetopt pareto --axes cost,AXIS``): least cost against power, P99 TTFT or pools.
+
+Every point is an optimal plan of an *ordinary solve of a modified instance*: the instance re-loaded from its file
+with ``--set`` overrides (:mod:`fleetopt.optimizer.io.overrides`) that bound the second axis, and solved by the
+solve pipeline (candidates, pruning, :func:`fleetopt.optimizer.plan.solve.build_problem`, the graph oracle when
+the problem is separable, else the MIP, then the exact analytic re-evaluation). Only whole-plan optima enter, so
+the curve is exact by construction (the :math:`\varepsilon`-constraint method [1]_):
+
+.. math:: C(\varepsilon) = \min\{\mathrm{cost}(x) : x \text{ feasible},\ a(x) \le \varepsilon\}
+
+for the second axis :math:`a`:
+
+* ``power``: the fleet's analytic power (kW), bounded by ``constraints.max_power_kw = ε``;
+* ``pools``: the number of pools of the plan, bounded by ``pools.max_pools = ε`` (1 .. ``max_pools``);
+* ``ttft``: the worst analytic P99 TTFT over the plan's pools (ms), bounded by ``slo.ttft_p99_ms = ε`` under a
+  pool-scope SLO. Each candidate is sized to its least count meeting the SLO, and a pool's P99 falls as its count
+  grows, so a plan with any counts whose worst P99 is :math:`W` costs at least the plan sized to SLO :math:`W`:
+  the re-solve at :math:`\varepsilon = W` is exact over all counts.
+
+Sweeps (:func:`frontier`)
+-------------------------
+*Consecutive* (the default; ``ttft`` and ``pools`` always): start at the least-cost plan (second axis
+:math:`a_0`), then :math:`\varepsilon_{k+1} = a_k - \delta` (:data:`AXES` gives :math:`\delta`: 1 mW, a relative
+:math:`10^{-7}` of the P99, one pool) until no plan is feasible or ``points`` points were found. Every
+non-dominated point whose axis value is not within :math:`\delta` of another's is found: for a non-dominated
+:math:`(C^*, a^*)` take the last :math:`\varepsilon_k \ge a^*`; its optimum has :math:`C_k \le C^*` and
+:math:`a_k < a^* + \delta`, hence equals it. Points a later one dominates (same cost, lower axis) are removed
+with :func:`fleetopt.optimizer.workflows.split_table.dominates`.
+
+*Evenly spaced caps* (``power`` with ``points`` given): :math:`\varepsilon_k = a_0 - k (a_0 - a_{min})/(N - 1)`,
+:math:`k = 0..N-1`, from the least-cost plan's power :math:`a_0` down to the least power :math:`a_{min}` (a
+solve with ``objective=power``). Each cap is solved lexicographically, least cost :math:`C_k` and then least
+power at cost :math:`\le C_k (1 + 10^{-9})` (``objective=power`` and ``constraints.max_cost_per_hr``), so every
+point is non-dominated; a cap at or above the previous point's power gives that point again and is not solved.
+
+Recommended point (:func:`knee_index`)
+--------------------------------------
+From the axis-optimal end :math:`(C_0, a_0)` (the least axis value, the dearest point), the point :math:`k` that
+saves the most per unit of the axis given up:
+
+.. math:: k^* = \arg\max_{k \ne 0} \frac{C_0 - C_k}{a_k - a_0}
+
+(ties: the cheaper). With one point it is that point. The homogeneous baseline (one pool on one GPU option sized
+to its minimum, :func:`fleetopt.optimizer.plan.evaluate.baseline`) is reported next to the curve with its own
+axis value and whether a frontier point dominates it. Every number is analytic.
+
+References
+----------
+.. [1] Y. Haimes, L. Lasdon, D. Wismer, "On a bicriterion formulation of the problems of integrated system
+   identification and system optimization", IEEE Trans. Systems, Man and Cybernetics 1(3), 1971, pp. 296-297.
+.. [2] K. Miettinen, *Nonlinear Multiobjective Optimization*, Kluwer 1999, sec. 3.2 (the epsilon-constraint
+   method; lexicographic solves make every point Pareto optimal).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from fleetopt.models.fleet import FleetResult
+from fleetopt.solvers.mip import solve as solve_mip
+from fleetopt.solvers.oracle import NoFleetError, shortest_fleet
+from fleetopt.solvers.outcome import Termination
+
+from fleetopt.optimizer.errors import InstanceError, SolverError
+from fleetopt.optimizer.io.instance import Instance, load_instance
+from fleetopt.optimizer.plan.candidates import Candidates, generate_candidates
+from fleetopt.optimizer.plan.evaluate import baseline, evaluate_plans, fleet_spec
+from fleetopt.optimizer.plan.solve import _pool_plans, _prune, build_problem
+from fleetopt.optimizer.workflows.split_table import dominates
+
+__all__ = ["SCHEMA_VERSION", "CSV_COLUMNS", "AXES", "MAX_POINTS", "Axis", "FrontierPoint", "Frontier",
+           "parse_axes", "frontier", "knee_index", "axis_value", "bench_frontier"]
+
+SCHEMA_VERSION = 1
+"""Version of the JSON contract of :meth:`Frontier.to_json`."""
+MAX_POINTS = 100
+"""Most points a consecutive sweep returns when ``points`` is not given (the JSON says when it stopped there)."""
+CSV_COLUMNS = ("rank", "cost_per_hr", "cost_per_year", "axis_value", "axis_unit", "total_gpus", "pools",
+               "power_kw", "worst_ttft_p99_ms", "recommended", "constraint", "fleet")
+"""Columns of :meth:`Frontier.to_csv`, in order."""
+_COST_REL = 1e-9
+"""Lexicographic second stage: the cost cap is the first stage's cost times (1 + this)."""
+_SAME_REL = 1e-9
+"""Two points whose coordinates agree to this relative tolerance are the same point."""
+
+
+@dataclass(frozen=True)
+class Axis:
+    """A second axis: its name, unit, the ``--set`` path that bounds it and the sweep's decrement."""
+
+    name: str
+    unit: str
+    set_path: str
+    delta_abs: float
+    delta_rel: float
+
+    def next_cap(self, value: float) -> float:
+        """The next consecutive cap below ``value``: :math:`a - \\max(\\delta_{abs}, \\delta_{rel} a)`."""
+        return value - max(self.delta_abs, self.delta_rel * abs(value))
+
+
+AXES = {
+    "power": Axis("power", "kW", "constraints.max_power_kw", 1e-6, 0.0),
+    "ttft": Axis("ttft", "ms", "slo.ttft_p99_ms", 0.0, 1e-7),
+    "pools": Axis("pools", "pools", "pools.max_pools", 1.0, 0.0),
+}
+"""The second axes ``--axes cost,AXIS`` takes."""
+
+
+def parse_axes(text: str, field: str = "--axes") -> Axis:
+    """``"cost,power"`` -> the power :class:`Axis` (the first axis is always ``cost``).
+
+    Examples
+    --------
+    >>> parse_axes("cost,pools").name
+    'pools'
+    >>> parse_axes("cost,bogus")
+    Traceback (most recent call last):
+    ...
+    fleetopt.optimizer.errors.InstanceError: --axes: 'cost,bogus' is not one of cost,power, cost,ttft, cost,pools
+    """
+    allowed = ", ".join(f"cost,{a}" for a in AXES)
+    parts = [p.strip().lower() for p in str(text).split(",")]
+    if len(parts) != 2 or parts[0] != "cost" or parts[1] not in AXES:
+        raise InstanceError(f"{field}: {text!r} is not one of {allowed}")
+    return AXES[parts[1]]
+
+
+def axis_value(axis: Axis, fleet: FleetResult) -> float:
+    """The fleet's value on ``axis``: power (kW), the worst P99 TTFT over pools with traffic (ms), or pools."""
+    if axis.name == "power":
+        return float(fleet.power_kw)
+    if axis.name == "pools":
+        return float(len(fleet.pools))
+    live = [p.ttft_p99_ms for p in fleet.pools if p.routing_share > 0]
+    return float(max(live)) if live else 0.0
+
+
+@dataclass(frozen=True)
+class FrontierPoint:
+    """One optimal plan of the curve (module docstring); costs in US$, power in kW, times in ms."""
+
+    fleet: str
+    cost_per_hr: float
+    cost_per_year: float
+    axis_value: float
+    total_gpus: int
+    pools: int
+    power_kw: float
+    worst_ttft_p99_ms: float
+    constraint: str
+    """The ``--set`` override of the solve that found it (``fleetopt solve INSTANCE --set ...`` reproduces it)."""
+
+    def to_json(self, axis: Axis) -> dict:
+        return {"fleet": self.fleet, "cost_per_hr": self.cost_per_hr, "cost_per_year": self.cost_per_year,
+                axis.name: self.axis_value, "axis_value": self.axis_value, "axis_unit": axis.unit,
+                "total_gpus": self.total_gpus, "pools": self.pools, "power_kw": self.power_kw,
+                "worst_ttft_p99_ms": self.worst_ttft_p99_ms, "constraint": self.constraint}
+
+
+@dataclass(frozen=True)
+class Frontier:
+    """The exact cost trade-off curve of one instance against one axis (module docstring)."""
+
+    instance: str
+    axis: Axis
+    sweep: str
+    """``consecutive`` or ``evenly spaced caps``."""
+    points: tuple[FrontierPoint, ...]
+    """Non-dominated, by increasing cost (decreasing axis value)."""
+    recommended: int | None
+    baseline: FrontierPoint | None
+    baseline_dominated: bool | None
+    solves: int
+    seconds: float
+    truncated: bool
+    """A consecutive sweep stopped at its point limit before the curve's end."""
+    overrides: tuple[str, ...] = ()
+
+    def to_json(self) -> dict:
+        """The stable JSON contract (``schema_version`` :data:`SCHEMA_VERSION`)."""
+        return {"schema_version": SCHEMA_VERSION, "command": f"pareto --axes cost,{self.axis.name}",
+                "instance": self.instance, "source": "analytic; each point an optimal re-solve",
+                "axes": ["cost", self.axis.name], "axis_unit": self.axis.unit, "sweep": self.sweep,
+                "points": [dict(p.to_json(self.axis), rank=k + 1, recommended=k == self.recommended)
+                           for k, p in enumerate(self.points)],
+                "recommended": self.recommended,
+                "recommendation_rule": "max (C_axis_opt - C_k) / (a_k - a_axis_opt): most saved per unit of the "
+                                       "axis given up, from the axis-optimal point",
+                "baseline": None if self.baseline is None else self.baseline.to_json(self.axis),
+                "baseline_dominated": self.baseline_dominated, "solves": self.solves,
+                "solve_seconds": self.seconds, "truncated": self.truncated, "overrides": list(self.overrides)}
+
+    def to_csv(self) -> str:
+        """The points as CSV (:data:`CSV_COLUMNS`)."""
+        lines = [",".join(CSV_COLUMNS)]
+        for k, p in enumerate(self.points):
+            row = {"rank": k + 1, "cost_per_hr": repr(p.cost_per_hr), "cost_per_year": repr(p.cost_per_year),
+                   "axis_value": repr(p.axis_value), "axis_unit": self.axis.unit, "total_gpus": p.total_gpus,
+                   "pools": p.pools, "power_kw": repr(p.power_kw), "worst_ttft_p99_ms": repr(p.worst_ttft_p99_ms),
+                   "recommended": "true" if k == self.recommended else "false", "constraint": p.constraint,
+                   "fleet": f'"{p.fleet}"'}
+            lines.append(",".join(str(row[c]) for c in CSV_COLUMNS))
+        return "\n".join(lines) + "\n"
+
+
+def knee_index(points) -> int | None:
+    """The recommended point of ``points`` (``(cost, axis)`` pairs, non-dominated, cost increasing): module
+    docstring. None for no points.
+
+    Examples
+    --------
+    >>> knee_index([(10.0, 5.0), (12.0, 2.0), (20.0, 1.0)])
+    1
+    """
+    if not points:
+        return None
+    end = min(range(len(points)), key=lambda k: (points[k][1], points[k][0]))
+    best, best_key = end, None
+    for k, (c, a) in enumerate(points):
+        if k == end or not a > points[end][1]:
+            continue
+        key = ((points[end][0] - c) / (a - points[end][1]), -c)
+        if best_key is None or key > best_key:
+            best, best_key = k, key
+    return best
+
+
+# --------------------------------------------------------------------------------------------
+# One point: an ordinary solve of a modified instance
+# --------------------------------------------------------------------------------------------
+
+
+def _variant(instance: Instance, settings: dict) -> Instance:
+    """``instance`` re-loaded from its file with its own overrides and ``settings`` as ``--set PATH=VALUE``."""
+    if instance.path is None:
+        raise InstanceError("pareto --axes: the instance must come from a file (each point re-loads it with --set "
+                            "overrides)")
+    extra = tuple(f"{k}={v!r}" if isinstance(v, float) else f"{k}={v}" for k, v in settings.items())
+    return load_instance(instance.path, tuple(instance.overrides) + extra)
+
+
+class _Solver:
+    """Solves variants of one instance; candidates are generated once per SLO (nothing else they read changes)."""
+
+    def __init__(self, instance: Instance, threads: int | None, time_limit_s: float | None):
+        self.instance = instance
+        self.threads = threads
+        self.time_limit_s = time_limit_s
+        self.solves = 0
+        self._cands: dict[float, Candidates] = {}
+        self._evals: dict[str, FleetResult] = {}
+
+    def candidates(self, inst: Instance) -> Candidates:
+        key = inst.slo.ttft_p99_s
+        if key not in self._cands:
+            self._cands[key] = _prune(inst, generate_candidates(inst), 1)
+        return self._cands[key]
+
+    def solve(self, settings: dict) -> tuple[Instance, FleetResult] | None:
+        """The optimal plan of the variant, exactly re-evaluated; None when it is proven infeasible."""
+        inst = _variant(self.instance, settings)
+        cands = self.candidates(inst)
+        problem = build_problem(inst, cands)
+        self.solves += 1
+        if problem.separable:
+            try:
+                choices = shortest_fleet(problem)[1]
+            except NoFleetError:
+                return None
+        else:
+            result = solve_mip(problem, time_limit_s=self.time_limit_s, threads=self.threads, tie_break=False)
+            if result.termination in (Termination.INFEASIBLE, Termination.INFEASIBLE_OR_UNBOUNDED):
+                return None
+            if result.termination is not Termination.OPTIMAL or result.best is None:
+                raise SolverError(f"pareto --axes: the solve with {settings} ended {result.termination.value} "
+                                  "without a proven optimum; the frontier would not be exact (raise --time-limit)")
+            choices = result.best.choices
+        plans = _pool_plans(inst, cands, choices)
+        key = repr([(p.lo_tokens, p.hi_tokens, p.gpu, p.replicas, p.compress_gamma, p.max_num_seqs) for p in plans])
+        if key not in self._evals:
+            self._evals[key] = evaluate_plans(inst, plans)
+        return inst, self._evals[key]
+
+
+def _point(axis: Axis, inst: Instance, fleet: FleetResult, constraint: str) -> FrontierPoint:
+    live = [p.ttft_p99_ms for p in fleet.pools if p.routing_share > 0]
+    return FrontierPoint(fleet_spec(inst, fleet) or "", float(fleet.cost_per_hr), float(fleet.cost_per_year),
+                         axis_value(axis, fleet), int(fleet.total_gpus), len(fleet.pools), float(fleet.power_kw),
+                         float(max(live)) if live else 0.0, constraint)
+
+
+def _same(a: float, b: float) -> bool:
+    return abs(a - b) <= _SAME_REL * max(1.0, abs(a), abs(b))
+
+
+def _non_dominated(points: list[FrontierPoint]) -> list[FrontierPoint]:
+    """Drop dominated points and repeats; sort by cost (:func:`dominates`, coordinates compared to
+    :data:`_SAME_REL`)."""
+    def key(p):
+        return (round(p.cost_per_hr, 9), round(p.axis_value, 9))
+
+    unique = {}
+    for p in points:
+        unique.setdefault(key(p), p)
+    pts = list(unique.values())
+    kept = [p for p in pts if not any(dominates(key(q), key(p)) for q in pts if q is not p)]
+    return sorted(kept, key=lambda p: (p.cost_per_hr, p.axis_value))
+
+
+def _cap_text(axis: Axis, cap: float) -> str:
+    return f"{axis.set_path}={int(cap)}" if axis.name == "pools" else f"{axis.set_path}={cap!r}"
+
+
+def frontier(instance: Instance, axis: Axis | str, *, points: int | None = None, threads: int | None = None,
+             time_limit_s: float | None = None) -> Frontier:
+    """The exact trade-off curve of ``instance``'s least cost against ``axis`` (module docstring).
+
+    Parameters
+    ----------
+    instance : Instance
+        Loaded from a file (each point re-loads it with ``--set`` overrides); length routing. Its objective is
+        replaced by ``cost``; its own limits stay.
+    axis : Axis or str
+        ``power``, ``ttft`` or ``pools`` (:data:`AXES`).
+    points : int, optional
+        ``power``: that many evenly spaced caps (>= 2); ``ttft``/``pools``: at most that many consecutive points.
+        None: the consecutive sweep, at most :data:`MAX_POINTS` points.
+
+    Raises
+    ------
+    InstanceError
+        A bad axis or ``points``, split routing, a fleet-scope SLO with ``ttft``, an instance without a file.
+    InfeasibleError
+        No plan satisfies the instance at all (the least-cost solve).
+    """
+    from fleetopt.optimizer.errors import InfeasibleError
+
+    axis = AXES[axis] if isinstance(axis, str) else axis
+    if points is not None and (not isinstance(points, int) or points < (2 if axis.name == "power" else 1)):
+        raise InstanceError(f"--points: {points!r} is not a whole number >= {2 if axis.name == 'power' else 1}")
+    if instance.pools.routing != "length":
+        raise InstanceError("pools.routing: pareto --axes solves length routing only (give --set pools.routing=length)")
+    if axis.name == "ttft" and instance.slo.scope != "pool":
+        raise InstanceError("slo.scope: the cost,ttft frontier bounds every pool's P99 TTFT, which needs slo.scope "
+                            "pool (give --set slo.scope=pool)")
+    t0 = time.perf_counter()
+    solver = _Solver(instance, threads, time_limit_s)
+    base = {"objective": "cost"}
+    first = solver.solve(base)
+    if first is None:
+        raise InfeasibleError(f"{instance.name}: no plan satisfies the instance (fleetopt solve explains why)")
+    found = [_point(axis, *first, "objective=cost")]
+    truncated = False
+    if axis.name == "power" and points is not None:
+        found = _even_caps(solver, axis, first, points)
+        sweep = "evenly spaced caps"
+    else:
+        limit = MAX_POINTS if points is None else points
+        cap = axis.next_cap(found[0].axis_value)
+        while True:
+            if len(_non_dominated(found)) >= limit:
+                truncated = True
+                break
+            if axis.name == "pools" and cap < 1:
+                break
+            text = _cap_text(axis, cap)
+            got = solver.solve({**base, axis.set_path: int(cap) if axis.name == "pools" else float(cap)})
+            if got is None:
+                break
+            p = _point(axis, *got, text)
+            found.append(p)
+            cap = min(axis.next_cap(cap), axis.next_cap(p.axis_value))
+        sweep = "consecutive"
+    kept = _non_dominated(found)
+    if truncated and len(kept) > limit:
+        kept = kept[:limit]
+    knee = knee_index([(p.cost_per_hr, p.axis_value) for p in kept])
+    b = baseline(instance)
+    bp = None if b is None else _point(axis, instance, b, "homogeneous baseline")
+    dominated = None if bp is None else any(
+        dominates((p.cost_per_hr, p.axis_value), (bp.cost_per_hr, bp.axis_value))
+        or (_same(p.cost_per_hr, bp.cost_per_hr) and _same(p.axis_value, bp.axis_value)) for p in kept)
+    return Frontier(instance.name, axis, sweep, tuple(kept), knee, bp, dominated, solver.solves,
+                    time.perf_counter() - t0, truncated, tuple(instance.overrides))
+
+
+def _lexicographic(solver: _Solver, axis: Axis, got: tuple[Instance, FleetResult], cap: dict) -> tuple:
+    """Second stage: the least power among plans costing at most the first stage's optimum (within
+    :data:`_COST_REL`) and within the same cap."""
+    c = got[1].cost_per_hr
+    budget = c * (1 + _COST_REL)
+    own = solver.instance.constraints.max_cost_per_hr
+    if own is not None:
+        budget = min(budget, own)
+    lex = solver.solve({"objective": "power", **cap, "constraints.max_cost_per_hr": float(budget)})
+    return lex if lex is not None and lex[1].cost_per_hr <= budget else got
+
+
+def _even_caps(solver: _Solver, axis: Axis, first: tuple[Instance, FleetResult], n: int) -> list[FrontierPoint]:
+    """The evenly spaced power caps (module docstring), each solved lexicographically (least cost, then least
+    power at that cost)."""
+    start = _point(axis, *_lexicographic(solver, axis, first, {}), "objective=cost")
+    low = solver.solve({"objective": "power"})
+    p_min = axis_value(axis, low[1])
+    out, last = [start], start
+    for cap in np.linspace(start.axis_value, p_min, n)[1:]:
+        cap = float(max(cap, p_min))
+        if last.axis_value <= cap:
+            continue  # the previous point satisfies this cap: it is this cap's lexicographic optimum too
+        got = solver.solve({"objective": "cost", axis.set_path: cap})
+        if got is None:  # only the least-power cap can fail, by the solver's feasibility tolerance
+            continue
+        last = _point(axis, *_lexicographic(solver, axis, got, {axis.set_path: cap}), _cap_text(axis, cap))
+        out.append(last)
+    return out
+
+
+def bench_frontier(path: str = "instances/stress_60x8.yaml", points: int = 20, threads: int | None = None) -> dict:
+    """Time a ``points``-point cost,power frontier of ``path`` (the issue's benchmark: under 20 s on 2 cores)."""
+    inst = load_instance(path)
+    t0 = time.perf_counter()
+    f = frontier(inst, "power", points=points, threads=threads)
+    wall = time.perf_counter() - t0
+    return {"instance": path, "points_requested": points, "points": len(f.points), "solves": f.solves,
+            "wall_s": wall, "costs_per_hr": [p.cost_per_hr for p in f.points],
+            "power_kw": [p.axis_value for p in f.points]}

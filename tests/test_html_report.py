@@ -1,0 +1,210 @@
+"""``fleetopt report RESULT.json -o report.html`` (issue 13, "Around them"): the self-contained page, opened in a
+real headless Chromium.
+
+The quickstart's solve JSON is made by ``fleetopt solve`` here; the numbers the page must show are read from that
+JSON (the solver's contract), and the page is read back from the DOM the browser built, not from the HTML text.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+from html.parser import HTMLParser
+from pathlib import Path
+
+import click
+import pytest
+from click.testing import CliRunner
+
+from fleetopt.optimizer.cli import main
+from fleetopt.optimizer.commands.report_html import report
+from fleetopt.optimizer.workflows.html_report import build_html, pool_diagram
+from fleetopt.optimizer.workflows.split_table import SplitBaseline, SplitRow, SplitTable
+
+BROWSERS = ("chromium", "chromium-browser", "google-chrome")
+GROUP = click.Group(commands={"report": report})
+
+
+def _browser() -> str | None:
+    return next((p for p in map(shutil.which, BROWSERS) if p), None)
+
+
+@pytest.fixture(scope="module")
+def solve_json(repo_root, tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("report") / "q.json"
+    res = CliRunner().invoke(main, ["solve", str(repo_root / "instances" / "quickstart.yaml"), "--json", str(path)])
+    assert res.exit_code == 0, res.output
+    return path
+
+
+@pytest.fixture(scope="module")
+def page(solve_json) -> Path:
+    out = solve_json.with_name("report.html")
+    res = CliRunner().invoke(GROUP, ["report", str(solve_json), "-o", str(out)])
+    assert res.exit_code == 0, res.output
+    return out
+
+
+class _Ids(HTMLParser):
+    """id -> (text, data-value) of every element with an id; counts of tags."""
+
+    def __init__(self):
+        super().__init__()
+        self.ids, self.tags, self._open = {}, {}, []
+
+    def handle_starttag(self, tag, attrs):
+        a = dict(attrs)
+        self.tags[tag] = self.tags.get(tag, 0) + 1
+        self._open.append((tag, a.get("id"), a.get("data-value"), []))
+
+    def handle_endtag(self, tag):
+        while self._open:
+            t, ident, value, text = self._open.pop()
+            if self._open:
+                self._open[-1][3].extend(text)
+            if ident:
+                self.ids[ident] = ("".join(text).strip(), value)
+            if t == tag:
+                break
+
+    def handle_data(self, data):
+        if self._open:
+            self._open[-1][3].append(data)
+
+
+def _parse(text: str) -> _Ids:
+    p = _Ids()
+    p.feed(text)
+    return p
+
+
+def _open_in_browser(exe: str, page: Path, profile: Path) -> tuple[str, list[str]]:
+    """The DOM Chromium built for ``page`` and the console lines it logged (every network name unresolvable)."""
+    cmd = [exe, "--headless=new", "--no-sandbox", "--disable-gpu", "--no-first-run", f"--user-data-dir={profile}",
+           "--host-resolver-rules=MAP * ~NOTFOUND", "--enable-logging=stderr", "--v=0", "--dump-dom",
+           "--virtual-time-budget=2000", page.resolve().as_uri()]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    console = [ln for ln in proc.stderr.splitlines() if ":CONSOLE" in ln or "Uncaught" in ln]
+    return proc.stdout, console
+
+
+# --------------------------------------------------------------------------------------------
+# In the browser
+# --------------------------------------------------------------------------------------------
+
+
+def test_report_renders_in_chromium_with_the_plan_numbers(page, solve_json, tmp_path):
+    exe = _browser()
+    if exe is None:
+        pytest.skip("chromium not installed")
+    dom, console = _open_in_browser(exe, page, tmp_path / "profile")
+    assert console == [], console                   # no console message at all: no error, no blocked fetch
+    got = _parse(dom)
+    q = json.loads(solve_json.read_text())
+    assert got.ids["total-cost-per-hr"] == (f"{q['cost_per_hr']:,.2f}", repr(q["cost_per_hr"]))
+    assert got.ids["total-cost-per-year"][1] == repr(q["cost_per_year"])
+    assert got.ids["fleet-ttft-p99-ms"] == (f"{q['ttft_p99_ms']:,.1f}", repr(q["ttft_p99_ms"]))
+    for k, p in enumerate(q["pools"]):
+        assert got.ids[f"pool-{k}-replicas"] == (str(p["replicas"]), repr(p["replicas"]))
+    assert got.tags.get("svg", 0) >= 2 and got.tags.get("figure", 0) >= 1     # the diagram and a figure
+
+
+def test_the_console_check_catches_a_script_error(tmp_path):
+    """The browser check can fail: a page with an uncaught error and a blocked fetch is caught."""
+    exe = _browser()
+    if exe is None:
+        pytest.skip("chromium not installed")
+    bad = tmp_path / "bad.html"
+    bad.write_text('<!DOCTYPE html><html><body><img src="https://example.invalid/x.png">'
+                   "<script>no_such_function();</script></body></html>")
+    _, console = _open_in_browser(exe, bad, tmp_path / "profile")
+    assert any("Uncaught" in ln for ln in console), console
+
+
+# --------------------------------------------------------------------------------------------
+# Without a browser
+# --------------------------------------------------------------------------------------------
+
+
+def test_report_is_self_contained(page):
+    text = page.read_text()
+    assert "http://" not in text and "https://" not in text
+    assert not re.search(r"<(script|link|iframe|object|embed)\b", text, re.I)
+    assert not re.search(r"""\b(src|href)\s*=\s*["'](?!#|data:)""", text, re.I)
+    assert not re.search(r"url\((?!#)", text) and "@import" not in text
+    ids = re.findall(r'\bid="([^"]+)"', text)
+    assert len(ids) == len(set(ids))                                      # figures never share an id
+
+
+def test_pool_diagram_bands_are_proportional_to_log_tokens():
+    pools = [{"min_tokens": 0, "max_tokens": 1023, "gpu": "a", "replicas": 1},
+             {"min_tokens": 1023, "max_tokens": 65535, "gpu": "b", "replicas": 2}]
+    widths = [float(w) for w in re.findall(r'<rect x="[^"]+" y="[^"]+" width="([^"]+)"', pool_diagram(pools, 600))]
+    # ln(1 + t) / ln(65536) x 600: 1,024 = 2^10 and 65,536 = 2^16, so the bands are 10/16 and 6/16 of 600 px
+    assert widths == [pytest.approx(375.0, abs=0.05), pytest.approx(225.0, abs=0.05)]
+
+
+def _split_table_json() -> dict:
+    row = SplitRow(boundary_tokens=2048, share_short=0.948, replicas_short=1, replicas_long=7, total_gpus=8,
+                   cost_per_hr=17.68, cost_per_year=154_876.8, saving_pct=38.5, ttft_p99_ms_short=11.7,
+                   ttft_p99_ms_long=64.1, slo_met=True, pareto=True, fleet="0-2048:a100x1,2048-65536:a100x7")
+    base = SplitBaseline(13, 13, 28.73, 251_674.8, 14.4, True, "0-65536:a100x13")
+    return SplitTable("hand", "a100", 100.0, 500.0, "mean-prefill", 0.85, 65536, base, (row,), 0).to_json()
+
+
+def test_split_table_json_gets_its_table_and_figure():
+    text = build_html(_split_table_json())
+    assert "two-pool split table" in text and "154,877" in text and "recommended" in text
+    assert text.count("<figure>") == 1 and "analytic (ttft_model mean-prefill" in text
+
+
+def _one_error_line(res) -> str:
+    assert res.exit_code == 2, res.output
+    assert "Traceback" not in res.output
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1, lines
+    return lines[0]
+
+
+def test_bad_input_exits_2_with_one_line(tmp_path, solve_json):
+    out = str(tmp_path / "r.html")
+    not_json = tmp_path / "bad.json"
+    not_json.write_text("{not json")
+    foreign = tmp_path / "foreign.json"
+    foreign.write_text(json.dumps({"command": "bench"}))
+    broken = tmp_path / "broken.json"
+    q = json.loads(solve_json.read_text())
+    del q["pools"][1]["replicas"]
+    broken.write_text(json.dumps(q))
+    other_plan = tmp_path / "sim.json"
+    other_plan.write_text(json.dumps({"command": "simulate", "instance": "quickstart", "ttft_p99_ms": 1.0,
+                                      "slo_ttft_p99_ms": 500.0, "latency_ms": {},
+                                      "pools": [{"min_tokens": 0, "max_tokens": 65536, "gpu": "h100", "replicas": 7}]}))
+    cases = [([str(tmp_path / "missing.json"), "-o", out], "no such file"),
+             ([str(not_json), "-o", out], "not JSON"),
+             ([str(foreign), "-o", out], "'bench' has no report"),
+             ([str(broken), "-o", out], "pools[1].replicas: missing"),
+             ([str(solve_json), "--sim", str(other_plan), "-o", out], "not the solve's plan"),
+             ([str(solve_json), "-o", str(solve_json)], "refusing to overwrite")]
+    before = solve_json.read_bytes()
+    for args, words in cases:
+        line = _one_error_line(CliRunner().invoke(GROUP, ["report", *args]))
+        assert words in line, line
+    assert solve_json.read_bytes() == before and not Path(out).exists()
+
+
+def test_report_with_the_simulation_of_the_same_plan(solve_json, tmp_path):
+    q = json.loads(solve_json.read_text())
+    pools = [{**{k: p[k] for k in ("min_tokens", "max_tokens", "gpu", "replicas")}, "ttft_p99_ms": p["ttft_p99_ms"],
+              "ttft_p99_ms_sim": 25.0 + k, "ttft_p99_ci_ms": [20.0, 30.0 + k],
+              "latency_ms": {"ttft": {"p50": 5.0, "p90": 10.0, "p99": 25.0 + k}}} for k, p in enumerate(q["pools"])]
+    sim = {"command": "simulate", "instance": q["instance"], "ttft_p99_ms": 27.5, "ttft_p99_ci_ms": [21.0, 33.0],
+           "slo_ttft_p99_ms": 500.0, "latency_ms": {"ttft": {"p50": 5.0, "p90": 10.0, "p99": 27.5}}, "pools": pools,
+           "requests_simulated": 1000, "seed": 3, "options": {"replications": 2}}
+    text = build_html(q, sim=sim)
+    assert 'id="sim-fleet-ttft-p99-ms" data-value="27.5"' in text
+    assert "1,000 requests, 2 replications, seed 3" in text                     # the figure's source says so
+    assert text.count("<figure>") == 2
