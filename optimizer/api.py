@@ -8,8 +8,10 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 from fleetopt.models.fleet import FleetResult
 from fleetopt.models.units import MS_PER_S
@@ -17,21 +19,29 @@ from fleetopt.models.units import MS_PER_S
 from fleetopt.optimizer.io.catalog import load_catalog
 from fleetopt.optimizer.errors import EXIT_CODES, FleetoptError, InstanceError
 from fleetopt.optimizer.plan.evaluate import baseline, context_sweep, evaluate, limit_violations, parse_fleet
-from fleetopt.optimizer.io.instance import Instance, load_instance
+from fleetopt.optimizer.io.instance import Instance, instance_from_dict, load_instance
 from fleetopt.optimizer.report import fleet_json
 from fleetopt.optimizer.simulation.options import EngineOptions, SimOptions
 
 __all__ = ["load", "summarize_instance", "evaluate_report", "EvaluationReport", "solve", "verify", "exit_code",
            "fleet_exit_code", "evaluation_exit_code", "simulation_exit_code", "tpw_rows", "simulate_report",
-           "simulate_plan", "SimOptions", "EngineOptions", "VERIFY_SIM_OPTIONS"]
+           "simulate_plan", "SimOptions", "EngineOptions", "VERIFY_SIM_OPTIONS", "VerifyReport", "DICT_LABEL", "prefill_warnings"]
 
 DEFAULT_CONTEXTS = "2048,4096,8192,16384,32768,65536,131072"
 VERIFY_SIM_OPTIONS = SimOptions(requests=100_000)
 """The simulation settings of :func:`verify` unless given (``solve --verify-top``'s defaults)."""
 
 
-def load(path: str | Path, overrides=()) -> Instance:
-    """Load and validate an instance file (raises :class:`~fleetopt.optimizer.errors.InstanceError`)."""
+DICT_LABEL = "<dict>"
+"""What error lines name as the file of an instance given as a mapping."""
+
+
+def load(path: str | Path | Mapping, overrides=()) -> Instance:
+    """Load and validate an instance file, or a mapping shaped like one (validated the same way; its error lines
+    name :data:`DICT_LABEL` as the file and its relative paths resolve against the current folder); raises
+    :class:`~fleetopt.optimizer.errors.InstanceError`."""
+    if isinstance(path, Mapping):
+        return instance_from_dict(path, None, overrides, label=DICT_LABEL)
     return load_instance(path, overrides)
 
 
@@ -99,10 +109,13 @@ class EvaluationReport:
         return self.violations[k] if k < len(self.violations) else ()
 
     def to_json(self) -> dict:
-        """The stable JSON contract (one fleet: keys at top level; several: a ``fleets`` list). ``feasible`` is
-        true when the fleet meets its SLO and breaks no limit, ``violations`` names each limit it breaks."""
+        """The stable JSON contract (:class:`fleetopt.optimizer.io.contract.EvaluateDocument`): always a
+        ``fleets`` list; with one fleet its keys also sit at top level (the deprecated 1.0 layout). ``feasible``
+        is true when the fleet meets its SLO and breaks no limit, ``violations`` names each limit it breaks."""
+        from fleetopt.optimizer.io.contract import envelope
+
         inst = self.instance
-        head = {"instance": inst.name, "command": "evaluate", "ttft_model": inst.slo.ttft_model,
+        head = {**envelope("evaluate", inst.name), "ttft_model": inst.slo.ttft_model,
                 "slo_ttft_p99_ms": inst.slo.ttft_p99_s * MS_PER_S,
                 "max_utilization": inst.constraints.max_utilization,
                 "truncated_share": inst.workload.truncated_share}
@@ -111,8 +124,31 @@ class EvaluationReport:
         tail = {"baseline": None if self.baseline is None else fleet_json(self.baseline,
                                                                            violations=self.baseline_violations)}
         if len(results) == 1:
-            return {**head, **results[0], **tail}
+            return {**head, **results[0], "fleets": results, **tail}
         return {**head, "fleets": results, **tail}
+
+    def rows(self) -> list[dict]:
+        """One row per pool of every fleet (its spec first), then the baseline's (fleet ``baseline``); analytic."""
+        from fleetopt.optimizer.plan.solve import pool_row
+
+        named = list(self.fleets) + ([("baseline", self.baseline)] if self.baseline is not None else [])
+        return [{"fleet": text, **pool_row(p)} for text, r in named for p in r.pools]
+
+    def to_frame(self):
+        """:meth:`rows` as a ``pandas.DataFrame`` (the optional extra ``fleetopt[frames]``)."""
+        from fleetopt.optimizer.plan.solve import POOL_COLUMNS, table_frame
+
+        return table_frame(self.rows(), ["fleet", *POOL_COLUMNS])
+
+    def _repr_html_(self) -> str:
+        from fleetopt.optimizer.plan.solve import POOL_COLUMNS, table_html
+
+        verdicts = "; ".join(f"{text}: ${r.cost_per_hr:,.2f}/hr, SLO {'met' if r.slo_met else 'missed'}"
+                             + (f", breaks {len(self.fleet_violations(k))} limit(s)" if self.fleet_violations(k)
+                                else "")
+                             for k, (text, r) in enumerate(self.fleets))
+        return table_html(f"{self.instance.name}: evaluate (analytic) - {verdicts}", self.rows(),
+                          ["fleet", *POOL_COLUMNS])
 
 
 def evaluate_report(inst: Instance, fleets) -> EvaluationReport:
@@ -186,18 +222,64 @@ def verify(inst: Instance, sim_options: SimOptions = VERIFY_SIM_OPTIONS, *, veri
 
     options = SolveOptions(time_limit_s=time_limit_s, mip_gap=mip_gap, threads=threads, verbose=verbose,
                            method="mip" if method == "auto" else method)
-    return run(inst, options, sim_options, top=verify_top, rule=rule, max_rounds=max_rounds, cuts=cuts, trim=trim,
-               progress=progress)
+    return VerifyReport(*run(inst, options, sim_options, top=verify_top, rule=rule, max_rounds=max_rounds, cuts=cuts,
+                             trim=trim, progress=progress))
+
+
+class VerifyReport(NamedTuple):
+    """What :func:`verify` returns: the last round's solve report and the verification record (it unpacks as
+    the pair ``report, verification``)."""
+
+    report: object
+    """The last round's :class:`fleetopt.optimizer.plan.solve.SolveReport`."""
+    verification: object
+    """The :class:`fleetopt.optimizer.simulation.verify.Verification` (``chosen`` is the verified plan, if any)."""
+
+    def to_json(self) -> dict:
+        """The JSON of ``solve --verify-top`` (:func:`fleetopt.optimizer.report.solve_json`)."""
+        from fleetopt.optimizer.report import solve_json
+
+        return solve_json(self.report, self.verification)
+
+    def rows(self) -> list[dict]:
+        """One row per pool of every plan simulated (round, rank, verdict), analytic next to simulated P99 TTFT."""
+        from fleetopt.optimizer.plan.solve import pool_row
+
+        out = []
+        for vp in self.verification.plans:
+            sims = {(p.min_tokens, p.max_tokens, p.gpu): p for p in getattr(vp.sim, "pools", ())}
+            for pool in vp.plan.fleet.pools:
+                s = sims.get((pool.min_tokens, pool.max_tokens, pool.gpu))
+                out.append({"round": vp.round, "rank": vp.rank, "passed": vp.passed, **pool_row(pool),
+                            "ttft_p99_ms_sim": None if s is None else s.ttft_p99_ms_sim})
+        return out
+
+    def to_frame(self):
+        """:meth:`rows` as a ``pandas.DataFrame`` (the optional extra ``fleetopt[frames]``)."""
+        from fleetopt.optimizer.plan.solve import POOL_COLUMNS, table_frame
+
+        return table_frame(self.rows(), ["round", "rank", "passed", *POOL_COLUMNS, "ttft_p99_ms_sim"])
+
+    def _repr_html_(self) -> str:
+        from fleetopt.optimizer.plan.solve import POOL_COLUMNS, table_html
+
+        v = self.verification
+        chosen = v.chosen
+        head = (f"{self.report.instance.name}: verified (rule {v.rule}) - "
+                + (f"round {chosen.round} plan {chosen.rank}, ${chosen.plan.fleet.cost_per_hr:,.2f}/hr"
+                   if chosen is not None else "no plan verified"))
+        return table_html(head, self.rows(), ["round", "rank", "passed", *POOL_COLUMNS, "ttft_p99_ms_sim"],
+                          v.reason or "")
 
 
 def simulate_report(inst: Instance, fleet: str | None = None, options: SimOptions = SimOptions(), *, plan_file=None,
-                    rank: int | None = None, progress=None):
+                    rank: int | None = None, progress=None, keep_requests: bool = False):
     """Simulate one fleet spec (``"0-4096:a100x3,4096-65536:a100"``; no ``xN`` = sized analytically first) or a
     plan of a ``solve --json`` file (``plan_file``, solution ``rank``; :mod:`fleetopt.optimizer.simulation.plan_files`).
 
     ``options`` (:class:`~fleetopt.optimizer.simulation.options.SimOptions`) are the run's settings; their default
     ``router="auto"`` is the router the plan needs (its own split routing, compress-and-route for ``@gamma`` pools,
-    else length).
+    else length). ``keep_requests`` keeps the measured requests' latencies (``SimReport.latencies()``).
     """
     from fleetopt.optimizer.simulation.plan_files import SolvedPlan, load_solved_plan
     from fleetopt.optimizer.simulation.simulate import plans_from_spec, simulate_plan
@@ -213,7 +295,8 @@ def simulate_report(inst: Instance, fleet: str | None = None, options: SimOption
     if solved.routing is not None and options.router not in ("auto", "split"):
         raise InstanceError(f"--router: {options.router!r}: a split-routing plan runs with its own routing "
                             "(auto or split)")
-    return simulate_plan(inst, solved.pools, options, routing=solved.routing, progress=progress)
+    return simulate_plan(inst, solved.pools, options, routing=solved.routing, progress=progress,
+                         keep_requests=keep_requests)
 
 
 def simulate_plan(inst: Instance, pools, options: SimOptions = SimOptions(), **per_call):

@@ -102,6 +102,21 @@ def bench_evaluate_process(repeats: int = 5) -> dict:
             "meets_target": median <= 1.0}
 
 
+def bench_startup(repeats: int = 5) -> list[dict]:
+    """``fleetopt --help`` and ``python -c "import fleetopt"`` from process start to exit (target 0.5 s each: the
+    pipeline loads on first use)."""
+    out = []
+    for name, cmd in (("fleetopt --help start-up", _cli() + ["--help"]),
+                      ("import fleetopt start-up", [sys.executable, "-c", "import fleetopt"])):
+        def run(cmd=cmd):
+            subprocess.run(cmd, check=True, capture_output=True)
+
+        run()  # warm the file cache
+        median = _median_s(run, repeats)
+        out.append({"name": name, "median_s": median, "target_s": 0.5, "meets_target": median <= 0.5})
+    return out
+
+
 def _stress_data(boundaries=None) -> dict:
     import yaml
 
@@ -302,7 +317,7 @@ def run_benchmarks(repeats: int = 5, enumeration_limit_s: float = 60.0, memory: 
     ``agreement_pools`` / ``agreement_requests``: pools and requests per pool of :func:`bench_agreement`
     (about 6 s a pool at 50,000 requests on one core); 0 pools leaves the agreement run out.
     """
-    results = [bench_sizing(repeats=repeats), bench_evaluate_process(repeats=repeats),
+    results = [*bench_startup(repeats=repeats), bench_sizing(repeats=repeats), bench_evaluate_process(repeats=repeats),
                bench_stress_solve(repeats=repeats), bench_solve_process(repeats=repeats),
                bench_enumeration(enumeration_limit_s), *bench_simulation_throughput(repeats=min(repeats, 3)),
                bench_verification(repeats=min(repeats, 3)), _bench_whatif()]

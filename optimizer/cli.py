@@ -22,10 +22,8 @@ import sys
 
 import click
 
-from fleetopt.optimizer import api, report
 from fleetopt.optimizer.errors import EXIT_CODES, FleetoptError, InstanceError
-from fleetopt.optimizer.io.output import write_json
-from fleetopt.optimizer.report import FORMATS, Output
+from fleetopt.optimizer.io.output import FORMATS, write_json
 from fleetopt.optimizer.simulation.options import (DEFAULT_SPILL_BOUND, DISPATCHES, EngineOptions, SimOptions,
                                                    SimOptionsError, parse_precision)
 
@@ -73,6 +71,28 @@ _VERIFY_FLAGS = {"requests": "--sim-requests", "replications": "--sim-replicatio
 """``solve --verify-top``: the flag of each :class:`SimOptions` field it sets."""
 
 
+class _Lazy:
+    """A module imported on first use: start-up and ``--help`` do not pay for the pipeline (``api`` loads the
+    performance models, ``report`` rich's tables and the evaluation)."""
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+
+    def __getattr__(self, attr: str):
+        import importlib
+
+        return getattr(importlib.import_module(self._name), attr)
+
+
+api = _Lazy("fleetopt.optimizer.api")
+report = _Lazy("fleetopt.optimizer.report")
+contract = _Lazy("fleetopt.optimizer.io.contract")
+
+
+def Output(fmt):  # noqa: N802 - the report's Output class, loaded on first use
+    return report.Output(fmt)
+
+
 def _sim_options(flags: dict[str, str], **settings) -> SimOptions:
     """One :class:`SimOptions` from a command's flags; each bad setting is one line naming its flag."""
     try:
@@ -81,7 +101,17 @@ def _sim_options(flags: dict[str, str], **settings) -> SimOptions:
         raise InstanceError([f"{flags.get(field, field)}: {text}" for field, text in err.by_field]) from None
 
 
+def _inputs(inst, *files) -> tuple:
+    """The files a run reads, which ``--json`` never writes over: the instance, its workload file (not a
+    ``builtin:``) and ``files`` (e.g. ``--plan``)."""
+    source = inst.workload.source
+    read = (inst.path, None if source.startswith("builtin:") else source, *files)
+    return tuple(f for f in read if f is not None)
+
+
 def _emit(table_fn, data: dict, json_out: str | None, protect=(), fmt: str = "table") -> None:
+    """Print the table unless the JSON goes to stdout; write ``data`` (a document of the contract,
+    :mod:`fleetopt.optimizer.io.contract`) atomically to ``json_out``, never over a file in ``protect``."""
     if json_out != "-":
         table_fn(Output(fmt))
     if json_out:
@@ -115,7 +145,9 @@ class _Commands(click.Group):
             "export": ("fleetopt.optimizer.commands.export", "export",
                        "Deployment files from a solve's JSON: vLLM command lines or Kubernetes manifests."),
             "catalog": ("fleetopt.optimizer.commands.catalog", "catalog",
-                        "What the catalogue holds: GPUs, models and profiles, with provenance.")}
+                        "What the catalogue holds: GPUs, models and profiles, with provenance."),
+            "report": ("fleetopt.optimizer.commands.report_html", "report",
+                       "A self-contained HTML page of a result: plan, plots, provenance.")}
 
     def list_commands(self, ctx):
         return sorted(set(super().list_commands(ctx)) | set(self.LAZY))
@@ -174,7 +206,8 @@ def validate(instance, overrides, json_out, fmt):
     """Check INSTANCE and summarize what it asks for."""
     inst = api.load(instance, overrides)
     summary = api.summarize_instance(inst)
-    _emit(lambda c: report.render_summary(c, summary), summary, json_out, (inst.path,), fmt)
+    _emit(lambda c: report.render_summary(c, summary), contract.with_envelope(summary, "validate", inst.name), json_out,
+          _inputs(inst), fmt)
 
 
 @main.command()
@@ -191,7 +224,7 @@ def evaluate(instance, fleets, overrides, json_out, fmt):
     Exits 5 when a fleet misses its SLO, 6 when one meets it but breaks a limit of the instance."""
     inst = api.load(instance, overrides)
     result = api.evaluate_report(inst, fleets)
-    _emit(lambda c: report.render_evaluation(c, result), result.to_json(), json_out, (inst.path,), fmt)
+    _emit(lambda c: report.render_evaluation(c, result), result.to_json(), json_out, _inputs(inst), fmt)
     raise click.exceptions.Exit(api.evaluation_exit_code(result))
 
 
@@ -227,13 +260,15 @@ def evaluate(instance, fleets, overrides, json_out, fmt):
               help="KV admission when verifying (see simulate --kv).")
 @click.option("--sim-availability", type=click.Choice(["all-up", "sampled"]), default="all-up", show_default=True,
               help="Replica availability when verifying (see simulate --availability).")
+@click.option("--explain", is_flag=True, help="Also say which limits bind and what relaxing each is worth (optimal "
+              "re-solves), and each pool's bottleneck and headroom (analytic).")
 @_set_opt
 @_json_opt
 @_format_opt
 @_guard
 def solve(instance, top, max_pools, objective, time_limit, mip_gap, threads, method, verbose, verify_top, verify_rule,
-          max_rounds, verify_cuts, trim, seed, sim_requests, sim_replications, sim_kv, sim_availability, overrides,
-          json_out, fmt):
+          max_rounds, verify_cuts, trim, seed, sim_requests, sim_replications, sim_kv, sim_availability, explain,
+          overrides, json_out, fmt):
     """Find the cheapest (or least-power) fleet: pools, splits, GPU types and replica counts."""
     extra = [f"pools.max_pools={max_pools}"] * (max_pools is not None) + [f"objective={objective}"] * bool(objective)
     inst = api.load(instance, list(overrides) + extra)
@@ -249,7 +284,15 @@ def solve(instance, top, max_pools, objective, time_limit, mip_gap, threads, met
         if trim:
             raise InstanceError("--trim: trims the plan --verify-top N chose; give --verify-top")
         rep, ver = api.solve(inst, top=top, **kwargs), None
-    _emit(lambda c: report.render_solve(c, rep, ver), report.solve_json(rep, ver), json_out, (inst.path,), fmt)
+    doc = report.solve_json(rep, ver)
+    render = lambda c: report.render_solve(c, rep, ver)  # noqa: E731
+    if explain and rep.plans:
+        from fleetopt.optimizer.commands.explain_render import explain_with_headroom, render_explanation
+
+        why = explain_with_headroom(inst, rep)
+        doc["explain"] = why.to_json()
+        render = lambda c: (report.render_solve(c, rep, ver), render_explanation(c, why))  # noqa: E731
+    _emit(render, doc, json_out, _inputs(inst), fmt)
     raise click.exceptions.Exit(api.exit_code(rep, ver))  # no (verified) plan: its code (the report explains it)
 
 
@@ -287,7 +330,7 @@ def tpw(instance, profiles, hardware, models, tp, dtype, kv_layout, contexts, fl
                             "--rho-sweep (the utilisation sweep)")
     inst = api.load(instance, overrides)
     result = sweep(inst, fleet, parse_rhos(rhos))
-    _emit(lambda c: report.render_rho_sweep(c, result), result.to_json(), json_out, (inst.path,), fmt)
+    _emit(lambda c: report.render_rho_sweep(c, result), result.to_json(), json_out, _inputs(inst), fmt)
 
 
 @main.command()
@@ -363,7 +406,7 @@ def simulate(instance, fleets, plan_file, rank, n_requests, seed, router, spill_
                            engine=EngineOptions(kv, max_num_seqs, max_batched_tokens, availability))
     with progress_bar(sys.stderr.isatty()) as progress:
         rep = api.simulate_report(inst, fleet, options, plan_file=plan_file, rank=rank, progress=progress)
-    _emit(lambda c: render_simulation(c, rep), rep.to_json(), json_out, (inst.path,), fmt)
+    _emit(lambda c: render_simulation(c, rep), rep.to_json(), json_out, _inputs(inst, plan_file), fmt)
     raise click.exceptions.Exit(api.simulation_exit_code(rep))
 
 
@@ -376,7 +419,8 @@ def _simulate_routers(inst, fleet, plan_file, router, routers, spill_bound, json
                             "--router")
     cmp = compare_routers(inst, fleet, parse_routers(routers), _sim_options(_SIMULATE_FLAGS, **settings),
                           spill_bound=spill_bound)
-    _emit(lambda c: report.render_routers(c, cmp), cmp.to_json(), json_out, (inst.path,), fmt)
+    _emit(lambda c: report.render_routers(c, cmp), contract.with_envelope(cmp.to_json(), "simulate --routers", inst.name),
+          json_out, _inputs(inst), fmt)
     raise click.exceptions.Exit(0 if any(r.report.slo_met for r in cmp.runs) else EXIT_CODES["slo_missed"])
 
 
@@ -394,8 +438,32 @@ def bench(quick, json_out, agreement_pools, fmt):
     pools = (12 if quick else 200) if agreement_pools is None else agreement_pools
     result = run_benchmarks(repeats=1 if quick else 5, enumeration_limit_s=5.0 if quick else 60.0, memory=not quick,
                             agreement_pools=pools, agreement_requests=20_000 if quick else 50_000)
-    _emit(lambda c: render_bench(c, result), result, json_out, (), fmt)
+    _emit(lambda c: render_bench(c, result), contract.with_envelope(result, "bench", None), json_out, (), fmt)
 
+
+@main.command(context_settings={"ignore_unknown_options": True})
+@click.argument("command", nargs=-1)
+@click.option("--fields", is_flag=True, help="Instead of the JSON Schema: a table of each document's top-level "
+              "fields (type, required, meaning).")
+@click.option("--json", "json_out", metavar="FILE", default="-", show_default=True,
+              help="Write the JSON Schema here instead of stdout ('-').")
+@_format_opt
+@_guard
+def schema(command, fields, json_out, fmt):
+    """Print the JSON Schema of COMMAND's --json documents (every command's without COMMAND).
+
+    COMMAND is a command (tpw: both its documents) or one document kind ('tpw --rho-sweep', 'profile fit')."""
+    name = " ".join(command) or None
+    COMMANDS, DOCUMENTS = contract.COMMANDS, contract.DOCUMENTS
+    if name is not None and name not in COMMANDS and name not in DOCUMENTS:
+        known = ", ".join(sorted(set(COMMANDS) | set(DOCUMENTS)))
+        raise InstanceError(f"COMMAND: unknown command {name!r}; known: {known}")
+    if fields:
+        kinds = COMMANDS.get(name, (name,)) if name else tuple(DOCUMENTS)
+        report.render_fields(Output(fmt), {kind: contract.top_level_fields(kind) for kind in kinds},
+                             contract.SCHEMA_VERSION)
+        return
+    write_json(contract.schema_for(name), json_out)
 
 
 if __name__ == "__main__":  # pragma: no cover

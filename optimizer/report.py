@@ -24,6 +24,7 @@ from fleetopt.models.fleet import FleetResult, PoolResult
 from fleetopt.models.service import ContextPoint
 from fleetopt.models.units import P99_TAIL
 
+from fleetopt.optimizer.io.contract import envelope, fleet_analytic, pool_analytic
 from fleetopt.optimizer.plan.evaluate import fleet_spec, limit_violations
 from fleetopt.optimizer.io.overrides import set_flags
 from fleetopt.optimizer.simulation.options import EngineOptions, SimOptions
@@ -40,9 +41,11 @@ _POOL_KEYS = ("min_tokens", "max_tokens", "gpu", "replicas", "gpus", "arrival_ra
 
 
 def pool_json(p: PoolResult, source: str = ANALYTIC) -> dict:
-    """The contract keys first, then the details."""
+    """The contract keys first (:class:`fleetopt.optimizer.io.contract.Pool`: the ``analytic`` sub-object, no
+    ``simulated`` one), then the details; the flat figures are the deprecated 1.0 aliases of ``analytic``'s."""
     d = asdict(p)
     out = {k: d.pop(k) for k in _POOL_KEYS}
+    out.update(analytic=pool_analytic(p), simulated=None)
     out.update(d)
     out["source"] = source
     return out
@@ -65,6 +68,8 @@ def fleet_json(r: FleetResult, source: str = ANALYTIC, violations=None) -> dict:
         "ttft_p99_ms": r.ttft_p99_ms,
         "slo_miss_share": r.slo_miss_share,
         "pools": [pool_json(p, source) for p in r.pools],
+        "analytic": fleet_analytic(r),
+        "simulated": None,
         "source": source,
     }
     if violations is not None:
@@ -158,9 +163,22 @@ def fleet_notes(r: FleetResult, ttft_model: str) -> list[str]:
 
 
 def tpw_json(rows: list[ContextPoint]) -> dict:
-    return {"rows": [{"profile": r.profile, "model": r.model, "context": r.context_tokens, "n_slots": r.n_slots,
+    """The ``tpw`` document (:class:`fleetopt.optimizer.io.contract.TpwDocument`)."""
+    return {**envelope("tpw", None), "rows": [{"profile": r.profile, "model": r.model, "context": r.context_tokens, "n_slots": r.n_slots,
                       "iter_latency_ms": r.iter_latency_ms, "tok_per_s": r.tok_per_s, "power_w": r.power_w,
                       "tok_per_watt": r.tok_per_watt, "quality": r.quality, "source": ANALYTIC} for r in rows]}
+
+
+def render_fields(c: Console, kinds: dict, schema_version: str) -> None:
+    """``fleetopt schema --fields``: per document kind, its top-level contract fields
+    (:func:`fleetopt.optimizer.io.contract.top_level_fields`)."""
+    for kind, fields in kinds.items():
+        t = Table(title=f"{kind} (schema_version {schema_version}; more keys may follow)", title_justify="left")
+        for name in ("field", "type", "required", "meaning"):
+            t.add_column(name)
+        for name, kind_text, required, note in fields:
+            t.add_row(name, kind_text, "yes" if required else "no", note)
+        c.print(t)
 
 
 def tpw_table(rows: list[ContextPoint]) -> Table:
@@ -179,11 +197,7 @@ def tpw_table(rows: list[ContextPoint]) -> Table:
 PIPE_COLUMNS = 140
 """Width of ``table`` output that is not a terminal (a pipe or a file): wide enough for every table unsqueezed."""
 
-FORMATS = ("table", "plain", "markdown", "csv")
-"""Values of every command's ``--format``: ``table`` (boxed; a table wider than the terminal is split into
-column groups that each repeat the row's key, or stacked one row per block when even that does not fit: a cell is
-never cut), ``plain`` (aligned columns, no box, colour or markup, never wrapped), ``markdown`` (pipe tables) and
-``csv`` (one CSV block per table, its title and every prose line as a ``#`` comment line)."""
+from fleetopt.optimizer.io.output import FORMATS  # noqa: E402 - the --format values (defined where the CLI can load them fast)
 
 
 class _Console(Console):
@@ -540,7 +554,7 @@ def solve_json(report, verification=None) -> dict:
     best = report.best
     if verification is not None and verification.chosen is not None:
         best = verification.chosen.plan
-    out = {"instance": inst.name, "command": "solve", "overrides": list(inst.overrides),
+    out = {**envelope("solve", inst.name), "overrides": list(inst.overrides),
            "status": str(report.status), "method": report.method,
            "solver": report.solver, "explanation": report.explanation,
            "objective": {"name": inst.objective, "value": None if best is None else best.objective, "unit": unit,
@@ -548,7 +562,7 @@ def solve_json(report, verification=None) -> dict:
                          "minimizes": OBJECTIVE_MEANINGS[inst.objective]}}
     fleet = fleet_json(best.fleet, "analytic") if best else {k: None for k in (
         "cost_per_hr", "cost_per_year", "total_replicas", "total_gpus", "power_kw", "tok_per_watt", "slo_met",
-        "feasible", "pools")}
+        "feasible", "pools", "analytic", "simulated")}
     if best:
         fleet["pools"] = [_pool_contract(p, "analytic") for p in best.fleet.pools]
     fleet["fleet"] = fleet_spec(inst, best.fleet) if best else None
@@ -742,6 +756,8 @@ def render_solve(c: Console, report, verification=None) -> None:
                    "is claimed" if why else ""), markup=False)
     for w in solve_warnings(report):
         c.print(f"note: {w}")
+    if report.plans and report.status == "time_limit" and report.explanation:
+        c.print(f"note: {report.explanation}", markup=False)     # e.g. which GPU options the time limit left out
     if verification is not None:
         render_verification(c, verification, slo_ms, inst)
         return

@@ -25,17 +25,18 @@ ROOT_PACKAGE_DIR = "optimizer/_fleetopt"    # installs as the package root ``fle
 SCIENCE = {"numpy", "scipy"}
 PIPELINE = SCIENCE | {"yaml", "pydantic", "rich", "click", "networkx", "pyomo", "highspy"}
 SCALE_OUT = {"dask", "distributed", "matplotlib"}     # optional extras (scale, plot), imported where used
+FRAMES = {"pandas"}                                     # optional extra (frames): to_frame() on reports
 LAYERS = {
     "fleetopt.models": (0, SCIENCE),
     "fleetopt.solvers": (1, SCIENCE | {"networkx", "pyomo", "highspy"}),
     "fleetopt.solvers.des": (1, SCIENCE),
     "fleetopt.optimizer.errors": (2, set()),
     "fleetopt.optimizer.io": (3, PIPELINE),
-    "fleetopt.optimizer.plan": (4, PIPELINE),
-    "fleetopt.optimizer.simulation": (5, PIPELINE),
+    "fleetopt.optimizer.plan": (4, PIPELINE | FRAMES),
+    "fleetopt.optimizer.simulation": (5, PIPELINE | FRAMES),
     "fleetopt.optimizer.report": (6, PIPELINE),
     "fleetopt.optimizer.workflows": (6, PIPELINE | SCALE_OUT),
-    "fleetopt.optimizer.api": (7, PIPELINE),
+    "fleetopt.optimizer.api": (7, PIPELINE | FRAMES),
     "fleetopt.optimizer.bench": (7, PIPELINE),
     "fleetopt.optimizer.commands": (8, PIPELINE | SCALE_OUT),
     "fleetopt.optimizer.cli": (9, PIPELINE),        # the entry point: loads the commands' modules on first use

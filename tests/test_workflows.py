@@ -168,7 +168,7 @@ def test_pareto_cli_json_and_csv(lmsys_path, tmp_path):
                             "--json", out, "--csv", table])
     assert res.exit_code == 0, res.output
     data = json.loads(out.read_text())
-    assert (data["schema_version"], data["command"], data["instance"]) == (1, "pareto --split-table", "lmsys-a100")
+    assert (data["schema_version"], data["command"], data["instance"]) == ("2.0", "pareto --split-table", "lmsys-a100")
     keys = ("boundary_tokens", "share_short", "replicas_short", "replicas_long", "total_gpus", "cost_per_year",
             "saving_pct", "ttft_p99_ms_short", "ttft_p99_ms_long", "slo_met", "pareto")
     assert [r["boundary_tokens"] for r in data["rows"]] == [2048, 4096, 8192]
@@ -270,7 +270,7 @@ def test_headroom_cli_json(lmsys_path, tmp_path):
                               "--json", out])
     assert res.exit_code == 0, res.output
     data = json.loads(out.read_text())
-    assert (data["schema_version"], data["command"]) == (1, "headroom")
+    assert (data["schema_version"], data["command"]) == ("2.0", "headroom")
     assert data["binding_pool"] == "4096-65536:h100x6" and "max_arrival_rate_sim" not in data
     assert data["max_arrival_rate"] == pytest.approx(239.6, abs=0.05)
 

@@ -15,8 +15,9 @@ below it (imports run downward only; ``tests/test_layering.py`` checks it):
     instance), ``plan`` (candidates -> MIP -> plans), ``simulation``
     (simulate, verify, trim), then ``report``, ``api`` and ``cli``.
 
-``fleetopt.api`` is the notebook entry point (the same functions as
-``fleetopt.optimizer.api``), and the ``fleetopt`` command is
+``fleetopt.load``, ``fleetopt.solve``, ``fleetopt.evaluate``, ``fleetopt.simulate`` and
+``fleetopt.verify`` are the notebook entry points (``docs/api.md``; they live in ``fleetopt.api``,
+with every function of ``fleetopt.optimizer.api``), and the ``fleetopt`` command is
 ``fleetopt.optimizer.cli``.
 
 In the repository this file lives in ``optimizer/_fleetopt/``: the build
@@ -35,11 +36,21 @@ try:
 except PackageNotFoundError:  # pragma: no cover - running from an unbuilt tree
     __version__ = "0+unknown"
 
-__all__ = ["__version__", "api"]
+__all__ = ["__version__", "api", "load", "solve", "evaluate", "simulate", "verify"]
+
+_NOTEBOOK = ("load", "solve", "evaluate", "simulate", "verify")
+"""The notebook functions of ``fleetopt.api`` (``docs/api.md``), reachable as ``fleetopt.<name>``."""
 
 
 def __getattr__(name: str):
-    """``fleetopt.api`` on first use, so ``import fleetopt`` stays cheap."""
+    """``fleetopt.api`` and its notebook functions on first use, so ``import fleetopt`` stays cheap (numpy,
+    scipy, pydantic and Pyomo load only when one is used)."""
     if name == "api":
         return import_module("fleetopt.api")
+    if name in _NOTEBOOK:
+        return getattr(import_module("fleetopt.api"), name)
     raise AttributeError(f"module 'fleetopt' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

@@ -12,6 +12,7 @@ from rich.table import Table
 
 from fleetopt.optimizer.commands.export import guard
 from fleetopt.optimizer.io.catalog import CATALOG_KINDS, catalog_listing
+from fleetopt.optimizer.io.contract import envelope
 from fleetopt.optimizer.io.output import write_json
 from fleetopt.optimizer.report import FORMATS, Output
 
@@ -60,9 +61,10 @@ def _render(out: Output, listing: dict) -> None:
 
 
 def list_catalog(kind: str | None) -> dict:
-    """The ``--json`` document of ``catalog list``: ``command``, ``kinds`` and the listing."""
+    """The ``--json`` document of ``catalog list`` (:class:`fleetopt.optimizer.io.contract.CatalogDocument`): the
+    envelope, ``kinds`` and the listing."""
     kinds = CATALOG_KINDS if kind is None else (kind,)
-    return {"command": "catalog list", "kinds": list(kinds), **catalog_listing(kinds)}
+    return {**envelope("catalog list", None), "kinds": list(kinds), **catalog_listing(kinds)}
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})

@@ -23,6 +23,7 @@ from fleetopt.models.power import ActivityPower
 from fleetopt.optimizer.errors import FleetoptError
 from fleetopt.optimizer.io.measurements import (build_profile, fit_measurements, profile_document, read_measurements,
                                                 write_profile_file)
+from fleetopt.optimizer.io.contract import envelope
 from fleetopt.optimizer.io.output import write_json
 from fleetopt.optimizer.report import console
 
@@ -53,7 +54,8 @@ def _guard(fn):
 
 
 def fit_report(fit: ProfileFit, document: dict) -> dict:
-    """The ``--json`` document: the profile file's content, the coefficients, every point and the summaries."""
+    """The ``--json`` document (:class:`fleetopt.optimizer.io.contract.ProfileFitDocument`): the envelope, the
+    coefficients, every point, the summaries and the profile file's content."""
     it = fit.iteration
     points = []
     for p in fit.points:
@@ -64,6 +66,7 @@ def fit_report(fit: ProfileFit, document: dict) -> dict:
         points.append(row)
     power = fit.power
     return {
+        **envelope("profile fit", None),
         "coefficients": {"W_s": it.W_s, "h_s_per_token": it.h_s_per_token,
                          "H_s": it.h_s_per_token * document["latency"]["calibration_ctx_tokens"],
                          "calibration_ctx_tokens": document["latency"]["calibration_ctx_tokens"],

@@ -338,7 +338,21 @@ def _resolve(data: dict, path: Path | None, problems: Problems) -> Instance | No
     )
 
 
-def instance_from_dict(data: Mapping, path: str | Path | None = None, overrides: Sequence[str] = ()) -> Instance:
+def _printable(text: str) -> str:
+    """``text`` with every unprintable character escaped (``\\n``, ``\\x1f``), so a problem stays one line."""
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in str(text))
+
+
+class _OneLineProblems(Problems):
+    """:class:`Problems` whose lines stay one line whatever keys and values a file holds (a key ``"a\\nb"`` is
+    shown escaped)."""
+
+    def add(self, field: str, message: str) -> None:
+        super().add(_printable(field), _printable(message))
+
+
+def instance_from_dict(data: Mapping, path: str | Path | None = None, overrides: Sequence[str] = (), *,
+                       label: str | None = None) -> Instance:
     """Validate and resolve an instance given as a mapping (e.g. from a notebook).
 
     Parameters
@@ -351,6 +365,8 @@ def instance_from_dict(data: Mapping, path: str | Path | None = None, overrides:
     overrides : sequence of str
         ``PATH=VALUE`` strings applied before validation (see :func:`apply_overrides`); kept, in order, as
         ``Instance.overrides``.
+    label : str, optional
+        What error lines name as the file when ``path`` is None (e.g. ``<dict>`` for a notebook's mapping).
 
     Returns
     -------
@@ -361,7 +377,7 @@ def instance_from_dict(data: Mapping, path: str | Path | None = None, overrides:
     InstanceError
         With every problem found, one line each.
     """
-    problems = Problems(path)
+    problems = _OneLineProblems(path if path is not None else label)
     path = None if path is None else Path(path)
     if not isinstance(data, Mapping):
         problems.add("", f"the top level must be a mapping of keys ({allowed_keys(())}); got {show_value(data)}")
@@ -397,7 +413,7 @@ def load_instance(path: str | Path, overrides: Sequence[str] = ()) -> Instance:
     --------
     instance_from_dict : the same from an already parsed mapping.
     """
-    problems = Problems(path)
+    problems = _OneLineProblems(path)
     data = read_instance_file(Path(path), problems)
     problems.raise_if_any()
     if data is None:

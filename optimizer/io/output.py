@@ -9,6 +9,12 @@ import sys
 import tempfile
 from pathlib import Path
 
+FORMATS = ("table", "plain", "markdown", "csv")
+"""Values of every command's ``--format``: ``table`` (boxed; a table wider than the terminal is split into
+column groups that each repeat the row's key, or stacked one row per block when even that does not fit: a cell is
+never cut), ``plain`` (aligned columns, no box, colour or markup, never wrapped), ``markdown`` (pipe tables) and
+``csv`` (one CSV block per table, its title and every prose line as a ``#`` comment line)."""
+
 __all__ = ["to_jsonable", "write_json"]
 
 

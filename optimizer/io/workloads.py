@@ -73,18 +73,23 @@ class _UniqueKeyLoader(yaml.SafeLoader):
         seen = set()
         for key_node, _ in node.value:
             key = self.construct_object(key_node, deep=deep)
-            if isinstance(key, (str, int, float, bool)) and key in seen:
-                raise yaml.constructor.ConstructorError(
-                    None, None, f"duplicate key {key!r}", key_node.start_mark)
-            seen.add(key)
+            if isinstance(key, (str, int, float, bool)):
+                if key in seen:
+                    raise yaml.constructor.ConstructorError(
+                        None, None, f"duplicate key {key!r}", key_node.start_mark)
+                seen.add(key)  # a list or mapping key is not hashable: the base class rejects it
         return super().construct_mapping(node, deep=deep)
 
 
 def _yaml_message(err: yaml.YAMLError) -> str:
+    """One line: where and what (a reader error, e.g. a control character, has no mark but a byte position)."""
     mark = getattr(err, "problem_mark", None)
     where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
-    what = getattr(err, "problem", None) or str(err)
-    return f"YAML syntax error{where}: {what}; fix the file so it parses as YAML"
+    if isinstance(err, yaml.reader.ReaderError):
+        where, what = f" at character {err.position}", f"unacceptable character {err.character!r}"
+    else:
+        what = getattr(err, "problem", None) or str(err)
+    return f"YAML syntax error{where}: {' '.join(str(what).split())}; fix the file so it parses as YAML"
 
 
 def _parse_text(text: str, suffix: str) -> tuple[Any, str | None]:
@@ -94,11 +99,17 @@ def _parse_text(text: str, suffix: str) -> tuple[Any, str | None]:
             return yaml.load(text, Loader=_UniqueKeyLoader), None
         except yaml.YAMLError as err:
             return None, _yaml_message(err)
+        except (ValueError, TypeError, OverflowError) as err:  # a scalar YAML cannot build, e.g. 2024-02-30
+            return None, f"YAML value error: {' '.join(str(err).split())}; fix the file so it parses as YAML"
+        except RecursionError:
+            return None, "YAML nested too deeply to read; fix the file so it parses as YAML"
     if suffix == ".json":
         try:
             return json.loads(text), None
         except json.JSONDecodeError as err:
             return None, f"JSON syntax error at {_json_position(err)}; fix the file so it parses as JSON"
+        except RecursionError:
+            return None, "JSON nested too deeply to read; fix the file so it parses as JSON"
     try:
         return tomllib.loads(text), None
     except tomllib.TOMLDecodeError as err:

@@ -20,7 +20,9 @@ reason; dominated choices are pruned (:func:`prune_dominated`).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -34,11 +36,45 @@ from fleetopt.models.units import MS_PER_S, P99_TAIL
 
 from fleetopt.optimizer.io.instance import Instance
 
-__all__ = ["Candidates", "Dropped", "WindowCut", "generate_candidates", "prune_dominated", "restrict", "least_counts",
+__all__ = ["Candidates", "Deadline", "Dropped", "WindowCut", "generate_candidates", "prune_dominated", "restrict", "least_counts",
            "batch_caps", "pool_counts", "fleet_counts"]
 
 MAX_EXTRA_COUNTS = 64
 """Fleet scope: at most this many replica counts above the utilisation floor per candidate."""
+
+
+@dataclass(frozen=True)
+class Deadline:
+    """The instant, on ``clock``, by which a solve must stop (``SolveOptions.time_limit_s`` after it started).
+
+    Candidate building checks it before sizing each GPU option (:func:`generate_candidates`); the MIP gets
+    what is left (:meth:`remaining_s`). ``clock`` returns seconds (default :func:`time.perf_counter`); a test
+    passes a fake one.
+
+    Examples
+    --------
+    >>> ticks = iter([0.0, 1.0, 2.0])
+    >>> d = Deadline.after(1.5, clock=lambda: next(ticks))   # started at 0.0: due at 1.5
+    >>> d.passed(), d.passed()                              # read at 1.0, then at 2.0
+    (False, True)
+    """
+
+    at_s: float
+    clock: Callable[[], float] = field(default=time.perf_counter, repr=False, compare=False)
+
+    @classmethod
+    def after(cls, seconds: float | None, clock: Callable[[], float] = time.perf_counter) -> "Deadline | None":
+        """The deadline ``seconds`` from now on ``clock``; None when ``seconds`` is None or inf (no limit)."""
+        if seconds is None or seconds == float("inf"):
+            return None
+        return cls(clock() + float(seconds), clock)
+
+    def passed(self) -> bool:
+        return self.clock() >= self.at_s
+
+    def remaining_s(self) -> float:
+        """Seconds left (0 once passed)."""
+        return max(self.at_s - self.clock(), 0.0)
 
 
 @dataclass(frozen=True)
@@ -89,6 +125,10 @@ class Candidates:
     """:math:`N^*_p`: the least replica count the analytic model offers the pool, before availability inflation
     (pool scope: the SLO minimum; fleet scope: the utilisation floor :math:`N_\\rho`)."""
     gammas: tuple[float, ...] = (1.0,)
+    unsized_gpus: tuple[str, ...] = ()
+    """GPU options left unsized because the solve's :class:`Deadline` passed while candidates were built (empty:
+    every option was sized). Non-empty: the candidates are a subset, so a plan among them is not proven optimal
+    and infeasibility among them proves nothing."""
 
     @property
     def from_node(self) -> np.ndarray:
@@ -124,12 +164,18 @@ class Candidates:
         choice_fields = {f: getattr(self, f)[keep] for f in ("choice_replicas", "choice_gpus", "choice_cost_per_hr",
                                                              "choice_power_w", "choice_miss_rate")}
         return Candidates(self.boundaries, self.gpu_names, choice_pool=renumber[self.choice_pool[keep]],
-                          dropped=self.dropped, generated=self.generated, gammas=self.gammas, **pool_fields,
+                          dropped=self.dropped, generated=self.generated, gammas=self.gammas,
+                          unsized_gpus=self.unsized_gpus, **pool_fields,
                           **choice_fields)
 
 
-def generate_candidates(instance: Instance) -> Candidates:
-    """Size every (segment, GPU option, compression states, batch cap) candidate of the instance."""
+def generate_candidates(instance: Instance, deadline: Deadline | None = None) -> Candidates:
+    """Size every (segment, GPU option, compression states, batch cap) candidate of the instance.
+
+    With a ``deadline``, it is checked before each GPU option is sized; once it has passed, the remaining
+    options are left out and named in ``Candidates.unsized_gpus`` (``generated`` counts the rows of the options
+    sized only).
+    """
     from fleetopt.models.segments import segment_basis
 
     w = instance.workload
@@ -140,19 +186,27 @@ def generate_candidates(instance: Instance) -> Candidates:
     grid = grid[grid <= b[-1]]
     pools, choices, dropped = _Columns(), _Columns(), []
     bases: dict[int, object] = {}
+    unsized: list[str] = []
     for g_idx, opt in enumerate(instance.gpus):
+        if unsized or (deadline is not None and deadline.passed()):
+            unsized.append(opt.name)
+            continue
         chunk = opt.profile.chunk_tokens
         if chunk not in bases:
             bases[chunk] = segment_basis(w.lengths, grid, chunk, w.input_fraction)
         raw = _traffic(instance, bases[chunk], grid, b, gammas, rows, chunk)
         _size_option(instance, g_idx, opt, raw, b, rows, pools, choices, dropped)
-    P, C = pools.arrays(), choices.arrays()
+    empty = np.zeros(0)  # no option sized (the deadline passed first), or none with a feasible candidate
+    P = {k: empty for k in ("i", "j", "gpu", "arrival_rate", "output_tok_per_s", "state_in", "state_out", "cap",
+                            "load_erlangs", "min_replicas")} | pools.arrays()
+    C = {k: empty for k in ("pool", "replicas", "gpus", "cost", "power", "miss")} | choices.arrays()
     return Candidates(b, tuple(g.name for g in instance.gpus), P["i"].astype(np.int64), P["j"].astype(np.int64),
                       P["gpu"].astype(np.int64), P["arrival_rate"], P["output_tok_per_s"],
                       C["pool"].astype(np.int64), C["replicas"].astype(np.int64), C["gpus"].astype(np.int64),
-                      C["cost"], C["power"], C["miss"], tuple(dropped), len(rows[0]) * len(instance.gpus),
+                      C["cost"], C["power"], C["miss"], tuple(dropped),
+                      len(rows[0]) * (len(instance.gpus) - len(unsized)),
                       P["state_in"].astype(np.int64), P["state_out"].astype(np.int64), P["cap"].astype(np.int64),
-                      P["load_erlangs"], P["min_replicas"].astype(np.int64), gammas)
+                      P["load_erlangs"], P["min_replicas"].astype(np.int64), gammas, tuple(unsized))
 
 
 def _candidate_rows(b: np.ndarray, gammas: tuple[float, ...]):
@@ -454,7 +508,7 @@ def restrict(c: Candidates, instance: Instance, min_replicas: dict, forbidden: s
         power[ch] = low * float(curve.power_w(min(c.load_erlangs[p] / low, c.cap[p])))
     raised = Candidates(c.boundaries, c.gpu_names, c.i, c.j, c.gpu, c.arrival_rate, c.output_tok_per_s, c.choice_pool,
                         replicas, gpus, cost, power, c.choice_miss_rate, c.dropped, c.generated, c.state_in,
-                        c.state_out, c.cap, c.load_erlangs, c.min_replicas_analytic, c.gammas)
+                        c.state_out, c.cap, c.load_erlangs, c.min_replicas_analytic, c.gammas, c.unsized_gpus)
     return raised.keep_choices(keep)
 
 

@@ -10,7 +10,8 @@ from __future__ import annotations
 import enum
 import numbers
 import time
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from types import MappingProxyType
 
 import numpy as np
@@ -22,7 +23,8 @@ from fleetopt.solvers.oracle import NoFleetError, shortest_fleet
 from fleetopt.solvers.outcome import Termination
 from fleetopt.solvers.problem import FleetProblem
 
-from fleetopt.optimizer.plan.candidates import Candidates, WindowCut, generate_candidates, prune_dominated, restrict
+from fleetopt.optimizer.plan.candidates import (Candidates, Deadline, WindowCut, generate_candidates, prune_dominated,
+                                                restrict)
 from fleetopt.optimizer.plan.evaluate import baseline, evaluate_plans
 from fleetopt.optimizer.errors import (InfeasibleError, InstanceError, SolveInterruptedError, SolverError,
                                        SolverLimitError)
@@ -30,10 +32,16 @@ from fleetopt.optimizer.io.instance import Instance
 from fleetopt.optimizer.plan.split_candidates import SplitRouting
 
 __all__ = ["SolveOptions", "SolveStatus", "STATUS", "Plan", "SolveReport", "SplitRouting", "WindowCut",
-           "build_problem", "solve_instance", "require_plan", "METHODS"]
+           "build_problem", "solve_instance", "require_plan", "METHODS", "MIP_FLOOR_S", "POOL_COLUMNS", "pool_row",
+           "table_frame", "table_html", "FRAMES_EXTRA"]
 
 METHODS = ("auto", "mip", "oracle")
 """Values of :attr:`SolveOptions.method`."""
+
+MIP_FLOOR_S = 0.05
+"""Least time limit handed to the MIP when ``time_limit_s`` is (nearly) spent by candidate building: enough for
+HiGHS's presolve and first heuristics to find an incumbent among the candidates built, so a time-limited solve
+overruns its limit by at most about this much plus the model build and the plans' re-evaluation."""
 
 
 class SolveStatus(enum.StrEnum):
@@ -115,7 +123,9 @@ class SolveOptions:
     top: int = 1
     """Distinct fleets to return, best first (an integer >= 1)."""
     time_limit_s: float | None = None
-    """Solver time limit (> 0; None or inf: none)."""
+    """Wall-time limit of the whole solve in seconds (> 0; None or inf: none): candidate building stops at it
+    (``Candidates.unsized_gpus``), the MIP gets what is left (at least :data:`MIP_FLOOR_S`), and the LP bound and
+    the baseline are skipped once it has passed."""
     mip_gap: float = 0.0
     """Relative MIP gap at which HiGHS stops, :math:`|ub - lb| / |ub|` (0 to 1)."""
     threads: int | None = None
@@ -134,6 +144,8 @@ class SolveOptions:
     compute_baseline: bool = True
     """Evaluate the homogeneous baseline for the report (a sweep of many scenarios that never shows it skips it:
     about 40 % of a small solve)."""
+    clock: Callable[[], float] = field(default=time.perf_counter, repr=False, compare=False)
+    """The clock ``time_limit_s`` is measured on (seconds; a test passes a fake one)."""
 
     def __post_init__(self) -> None:
         problems = []
@@ -193,6 +205,23 @@ class SolveReport:
     def best(self) -> Plan | None:
         return self.plans[0] if self.plans else None
 
+    def rows(self) -> list[dict]:
+        """One row per pool of every plan (``rank`` first), the analytic figures of :data:`POOL_COLUMNS`."""
+        return [{"rank": p.rank, **pool_row(pool)} for p in self.plans for pool in p.fleet.pools]
+
+    def to_frame(self):
+        """:meth:`rows` as a ``pandas.DataFrame`` (the optional extra ``fleetopt[frames]``)."""
+        return table_frame(self.rows(), ["rank", *POOL_COLUMNS])
+
+    def _repr_html_(self) -> str:
+        gap = "-" if self.mip_gap is None else f"{self.mip_gap:.2%}"
+        best = self.best
+        head = (f"{self.instance.name}: {self.status} ({self.method}, {self.solver}; gap {gap}; "
+                f"{self.solve_seconds:.2f} s)")
+        if best is not None:
+            head += f"; plan 1: ${best.fleet.cost_per_hr:,.2f}/hr, {best.fleet.power_kw:,.1f} kW (analytic)"
+        return table_html(head, self.rows(), ["rank", *POOL_COLUMNS], self.explanation)
+
 
 def build_problem(instance: Instance, c: Candidates) -> FleetProblem:
     """The MIP input of an instance's (pruned) candidates and their replica choices."""
@@ -233,7 +262,8 @@ def solve_instance(instance: Instance, options: SolveOptions = SolveOptions()) -
     if instance.pools.routing == "split":
         return _solve_split(instance, options)
     t0 = time.perf_counter()
-    allc = generate_candidates(instance)
+    deadline = Deadline.after(options.time_limit_s, options.clock)
+    allc = generate_candidates(instance, deadline)
     if options.has_cuts:
         allc = restrict(allc, instance, dict(options.min_replicas), set(options.forbidden), options.window_cuts)
     cands = _prune(instance, allc, options.top)
@@ -242,33 +272,58 @@ def solve_instance(instance: Instance, options: SolveOptions = SolveOptions()) -
         raise InstanceError("--method: the graph oracle solves only instances without inventory, budget, power "
                             "or GPU-count limits, with --top 1; use --method mip or auto")
     use_oracle = options.method == "oracle" or (options.method == "auto" and problem.separable and options.top == 1)
+    cut = bool(allc.unsized_gpus)
     if use_oracle:
         result = _oracle(problem)
     else:
-        result = solve_mip(problem, top=options.top, time_limit_s=options.time_limit_s, mip_gap=options.mip_gap,
-                           threads=options.threads, verbose=options.verbose)
+        result = solve_mip(problem, top=options.top, time_limit_s=_mip_time_limit_s(deadline),
+                           mip_gap=options.mip_gap, threads=options.threads, verbose=options.verbose)
     plans = tuple(Plan(k + 1, s.objective, evaluate_plans(instance, _pool_plans(instance, cands, s.choices)))
                   for k, s in enumerate(result.solutions))
+    late = deadline is not None and deadline.passed()
     root = None
-    if not use_oracle and plans:
+    if not use_oracle and plans and not cut and not late:
         from fleetopt.solvers.mip import lp_bound
 
         root = lp_bound(problem)
     status = STATUS[result.termination]
     explanation = ""
-    if not plans:
+    if cut:  # a subset of the candidates: neither its optimum nor its infeasibility says anything about the whole
+        status = SolveStatus.TIME_LIMIT
+        explanation = _cut_note(instance, allc, options.time_limit_s, bool(plans))
+    elif not plans:
         from fleetopt.optimizer.plan.explain import explain_infeasible, explain_stop
 
         explanation = (explain_infeasible(instance, allc, problem, result) if status is SolveStatus.INFEASIBLE
                        else explain_stop(result))
+    skip_baseline = late and options.compute_baseline
+    if skip_baseline:
+        explanation = "; ".join(x for x in (explanation, f"the {options.time_limit_s:g} s time limit had passed: "
+                                            "the homogeneous baseline was not computed") if x)
     return SolveReport(
         instance=instance, status=status, method="oracle" if use_oracle else "mip", plans=plans,
-        baseline=baseline(instance) if options.compute_baseline else None, explanation=explanation, solve_seconds=time.perf_counter() - t0,
-        mip_gap=result.rel_gap, bound=result.bound, solver=result.solver,
+        baseline=baseline(instance) if options.compute_baseline and not skip_baseline else None,
+        explanation=explanation, solve_seconds=time.perf_counter() - t0,
+        mip_gap=None if cut else result.rel_gap, bound=None if cut else result.bound, solver=result.solver,
         candidates_generated=allc.generated, candidates_feasible=len(allc), candidates_after_pruning=len(cands),
         dropped_reasons=tuple(f"{d.lo_tokens:,}-{d.hi_tokens:,} on {d.gpu}: {d.reason}" for d in allc.dropped),
         lp_bound=root,
     )
+
+
+def _mip_time_limit_s(deadline: Deadline | None) -> float | None:
+    """The MIP's share of the solve's time limit: what is left of it, at least :data:`MIP_FLOOR_S`."""
+    return None if deadline is None else max(deadline.remaining_s(), MIP_FLOOR_S)
+
+
+def _cut_note(instance: Instance, c: Candidates, time_limit_s: float, found: bool) -> str:
+    """The explanation of a solve whose candidate building the time limit cut short."""
+    sized = len(instance.gpus) - len(c.unsized_gpus)
+    head = (f"time limit: the {time_limit_s:g} s limit passed while candidates were built; {sized} of "
+            f"{len(instance.gpus)} GPU options sized, not sized: {', '.join(c.unsized_gpus)}")
+    if found:
+        return head + "; the plan is the best among the candidates built, with no bound on the full problem"
+    return head + "; no plan among the candidates built, and the instance may still be feasible; raise --time-limit"
 
 
 def _solve_split(instance: Instance, options: SolveOptions) -> SolveReport:
@@ -280,11 +335,12 @@ def _solve_split(instance: Instance, options: SolveOptions) -> SolveReport:
     if options.method == "oracle":
         raise InstanceError("--method: the graph oracle solves length routing only; split routing needs the MIP")
     t0 = time.perf_counter()
+    deadline = Deadline.after(options.time_limit_s, options.clock)
     model = build_split_problem(instance)
     if options.has_cuts:
         model = restrict_split(model, instance, dict(options.min_replicas), set(options.forbidden),
                                options.window_cuts)
-    result, plans = solve_split(model.problem, top=options.top, time_limit_s=options.time_limit_s,
+    result, plans = solve_split(model.problem, top=options.top, time_limit_s=_mip_time_limit_s(deadline),
                                 mip_gap=options.mip_gap, threads=options.threads, verbose=options.verbose)
     decoded = tuple(Plan(k + 1, p.objective, *decode_split_plan(instance, model, p.choices, p.link_rate))
                     for k, p in enumerate(plans))
@@ -351,3 +407,60 @@ def _pool_plans(instance: Instance, c: Candidates, choices) -> list[PoolPlan]:
         out.append(PoolPlan(int(b[c.i[p]]), int(b[c.j[p]]), opt.name, opt.profile, int(c.choice_replicas[ch]),
                             opt.availability, c.gammas[c.state_out[p]], int(c.cap[p])))
     return out
+
+
+# --------------------------------------------------------------------------------------------
+# Notebook views of the reports (tables as pandas frames and HTML)
+# --------------------------------------------------------------------------------------------
+
+POOL_COLUMNS = ("min_tokens", "max_tokens", "gpu", "replicas", "gpus", "arrival_rate", "utilization", "ttft_p99_ms",
+                "power_w", "cost_per_hr", "slo_met")
+"""The analytic pool figures a notebook table shows (names and units as in the JSON contract: req/s, ms, W, $/hr)."""
+
+FRAMES_EXTRA = "frames"
+"""The optional extra that brings pandas: ``pip install "fleetopt[frames]"``."""
+
+
+def pool_row(pool) -> dict:
+    """The :data:`POOL_COLUMNS` of one analytic pool (``fleetopt.models.fleet.PoolResult``)."""
+    return {k: getattr(pool, k) for k in POOL_COLUMNS}
+
+
+def table_frame(rows: list[dict], columns):
+    """``rows`` as a ``pandas.DataFrame`` with ``columns`` in order (pandas is imported here, on first use).
+
+    Raises
+    ------
+    ImportError
+        When pandas is not installed; the message names the extra that installs it.
+    """
+    try:
+        import pandas
+    except ImportError as err:
+        raise ImportError(f"to_frame() needs pandas: pip install \"fleetopt[{FRAMES_EXTRA}]\" "
+                          f"(the optional extra {FRAMES_EXTRA!r})") from err
+    return pandas.DataFrame(rows, columns=list(columns))
+
+
+def _cell(value) -> str:
+    import html
+
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, float):
+        return "-" if value != value else f"{value:,.4g}" if abs(value) < 1e4 else f"{value:,.0f}"
+    if isinstance(value, int):
+        return f"{value:,}"
+    return html.escape(str(value))
+
+
+def table_html(caption: str, rows: list[dict], columns, note: str = "") -> str:
+    """A self-contained HTML table (no scripts, styles or links): ``caption``, a header of ``columns``, one line
+    per row, then ``note`` (escaped) when given."""
+    import html
+
+    head = "".join(f"<th>{html.escape(str(c))}</th>" for c in columns)
+    body = "".join("<tr>" + "".join(f"<td>{_cell(r.get(c))}</td>" for c in columns) + "</tr>" for r in rows)
+    tail = f"<p>{html.escape(note)}</p>" if note else ""
+    return (f"<div><table><caption>{html.escape(caption)}</caption><thead><tr>{head}</tr></thead>"
+            f"<tbody>{body}</tbody></table>{tail}</div>")

@@ -55,10 +55,13 @@ from dataclasses import asdict, dataclass, fields, replace
 
 import numpy as np
 
-from fleetopt.models.fleet import FleetResult
+from typing import TYPE_CHECKING
+
 from fleetopt.solvers.des.arrivals import DEFAULT_MEAN_DWELL_S
 from fleetopt.solvers.des.state import MODES, SimPool
-from fleetopt.solvers.des.routing import LiveRouter
+
+if TYPE_CHECKING:                                 # the CLI imports this module at start-up: keep it light
+    from fleetopt.models.fleet import FleetResult
 
 from fleetopt.optimizer.errors import InstanceError
 
@@ -346,6 +349,8 @@ class DownPoolsRouter:
         self.router = router
         self.pool_names = router.pool_names
         self._down = np.array([x in set(down) for x in router.pool_names] + [False])
+        from fleetopt.solvers.des.routing import LiveRouter
+
         if isinstance(router, LiveRouter):      # spillover never spills into a pool that is down
             self.spill_to = tuple(-1 if t < 0 or self._down[t] else t for t in router.spill_to)
             self.spill_bound = router.spill_bound

@@ -11,7 +11,7 @@ miss) is in the docstring of :mod:`fleetopt.optimizer.simulation.simulate`.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -22,7 +22,7 @@ from fleetopt.solvers.des.metrics import Estimate, batch_means_ci, percentile, q
 from fleetopt.optimizer.io.instance import Instance
 from fleetopt.optimizer.simulation.options import SimOptions
 
-__all__ = ["CONFIDENCE", "N_BATCHES", "MIN_POOL_REQUESTS", "ANALYTIC_POOL_KEYS", "Latency", "SimPoolReport", "SimReport", "Replication",
+__all__ = ["CONFIDENCE", "N_BATCHES", "MIN_POOL_REQUESTS", "ANALYTIC_POOL_KEYS", "Latency", "SimPoolReport", "SimReport", "RequestLatencies", "Replication",
            "p99_estimate", "build_report"]
 
 CONFIDENCE = 0.95
@@ -135,9 +135,19 @@ class SimPoolReport(_Measured):
     slo_met = property(lambda self: self.analytic.slo_met)
 
     def to_json(self) -> dict:
+        """The pool's contract (:class:`fleetopt.optimizer.io.contract.SimulatedPool`): its ``analytic`` and
+        ``simulated`` figures; the flat keys are the deprecated 1.0 aliases (analytic, ``*_sim`` simulated)."""
+        from fleetopt.optimizer.io.contract import pool_analytic, pool_simulated
+
         a = self.analytic
+        simulated = pool_simulated(
+            requests=self.requests, too_few_requests=self.too_few_requests, arrival_rate=self.arrival_rate_sim,
+            utilization=self.utilization_sim, ttft_p99_ms=self.ttft_p99_ms_sim, ttft_p99_ci_ms=self.ttft_p99_ci_ms,
+            tpot_p99_ms=self.tpot_p99_ms_sim, tpot_p99_ci_ms=self.tpot_p99_ci_ms, mean_batch=self.mean_batch,
+            power_w=self.power_w_sim, slo_attainment=self.slo_attainment, slo_met=self.slo_met_sim)
         return {
             **{k: getattr(a, k) for k in ANALYTIC_POOL_KEYS},
+            "analytic": pool_analytic(a), "simulated": simulated,
             "ttft_p99_ms_sim": self.ttft_p99_ms_sim, "ttft_p99_ci_ms": self.ttft_p99_ci_ms,
             "tpot_p99_ms_sim": self.tpot_p99_ms_sim, "slo_attainment": self.slo_attainment,
             "mean_batch": self.mean_batch, "preemptions": self.preemptions, "replicas_up_mean": self.replicas_up_mean,
@@ -200,6 +210,8 @@ class SimReport(_Measured):
     """``router="split"``: where the router's weights came from, ``"plan"`` (a split plan's own routing, req/s
     per length segment and pool from the split MIP) or ``"shares"`` (per-segment shares over a tiled plan's
     pools; default each segment to its own pool); None for the other routers."""
+    request_latencies: "RequestLatencies | None" = field(default=None, repr=False, compare=False)
+    """The measured requests' latencies, kept only when asked (``keep_requests=True``); :meth:`latencies`."""
 
     seed = property(lambda self: self.options.seed)
     mode = property(lambda self: self.options.mode)
@@ -211,16 +223,27 @@ class SimReport(_Measured):
     dispatch = property(lambda self: self.options.dispatch if self.options.mode == "iteration" else "pool-fcfs")
 
     def to_json(self) -> dict:
-        """The stable JSON contract: the keys of the issue first, then provenance and details."""
+        """The stable JSON contract (:class:`fleetopt.optimizer.io.contract.SimulateDocument`): the envelope,
+        the keys of the issue, then provenance and details. The fleet's figures are in ``analytic`` and
+        ``simulated``; the top-level ones are the deprecated 1.0 aliases of ``simulated``'s."""
+        from fleetopt.optimizer.io.contract import envelope, fleet_analytic, fleet_simulated
+
         a = self.analytic
+        simulated = fleet_simulated(
+            requests_measured=self.requests_measured, ttft_p99_ms=self.ttft_p99_ms,
+            ttft_p99_ci_ms=self.ttft_p99_ci_ms, tpot_p99_ms=self.tpot_p99_ms, tpot_p99_ci_ms=self.tpot_p99_ci_ms,
+            slo_attainment=self.slo_attainment, slo_met=self.slo_met, slo_met_point=self.slo_met_point,
+            utilization=self.utilization_sim, power_kw=self.power_kw,
+            energy_per_output_token_j=self.energy_per_output_token_j)
         return {
+            **envelope("simulate", self.instance_name),
             "requests_simulated": self.requests_simulated, "simulated_seconds": self.simulated_seconds,
             "wall_seconds": self.wall_seconds, "ttft_p99_ms": self.ttft_p99_ms,
             "ttft_p99_ci_ms": self.ttft_p99_ci_ms, "tpot_p99_ms": self.tpot_p99_ms, "slo_met": self.slo_met,
             "slo_attainment": self.slo_attainment, "power_kw": self.power_kw,
             "energy_per_output_token_j": self.energy_per_output_token_j,
             "pools": [p.to_json() for p in self.pools],
-            "instance": self.instance_name, "command": "simulate", "source": _SOURCE,
+            "source": _SOURCE,
             "slo_ttft_p99_ms": self.slo_ttft_p99_ms, "slo_tpot_p99_ms": self.slo_tpot_p99_ms,
             "scope": self.scope, "ttft_model": self.ttft_model, "slo_met_point": self.slo_met_point,
             "tpot_p99_ci_ms": self.tpot_p99_ci_ms, "requests_measured": self.requests_measured,
@@ -237,11 +260,75 @@ class SimReport(_Measured):
             "ci_method": self.ci_method, "stopped_by": self.stopped_by, "precision": self.precision,
             "warmup_s": self.warmup_s, "cooldown_s": self.cooldown_s, "relaxation_s": self.relaxation_s,
             "littles_law_rel_error": self.littles_law_rel_error,
-            "analytic": {"ttft_p99_ms": a.ttft_p99_ms, "power_kw": a.power_kw, "slo_met": a.slo_met,
-                         "feasible": a.feasible, "cost_per_hr": a.cost_per_hr, "total_replicas": a.total_replicas,
-                         "total_gpus": a.total_gpus, "source": "analytic"},
+            "analytic": fleet_analytic(a), "simulated": simulated,
             "notes": list(self.notes),
         }
+
+    def rows(self) -> list[dict]:
+        """One row per pool: the analytic figures next to the simulated ones (ms, W)."""
+        from fleetopt.optimizer.plan.solve import pool_row
+
+        return [{**pool_row(p.analytic), **{k: getattr(p, k) for k in _SIM_COLUMNS}} for p in self.pools]
+
+    def to_frame(self):
+        """:meth:`rows` as a ``pandas.DataFrame`` (the optional extra ``fleetopt[frames]``)."""
+        from fleetopt.optimizer.plan.solve import POOL_COLUMNS, table_frame
+
+        return table_frame(self.rows(), [*POOL_COLUMNS, *_SIM_COLUMNS])
+
+    def _repr_html_(self) -> str:
+        from fleetopt.optimizer.plan.solve import POOL_COLUMNS, table_html
+
+        lo, hi = self.ttft_p99_ci_ms
+        head = (f"{self.instance_name}: simulated P99 TTFT {self.ttft_p99_ms:,.1f} ms (95% CI {lo:,.1f}-{hi:,.1f}), "
+                f"SLO {self.slo_ttft_p99_ms:,.0f} ms {'met' if self.slo_met else 'missed'}; "
+                f"{self.requests_measured:,} requests measured, {self.replications} replication(s), seed {self.seed}")
+        return table_html(head, self.rows(), [*POOL_COLUMNS, *_SIM_COLUMNS])
+
+    def latencies(self) -> dict[str, dict[str, np.ndarray]]:
+        """Per pool (``"MIN-MAX:GPU"``), the measured requests' TTFT and TPOT in ms, for plotting.
+
+        ``ttft_ms`` holds every measured request of the pool (inf: no first token by the horizon); ``tpot_ms``
+        the completed ones with more than one output token. Replications are concatenated in order.
+
+        Raises
+        ------
+        ValueError
+            When the run did not keep them (``simulate(..., keep_requests=True)`` does).
+        """
+        if self.request_latencies is None:
+            raise ValueError("latencies(): the per-request latencies were not kept; simulate with keep_requests=True")
+        return self.request_latencies.by_pool()
+
+
+_SIM_COLUMNS = ("requests", "ttft_p99_ms_sim", "tpot_p99_ms_sim", "slo_attainment", "utilization_sim",
+                "power_w_sim", "slo_met_sim")
+"""The simulated pool figures a notebook table shows next to the analytic ones (ms, W)."""
+
+
+@dataclass(frozen=True, eq=False)
+class RequestLatencies:
+    """Every measured request's pool and latencies, pooled over the replications (seconds inside)."""
+
+    pool_labels: tuple[str, ...]
+    pool: np.ndarray
+    ttft_s: np.ndarray
+    tpot_s: np.ndarray
+
+    @classmethod
+    def from_runs(cls, analytic: FleetResult, runs: list["Replication"]) -> "RequestLatencies":
+        labels = tuple(f"{p.min_tokens}-{p.max_tokens}:{p.gpu}" for p in analytic.pools)
+        return cls(labels, np.concatenate([r.pool for r in runs]), np.concatenate([r.ttft_s for r in runs]),
+                   np.concatenate([r.tpot_s for r in runs]))
+
+    def by_pool(self) -> dict[str, dict[str, np.ndarray]]:
+        """``{label: {"ttft_ms": ..., "tpot_ms": ...}}`` (TPOT without its NaNs)."""
+        out = {}
+        for k, label in enumerate(self.pool_labels):
+            sel = self.pool == k
+            tpot = self.tpot_s[sel]
+            out[label] = {"ttft_ms": self.ttft_s[sel] * MS_PER_S, "tpot_ms": tpot[~np.isnan(tpot)] * MS_PER_S}
+        return out
 
 
 @dataclass(frozen=True, eq=False)

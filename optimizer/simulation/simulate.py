@@ -137,6 +137,7 @@ from fleetopt.optimizer.simulation.records import (
     MIN_POOL_REQUESTS,
     Latency,
     Replication,
+    RequestLatencies,
     SimPoolReport,
     SimReport,
     build_report,
@@ -219,7 +220,7 @@ class _RunSpec:
 
 def simulate_plan(instance: Instance, pools: list[PoolPlan], options: SimOptions = SimOptions(), *,
                   routing: SplitRouting | None = None, split_shares=None,
-                  progress: Callable[[int, int], None] | None = None) -> SimReport:
+                  progress: Callable[[int, int], None] | None = None, keep_requests: bool = False) -> SimReport:
     """Simulate a fleet plan and report simulated latencies, SLO attainment and power with 95 % intervals.
 
     Parameters
@@ -268,6 +269,9 @@ def simulate_plan(instance: Instance, pools: list[PoolPlan], options: SimOptions
         ``routing`` it is indexed by this call's pools, so it is an argument, not a setting.
     progress : callable or None
         ``progress(done_requests, planned_requests)`` after each replication.
+    keep_requests : bool
+        Keep every measured request's pool, TTFT and TPOT in the report (``SimReport.latencies()``, for
+        plotting); off by default, as they take memory in proportion to the requests.
 
     Returns
     -------
@@ -323,10 +327,13 @@ def simulate_plan(instance: Instance, pools: list[PoolPlan], options: SimOptions
             planned = done[0] + R * n_rep
             continue
         break
-    return build_report(instance, analytic, runs, fleet, options, replications=R, stopped_by=stop,
-                        requests_simulated=R * n_rep, relaxation_s=relax_s,
-                        routing_source=None if options.router != "split" else "shares" if routing is None else "plan",
-                        wall_s=time.perf_counter() - t0)
+    report = build_report(instance, analytic, runs, fleet, options, replications=R, stopped_by=stop,
+                          requests_simulated=R * n_rep, relaxation_s=relax_s,
+                          routing_source=None if options.router != "split" else "shares" if routing is None else "plan",
+                          wall_s=time.perf_counter() - t0)
+    if keep_requests:
+        report = replace(report, request_latencies=RequestLatencies.from_runs(analytic, runs))
+    return report
 
 
 def _precise(instance: Instance, analytic: FleetResult, runs: list[Replication], fleet, precision: float) -> bool:

@@ -93,7 +93,7 @@ from fleetopt.optimizer.workflows.headroom import fixed_pools
 __all__ = ["SCHEMA_VERSION", "DEFAULT_DEPTHS_PCT", "WARMUP_RELAXATIONS", "WARMUP_MIN_S", "TAIL_SLOS", "APPROXIMATION",
            "PoolDepth", "DepthRow", "GridFlex", "cap_under", "parse_depths", "event_replication", "gridflex"]
 
-SCHEMA_VERSION = 1
+from fleetopt.optimizer.io.contract import SCHEMA_VERSION  # noqa: E402 (one contract version)
 """Version of the JSON contract of :meth:`GridFlex.to_json`."""
 DEFAULT_DEPTHS_PCT = tuple(range(0, 55, 5))
 """Depths of ``--depths`` by default, in % of the uncurtailed power: 0, 5, ..., 50."""

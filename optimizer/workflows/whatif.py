@@ -70,7 +70,7 @@ __all__ = ["SCHEMA_VERSION", "MAX_SCENARIOS", "LIMIT_TOLERANCE", "RECORD_KEYS", 
            "parse_sweep", "split_values", "build_scenarios", "solve_scenario", "binding", "deltas", "run_whatif",
            "log_header", "bench_whatif_sweep", "BASE_KEY"]
 
-SCHEMA_VERSION = 1
+from fleetopt.optimizer.io.contract import SCHEMA_VERSION  # noqa: E402 (one contract version)
 """Version of the JSON contract of :meth:`WhatIf.to_json` and of the JSONL records."""
 MAX_SCENARIOS = 100_000
 """Largest grid ``--sweep`` may span."""

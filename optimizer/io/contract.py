@@ -1,0 +1,682 @@
+"""The JSON contract of every ``fleetopt`` command, defined once as pydantic models.
+
+Every document a command writes with ``--json FILE|-`` carries the envelope :class:`Document`:
+``schema_version`` (:data:`SCHEMA_VERSION`), ``command`` (the document's kind, e.g. ``"solve"``,
+``"tpw --rho-sweep"``) and ``instance`` (the instance's name; null for a command without one: ``tpw`` context
+sweep, ``bench``, ``profile fit``, ``catalog list``). The models below list the keys a consumer may rely on and
+their types; a document may hold more keys (``extra="allow"``), which are details, not contract.
+
+Figures and where they come from
+--------------------------------
+A pool's or fleet's figures sit in explicit sub-objects: ``analytic`` (:class:`PoolAnalytic`,
+:class:`FleetAnalytic`: the queueing model) and ``simulated`` (:class:`PoolSimulated`, :class:`FleetSimulated`:
+the discrete-event simulation, pooled over replications, with 95 % intervals; null when nothing was simulated).
+The flat figure keys of schema 1.0 (``pools[].ttft_p99_ms`` analytic, ``pools[].ttft_p99_ms_sim`` simulated,
+and ``simulate``'s top-level ``ttft_p99_ms`` simulated) are kept in 2.0 as deprecated aliases (``docs/json.md``).
+
+Units: ms for latencies, W for a pool's power, kW for a fleet's, $/hr for cost, req/s for ``arrival_rate``.
+A figure is a JSON number, or null where it is infinite (an unstable queue) or undefined (no measured request).
+
+:func:`schema_for` gives the JSON Schema (``fleetopt schema [COMMAND]``); :func:`validate_document` checks a
+document against its model (strict types: an integer field rejects 3.0, a boolean rejects 1).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Annotated, Any, Literal, Union
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+
+from fleetopt.models.fleet import FleetResult, PoolResult
+
+__all__ = ["SCHEMA_VERSION", "Document", "PoolAnalytic", "PoolSimulated", "FleetAnalytic", "FleetSimulated", "Pool",
+           "Fleet", "DOCUMENTS", "COMMANDS", "envelope", "with_envelope", "pool_analytic", "fleet_analytic",
+           "pool_simulated", "fleet_simulated", "document_model", "validate_document", "schema_for",
+           "top_level_fields"]
+
+SCHEMA_VERSION = "2.0"
+"""Version of the JSON contract (``docs/json.md`` has the changelog). 1.0: the documents before this contract
+(the workflow commands wrote ``schema_version: 1``, the others none); 2.0: the envelope on every document,
+``evaluate``'s ``fleets`` list, and the ``analytic`` / ``simulated`` sub-objects."""
+
+Figure = Annotated[float | None, Field(description="null: infinite (an unstable queue) or undefined")]
+Interval = Annotated[list[Figure], Field(min_length=2, max_length=2,
+                                         description="95 % confidence interval [low, high] (high null: unbounded)")]
+
+
+def _deprecated(alias_of: str) -> Any:
+    """A kept 1.0 key: required in 2.0, marked deprecated in the schema, to go in 3.0."""
+    return Field(description=f"deprecated alias of {alias_of} (schema 1.0); removed in 3.0",
+                 json_schema_extra={"deprecated": True})
+
+
+class _Open(BaseModel):
+    """Strict types for the listed keys; more keys are welcome."""
+
+    model_config = ConfigDict(extra="allow", strict=True)
+
+
+class Document(_Open):
+    """The envelope every ``--json`` document carries."""
+
+    schema_version: Literal["2.0"] = Field(description="Version of this contract")
+    command: str = Field(description="The document's kind: the command (and variant) that wrote it")
+    instance: str | None = Field(description="The instance's name; null for a command without an instance")
+
+
+# --------------------------------------------------------------------------------------------
+# Figures: analytic and simulated, per pool and per fleet
+# --------------------------------------------------------------------------------------------
+
+
+class PoolAnalytic(_Open):
+    """A pool's figures from the queueing model (``fleetopt.models``)."""
+
+    source: Literal["analytic"]
+    arrival_rate: float = Field(description="req/s routed to the pool")
+    utilization: Figure
+    ttft_p99_ms: Figure
+    tpot_p99_ms: Figure = Field(description="upper bound: one iteration at the batch cap with full contexts")
+    mean_batch: Figure
+    power_w: Figure
+    slo_met: bool
+
+
+class PoolSimulated(_Open):
+    """A pool's figures measured by the simulation (pooled over replications' measured requests)."""
+
+    source: Literal["simulated"]
+    requests: int = Field(description="measured requests routed to the pool")
+    too_few_requests: bool = Field(description="traffic but too few measured requests for a verdict")
+    arrival_rate: Figure
+    utilization: Figure
+    ttft_p99_ms: Figure
+    ttft_p99_ci_ms: Interval
+    tpot_p99_ms: Figure
+    tpot_p99_ci_ms: Interval
+    mean_batch: Figure
+    power_w: Figure
+    slo_attainment: Figure = Field(description="share of measured requests whose TTFT meets the SLO")
+    slo_met: bool
+
+
+class FleetAnalytic(_Open):
+    """A fleet's figures from the queueing model."""
+
+    source: Literal["analytic"]
+    cost_per_hr: float
+    cost_per_year: float
+    total_replicas: int
+    total_gpus: int
+    power_kw: Figure
+    tok_per_watt: Figure
+    ttft_p99_ms: Figure = Field(description="P99 over all requests (the mixture of the pools)")
+    slo_miss_share: Figure
+    slo_met: bool
+    feasible: bool
+
+
+class FleetSimulated(_Open):
+    """A fleet's figures measured by the simulation."""
+
+    source: Literal["simulated"]
+    requests_measured: int
+    ttft_p99_ms: Figure
+    ttft_p99_ci_ms: Interval
+    tpot_p99_ms: Figure
+    tpot_p99_ci_ms: Interval
+    slo_attainment: Figure
+    slo_met: bool = Field(description="judged on the interval's upper end")
+    slo_met_point: bool = Field(description="judged on the point estimate")
+    utilization: Figure
+    power_kw: Figure
+    energy_per_output_token_j: Figure
+
+
+class Pool(_Open):
+    """One pool of a fleet: its identity and its figures."""
+
+    min_tokens: int
+    max_tokens: int
+    gpu: str
+    replicas: int
+    gpus: int
+    analytic: PoolAnalytic
+    simulated: PoolSimulated | None
+    arrival_rate: float = _deprecated("analytic.arrival_rate")
+    utilization: Figure = _deprecated("analytic.utilization")
+    ttft_p99_ms: Figure = _deprecated("analytic.ttft_p99_ms")
+    power_w: Figure = _deprecated("analytic.power_w")
+    slo_met: bool = _deprecated("analytic.slo_met")
+
+
+class SimulatedPool(Pool):
+    """A pool of ``simulate``: both sub-objects."""
+
+    simulated: PoolSimulated
+    ttft_p99_ms_sim: Figure = _deprecated("simulated.ttft_p99_ms")
+    slo_met_sim: bool = _deprecated("simulated.slo_met")
+
+
+class Fleet(_Open):
+    """An analytically evaluated fleet (``evaluate``'s fleets and baseline, ``solve``'s solutions)."""
+
+    pools: list[Pool]
+    analytic: FleetAnalytic
+    simulated: FleetSimulated | None
+    cost_per_hr: float = _deprecated("analytic.cost_per_hr")
+    total_gpus: int = _deprecated("analytic.total_gpus")
+    power_kw: Figure = _deprecated("analytic.power_kw")
+    ttft_p99_ms: Figure = _deprecated("analytic.ttft_p99_ms")
+    slo_met: bool = _deprecated("analytic.slo_met")
+    feasible: bool = _deprecated("analytic.feasible")
+
+
+# --------------------------------------------------------------------------------------------
+# Builders of the figure sub-objects (the keys above are their only definition)
+# --------------------------------------------------------------------------------------------
+
+
+def _plain(value):
+    """numpy scalars to Python ones, tuples to lists (the models are strict)."""
+    if isinstance(value, tuple):
+        return [_plain(v) for v in value]
+    return value.item() if hasattr(value, "item") and callable(value.item) else value
+
+
+def _dump(model: type[_Open], **values) -> dict:
+    return model.model_validate({k: _plain(v) for k, v in values.items()}).model_dump()
+
+
+def pool_analytic(p: PoolResult) -> dict:
+    """The ``analytic`` sub-object of a pool."""
+    return _dump(PoolAnalytic, source="analytic", arrival_rate=float(p.arrival_rate),
+                 utilization=float(p.utilization), ttft_p99_ms=float(p.ttft_p99_ms),
+                 tpot_p99_ms=float(p.tpot_p99_ms), mean_batch=float(p.mean_batch), power_w=float(p.power_w),
+                 slo_met=bool(p.slo_met))
+
+
+def fleet_analytic(r: FleetResult) -> dict:
+    """The ``analytic`` sub-object of a fleet."""
+    return _dump(FleetAnalytic, source="analytic", cost_per_hr=float(r.cost_per_hr),
+                 cost_per_year=float(r.cost_per_year), total_replicas=int(r.total_replicas),
+                 total_gpus=int(r.total_gpus), power_kw=float(r.power_kw), tok_per_watt=float(r.tok_per_watt),
+                 ttft_p99_ms=float(r.ttft_p99_ms), slo_miss_share=float(r.slo_miss_share), slo_met=bool(r.slo_met),
+                 feasible=bool(r.feasible))
+
+
+def pool_simulated(**values) -> dict:
+    """The ``simulated`` sub-object of a pool (keys of :class:`PoolSimulated` but ``source``)."""
+    return _dump(PoolSimulated, source="simulated", **values)
+
+
+def fleet_simulated(**values) -> dict:
+    """The ``simulated`` sub-object of a fleet (keys of :class:`FleetSimulated` but ``source``)."""
+    return _dump(FleetSimulated, source="simulated", **values)
+
+
+def envelope(command: str, instance: str | None) -> dict:
+    """The envelope keys of a document, in their order."""
+    return {"schema_version": SCHEMA_VERSION, "command": command, "instance": instance}
+
+
+def with_envelope(document: Mapping, command: str, instance: str | None) -> dict:
+    """``document`` with the envelope first (its own ``schema_version``, ``command``, ``instance`` replaced)."""
+    head = envelope(command, instance)
+    return {**head, **{k: v for k, v in document.items() if k not in head}}
+
+
+# --------------------------------------------------------------------------------------------
+# Documents, one per command (and variant)
+# --------------------------------------------------------------------------------------------
+
+
+class _ValidateWorkload(_Open):
+    kind: str
+    source: str
+    arrival_rate: float
+    input_fraction: float | None
+    truncated_share: float
+
+
+class _ValidateSlo(_Open):
+    ttft_p99_ms: float
+    ttft_model: str
+    scope: str
+    tpot_p99_ms: float | None
+
+
+class _ValidateGpu(_Open):
+    name: str
+    profile: str
+    kind: str
+    model: str
+    gpus_per_replica: int
+    cost_per_hr: float
+    n_slots_at_max_context: int
+    max_count: int | None
+    availability: float
+    quality: str
+
+
+class _ValidatePools(_Open):
+    max_pools: int
+    max_context: int
+    routing: str
+    boundaries: list[int]
+
+
+class _ValidateConstraints(_Open):
+    max_utilization: float
+    max_power_kw: float | None
+    max_cost_per_hr: float | None
+    max_total_gpus: int | None
+
+
+class ValidateDocument(Document):
+    """``fleetopt validate``: what the instance asks for."""
+
+    command: Literal["validate"]
+    instance: str
+    name: str
+    workload: _ValidateWorkload
+    slo: _ValidateSlo
+    gpus: list[_ValidateGpu]
+    pools: _ValidatePools
+    constraints: _ValidateConstraints
+    objective: str
+    valid: bool
+    warnings: list[str]
+
+
+class EvaluatedFleet(Fleet):
+    """One fleet given to ``evaluate``, judged against the instance's limits."""
+
+    fleet: str = Field(description="the fleet spec, LO-HI:GPUxN,...")
+    violations: list[str] = Field(description="every instance limit it breaks")
+
+
+class _Baseline(Fleet):
+    violations: list[str]
+
+
+class EvaluateDocument(Document):
+    """``fleetopt evaluate``: every given fleet (always a list) and the homogeneous baseline."""
+
+    command: Literal["evaluate"]
+    instance: str
+    ttft_model: str
+    slo_ttft_p99_ms: float
+    max_utilization: float
+    truncated_share: float
+    fleets: list[EvaluatedFleet] = Field(min_length=1)
+    baseline: _Baseline | None
+
+
+class _Objective(_Open):
+    name: str
+    value: float | None
+    unit: str
+    bound: float | None
+
+
+class _Solution(Fleet):
+    rank: int
+    objective: float
+    fleet: str
+    routing: dict | None
+
+
+class SolveDocument(Document):
+    """``fleetopt solve``: the chosen plan's fleet at top level (null without a plan), every solution."""
+
+    command: Literal["solve"]
+    instance: str
+    overrides: list[str]
+    status: str
+    method: str
+    explanation: str
+    objective: _Objective
+    fleet: str | None
+    routing: dict | None
+    pools: list[Pool] | None
+    analytic: FleetAnalytic | None
+    simulated: FleetSimulated | None
+    baseline: _Baseline | None
+    warnings: list[str]
+    solve_seconds: float
+    mip_gap: float | None
+    slo_ttft_p99_ms: float
+    solutions: list[_Solution]
+    verified: bool | None = Field(description="null without --verify-top")
+    provenance: dict
+
+
+class SimulateDocument(Document):
+    """``fleetopt simulate``: one fleet simulated, next to its analytic figures."""
+
+    command: Literal["simulate"]
+    instance: str
+    pools: list[SimulatedPool]
+    analytic: FleetAnalytic
+    simulated: FleetSimulated
+    slo_ttft_p99_ms: float
+    slo_tpot_p99_ms: float | None
+    requests_simulated: int
+    seed: int
+    replications: int
+    confidence: float
+    options: dict
+    notes: list[str]
+    ttft_p99_ms: Figure = _deprecated("simulated.ttft_p99_ms")
+    ttft_p99_ci_ms: Interval = _deprecated("simulated.ttft_p99_ci_ms")
+    slo_met: bool = _deprecated("simulated.slo_met")
+    power_kw: Figure = _deprecated("simulated.power_kw")
+
+
+class _RouterRun(_Open):
+    router: str
+    slo_met: bool
+    report: SimulateDocument
+
+
+class SimulateRoutersDocument(Document):
+    """``fleetopt simulate --routers``: one simulation per router on the same request stream."""
+
+    command: Literal["simulate --routers"]
+    instance: str
+    fleet: str
+    seed: int
+    stream_sha256: str
+    routers: list[_RouterRun] = Field(min_length=1)
+
+
+class _TpwRow(_Open):
+    profile: str
+    model: str
+    context: int
+    n_slots: int
+    iter_latency_ms: Figure
+    tok_per_s: Figure
+    power_w: Figure
+    tok_per_watt: Figure
+    quality: str
+    source: Literal["analytic"]
+
+
+class TpwDocument(Document):
+    """``fleetopt tpw``: tokens per watt of one replica per context window."""
+
+    command: Literal["tpw"]
+    instance: None
+    rows: list[_TpwRow]
+
+
+class _RhoPoint(_Open):
+    rho: Figure = Field(description="utilisation (null: the pool is unstable now)")
+    power_w: Figure
+    output_tok_per_s: Figure
+    tok_per_watt: Figure
+    usd_per_mtok: Figure
+
+
+class _RhoPool(_Open):
+    pool: str
+    gpu: str
+    replicas: int
+    points: list[_RhoPoint]
+
+
+class RhoSweepDocument(Document):
+    """``fleetopt tpw INSTANCE --fleet SPEC --rho-sweep``: a fleet's pools against utilisation."""
+
+    command: Literal["tpw --rho-sweep"]
+    instance: str
+    fleet: str
+    rhos: list[float]
+    pools: list[_RhoPool]
+    fleet_points: list[_RhoPoint]
+    fleet_now: _RhoPoint
+
+
+class _BenchRow(_Open):
+    name: str
+
+
+class BenchDocument(Document):
+    """``fleetopt bench``: one row per benchmark (medians in s, targets, whether met)."""
+
+    command: Literal["bench"]
+    instance: None
+    machine: dict
+    repeats: int
+    statistic: str
+    benchmarks: list[_BenchRow]
+
+
+class _SplitRow(_Open):
+    boundary_tokens: int
+    share_short: float
+    replicas_short: int
+    replicas_long: int
+    total_gpus: int
+    cost_per_hr: float
+    cost_per_year: float
+    ttft_p99_ms_short: Figure
+    ttft_p99_ms_long: Figure
+    slo_met: bool
+    pareto: bool
+    fleet: str
+
+
+class ParetoDocument(Document):
+    """``fleetopt pareto --split-table``: one two-pool fleet per split boundary."""
+
+    command: Literal["pareto --split-table"]
+    instance: str
+    gpu: str
+    arrival_rate: float
+    slo_ttft_p99_ms: float
+    baseline: dict
+    rows: list[_SplitRow]
+    recommended: int | None
+
+
+class _HeadroomPool(_Open):
+    min_tokens: int
+    max_tokens: int
+    gpu: str
+    replicas: int
+    max_arrival_rate: Figure
+    limited_by: str
+
+
+class HeadroomDocument(Document):
+    """``fleetopt headroom``: the largest arrival rate a fleet carries within its SLO."""
+
+    command: Literal["headroom"]
+    instance: str
+    fleet: str
+    arrival_rate: float
+    slo_ttft_p99_ms: float
+    max_arrival_rate: Figure
+    binding_pool: str | None
+    limited_by: str
+    pools: list[_HeadroomPool]
+
+
+class HeadroomRangeDocument(Document):
+    """``fleetopt headroom --range LO:HI``: where the optimal fleet steps up over a rate range."""
+
+    command: Literal["headroom --range"]
+    instance: str
+    range: list[float] = Field(min_length=2, max_length=2)
+    steps: list[dict]
+    plateaus: list[dict]
+    solved: list[dict]
+
+
+class _Scenario(_Open):
+    index: int
+    key: str
+    overrides: dict
+    status: str
+
+
+class WhatIfDocument(Document):
+    """``fleetopt whatif``: the base solve and one re-solve per scenario of the grid."""
+
+    command: Literal["whatif"]
+    instance: str
+    slo_ttft_p99_ms: float
+    sweeps: list[dict]
+    base: dict
+    scenarios: list[_Scenario]
+
+
+class _Depth(_Open):
+    depth: float
+    power_kw: Figure
+    ttft_p99_ms_analytic: Figure
+    ttft_p99_ms_event: Figure
+    sustained_ok: bool
+    event_ok: bool
+    pools: list[dict]
+
+
+class GridFlexDocument(Document):
+    """``fleetopt gridflex``: the fleet at each power-curtailment depth."""
+
+    command: Literal["gridflex"]
+    instance: str
+    fleet: str
+    depths: list[_Depth]
+    max_safe_depth_sustained: float | None
+    max_safe_depth_event: float | None
+
+
+class ProfileFitDocument(Document):
+    """``fleetopt profile fit``: the fitted coefficients, every point and the profile file's content."""
+
+    command: Literal["profile fit"]
+    instance: None
+    coefficients: dict[str, float]
+    power: dict | None
+    fit: dict
+    summary: dict
+    points: list[dict]
+    profile: dict
+
+
+class CatalogDocument(Document):
+    """``fleetopt catalog list``: what the catalogue holds, with units and provenance."""
+
+    command: Literal["catalog list"]
+    instance: None
+    kinds: list[str] = Field(min_length=1)
+    files: dict[str, str]
+    units: dict
+
+
+DOCUMENTS: dict[str, type[Document]] = {
+    m.model_fields["command"].annotation.__args__[0]: m  # the Literal's one value
+    for m in (ValidateDocument, EvaluateDocument, SolveDocument, SimulateDocument, SimulateRoutersDocument,
+              TpwDocument, RhoSweepDocument, BenchDocument, ParetoDocument, HeadroomDocument, HeadroomRangeDocument,
+              WhatIfDocument, GridFlexDocument, ProfileFitDocument, CatalogDocument)}
+"""Each document kind (its ``command`` value) and its model."""
+
+COMMANDS: dict[str, tuple[str, ...]] = {
+    "validate": ("validate",), "evaluate": ("evaluate",), "solve": ("solve",),
+    "simulate": ("simulate", "simulate --routers"), "tpw": ("tpw", "tpw --rho-sweep"), "bench": ("bench",),
+    "pareto": ("pareto --split-table",), "headroom": ("headroom", "headroom --range"), "whatif": ("whatif",),
+    "gridflex": ("gridflex",), "profile": ("profile fit",), "catalog": ("catalog list",)}
+"""Each command and the document kinds its ``--json`` writes (``export`` writes deployment files, not JSON)."""
+
+
+def document_model(command: str) -> type[Document]:
+    """The model of the document kind ``command`` (a ``command`` value, e.g. ``"tpw --rho-sweep"``).
+
+    Raises
+    ------
+    KeyError
+        When no document has that kind; the message lists the known ones.
+    """
+    try:
+        return DOCUMENTS[command]
+    except KeyError:
+        raise KeyError(f"unknown document kind {command!r}; known: {', '.join(DOCUMENTS)}") from None
+
+
+def validate_document(document: Mapping) -> Document:
+    """Check a ``--json`` document (as read back from JSON) against the model its ``command`` names.
+
+    Raises
+    ------
+    KeyError
+        When its ``command`` is missing or names no document kind.
+    pydantic.ValidationError
+        When a contract key is missing or has the wrong type.
+    """
+    return document_model(document.get("command")).model_validate(dict(document))
+
+
+def _union(kinds) -> TypeAdapter:
+    models = tuple(DOCUMENTS[k] for k in kinds)
+    if len(models) == 1:
+        return TypeAdapter(models[0])
+    return TypeAdapter(Annotated[Union[models], Field(discriminator="command")])  # noqa: UP007 (a runtime tuple)
+
+
+def schema_for(command: str | None = None) -> dict:
+    """The JSON Schema (draft 2020-12, pydantic's ``model_json_schema``) of a command's ``--json`` documents.
+
+    ``command``: a command (``"tpw"``: either of its documents, told apart by ``command``), a document kind
+    (``"tpw --rho-sweep"``, ``"profile fit"``), or None for every document of every command.
+
+    Raises
+    ------
+    KeyError
+        When ``command`` is neither; the message lists the known names.
+    """
+    if command is None:
+        kinds = tuple(DOCUMENTS)
+    elif command in COMMANDS:
+        kinds = COMMANDS[command]
+    elif command in DOCUMENTS:
+        kinds = (command,)
+    else:
+        known = sorted(set(COMMANDS) | set(DOCUMENTS))
+        raise KeyError(f"unknown command {command!r}; known: {', '.join(known)}")
+    schema = _union(kinds).json_schema()
+    schema.setdefault("title", f"fleetopt {command or 'documents'}")
+    schema["$comment"] = f"fleetopt JSON contract, schema_version {SCHEMA_VERSION}"
+    return schema
+
+
+def _type_text(prop: dict) -> str:
+    """A JSON Schema property's type in a few characters (``number|null``, ``array of Pool``, ``"tpw"``)."""
+    if "const" in prop:
+        return _json_text(prop["const"])
+    if "$ref" in prop:
+        return prop["$ref"].rsplit("/", 1)[-1].lstrip("_")
+    if "anyOf" in prop:
+        return "|".join(_type_text(p) for p in prop["anyOf"])
+    if prop.get("type") == "array":
+        return f"array of {_type_text(prop['items'])}" if "items" in prop else "array"
+    return str(prop.get("type", "any"))
+
+
+def _json_text(value) -> str:
+    import json
+
+    return json.dumps(value)
+
+
+def top_level_fields(kind: str) -> list[tuple[str, str, bool, str]]:
+    """The contract keys of a document kind: ``(name, JSON type, required, description)`` in model order (a
+    deprecated 1.0 alias says so in its description)."""
+    schema = document_model(kind).model_json_schema()
+    required = set(schema.get("required", ()))
+    return [(name, _type_text(prop), name in required, prop.get("description", ""))
+            for name, prop in schema["properties"].items()]

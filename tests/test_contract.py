@@ -1,0 +1,206 @@
+"""The JSON contract (issue 12, "What to build" 1): every command's ``--json`` document carries the envelope and
+validates against its pydantic model (:mod:`fleetopt.optimizer.io.contract`); ``fleetopt schema`` prints the
+models' JSON Schema; ``evaluate`` always lists ``fleets``; pools and fleets carry explicit ``analytic`` and
+``simulated`` sub-objects next to the deprecated 1.0 keys; ``--json`` never writes over a file the run read.
+
+Each document comes from a real run of the command (CliRunner, in-process) on ``instances/quickstart.yaml``;
+validation is pydantic's (``validate_document``: required keys and strict types; more keys are allowed).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+from click.testing import CliRunner
+from pydantic import ValidationError
+
+from fleetopt.optimizer.cli import main
+from fleetopt.optimizer.errors import EXIT_CODES
+from fleetopt.optimizer.io.contract import COMMANDS, DOCUMENTS, SCHEMA_VERSION, schema_for, validate_document
+
+QUICK = "instances/quickstart.yaml"
+FLEET = "0-4096:a100x2,4096-65536:a100x3"
+MEAS = "data/measurements/h100_llama31_8b"
+SIM = ["--requests", "2000", "--replications", "2"]
+
+RUNS = {  # command kind -> (argv, instance name in the envelope, exit codes a run may end with)
+    "validate": (["validate", QUICK], "quickstart", (0,)),
+    "evaluate": (["evaluate", QUICK, "--fleet", FLEET], "quickstart", (0, 5, 6)),
+    "solve": (["solve", QUICK, "--top", "2"], "quickstart", (0,)),
+    "simulate": (["simulate", QUICK, "--fleet", FLEET, *SIM], "quickstart", (0, 5)),
+    "tpw": (["tpw", "--profile", "H100-80GB,A100-80GB", "--contexts", "2048,65536"], None, (0,)),
+    "catalog list": (["catalog", "list"], None, (0,)),
+    "simulate --routers": (["simulate", QUICK, "--fleet", FLEET, *SIM, "--routers", "length,random"], "quickstart",
+                           (0, 5)),
+    "pareto --split-table": (["pareto", QUICK, "--split-table", "--gpu", "a100", "--boundaries", "4096"],
+                             "quickstart", (0,)),
+    "whatif": (["whatif", QUICK, "--sweep", "workload.arrival_rate=50"], "quickstart", (0,)),
+    "gridflex": (["gridflex", QUICK, "--fleet", "0-4096:h100x2,4096-65536:h100x3", "--depths", "0,50",
+                  "--event-minutes", "0.2", "--replications", "1", "--set", "workload.arrival_rate=20"],
+                 "quickstart", (0,)),
+    "profile fit": (["profile", "fit", f"{MEAS}_decode.csv", f"{MEAS}_prefill.csv", f"{MEAS}_meta.json"], None,
+                    (0,)),
+}
+SLOW_RUNS = {  # 2-5 s each on a shared 2-core machine
+    "tpw --rho-sweep": (["tpw", QUICK, "--fleet", FLEET, "--rho-sweep", "--rho", "0.3,0.6"], "quickstart", (0,)),
+    "headroom": (["headroom", QUICK, "--fleet", FLEET], "quickstart", (0,)),
+    "headroom --range": (["headroom", QUICK, "--range", "90:110"], "quickstart", (0,)),
+}
+
+
+def _run(args, repo_root, monkeypatch) -> tuple[int, str]:
+    monkeypatch.chdir(repo_root)
+    res = CliRunner().invoke(main, [*args, "--json", "-"])
+    return res.exit_code, res.stdout
+
+
+def _document(kind, runs, repo_root, monkeypatch) -> dict:
+    args, _, codes = runs[kind]
+    code, out = _run(args, repo_root, monkeypatch)
+    assert code in codes, out
+    return json.loads(out)
+
+
+@pytest.mark.parametrize("kind", [*RUNS, *(pytest.param(k, marks=pytest.mark.slow) for k in SLOW_RUNS)])
+def test_every_document_carries_the_envelope_and_validates(kind, repo_root, monkeypatch):
+    runs = {**RUNS, **SLOW_RUNS}
+    doc = _document(kind, runs, repo_root, monkeypatch)
+    assert list(doc)[:3] == ["schema_version", "command", "instance"]
+    assert (doc["schema_version"], doc["command"], doc["instance"]) == (SCHEMA_VERSION, kind, runs[kind][1])
+    model = validate_document(doc)
+    assert type(model) is DOCUMENTS[kind]
+
+
+@pytest.mark.slow
+def test_bench_document_validates(repo_root, monkeypatch):
+    """The quick bench without the agreement run (about 3 minutes on 2 shared cores)."""
+    code, out = _run(["bench", "--quick", "--agreement-pools", "0"], repo_root, monkeypatch)
+    assert code == 0, out
+    doc = json.loads(out)
+    assert (doc["schema_version"], doc["command"], doc["instance"]) == (SCHEMA_VERSION, "bench", None)
+    validate_document(doc)
+
+
+def test_every_command_kind_has_a_run():
+    """Each document kind of the contract is produced by one of the runs above (bench: its own test)."""
+    assert set(DOCUMENTS) == set(RUNS) | set(SLOW_RUNS) | {"bench"}
+    assert {k for kinds in COMMANDS.values() for k in kinds} == set(DOCUMENTS)
+
+
+def test_evaluate_always_lists_fleets(repo_root, monkeypatch):
+    """One fleet or two: a ``fleets`` list in the order given, each named by its spec; the single fleet's keys
+    also stay at top level (the deprecated 1.0 layout)."""
+    one = json.loads(_run(["evaluate", QUICK, "--fleet", FLEET], repo_root, monkeypatch)[1])
+    two = json.loads(_run(["evaluate", QUICK, "--fleet", FLEET, "--fleet", "0-65536:h100"], repo_root,
+                          monkeypatch)[1])
+    assert [f["fleet"] for f in one["fleets"]] == [FLEET]
+    assert [f["fleet"] for f in two["fleets"]] == [FLEET, "0-65536:h100"]
+    assert one["cost_per_hr"] == one["fleets"][0]["cost_per_hr"] and "cost_per_hr" not in two
+    for doc in (one, two):
+        validate_document(doc)
+        for f in doc["fleets"]:
+            # the fleet's replicas are the pools' (5 = 2 + 3 for FLEET), analytic and alias agree
+            assert f["analytic"]["total_replicas"] == sum(p["replicas"] for p in f["pools"])
+            assert f["simulated"] is None and all(p["simulated"] is None for p in f["pools"])
+    # a100 at $2.21/GPU-hr, one GPU per replica (data/catalog: A100-80GB): 5 replicas
+    assert one["fleets"][0]["analytic"]["cost_per_hr"] == pytest.approx(5 * 2.21)
+
+
+def test_simulate_separates_analytic_from_simulated(repo_root, monkeypatch):
+    """Per pool, ``analytic`` holds the figures ``evaluate`` gives for the same fleet and ``simulated`` the
+    measured ones; the deprecated flat keys are aliases of the matching sub-object."""
+    sim = json.loads(_run(["simulate", QUICK, "--fleet", FLEET, *SIM], repo_root, monkeypatch)[1])
+    ev = json.loads(_run(["evaluate", QUICK, "--fleet", FLEET], repo_root, monkeypatch)[1])["fleets"][0]
+    assert len(sim["pools"]) == len(ev["pools"]) == 2
+    for s, e in zip(sim["pools"], ev["pools"]):
+        assert s["analytic"] == e["analytic"]                      # the same analytic model, another command
+        assert s["analytic"]["source"] == "analytic" and s["simulated"]["source"] == "simulated"
+        assert s["ttft_p99_ms"] == s["analytic"]["ttft_p99_ms"]   # 1.0 alias: analytic
+        assert s["ttft_p99_ms_sim"] == s["simulated"]["ttft_p99_ms"]
+        lo, hi = s["simulated"]["ttft_p99_ci_ms"]
+        assert lo <= s["simulated"]["ttft_p99_ms"] and (hi is None or s["simulated"]["ttft_p99_ms"] <= hi)
+    assert sim["analytic"] == ev["analytic"]
+    fleet = sim["simulated"]
+    assert (sim["ttft_p99_ms"], sim["slo_met"], sim["power_kw"]) == (fleet["ttft_p99_ms"], fleet["slo_met"],
+                                                                      fleet["power_kw"])
+    # every measured request is routed to exactly one pool
+    assert sum(p["simulated"]["requests"] for p in sim["pools"]) == fleet["requests_measured"]
+
+
+def test_contract_rejects_a_broken_document(repo_root, monkeypatch):
+    """Required keys and strict types are checked: a test of the checker on a real document."""
+    doc = json.loads(_run(["simulate", QUICK, "--fleet", FLEET, *SIM], repo_root, monkeypatch)[1])
+    validate_document(doc)
+    for broken in ({k: v for k, v in doc.items() if k != "schema_version"},
+                   {**doc, "schema_version": 1},
+                   {**doc, "simulated": None},
+                   {**doc, "pools": [{k: v for k, v in doc["pools"][0].items() if k != "analytic"}]},
+                   {**doc, "requests_simulated": float(doc["requests_simulated"])},
+                   {**doc, "slo_met": int(doc["slo_met"])}):
+        with pytest.raises(ValidationError):
+            validate_document(broken)
+    with pytest.raises(KeyError, match="unknown document kind"):
+        validate_document({**doc, "command": "simulat"})
+    ev = json.loads(_run(["evaluate", QUICK, "--fleet", FLEET], repo_root, monkeypatch)[1])
+    with pytest.raises(ValidationError):
+        validate_document({**ev, "fleets": []})
+
+
+def test_schema_command_prints_the_models_schema(repo_root, monkeypatch):
+    code, out = _run(["schema", "evaluate"], repo_root, monkeypatch)
+    assert code == 0
+    schema = json.loads(out)
+    assert schema == json.loads(json.dumps(schema_for("evaluate")))
+    assert {"schema_version", "command", "instance", "fleets"} <= set(schema["required"])
+    assert schema["properties"]["schema_version"]["const"] == SCHEMA_VERSION
+    # a command with two document kinds: told apart by "command"
+    tpw = json.loads(_run(["schema", "tpw"], repo_root, monkeypatch)[1])
+    assert set(tpw["discriminator"]["mapping"]) == {"tpw", "tpw --rho-sweep"}
+    rho = json.loads(_run(["schema", "tpw", "--rho-sweep"], repo_root, monkeypatch)[1])
+    assert rho["properties"]["command"]["const"] == "tpw --rho-sweep"
+    everything = json.loads(_run(["schema"], repo_root, monkeypatch)[1])
+    assert set(everything["discriminator"]["mapping"]) == set(DOCUMENTS)
+    # the 1.0 keys kept in 2.0 are marked deprecated
+    sim = schema_for("simulate")["$defs"]
+    assert sim["SimulateDocument"]["properties"]["ttft_p99_ms"]["deprecated"] is True
+    assert "deprecated" not in sim["FleetSimulated"]["properties"]["ttft_p99_ms"]
+    res = CliRunner().invoke(main, ["schema", "evalute"])
+    assert res.exit_code == EXIT_CODES["invalid_input"]
+    assert res.output.count("\n") == 1 and "unknown command 'evalute'" in res.output
+
+
+def test_json_never_overwrites_an_input(repo_root, tmp_path, monkeypatch):
+    """``--json`` refuses the instance, its workload file and a ``--plan`` file, and leaves them as they were."""
+    shutil.copy(repo_root / QUICK, tmp_path / "q.yaml")
+    cdf = tmp_path / "cdf.json"
+    shutil.copy(repo_root / "data" / "workloads" / "lmsys_cdf.json", cdf)
+    inst = tmp_path / "q.yaml"
+    inst.write_text(inst.read_text().replace("../data/workloads/lmsys_cdf.json", "cdf.json"))
+    before = {p: p.read_bytes() for p in (inst, cdf)}
+    runner = CliRunner()
+    for target in (inst, cdf):
+        res = runner.invoke(main, ["evaluate", str(inst), "--fleet", FLEET, "--json", str(target)])
+        assert res.exit_code == EXIT_CODES["invalid_input"], res.output
+        assert "refusing to overwrite" in res.output
+    plan = tmp_path / "plan.json"
+    assert runner.invoke(main, ["solve", str(inst), "--json", str(plan)]).exit_code == 0
+    before[plan] = plan.read_bytes()
+    res = runner.invoke(main, ["simulate", str(inst), "--plan", str(plan), *SIM, "--json", str(plan)])
+    assert res.exit_code == EXIT_CODES["invalid_input"] and "refusing to overwrite" in res.output
+    assert {p: p.read_bytes() for p in before} == before
+    validate_document(json.loads(plan.read_text()))
+
+
+def test_docs_list_every_documents_fields(repo_root):
+    """docs/json.md has a table per document kind naming each of its top-level contract fields, and the
+    changelog of the current version."""
+    from fleetopt.optimizer.io.contract import top_level_fields
+
+    text = (repo_root / "docs" / "json.md").read_text()
+    assert f"### {SCHEMA_VERSION} (this contract)" in text
+    for kind in DOCUMENTS:
+        section = text.split(f"**{kind} (schema_version {SCHEMA_VERSION}")[1].split("\n\n")[1]
+        for name, *_ in top_level_fields(kind):
+            assert f"| {name} |" in section, (kind, name)
