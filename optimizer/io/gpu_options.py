@@ -28,7 +28,7 @@ from fleetopt.optimizer.io.schema import Problems, RawGpu, validate_section
 
 __all__ = ["ResolvedGpu", "resolve_gpus", "check_context_fits"]
 
-_COMPUTED_ONLY = ("tp", "dtype", "memory_utilization", "max_num_seqs", "kv_layout", "chunk")
+_COMPUTED_ONLY = ("tp", "dtype", "memory_utilization", "max_num_seqs", "kv_layout", "chunk", "moe_w")
 """Keys that only apply to a computed (hardware + model) profile."""
 
 
@@ -87,7 +87,12 @@ def _computed_profile(raw: RawGpu, catalog: Catalog, prefix: str, problems: Prob
     from fleetopt.models.roofline import computed_profile  # written alongside; imported only when needed
 
     options = {"gpu_memory_utilization": raw.memory_utilization, "max_num_seqs": raw.max_num_seqs,
-               "kv_layout": raw.kv_layout, "chunk_tokens": raw.chunk}
+               "kv_layout": raw.kv_layout, "chunk_tokens": raw.chunk, "moe_w": raw.moe_w}
+    if raw.moe_w == "layer-table":
+        if not model.is_moe:
+            problems.add(f"{prefix}.moe_w", f"'layer-table' applies to a mixture-of-experts model; {model.name} is dense")
+            return None
+        options["moe_table"] = catalog.moe_latency_table
     try:
         return computed_profile(hardware, model, tp=raw.tp or 1, dtype=raw.dtype or "fp16",
                                 defaults=catalog.defaults, **{k: v for k, v in options.items() if v is not None})

@@ -163,6 +163,10 @@ class RawGpu(_Raw):
     memory_utilization: _Fraction | None = None
     max_num_seqs: Annotated[int, Field(ge=1, le=MAX_NUM_SEQS_LIMIT)] | None = None
     kv_layout: Literal["sharded", "replicated"] | None = None
+    moe_w: Literal["active-params", "layer-table"] | None = None
+    """How a mixture-of-experts model streams weights per iteration: only the active experts' parameters (the 1/W
+    paper's Table 2, an upper bound on speed) or the catalogue's per-layer latency table (every expert a batch
+    touches); ``docs/profiles.md``."""
     chunk: _ContextTokens | None = None
     max_count: _PositiveInt | None = None
     min_count: Annotated[int, Field(ge=0)] = 0
