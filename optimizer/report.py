@@ -814,7 +814,9 @@ def render_simulation(c: Console, rep) -> None:
          f"{rep.replications} replications; CI {rep.ci_method}, stopped by {rep.stopped_by}; "
          f"{rep.simulated_seconds:,.0f} s simulated in {rep.wall_seconds:,.2f} s; analytic numbers from models/")
     _say(c, sim_options_line(rep.options), "  ")
-    _say(c, f"energy per output token {'-' if math.isnan(e) else f'{e:.3f} J'}; Little's law error "
+    ea = rep.energy_per_token_j
+    _say(c, f"energy per output token {'-' if math.isnan(e) else f'{e:.3f} J'}, per token (prompt + output) "
+         f"{'-' if math.isnan(ea) else f'{ea:.4f} J'} (simulated); Little's law error "
          f"{rep.littles_law_rel_error:.1e}; unfinished {rep.unfinished:,}, rejected {rep.rejected:,}; "
          f"SLO on the CI upper bound (point estimate: {'met' if rep.slo_met_point else 'MISSED'})", "  ")
     eng = rep.engine

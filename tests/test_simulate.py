@@ -423,3 +423,14 @@ def test_every_field_docstring_sits_under_its_field():
     assert docs[("SimPoolReport", "spilled")].startswith("Requests the spillover router moved")
     assert docs[("SimPoolReport", "replicas_up_mean")].startswith("Replicas simulated")
     assert docs[("SimPoolReport", "max_num_seqs_sim")].startswith("Batch cap per replica")
+
+
+def test_energy_per_token_counts_prompts_too(repo_root):
+    """All tokens per joule beside output tokens per joule (the energy study separates the phases): the same
+    energy over more tokens; the ratio is the output share of the completed requests' tokens, which for chat
+    traffic (LMSYS: prompts ~ 4x outputs) lies well below 1."""
+    inst = api.load(repo_root / "instances" / "quickstart.yaml")
+    rep = api.simulate_report(inst, "0-768:a100x1,768-6144:h100x1,6144-65536:h100x2", SimOptions(requests=6000))
+    doc = rep.to_json()
+    assert doc["energy_per_token_j"] == rep.energy_per_token_j
+    assert 0.05 < rep.energy_per_token_j / rep.energy_per_output_token_j < 0.6

@@ -212,6 +212,9 @@ class SimReport(_Measured):
     pools; default each segment to its own pool); None for the other routers."""
     request_latencies: "RequestLatencies | None" = field(default=None, repr=False, compare=False)
     """The measured requests' latencies, kept only when asked (``keep_requests=True``); :meth:`latencies`."""
+    energy_per_token_j: float = math.nan
+    """Energy over the window divided by all tokens (prompt and output) of the requests completed in it: the
+    energy study's all-tokens figure beside :attr:`energy_per_output_token_j` (prefill energy is in both)."""
 
     seed = property(lambda self: self.options.seed)
     mode = property(lambda self: self.options.mode)
@@ -242,6 +245,7 @@ class SimReport(_Measured):
             "ttft_p99_ci_ms": self.ttft_p99_ci_ms, "tpot_p99_ms": self.tpot_p99_ms, "slo_met": self.slo_met,
             "slo_attainment": self.slo_attainment, "power_kw": self.power_kw,
             "energy_per_output_token_j": self.energy_per_output_token_j,
+            "energy_per_token_j": self.energy_per_token_j,
             "pools": [p.to_json() for p in self.pools],
             "source": _SOURCE,
             "slo_ttft_p99_ms": self.slo_ttft_p99_ms, "slo_tpot_p99_ms": self.slo_tpot_p99_ms,
@@ -359,6 +363,7 @@ class Replication:
     warmup_cut: bool
     measured_s: float
     littles_error: float
+    tokens_done: np.ndarray | None = None   # per pool: prompt plus output tokens of the requests completed
 
 # --------------------------------------------------------------------------------------------
 # From replications to a report
@@ -474,6 +479,8 @@ def build_report(instance: Instance, analytic: FleetResult, runs: list[Replicati
         power_kw=float(np.mean([r.power_w.sum() for r in runs])) / 1000.0,
         energy_per_output_token_j=_ratio(sum(r.energy_j.sum() for r in runs),
                                          sum(r.output_tokens_done.sum() for r in runs)),
+        energy_per_token_j=(_ratio(sum(r.energy_j.sum() for r in runs), sum(r.tokens_done.sum() for r in runs))
+                            if all(r.tokens_done is not None for r in runs) else math.nan),
         utilization_sim=_mean_defined([_ratio(r.busy_slot_s.sum(), r.slot_s.sum()) for r in runs]),
         pools=pools, ci_method=ci_method, warmup_s=float(np.mean([r.warmup_s for r in runs])),
         cooldown_s=float(np.mean([r.span_s - r.warmup_s - r.measured_s for r in runs])),

@@ -530,6 +530,8 @@ def _replication(spec: _RunSpec, n: int, rng: np.random.Generator) -> Replicatio
         preemptions=res.preemptions, spilled=res.spilled, replicas_up=up, batch_cap=np.array([p.max_num_seqs for p in pools]),
         energy_j=np.bincount(res.replica_pool, res.replica_energy_j, len(spec.pools)) * live,
         output_tokens_done=np.bincount(res.pool[in_window], res.output_tokens[in_window], len(spec.pools)),
+        tokens_done=np.bincount(res.pool[in_window], res.prompt_tokens[in_window] + res.output_tokens[in_window],
+                                len(spec.pools)),
         busy_slot_s=res.pool_busy_slot_s * live, slot_s=res.pool_slots * res.window_s * live,
         n_requests=len(req), span_s=horizon_s, warmup_s=warmup_s, warmup_cut=spec.warmup_floor_s > 0.5 * horizon_s,
         measured_s=measure_end_s - warmup_s,
