@@ -66,3 +66,12 @@ def test_replica_counts_are_bounded(repo_root):
     with pytest.raises(InstanceError, match="needs at least one replica"):
         parse_fleet("0-65536:h100x0", inst)
     assert parse_fleet("0-65536:h100x100000", inst).pools[0][3] == 100_000
+
+
+def test_a_spec_with_a_line_break_is_one_line(repo_root):
+    """Found by fuzzing: a spec holding a newline was echoed as typed, a two-line error."""
+    inst = api.load(repo_root / "instances" / "quickstart.yaml")
+    with pytest.raises(InstanceError) as info:
+        parse_fleet("0\n0", inst)
+    assert all("\n" not in line for line in info.value.problems)
+    assert any("'0\\n0' is not LO-HI:GPU" in line for line in info.value.problems)

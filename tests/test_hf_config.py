@@ -181,6 +181,7 @@ BAD = [
      "missing"),
     ("zero-size", {**LLAMA_31_8B, "hidden_size": 0}, "hidden_size", "out of range; must be >= 1"),
     ("negative-size", {**LLAMA_31_8B, "vocab_size": -5}, "vocab_size", "out of range"),
+    ("huge-size", {**LLAMA_31_8B, "hidden_size": 4.096e303}, "hidden_size", "must be <= 2,147,483,648"),
     ("fraction", {**LLAMA_31_8B, "intermediate_size": 14336.5}, "intermediate_size", "not a whole number"),
     ("bool", {**LLAMA_31_8B, "num_attention_heads": True}, "num_attention_heads", "not a whole number"),
     ("string", {**LLAMA_31_8B, "num_key_value_heads": "8"}, "num_key_value_heads", "not a whole number"),

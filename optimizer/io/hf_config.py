@@ -186,6 +186,10 @@ def kv_bytes_per_token_fp16(s: ModelShape) -> int:
     return 2 * s.layers * s.kv_heads * s.head_dim * _BYTES_FP16
 
 
+_MAX_SIZE = 1 << 31
+"""Largest size a config.json key may give (layers, widths, heads, vocabulary, experts)."""
+
+
 class _Reader:
     """Typed look-ups in one config mapping; every problem is one ``key: message`` line."""
 
@@ -208,6 +212,9 @@ class _Reader:
             return None
         if value < minimum:
             self.lines.append(f"{key}: {value!r} is out of range; must be >= {minimum}")
+            return None
+        if value > _MAX_SIZE:               # no model dimension comes near; beyond it products overflow floats
+            self.lines.append(f"{key}: {value!r} is out of range; must be <= {_MAX_SIZE:,}")
             return None
         return int(value)
 

@@ -47,7 +47,9 @@ def parse_fleet(text: str, instance: Instance, field: str = "--fleet") -> FleetS
     for part in [p for p in text.split(",") if p.strip()]:
         m = _POOL_RE.match(part)
         if not m:
-            problems.append(f"'{part.strip()}' is not LO-HI:GPU[xN][@GAMMA][#SEQS] (e.g. 0-4096:a100x3 or "
+            shown = part.strip()
+            shown = repr(shown) if not shown.isprintable() else f"'{shown}'"     # one line, whatever was typed
+            problems.append(f"{shown} is not LO-HI:GPU[xN][@GAMMA][#SEQS] (e.g. 0-4096:a100x3 or "
                             "0-4096:a100@2)")
             continue
         n = None if m["n"] is None else int(m["n"])
