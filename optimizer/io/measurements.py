@@ -749,7 +749,8 @@ def profile_file_problems(path: str | Path) -> tuple[CalibratedProfile | None, l
     except ValueError as err:
         return None, [f"power: {err}"]
     lat, srv = raw.latency, raw.serving
-    sources = raw.provenance.get("sources", []) if isinstance(raw.provenance, dict) else []
+    sources = raw.provenance.get("sources") if isinstance(raw.provenance, dict) else None
+    sources = sources if isinstance(sources, list) else []      # a file may say "sources: null" (fuzzing found it)
     files = ", ".join(str(s.get("file")) for s in sources if isinstance(s, dict))
     profile = CalibratedProfile(
         name=raw.name, model_name=raw.model_name or (raw.model or "unspecified"), W_s=lat.W_s, H_s=lat.H_s,
