@@ -15,51 +15,24 @@ table wider than the terminal is printed in column groups, or stacked.
 
 from __future__ import annotations
 
-import functools
 import io
 import os
 import sys
 
 import click
 
-from fleetopt.optimizer.errors import EXIT_CODES, FleetoptError, InstanceError
-from fleetopt.optimizer.io.output import FORMATS, write_json
+from fleetopt.optimizer.commands import CONTEXT_SETTINGS, format_option, guard
+from fleetopt.optimizer.errors import EXIT_CODES, InstanceError
+from fleetopt.optimizer.io.output import write_json
 from fleetopt.optimizer.simulation.options import (DEFAULT_SPILL_BOUND, DISPATCHES, EngineOptions, SimOptions,
                                                    SimOptionsError, parse_precision)
 
-CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"]}
+_guard = guard
+_format_opt = format_option
 _json_opt = click.option("--json", "json_out", metavar="FILE", help="Also write the result as JSON ('-' = stdout).")
 _set_opt = click.option("--set", "overrides", multiple=True, metavar="PATH=VALUE",
                         help="Override an instance field, e.g. constraints.max_utilization=0.8 (repeatable).")
 _instance_arg = click.argument("instance", type=click.Path(dir_okay=False))
-_format_opt = click.option("--format", "fmt", type=click.Choice(FORMATS), default="table", show_default=True,
-                           help="Text layout: table (boxed; split into column groups or stacked when wider than the "
-                           "terminal, never cut), plain (aligned columns), markdown, or csv (prose as # lines).")
-
-
-def _guard(fn):
-    """Turn fleetopt errors into one line each on stderr and the documented exit code."""
-
-    @functools.wraps(fn)
-    def wrapper(*args, **kwargs):
-        try:
-            return fn(*args, **kwargs)
-        except FleetoptError as err:
-            for line in str(err).splitlines():
-                click.echo(f"error: {line}", err=True)
-            raise click.exceptions.Exit(err.exit_code)
-        except (KeyboardInterrupt, click.exceptions.Exit, click.ClickException, BrokenPipeError):
-            raise
-        except Exception as err:  # a bug: say so in one line unless debugging
-            if os.environ.get("FLEETOPT_DEBUG"):
-                raise
-            click.echo(f"error: internal error: {type(err).__name__}: {err} (set FLEETOPT_DEBUG=1 for details)",
-                       err=True)
-            raise click.exceptions.Exit(1)
-
-    return wrapper
-
-
 _SIMULATE_FLAGS = {"requests": "--requests", "replications": "--replications", "seed": "--seed", "mode": "--mode",
                    "router": "--router", "dispatch": "--dispatch", "arrivals": "--arrivals",
                    "peak_to_mean": "--peak-to-mean", "spill_bound": "--spill-bound", "precision": "--precision",

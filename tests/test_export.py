@@ -234,7 +234,7 @@ def test_output_folder_gets_both_files_and_input_is_protected(quickstart, tmp_pa
     assert "routes" in yaml.safe_load((tmp_path / "router.yaml").read_text())["router"]
     before = path.read_text()
     res = run("export", path, "--format", "vllm", "-o", path)
-    assert res.exit_code == 2 and "refusing to overwrite the input file" in res.output
+    assert res.exit_code == 2 and "refusing to overwrite an input file" in res.output
     assert path.read_text() == before
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import click
 from rich.table import Table
 
-from fleetopt.optimizer.commands.export import guard
+from fleetopt.optimizer.commands import guard
 from fleetopt.optimizer.io.catalog import CATALOG_KINDS, catalog_listing
 from fleetopt.optimizer.io.contract import envelope
 from fleetopt.optimizer.io.output import write_json

@@ -11,41 +11,17 @@ Every file is written atomically and never over RESULT.json. Exit codes: 0, 2 fo
 
 from __future__ import annotations
 
-import functools
-import os
 from pathlib import Path
 
 import click
 
-from fleetopt.optimizer.errors import FleetoptError, InstanceError
+from fleetopt.optimizer.commands import guard
+from fleetopt.optimizer.errors import InstanceError
 from fleetopt.optimizer.io.export import (DEFAULT_IMAGE, FORMATS, k8s_documents, read_plan, router_config,
                                           vllm_script, write_text, yaml_documents)
 
-__all__ = ["export", "guard"]
+__all__ = ["export"]
 
-
-def guard(fn):
-    """Fleetopt errors as one line each on stderr and their exit code, as ``fleetopt``'s own commands do
-    (:mod:`fleetopt.optimizer.cli` cannot be imported from here: it sits above the commands)."""
-
-    @functools.wraps(fn)
-    def wrapper(*args, **kwargs):
-        try:
-            return fn(*args, **kwargs)
-        except FleetoptError as err:
-            for line in str(err).splitlines():
-                click.echo(f"error: {line}", err=True)
-            raise click.exceptions.Exit(err.exit_code)
-        except (KeyboardInterrupt, click.exceptions.Exit, click.ClickException, BrokenPipeError):
-            raise
-        except Exception as err:  # a bug: one line unless debugging
-            if os.environ.get("FLEETOPT_DEBUG"):
-                raise
-            click.echo(f"error: internal error: {type(err).__name__}: {err} (set FLEETOPT_DEBUG=1 for details)",
-                       err=True)
-            raise click.exceptions.Exit(1)
-
-    return wrapper
 
 _MAIN_FILE = {"vllm": "vllm.sh", "k8s": "k8s.yaml"}
 

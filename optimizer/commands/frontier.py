@@ -1,6 +1,5 @@
 """``fleetopt pareto INSTANCE --axes cost,AXIS``: load, call :func:`fleetopt.optimizer.workflows.frontier.frontier`,
-render, write, exit. :func:`run_axes` is what the ``pareto`` command delegates to when ``--axes`` is given;
-:data:`pareto_axes` is the same as a stand-alone click command (for tests and for wiring it alone).
+render, write, exit. :func:`run_axes` is what the ``pareto`` command delegates to when ``--axes`` is given.
 """
 
 from __future__ import annotations
@@ -15,7 +14,7 @@ from fleetopt.optimizer.io.instance import load_instance
 from fleetopt.optimizer.io.output import write_json
 from fleetopt.optimizer.workflows.frontier import Frontier, frontier, parse_axes
 
-__all__ = ["run_axes", "render_frontier", "pareto_axes"]
+__all__ = ["run_axes", "render_frontier"]
 
 
 def _num(x: float, unit: str) -> str:

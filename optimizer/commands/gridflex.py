@@ -8,15 +8,12 @@ invalid input), as the main command's guard does.
 
 from __future__ import annotations
 
-import functools
-import os
-import sys
-import tempfile
-from pathlib import Path
 
 import click
 
-from fleetopt.optimizer.errors import FleetoptError, InstanceError
+from fleetopt.optimizer.commands import CONTEXT_SETTINGS, guard as _guard
+from fleetopt.optimizer.io.output import write_text as _write_text
+from fleetopt.optimizer.errors import InstanceError
 from fleetopt.optimizer.io.instance import load_instance
 from fleetopt.optimizer.io.output import write_json
 from fleetopt.optimizer.report import FORMATS, Output, gridflex_csv, render_gridflex
@@ -24,52 +21,6 @@ from fleetopt.optimizer.workflows import plots
 from fleetopt.optimizer.workflows.gridflex import gridflex as sweep, parse_depths
 
 __all__ = ["gridflex"]
-
-CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"]}
-
-
-def _guard(fn):
-    """Turn fleetopt errors into one line each on stderr and the documented exit code (as ``cli._guard``)."""
-
-    @functools.wraps(fn)
-    def wrapper(*args, **kwargs):
-        try:
-            return fn(*args, **kwargs)
-        except FleetoptError as err:
-            for line in str(err).splitlines():
-                click.echo(f"error: {line}", err=True)
-            raise click.exceptions.Exit(err.exit_code)
-        except (KeyboardInterrupt, click.exceptions.Exit, click.ClickException, BrokenPipeError):
-            raise
-        except Exception as err:  # a bug: say so in one line unless debugging
-            if os.environ.get("FLEETOPT_DEBUG"):
-                raise
-            click.echo(f"error: internal error: {type(err).__name__}: {err} (set FLEETOPT_DEBUG=1 for details)",
-                       err=True)
-            raise click.exceptions.Exit(1)
-
-    return wrapper
-
-
-def _write_text(text: str, target: str, flag: str, protect: tuple = ()) -> None:
-    """Write ``text`` to ``target`` ('-' = stdout) atomically (temp file + rename), never over ``protect``."""
-    if target == "-":
-        sys.stdout.write(text)
-        return
-    path = Path(target)
-    if any(path.resolve() == Path(p).resolve() for p in protect if p is not None):
-        raise InstanceError(f"{flag}: {target}: refusing to overwrite the instance file")
-    if not path.parent.exists():
-        raise InstanceError(f"{flag}: {target}: folder {path.parent} does not exist")
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
 
 @click.command(context_settings=CONTEXT_SETTINGS)
 @click.argument("instance", type=click.Path(dir_okay=False))

@@ -10,8 +10,6 @@ profile YAML that instances name as ``gpus[i].profile_file``. Exit codes as for 
 from __future__ import annotations
 
 import datetime
-import functools
-import os
 
 import click
 from rich.console import Console
@@ -20,7 +18,7 @@ from rich.table import Table
 from fleetopt.models.calibration import DEFAULT_MAX_REL_ERROR, ProfileFit
 from fleetopt.models.power import ActivityPower
 
-from fleetopt.optimizer.errors import FleetoptError
+from fleetopt.optimizer.commands import guard as _guard
 from fleetopt.optimizer.io.measurements import (build_profile, fit_measurements, profile_document, read_measurements,
                                                 write_profile_file)
 from fleetopt.optimizer.io.contract import envelope
@@ -28,29 +26,6 @@ from fleetopt.optimizer.io.output import write_json
 from fleetopt.optimizer.report import console
 
 __all__ = ["profile", "fit", "fit_report"]
-
-
-def _guard(fn):
-    """Fleetopt errors as one line each on stderr and their exit code (as ``fleetopt``'s own commands do)."""
-
-    @functools.wraps(fn)
-    def wrapper(*args, **kwargs):
-        try:
-            return fn(*args, **kwargs)
-        except FleetoptError as err:
-            for line in str(err).splitlines():
-                click.echo(f"error: {line}", err=True)
-            raise click.exceptions.Exit(err.exit_code)
-        except (KeyboardInterrupt, click.exceptions.Exit, click.ClickException):
-            raise
-        except Exception as err:  # a bug: one line unless debugging
-            if os.environ.get("FLEETOPT_DEBUG"):
-                raise
-            click.echo(f"error: internal error: {type(err).__name__}: {err} (set FLEETOPT_DEBUG=1 for details)",
-                       err=True)
-            raise click.exceptions.Exit(1)
-
-    return wrapper
 
 
 def fit_report(fit: ProfileFit, document: dict) -> dict:

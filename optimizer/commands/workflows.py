@@ -8,21 +8,19 @@ invalid input), as the main command's guard does.
 
 from __future__ import annotations
 
-import functools
 import math
-import os
-import sys
-import tempfile
 from dataclasses import replace
-from pathlib import Path
 
 import click
 from rich.console import Console
 from rich.table import Table
 
-from fleetopt.optimizer.errors import FleetoptError, InstanceError
+from fleetopt.optimizer.commands import CONTEXT_SETTINGS, format_option as _format_opt, guard as _guard
+from fleetopt.optimizer.commands import output as _console
+from fleetopt.optimizer.io.output import write_text as _write_text
+from fleetopt.optimizer.errors import InstanceError
 from fleetopt.optimizer.io.instance import load_instance
-from fleetopt.optimizer.io.output import FORMATS, write_json
+from fleetopt.optimizer.io.output import write_json
 from fleetopt.optimizer.simulation.options import SimOptions, SimOptionsError
 from fleetopt.optimizer.workflows import plots
 from fleetopt.optimizer.workflows.headroom import (Headroom, StepSchedule, fleet_steps, headroom as find_headroom,
@@ -33,64 +31,8 @@ PLOT_HELP = "Also draw the result's figure to FILE (.png or .svg; needs pip inst
 
 __all__ = ["pareto", "headroom"]
 
-CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"]}
 _PIPE_COLUMNS = 200
 """Console width when stdout is not a terminal (wide enough for the tables here)."""
-
-
-def _guard(fn):
-    """Turn fleetopt errors into one line each on stderr and the documented exit code (as ``cli._guard``)."""
-
-    @functools.wraps(fn)
-    def wrapper(*args, **kwargs):
-        try:
-            return fn(*args, **kwargs)
-        except FleetoptError as err:
-            for line in str(err).splitlines():
-                click.echo(f"error: {line}", err=True)
-            raise click.exceptions.Exit(err.exit_code)
-        except (KeyboardInterrupt, click.exceptions.Exit, click.ClickException):
-            raise
-        except Exception as err:  # a bug: say so in one line unless debugging
-            if os.environ.get("FLEETOPT_DEBUG"):
-                raise
-            click.echo(f"error: internal error: {type(err).__name__}: {err} (set FLEETOPT_DEBUG=1 for details)",
-                       err=True)
-            raise click.exceptions.Exit(1)
-
-    return wrapper
-
-
-def _console(fmt: str = "table"):
-    """Where the text goes, in the layout ``--format`` names (:class:`fleetopt.optimizer.report.Output`: a table
-    wider than the terminal is split into column groups, never cut)."""
-    from fleetopt.optimizer.report import Output
-
-    return Output(fmt)
-
-
-_format_opt = click.option("--format", "fmt", type=click.Choice(FORMATS), default="table", show_default=True,
-                           help="Text layout: table (boxed), plain, markdown or csv.")
-
-
-def _write_text(text: str, target: str, flag: str, protect: tuple = ()) -> None:
-    """Write ``text`` to ``target`` ('-' = stdout) atomically (temp file + rename), never over ``protect``."""
-    if target == "-":
-        sys.stdout.write(text)
-        return
-    path = Path(target)
-    if any(path.resolve() == Path(p).resolve() for p in protect if p is not None):
-        raise InstanceError(f"{flag}: {target}: refusing to overwrite the instance file")
-    if not path.parent.exists():
-        raise InstanceError(f"{flag}: {target}: folder {path.parent} does not exist")
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def _ms(x: float) -> str:

@@ -23,11 +23,8 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import re
 import shlex
-import sys
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -35,6 +32,7 @@ import yaml
 
 from fleetopt.optimizer.errors import InstanceError, format_problem
 from fleetopt.optimizer.io.catalog import catalog_documents
+from fleetopt.optimizer.io.output import write_text as _write
 
 __all__ = ["ExportPool", "ExportPlan", "RouteBand", "read_plan", "vllm_args", "vllm_script", "k8s_documents",
            "router_config", "yaml_documents", "write_text", "dns_label", "DEFAULT_IMAGE", "SERVICE_PORT",
@@ -410,26 +408,5 @@ def yaml_documents(docs: list[dict]) -> str:
 
 
 def write_text(text: str, target: str | Path, protect: tuple[Path, ...] = (), flag: str = "-o") -> None:
-    """Write ``text`` to ``target`` ('-' = stdout) atomically (temp file in the same folder + rename).
-
-    Refuses to overwrite any path in ``protect`` (the plan file being exported) and needs the folder to exist;
-    each refusal is one :class:`InstanceError` line naming ``flag``.
-    """
-    if str(target) == "-":
-        sys.stdout.write(text)
-        return
-    path = Path(target)
-    if any(path.resolve() == Path(p).resolve() for p in protect):
-        raise InstanceError(f"{flag}: {target}: refusing to overwrite the input file")
-    if not path.parent.is_dir():
-        raise InstanceError(f"{flag}: {target}: folder {path.parent} does not exist")
-    if path.is_dir():
-        raise InstanceError(f"{flag}: {target}: is a folder")
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    """Write ``text`` atomically, never over the plan file being exported (:func:`fleetopt.optimizer.io.output.write_text`)."""
+    _write(text, target, flag, protect)

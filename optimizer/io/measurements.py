@@ -30,8 +30,6 @@ import hashlib
 import io
 import json
 import math
-import os
-import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from importlib import metadata
@@ -47,6 +45,7 @@ from fleetopt.models.hardware import HardwareSpec
 from fleetopt.models.power import QUALITIES, ActivityPower, PowerCurve
 from fleetopt.models.profiles import LATENCY_QUALITIES, CalibratedProfile
 
+from fleetopt.optimizer.io.output import write_text
 from fleetopt.optimizer.errors import InstanceError, format_problem
 from fleetopt.optimizer.io.catalog import Catalog, load_catalog
 from fleetopt.optimizer.io.schema import pydantic_field_path, pydantic_message
@@ -619,21 +618,9 @@ def write_profile_file(document: dict, target: str | Path, protect: Sequence[str
     InstanceError
         ``target`` is one of ``protect`` (an input file) or its folder does not exist.
     """
-    path = Path(target)
-    if any(path.resolve() == Path(p).resolve() for p in protect):
-        raise InstanceError(f"-o: {target}: refusing to overwrite an input file")
-    if not path.parent.exists():
-        raise InstanceError(f"-o: {target}: folder {path.parent} does not exist")
-    text = ("# fleetopt serving profile, written by `fleetopt profile fit`; format: docs/profile_fit.md\n"
-            + yaml.safe_dump(document, sort_keys=False, default_flow_style=False, width=110))
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    write_text("# fleetopt serving profile, written by `fleetopt profile fit`; format: docs/profile_fit.md\n"
+               + yaml.safe_dump(document, sort_keys=False, default_flow_style=False, width=110), target, "-o",
+               protect)
 
 
 # --------------------------------------------------------------------------------------------

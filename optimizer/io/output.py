@@ -15,7 +15,7 @@ column groups that each repeat the row's key, or stacked one row per block when 
 never cut), ``plain`` (aligned columns, no box, colour or markup, never wrapped), ``markdown`` (pipe tables) and
 ``csv`` (one CSV block per table, its title and every prose line as a ``#`` comment line)."""
 
-__all__ = ["to_jsonable", "write_json"]
+__all__ = ["FORMATS", "to_jsonable", "write_json", "write_text"]
 
 
 def to_jsonable(obj):
@@ -36,20 +36,31 @@ def write_json(data: dict, target: str, protect: tuple[Path, ...] = ()) -> None:
 
     Refuses to overwrite any path in ``protect`` (the user's instance file).
     """
-    text = json.dumps(to_jsonable(data), indent=2, sort_keys=False, allow_nan=False) + "\n"
-    if target == "-":
+    write_text(json.dumps(to_jsonable(data), indent=2, sort_keys=False, allow_nan=False) + "\n", target, "--json",
+               protect)
+
+
+def write_text(text: str, target: str | Path, flag: str = "-o", protect=()) -> None:
+    """Write ``text`` to ``target`` ('-' = stdout) atomically: a temp file in the same folder, then a rename.
+
+    Refuses to overwrite any path in ``protect`` (the user's inputs: instance, workload, plan or measurement
+    files) and needs the folder to exist; each refusal is one :class:`InstanceError` line naming ``flag``.
+    """
+    from fleetopt.optimizer.errors import InstanceError
+
+    if str(target) == "-":
         sys.stdout.write(text)
         return
     path = Path(target)
-    from fleetopt.optimizer.errors import InstanceError
-
-    if any(path.resolve() == Path(p).resolve() for p in protect):
-        raise InstanceError(f"--json: {target}: refusing to overwrite the instance file")
-    if not path.parent.exists():
-        raise InstanceError(f"--json: {target}: folder {path.parent} does not exist")
+    if any(path.resolve() == Path(p).resolve() for p in protect if p is not None):
+        raise InstanceError(f"{flag}: {target}: refusing to overwrite an input file")
+    if not path.parent.is_dir():
+        raise InstanceError(f"{flag}: {target}: folder {path.parent} does not exist")
+    if path.is_dir():
+        raise InstanceError(f"{flag}: {target}: is a folder")
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
-        with os.fdopen(fd, "w") as f:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(text)
         os.replace(tmp, path)
     except BaseException:
