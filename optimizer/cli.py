@@ -21,7 +21,7 @@ import sys
 
 import click
 
-from fleetopt.optimizer.commands import CONTEXT_SETTINGS, format_option, guard
+from fleetopt.optimizer.commands import CONTEXT_SETTINGS, format_option, guard, output
 from fleetopt.optimizer.errors import EXIT_CODES, InstanceError
 from fleetopt.optimizer.io.output import write_json
 from fleetopt.optimizer.simulation.options import (DEFAULT_SPILL_BOUND, DISPATCHES, EngineOptions, SimOptions,
@@ -62,10 +62,6 @@ report = _Lazy("fleetopt.optimizer.report")
 contract = _Lazy("fleetopt.optimizer.io.contract")
 
 
-def Output(fmt):  # noqa: N802 - the report's Output class, loaded on first use
-    return report.Output(fmt)
-
-
 def _sim_options(flags: dict[str, str], **settings) -> SimOptions:
     """One :class:`SimOptions` from a command's flags; each bad setting is one line naming its flag."""
     try:
@@ -86,7 +82,7 @@ def _emit(table_fn, data: dict, json_out: str | None, protect=(), fmt: str = "ta
     """Print the table unless the JSON goes to stdout; write ``data`` (a document of the contract,
     :mod:`fleetopt.optimizer.io.contract`) atomically to ``json_out``, never over a file in ``protect``."""
     if json_out != "-":
-        table_fn(Output(fmt))
+        table_fn(output(fmt))
     if json_out:
         write_json(data, json_out, protect)
 
@@ -433,7 +429,7 @@ def schema(command, fields, json_out, fmt):
         raise InstanceError(f"COMMAND: unknown command {name!r}; known: {known}")
     if fields:
         kinds = COMMANDS.get(name, (name,)) if name else tuple(DOCUMENTS)
-        report.render_fields(Output(fmt), {kind: contract.top_level_fields(kind) for kind in kinds},
+        report.render_fields(output(fmt), {kind: contract.top_level_fields(kind) for kind in kinds},
                              contract.SCHEMA_VERSION)
         return
     write_json(contract.schema_for(name), json_out)

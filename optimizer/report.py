@@ -25,6 +25,7 @@ from fleetopt.models.service import ContextPoint
 from fleetopt.models.units import P99_TAIL
 
 from fleetopt.optimizer.io.contract import envelope, fleet_analytic, pool_analytic
+from fleetopt.optimizer.io.output import FORMATS
 from fleetopt.optimizer.plan.evaluate import fleet_spec, limit_violations
 from fleetopt.optimizer.io.overrides import set_flags
 from fleetopt.optimizer.simulation.options import EngineOptions, SimOptions
@@ -197,7 +198,6 @@ def tpw_table(rows: list[ContextPoint]) -> Table:
 PIPE_COLUMNS = 140
 """Width of ``table`` output that is not a terminal (a pipe or a file): wide enough for every table unsqueezed."""
 
-from fleetopt.optimizer.io.output import FORMATS  # noqa: E402 - the --format values (defined where the CLI can load them fast)
 
 
 class _Console(Console):

@@ -101,7 +101,7 @@ def test_processes_give_the_serial_result(serial10, inst_file):
 
 
 def test_dask_cluster_gives_the_serial_result(serial10, inst_file):
-    distributed = pytest.importorskip("dask.distributed")
+    import dask.distributed as distributed  # a test dependency (the scale extra): no skip
     with distributed.LocalCluster(processes=False, n_workers=1, threads_per_worker=2, dashboard_address=None) as c:
         got = run_json(inst_file, "--sweep", rates_flag(10), "--scheduler", c.scheduler_address)
     assert got == serial10
@@ -109,7 +109,7 @@ def test_dask_cluster_gives_the_serial_result(serial10, inst_file):
 
 @pytest.mark.slow
 def test_100_scenarios_identical_serial_processes_dask(inst_file):
-    distributed = pytest.importorskip("dask.distributed")
+    import dask.distributed as distributed  # a test dependency (the scale extra): no skip
     flag = rates_flag(100, 5)
     serial = run_json(inst_file, "--sweep", flag)
     assert len(serial["scenarios"]) == 100

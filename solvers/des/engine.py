@@ -515,6 +515,7 @@ def _iteration_station(st: _State, pools, requests: Requests, pool_of, dispatch:
         return ref[r] + m * (W[r] + h[r] * c0[r] + d0[r]) + (h[r] * g[r] + d1[r]) * (m * (m - 1) // 2)
 
     lo_s, hi_s, energy = st.lo_s, st.hi_s, st.energy
+    metered = any(a is not None for a in act)      # any replica with activity power: credit its iterations
 
     def credit(r: int, m: int) -> None:
         """Energy of the next ``m`` iterations from the anchor on an activity-power replica (module docstring,
@@ -584,7 +585,8 @@ def _iteration_station(st: _State, pools, requests: Requests, pool_of, dispatch:
             ref[r] = now                          # idle: an iteration starts now (c0 = g = 0)
         elif now > ref[r]:                        # first boundary at or after now
             m = boundary_at(r, now)
-            credit(r, m)
+            if metered:
+                credit(r, m)
             ref[r] = after(r, m)
             c0[r] += m * g[r]
             d0[r] += m * d1[r]
@@ -601,7 +603,8 @@ def _iteration_station(st: _State, pools, requests: Requests, pool_of, dispatch:
             return
         sq, ch, p = seqs[r], chunk[r], replica_pool[r]
         e = sq[0] // M
-        credit(r, e - it[r])
+        if metered:
+            credit(r, e - it[r])
         c, gr = c0[r] + (e - it[r]) * g[r], g[r]
         f0, f1, gdr = d0[r] + (e - it[r]) * d1[r], d1[r], gd[r]
         it[r], ref[r] = e, at
