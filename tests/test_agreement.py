@@ -91,13 +91,6 @@ def test_slot_mode_utilisation_is_the_closed_form():
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason=(
-    "open defect (issue 10), measured: since computed profiles carry prefill compute, pool 20 of this draw "
-    "(Azure trace 3,072-6,144 on computed H100 Llama-3.1-70B TP8, 4 replicas, 28 req/s) is 25 % optimistic: "
-    "analytic 2,175 ms against 2,921 ms simulated; each request's prefill runs 6-15x its idle time under the "
-    "other prompts' chunks, which the iteration-average law of the others' work underestimates. A length-biased "
-    "law fixes that pool but makes short-prompt pools 17 % pessimistic; docs/models.md. strict: passing again "
-    "fails this marker, so the fix is noticed."))
 def test_batched_model_agrees_with_the_simulator():
     """The acceptance yardstick on a fixed draw of 30 pools (the bench runs 200): the default model's P99 TTFT
     within 10 % of the simulated one for at least 90 % of the pools whose simulated P99 is itself pinned down
