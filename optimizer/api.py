@@ -20,7 +20,8 @@ from fleetopt.optimizer.io.catalog import load_catalog
 from fleetopt.optimizer.errors import EXIT_CODES, FleetoptError, InstanceError
 from fleetopt.optimizer.plan.evaluate import baseline, context_sweep, evaluate, limit_violations, parse_fleet
 from fleetopt.optimizer.io.instance import Instance, instance_from_dict, load_instance
-from fleetopt.optimizer.report import fleet_json
+from fleetopt.optimizer.io.contract import replica_unit
+from fleetopt.optimizer.report import fleet_json, instance_warnings
 from fleetopt.optimizer.simulation.options import EngineOptions, SimOptions
 
 __all__ = ["load", "summarize_instance", "evaluate_report", "EvaluationReport", "solve", "verify", "exit_code",
@@ -58,7 +59,8 @@ def summarize_instance(inst: Instance) -> dict:
                 "scope": inst.slo.scope,
                 "tpot_p99_ms": None if inst.slo.tpot_p99_s is None else inst.slo.tpot_p99_s * MS_PER_S},
         "gpus": [{"name": g.name, "profile": g.profile.name, "kind": g.kind, "model": g.profile.model_name,
-                  "gpus_per_replica": g.profile.gpus_per_replica, "cost_per_hr": g.profile.cost_usd_per_hr,
+                  **replica_unit(g.profile.gpus_per_replica, g.profile.model_name).to_json(),
+                  "cost_per_hr": g.profile.cost_usd_per_hr,
                   "n_slots_at_max_context": int(g.profile.n_slots(top)), "max_count": g.max_count,
                   "availability": g.availability, "quality": f"latency {g.profile.latency_quality} / "
                                                              f"power {g.profile.power.quality}"}
@@ -71,7 +73,7 @@ def summarize_instance(inst: Instance) -> dict:
                         "max_total_gpus": inst.constraints.max_total_gpus},
         "objective": inst.objective,
         "valid": True,
-        "warnings": prefill_warnings(inst),
+        "warnings": prefill_warnings(inst) + instance_warnings(inst),
     }
 
 
@@ -119,9 +121,9 @@ class EvaluationReport:
                 "slo_ttft_p99_ms": inst.slo.ttft_p99_s * MS_PER_S,
                 "max_utilization": inst.constraints.max_utilization,
                 "truncated_share": inst.workload.truncated_share}
-        results = [{"fleet": text, **fleet_json(r, violations=self.fleet_violations(k))}
+        results = [{"fleet": text, **fleet_json(r, violations=self.fleet_violations(k), instance=inst)}
                    for k, (text, r) in enumerate(self.fleets)]
-        tail = {"baseline": None if self.baseline is None else fleet_json(self.baseline,
+        tail = {"baseline": None if self.baseline is None else fleet_json(self.baseline, instance=inst,
                                                                            violations=self.baseline_violations)}
         if len(results) == 1:
             return {**head, **results[0], "fleets": results, **tail}
@@ -210,20 +212,21 @@ def solve(inst: Instance, *, top: int = 1, time_limit_s: float | None = None, mi
 def verify(inst: Instance, sim_options: SimOptions = VERIFY_SIM_OPTIONS, *, verify_top: int = 3,
            rule: str = "ci-upper", max_rounds: int = 3, time_limit_s: float | None = None, mip_gap: float = 0.0,
            threads: int | None = None, method: str = "auto", verbose=False, cuts: str = "pool", trim: bool = False,
-           progress=None):
+           progress=None, on_step=None):
     """Solve for the ``verify_top`` best plans and verify them by simulation (see :mod:`fleetopt.optimizer.simulation.verify`);
     returns (solve report, verification). ``sim_options`` (:class:`~fleetopt.optimizer.simulation.options.SimOptions`)
     are the settings of every simulation: requests, replications, seed, the engine's KV admission, token budget and
     availability, ... (default :data:`VERIFY_SIM_OPTIONS`); ``cuts`` is ``pool`` (per-pool simulated sizing),
     ``count`` or ``window`` (:mod:`fleetopt.optimizer.simulation.verify`, "Cuts"); ``trim`` lowers the chosen plan's counts while its simulation
-    passes (:mod:`fleetopt.optimizer.simulation.trim`)."""
+    passes (:mod:`fleetopt.optimizer.simulation.trim`). ``progress(done, total)`` and ``on_step(message)``
+    report progress (:func:`fleetopt.optimizer.simulation.verify.verify`)."""
     from fleetopt.optimizer.plan.solve import SolveOptions
     from fleetopt.optimizer.simulation.verify import verify as run
 
     options = SolveOptions(time_limit_s=time_limit_s, mip_gap=mip_gap, threads=threads, verbose=verbose,
                            method="mip" if method == "auto" else method)
     return VerifyReport(*run(inst, options, sim_options, top=verify_top, rule=rule, max_rounds=max_rounds, cuts=cuts,
-                             trim=trim, progress=progress))
+                             trim=trim, progress=progress, on_step=on_step))
 
 
 class VerifyReport(NamedTuple):

@@ -21,7 +21,7 @@ import sys
 
 import click
 
-from fleetopt.optimizer.commands import CONTEXT_SETTINGS, format_option, guard, output
+from fleetopt.optimizer.commands import CONTEXT_SETTINGS, catalog_option, format_option, guard, output
 from fleetopt.optimizer.errors import EXIT_CODES, InstanceError
 from fleetopt.optimizer.io.output import write_json
 from fleetopt.optimizer.simulation.options import (DEFAULT_SPILL_BOUND, DISPATCHES, EngineOptions, SimOptions,
@@ -117,6 +117,14 @@ class _Commands(click.Group):
                         "What the catalogue holds: GPUs, models and profiles, with provenance."),
             "report": ("fleetopt.optimizer.commands.report_html", "report",
                        "A self-contained HTML page of a result: plan, plots, provenance.")}
+
+    def add_command(self, cmd, name=None):
+        """Every command that loads an instance (it takes ``--set``) also takes ``--catalog FILE``
+        (:func:`fleetopt.optimizer.commands.catalog_option`): user catalogue files for its names."""
+        names = {p.name for p in cmd.params}
+        if "overrides" in names and "catalog_files" not in names:
+            cmd.params.append(catalog_option())
+        super().add_command(cmd, name)
 
     def list_commands(self, ctx):
         return sorted(set(super().list_commands(ctx)) | set(self.LAZY))
@@ -231,13 +239,15 @@ def evaluate(instance, fleets, overrides, json_out, fmt):
               help="Replica availability when verifying (see simulate --availability).")
 @click.option("--explain", is_flag=True, help="Also say which limits bind and what relaxing each is worth (optimal "
               "re-solves), and each pool's bottleneck and headroom (analytic).")
+@click.option("--quiet", is_flag=True, help="No progress of --verify-top rounds and --trim trials on stderr (by "
+              "default: a status line on a terminal, else one line per step).")
 @_set_opt
 @_json_opt
 @_format_opt
 @_guard
 def solve(instance, top, max_pools, objective, time_limit, mip_gap, threads, method, verbose, verify_top, verify_rule,
           max_rounds, verify_cuts, trim, seed, sim_requests, sim_replications, sim_kv, sim_availability, explain,
-          overrides, json_out, fmt):
+          quiet, overrides, json_out, fmt):
     """Find the cheapest (or least-power) fleet: pools, splits, GPU types and replica counts."""
     extra = [f"pools.max_pools={max_pools}"] * (max_pools is not None) + [f"objective={objective}"] * bool(objective)
     inst = api.load(instance, list(overrides) + extra)
@@ -247,8 +257,11 @@ def solve(instance, top, max_pools, objective, time_limit, mip_gap, threads, met
     if verify_top:
         sim = _sim_options(_VERIFY_FLAGS, requests=sim_requests, replications=sim_replications, seed=seed,
                            engine=EngineOptions(kv=sim_kv, availability=sim_availability))
-        rep, ver = api.verify(inst, sim, verify_top=verify_top, rule=verify_rule, max_rounds=max_rounds,
-                              cuts=verify_cuts, trim=trim, **kwargs)
+        from fleetopt.optimizer.commands.progress import reporter
+
+        with reporter(quiet) as shown:
+            rep, ver = api.verify(inst, sim, verify_top=verify_top, rule=verify_rule, max_rounds=max_rounds,
+                                  cuts=verify_cuts, trim=trim, progress=shown.requests, on_step=shown.step, **kwargs)
     else:
         if trim:
             raise InstanceError("--trim: trims the plan --verify-top N chose; give --verify-top")

@@ -24,16 +24,18 @@ from fleetopt.models.fleet import FleetResult, PoolResult
 from fleetopt.models.service import ContextPoint
 from fleetopt.models.units import P99_TAIL
 
-from fleetopt.optimizer.io.contract import envelope, fleet_analytic, pool_analytic
+from fleetopt.optimizer.io.contract import (envelope, fleet_analytic, physical_gpus, pool_analytic, pool_identity,
+                                             served_model)
+from fleetopt.optimizer.io.instance import gpu_warnings
 from fleetopt.optimizer.io.output import FORMATS
-from fleetopt.optimizer.plan.evaluate import fleet_spec, limit_violations
+from fleetopt.optimizer.plan.evaluate import fleet_name_ambiguities, fleet_spec, limit_violations
 from fleetopt.optimizer.io.overrides import set_flags
 from fleetopt.optimizer.simulation.options import EngineOptions, SimOptions
 
 __all__ = ["fleet_json", "pool_json", "fleet_table", "fleet_notes", "tpw_json", "tpw_table", "fmt_ms", "solve_json",
            "render_solve", "render_evaluation", "render_summary", "render_verification", "render_simulation",
            "sim_options_line", "progress_bar", "FORMATS", "Output", "Grid", "table_grid", "table_width", "layout_table",
-           "objective_line", "violations_lines"]
+           "objective_line", "violations_lines", "instance_warnings", "unit_lines"]
 
 ANALYTIC = "analytic"
 
@@ -41,26 +43,37 @@ _POOL_KEYS = ("min_tokens", "max_tokens", "gpu", "replicas", "gpus", "arrival_ra
               "power_w", "slo_met")
 
 
-def pool_json(p: PoolResult, source: str = ANALYTIC) -> dict:
-    """The contract keys first (:class:`fleetopt.optimizer.io.contract.Pool`: the ``analytic`` sub-object, no
-    ``simulated`` one), then the details; the flat figures are the deprecated 1.0 aliases of ``analytic``'s."""
+def _per_replica(instance) -> dict[str, int]:
+    """Each GPU option's ``gpus_per_replica`` by name (empty without an instance: read from the pools)."""
+    return {} if instance is None else {g.name: int(g.profile.gpus_per_replica) for g in instance.gpus}
+
+
+def pool_json(p: PoolResult, source: str = ANALYTIC, gpus_per_replica: int | None = None) -> dict:
+    """The contract keys first (:class:`fleetopt.optimizer.io.contract.Pool`: what it serves and what a replica
+    is, the ``analytic`` sub-object, no ``simulated`` one), then the details; the flat figures are the
+    deprecated 1.0 aliases of ``analytic``'s. ``gpus_per_replica``: the pool's profile's, when known."""
     d = asdict(p)
     out = {k: d.pop(k) for k in _POOL_KEYS}
+    d.pop("model")
+    out.update(pool_identity(p, gpus_per_replica))
     out.update(analytic=pool_analytic(p), simulated=None)
     out.update(d)
     out["source"] = source
     return out
 
 
-def fleet_json(r: FleetResult, source: str = ANALYTIC, violations=None) -> dict:
+def fleet_json(r: FleetResult, source: str = ANALYTIC, violations=None, instance=None) -> dict:
     """A fleet's contract keys. With ``violations`` (the instance limits it breaks,
     :func:`fleetopt.optimizer.plan.evaluate.limit_violations`) they are listed under ``violations`` and
-    ``feasible`` is true only when the SLO is met and none is broken."""
+    ``feasible`` is true only when the SLO is met and none is broken. With ``instance``, each pool's
+    ``gpus_per_replica`` is its profile's (else read from the pool)."""
+    per = _per_replica(instance)
     out = {
         "cost_per_hr": r.cost_per_hr,
         "cost_per_year": r.cost_per_year,
         "total_replicas": r.total_replicas,
         "total_gpus": r.total_gpus,
+        "physical_gpus": physical_gpus(r, per),
         "power_kw": r.power_kw,
         "tok_per_watt": r.tok_per_watt,
         "slo_met": r.slo_met,
@@ -68,7 +81,7 @@ def fleet_json(r: FleetResult, source: str = ANALYTIC, violations=None) -> dict:
         "scope": r.scope,
         "ttft_p99_ms": r.ttft_p99_ms,
         "slo_miss_share": r.slo_miss_share,
-        "pools": [pool_json(p, source) for p in r.pools],
+        "pools": [pool_json(p, source, per.get(p.gpu)) for p in r.pools],
         "analytic": fleet_analytic(r),
         "simulated": None,
         "source": source,
@@ -83,11 +96,31 @@ def fmt_ms(x: float) -> str:
     return "inf" if x == float("inf") else f"{x:,.1f}"
 
 
-def fleet_table(title: str, r: FleetResult, slo_ms: float, source: str = ANALYTIC) -> Table:
-    t = Table(title=f"{title}  [P99 TTFT SLO {slo_ms:,.0f} ms]", title_justify="left", show_footer=True)
+def unit_lines(r: FleetResult, instance=None) -> list[str]:
+    """What one replica of each GPU option of a fleet is, one entry per kind of replica, naming its options:
+    ``a100, h100: 1 replica = 1 billing unit = 8 physical GPUs (...)``."""
+    per = _per_replica(instance)
+    by_text: dict[str, list[str]] = {}
+    for p in r.pools:
+        u = pool_identity(p, per.get(p.gpu))
+        names = by_text.setdefault(u["unit_note"], [])
+        if p.gpu not in names:
+            names.append(p.gpu)
+    return [f"{', '.join(names)}: {text}" for text, names in by_text.items()]
+
+
+def fleet_table(title: str, r: FleetResult, slo_ms: float, source: str = ANALYTIC, instance=None) -> Table:
+    """A fleet's pools and totals. Its title says what one replica of each GPU option is; ``replicas (GPUs)``
+    counts the GPUs priced and powered (what the limits count), ``physical GPUs`` the GPUs the replicas stand
+    for (they differ for the seeds' calibrated TP=8 units); ``model`` is the model each pool serves."""
+    per = _per_replica(instance)
+    t = Table(title=f"{title}  [P99 TTFT SLO {slo_ms:,.0f} ms]; " + "; ".join(unit_lines(r, instance)),
+              title_justify="left", show_footer=True)
     t.add_column("tokens", footer="fleet", no_wrap=True)
     t.add_column("gpu", footer="")
+    t.add_column("model", footer="")
     t.add_column("replicas (GPUs)", justify="right", footer=f"{r.total_replicas} ({r.total_gpus})", no_wrap=True)
+    t.add_column("physical GPUs", justify="right", footer=f"{physical_gpus(r, per):,}", no_wrap=True)
     t.add_column("req/s", justify="right", footer=f"{sum(p.arrival_rate for p in r.pools):,.1f}")
     t.add_column("util", justify="right")
     t.add_column("P99 TTFT ms", justify="right", footer=fmt_ms(r.ttft_p99_ms))
@@ -104,7 +137,8 @@ def fleet_table(title: str, r: FleetResult, slo_ms: float, source: str = ANALYTI
         else:
             status = _slo_word(p.slo_met, p.utilization_ok)
         band = f" (+@{p.compress_gamma:g})" if p.compress_gamma > 1 else ""
-        t.add_row(f"{p.min_tokens:,}-{p.max_tokens:,}{band}", p.gpu, f"{p.replicas}{sized} ({p.gpus})",
+        t.add_row(f"{p.min_tokens:,}-{p.max_tokens:,}{band}", p.gpu, served_model(p.model) or "unknown",
+                  f"{p.replicas}{sized} ({p.gpus})", f"{pool_identity(p, per.get(p.gpu))['physical_gpus']:,}",
                   f"{p.arrival_rate:,.2f}", f"{p.utilization:.2f}", fmt_ms(p.ttft_p99_ms),
                   f"{100 * p.slo_miss_prob:.2f}", f"{p.power_w:,.0f}", f"{p.tok_per_watt:.2f}", f"{p.cost_per_hr:,.2f}",
                   status)
@@ -432,15 +466,18 @@ def render_summary(c: Console, s: dict) -> None:
     p = s["pools"]
     c.print(f"  pools: up to {p['max_pools']}, max context {p['max_context']:,}, {len(p['boundaries'])} "
             f"boundaries, routing {p['routing']}; objective {s['objective']}")
-    t = Table(title="GPU options", title_justify="left")
-    for col in ("name", "profile", "model", "GPUs/replica", "$/hr/replica", "slots @max ctx", "max GPUs",
-                "availability", "quality"):
+    t = Table(title="GPU options (GPUs/replica: the GPUs a replica is priced and powered as, and the limits count; "
+                    "physical: the GPUs its constants describe)", title_justify="left")
+    for col in ("name", "profile", "model", "GPUs/replica", "physical GPUs/replica", "$/hr/replica",
+                "slots @max ctx", "max GPUs", "availability", "quality"):
         t.add_column(col)
     for g in s["gpus"]:
-        t.add_row(g["name"], g["profile"], g["model"], str(g["gpus_per_replica"]), f"{g['cost_per_hr']:.2f}",
-                  str(g["n_slots_at_max_context"]), "-" if g["max_count"] is None else str(g["max_count"]),
-                  f"{g['availability']:g}", g["quality"])
+        t.add_row(g["name"], g["profile"], g["model"], str(g["gpus_per_replica"]), str(g["physical_gpus_per_replica"]),
+                  f"{g['cost_per_hr']:.2f}", str(g["n_slots_at_max_context"]),
+                  "-" if g["max_count"] is None else str(g["max_count"]), f"{g['availability']:g}", g["quality"])
     c.print(t)
+    for g in s["gpus"]:
+        c.print(f"  {g['name']}: {g['unit_note']}", markup=False)
     for line in s.get("warnings", ()):
         c.print(f"  warning: {line}")
 
@@ -450,14 +487,14 @@ def render_evaluation(c: Console, report) -> None:
     inst = report.instance
     slo_ms = inst.slo.ttft_p99_s * 1000.0
     for k, (text, r) in enumerate(report.fleets):
-        c.print(fleet_table(f"fleet {text}", r, slo_ms))
+        c.print(fleet_table(f"fleet {text}", r, slo_ms, instance=inst))
         for line in fleet_notes(r, inst.slo.ttft_model):
             c.print(line, markup=False)
         for line in violations_lines(r, report.fleet_violations(k)):
             c.print(line, markup=False)
     b = report.baseline
     if b is not None:
-        c.print(fleet_table("homogeneous baseline (cheapest single pool)", b, slo_ms))
+        c.print(fleet_table("homogeneous baseline (cheapest single pool)", b, slo_ms, instance=inst))
         for line in fleet_notes(b, inst.slo.ttft_model)[1:]:
             c.print(line, markup=False)
         for line in violations_lines(b, report.baseline_violations, "baseline"):
@@ -474,8 +511,8 @@ def render_evaluation(c: Console, report) -> None:
                 "window and are served truncated to it")
 
 
-def _pool_contract(p: PoolResult, source: str) -> dict:
-    d = pool_json(p, source)
+def _pool_contract(p: PoolResult, source: str, instance=None) -> dict:
+    d = pool_json(p, source, _per_replica(instance).get(p.gpu))
     d["routing_share"] = p.routing_share
     return d
 
@@ -560,16 +597,16 @@ def solve_json(report, verification=None) -> dict:
            "objective": {"name": inst.objective, "value": None if best is None else best.objective, "unit": unit,
                          "bound": report.bound, "lp_bound": report.lp_bound,
                          "minimizes": OBJECTIVE_MEANINGS[inst.objective]}}
-    fleet = fleet_json(best.fleet, "analytic") if best else {k: None for k in (
-        "cost_per_hr", "cost_per_year", "total_replicas", "total_gpus", "power_kw", "tok_per_watt", "slo_met",
-        "feasible", "pools", "analytic", "simulated")}
+    fleet = fleet_json(best.fleet, "analytic", instance=inst) if best else {k: None for k in (
+        "cost_per_hr", "cost_per_year", "total_replicas", "total_gpus", "physical_gpus", "power_kw", "tok_per_watt",
+        "slo_met", "feasible", "pools", "analytic", "simulated")}
     if best:
-        fleet["pools"] = [_pool_contract(p, "analytic") for p in best.fleet.pools]
+        fleet["pools"] = [_pool_contract(p, "analytic", inst) for p in best.fleet.pools]
     fleet["fleet"] = fleet_spec(inst, best.fleet) if best else None
     fleet["routing"] = routing_json(best.routing) if best else None
     out.update(fleet)
     out["baseline"] = (None if report.baseline is None else
-                       fleet_json(report.baseline, violations=limit_violations(inst, report.baseline)))
+                       fleet_json(report.baseline, violations=limit_violations(inst, report.baseline), instance=inst))
     out["warnings"] = solve_warnings(report)
     out.update({
         "solve_seconds": report.solve_seconds, "mip_gap": report.mip_gap,
@@ -577,7 +614,7 @@ def solve_json(report, verification=None) -> dict:
         "power_linearization_error_w": report.power_error_w,
         "candidates": {"generated": report.candidates_generated, "feasible": report.candidates_feasible,
                        "after_pruning": report.candidates_after_pruning, "dropped": list(report.dropped_reasons)},
-        "solutions": [{"rank": p.rank, "objective": p.objective, **fleet_json(p.fleet),
+        "solutions": [{"rank": p.rank, "objective": p.objective, **fleet_json(p.fleet, instance=inst),
                        "fleet": fleet_spec(inst, p.fleet), "routing": routing_json(p.routing)} for p in report.plans],
         "verified": None if verification is None else verification.verified,
         **({} if verification is None else {"verification": verification_json(verification, inst)}),
@@ -587,9 +624,17 @@ def solve_json(report, verification=None) -> dict:
     return out
 
 
+def instance_warnings(inst) -> list[str]:
+    """Caveats about an instance itself, for ``validate`` and ``solve``: GPU options that count a replica
+    differently or serve an unknown model (:func:`fleetopt.optimizer.io.instance.gpu_warnings`), and option
+    names a ``--fleet`` spec reads two ways (:func:`fleetopt.optimizer.plan.evaluate.fleet_name_ambiguities`)."""
+    return gpu_warnings(inst) + fleet_name_ambiguities(inst)
+
+
 def solve_warnings(report) -> list[str]:
-    """Caveats a reader of a plan must see: mixed models, truncated requests, a baseline that misses."""
-    out = []
+    """Caveats a reader of a plan must see: the instance's own (:func:`instance_warnings`), mixed models,
+    truncated requests, a baseline that misses."""
+    out = instance_warnings(report.instance)
     best = report.best
     plan_models = sorted({p.model for p in best.fleet.pools}) if best else []
     if len(plan_models) > 1:
@@ -738,7 +783,7 @@ def render_solve(c: Console, report, verification=None) -> None:
         return
     for plan in report.plans:
         c.print(fleet_table(f"plan {plan.rank}: {objective_line(inst, plan.objective, plan.fleet)}", plan.fleet,
-                            slo_ms))
+                            slo_ms, instance=inst))
         for line in fleet_notes(plan.fleet, inst.slo.ttft_model):
             c.print(line.replace("source: analytic", f"selected by {report.method}; numbers analytic", 1),
                     markup=False)

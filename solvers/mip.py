@@ -24,6 +24,7 @@ Each constraint family is a ``*_rule`` below whose docstring is its math.
 from __future__ import annotations
 
 import math
+import threading
 import time
 from dataclasses import dataclass
 
@@ -250,9 +251,20 @@ def _highs(time_limit_s: float | None, mip_gap: float, threads: int | None, verb
     return SolverFactory("highs"), opts
 
 
+_HIGHS_LOCK = threading.Lock()
+"""HiGHS solves in one process run one at a time: Pyomo's HiGHS interface captures the process's stdout and stderr
+file descriptors around each solve, and two threads doing so at once (a Dask worker with several threads) break
+each other's capture ("TeeStream: deadlock observed"). Processes, the way to solve in parallel, are unaffected."""
+
+
+def _highs_solve(solver, m, opts):
+    with _HIGHS_LOCK:
+        return solver.solve(m, **opts)
+
+
 def _solve_once(m, solver, opts) -> tuple[Outcome, tuple[int, ...]]:
     """One HiGHS solve of ``m``: its :class:`~fleetopt.solvers.outcome.Outcome` and the chosen choices (if any)."""
-    res = solver.solve(m, **opts)
+    res = _highs_solve(solver, m, opts)
     out = outcome_of(res)
     chosen = ()
     if out.has_solution:
@@ -328,5 +340,5 @@ def lp_bound(problem: FleetProblem) -> float | None:
     m = build_model(problem)
     pyo.TransformationFactory("core.relax_integer_vars").apply_to(m)
     solver, opts = _highs(None, 0.0, None, False)
-    res = solver.solve(m, **opts)
+    res = _highs_solve(solver, m, opts)
     return res.incumbent_objective

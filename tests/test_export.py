@@ -141,7 +141,7 @@ def test_quickstart_k8s_validates_against_the_deployment_schema(quickstart, tmp_
         assert doc["spec"]["replicas"] == pool["replicas"]
         container = doc["spec"]["template"]["spec"]["containers"][0]
         assert container["image"].startswith("vllm/vllm-openai")
-        assert container["resources"]["limits"]["nvidia.com/gpu"] == pool["gpus"] // pool["replicas"]
+        assert container["resources"]["limits"]["nvidia.com/gpu"] == pool["physical_gpus_per_replica"]
         args = container["args"]
         assert int(args[args.index("--max-model-len") + 1]) == pool["max_tokens"]
         assert int(args[args.index("--max-num-seqs") + 1]) == pool["max_num_seqs"]
@@ -190,7 +190,7 @@ def test_quickstart_vllm_lines_parse_back_to_the_plan(quickstart):
         opts = dict(zip(words[3::2], words[4::2]))
         assert int(opts["--max-model-len"]) == pool["max_tokens"]
         assert int(opts["--max-num-seqs"]) == pool["max_num_seqs"]
-        assert int(opts["--tensor-parallel-size"]) == pool["gpus"] // pool["replicas"]
+        assert int(opts["--tensor-parallel-size"]) == pool["physical_gpus_per_replica"]
         assert f"{pool['replicas']} replica(s)" in comment
 
 

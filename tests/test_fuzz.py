@@ -42,6 +42,7 @@ BASE_INSTANCE = {
     "constraints": {"max_utilization": 0.85, "max_power_kw": 30, "max_cost_per_hr": 60, "max_total_gpus": 40},
     "energy": {"usd_per_kwh": 0.12, "pue": 1.3},
     "objective": "cost",
+    "allow_mixed_models": True,     # a 70B-class unit next to a Llama-3.1-8B option
 }
 
 CONFIG_8B = {

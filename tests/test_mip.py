@@ -39,6 +39,7 @@ def random_instance(seed: int, caps: bool, scope: str = "pool", compress: bool =
         "gpus": gpus,
         "pools": {"max_pools": int(rng.integers(1, 4)), "max_context": top, "boundaries": bounds},
         "objective": str(rng.choice(["cost", "power"])),
+        "allow_mixed_models": True,     # the A10G unit serves a 7B-class model, the others a 70B-class one
     }
     if tpot:
         data["slo"]["tpot_p99_ms"] = float(rng.choice([30, 45, 60, 100]))
@@ -199,6 +200,7 @@ def test_another_gpu_type_never_costs_more(rate):
     fewer = _base(rate)
     more = _base(rate)
     more["gpus"] = more["gpus"] + [{"name": "a10g", "profile": "A10G"}]
+    more["allow_mixed_models"] = True           # the A10G unit serves a 7B-class model
     assert _cost(more) <= _cost(fewer) + 1e-9
 
 
@@ -260,7 +262,7 @@ def test_split_routing_fills_rounding_slack(rate):
             "slo": {"ttft_p99_ms": 500, "ttft_model": "mean-prefill"},
             "gpus": [{"name": "a10g", "profile": "A10G"}, {"name": "a100", "profile": "A100-80GB"},
                      {"name": "h100", "profile": "H100-80GB"}],
-            "pools": {"max_pools": 2, "max_context": 8192, "boundaries": []}}
+            "pools": {"max_pools": 2, "max_context": 8192, "boundaries": []}, "allow_mixed_models": True}
     length = solve_instance(instance_from_dict(data))
     split = solve_instance(instance_from_dict(dict(data, pools=dict(data["pools"], routing="split"))))
     assert split.best.fleet.feasible and len(split.best.fleet.pools) == 2

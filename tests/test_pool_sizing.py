@@ -37,6 +37,7 @@ workload: {cdf: builtin:azure, arrival_rate: 100}
 slo: {ttft_p99_ms: 500}
 gpus: [{name: a10g, profile: A10G}, {name: a100, profile: A100-80GB}, {name: h100, profile: H100-80GB}]
 pools: {max_pools: 2, max_context: 8192, boundaries: auto}
+allow_mixed_models: true
 """
 
 # mean-prefill (P99 wait + mean prefill) calls a 60 ms SLO feasible; in simulation the longest prompts' prefill

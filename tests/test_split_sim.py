@@ -248,7 +248,8 @@ def a10g_data() -> dict:
             "slo": {"ttft_p99_ms": 500, "ttft_model": "mean-prefill"},
             "gpus": [{"name": "a10g", "profile": "A10G"}, {"name": "a100", "profile": "A100-80GB"},
                      {"name": "h100", "profile": "H100-80GB"}],
-            "pools": {"max_pools": 2, "max_context": 8192, "boundaries": [], "routing": "split"}}
+            "pools": {"max_pools": 2, "max_context": 8192, "boundaries": [], "routing": "split"},
+            "allow_mixed_models": True}
 
 
 def test_window_cuts_do_not_apply_under_split_routing():

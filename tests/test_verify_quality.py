@@ -42,7 +42,7 @@ def _instance(seed: int, folder: Path):
     text = (f"name: quality-{seed}\nworkload: {{cdf: builtin:{workload}, arrival_rate: {rate}}}\n"
             f"slo: {{ttft_p99_ms: {slo}}}\ngpus: [{gpus}]\n"
             f"pools: {{max_pools: 2, max_context: {TOP}, boundaries: {bounds}}}\n"
-            "constraints: {max_utilization: 1.0}\n")
+            "constraints: {max_utilization: 1.0}\nallow_mixed_models: true\n")
     path = folder / f"quality_{seed}.yaml"
     path.write_text(text)
     return api.load(path), names, bounds

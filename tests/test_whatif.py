@@ -35,6 +35,7 @@ gpus:
   - {name: h100, profile: H100-80GB}
 pools: {max_pools: 2, max_context: 8192}
 objective: cost
+allow_mixed_models: true
 """
 """A small, fast instance: Azure conversations, two GPU options, two pools, the seeds' TTFT convention."""
 RATE = "workload.arrival_rate"

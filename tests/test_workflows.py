@@ -19,6 +19,7 @@ from click.testing import CliRunner
 
 from fleetopt.models.units import HOURS_PER_YEAR
 from fleetopt.optimizer import api
+from fleetopt.optimizer.io.contract import SCHEMA_VERSION
 from fleetopt.optimizer.commands.workflows import headroom as headroom_cmd
 from fleetopt.optimizer.commands.workflows import pareto as pareto_cmd
 from fleetopt.optimizer.workflows.headroom import fleet_steps, headroom, simulated_limit
@@ -168,7 +169,7 @@ def test_pareto_cli_json_and_csv(lmsys_path, tmp_path):
                             "--json", out, "--csv", table])
     assert res.exit_code == 0, res.output
     data = json.loads(out.read_text())
-    assert (data["schema_version"], data["command"], data["instance"]) == ("2.0", "pareto --split-table", "lmsys-a100")
+    assert (data["schema_version"], data["command"], data["instance"]) == (SCHEMA_VERSION, "pareto --split-table", "lmsys-a100")
     keys = ("boundary_tokens", "share_short", "replicas_short", "replicas_long", "total_gpus", "cost_per_year",
             "saving_pct", "ttft_p99_ms_short", "ttft_p99_ms_long", "slo_met", "pareto")
     assert [r["boundary_tokens"] for r in data["rows"]] == [2048, 4096, 8192]
@@ -270,7 +271,7 @@ def test_headroom_cli_json(lmsys_path, tmp_path):
                               "--json", out])
     assert res.exit_code == 0, res.output
     data = json.loads(out.read_text())
-    assert (data["schema_version"], data["command"]) == ("2.0", "headroom")
+    assert (data["schema_version"], data["command"]) == (SCHEMA_VERSION, "headroom")
     assert data["binding_pool"] == "4096-65536:h100x6" and "max_arrival_rate_sim" not in data
     assert data["max_arrival_rate"] == pytest.approx(239.6, abs=0.05)
 

@@ -1,8 +1,11 @@
-"""``fleetopt catalog list [--kind profiles|hardware|models] [--json FILE|-]``: what the catalogue holds.
+"""``fleetopt catalog list [--kind profiles|hardware|models] [--catalog FILE ...] [--json FILE|-]``: what the
+catalogue holds.
 
 Names to use in an instance (``gpus[i].profile``, ``hardware``, ``model``), with the figures that matter for
-planning, their units and provenance (``source`` and quality labels), from ``data/catalog/*.yaml``
-(:func:`fleetopt.optimizer.io.catalog.catalog_listing`). Exit codes: 0, 2 for a bad option, 1 internal error.
+planning, their units and provenance (``source`` and quality labels), from ``data/catalog/*.yaml`` and the user
+catalogue files of ``--catalog`` (their entries marked user-supplied, with the file)
+(:func:`fleetopt.optimizer.io.catalog.catalog_listing`). Exit codes: 0, 2 for a bad option or catalogue file,
+1 internal error.
 """
 
 from __future__ import annotations
@@ -10,7 +13,7 @@ from __future__ import annotations
 import click
 from rich.table import Table
 
-from fleetopt.optimizer.commands import guard
+from fleetopt.optimizer.commands import catalog_option, guard
 from fleetopt.optimizer.io.catalog import CATALOG_KINDS, catalog_listing
 from fleetopt.optimizer.io.contract import envelope
 from fleetopt.optimizer.io.output import write_json
@@ -49,13 +52,14 @@ def _render(out: Output, listing: dict) -> None:
                            f"{h['usd_per_gpu_hour']:.2f}", f"power {h['power_quality']}", h["source"],
                            ", ".join(h["aliases"])) for h in listing["hardware"]]))
     if "models" in listing:
+        user = any(m.get("supplied_by") == "user" for m in listing["models"])   # their provenance is shown
         out.print(_table("models (data/catalog/models.yaml; instance key gpus: model, or model_config: a config.json)",
                          ("name", "hf id", "family", "attention", "layers", "params B", "active B", "card B",
-                          "KV B/token", "max ctx"),
+                          "KV B/token", "max ctx") + ("source",) * user,
                          [(m["name"], m["hf_id"], m["family"], m["attention"], m["layers"],
                            f"{m['params_computed'] / 1e9:.2f}", f"{m['active_params_computed'] / 1e9:.2f}",
                            m["params_model_card_b"], f"{m['kv_bytes_per_token_fp16']:,}",
-                           f"{m['max_position_embeddings']:,}") for m in listing["models"]]))
+                           f"{m['max_position_embeddings']:,}") + (m["source"],) * user for m in listing["models"]]))
         out.print("params/active B: counted from the architecture (every matrix, embedding, untied LM head, norms); "
                   "card B: the model card's rounded figure; KV B/token: whole model at 16 bit")
 
@@ -72,13 +76,14 @@ def catalog():
     """What the catalogue holds: GPUs, models and profiles, with provenance."""
 
 
-@catalog.command("list")
+@catalog.command("list", params=[catalog_option()])
 @click.option("--kind", type=click.Choice(CATALOG_KINDS), help="Only this kind (default: all three).")
 @click.option("--json", "json_out", metavar="FILE", help="Also write the listing as JSON ('-' = stdout).")
 @click.option("--format", "fmt", type=click.Choice(FORMATS), default="table", show_default=True, help="Text layout.")
 @guard
 def list_command(kind, json_out, fmt):
-    """List calibrated profiles, hardware and models with units and provenance."""
+    """List calibrated profiles, hardware and models with units and provenance (user catalogue files' entries
+    marked user-supplied)."""
     listing = list_catalog(kind)
     if json_out != "-":
         _render(Output(fmt), listing)

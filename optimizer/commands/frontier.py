@@ -1,5 +1,7 @@
-"""``fleetopt pareto INSTANCE --axes cost,AXIS``: load, call :func:`fleetopt.optimizer.workflows.frontier.frontier`,
-render, write, exit. :func:`run_axes` is what the ``pareto`` command delegates to when ``--axes`` is given.
+"""``fleetopt pareto INSTANCE --axes cost,AXIS``: load, call :func:`fleetopt.optimizer.workflows.frontier.frontier`
+on the chosen executor backend (``--workers N``, ``--scheduler ADDRESS``) with progress on stderr
+(:mod:`fleetopt.optimizer.commands.progress`), render, write, plot, exit. :func:`run_axes` is what the ``pareto``
+command delegates to when ``--axes`` is given.
 """
 
 from __future__ import annotations
@@ -9,9 +11,12 @@ import math
 from rich.console import Console
 from rich.table import Table
 
+from fleetopt.optimizer.commands.progress import reporter
 from fleetopt.optimizer.errors import InstanceError
 from fleetopt.optimizer.io.instance import load_instance
 from fleetopt.optimizer.io.output import write_json
+from fleetopt.optimizer.workflows import plots
+from fleetopt.optimizer.workflows.executor import Backend
 from fleetopt.optimizer.workflows.frontier import Frontier, frontier, parse_axes
 
 __all__ = ["run_axes", "render_frontier"]
@@ -51,28 +56,37 @@ def render_frontier(c: Console, f: Frontier) -> None:
                 "point)", markup=False)
     if f.truncated:
         c.print(f"stopped at {len(f.points)} points (--points); the curve goes on", markup=False)
+    if f.backend != Backend().label:
+        c.print(f"solved on {f.backend}: {f.solves_unused} solve(s) made ahead and not needed", markup=False)
 
 
 def run_axes(instance: str, axes: str, points: int | None, overrides, json_out: str | None, csv_out: str | None,
-             console: Console, write_text) -> Frontier:
-    """``pareto --axes``: parse, load, sweep, render (unless JSON or CSV goes to stdout), write.
+             console: Console, write_text, *, plot_out: str | None = None, backend: Backend = Backend(),
+             quiet: bool = False) -> Frontier:
+    """``pareto --axes``: parse, load, sweep on ``backend`` (progress on stderr unless ``quiet``), render (unless
+    JSON or CSV goes to stdout), write, plot (:func:`fleetopt.optimizer.workflows.plots.plot_frontier`).
 
     ``write_text(text, target, flag, protect)`` writes the CSV atomically (``workflows._write_text``).
 
     Raises
     ------
     InstanceError
-        A bad ``--axes`` or ``--points`` (exit 2), or a bad instance.
+        A bad ``--axes``, ``--points`` or ``--plot`` target (exit 2, before any solve), or a bad instance.
     """
     axis = parse_axes(axes)
     if json_out == "-" and csv_out == "-":
         raise InstanceError("--json / --csv: only one of them can go to stdout ('-')")
+    if plot_out:
+        plots.check_target(plot_out, "--plot", (instance,))
     inst = load_instance(instance, overrides)
-    result = frontier(inst, axis, points=points)
+    with reporter(quiet) as shown:
+        result = frontier(inst, axis, points=points, backend=backend, on_step=shown.step)
     if "-" not in (json_out, csv_out):
         render_frontier(console, result)
     if json_out:
         write_json(result.to_json(), json_out, (inst.path,))
     if csv_out:
         write_text(result.to_csv(), csv_out, "--csv", (inst.path,))
+    if plot_out:
+        plots.plot_frontier(result, plot_out)
     return result

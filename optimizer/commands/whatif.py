@@ -11,6 +11,7 @@ from __future__ import annotations
 import click
 from rich.table import Table
 
+from fleetopt.optimizer.commands.progress import QUIET_HELP, reporter
 from fleetopt.optimizer.commands.workflows import CONTEXT_SETTINGS, PLOT_HELP, _console, _format_opt, _guard, _write_text
 from fleetopt.optimizer.errors import InstanceError
 from fleetopt.optimizer.io.output import write_json
@@ -101,13 +102,14 @@ def render_whatif(c, w: WhatIf) -> None:
               "needs pip install 'fleetopt[scale]').")
 @click.option("--out", "log_out", metavar="FILE.jsonl", help="Stream each finished scenario to this JSONL file.")
 @click.option("--resume", is_flag=True, help="Continue --out FILE.jsonl: skip the scenarios it holds.")
+@click.option("--quiet", is_flag=True, help=QUIET_HELP)
 @click.option("--json", "json_out", metavar="FILE", help="Also write the result as JSON ('-' = stdout).")
 @click.option("--csv", "csv_out", metavar="FILE", help="Also write the scenarios as CSV ('-' = stdout).")
 @click.option("--plot", "plot_out", metavar="FILE", help=PLOT_HELP)
 @_format_opt
 @_guard
 def whatif(instance, sweeps, overrides, verify, sim_requests, sim_replications, seed, time_limit, workers,
-           scheduler, log_out, resume, json_out, csv_out, plot_out, fmt):
+           scheduler, log_out, resume, quiet, json_out, csv_out, plot_out, fmt):
     """Solve the instance over a grid of field values (--sweep PATH=v1,v2,...) and show what changes."""
     if json_out == "-" and csv_out == "-":
         raise InstanceError("--json / --csv: only one of them can go to stdout ('-')")
@@ -119,8 +121,10 @@ def whatif(instance, sweeps, overrides, verify, sim_requests, sim_replications, 
             options = SimOptions(requests=sim_requests, replications=sim_replications, seed=seed)
         except SimOptionsError as err:
             raise InstanceError([f"--sim-{f}: {t}" for f, t in err.by_field]) from None
-    result = run_whatif(instance, overrides, sweeps, backend=Backend(workers=workers, scheduler=scheduler),
-                        sim_options=options, time_limit_s=time_limit, out=log_out, resume=resume)
+    with reporter(quiet) as shown:
+        result = run_whatif(instance, overrides, sweeps, backend=Backend(workers=workers, scheduler=scheduler),
+                            sim_options=options, time_limit_s=time_limit, out=log_out, resume=resume,
+                            on_step=shown.step)
     if "-" not in (json_out, csv_out):
         render_whatif(_console(fmt), result)
     if json_out:

@@ -17,6 +17,7 @@ from rich.table import Table
 
 from fleetopt.optimizer.commands import CONTEXT_SETTINGS, format_option as _format_opt, guard as _guard
 from fleetopt.optimizer.commands import output as _console
+from fleetopt.optimizer.commands.progress import QUIET_HELP, reporter
 from fleetopt.optimizer.io.output import write_text as _write_text
 from fleetopt.optimizer.errors import InstanceError
 from fleetopt.optimizer.io.instance import load_instance
@@ -98,19 +99,28 @@ def render_split_table(c: Console, t: SplitTable) -> None:
               "cost,power | cost,ttft | cost,pools.")
 @click.option("--points", type=int, default=None, help="--axes: power: N evenly spaced caps; ttft/pools: at most N "
               "points.")
+@click.option("--workers", type=click.IntRange(1), default=1, show_default=True,
+              help="--axes: local processes to solve ahead on (1: this process; see docs/workflows.md).")
+@click.option("--scheduler", metavar="ADDRESS", help="--axes: solve ahead on the Dask cluster at ADDRESS "
+              "(tcp://HOST:8786; needs pip install 'fleetopt[scale]').")
+@click.option("--quiet", is_flag=True, help="--axes: " + QUIET_HELP)
 @_format_opt
 @_guard
-def pareto(instance, split, boundaries, gpu, overrides, json_out, csv_out, plot_out, axes, points, fmt):
-    """Cost against latency over split boundaries (--split-table: two pools of one GPU type)."""
+def pareto(instance, split, boundaries, gpu, overrides, json_out, csv_out, plot_out, axes, points, workers, scheduler,
+           quiet, fmt):
+    """Cost against latency over split boundaries (--split-table: two pools of one GPU type), or the exact
+    trade-off curve of least cost against power, P99 TTFT or pools (--axes cost,AXIS)."""
     if axes is not None:
         if split:
             raise InstanceError("--axes: give --axes or --split-table, not both")
-        if plot_out:
-            raise InstanceError("--plot: not available with --axes yet (the JSON has every point)")
         from fleetopt.optimizer.commands.frontier import run_axes
+        from fleetopt.optimizer.workflows.executor import Backend
 
-        run_axes(instance, axes, points, overrides, json_out, csv_out, _console(fmt), _write_text)
+        run_axes(instance, axes, points, overrides, json_out, csv_out, _console(fmt), _write_text, plot_out=plot_out,
+                 backend=Backend(workers=workers, scheduler=scheduler), quiet=quiet)
         return
+    if workers != 1 or scheduler is not None:
+        raise InstanceError("--workers / --scheduler: apply to --axes (the split table is one analytic pass)")
     if not split:
         raise InstanceError("--split-table: give --split-table (the seeds' two-pool table) or --axes cost,AXIS "
                             "(the exact frontier)")
@@ -125,8 +135,6 @@ def pareto(instance, split, boundaries, gpu, overrides, json_out, csv_out, plot_
         render_split_table(_console(fmt), result)
     if json_out:
         write_json(result.to_json(), json_out, (inst.path,))
-    if plot_out:
-        plots.plot_headroom(result, plot_out)
     if csv_out:
         _write_text(result.to_csv(), csv_out, "--csv", (inst.path,))
     if plot_out:
@@ -205,10 +213,11 @@ def render_steps(c: Console, s: StepSchedule) -> None:
               help="Override an instance field, e.g. slo.ttft_model=mean-prefill (repeatable).")
 @click.option("--json", "json_out", metavar="FILE", help="Also write the result as JSON ('-' = stdout).")
 @click.option("--plot", "plot_out", metavar="FILE", help=PLOT_HELP)
+@click.option("--quiet", is_flag=True, help="--verify: " + QUIET_HELP)
 @_format_opt
 @_guard
 def headroom(instance, fleet, verify, rate_range, sim_requests, sim_replications, seed, sim_tolerance, overrides,
-             json_out, plot_out, fmt):
+             json_out, plot_out, quiet, fmt):
     """The largest arrival rate a fleet carries within its SLO (--fleet), or where the optimal fleet steps
     up over a range of rates (--range LO:HI)."""
     if rate_range is None and fleet is None:
@@ -229,8 +238,11 @@ def headroom(instance, fleet, verify, rate_range, sim_requests, sim_replications
                 options = SimOptions(requests=sim_requests, replications=sim_replications, seed=seed)
             except SimOptionsError as err:
                 raise InstanceError([f"--sim-{f}: {t}" for f, t in err.by_field]) from None
-            result = replace(result, sim=simulated_limit(inst, fleet, options, start=result,
-                                                          tolerance_req_per_s=sim_tolerance))
+            with reporter(quiet) as shown:
+                step = None if shown.step is None else (
+                    lambda pool, rate: shown.step(f"headroom: simulating pool {pool} at {rate:g} req/s"))
+                result = replace(result, sim=simulated_limit(inst, fleet, options, start=result,
+                                                              tolerance_req_per_s=sim_tolerance, progress=step))
         render = render_headroom
     if json_out != "-":
         render(_console(fmt), result)

@@ -3,14 +3,25 @@
 The data files live in the repository's ``data/`` folder, which installs as
 ``fleetopt/data`` beside ``fleetopt/optimizer``: the same relative path in a
 checkout and in a wheel, so :func:`data_dir` needs no search and the package
-never reads anything outside itself at run time.
+never reads anything outside itself at run time. The example instances (``instances/``) install the same way
+as ``fleetopt/instances`` (:func:`instances_dir`).
+
+The user's own catalogue files (:mod:`fleetopt.optimizer.io.catalog_file`) extend the shipped one, in this
+order: the files of ``--catalog FILE`` (the CLI enters :func:`catalog_files` for the command; within it
+:func:`load_catalog` includes them), then an instance's own ``catalog:`` section (:func:`instance_catalog`). A
+name or alias already present (shipped, or from an earlier file) is an error unless the new entry says
+``replace: true``.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -19,8 +30,14 @@ from fleetopt.models.power import PowerCurve
 from fleetopt.models.profiles import CalibratedProfile
 from fleetopt.models.roofline import MoELatencyTable
 
-__all__ = ["Catalog", "data_dir", "load_catalog", "catalog_documents", "catalog_listing", "CATALOG_FILES",
-           "CATALOG_KINDS", "CATALOG_UNITS", "BUILTIN_WORKLOADS"]
+from fleetopt.optimizer.errors import InstanceError
+from fleetopt.optimizer.io.catalog_file import CatalogEntry, CatalogLines, catalog_entries, read_catalog_file
+from fleetopt.optimizer.io.hf_config import model_config_problems
+from fleetopt.optimizer.io.schema import show_value
+
+__all__ = ["Catalog", "UserEntry", "data_dir", "instances_dir", "load_catalog", "bundled_catalog", "catalog_files",
+           "active_catalog_files", "extend_catalog", "user_catalog", "instance_catalog", "catalog_documents",
+           "catalog_listing", "CATALOG_FILES", "CATALOG_KINDS", "CATALOG_UNITS", "BUILTIN_WORKLOADS"]
 
 CATALOG_FILES = {"hardware": "hardware.yaml", "models": "models.yaml", "profiles": "calibrated_profiles.yaml"}
 """The catalogue's YAML files (in ``data/catalog/``) by kind."""
@@ -50,6 +67,26 @@ def data_dir() -> Path:
     return folder
 
 
+def instances_dir() -> Path:
+    """Folder of the example instances (``instances/`` of a checkout, ``fleetopt/instances`` of a wheel)."""
+    folder = Path(__file__).resolve().parents[2] / "instances"
+    if not folder.is_dir():
+        raise FileNotFoundError(f"fleetopt example instances not found in {folder}; the installation is incomplete")
+    return folder
+
+
+@dataclass(frozen=True)
+class UserEntry:
+    """An entry a user catalogue file added: its kind, name, the file and the provenance it gave, and its
+    ``catalog list`` row."""
+
+    kind: str
+    name: str
+    file: str
+    provenance: str
+    row: dict
+
+
 @dataclass(frozen=True)
 class Catalog:
     hardware: dict[str, HardwareSpec]
@@ -60,6 +97,8 @@ class Catalog:
     moe_reference_bandwidth_bytes_per_s: float
     moe_bandwidth_exponent: float
     moe_decode_reference_tokens: int
+    user_entries: tuple[UserEntry, ...] = field(default=())
+    """The entries user catalogue files added (in order); empty for the shipped catalogue."""
 
     @property
     def moe_latency_table(self) -> MoELatencyTable:
@@ -126,14 +165,14 @@ def _model(name: str, d: dict) -> ModelSpec:
     )
 
 
-def _profile(name: str, d: dict) -> CalibratedProfile:
+def _profile(name: str, d: dict, model_name: str | None = None, source: str | None = None) -> CalibratedProfile:
     quality = d.get("quality", {})
     latency_q = "projected" if "projected" in str(quality.get("latency", "")) else "calibrated"
     power_q = str(quality.get("power", "projected")).split()[0]
     per_gpu = d.get("cost_per_hr_per_gpu_equivalent")
     return CalibratedProfile(
         name=name,
-        model_name=_PROFILE_MODELS.get(name, "unspecified"),
+        model_name=model_name or _PROFILE_MODELS.get(name, "unspecified"),
         W_s=float(d["W"]),
         H_s=float(d["H"]),
         calibration_ctx_tokens=int(d["calibration_ctx"]),
@@ -147,7 +186,7 @@ def _profile(name: str, d: dict) -> CalibratedProfile:
         gpus_per_replica=1,
         power=_power(d["power"], power_q),
         latency_quality=latency_q,
-        source=str(d.get("source", "")),
+        source=str(d.get("source", "")) if source is None else source,
         note=str(d.get("unit_note", "")),
     )
 
@@ -164,7 +203,7 @@ def catalog_documents() -> dict[str, dict]:
 
 
 @lru_cache(maxsize=1)
-def load_catalog() -> Catalog:
+def bundled_catalog() -> Catalog:
     """Read the shipped catalogue once per process."""
     docs = catalog_documents()
     hw, md, pr = docs["hardware"], docs["models"], docs["profiles"]
@@ -193,6 +232,229 @@ def load_catalog() -> Catalog:
         moe_bandwidth_exponent=float(moe["bandwidth_scaling_exponent"]),
         moe_decode_reference_tokens=int(moe["decode_reference_tokens"]),
     )
+
+
+# --------------------------------------------------------------------------------------------
+# User catalogue files (format: fleetopt.optimizer.io.catalog_file)
+# --------------------------------------------------------------------------------------------
+
+_CATALOG_FILES: ContextVar[tuple[str, ...]] = ContextVar("fleetopt_catalog_files", default=())
+"""The user catalogue files in effect (``--catalog FILE``), as given."""
+
+_KIND_WORD = {"hardware": "hardware", "models": "model", "profiles": "profile"}
+
+
+@contextmanager
+def catalog_files(paths: Sequence[str | Path]) -> Iterator[None]:
+    """Within the block, :func:`load_catalog` and every instance loaded include the user catalogue files
+    ``paths`` (after those already in effect), in order: what ``--catalog FILE`` does for one command.
+
+    Examples
+    --------
+    >>> with catalog_files([]):
+    ...     load_catalog() is bundled_catalog()
+    True
+    """
+    token = _CATALOG_FILES.set(_CATALOG_FILES.get() + tuple(str(p) for p in paths))
+    try:
+        yield
+    finally:
+        _CATALOG_FILES.reset(token)
+
+
+def active_catalog_files() -> tuple[str, ...]:
+    """The user catalogue files in effect (:func:`catalog_files`), as given."""
+    return _CATALOG_FILES.get()
+
+
+def load_catalog() -> Catalog:
+    """The catalogue in effect: the shipped one (:func:`bundled_catalog`), extended by the user catalogue files of
+    an active :func:`catalog_files` block.
+
+    Raises
+    ------
+    InstanceError
+        One line per problem of a user catalogue file in effect (``FILE: catalog.SECTION[i].FIELD: ...``).
+    """
+    files = _CATALOG_FILES.get()
+    if not files:
+        return bundled_catalog()
+    catalog, lines = _with_files(_file_keys(files))
+    if lines:
+        raise InstanceError(list(lines))
+    return catalog
+
+
+def user_catalog(files: Sequence[str | Path]) -> tuple[Catalog, tuple[str, ...]]:
+    """The shipped catalogue extended by ``files`` in order, and one line per problem (the catalogue is only
+    meaningful when there is none)."""
+    return _with_files(_file_keys(tuple(str(f) for f in files)))
+
+
+def _file_keys(files: Sequence[str]) -> tuple:
+    """``(as given, absolute path, (mtime, size))`` per file: a file edited between two loads is read again."""
+    keys = []
+    for given in files:
+        path = Path(given).expanduser().absolute()
+        try:
+            stat = path.stat()
+            stamp = (stat.st_mtime_ns, stat.st_size)
+        except OSError:
+            stamp = None
+        keys.append((given, str(path), stamp))
+    return tuple(keys)
+
+
+@lru_cache(maxsize=16)
+def _with_files(keys: tuple) -> tuple[Catalog, tuple[str, ...]]:
+    lines = CatalogLines()
+    entries = [e for given, path, _ in keys for e in read_catalog_file(path, lines, label=given)]
+    catalog = extend_catalog(bundled_catalog(), entries, lines)
+    return catalog, tuple(lines.lines)
+
+
+def _names(name: str, record) -> set[str]:
+    """The lower-case names ``find`` matches for an entry: its name and its aliases."""
+    return {name.lower()} | {a.lower() for a in getattr(record, "aliases", ())}
+
+
+def _spec_document(spec: ModelSpec) -> dict:
+    """A model built from a config.json as a ``models.yaml`` entry (the fields ``catalog list`` shows)."""
+    doc = {"family": spec.family, "attention": spec.attention, "layers": spec.layers,
+           "hidden_size": spec.hidden_size, "params_computed": spec.params, "active_params_computed": spec.active_params,
+           "kv_bytes_per_token_fp16": spec.kv_bytes_per_token_fp16,
+           "max_position_embeddings": spec.max_position_embeddings}
+    if spec.moe is not None:
+        doc["moe"] = {"routed_experts": spec.moe.routed_experts, "experts_per_token": spec.moe.experts_per_token}
+    return doc
+
+
+def _n_slots_problems(entry: CatalogEntry, profile: CalibratedProfile, lines: CatalogLines) -> bool:
+    """Whether the entry's optional ``n_slots_at`` disagrees with its constants (each disagreement reported)."""
+    bad = False
+    for ctx_tokens, expected in dict(entry.data.get("n_slots_at", {})).items():
+        got = int(profile.n_slots(ctx_tokens))
+        if got != expected:
+            lines.add(entry.file, f"{entry.field}.n_slots_at", f"{expected} sequences at {ctx_tokens} tokens, but "
+                      f"max_slots, calibration_ctx, total_kv_blks and blk_size give {got}; correct it or remove it")
+            bad = True
+    return bad
+
+
+def _user_record(entry: CatalogEntry, lines: CatalogLines):
+    """The record of a checked entry (with its provenance), or None after reporting why it cannot be built."""
+    d, note = dict(entry.data), f"user catalogue {entry.file}: {entry.provenance}"
+    try:
+        if entry.kind == "hardware":
+            return _hardware(entry.name, {**d, "spec_source": d.get("spec_source", "user")})
+        if entry.kind == "profiles":
+            profile = _profile(entry.name, d, d.get("model"), f"{entry.provenance} (user catalogue {entry.file})")
+            return None if _n_slots_problems(entry, profile, lines) else profile
+        if entry.config is None:
+            return replace(_model(entry.name, d), notes=(note,))
+    except ValueError as err:
+        lines.add(entry.file, entry.field, f"{err}")
+        return None
+    spec, problems = model_config_problems(entry.config, entry.name)
+    for line in problems:
+        lines.add(entry.file, f"{entry.field}.config", f"{entry.config_given!r} (resolved to {entry.config}): {line}")
+    return None if spec is None else replace(spec, notes=(*spec.notes, note))
+
+
+def _user_row(entry: CatalogEntry, record) -> dict:
+    """The entry's ``catalog list`` row, its source marked as user-supplied."""
+    if entry.kind == "hardware":
+        row = _hardware_row(entry.name, dict(entry.data))
+    elif entry.kind == "models":
+        row = _model_row(entry.name, dict(entry.data) if entry.config is None else _spec_document(record))
+    else:
+        row = _profile_row(entry.name, dict(entry.data), record)
+    return {**row, "source": f"user-supplied ({entry.file}): {entry.provenance}", "supplied_by": "user",
+            "file": entry.file}
+
+
+def extend_catalog(base: Catalog, entries: Sequence[CatalogEntry], lines: CatalogLines) -> Catalog:
+    """``base`` with ``entries`` added in order.
+
+    A name or alias already present (case-insensitive, as :meth:`Catalog.find` matches) is an error on
+    ``catalog.KIND[i].name`` (or ``.aliases``) unless the entry says ``replace: true``, which removes the entry it
+    collides with; ``replace: true`` with nothing to replace is an error too. An entry with a problem is left out
+    and each problem added to ``lines``.
+    """
+    tables = {kind: dict(getattr(base, kind)) for kind in CATALOG_KINDS}
+    added = list(base.user_entries)
+    for entry in entries:
+        record = _user_record(entry, lines)
+        if record is None:
+            continue
+        table, word, new = tables[entry.kind], _KIND_WORD[entry.kind], _names(entry.name, record)
+        hits = [name for name, other in table.items() if _names(name, other) & new]
+        if hits and not entry.replace:
+            name = hits[0]
+            shared = sorted(_names(name, table[name]) & new)[0]
+            where = next((f"from {u.file}" for u in added if (u.kind, u.name) == (entry.kind, name)),
+                         f"shipped in data/catalog/{CATALOG_FILES[entry.kind]}")
+            key = "name" if entry.name.lower() in _names(name, table[name]) else "aliases"
+            lines.add(entry.file, f"{entry.field}.{key}", f"{shared!r} is already in the catalogue: {word} {name!r} "
+                      f"({where}); choose another name, or add replace: true to this entry to replace that one")
+            continue
+        if entry.replace and not hits:
+            lines.add(entry.file, f"{entry.field}.replace", f"true, but the catalogue has no {word} named "
+                      f"{entry.name!r} (nor any of its aliases) to replace; remove replace or correct the name")
+            continue
+        for name in hits:
+            del table[name]
+        added = [u for u in added if not (u.kind == entry.kind and u.name in hits)]
+        table[entry.name] = record
+        added.append(UserEntry(entry.kind, entry.name, entry.file, entry.provenance, _user_row(entry, record)))
+    return replace(base, hardware=tables["hardware"], models=tables["models"], profiles=tables["profiles"],
+                   user_entries=tuple(added))
+
+
+def _section_entries(section: Any, problems, lines: CatalogLines) -> list[CatalogEntry] | None:
+    """The entries of an instance's ``catalog:`` value (an inline mapping, a path or a list of paths, relative to
+    the instance file), or None after reporting a value of another kind."""
+    instance_file = problems.path
+    base = Path(instance_file).parent if instance_file not in (None, "") else Path.cwd()
+    if isinstance(section, dict):
+        return catalog_entries(section, instance_file, base, lines)
+    given = [section] if isinstance(section, str) else section if isinstance(section, list) else None
+    if given is None:
+        problems.add("catalog", f"expected a catalogue (a mapping of hardware, models, profiles), the path of a "
+                                f"catalogue file or a list of paths; got {show_value(section)}")
+        return None
+    entries = []
+    for k, text in enumerate(given):
+        if not isinstance(text, str) or not text.strip():
+            problems.add(f"catalog[{k}]" if isinstance(section, list) else "catalog",
+                         f"expected the path of a catalogue file; got {show_value(text)}")
+            continue
+        path = Path(text).expanduser()
+        entries += read_catalog_file(path if path.is_absolute() else base / path, lines)
+    return entries
+
+
+def instance_catalog(section: Any, problems) -> Catalog | None:
+    """The catalogue an instance's names resolve in: :func:`load_catalog`'s (the shipped catalogue and the files of
+    an active :func:`catalog_files` block) extended by the instance's own ``catalog:`` value ``section`` (None:
+    none).
+
+    ``problems`` (a :class:`~fleetopt.optimizer.io.schema.Problems` of the instance file) receives one line per
+    problem, each naming its own file: the instance for an inline section, the catalogue file otherwise. None
+    when there is any.
+    """
+    files = _CATALOG_FILES.get()
+    catalog, file_lines = (bundled_catalog(), ()) if not files else _with_files(_file_keys(files))
+    problems.lines.extend(file_lines)
+    if section is None or section == []:
+        return None if file_lines else catalog
+    lines = CatalogLines()
+    before = len(problems.lines)
+    entries = _section_entries(section, problems, lines)
+    if entries is not None:
+        catalog = extend_catalog(catalog, entries, lines)
+    problems.lines.extend(lines.lines)
+    return None if (file_lines or len(problems.lines) > before) else catalog
 
 
 CATALOG_KINDS = ("hardware", "models", "profiles")
@@ -248,10 +510,19 @@ def _profile_row(name: str, d: dict, record: CalibratedProfile) -> dict:
 
 
 def catalog_listing(kinds: tuple[str, ...] = CATALOG_KINDS) -> dict:
-    """What the catalogue holds, by kind, with provenance (``source``, quality labels) and :data:`CATALOG_UNITS`.
+    """What the catalogue in effect holds (:func:`load_catalog`), by kind, with provenance (``source``, quality
+    labels) and :data:`CATALOG_UNITS`.
 
     Numbers are the catalogue files' own (``data/catalog/*.yaml``); profiles as loaded (per-GPU-equivalent
-    price for the projected B200).
+    price for the projected B200). Each row says whether it is ``supplied_by`` the package (``bundled``) or a
+    user catalogue file (``user``; its ``source`` reads ``user-supplied (FILE): PROVENANCE``), and its ``file``;
+    ``user_files`` lists the files in effect (only when there are any). A shipped entry a user file replaced is
+    not listed.
+
+    Raises
+    ------
+    InstanceError
+        One line per problem of a user catalogue file in effect.
     """
     unknown = [k for k in kinds if k not in CATALOG_KINDS]
     if unknown:
@@ -259,10 +530,16 @@ def catalog_listing(kinds: tuple[str, ...] = CATALOG_KINDS) -> dict:
     docs, catalog = catalog_documents(), load_catalog()
     out = {"files": {k: f"data/catalog/{CATALOG_FILES[k]}" for k in kinds},
            "units": {k: CATALOG_UNITS[k] for k in kinds}}
-    if "hardware" in kinds:
-        out["hardware"] = [_hardware_row(n, d) for n, d in docs["hardware"]["gpus"].items()]
-    if "models" in kinds:
-        out["models"] = [_model_row(n, d) for n, d in docs["models"]["models"].items()]
-    if "profiles" in kinds:
-        out["profiles"] = [_profile_row(n, d, catalog.profiles[n]) for n, d in docs["profiles"]["profiles"].items()]
+    if active_catalog_files():
+        out["user_files"] = list(active_catalog_files())
+    bundled = {"hardware": lambda n, d: _hardware_row(n, d), "models": lambda n, d: _model_row(n, d),
+               "profiles": lambda n, d: _profile_row(n, d, catalog.profiles[n])}
+    section = {"hardware": docs["hardware"]["gpus"], "models": docs["models"]["models"],
+               "profiles": docs["profiles"]["profiles"]}
+    users = {(u.kind, u.name) for u in catalog.user_entries}
+    for kind in kinds:
+        table = getattr(catalog, kind)
+        out[kind] = [{**bundled[kind](n, d), "supplied_by": "bundled", "file": f"data/catalog/{CATALOG_FILES[kind]}"}
+                     for n, d in section[kind].items() if n in table and (kind, n) not in users]
+        out[kind] += [dict(u.row) for u in catalog.user_entries if u.kind == kind]
     return out

@@ -17,13 +17,23 @@ and ``simulate``'s top-level ``ttft_p99_ms`` simulated) are kept in 2.0 as depre
 Units: ms for latencies, W for a pool's power, kW for a fleet's, $/hr for cost, req/s for ``arrival_rate``.
 A figure is a JSON number, or null where it is infinite (an unstable queue) or undefined (no measured request).
 
+What a replica is
+-----------------
+``gpus`` counts the GPUs a replica is priced and powered as, and the limits (``max_count``,
+``max_total_gpus``) count the same. For most profiles that is its physical GPUs (``gpus_per_replica`` = TP).
+The seeds' calibrated A100/H100/B200 profiles are the exception: their latency and KV constants describe a
+TP=8 server, priced and powered as ONE GPU (``data/catalog/calibrated_profiles.yaml``). :func:`replica_unit`
+tells them apart (``unit``: ``gpu`` or ``seed_unit``), and every pool states ``physical_gpus`` as well.
+
 :func:`schema_for` gives the JSON Schema (``fleetopt schema [COMMAND]``); :func:`validate_document` checks a
 document against its model (strict types: an integer field rejects 3.0, a boolean rejects 1).
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Annotated, Any, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
@@ -33,12 +43,110 @@ from fleetopt.models.fleet import FleetResult, PoolResult
 __all__ = ["SCHEMA_VERSION", "Document", "PoolAnalytic", "PoolSimulated", "FleetAnalytic", "FleetSimulated", "Pool",
            "Fleet", "DOCUMENTS", "COMMANDS", "envelope", "with_envelope", "pool_analytic", "fleet_analytic",
            "pool_simulated", "fleet_simulated", "document_model", "validate_document", "schema_for",
-           "top_level_fields"]
+           "top_level_fields", "UNITS", "ReplicaUnit", "replica_unit", "served_model", "pool_identity",
+           "physical_gpus"]
 
-SCHEMA_VERSION = "2.0"
+SCHEMA_VERSION = "2.1"
 """Version of the JSON contract (``docs/json.md`` has the changelog). 1.0: the documents before this contract
 (the workflow commands wrote ``schema_version: 1``, the others none); 2.0: the envelope on every document,
-``evaluate``'s ``fleets`` list, and the ``analytic`` / ``simulated`` sub-objects."""
+``evaluate``'s ``fleets`` list, and the ``analytic`` / ``simulated`` sub-objects; 2.1: what a replica is
+(``model``, ``gpus_per_replica``, ``physical_gpus_per_replica``, ``physical_gpus``, ``unit`` per pool and GPU
+option, ``physical_gpus`` per fleet)."""
+
+UNITS = ("gpu", "seed_unit")
+"""What one replica is priced and powered as: ``gpu``, its physical GPUs (computed, fitted and most calibrated
+profiles); ``seed_unit``, the seeds' calibrated convention: a TP=N server priced and powered as fewer GPUs
+(one)."""
+
+_TP_RE = re.compile(r"\bTP\s*=\s*(\d+)", re.IGNORECASE)
+_UNKNOWN_MODELS = ("", "unspecified", "unknown")
+
+
+@dataclass(frozen=True)
+class ReplicaUnit:
+    """What one replica of a profile is: the GPUs it is priced, powered and counted as (``gpus_per_replica``,
+    what ``gpus`` and the limits count) and the physical GPUs its constants describe."""
+
+    gpus_per_replica: int
+    physical_gpus_per_replica: int
+
+    @property
+    def unit(self) -> str:
+        """``gpu`` when a counted GPU is a physical one, else ``seed_unit`` (:data:`UNITS`)."""
+        return "gpu" if self.physical_gpus_per_replica == self.gpus_per_replica else "seed_unit"
+
+    @property
+    def text(self) -> str:
+        """One replica in words, e.g. ``1 replica = 8 physical GPUs (TP=8)``."""
+        n, b = self.physical_gpus_per_replica, self.gpus_per_replica
+        if self.unit == "gpu":
+            return f"1 replica = {n} physical GPU" + (f"s (TP={n})" if n > 1 else "")
+        return (f"1 replica = {b} billing unit{'s' if b > 1 else ''} = {n} physical GPUs (the seeds' calibrated "
+                f"TP={n} server, priced and powered as {b} GPU{'s' if b > 1 else ''})")
+
+    def to_json(self) -> dict:
+        return {"gpus_per_replica": self.gpus_per_replica,
+                "physical_gpus_per_replica": self.physical_gpus_per_replica, "unit": self.unit,
+                "unit_note": self.text}
+
+
+def replica_unit(gpus_per_replica: int, model_name: str) -> ReplicaUnit:
+    """What one replica is, from the GPUs a profile counts per replica and its model label.
+
+    A label that states a tensor-parallel degree above the counted GPUs (the seeds' calibrated profiles:
+    ``Llama-3-70B-class (TP=8 unit)`` with ``gpus_per_replica`` 1) makes the replica a ``seed_unit`` of that
+    many physical GPUs; otherwise a counted GPU is a physical one.
+
+    Examples
+    --------
+    >>> replica_unit(1, "Llama-3-70B-class (TP=8 unit)").unit, replica_unit(8, "Llama-3.1-70B").unit
+    ('seed_unit', 'gpu')
+    >>> replica_unit(1, "Llama-3-70B-class (TP=8 unit)").physical_gpus_per_replica
+    8
+    """
+    m = _TP_RE.search(model_name or "")
+    stated = int(m[1]) if m else 0
+    return ReplicaUnit(int(gpus_per_replica), max(int(gpus_per_replica), stated))
+
+
+def served_model(model_name: str) -> str | None:
+    """The model a profile serves, as compared between GPU options: its label without a trailing
+    parenthesis (the serving details: ``Llama-3.1-8B (bf16, TP=1)`` serves ``Llama-3.1-8B``); None when the
+    label names no model (``unspecified``).
+
+    Examples
+    --------
+    >>> served_model("Llama-3-70B-class (TP=8 unit)"), served_model("Llama-3.1-70B"), served_model("unspecified")
+    ('Llama-3-70B-class', 'Llama-3.1-70B', None)
+    """
+    name = re.sub(r"\s*\([^()]*\)\s*$", "", str(model_name or "")).strip()
+    return None if name.lower() in _UNKNOWN_MODELS else name
+
+
+def _pool_unit(p: PoolResult, gpus_per_replica: int | None) -> ReplicaUnit:
+    """A pool's :class:`ReplicaUnit`; without ``gpus_per_replica`` (its profile's) read from its GPUs over its
+    replicas, or from its model label when it has no replica."""
+    if gpus_per_replica is None:
+        if p.replicas > 0:
+            gpus_per_replica = p.gpus // p.replicas
+        else:
+            gpus_per_replica = replica_unit(1, p.model).physical_gpus_per_replica
+    return replica_unit(gpus_per_replica, p.model)
+
+
+def pool_identity(p: PoolResult, gpus_per_replica: int | None = None) -> dict:
+    """The keys of a pool that say what it serves and what its replicas are: ``model`` (the profile's model
+    label), ``gpus_per_replica``, ``physical_gpus_per_replica``, ``physical_gpus``, ``unit``, ``unit_note``
+    (``gpus_per_replica``: the pool's profile's, when the caller has it)."""
+    u = _pool_unit(p, gpus_per_replica)
+    return {"model": p.model, **u.to_json(), "physical_gpus": int(p.replicas) * u.physical_gpus_per_replica}
+
+
+def physical_gpus(r: FleetResult, gpus_per_replica: Mapping[str, int] | None = None) -> int:
+    """The physical GPUs of a fleet: per pool, replicas x the physical GPUs of one (:func:`replica_unit`);
+    ``gpus_per_replica`` maps a pool's ``gpu`` to its profile's, when the caller has them."""
+    per = gpus_per_replica or {}
+    return sum(int(p.replicas) * _pool_unit(p, per.get(p.gpu)).physical_gpus_per_replica for p in r.pools)
 
 Figure = Annotated[float | None, Field(description="null: infinite (an unstable queue) or undefined")]
 Interval = Annotated[list[Figure], Field(min_length=2, max_length=2,
@@ -60,7 +168,7 @@ class _Open(BaseModel):
 class Document(_Open):
     """The envelope every ``--json`` document carries."""
 
-    schema_version: Literal["2.0"] = Field(description="Version of this contract")
+    schema_version: Literal["2.1"] = Field(description="Version of this contract")
     command: str = Field(description="The document's kind: the command (and variant) that wrote it")
     instance: str | None = Field(description="The instance's name; null for a command without an instance")
 
@@ -134,14 +242,24 @@ class FleetSimulated(_Open):
     energy_per_output_token_j: Figure
 
 
+_Unit = Annotated[Literal["gpu", "seed_unit"], Field(
+    description="what a replica is priced and powered as: gpu = its physical GPUs; seed_unit = the seeds' "
+                "calibrated TP=N server priced and powered as one GPU")]
+
+
 class Pool(_Open):
     """One pool of a fleet: its identity and its figures."""
 
     min_tokens: int
     max_tokens: int
     gpu: str
+    model: str = Field(description="the model its profile serves (the profile's label)")
     replicas: int
-    gpus: int
+    gpus: int = Field(description="GPUs counted, priced and powered: replicas x gpus_per_replica")
+    gpus_per_replica: int
+    physical_gpus_per_replica: int = Field(description="physical GPUs one replica's constants describe (TP)")
+    physical_gpus: int = Field(description="replicas x physical_gpus_per_replica")
+    unit: _Unit
     analytic: PoolAnalytic
     simulated: PoolSimulated | None
     arrival_rate: float = _deprecated("analytic.arrival_rate")
@@ -152,9 +270,15 @@ class Pool(_Open):
 
 
 class SimulatedPool(Pool):
-    """A pool of ``simulate``: both sub-objects."""
+    """A pool of ``simulate``: both sub-objects. The 2.1 keys of what a replica is (``model``,
+    ``gpus_per_replica``, ...) may be absent here (``simulate``'s pools are written by the simulation layer)."""
 
     simulated: PoolSimulated
+    model: str | None = None
+    gpus_per_replica: int | None = None
+    physical_gpus_per_replica: int | None = None
+    physical_gpus: int | None = None
+    unit: _Unit | None = None
     ttft_p99_ms_sim: Figure = _deprecated("simulated.ttft_p99_ms")
     slo_met_sim: bool = _deprecated("simulated.slo_met")
 
@@ -163,6 +287,7 @@ class Fleet(_Open):
     """An analytically evaluated fleet (``evaluate``'s fleets and baseline, ``solve``'s solutions)."""
 
     pools: list[Pool]
+    physical_gpus: int = Field(description="physical GPUs of every pool (total_gpus counts priced GPUs)")
     analytic: FleetAnalytic
     simulated: FleetSimulated | None
     cost_per_hr: float = _deprecated("analytic.cost_per_hr")
@@ -253,6 +378,9 @@ class _ValidateGpu(_Open):
     kind: str
     model: str
     gpus_per_replica: int
+    physical_gpus_per_replica: int
+    unit: _Unit
+    unit_note: str
     cost_per_hr: float
     n_slots_at_max_context: int
     max_count: int | None
@@ -341,6 +469,7 @@ class SolveDocument(Document):
     fleet: str | None
     routing: dict | None
     pools: list[Pool] | None
+    physical_gpus: int | None = Field(description="physical GPUs of the plan (null without a plan)")
     analytic: FleetAnalytic | None
     simulated: FleetSimulated | None
     baseline: _Baseline | None

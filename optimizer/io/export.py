@@ -14,8 +14,9 @@ field per problem). The renderers are pure functions of that record:
 
 Where each number comes from (docs/export.md): ``--max-model-len`` is the pool's window ``max_tokens`` (a request
 of total length L, prompt + output, goes to the pool with ``min_tokens < L <= max_tokens``), ``--max-num-seqs``
-the pool's batch cap ``max_num_seqs``, ``--tensor-parallel-size`` the plan's GPUs per replica
-(``gpus / replicas``), the replicas the plan's ``replicas`` (availability inflation included), split weights
+the pool's batch cap ``max_num_seqs``, ``--tensor-parallel-size`` the physical GPUs of one replica
+(``physical_gpus_per_replica``, schema 2.1: 8 for the seeds' TP=8 units; ``gpus / replicas`` in older plan
+files), the replicas the plan's ``replicas`` (availability inflation included), split weights
 ``rate_req_per_s`` of a band over the band's total. Text files are written atomically (:func:`write_text`).
 """
 
@@ -237,11 +238,15 @@ def _pool(p, k: int, where: str, prefix: str, hf_ids: dict[str, str], models: di
     model = p.get("model") if isinstance(p.get("model"), str) else ""
     gpu_type, dtype, computed = _gpu_type_and_dtype(profile)
     tp = counts["gpus"] // counts["replicas"]
+    physical = p.get("physical_gpus_per_replica")        # schema 2.1: what one replica is in physical GPUs
+    stated = (isinstance(physical, int) and not isinstance(physical, bool) and physical >= 1)
+    if stated:
+        tp = physical
     notes = []
     model_id = models.get(gpu.lower()) or models.get("*") or hf_ids.get(model.lower()) or model
     if not re.fullmatch(r"[\w.-]+(/[\w.-]+)?", model_id or ""):
         notes.append(f"GPU option {gpu}: model {model_id!r} is not a Hugging Face id; pass --model {gpu}=ORG/NAME")
-    if not computed:
+    if not computed and not stated:
         notes.append(f"GPU option {gpu}: profile {profile!r} is a calibrated unit ({model or 'model unknown'}) that "
                      f"the plan counts as {tp} GPU(s) per replica; --tensor-parallel-size {tp} is the plan's count, "
                      "not necessarily the unit's own TP")
@@ -304,7 +309,7 @@ def _header(plan: ExportPlan, comment: str = "#") -> list[str]:
     lines = [f"{comment} fleetopt export: {plan.plan} of {plan.source} (instance {plan.instance}, "
              f"{plan.policy} routing, {len(plan.pools)} pool(s))",
              f"{comment} --max-model-len = pool window (tokens, prompt + output), --max-num-seqs = pool batch cap, "
-             "--tensor-parallel-size = GPUs per replica (plan gpus / replicas)"]
+             "--tensor-parallel-size = physical GPUs per replica (the plan's physical_gpus_per_replica; before schema 2.1: gpus / replicas)"]
     return lines + [f"{comment} warning: {w}" for w in plan.warnings]
 
 

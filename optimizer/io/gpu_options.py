@@ -21,7 +21,7 @@ from typing import NamedTuple
 
 from fleetopt.models.profiles import ServingProfile
 
-from fleetopt.optimizer.io.catalog import Catalog, load_catalog
+from fleetopt.optimizer.io.catalog import Catalog, instance_catalog
 from fleetopt.optimizer.io.hf_config import model_config_problems
 from fleetopt.optimizer.io.measurements import profile_file_problems
 from fleetopt.optimizer.io.schema import Problems, RawGpu, validate_section
@@ -200,14 +200,19 @@ def _duplicate_names(raws: list[RawGpu | None], problems: Problems) -> None:
             first[key] = i
 
 
-def resolve_gpus(data: dict, problems: Problems) -> list[ResolvedGpu] | None:
-    """Every ``gpus`` entry with its profile, or None when any entry has a problem."""
+def resolve_gpus(data: dict, problems: Problems, catalog_section=None) -> list[ResolvedGpu] | None:
+    """Every ``gpus`` entry with its profile, or None when any entry has a problem.
+
+    Names resolve in the catalogue in effect (the shipped one and any ``--catalog`` files) extended by the
+    instance's own ``catalog:`` value ``catalog_section`` (:func:`fleetopt.optimizer.io.catalog.instance_catalog`);
+    a problem of those files is reported and the entries are not resolved.
+    """
+    catalog = instance_catalog(catalog_section, problems)
     items = data.get("gpus")
-    if not isinstance(items, list) or not items:
+    if catalog is None or not isinstance(items, list) or not items:
         return None
     raws = [validate_section(RawGpu, item) for item in items]
     _duplicate_names(raws, problems)
-    catalog = load_catalog()
     options = [None if raw is None else _resolve_gpu(raw, i, catalog, problems) for i, raw in enumerate(raws)]
     return None if any(o is None for o in options) else options
 

@@ -45,6 +45,7 @@ from fleetopt.models.units import MS_PER_S
 from fleetopt.models.workload import LengthDistribution, RequestTrace
 
 from fleetopt.optimizer.errors import InstanceError
+from fleetopt.optimizer.io.contract import replica_unit, served_model
 from fleetopt.optimizer.io.gpu_options import check_context_fits, resolve_gpus
 from fleetopt.optimizer.io.overrides import apply_overrides, overridden_copy
 from fleetopt.optimizer.io.schema import (
@@ -75,6 +76,7 @@ __all__ = [
     "DEFAULT_MAX_UTILIZATION",
     "TRACE_COLUMNS",
     "default_grid_tokens",
+    "gpu_warnings",
 ]
 
 _GRID_START_TOKENS = 64
@@ -175,6 +177,8 @@ class Instance:
     overrides: tuple[str, ...] = ()
     """The ``--set PATH=VALUE`` strings it was loaded with, in order (:mod:`fleetopt.optimizer.io.overrides`); a command
     that re-runs the instance (``fleetopt simulate ...``) or a plan file solved for it must carry the same."""
+    allow_mixed_models: bool = False
+    """The GPU options may serve different models (the file's ``allow_mixed_models: true``; else rejected)."""
 
     def gpu(self, name: str) -> GpuOption:
         """The GPU option called ``name`` (case-insensitive).
@@ -200,9 +204,10 @@ def _workload_spec(loaded: LoadedWorkload, max_context_tokens: int) -> WorkloadS
     return WorkloadSpec(loaded.kind, loaded.source, cut, share, loaded.arrival_rate_req_per_s, fraction)
 
 
-def _gpu_options(data: dict, problems: Problems) -> list[GpuOption] | None:
-    """Every GPU option (see :mod:`fleetopt.optimizer.io.gpu_options`), or None when any entry has a problem."""
-    resolved = resolve_gpus(data, problems)
+def _gpu_options(data: dict, problems: Problems, catalog_section=None) -> list[GpuOption] | None:
+    """Every GPU option (see :mod:`fleetopt.optimizer.io.gpu_options`), or None when any entry has a problem; names
+    resolve in the catalogue in effect extended by the instance's ``catalog:`` value ``catalog_section``."""
+    resolved = resolve_gpus(data, problems, catalog_section)
     if resolved is None:
         return None
     return [GpuOption(r.raw.name, r.profile, r.raw.max_count, r.raw.min_count, r.raw.availability, r.kind,
@@ -303,19 +308,72 @@ def _cross_field_problems(data: dict, workload, problems: Problems) -> None:
         problems.add("pools.routing", "'split' routing and pools.compress cannot be combined; choose one")
 
 
+def _models_by_option(options: Sequence[GpuOption]) -> dict[str, list[str]]:
+    """The options serving each known model (:func:`~fleetopt.optimizer.io.contract.served_model`), in order."""
+    out: dict[str, list[str]] = {}
+    for o in options:
+        model = served_model(o.profile.model_name)
+        if model is not None:
+            out.setdefault(model, []).append(o.name)
+    return out
+
+
+def _mixed_model_problems(data: dict, options: Sequence[GpuOption], problems: Problems) -> None:
+    """``gpus`` whose options serve different models, unless ``allow_mixed_models: true``: a plan would compare
+    a small model's cost with a large one's as a saving. Options whose profile names no model are not counted
+    (:func:`gpu_warnings` says so)."""
+    models = _models_by_option(options)
+    if len(models) < 2 or data.get("allow_mixed_models") is True:
+        return
+    found = "; ".join(f"{model} ({', '.join(names)})" for model, names in models.items())
+    problems.add("gpus", f"the GPU options serve {len(models)} different models: {found}; a plan would compare "
+                         "their costs as if they served one model; list options of one model, or set "
+                         "allow_mixed_models: true to plan them together knowingly")
+
+
+def gpu_warnings(instance: Instance) -> list[str]:
+    """Caveats about the GPU options, one line each: options that count a replica differently (the seeds'
+    calibrated TP=8 units priced as one GPU next to options priced per physical GPU,
+    :func:`~fleetopt.optimizer.io.contract.replica_unit`), options whose profile names no model (not checked
+    against the others), and, with ``allow_mixed_models``, the models the options serve."""
+    out = []
+    units: dict[str, list[str]] = {}
+    for g in instance.gpus:
+        units.setdefault(replica_unit(g.profile.gpus_per_replica, g.profile.model_name).unit, []).append(g.name)
+    if len(units) > 1:
+        out.append(f"gpus: the options count a replica two ways: the seeds' calibrated units (a TP=8 server "
+                   f"priced and powered as one GPU): {', '.join(units['seed_unit'])}; priced and powered per "
+                   f"physical GPU: {', '.join(units['gpu'])}; one objective compares them, so their costs, power "
+                   "and GPU counts follow different conventions (the tables show physical GPUs)")
+    for i, g in enumerate(instance.gpus):
+        if served_model(g.profile.model_name) is None:
+            out.append(f"gpus[{i}] {g.name}: profile {g.profile.name} names no model; fleetopt cannot check that "
+                       "it serves the same model as the other options")
+    models = _models_by_option(instance.gpus)
+    if instance.allow_mixed_models and len(models) > 1:
+        out.append("gpus: allow_mixed_models: the options serve different models ("
+                   + "; ".join(f"{m}: {', '.join(n)}" for m, n in models.items())
+                   + "); a saving between them compares different models")
+    return out
+
+
 def _resolve(data: dict, path: Path | None, problems: Problems) -> Instance | None:
     """Both passes over a raw mapping; an :class:`Instance` when no problem was found."""
+    # the instance's own catalogue (inline, a file or files: fleetopt.optimizer.io.catalog_file), checked there
+    catalog_section = data.pop("catalog", None)
     structure_problems(data, problems)
     base_dir = (path.parent if path is not None else Path.cwd()).absolute()
     workload_raw = validate_section(RawWorkload, data.get("workload"))
     workload = None if workload_raw is None else load_workload(workload_raw, base_dir, problems)
-    options = _gpu_options(data, problems)
+    options = _gpu_options(data, problems, catalog_section)
     pools_raw = validate_section(RawPools, data.get("pools"))
     boundaries = None
     if pools_raw is not None:
         boundaries = _resolve_boundaries(pools_raw, None if workload is None else workload.lengths, problems)
         if options is not None:
             check_context_fits([o.profile for o in options], pools_raw.max_context, problems)
+    if options is not None:
+        _mixed_model_problems(data, options, problems)
     if not problems.lines:
         _cross_field_problems(data, workload, problems)
     if problems.lines:
@@ -335,6 +393,7 @@ def _resolve(data: dict, path: Path | None, problems: Problems) -> Instance | No
         description=raw.description or "",
         energy_usd_per_kwh=raw.energy.usd_per_kwh if raw.energy else None,
         pue=raw.energy.pue if raw.energy else 1.0,
+        allow_mixed_models=raw.allow_mixed_models,
     )
 
 

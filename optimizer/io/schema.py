@@ -221,6 +221,9 @@ class RawInstance(_Raw):
     constraints: RawConstraints = Field(default_factory=RawConstraints)
     energy: RawEnergy | None = None
     objective: Literal["cost", "power", "tok_per_watt", "cost+power"] = "cost"
+    allow_mixed_models: bool = False
+    """Let the GPU options serve different models (a plan then compares their costs as if they served the same
+    one); without it such an instance is rejected (:mod:`fleetopt.optimizer.io.instance`)."""
 
 
 _SECTION_MODELS: dict[tuple[str, ...], type[_Raw]] = {

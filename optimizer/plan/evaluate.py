@@ -11,11 +11,18 @@ from fleetopt.models.service import ContextPoint, context_point
 from fleetopt.optimizer.errors import InstanceError
 from fleetopt.optimizer.io.instance import Instance
 
-__all__ = ["FleetSpec", "parse_fleet", "fleet_spec", "evaluate", "evaluate_plans", "baseline", "service_level",
+__all__ = ["FleetSpec", "parse_fleet", "fleet_spec", "fleet_name_ambiguities", "evaluate", "evaluate_plans", "baseline", "service_level",
            "Evaluation", "context_sweep", "limit_violations", "LIMIT_TOLERANCE"]
 
-_POOL_RE = re.compile(r"^\s*(?P<lo>\d+[kK]?)\s*-\s*(?P<hi>\d+[kK]?)\s*:\s*(?P<gpu>[A-Za-z0-9_.\-/]+?)"
-                      r"(?:\s*[xX]\s*(?P<n>\d+))?(?:\s*@\s*(?P<gamma>\d+(?:\.\d+)?))?(?:\s*#\s*(?P<seqs>\d+))?\s*$")
+_POOL_RE = re.compile(r"^\s*(?P<lo>\d+[kK]?)\s*-\s*(?P<hi>\d+[kK]?)\s*:\s*(?P<gpu>[A-Za-z0-9_.\-/]+)"
+                      r"(?:\s+[xX]\s*(?P<n>\d+)|\s*[xX]\s+(?P<n_spaced>\d+))?"
+                      r"(?:\s*@\s*(?P<gamma>\d+(?:\.\d+)?))?(?:\s*#\s*(?P<seqs>\d+))?\s*$")
+"""One pool of a ``--fleet`` spec. ``gpu`` is the word after the colon, up to a space or ``@``/``#``: an option
+name, or an option name with its count glued on (``h100x3``), told apart by :func:`_gpu_and_count`. A count
+written after a space (``h100 x3``, ``h100 x 3``, ``h100x 3``) is always a count: names hold no spaces."""
+
+_GLUED_COUNT_RE = re.compile(r"^(?P<name>.+)[xX](?P<n>\d+)$")
+"""``NAMExN`` with no space: the last ``x`` followed by digits only, so ``h100x8x3`` is ``h100x8`` times 3."""
 
 
 MAX_FLEET_REPLICAS = 100_000
@@ -35,28 +42,74 @@ def _tokens(s: str) -> int:
     return int(s[:-1]) * 1024 if s[-1] in "kK" else int(s)
 
 
+def _gpu_and_count(word: str, known: dict[str, str]) -> tuple[str, int | None]:
+    """The GPU option and replica count of a spec word written without a space (``h100``, ``h100x3``).
+
+    An option's exact name wins (case-insensitive): with an option named ``h100x8``, ``h100x8`` is that option
+    (sized to its minimum) and ``h100x8x3`` is 3 replicas of it. Otherwise ``NAMExN`` is N replicas of ``NAME``.
+    A word that is neither comes back whole (or split at its last ``xN``) for the caller to report as unknown.
+
+    Examples
+    --------
+    >>> known = {"h100": "h100", "h100x8": "h100x8"}
+    >>> _gpu_and_count("h100x8", known), _gpu_and_count("h100x8x3", known), _gpu_and_count("h100x3", known)
+    (('h100x8', None), ('h100x8', 3), ('h100', 3))
+    """
+    if word.lower() in known:
+        return word, None
+    m = _GLUED_COUNT_RE.match(word)
+    return (m["name"], int(m["n"])) if m else (word, None)
+
+
+def _glued(gpu: str, n: int, known: dict[str, str]) -> str:
+    """``gpu`` with ``n`` replicas as a spec writes it: ``h100x3``, or ``h100 x3`` (with a space) when
+    ``h100x3`` is itself the name of an option (:func:`_gpu_and_count` would read it as that option)."""
+    word = f"{gpu}x{n}"
+    return f"{gpu} x{n}" if word.lower() in known else word
+
+
+def fleet_name_ambiguities(instance: Instance) -> list[str]:
+    """One line per GPU option whose name reads as another option's name with a glued count (``h100x8`` next
+    to ``h100``): in a ``--fleet`` spec the exact name wins, and the line says how to write N replicas of the
+    other option (with a space: ``h100 x8``). Empty when no name is ambiguous."""
+    known = {g.name.lower(): g.name for g in instance.gpus}
+    out = []
+    for g in instance.gpus:
+        m = _GLUED_COUNT_RE.match(g.name)
+        if m and m["name"].lower() in known:
+            other, n = known[m["name"].lower()], int(m["n"])
+            out.append(f"gpus: option names {other!r} and {g.name!r}: in a --fleet spec '{g.name}' means the "
+                       f"option {g.name} (sized to its minimum; '{g.name}x3' is 3 replicas of it); write "
+                       f"'{other} x{n}' (with a space) for {n} replicas of {other}")
+    return out
+
+
 def parse_fleet(text: str, instance: Instance, field: str = "--fleet") -> FleetSpec:
     """Parse ``"0-4096:a100x3@2,4096-65536:a100#24"`` (``4k`` = 4,096; no ``xN`` = size to the minimum;
     ``@g`` = compress-and-route: the pool also takes requests up to g x its window; ``#s`` = batch cap
     ``max_num_seqs`` per replica, at most the sequences the window holds; default: all of them, or the
     largest meeting a TPOT SLO).
 
-    The pools must tile ``(0, max_context]`` in order and name GPUs of the instance.
+    The pools must tile ``(0, max_context]`` in order and name GPUs of the instance. A GPU option's exact name
+    wins over a glued count (:func:`_gpu_and_count`: with options ``h100`` and ``h100x8``, ``h100x8`` is the
+    option ``h100x8``); a count after a space (``h100 x8``) is always a count. ``docs/workflows.md`` (Fleet
+    specs) has the grammar.
     """
     pools, problems = [], []
+    known = {g.name.lower(): g.name for g in instance.gpus}
     for part in [p for p in text.split(",") if p.strip()]:
         m = _POOL_RE.match(part)
         if not m:
             shown = part.strip()
             shown = repr(shown) if not shown.isprintable() else f"'{shown}'"     # one line, whatever was typed
-            problems.append(f"{shown} is not LO-HI:GPU[xN][@GAMMA][#SEQS] (e.g. 0-4096:a100x3 or "
-                            "0-4096:a100@2)")
+            problems.append(f"{shown} is not LO-HI:GPU[xN][@GAMMA][#SEQS] (e.g. 0-4096:a100x3, 0-4096:a100 x3 "
+                            "or 0-4096:a100@2)")
             continue
-        n = None if m["n"] is None else int(m["n"])
+        spaced = m["n"] if m["n"] is not None else m["n_spaced"]
+        gpu, n = (m["gpu"], int(spaced)) if spaced is not None else _gpu_and_count(m["gpu"], known)
         gamma = 1.0 if m["gamma"] is None else float(m["gamma"])
         seqs = None if m["seqs"] is None else int(m["seqs"])
-        pools.append((_tokens(m["lo"]), _tokens(m["hi"]), m["gpu"], n, gamma, seqs))
-    known = {g.name.lower(): g.name for g in instance.gpus}
+        pools.append((_tokens(m["lo"]), _tokens(m["hi"]), gpu, n, gamma, seqs))
     expected = 0
     for k, (lo, hi, gpu, n, gamma, seqs) in enumerate(pools):
         if gpu.lower() not in known:
@@ -94,6 +147,7 @@ def fleet_spec(instance: Instance, fleet: FleetResult, replicas=None) -> str | N
     replicas (or ``replicas[k]`` when given), its compression factor if any and its batch cap when below the
     sequences its window holds. None when the pools do not tile ``(0, max_context]`` (a split-routing plan)."""
     parts, expected = [], 0
+    known = {g.name.lower(): g.name for g in instance.gpus}
     counts = [p.replicas for p in fleet.pools] if replicas is None else list(replicas)
     for p, n in zip(fleet.pools, counts):
         if p.min_tokens != expected:
@@ -101,7 +155,7 @@ def fleet_spec(instance: Instance, fleet: FleetResult, replicas=None) -> str | N
         expected = p.max_tokens
         cap = "" if p.max_num_seqs >= int(instance.gpu(p.gpu).profile.n_slots(p.max_tokens)) else f"#{p.max_num_seqs}"
         gamma = f"@{p.compress_gamma:g}" if p.compress_gamma > 1 else ""
-        parts.append(f"{p.min_tokens}-{p.max_tokens}:{p.gpu}x{n}{gamma}{cap}")
+        parts.append(f"{p.min_tokens}-{p.max_tokens}:{_glued(p.gpu, n, known)}{gamma}{cap}")
     return ",".join(parts) if parts and expected == instance.pools.max_context_tokens else None
 
 

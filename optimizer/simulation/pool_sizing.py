@@ -234,6 +234,8 @@ class PoolSizer:
         The verification rule (:func:`pool_misses`).
     progress : callable or None
         Passed to each simulation.
+    on_step : callable or None
+        ``on_step(message)`` before each simulation (one line: the candidate, its count and its requests).
 
     Attributes
     ----------
@@ -243,11 +245,12 @@ class PoolSizer:
         Simulations run (each (candidate, count) at most once).
     """
 
-    def __init__(self, instance: Instance, options: SimOptions, rule: str, progress=None) -> None:
+    def __init__(self, instance: Instance, options: SimOptions, rule: str, progress=None, *, on_step=None) -> None:
         self.instance = instance
         self.options = options
         self.rule = rule
         self.progress = progress
+        self.on_step = on_step
         self.verdicts: dict[tuple[PoolCandidate, int], PoolVerdict] = {}
         self.simulations = 0
         self.sized: dict[PoolCandidate, tuple[int | None, int | None]] = {}
@@ -346,6 +349,8 @@ class PoolSizer:
         requests = max(math.ceil(o.requests * share), least)
         for _ in range(MAX_DOUBLINGS + 1):
             run = replace(o, requests=requests, max_requests=max(o.max_requests, requests))
+            if self.on_step is not None:
+                self.on_step(f"sizing {candidate.label()} alone at x{replicas}, {requests:,} requests")
             sim = simulate_plan(inst, plan, run, progress=self.progress)
             self.simulations += 1
             pool = sim.pools[0]

@@ -137,7 +137,7 @@ class SimPoolReport(_Measured):
     def to_json(self) -> dict:
         """The pool's contract (:class:`fleetopt.optimizer.io.contract.SimulatedPool`): its ``analytic`` and
         ``simulated`` figures; the flat keys are the deprecated 1.0 aliases (analytic, ``*_sim`` simulated)."""
-        from fleetopt.optimizer.io.contract import pool_analytic, pool_simulated
+        from fleetopt.optimizer.io.contract import pool_analytic, pool_identity, pool_simulated
 
         a = self.analytic
         simulated = pool_simulated(
@@ -146,7 +146,7 @@ class SimPoolReport(_Measured):
             tpot_p99_ms=self.tpot_p99_ms_sim, tpot_p99_ci_ms=self.tpot_p99_ci_ms, mean_batch=self.mean_batch,
             power_w=self.power_w_sim, slo_attainment=self.slo_attainment, slo_met=self.slo_met_sim)
         return {
-            **{k: getattr(a, k) for k in ANALYTIC_POOL_KEYS},
+            **{k: getattr(a, k) for k in ANALYTIC_POOL_KEYS}, **pool_identity(a),
             "analytic": pool_analytic(a), "simulated": simulated,
             "ttft_p99_ms_sim": self.ttft_p99_ms_sim, "ttft_p99_ci_ms": self.ttft_p99_ci_ms,
             "tpot_p99_ms_sim": self.tpot_p99_ms_sim, "slo_attainment": self.slo_attainment,

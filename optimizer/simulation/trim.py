@@ -121,7 +121,8 @@ class Trim:
 
 
 def trim_plan(instance: Instance, plan: Plan, passes: Callable[[object], bool], options: SimOptions = SimOptions(),
-              *, progress=None, relaxation_spans: float = RELAXATION_SPANS) -> Trim:
+              *, progress=None, relaxation_spans: float = RELAXATION_SPANS,
+              on_step: Callable[[str], None] | None = None) -> Trim:
     """Lower the replica counts of a verified ``plan`` while its simulation ``passes`` (module docstring).
 
     ``passes(sim_report)`` is the verification rule; ``options`` are the verification's simulation settings
@@ -129,6 +130,8 @@ def trim_plan(instance: Instance, plan: Plan, passes: Callable[[object], bool], 
     confirmation with ``seed + 1``, and every trial with ``requests`` raised for the run length (step 1;
     ``max_requests`` follows when a precision target would otherwise refuse them). ``relaxation_spans`` is the
     least run length of a trial in start-up scales (0 keeps the verification's request count).
+    ``progress(done, total)`` is passed to every simulation; ``on_step(message)``, if given, is called before
+    each trial (one line: the pool and count tried, or the confirmation).
     """
     from fleetopt.optimizer.simulation.options import engine_pools
     from fleetopt.optimizer.simulation.simulate import plans_from_fleet, simulate_pools
@@ -151,6 +154,10 @@ def trim_plan(instance: Instance, plan: Plan, passes: Callable[[object], bool], 
         return cache[key]
 
     def trial(k: int, counts: tuple[int, ...], run_seed: int) -> bool:
+        if on_step is not None:
+            what = (f"pool {k + 1} ({base[k].lo_tokens:,}-{base[k].hi_tokens:,} on {base[k].gpu}) at x{counts[k]}"
+                    if k >= 0 else f"confirming counts {list(counts)} with seed {run_seed}")
+            on_step(f"trim trial {len(steps) + 1}: {what}")
         sim = run(counts, run_seed)
         ok = bool(passes(sim))
         steps.append(TrimStep(k, counts[k] if k >= 0 else -1, counts, ok, sim.ttft_p99_ms, run_seed))

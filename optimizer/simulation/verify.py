@@ -96,6 +96,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
+from typing import Callable
 
 from fleetopt.models.units import P99
 from fleetopt.optimizer.plan.candidates import WindowCut
@@ -200,7 +201,7 @@ def plan_verdict(sim, instance: Instance, rule: str) -> tuple[bool, tuple, tuple
 
 def verify(instance: Instance, options: SolveOptions = SolveOptions(), sim_options: SimOptions = SimOptions(), *,
            top: int = 3, rule: str = "ci-upper", max_rounds: int = 3, progress=None, cuts: str = "pool",
-           trim: bool = False) -> tuple[SolveReport, Verification]:
+           trim: bool = False, on_step: Callable[[str], None] | None = None) -> tuple[SolveReport, Verification]:
     """Solve, simulate the ``top`` plans, and cut and re-solve until one passes (see the module docstring).
 
     ``sim_options`` are the settings of every simulation
@@ -211,6 +212,11 @@ def verify(instance: Instance, options: SolveOptions = SolveOptions(), sim_optio
     ``trim=True`` then lowers the chosen plan's counts while its simulation still passes
     (:mod:`fleetopt.optimizer.simulation.trim`). Returns the last round's solve report and the verification record;
     the chosen plan (if any) is ``verification.chosen``.
+
+    ``progress(done, total)`` is passed to every simulation (requests done); ``on_step(message)``, if given, is
+    called with a one-line message after each solve and before each whole-plan simulation, single-pool
+    simulation (:class:`~fleetopt.optimizer.simulation.pool_sizing.PoolSizer`) and trim trial
+    (:func:`~fleetopt.optimizer.simulation.trim.trim_plan`); the command layer renders both.
     """
     if rule not in RULES:
         raise ValueError(f"rule must be one of {RULES}; got {rule!r}")
@@ -220,7 +226,8 @@ def verify(instance: Instance, options: SolveOptions = SolveOptions(), sim_optio
         raise ValueError(f"sim_options must be a SimOptions; got {sim_options!r}")
     length = instance.pools.routing == "length"
     window_cuts = cuts == "window" and length  # module docstring: not under split
-    sizer = PoolSizer(instance, sim_options, rule, progress) if (
+    step = on_step if on_step is not None else _quiet
+    sizer = PoolSizer(instance, sim_options, rule, progress, on_step=on_step) if (
         cuts == "pool" and length and instance.slo.scope == "pool") else None
     user_min = dict(options.min_replicas)
     min_replicas: dict = dict(user_min)
@@ -247,11 +254,14 @@ def verify(instance: Instance, options: SolveOptions = SolveOptions(), sim_optio
 
     solves = [0]
 
-    def solve():
+    def solve(round_: int):
         derated = options.window_cuts + tuple(WindowCut(*key, f) for key, f in factors.items())
         solves[0] += 1
-        return solve_instance(instance, replace(options, top=top, min_replicas=tuple(min_replicas.items()),
-                                                forbidden=tuple(sorted(forbidden)), window_cuts=derated))
+        got = solve_instance(instance, replace(options, top=top, min_replicas=tuple(min_replicas.items()),
+                                               forbidden=tuple(sorted(forbidden)), window_cuts=derated))
+        best = f"best ${got.plans[0].fleet.cost_per_hr:,.2f}/hr" if got.plans else "no plan"
+        step(f"verify round {round_}: solve {solves[0]}: {len(got.plans)} plan(s), {best}")
+        return got
 
     def cut_alone(round_: int, plan: Plan, k: int, sim_pool=None) -> None:
         cand = _candidate(plan, k)
@@ -271,7 +281,7 @@ def verify(instance: Instance, options: SolveOptions = SolveOptions(), sim_optio
             from fleetopt.optimizer.simulation.trim import trim_plan
 
             trimmed = trim_plan(instance, chosen.plan, lambda sim: plan_verdict(sim, instance, rule)[0],
-                                sim_options, progress=progress)
+                                sim_options, progress=progress, on_step=on_step)
         return report, Verification(rule, rounds, tuple(verified), chosen, tuple(cut_lines), trimmed,
                                     sim_options, None, tuple(sizings.values()), _sims(sizer), plan_sims[0],
                                     solves[0])
@@ -280,7 +290,7 @@ def verify(instance: Instance, options: SolveOptions = SolveOptions(), sim_optio
         return incumbent is None or plan.fleet.cost_per_hr < incumbent.plan.fleet.cost_per_hr * (1 - 1e-9)
 
     for round_ in range(1, max_rounds + 1):
-        report = solve()
+        report = solve(round_)
         if incumbent is not None and not (report.plans and beats(report.plans[0])):
             return finish(incumbent, round_ - 1)      # no plan the cuts allow is cheaper: the incumbent is optimal
         screened = None
@@ -301,7 +311,7 @@ def verify(instance: Instance, options: SolveOptions = SolveOptions(), sim_optio
                         screened.append(plan)
                 if screened and screened[0].rank == report.plans[0].rank:
                     break
-                report = solve()
+                report = solve(round_)
         if not report.plans:
             break
         this_round = []
@@ -311,6 +321,8 @@ def verify(instance: Instance, options: SolveOptions = SolveOptions(), sim_optio
             key = _plan_key(plan)
             cached = key in judged
             if not cached:
+                step(f"verify round {round_}: simulating plan {plan.rank} (${plan.fleet.cost_per_hr:,.2f}/hr, "
+                     f"{sum(p.replicas for p in plan.fleet.pools)} replicas)")
                 sim = simulate(plan)
                 judged[key] = (sim, *plan_verdict(sim, instance, rule))
             sim, ok, failing, thin = judged[key]
@@ -358,6 +370,10 @@ def verify(instance: Instance, options: SolveOptions = SolveOptions(), sim_optio
     return report, Verification(rule, len({v.round for v in verified}), tuple(verified), None, tuple(cut_lines),
                                 options=sim_options, reason=reason, sizings=tuple(sizings.values()),
                                 pool_simulations=_sims(sizer), plan_simulations=plan_sims[0], solves=solves[0])
+
+
+def _quiet(message: str) -> None:
+    """The ``on_step`` of a caller that gave none."""
 
 
 def _sims(sizer) -> int:

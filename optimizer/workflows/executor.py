@@ -5,11 +5,15 @@ A :class:`Task` is a picklable function with its arguments and a unique string k
 list of them on a :class:`Backend` and yields ``(key, result)`` pairs *as they finish* (in completion order):
 
 * ``Backend()``: in this process, one after the other (the reference: no pickling, no other process);
-* ``Backend(workers=N)``: on N local processes (:class:`concurrent.futures.ProcessPoolExecutor`, the platform's
-  default start method); the function and its arguments are pickled to the workers;
+* ``Backend(workers=N)``: on N local processes (:class:`concurrent.futures.ProcessPoolExecutor`, started with
+  ``spawn``: a caller that has run HiGHS has its thread pool, and a child *forked* from it inherits the pool
+  without its threads and can wait on it forever); the function and its arguments are pickled to the workers;
 * ``Backend(scheduler=ADDRESS)``: on a Dask distributed cluster (``dask.distributed.Client(ADDRESS)``; a
   ``Client`` object is taken as it is). Dask is imported only here, so it is needed only when asked for
   (``pip install 'fleetopt[scale]'``). Every worker must be able to import ``fleetopt``.
+
+:func:`open_session` keeps a backend open (the same processes or Dask client) for several batches of tasks, for
+a sweep whose next batch depends on the results of the last one.
 
 Nothing in a result depends on where it ran: the caller assembles its output from the results by key, in its
 own order, so the output is the same however the tasks were run.
@@ -24,17 +28,20 @@ is the same run's, and appends the rest; the caller skips the finished keys.
 from __future__ import annotations
 
 import json
+import multiprocessing
 import os
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import ProcessPoolExecutor, as_completed
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from fleetopt.optimizer.errors import InstanceError
 
-__all__ = ["Task", "Backend", "iter_results", "run_tasks", "ResultLog", "DASK_CONNECT_TIMEOUT_S"]
+__all__ = ["Task", "Backend", "iter_results", "run_tasks", "Session", "open_session", "ResultLog",
+           "DASK_CONNECT_TIMEOUT_S"]
 
 DASK_CONNECT_TIMEOUT_S = 30.0
 """How long :func:`iter_results` waits for a Dask scheduler to answer before giving up (s)."""
@@ -64,7 +71,7 @@ class Backend:
     workers: int = 1
     scheduler: Any = None
     mp_context: Any = field(default=None, compare=False)
-    """Multiprocessing context of the process backend (None: the platform's default)."""
+    """Multiprocessing context of the process backend (None: ``spawn``, module docstring)."""
 
     def __post_init__(self) -> None:
         if not (isinstance(self.workers, int) and not isinstance(self.workers, bool) and self.workers >= 1):
@@ -93,19 +100,11 @@ def iter_results(tasks: Iterable[Task], backend: Backend = Backend()) -> Iterato
         Duplicate keys; ``--scheduler`` without Dask installed, or a scheduler that does not answer.
     """
     tasks = list(tasks)
-    keys = [t.key for t in tasks]
-    if len(set(keys)) != len(keys):
-        dup = next(k for k in keys if keys.count(k) > 1)
-        raise InstanceError(f"executor: task key {dup!r} is given twice; keys must be unique")
+    _check_keys(tasks)
     if not tasks:
         return
-    if backend.scheduler is not None:
-        yield from _dask_results(tasks, backend.scheduler)
-    elif backend.workers == 1:
-        for t in tasks:
-            yield t.key, t.fn(*t.args)
-    else:
-        yield from _process_results(tasks, backend.workers, backend.mp_context)
+    with open_session(backend, size_hint=len(tasks)) as session:
+        yield from session.iter_results(tasks)
 
 
 def run_tasks(tasks: Iterable[Task], backend: Backend = Backend(),
@@ -120,31 +119,107 @@ def run_tasks(tasks: Iterable[Task], backend: Backend = Backend(),
     return out
 
 
-def _process_results(tasks: list[Task], workers: int, mp_context) -> Iterator[tuple[str, Any]]:
-    pool = ProcessPoolExecutor(max_workers=min(workers, len(tasks)), mp_context=mp_context)
+def _check_keys(tasks: list[Task]) -> None:
+    keys = [t.key for t in tasks]
+    if len(set(keys)) != len(keys):
+        dup = next(k for k in keys if keys.count(k) > 1)
+        raise InstanceError(f"executor: task key {dup!r} is given twice; keys must be unique")
+
+
+class Session:
+    """An open :class:`Backend` that runs several batches of tasks on the same processes or Dask client (a
+    sweep whose next batch depends on the last one's results, e.g. :func:`fleetopt.optimizer.workflows.frontier
+    .frontier`). Use :func:`open_session`.
+
+    Attributes
+    ----------
+    slots : int
+        How many tasks run at once: 1 (serial), the worker processes, or the Dask cluster's worker threads when
+        the session opened.
+    """
+
+    def __init__(self, backend: Backend, size_hint: int | None = None) -> None:
+        self.backend = backend
+        self._pool = None
+        self._client = None
+        self._own_client = False
+        if backend.scheduler is not None:
+            self._client, self._own_client = _dask_client(backend.scheduler)
+            self.slots = max(1, sum(self._client.nthreads().values()))
+        elif backend.workers > 1:
+            self.slots = backend.workers if size_hint is None else max(1, min(backend.workers, size_hint))
+            context = backend.mp_context if backend.mp_context is not None else multiprocessing.get_context("spawn")
+            self._pool = ProcessPoolExecutor(max_workers=self.slots, mp_context=context)
+        else:
+            self.slots = 1
+
+    def iter_results(self, tasks: Iterable[Task]) -> Iterator[tuple[str, Any]]:
+        """Run one batch (keys unique within it) and yield ``(key, result)`` as each finishes (:func:`iter_results`)."""
+        tasks = list(tasks)
+        _check_keys(tasks)
+        if self._client is not None:
+            yield from _dask_results(tasks, self._client)
+        elif self._pool is not None:
+            yield from _process_results(tasks, self._pool)
+        else:
+            for t in tasks:
+                yield t.key, t.fn(*t.args)
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=True, cancel_futures=True)
+            self._pool = None
+        if self._client is not None and self._own_client:
+            self._client.close()
+        self._client = None
+
+
+@contextmanager
+def open_session(backend: Backend = Backend(), size_hint: int | None = None) -> Iterator[Session]:
+    """A :class:`Session` on ``backend``, closed (processes shut down, an own Dask client closed) on exit;
+    ``size_hint``: at most that many worker processes are started (the number of tasks, when known).
+
+    Raises
+    ------
+    InstanceError
+        ``--scheduler`` without Dask installed, or a scheduler that does not answer.
+    """
+    session = Session(backend, size_hint)
     try:
-        futures = {pool.submit(t.fn, *t.args): t.key for t in tasks}
+        yield session
+    finally:
+        session.close()
+
+
+def _process_results(tasks: list[Task], pool: ProcessPoolExecutor) -> Iterator[tuple[str, Any]]:
+    futures = {pool.submit(t.fn, *t.args): t.key for t in tasks}
+    try:
         for fut in as_completed(futures):
             yield futures[fut], fut.result()
     finally:
-        pool.shutdown(wait=True, cancel_futures=True)
+        for fut in futures:
+            fut.cancel()
 
 
-def _dask_results(tasks: list[Task], scheduler) -> Iterator[tuple[str, Any]]:
+def _dask_client(scheduler):
+    """``(client, own)``: a new client for an address (``own``: closed by the session), or the given one."""
     try:
-        from dask.distributed import Client, as_completed as dask_completed
+        from dask.distributed import Client
     except ImportError:
         raise InstanceError("--scheduler: needs dask.distributed; install it with pip install 'fleetopt[scale]'") \
             from None
-    own = isinstance(scheduler, str)
-    if own:
-        try:
-            client = Client(scheduler, timeout=DASK_CONNECT_TIMEOUT_S, set_as_default=False)
-        except (OSError, TimeoutError, ValueError) as err:
-            raise InstanceError(f"--scheduler: {scheduler}: no Dask scheduler answered ({type(err).__name__}: "
-                                f"{err})") from None
-    else:
-        client = scheduler
+    if not isinstance(scheduler, str):
+        return scheduler, False
+    try:
+        return Client(scheduler, timeout=DASK_CONNECT_TIMEOUT_S, set_as_default=False), True
+    except (OSError, TimeoutError, ValueError) as err:
+        raise InstanceError(f"--scheduler: {scheduler}: no Dask scheduler answered ({type(err).__name__}: "
+                            f"{err})") from None
+
+
+def _dask_results(tasks: list[Task], client) -> Iterator[tuple[str, Any]]:
+    from dask.distributed import as_completed as dask_completed
+
     run = uuid.uuid4().hex
     futures = {}
     try:
@@ -156,8 +231,6 @@ def _dask_results(tasks: list[Task], scheduler) -> Iterator[tuple[str, Any]]:
         pending = [fut for fut in futures if not fut.done()]
         if pending:
             client.cancel(pending)
-        if own:
-            client.close()
 
 
 # --------------------------------------------------------------------------------------------

@@ -44,6 +44,29 @@ saves the most per unit of the axis given up:
 to its minimum, :func:`fleetopt.optimizer.plan.evaluate.baseline`) is reported next to the curve with its own
 axis value and whether a frontier point dominates it. Every number is analytic.
 
+Parallel re-solves (``--workers N``, ``--scheduler ADDRESS``)
+-----------------------------------------------------------
+Each point is a solve of its own instance, but *which* caps the sweep solves depends on the points before
+them: a consecutive sweep's next cap is one step below the last point, and the evenly spaced caps skip a cap the
+previous point already satisfies. So the sweeps stay in their serial order and the executor
+(:mod:`fleetopt.optimizer.workflows.executor`) solves *ahead*: when the sweep asks for a unit (one solve, or one
+cap's lexicographic pair) that is not solved yet, that unit and the next ones the sweep would ask for if no
+cap were skipped go out as one batch, as many as the backend runs at once. The sweep then takes the results in
+its own order and a unit it does not ask for is dropped, so the points are the serial ones, bit for bit,
+however they were run (each solve is deterministic, and a worker solves the same modified instance). What can be
+solved ahead:
+
+* ``power`` with ``points`` (evenly spaced caps): the grid is known; the next caps of the grid;
+* ``pools``: the integer caps below the requested one (each point's pools at least one fewer);
+* ``power`` and ``ttft`` consecutive: nothing (the next cap is a step below the last point's value, unknown
+  until it is solved), so these run in this process whatever the backend.
+
+Local processes start with ``spawn`` (:mod:`fleetopt.optimizer.workflows.executor`): this process has run HiGHS
+by then, and a child forked from it could wait forever on HiGHS's inherited thread pool.
+``solves`` counts the solves the curve rests on (the same for every backend); ``solves_unused`` the solves made
+ahead and dropped. The least-cost solve, the start and least-power solves of the even grid and the baseline run
+in this process.
+
 References
 ----------
 .. [1] Y. Haimes, L. Lasdon, D. Wismer, "On a bicriterion formulation of the problems of integrated system
@@ -54,9 +77,9 @@ References
 
 from __future__ import annotations
 
-import math
 import time
 from dataclasses import dataclass
+from typing import Callable
 
 import numpy as np
 
@@ -70,6 +93,7 @@ from fleetopt.optimizer.io.instance import Instance, load_instance
 from fleetopt.optimizer.plan.candidates import Candidates, generate_candidates
 from fleetopt.optimizer.plan.evaluate import baseline, evaluate_plans, fleet_spec
 from fleetopt.optimizer.plan.solve import _pool_plans, _prune, build_problem
+from fleetopt.optimizer.workflows.executor import Backend, Task, open_session
 from fleetopt.optimizer.workflows.split_table import dominates
 
 __all__ = ["SCHEMA_VERSION", "CSV_COLUMNS", "AXES", "MAX_POINTS", "Axis", "FrontierPoint", "Frontier",
@@ -180,6 +204,9 @@ class Frontier:
     truncated: bool
     """A consecutive sweep stopped at its point limit before the curve's end."""
     overrides: tuple[str, ...] = ()
+    solves_unused: int = 0
+    """Solves made ahead on the backend's workers that the sweep did not ask for (module docstring)."""
+    backend: str = "serial (this process)"
 
     def to_json(self) -> dict:
         """The stable JSON contract (``schema_version`` :data:`SCHEMA_VERSION`)."""
@@ -193,7 +220,8 @@ class Frontier:
                                        "axis given up, from the axis-optimal point",
                 "baseline": None if self.baseline is None else self.baseline.to_json(self.axis),
                 "baseline_dominated": self.baseline_dominated, "solves": self.solves,
-                "solve_seconds": self.seconds, "truncated": self.truncated, "overrides": list(self.overrides)}
+                "solve_seconds": self.seconds, "truncated": self.truncated, "overrides": list(self.overrides),
+                "solves_unused": self.solves_unused, "backend": self.backend}
 
     def to_csv(self) -> str:
         """The points as CSV (:data:`CSV_COLUMNS`)."""
@@ -287,6 +315,53 @@ class _Solver:
         return inst, self._evals[key]
 
 
+def _run_unit(solver: _Solver, axis: Axis, unit: tuple):
+    """One unit of a sweep on ``solver``: ``("solve", settings)`` -> :meth:`_Solver.solve`; ``("lex", cap)`` -> the
+    lexicographic optimum at ``cap`` (:func:`_lexicographic`), None when the cap is infeasible."""
+    if unit[0] == "solve":
+        return solver.solve(dict(unit[1]))
+    cap = {axis.set_path: unit[1]}
+    got = solver.solve({"objective": "cost", **cap})
+    return None if got is None else _lexicographic(solver, axis, got, cap)
+
+
+def _unit_task(instance: Instance, threads: int | None, time_limit_s: float | None, candidates: dict,
+               axis_name: str, unit: tuple) -> tuple:
+    """A unit on a worker (:class:`fleetopt.optimizer.workflows.executor.Task`): ``(result, solves)``, on a fresh
+    solver that starts from this process's candidates (``candidates``, by SLO)."""
+    solver = _Solver(instance, threads, time_limit_s)
+    solver._cands.update(candidates)
+    return _run_unit(solver, AXES[axis_name], unit), solver.solves
+
+
+class _Ahead:
+    """The units of a sweep, solved in this process or ahead on an executor session (module docstring, "Parallel
+    re-solves"). ``predict(unit)`` lists the units the sweep may ask for next, in its order."""
+
+    def __init__(self, solver: _Solver, axis: Axis, session, predict: Callable[[tuple], list]):
+        self.solver, self.axis, self.session, self.predict = solver, axis, session, predict
+        self._done: dict[tuple, tuple] = {}
+
+    @property
+    def unused(self) -> int:
+        return sum(n for _, n in self._done.values())
+
+    def get(self, unit: tuple):
+        if unit not in self._done:
+            ahead = [] if self.session is None else [u for u in self.predict(unit) if u not in self._done]
+            if not ahead:
+                return _run_unit(self.solver, self.axis, unit)
+            batch = [unit] + ahead[:self.session.slots - 1]
+            s = self.solver
+            tasks = [Task(str(k), _unit_task, (s.instance, s.threads, s.time_limit_s, dict(s._cands), self.axis.name,
+                                               u)) for k, u in enumerate(batch)]
+            for key, got in self.session.iter_results(tasks):
+                self._done[batch[int(key)]] = got
+        result, solves = self._done.pop(unit)
+        self.solver.solves += solves
+        return result
+
+
 def _point(axis: Axis, inst: Instance, fleet: FleetResult, constraint: str) -> FrontierPoint:
     live = [p.ttft_p99_ms for p in fleet.pools if p.routing_share > 0]
     return FrontierPoint(fleet_spec(inst, fleet) or "", float(fleet.cost_per_hr), float(fleet.cost_per_year),
@@ -317,7 +392,8 @@ def _cap_text(axis: Axis, cap: float) -> str:
 
 
 def frontier(instance: Instance, axis: Axis | str, *, points: int | None = None, threads: int | None = None,
-             time_limit_s: float | None = None) -> Frontier:
+             time_limit_s: float | None = None, backend: Backend = Backend(),
+             on_step: Callable[[str], None] | None = None) -> Frontier:
     """The exact trade-off curve of ``instance``'s least cost against ``axis`` (module docstring).
 
     Parameters
@@ -330,6 +406,11 @@ def frontier(instance: Instance, axis: Axis | str, *, points: int | None = None,
     points : int, optional
         ``power``: that many evenly spaced caps (>= 2); ``ttft``/``pools``: at most that many consecutive points.
         None: the consecutive sweep, at most :data:`MAX_POINTS` points.
+    backend : Backend
+        Where the re-solves that can be solved ahead run (module docstring, "Parallel re-solves"); the curve is
+        the same on every backend.
+    on_step : callable, optional
+        ``on_step(message)`` after each point's solve, in the sweep's order (one line: its cap and result).
 
     Raises
     ------
@@ -349,33 +430,49 @@ def frontier(instance: Instance, axis: Axis | str, *, points: int | None = None,
         raise InstanceError("slo.scope: the cost,ttft frontier bounds every pool's P99 TTFT, which needs slo.scope "
                             "pool (give --set slo.scope=pool)")
     t0 = time.perf_counter()
-    solver = _Solver(instance, threads, time_limit_s)
-    base = {"objective": "cost"}
-    first = solver.solve(base)
-    if first is None:
-        raise InfeasibleError(f"{instance.name}: no plan satisfies the instance (fleetopt solve explains why)")
-    found = [_point(axis, *first, "objective=cost")]
-    truncated = False
-    if axis.name == "power" and points is not None:
-        found = _even_caps(solver, axis, first, points)
-        sweep = "evenly spaced caps"
-    else:
-        limit = MAX_POINTS if points is None else points
-        cap = axis.next_cap(found[0].axis_value)
-        while True:
-            if len(_non_dominated(found)) >= limit:
-                truncated = True
-                break
-            if axis.name == "pools" and cap < 1:
-                break
-            text = _cap_text(axis, cap)
-            got = solver.solve({**base, axis.set_path: int(cap) if axis.name == "pools" else float(cap)})
-            if got is None:
-                break
-            p = _point(axis, *got, text)
-            found.append(p)
-            cap = min(axis.next_cap(cap), axis.next_cap(p.axis_value))
-        sweep = "consecutive"
+    step = on_step if on_step is not None else (lambda message: None)
+    with open_session(backend) as session:
+        solver = _Solver(instance, threads, time_limit_s)
+        base = {"objective": "cost"}
+        first = solver.solve(base)
+        if first is None:
+            raise InfeasibleError(f"{instance.name}: no plan satisfies the instance (fleetopt solve explains why)")
+        found = [_point(axis, *first, "objective=cost")]
+        step(_step_text(axis, 1, found[0]))
+        truncated = False
+        parallel = session if session.slots > 1 else None
+        if axis.name == "power" and points is not None:
+            found, unused = _even_caps(solver, axis, first, points, parallel, step)
+            sweep = "evenly spaced caps"
+        else:
+            def unit(c):
+                return ("solve", tuple(sorted({**base, axis.set_path: int(c) if axis.name == "pools"
+                                               else float(c)}.items())))
+
+            def predict(u):      # pools: every integer cap below; power, ttft: unknown (module docstring)
+                c = dict(u[1])[axis.set_path]
+                return [unit(k) for k in range(int(c) - 1, 0, -1)] if axis.name == "pools" else []
+
+            ahead = _Ahead(solver, axis, parallel, predict)
+            limit = MAX_POINTS if points is None else points
+            cap = axis.next_cap(found[0].axis_value)
+            while True:
+                if len(_non_dominated(found)) >= limit:
+                    truncated = True
+                    break
+                if axis.name == "pools" and cap < 1:
+                    break
+                text = _cap_text(axis, cap)
+                got = ahead.get(unit(cap))
+                if got is None:
+                    step(f"{axis.name} frontier: {text} is infeasible: the curve ends")
+                    break
+                p = _point(axis, *got, text)
+                found.append(p)
+                step(_step_text(axis, len(found), p))
+                cap = min(axis.next_cap(cap), axis.next_cap(p.axis_value))
+            sweep = "consecutive"
+            unused = ahead.unused
     kept = _non_dominated(found)
     if truncated and len(kept) > limit:
         kept = kept[:limit]
@@ -386,7 +483,12 @@ def frontier(instance: Instance, axis: Axis | str, *, points: int | None = None,
         dominates((p.cost_per_hr, p.axis_value), (bp.cost_per_hr, bp.axis_value))
         or (_same(p.cost_per_hr, bp.cost_per_hr) and _same(p.axis_value, bp.axis_value)) for p in kept)
     return Frontier(instance.name, axis, sweep, tuple(kept), knee, bp, dominated, solver.solves,
-                    time.perf_counter() - t0, truncated, tuple(instance.overrides))
+                    time.perf_counter() - t0, truncated, tuple(instance.overrides), unused, backend.label)
+
+
+def _step_text(axis: Axis, k: int, p: FrontierPoint) -> str:
+    return (f"{axis.name} frontier: point {k} ({p.constraint}): ${p.cost_per_hr:,.2f}/hr, "
+            f"{p.axis_value:,.6g} {axis.unit}")
 
 
 def _lexicographic(solver: _Solver, axis: Axis, got: tuple[Instance, FleetResult], cap: dict) -> tuple:
@@ -401,23 +503,27 @@ def _lexicographic(solver: _Solver, axis: Axis, got: tuple[Instance, FleetResult
     return lex if lex is not None and lex[1].cost_per_hr <= budget else got
 
 
-def _even_caps(solver: _Solver, axis: Axis, first: tuple[Instance, FleetResult], n: int) -> list[FrontierPoint]:
+def _even_caps(solver: _Solver, axis: Axis, first: tuple[Instance, FleetResult], n: int, session=None,
+               step: Callable[[str], None] = lambda message: None) -> tuple[list[FrontierPoint], int]:
     """The evenly spaced power caps (module docstring), each solved lexicographically (least cost, then least
-    power at that cost)."""
+    power at that cost); the grid's caps solved ahead on ``session`` (module docstring, "Parallel re-solves").
+    Returns the points and the solves made ahead and not used."""
     start = _point(axis, *_lexicographic(solver, axis, first, {}), "objective=cost")
     low = solver.solve({"objective": "power"})
     p_min = axis_value(axis, low[1])
+    caps = [float(max(cap, p_min)) for cap in np.linspace(start.axis_value, p_min, n)[1:]]
+    ahead = _Ahead(solver, axis, session, lambda u: [("lex", c) for c in caps[caps.index(u[1]) + 1:]])
     out, last = [start], start
-    for cap in np.linspace(start.axis_value, p_min, n)[1:]:
-        cap = float(max(cap, p_min))
+    for cap in caps:
         if last.axis_value <= cap:
             continue  # the previous point satisfies this cap: it is this cap's lexicographic optimum too
-        got = solver.solve({"objective": "cost", axis.set_path: cap})
+        got = ahead.get(("lex", cap))
         if got is None:  # only the least-power cap can fail, by the solver's feasibility tolerance
             continue
-        last = _point(axis, *_lexicographic(solver, axis, got, {axis.set_path: cap}), _cap_text(axis, cap))
+        last = _point(axis, *got, _cap_text(axis, cap))
         out.append(last)
-    return out
+        step(_step_text(axis, len(out), last))
+    return out, ahead.unused
 
 
 def bench_frontier(path: str = "instances/stress_60x8.yaml", points: int = 20, threads: int | None = None) -> dict:

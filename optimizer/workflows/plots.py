@@ -10,6 +10,10 @@ function                    figure (every axis labelled with its unit; the sourc
 ==========================  ==========================================================================
 :func:`plot_split_table`    ``pareto --split-table``: $/yr against the worst pool's P99 TTFT per boundary,
                             the Pareto rows joined, the homogeneous baseline and the recommended row marked
+:func:`plot_frontier`       ``pareto --axes cost,AXIS``: least $/yr against power (kW), the worst pool's
+                            P99 TTFT (ms) or the number of pools, one point per optimal re-solve, the
+                            least-cost step function :math:`C(\varepsilon)` through them, the homogeneous
+                            baseline and the recommended point marked
 :func:`plot_whatif`         ``whatif``: $/yr against the first swept value (one curve per value of the
                             others), a step (the fleet changes from the previous point) marked
 :func:`plot_gridflex`       ``gridflex``: fleet power (kW) and P99 TTFT (ms) against the curtailment
@@ -54,8 +58,8 @@ from fleetopt.optimizer.errors import InstanceError
 from fleetopt.optimizer.io.output import to_jsonable
 
 __all__ = ["FORMATS", "FIGSIZE_IN", "DPI", "SVG_HASHSALT", "check_target", "require_matplotlib", "as_json",
-           "render", "write_figure", "write_atomic", "plot_split_table", "plot_whatif", "plot_gridflex", "plot_headroom", "plot_tpw",
-           "plot_ttft", "plot_plan", "split_table_figure", "whatif_figure", "gridflex_figure", "headroom_figure",
+           "render", "write_figure", "write_atomic", "plot_split_table", "plot_frontier", "plot_whatif", "plot_gridflex", "plot_headroom", "plot_tpw",
+           "plot_ttft", "plot_plan", "split_table_figure", "frontier_figure", "whatif_figure", "gridflex_figure", "headroom_figure",
            "tpw_figure", "ttft_figure", "plan_figure"]
 
 FORMATS = {".png": "png", ".svg": "svg"}
@@ -272,6 +276,57 @@ def split_table_figure(result):
     ax.set_ylabel("fleet cost (thousand US$/yr)")
     ax.set_title(f"{t.get('instance', '')}: two-pool split table on {t.get('gpu', '')}, "
                  f"{_f(t.get('arrival_rate')):g} req/s (analytic, ttft_model {t.get('ttft_model', '')})", fontsize=9)
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=7, loc="best")
+    return fig
+
+
+# --------------------------------------------------------------------------------------------
+# pareto --axes
+# --------------------------------------------------------------------------------------------
+
+FRONTIER_AXIS_LABELS = {"power": "fleet power (kW, analytic)",
+                        "ttft": "worst pool P99 TTFT (ms, analytic)",
+                        "pools": "pools in the plan (count)"}
+"""x-axis label of :func:`frontier_figure` per second axis, unit in parentheses."""
+
+
+def frontier_figure(result):
+    """The exact trade-off curve: least cost (thousand US$/yr) against the second axis, one point per frontier
+    point (an optimal re-solve, analytic), joined by the least-cost step function
+    :math:`C(\varepsilon)` (the cost of the cheapest point with axis value at most :math:`\varepsilon`); the
+    homogeneous baseline is a star, the recommended point a ring. The points series is labelled
+    ``frontier points`` and holds exactly the JSON's points, ``(axis_value, cost_per_year / 1000)``.
+    """
+    f = as_json(result)
+    axis = (f.get("axes") or ["cost", ""])[-1]
+    unit = f.get("axis_unit", "")
+    fig, (ax,) = _new_figure()
+    pts = f.get("points") or []
+    xs = [_f(p.get("axis_value")) for p in pts]
+    ys = [_f(p.get("cost_per_year")) / 1e3 for p in pts]
+    ax.scatter(xs, ys, color=_MET, zorder=3, label=f"frontier points ({len(pts)} optimal re-solves)")
+    order = sorted(range(len(pts)), key=lambda k: xs[k])
+    if len(order) > 1:
+        ax.step([xs[k] for k in order], [ys[k] for k in order], where="post", color=_MET, linewidth=1.0, zorder=2,
+                label="least cost C(ε) at cap ε")
+    b = f.get("baseline")
+    if b is not None:
+        ax.scatter([_f(b.get("axis_value"))], [_f(b.get("cost_per_year")) / 1e3], marker="*", s=180, color=_ACCENT,
+                   zorder=4, label=f"homogeneous baseline {b.get('fleet', '')}"
+                   + (" (dominated)" if f.get("baseline_dominated") else ""))
+    rec = f.get("recommended")
+    if rec is not None and 0 <= rec < len(pts):
+        ax.scatter([xs[rec]], [ys[rec]], s=260, facecolors="none", edgecolors="black", linewidths=1.5, zorder=5,
+                   label=f"recommended: {pts[rec].get('fleet', '')}")
+    if axis == "pools":
+        from matplotlib.ticker import MaxNLocator
+
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.set_xlabel(FRONTIER_AXIS_LABELS.get(axis, f"{axis} ({unit})"))
+    ax.set_ylabel("least fleet cost (thousand US$/yr)")
+    ax.set_title(f"{f.get('instance', '')}: least cost against {axis} ({f.get('sweep', '')} sweep; analytic, each "
+                 "point an optimal re-solve)", fontsize=9)
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=7, loc="best")
     return fig
@@ -650,6 +705,7 @@ def _simulated_pools(solve: Mapping, sim: Mapping | None) -> list | None:
 
 
 plot_split_table = _writer(split_table_figure)
+plot_frontier = _writer(frontier_figure)
 plot_whatif = _writer(whatif_figure)
 plot_gridflex = _writer(gridflex_figure)
 plot_headroom = _writer(headroom_figure)

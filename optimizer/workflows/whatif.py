@@ -45,9 +45,8 @@ from __future__ import annotations
 import itertools
 import json
 import math
-import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -82,11 +81,6 @@ RECORD_KEYS = ("status", "method", "explanation", "mip_gap", "cost_per_hr", "cos
                "total_gpus", "power_kw", "fleet", "pools", "binding", "limits_at_bound", "binding_note", "sim")
 """Keys of a scenario's record (:func:`solve_scenario`); ``pools`` each ``min_tokens``, ``max_tokens``, ``gpu``,
 ``replicas``, ``gpus``, ``ttft_p99_ms``, ``capacity_load``, ``cost_per_hr``."""
-
-_SOLVE_LOCK = threading.Lock()
-"""Solves in one process run one at a time (Pyomo models are not shared between threads; a Dask worker with
-several threads would otherwise build two at once)."""
-
 
 # --------------------------------------------------------------------------------------------
 # Sweeps and scenarios
@@ -345,31 +339,30 @@ def solve_scenario(instance: Instance, sim_options: SimOptions | None = None,
     With ``sim_options`` the plan is also simulated (:func:`fleetopt.optimizer.simulation.simulate.simulate_plan`)
     and ``sim`` holds ``slo_met`` (the upper end of the 95 % P99 TTFT interval within the SLO),
     ``ttft_p99_ms``, ``ttft_p99_ci_ms``, ``requests_measured`` and ``seed``."""
-    with _SOLVE_LOCK:
-        report = solve_instance(instance, SolveOptions(time_limit_s=time_limit_s, compute_baseline=False))
-        plan = report.best
-        record: dict[str, Any] = {"status": str(report.status), "method": report.method,
-                                  "explanation": report.explanation, "mip_gap": report.mip_gap,
-                                  "cost_per_hr": None, "cost_per_year": None, "total_replicas": None,
-                                  "total_gpus": None, "power_kw": None, "fleet": None, "pools": [], "binding": [],
-                                  "limits_at_bound": [], "binding_note": "", "sim": None}
-        if plan is None:
-            return to_jsonable(record)
-        f = plan.fleet
-        pools = [{"min_tokens": p.min_tokens, "max_tokens": p.max_tokens, "gpu": p.gpu, "replicas": p.replicas,
-                  "gpus": p.gpus, "ttft_p99_ms": p.ttft_p99_ms, "capacity_load": p.capacity_load,
-                  "cost_per_hr": p.cost_per_hr} for p in f.pools]
-        spec = fleet_spec(instance, f) or ",".join(f"{p.min_tokens}-{p.max_tokens}:{p.gpu}x{p.replicas}"
-                                                   for p in f.pools)
-        binds, note = binding(instance, f)
-        record.update(cost_per_hr=f.cost_per_hr, cost_per_year=f.cost_per_year, total_replicas=f.total_replicas,
-                      total_gpus=f.total_gpus, power_kw=f.power_kw, fleet=spec, pools=pools, binding=binds,
-                      limits_at_bound=limits_at_bound(instance, f), binding_note=note)
-        if sim_options is not None:
-            rep = simulate_plan(instance, plans_from_fleet(instance, f), sim_options, routing=plan.routing)
-            record["sim"] = {"slo_met": bool(rep.slo_met), "ttft_p99_ms": rep.ttft_p99_ms,
-                             "ttft_p99_ci_ms": list(rep.ttft_p99_ci_ms), "requests_measured": rep.requests_measured,
-                             "seed": rep.seed}
+    report = solve_instance(instance, SolveOptions(time_limit_s=time_limit_s, compute_baseline=False))
+    plan = report.best
+    record: dict[str, Any] = {"status": str(report.status), "method": report.method,
+                              "explanation": report.explanation, "mip_gap": report.mip_gap,
+                              "cost_per_hr": None, "cost_per_year": None, "total_replicas": None,
+                              "total_gpus": None, "power_kw": None, "fleet": None, "pools": [], "binding": [],
+                              "limits_at_bound": [], "binding_note": "", "sim": None}
+    if plan is None:
+        return to_jsonable(record)
+    f = plan.fleet
+    pools = [{"min_tokens": p.min_tokens, "max_tokens": p.max_tokens, "gpu": p.gpu, "replicas": p.replicas,
+              "gpus": p.gpus, "ttft_p99_ms": p.ttft_p99_ms, "capacity_load": p.capacity_load,
+              "cost_per_hr": p.cost_per_hr} for p in f.pools]
+    spec = fleet_spec(instance, f) or ",".join(f"{p.min_tokens}-{p.max_tokens}:{p.gpu}x{p.replicas}"
+                                               for p in f.pools)
+    binds, note = binding(instance, f)
+    record.update(cost_per_hr=f.cost_per_hr, cost_per_year=f.cost_per_year, total_replicas=f.total_replicas,
+                  total_gpus=f.total_gpus, power_kw=f.power_kw, fleet=spec, pools=pools, binding=binds,
+                  limits_at_bound=limits_at_bound(instance, f), binding_note=note)
+    if sim_options is not None:
+        rep = simulate_plan(instance, plans_from_fleet(instance, f), sim_options, routing=plan.routing)
+        record["sim"] = {"slo_met": bool(rep.slo_met), "ttft_p99_ms": rep.ttft_p99_ms,
+                         "ttft_p99_ci_ms": list(rep.ttft_p99_ci_ms), "requests_measured": rep.requests_measured,
+                         "seed": rep.seed}
     return to_jsonable(record)
 
 
@@ -490,10 +483,12 @@ def log_header(instance_file: str | Path, sets: Sequence[str], sim_options: SimO
 
 def run_whatif(path: str | Path, sets: Sequence[str], sweep_texts: Sequence[str], *, backend: Backend = Backend(),
                sim_options: SimOptions | None = None, time_limit_s: float | None = None,
-               out: str | Path | None = None, resume: bool = False) -> WhatIf:
+               out: str | Path | None = None, resume: bool = False,
+               on_step: Callable[[str], None] | None = None) -> WhatIf:
     """Load and check the grid (:func:`load_scenarios`), solve the base and every scenario on ``backend``
     (:mod:`fleetopt.optimizer.workflows.executor`), streaming each record to the JSONL log ``out`` as it finishes;
-    with ``resume`` the records already in ``out`` are read back, not solved again.
+    with ``resume`` the records already in ``out`` are read back, not solved again. ``on_step(message)``, if
+    given, hears of each finished scenario (``scenario 3/100 done: ...``).
 
     Raises
     ------
@@ -519,8 +514,10 @@ def run_whatif(path: str | Path, sets: Sequence[str], sweep_texts: Sequence[str]
     try:
         tasks = [Task(key, solve_scenario, (inst, sim_options, time_limit_s)) for key, inst in todo
                  if key not in records]
-        for key, result in iter_results(tasks, backend):
+        for done, (key, result) in enumerate(iter_results(tasks, backend), start=1):
             rec = _normalized(result)
+            if on_step is not None:
+                on_step(f"scenario {done}/{len(tasks)} solved: {key} ({rec.get('status', '?')})")
             if log is not None:
                 log.append(key, {"overrides": settings[key], "result": rec})
             records[key] = rec
@@ -540,8 +537,9 @@ BENCH_INSTANCE = {"name": "azure-3gpu-whatif", "workload": {"cdf": "builtin:azur
                   "slo": {"ttft_p99_ms": 500},
                   "gpus": [{"name": "a10g", "profile": "A10G"}, {"name": "a100", "profile": "A100-80GB"},
                            {"name": "h100", "profile": "H100-80GB"}],
-                  "pools": {"max_pools": 3, "max_context": 8192}, "objective": "cost"}
-"""The benchmark's instance: Azure conversations, A10G / A100 / H100, up to three pools, default TTFT model."""
+                  "pools": {"max_pools": 3, "max_context": 8192}, "objective": "cost", "allow_mixed_models": True}
+"""The benchmark's instance: Azure conversations, A10G / A100 / H100, up to three pools, default TTFT model (the
+seeds' Puzzle-3 catalogue: a 7B-class A10G beside 70B-class units, so it opts in to mixed models)."""
 
 
 def bench_whatif_sweep(scenarios: int = 100, workers: int = 1, folder: str | Path | None = None) -> dict:

@@ -1,0 +1,482 @@
+"""User catalogue files: the user's own GPUs, models and calibrated profiles, checked like an instance.
+
+A *catalogue file* (YAML or JSON) extends the shipped catalogue (``data/catalog/*.yaml``,
+:mod:`fleetopt.optimizer.io.catalog`). It has up to three sections, each a list of entries::
+
+    schema_version: 1                      # optional
+    hardware:                              # fields of data/catalog/hardware.yaml (gpus: NAME: ...)
+      - name: MI300X
+        provenance: AMD MI300X datasheet; price from our cloud contract (2026-01)
+        memory: {capacity_bytes: 206158430208}
+        memory_bandwidth_bytes_per_s: 5.3e12
+        fp16_dense_tflops: 1307.0
+        tdp_w: 750
+        price: {usd_per_gpu_hour: 3.50}
+    models:                                # fields of data/catalog/models.yaml, or a config.json
+      - {name: my-8b, config: models/my-8b/config.json, provenance: our fine-tune}
+    profiles:                              # fields of data/catalog/calibrated_profiles.yaml
+      - {name: H100-ours, provenance: ..., W: 0.004, H: 0.00032, ...}
+
+An entry has the fields of the shipped file of its kind (same names, units and meaning; the loader reads the
+same ones), plus ``name``, a required ``provenance`` (where its figures come from, shown by ``fleetopt catalog
+list``) and ``replace`` (default false: a name or alias that is already in the catalogue is an error; true
+replaces that entry). A calibrated profile may also say which ``model`` its constants stand for. A ``models``
+entry may instead be ``{name, config, provenance}``: the architecture is read from a Hugging Face
+``config.json`` (:mod:`fleetopt.optimizer.io.hf_config`), its path relative to the catalogue file.
+
+This module checks the structure (pydantic, ``extra="forbid"``, strict types, ranges) and a few cross-field
+rules, and returns :class:`CatalogEntry` records; :mod:`fleetopt.optimizer.io.catalog` builds the records and
+merges them over the shipped catalogue. Every problem is one line ``FILE: catalog.SECTION[i].FIELD: problem``.
+"""
+
+from __future__ import annotations
+
+import math
+import typing
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from fleetopt.models.power import QUALITIES
+
+from fleetopt.optimizer.errors import format_problem
+from fleetopt.optimizer.io.schema import MAX_CONTEXT_LIMIT_TOKENS, pydantic_field_path, pydantic_message, show_value
+
+__all__ = ["CatalogEntry", "CatalogLines", "SECTIONS", "catalog_entries", "read_catalog_file",
+           "RawCatalogFile", "RawCatalogHardware", "RawCatalogModel", "RawCatalogModelConfig", "RawCatalogProfile"]
+
+SECTIONS = ("hardware", "models", "profiles")
+"""The sections of a catalogue file, in the order they are merged."""
+
+_Positive = Annotated[float, Field(gt=0, allow_inf_nan=False)]
+_NonNegative = Annotated[float, Field(ge=0, allow_inf_nan=False)]
+_Finite = Annotated[float, Field(allow_inf_nan=False)]
+_Name = Annotated[str, Field(pattern=r"^[A-Za-z0-9_.-]+$", max_length=100)]
+_Alias = Annotated[str, Field(min_length=1, max_length=100)]
+_Text = Annotated[str, Field(max_length=10_000)]
+_Provenance = Annotated[str, Field(min_length=1, max_length=10_000)]
+
+
+def _int(low: int, high: int):
+    return Annotated[int, Field(ge=low, le=high)]
+
+
+def _float(high: float, low: float = 0.0):
+    return Annotated[float, Field(gt=low, le=high, allow_inf_nan=False)]
+
+
+class _Raw(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+
+class _Entry(_Raw):
+    """What every entry has beyond its kind's fields."""
+
+    name: _Name
+    provenance: _Provenance
+    """Where the figures come from (a datasheet, a measurement, a contract); shown by ``fleetopt catalog list``."""
+    replace: bool = False
+    """True: replace the catalogue's entry of that name or alias (else a name already there is an error)."""
+
+
+# -- hardware (data/catalog/hardware.yaml, section gpus) ------------------------------------------------------
+
+
+class _RawMemory(_Raw):
+    capacity_bytes: _int(1, 2**50)
+    type: _Text | None = None
+    capacity_gib: _float(2.0**20) | None = None
+    driver_visible_bytes: _int(1, 2**50) | None = None
+    capacity_note: _Text | None = None
+
+
+class _RawPrice(_Raw):
+    usd_per_gpu_hour: _float(1e6)
+    usd_per_8gpu_group_hour: _float(1e7) | None = None
+    price_source: _Text | None = None
+
+
+class _RawPowerModel(_Raw):
+    idle_w: _NonNegative
+    nominal_w: _float(1e6)
+    logistic_k: _float(1e3)
+    logistic_x0: Annotated[float, Field(ge=-64, le=64, allow_inf_nan=False)]
+    quality: Literal[QUALITIES] = "projected"
+    source: _Text | None = None
+    measured_check: _Text | None = None
+
+
+class RawCatalogHardware(_Entry):
+    """A ``hardware`` entry: one GPU type (units: bytes, bytes/s, dense TFLOPS, W, US$ per GPU-hour)."""
+
+    aliases: list[_Alias] = Field(default_factory=list, max_length=50)
+    form_factor: _Text | None = None
+    spec_source: _Text | None = None
+    memory: _RawMemory
+    memory_bandwidth_bytes_per_s: _float(1e16)
+    fp16_dense_tflops: _float(1e7)
+    fp16_note: _Text | None = None
+    fp16_dense_tflops_alternatives: dict[str, _float(1e7)] | None = None
+    fp8_dense_tflops: _float(1e7) | None = None
+    tdp_w: _float(1e6)
+    tdp_note: _Text | None = None
+    tdp_w_alternative: _float(1e6) | None = None
+    nvlink_bandwidth_bytes_per_s: _float(1e16) | None = None
+    inter_node_bandwidth_bytes_per_s: _float(1e16) | None = None
+    pcie_bandwidth_bytes_per_s: _float(1e16) | None = None
+    sm_version: _int(1, 10_000) | None = None
+    price: _RawPrice
+    power_model: _RawPowerModel | None = None
+    power_model_quality: Literal[QUALITIES] | None = None
+
+
+# -- models (data/catalog/models.yaml, section models) ------------------------------------------------------
+
+
+class _RawMoe(_Raw):
+    routed_experts: _int(1, 2**16)
+    experts_per_token: _int(1, 2**16)
+    shared_experts: _int(0, 2**16) = 0
+    expert_intermediate_size: _int(1, 2**24)
+    expert_groups: _int(1, 2**16) | None = None
+    groups_per_token: _int(1, 2**16) | None = None
+
+
+class _RawMla(_Raw):
+    kv_lora_rank: _int(1, 2**20)
+    q_lora_rank: _int(0, 2**20) | None = None
+    qk_nope_head_dim: _int(1, 2**16)
+    qk_rope_head_dim: _int(0, 2**16)
+    v_head_dim: _int(1, 2**16)
+
+
+_Size = _int(1, 2**24)
+_Params = _int(1, 10**15)
+
+
+class RawCatalogModel(_Entry):
+    """A ``models`` entry given by its architecture (the figures of ``data/catalog/models.yaml``)."""
+
+    hf_id: _Text | None = None
+    family: Literal["dense", "moe"]
+    attention: Literal["GQA", "MHA", "MLA"] = "GQA"
+    layers: _int(1, 10_000)
+    dense_layers: _int(0, 10_000) | None = None
+    moe_layers: _int(0, 10_000) | None = None
+    hidden_size: _Size
+    attention_heads: _int(1, 2**16)
+    kv_heads: _int(1, 2**16) | None = None
+    head_dim: _int(1, 2**16) | None = None
+    mla: _RawMla | None = None
+    moe: _RawMoe | None = None
+    intermediate_size: _int(0, 2**24)
+    vocab_size: _Size
+    max_position_embeddings: _int(1, MAX_CONTEXT_LIMIT_TOKENS)
+    tied_embeddings: bool = False
+    multi_token_prediction_modules: _int(0, 100) | None = None
+    params_model_card_b: _float(1e6) | None = None
+    active_params_model_card_b: _float(1e6) | None = None
+    params_computed: _Params
+    active_params_computed: _Params
+    params_peer_formula: _Params | None = None
+    active_params_peer_formula: _Params | None = None
+    kv_bytes_per_token_fp16: _int(1, 2**40)
+    kv_cache: dict[str, int] | None = None
+    peer_catalog: dict[str, int] | None = None
+
+
+class RawCatalogModelConfig(_Entry):
+    """A ``models`` entry read from a Hugging Face ``config.json`` (path relative to the catalogue file)."""
+
+    config: Annotated[str, Field(min_length=1, max_length=4096)]
+
+
+# -- calibrated profiles (data/catalog/calibrated_profiles.yaml, section profiles) ------------------------
+
+
+class _RawProfilePower(_Raw):
+    idle_w: _NonNegative
+    nominal_w: _float(1e6)
+    logistic_k: _float(1e3)
+    logistic_x0: Annotated[float, Field(ge=-64, le=64, allow_inf_nan=False)]
+
+
+class _RawProfileQuality(_Raw):
+    latency: _Text | None = None
+    """Free text; ``projected`` in it marks the latency constants projected, else calibrated."""
+    power: _Text | None = None
+    """Free text starting with a power quality (measured, one-anchor, projected, none)."""
+
+
+_Tokens = _int(1, MAX_CONTEXT_LIMIT_TOKENS)
+
+
+class RawCatalogProfile(_Entry):
+    """A ``profiles`` entry: one calibrated serving unit (W, H in s; lengths in tokens; US$ per unit-hour; W)."""
+
+    model: _Text | None = None
+    """What the unit serves (e.g. ``Llama-3-70B-class (TP=8 unit)``); shown in reports, default unspecified."""
+    unit_note: _Text | None = None
+    W: _float(1e3)
+    H: _float(1e3)
+    calibration_ctx: _Tokens
+    chunk: _Tokens
+    blk_size: _int(1, 2**16)
+    total_kv_blks: _int(1, 2**40)
+    max_slots: _int(1, 2**20)
+    cost_per_hr: _float(1e7)
+    cost_basis: _Text | None = None
+    cost_per_hr_per_gpu_equivalent: _float(1e6) | None = None
+    power: _RawProfilePower
+    quality: _RawProfileQuality | None = None
+    source: _Text | None = None
+    n_slots_at: dict[_Tokens, _int(0, 2**40)] | None = None
+    """Optional check: the profile's concurrency at these contexts (tokens -> sequences)."""
+    kv_budget_ratio_vs_h100: _Positive | None = None
+    kv_budget_ratio_derivation: _Text | None = None
+
+
+class RawCatalogFile(_Raw):
+    """A catalogue file's top level (the entries are checked one by one, see :func:`catalog_entries`)."""
+
+    schema_version: Literal[1] | None = None
+    hardware: list[Any] = Field(default_factory=list)
+    models: list[Any] = Field(default_factory=list)
+    profiles: list[Any] = Field(default_factory=list)
+
+
+_MODELS = {"hardware": RawCatalogHardware, "models": RawCatalogModel, "profiles": RawCatalogProfile}
+
+
+# --------------------------------------------------------------------------------------------
+# Problems and entries
+# --------------------------------------------------------------------------------------------
+
+
+def _printable(text: str) -> str:
+    """``text`` with every unprintable character escaped, so that a problem stays one line."""
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in str(text))
+
+
+class CatalogLines:
+    """Collects one-line problems ``FILE: field: message`` (unprintable characters escaped)."""
+
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+
+    def add(self, file, field: str, message: str) -> None:
+        self.lines.append(format_problem(_printable(str(file)) if file not in (None, "") else None,
+                                         _printable(field), _printable(message)))
+
+
+@dataclass(frozen=True)
+class CatalogEntry:
+    """One checked entry of a catalogue file.
+
+    ``data`` holds the entry's fields as the shipped file of its kind spells them (``name``, ``provenance``,
+    ``replace`` and ``config`` left out); ``file`` is the file as error lines and ``catalog list`` name it;
+    ``config`` is the resolved ``config.json`` of a model given by one (None otherwise) and ``config_given``
+    the path as written.
+    """
+
+    kind: str
+    index: int
+    name: str
+    data: Mapping[str, Any]
+    provenance: str
+    replace: bool
+    file: str
+    config: Path | None = None
+    config_given: str | None = None
+
+    @property
+    def field(self) -> str:
+        """``catalog.KIND[i]``: the entry's place in error lines."""
+        return f"catalog.{self.kind}[{self.index}]"
+
+
+def _annotation_model(annotation) -> type[BaseModel] | None:
+    """The pydantic model inside ``annotation`` (``X | None``, ``Annotated[X, ...]``), if any."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    for arg in typing.get_args(annotation):
+        found = _annotation_model(arg)
+        if found is not None:
+            return found
+    return None
+
+
+def _allowed(model: type[BaseModel], loc) -> str:
+    """The keys the (nested) section of ``model`` at ``loc`` allows, comma-separated."""
+    for part in loc:
+        if not isinstance(part, str):
+            continue
+        info = model.model_fields.get(part)
+        inner = None if info is None else _annotation_model(info.annotation)
+        if inner is None:
+            return ""
+        model = inner
+    return ", ".join(model.model_fields)
+
+
+def _numeric(text: str) -> bool:
+    """Whether ``text`` reads as a finite number (YAML 1.1 takes ``5.3e12`` for text)."""
+    try:
+        return math.isfinite(float(text))
+    except ValueError:
+        return False
+
+
+def _message(model: type[BaseModel], error: dict) -> str:
+    kind, loc = error["type"], error["loc"]
+    if kind == "extra_forbidden":
+        return f"unknown key; allowed: {_allowed(model, loc[:-1])}"
+    if kind in ("model_type", "dict_type"):
+        keys = _allowed(model, loc)
+        return f"expected a mapping{' with keys ' + keys if keys else ''}; got {show_value(error.get('input'))}"
+    if kind in ("float_type", "int_type") and isinstance(error.get("input"), str) and _numeric(error["input"]):
+        return (f"{show_value(error['input'])} is text to YAML, not a number; write it with a signed exponent "
+                "(5.3e+12) or in full (5300000000000)")
+    if kind == "string_too_short":
+        return "empty; give text"
+    if kind == "string_too_long":
+        return f"too long; at most {error.get('ctx', {}).get('max_length')} characters"
+    if kind == "too_long":
+        return f"too many entries; at most {error.get('ctx', {}).get('max_length')}"
+    return pydantic_message(error)
+
+
+def _validated(model: type[BaseModel], value: Any, prefix: str, file, lines: CatalogLines):
+    try:
+        return model.model_validate(value)
+    except ValidationError as err:
+        for error in err.errors(include_url=False):
+            where = pydantic_field_path(error["loc"])
+            lines.add(file, f"{prefix}.{where}" if where else prefix, _message(model, error))
+        return None
+
+
+def _model_problems(raw: RawCatalogModel, prefix: str, file, lines: CatalogLines) -> None:
+    """Cross-field rules of an architecture entry (what the loader would otherwise get wrong)."""
+    if (raw.family == "moe") != (raw.moe is not None):
+        lines.add(file, f"{prefix}.moe", "a moe block is required for family moe and not allowed for dense; "
+                                         f"family is {raw.family}")
+    kv_heads = raw.kv_heads or raw.attention_heads
+    if raw.attention_heads % kv_heads:
+        lines.add(file, f"{prefix}.kv_heads", f"{kv_heads} does not divide attention_heads {raw.attention_heads}")
+    if raw.head_dim is None and raw.hidden_size % raw.attention_heads:
+        lines.add(file, f"{prefix}.head_dim", f"missing, and hidden_size {raw.hidden_size} is not a multiple of "
+                                              f"attention_heads {raw.attention_heads}; give head_dim")
+    if raw.active_params_computed > raw.params_computed:
+        lines.add(file, f"{prefix}.active_params_computed", f"{raw.active_params_computed} exceeds params_computed "
+                                                            f"{raw.params_computed}")
+    if raw.moe is not None and raw.moe.experts_per_token > raw.moe.routed_experts:
+        lines.add(file, f"{prefix}.moe.experts_per_token", f"{raw.moe.experts_per_token} is more than the "
+                                                           f"{raw.moe.routed_experts} routed_experts")
+
+
+def _power_problems(block, prefix: str, file, lines: CatalogLines) -> None:
+    if block is not None and block.idle_w > block.nominal_w:
+        lines.add(file, f"{prefix}.idle_w", f"{block.idle_w:g} exceeds nominal_w {block.nominal_w:g}; "
+                                            "give idle_w <= nominal_w")
+
+
+def _profile_problems(raw: RawCatalogProfile, prefix: str, file, lines: CatalogLines) -> None:
+    _power_problems(raw.power, f"{prefix}.power", file, lines)
+    power_quality = raw.quality.power if raw.quality is not None else None
+    if power_quality is not None and (power_quality.split() or [""])[0] not in QUALITIES:
+        lines.add(file, f"{prefix}.quality.power", f"{show_value(power_quality)} does not start with a power "
+                                                   f"quality; start it with one of {', '.join(QUALITIES)}")
+
+
+def _entry(kind: str, index: int, value: Any, file, base_dir: Path, lines: CatalogLines) -> CatalogEntry | None:
+    prefix = f"catalog.{kind}[{index}]"
+    model = RawCatalogModelConfig if kind == "models" and isinstance(value, Mapping) and "config" in value \
+        else _MODELS[kind]
+    before = len(lines.lines)
+    raw = _validated(model, value, prefix, file, lines)
+    if raw is None:
+        return None
+    if isinstance(raw, RawCatalogModel):
+        _model_problems(raw, prefix, file, lines)
+    elif isinstance(raw, RawCatalogHardware):
+        _power_problems(raw.power_model, f"{prefix}.power_model", file, lines)
+    elif isinstance(raw, RawCatalogProfile):
+        _profile_problems(raw, prefix, file, lines)
+    if len(lines.lines) > before:
+        return None
+    data = raw.model_dump(exclude={"name", "provenance", "replace", "config"}, exclude_none=True)
+    config = None
+    if isinstance(raw, RawCatalogModelConfig):
+        config = Path(raw.config).expanduser()
+        config = config if config.is_absolute() else base_dir / config
+    return CatalogEntry(kind, index, raw.name, data, raw.provenance, raw.replace, str(file), config,
+                        getattr(raw, "config", None))
+
+
+def catalog_entries(data: Any, file, base_dir: Path, lines: CatalogLines) -> list[CatalogEntry]:
+    """Every valid entry of a parsed catalogue (a file's content, or an instance's inline ``catalog:``).
+
+    Parameters
+    ----------
+    data : Any
+        The parsed mapping.
+    file : str or Path
+        What error lines name as the file.
+    base_dir : Path
+        Where ``config`` paths of ``models`` entries resolve.
+    lines : CatalogLines
+        Receives one line per problem; an entry with a problem is left out.
+    """
+    if not isinstance(data, Mapping):
+        lines.add(file, "catalog", f"expected a mapping with keys {', '.join(RawCatalogFile.model_fields)}; "
+                                   f"got {show_value(data)}")
+        return []
+    top = _validated(RawCatalogFile, data, "catalog", file, lines)
+    # the sections that are lists are checked even when another key is wrong (every problem in one pass)
+    sections = {kind: getattr(top, kind) if top is not None else data.get(kind) for kind in SECTIONS}
+    entries = []
+    for kind in SECTIONS:
+        if not isinstance(sections[kind], list):
+            continue
+        for index, value in enumerate(sections[kind]):
+            entry = _entry(kind, index, value, file, base_dir, lines)
+            if entry is not None:
+                entries.append(entry)
+    return entries
+
+
+def read_catalog_file(path: str | Path, lines: CatalogLines, label: str | None = None) -> list[CatalogEntry]:
+    """The entries of the catalogue file at ``path`` (YAML or JSON); error lines name it as ``label`` (default:
+    ``path`` as given)."""
+    path = Path(path)
+    file = label if label is not None else str(path)
+    try:
+        text = path.read_bytes().decode("utf-8")
+    except FileNotFoundError:
+        lines.add(file, "", "cannot read the catalogue file: no such file; check the path")
+        return []
+    except IsADirectoryError:
+        lines.add(file, "", "cannot read the catalogue file: it is a folder; give a YAML file")
+        return []
+    except (OSError, UnicodeDecodeError) as err:
+        lines.add(file, "", f"cannot read the catalogue file: {getattr(err, 'strerror', None) or err}")
+        return []
+    try:
+        data = yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        lines.add(file, "", f"YAML syntax error{where}: {getattr(err, 'problem', None) or err}")
+        return []
+    except (ValueError, TypeError, OverflowError, RecursionError) as err:   # e.g. a YAML date out of range
+        lines.add(file, "", f"cannot parse the catalogue file: {err}")
+        return []
+    if data is None:
+        lines.add(file, "", "the file is empty; give sections hardware, models and/or profiles")
+        return []
+    return catalog_entries(data, file, path.parent, lines)
