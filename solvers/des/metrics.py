@@ -228,6 +228,19 @@ def replications_ci(estimates, confidence: float = 0.95) -> Estimate:
     return _t_interval(np.asarray(estimates, dtype=float), confidence)
 
 
+def _inverted_cdf_index(levels, n: int) -> np.ndarray:
+    """Indices into a sorted sample of ``n`` of its empirical quantiles at ``levels`` in [0, 1]
+    (:data:`PERCENTILE_METHOD`: the smallest :math:`x_{(i)}` with :math:`i/n \\ge p`, i.e. :math:`i = \\lceil np
+    \\rceil`, 1-based; the minimum at :math:`p = 0`). One sort and an index, where ``numpy.percentile`` with many
+    levels partitions the sample once per level.
+
+    >>> s = np.array([1.0, 2.0, 3.0, 4.0])
+    >>> s[_inverted_cdf_index(np.array([0.0, 0.25, 0.26, 0.5, 1.0]), 4)].tolist()
+    [1.0, 1.0, 2.0, 2.0, 4.0]
+    """
+    return np.clip(np.ceil(np.asarray(levels, dtype=float) * n).astype(np.int64) - 1, 0, n - 1)
+
+
 def quantile_ci(groups, q: float = 99.0, confidence: float = 0.95) -> Estimate:
     """The ``q``-th percentile of pooled samples with an interval from independent groups (replications or batches).
 
@@ -251,11 +264,11 @@ def quantile_ci(groups, q: float = 99.0, confidence: float = 0.95) -> Estimate:
         raise ValueError("quantile_ci needs >= 2 non-empty groups")
     if not 0.0 < confidence < 1.0:
         raise ValueError(f"confidence must lie in (0, 1); got {confidence}")
-    pooled = np.concatenate(gs)
+    pooled = np.sort(np.concatenate(gs))
     value = float(percentile(pooled, q))
     x = np.unique(pooled)
     if x.size > 20_000:  # search a fine grid of the pooled quantiles instead of every distinct value
-        x = np.unique(np.percentile(pooled, np.linspace(0.0, 100.0, 20_001), method=PERCENTILE_METHOD))
+        x = np.unique(pooled[_inverted_cdf_index(np.linspace(0.0, 100.0, 20_001) / 100.0, pooled.size)])
     F = np.array([np.searchsorted(g, x, side="right") / g.size for g in gs])
     t = stats.t.ppf(0.5 + confidence / 2.0, len(gs) - 1)
     mean, half = F.mean(axis=0), t * F.std(axis=0, ddof=1) / np.sqrt(len(gs))
