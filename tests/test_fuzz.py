@@ -62,9 +62,9 @@ JUNK = st.recursive(SCALARS, lambda inner: st.lists(inner, max_size=3)
 
 
 @st.composite
-def mutated(draw, base):
+def mutated(draw, base, junk=JUNK):
     """``base`` with one to four random edits: a value replaced by junk, a key deleted, an unknown key added, a
-    number scaled or negated, a list emptied."""
+    number scaled or negated, a list emptied; junk values drawn from ``junk``."""
     doc = copy.deepcopy(base)
     for _ in range(draw(st.integers(1, 4))):
         node = doc
@@ -79,7 +79,7 @@ def mutated(draw, base):
             keys = list(node)
             op = draw(st.sampled_from(["junk", "delete", "unknown", "number"]))
             if op == "unknown" or not keys:
-                node[draw(st.text(max_size=10))] = draw(JUNK)
+                node[draw(st.text(max_size=10))] = draw(junk)
                 continue
             key = draw(st.sampled_from(keys))
             if op == "delete":
@@ -87,10 +87,10 @@ def mutated(draw, base):
             elif op == "number" and isinstance(node[key], (int, float)) and not isinstance(node[key], bool):
                 node[key] = node[key] * draw(st.sampled_from([-1, 0, 0.5, 1.5, 1e6, 1e300, math.inf, math.nan]))
             else:
-                node[key] = draw(JUNK)
+                node[key] = draw(junk)
         elif isinstance(node, list):
             if node and draw(st.booleans()):
-                node[draw(st.integers(0, len(node) - 1))] = draw(JUNK)
+                node[draw(st.integers(0, len(node) - 1))] = draw(junk)
             else:
                 node.clear()
     return doc

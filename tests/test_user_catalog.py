@@ -11,7 +11,6 @@ from __future__ import annotations
 import copy
 import dataclasses
 import json
-import math
 import os
 from pathlib import Path
 
@@ -26,6 +25,7 @@ from fleetopt.optimizer.errors import InstanceError
 from fleetopt.optimizer.io.catalog import (bundled_catalog, catalog_files, data_dir, instances_dir, load_catalog,
                                            user_catalog)
 from fleetopt.optimizer.io.instance import instance_from_dict, load_instance
+from tests.test_fuzz import mutated
 
 REPO = Path(__file__).resolve().parents[1]
 SHIPPED = {"hardware": ("hardware.yaml", "gpus"), "models": ("models.yaml", "models"),
@@ -286,40 +286,6 @@ SCALARS = (st.none() | st.booleans() | st.integers(-(2**70), 2**70) | st.floats(
 JUNK = st.recursive(SCALARS, lambda inner: st.lists(inner, max_size=3)
                     | st.dictionaries(st.text(max_size=8), inner, max_size=3), max_leaves=6)
 
-
-@st.composite
-def mutated(draw, base):
-    """``base`` with one to four random edits (junk value, deleted key, unknown key, scaled number, emptied
-    list)."""
-    doc = copy.deepcopy(base)
-    for _ in range(draw(st.integers(1, 4))):
-        node = doc
-        for _depth in range(draw(st.integers(0, 4))):
-            children = [v for v in (node.values() if isinstance(node, dict) else node if isinstance(node, list)
-                                    else []) if isinstance(v, (dict, list))]
-            if not children:
-                break
-            node = draw(st.sampled_from(children))
-        if isinstance(node, dict):
-            op = draw(st.sampled_from(["junk", "delete", "unknown", "number"]))
-            if op == "unknown" or not node:
-                node[draw(st.text(max_size=8))] = draw(JUNK)
-                continue
-            key = draw(st.sampled_from(list(node)))
-            if op == "delete":
-                del node[key]
-            elif op == "number" and isinstance(node[key], (int, float)) and not isinstance(node[key], bool):
-                node[key] = node[key] * draw(st.sampled_from([-1, 0, 0.5, 1e6, 1e300, math.inf, math.nan]))
-            else:
-                node[key] = draw(JUNK)
-        elif isinstance(node, list):
-            if node and draw(st.booleans()):
-                node[draw(st.integers(0, len(node) - 1))] = draw(JUNK)
-            else:
-                node.clear()
-    return doc
-
-
 def test_fuzz_catalogue_files(tmp_path):
     """200 mutated catalogue files (derandomised): loaded alone and under an instance that uses their names."""
     (tmp_path / "config.json").write_text(json.dumps(CONFIG_8B))
@@ -330,7 +296,7 @@ def test_fuzz_catalogue_files(tmp_path):
 
     @settings(max_examples=200, deadline=None, derandomize=True, database=None,
               suppress_health_check=list(HealthCheck))
-    @given(mutated(BASE_CATALOG) | JUNK)
+    @given(mutated(BASE_CATALOG, JUNK) | JUNK)
     def check(doc):
         path.write_text(yaml.safe_dump(doc, allow_unicode=True))
         _catalog, lines = user_catalog([path])
@@ -350,7 +316,7 @@ def test_fuzzed_files_through_the_cli_exit_0_or_2(tmp_path):
 
     @settings(max_examples=25, deadline=None, derandomize=True, database=None,
               suppress_health_check=list(HealthCheck))
-    @given(mutated(BASE_CATALOG))
+    @given(mutated(BASE_CATALOG, JUNK))
     def check(doc):
         path.write_text(yaml.safe_dump(doc, allow_unicode=True))
         result = run("catalog", "list", "--catalog", path, "--json", os.devnull)
