@@ -286,7 +286,17 @@ _BLOCK = 256
 """Pools per block in :func:`batched_miss_prob`: each block integrates only the chunk counts its pools hold."""
 
 
-def batched_miss_prob(t_s, traffic: BatchedTraffic, replicas, op: OperatingPoint | None = None) -> np.ndarray:
+def _nodes(traffic: BatchedTraffic, op: OperatingPoint) -> tuple:
+    """What :func:`batched_miss_prob` needs of the operating point that does not depend on :math:`t`: the
+    iteration times at the context nodes (busy, full), the own-prefill law's moments (:func:`_own_law`) and the
+    prefill lumps."""
+    return (traffic.W_s + _context_nodes(op.busy_context_mean, op.busy_context_var),
+            traffic.W_s + _context_nodes(op.full_context_mean, op.full_context_var),
+            _own_law(traffic, op), *prefill_lumps(traffic, op))
+
+
+def batched_miss_prob(t_s, traffic: BatchedTraffic, replicas, op: OperatingPoint | None = None,
+                      nodes: tuple | None = None) -> np.ndarray:
     """:math:`P(T > t)` per pool at ``replicas`` (module docstring; 1 where unstable).
 
     Pools are taken in blocks of similar chunk-count support (sorted by their largest :math:`k`), and each
@@ -301,10 +311,7 @@ def batched_miss_prob(t_s, traffic: BatchedTraffic, replicas, op: OperatingPoint
     k_hi = np.where(has.any(axis=1), K - 1 - np.argmax(has[:, ::-1], axis=1), 0)
     k_lo = np.where(has.any(axis=1), np.argmax(has, axis=1), 0)
     chunks = traffic.chunks
-    T_busy = traffic.W_s + _context_nodes(op.busy_context_mean, op.busy_context_var)
-    T_full = traffic.W_s + _context_nodes(op.full_context_mean, op.full_context_var)
-    lump, lump_share = prefill_lumps(traffic, op)
-    T_own = _own_nodes(traffic, op)
+    T_busy, T_full, T_own, lump, lump_share = _nodes(traffic, op) if nodes is None else nodes
     lam_r = traffic.arrival_rate / np.maximum(op.replicas, 1.0)
     join = 1.0 + lam_r * lump               # the mean stretch co-arrivals' chunks give a waited-out residual
     miss = np.zeros(S)
@@ -315,7 +322,8 @@ def batched_miss_prob(t_s, traffic: BatchedTraffic, replicas, op: OperatingPoint
         miss[rows] = _miss_block(t[rows], probs[rows, a:b], chunks[a:b],
                                  traffic.own_prefill_s[rows, a:b], T_busy[rows], T_full[rows], op.idle_prob[rows],
                                  op.full_prob[rows], op.wait_decay[rows], traffic.W_s, lump[rows], lump_share[rows],
-                                 join[rows], lam_r[rows], None if T_own is None else T_own[rows, a:b])
+                                 join[rows], lam_r[rows], None if T_own is None else
+                                 traffic.W_s + _context_nodes_2d(T_own[0][rows, a:b], T_own[1][rows, a:b]))
     live = traffic.arrival_rate > 0
     return np.where(live, np.where(op.stable, miss, 1.0), 0.0)
 
@@ -500,14 +508,18 @@ def own_prefill_context(traffic: BatchedTraffic, op: OperatingPoint) -> tuple[np
 
 
 
-def _own_nodes(traffic: BatchedTraffic, op: OperatingPoint) -> np.ndarray | None:
-    """Iteration times :math:`W + C_k` at the :data:`CONTEXT_NODES` of :func:`own_prefill_context`'s law, shape
-    (S, Q, nodes); None without prefill compute (every class then sees the busy law)."""
+def _own_law(traffic: BatchedTraffic, op: OperatingPoint) -> tuple[np.ndarray, np.ndarray] | None:
+    """:func:`own_prefill_context`'s mean and variance, shape (S, Q) each; None without prefill compute (every
+    class then sees the busy law). :func:`batched_miss_prob` takes their nodes per block of classes."""
     if traffic.prefill_compute_s is None or not np.any(traffic.prefill_compute_s > 0):
         return None
-    mean, var = own_prefill_context(traffic, op)
+    return own_prefill_context(traffic, op)
+
+
+def _context_nodes_2d(mean, var) -> np.ndarray:
+    """:func:`_context_nodes` of (S, Q) moments, shape (S, Q, nodes)."""
     S, Q = mean.shape
-    return traffic.W_s + _context_nodes(mean.ravel(), var.ravel()).reshape(S, Q, -1)
+    return _context_nodes(mean.ravel(), var.ravel()).reshape(S, Q, -1)
 
 
 _COARRIVALS = 6
@@ -537,19 +549,26 @@ def coarrival_exceed_prob(x0, spread, ell, rate):
     >>> round(float(coarrival_exceed_prob(0.3, 1.0, 0.0, 0.5)), 6)
     0.7
     """
-    x0, b, ell, rate = np.broadcast_arrays(*(np.asarray(v, dtype=float) for v in (x0, spread, ell, rate)))
-    c = rate * b
-    small = c < 1e-9
-    cs = np.where(small, 1.0, c)
-    out = np.zeros(x0.shape)
-    counted = np.zeros(x0.shape)
-    for m in range(_COARRIVALS + 1):
-        u = np.clip((x0 - m * ell) / b, 0.0, 1.0)
-        whole = special.gammainc(m + 1, cs) / cs
-        out += whole - special.gammainc(m + 1, cs * u) / cs
-        counted += whole
-    out += np.maximum(1.0 - counted, 0.0)        # E_U[P(M > _COARRIVALS | U)], taken to exceed: a bound
-    return np.clip(np.where(small, 1.0 - np.clip(x0 / b, 0.0, 1.0), out), 0.0, 1.0)
+    c0 = np.asarray(rate, dtype=float) * np.asarray(spread, dtype=float)   # without x0's and ell's axes
+    small0 = c0 < 1e-9
+    cs0 = np.where(small0, 1.0, c0)
+    wholes0 = [special.gammainc(m + 1, cs0) / cs0 for m in range(_COARRIVALS + 1)]
+    rest0 = np.maximum(1.0 - sum(wholes0), 0.0)  # E_U[P(M > _COARRIVALS | U)], taken to exceed: a bound
+    x0, b, ell, c, small, rest = np.broadcast_arrays(*(np.asarray(v, dtype=float) for v in (x0, spread, ell, c0)),
+                                                    small0, rest0)
+    small = small.astype(bool)
+    # Every u_m is 0 where x0 <= 0 (the sum is 1) and 1 where x0 >= b + _COARRIVALS ell (only the uncounted rest
+    # is left): the integrals are evaluated where neither holds, which in a P99 search is a small share.
+    mid = ~small & (x0 > 0.0) & (x0 < b + _COARRIVALS * ell)
+    out = np.where(small, 1.0 - np.clip(x0 / b, 0.0, 1.0), np.where(x0 <= 0.0, 1.0, rest))
+    if np.any(mid):
+        xm, bm, lm, cm = x0[mid], b[mid], ell[mid], c[mid]
+        acc = rest[mid].copy()
+        for m in range(_COARRIVALS + 1):
+            u = np.clip((xm - m * lm) / bm, 0.0, 1.0)
+            acc += np.broadcast_to(wholes0[m], x0.shape)[mid] - special.gammainc(m + 1, cm * u) / cm
+        out[mid] = acc
+    return np.clip(out, 0.0, 1.0)
 
 
 def _miss_block(t, probs, k, own, T_busy, T_full, p_idle, p_full, theta, W_s: float, lump=None,
@@ -598,21 +617,20 @@ def batched_ttft_p99_s(traffic: BatchedTraffic, replicas) -> np.ndarray:
     op = operating_point(traffic, replicas)
     probs = traffic.chunk_probs
     k_max = np.max(np.where(probs > 0, traffic.chunks[None, :], 0), axis=1)
-    nodes = _context_nodes(op.full_context_mean, op.full_context_var)
-    T_top = traffic.W_s + np.maximum(np.nanmax(nodes, axis=1),
-                                     np.nanmax(_context_nodes(op.busy_context_mean, op.busy_context_var), axis=1))
-    T_own = _own_nodes(traffic, op)
-    if T_own is not None:
-        T_top = np.maximum(T_top, np.nanmax(T_own.reshape(T_own.shape[0], -1), axis=1))
+    nodes = _nodes(traffic, op)               # the same at every t of the search
+    T_busy, T_full, T_own, lump, _ = nodes
+    T_top = np.maximum(np.nanmax(T_full, axis=1), np.nanmax(T_busy, axis=1))
+    if T_own is not None:   # the upper end of the search: the largest own-iteration node
+        T_top = np.maximum(T_top, traffic.W_s + np.nanmax(_context_nodes_2d(*T_own).reshape(len(T_top), -1), axis=1))
     own = np.max(np.where(probs > 0, traffic.own_prefill_s, 0.0), axis=1)
     theta = op.wait_decay
     with np.errstate(divide="ignore", invalid="ignore"):   # P(wait > w) = p_full e^{-theta w} <= q beyond w99
         w99 = np.where(op.full_prob > P99_TAIL,
                        np.log(np.maximum(op.full_prob, P99_TAIL) / P99_TAIL) / np.where(theta > 0, theta, 1.0), 0.0)
-    hi = (k_max + 1) * T_top + own + w99 + prefill_lumps(traffic, op)[0] + 1e-9
+    hi = (k_max + 1) * T_top + own + w99 + lump + 1e-9
     live = op.stable & (traffic.arrival_rate > 0)
     hi = np.where(live, hi, 1.0)
-    _, hi = bisect_boundary(lambda t: batched_miss_prob(t, traffic, op.replicas, op) > P99_TAIL,
+    _, hi = bisect_boundary(lambda t: batched_miss_prob(t, traffic, op.replicas, op, nodes) > P99_TAIL,
                             np.zeros_like(hi), hi)
     return np.where(traffic.arrival_rate > 0, np.where(op.stable, hi, np.inf), 0.0)
 

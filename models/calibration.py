@@ -46,7 +46,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.optimize import least_squares, linprog, minimize, nnls
 
 from fleetopt.models.power import ActivityPower
 
@@ -214,6 +213,8 @@ def _chebyshev(R: np.ndarray) -> tuple[np.ndarray, float]:
     A_ub = np.vstack([np.hstack([R, -ones]), np.hstack([-R, -ones])])
     b_ub = np.concatenate([np.ones(m), -np.ones(m)])
     cost = np.r_[np.zeros(k), 1.0]
+    from scipy.optimize import linprog   # here, not at import: fitting is rare, scipy.optimize loads in 0.3 s
+
     res = linprog(cost, A_ub=A_ub, b_ub=b_ub, bounds=[(0, None)] * (k + 1), method="highs")
     if res.status != 0:
         raise ValueError(f"the Chebyshev fit failed: {res.message}")
@@ -231,6 +232,8 @@ def _bounded_least_squares(R: np.ndarray, start: np.ndarray, tol: float) -> np.n
 
     constraints = [{"type": "ineq", "fun": lambda u: (tol - margin) - (R @ u - 1.0), "jac": lambda u: -R},
                    {"type": "ineq", "fun": lambda u: (tol - margin) + (R @ u - 1.0), "jac": lambda u: R}]
+    from scipy.optimize import minimize
+
     res = minimize(cost, start, jac=True, method="SLSQP", bounds=[(0.0, None)] * R.shape[1],
                    constraints=constraints, options={"ftol": 1e-15, "maxiter": 500})
     u = np.maximum(res.x, 0.0)
@@ -336,6 +339,8 @@ def fit_activity_power(decode: Sequence[DecodePoint], prefill: Sequence[PrefillP
     if len(measured) < MIN_POWER_POINTS:
         raise ValueError(f"the power fit needs at least {MIN_POWER_POINTS} points with power_w; got {len(measured)}")
     total = comp.sum(axis=1)
+    from scipy.optimize import least_squares, nnls
+
     start, _ = nnls(comp / (measured * total)[:, None], np.ones(len(measured)))
 
     def residual(p):

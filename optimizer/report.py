@@ -11,9 +11,11 @@ import io
 import math
 import shlex
 import textwrap
+from collections.abc import Callable
 from contextlib import contextmanager, nullcontext
 from dataclasses import asdict, dataclass
 
+from rich.cells import cell_len
 from rich.console import Console
 from rich.errors import MarkupError
 from rich.measure import Measurement
@@ -351,18 +353,19 @@ def layout_table(c: Console, t: Table, grid: Grid | None = None) -> list:
     if table_width(c, t) <= c.width:
         return [t]
     grid = table_grid(t) if grid is None else grid
-    groups = _column_groups(c, t, grid, c.width)
+    width = _group_width(c, t, grid)
+    groups = _column_groups(width, len(grid.headers), c.width)
     if groups is None:
         return _stacked(grid)
     low, high = 1, c.width  # the narrowest cap giving as few groups: balanced groups
     while low < high:
         mid = (low + high) // 2
-        trial = _column_groups(c, t, grid, mid)
+        trial = _column_groups(width, len(grid.headers), mid)
         if trial is not None and len(trial) <= len(groups):
             high = mid
         else:
             low = mid + 1
-    groups = _column_groups(c, t, grid, high)
+    groups = _column_groups(width, len(grid.headers), high)
     out = [_sub_table(t, grid, g, grid.title if n == 0 else f"{grid.title} (continued)" if grid.title else "")
            for n, g in enumerate(groups)]
     if grid.caption:
@@ -370,19 +373,31 @@ def layout_table(c: Console, t: Table, grid: Grid | None = None) -> list:
     return out
 
 
-def _column_groups(c: Console, t: Table, grid: Grid, width: int) -> list[list[int]] | None:
+def _group_width(c: Console, t: Table, grid: Grid) -> Callable[[list[int]], int]:
+    """The width of the sub-table of some columns (:func:`_sub_table`), without building it: its columns'
+    widths (the widest of header, cells and footer) plus the borders and padding, which grow by the same amount
+    per column; that affine part is measured once by rich on the sub-tables of the key column and of the first
+    two columns, so the sum equals :func:`table_width` of the sub-table."""
+    rows = [grid.headers, *grid.rows] + ([grid.footer] if grid.footer else [])
+    col = [max(cell_len(r[k]) for r in rows) for k in range(len(grid.headers))]
+    one = table_width(c, _sub_table(t, grid, [0], "")) - col[0]
+    per = (table_width(c, _sub_table(t, grid, [0, 1], "")) - col[0] - col[1] - one) if len(col) > 1 else 0
+    return lambda columns: sum(col[k] for k in columns) + one + per * (len(columns) - 1)
+
+
+def _column_groups(width: Callable[[list[int]], int], n_columns: int, cap: int) -> list[list[int]] | None:
     """Column indices per group, each group the key column 0 and the next columns in order while the group fits
-    ``width``; None when the key and one column do not fit side by side."""
+    ``cap`` (``width``: :func:`_group_width`); None when the key and one column do not fit side by side."""
     groups, current = [], [0]
-    for k in range(1, len(grid.headers)):
-        if table_width(c, _sub_table(t, grid, current + [k], "")) <= width:
+    for k in range(1, n_columns):
+        if width(current + [k]) <= cap:
             current.append(k)
             continue
         if len(current) == 1:
             return None
         groups.append(current)
         current = [0, k]
-        if table_width(c, _sub_table(t, grid, current, "")) > width:
+        if width(current) > cap:
             return None
     groups.append(current)
     return groups

@@ -181,6 +181,24 @@ def test_layout_never_cuts_a_cell_at_any_width(width):
         assert text.count("wide") == 1 and "continued" not in text
 
 
+
+def test_group_widths_are_rich_measurements():
+    """The column-group search adds column widths instead of measuring every candidate group: the sum equals
+    rich's own measure of the group's table, for every group of the key column and some others."""
+    import itertools
+
+    from fleetopt.optimizer.report import _group_width, _sub_table, table_grid, table_width
+
+    c = Console(file=io.StringIO(), width=80)
+    t = _wide_table()
+    t.add_row(*["x" * (k % 4) for k in range(12)])      # uneven and empty cells
+    grid = table_grid(t)
+    width = _group_width(c, t, grid)
+    for size in (1, 2, 3, 5):
+        for cols in itertools.combinations(range(1, 12), size - 1):
+            group = [0, *cols]
+            assert width(group) == table_width(c, _sub_table(t, grid, group, "")), group
+
 def test_plain_markdown_and_csv_hold_every_cell():
     """The non-terminal formats keep every cell whole: csv parses back to the table, markdown has one pipe row per
     row, plain one aligned line per row (the header's columns in order)."""
