@@ -332,12 +332,9 @@ def _numeric(text: str) -> bool:
 
 
 def _message(model: type[BaseModel], error: dict) -> str:
-    kind, loc = error["type"], error["loc"]
-    if kind == "extra_forbidden":
-        return f"unknown key; allowed: {_allowed(model, loc[:-1])}"
-    if kind in ("model_type", "dict_type"):
-        keys = _allowed(model, loc)
-        return f"expected a mapping{' with keys ' + keys if keys else ''}; got {show_value(error.get('input'))}"
+    """The instance's wording (:func:`fleetopt.optimizer.io.schema.pydantic_message`) with this file's keys, plus
+    what a catalogue file gets wrong more often: numbers YAML read as text, empty or long names, long lists."""
+    kind = error["type"]
     if kind in ("float_type", "int_type") and isinstance(error.get("input"), str) and _numeric(error["input"]):
         return (f"{show_value(error['input'])} is text to YAML, not a number; write it with a signed exponent "
                 "(5.3e+12) or in full (5300000000000)")
@@ -347,7 +344,7 @@ def _message(model: type[BaseModel], error: dict) -> str:
         return f"too long; at most {error.get('ctx', {}).get('max_length')} characters"
     if kind == "too_long":
         return f"too many entries; at most {error.get('ctx', {}).get('max_length')}"
-    return pydantic_message(error)
+    return pydantic_message(error, lambda loc: _allowed(model, loc))
 
 
 def _validated(model: type[BaseModel], value: Any, prefix: str, file, lines: CatalogLines):

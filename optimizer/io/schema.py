@@ -9,7 +9,7 @@ every level. Each pydantic error becomes one line
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -262,17 +262,19 @@ def allowed_keys(loc: Sequence) -> str:
     return ", ".join(f.alias or n for n, f in model.model_fields.items()) if model else ""
 
 
-def _pydantic_message(error: dict) -> str:
-    """One pydantic error as ``<what is wrong>; <what is allowed>``."""
+def _pydantic_message(error: dict, allowed: Callable[[Sequence], str] = allowed_keys) -> str:
+    """One pydantic error as ``<what is wrong>; <what is allowed>`` (``allowed(loc)``: the keys the mapping at
+    ``loc`` takes, comma-separated; empty when unknown)."""
     kind, given, ctx, loc = error["type"], error.get("input"), error.get("ctx") or {}, error["loc"]
     if kind == "missing":
         return "missing; this key is required"
     if kind == "extra_forbidden":
-        return f"unknown key; allowed: {allowed_keys(loc[:-1])}"
+        return f"unknown key; allowed: {allowed(loc[:-1])}"
     if kind == "literal_error":
         return f"{show_value(given)} is not allowed; choose {ctx['expected'].replace(chr(39), '')}"
     if kind in ("model_type", "dict_type"):
-        return f"expected a mapping with keys {allowed_keys(loc)}; got {show_value(given)}"
+        keys = allowed(loc)
+        return f"expected a mapping{' with keys ' + keys if keys else ''}; got {show_value(given)}"
     if kind == "list_type":
         return f"expected a list; got {show_value(given)}"
     if kind == "too_short":
@@ -301,9 +303,10 @@ def pydantic_field_path(loc: Sequence) -> str:
     return _field_path(loc)
 
 
-def pydantic_message(error: dict) -> str:
-    """One pydantic error as ``<what is wrong>; <what is allowed>`` (the instance's wording, for other files)."""
-    return _pydantic_message(error)
+def pydantic_message(error: dict, allowed: Callable[[Sequence], str] | None = None) -> str:
+    """One pydantic error as ``<what is wrong>; <what is allowed>`` (the instance's wording, for other files;
+    ``allowed(loc)`` names the keys of the file's own sections, default the instance's)."""
+    return _pydantic_message(error, allowed_keys if allowed is None else allowed)
 
 
 def structure_problems(data: dict, problems: Problems) -> None:
