@@ -614,3 +614,15 @@ def test_arbitrary_values_never_escape_as_other_errors(target, value):
         instance_from_dict(data, Path("/nonexistent/fuzz.yaml"))
     except InstanceError as err:
         assert err.problems and all(line.startswith("/nonexistent/fuzz.yaml: ") for line in err.problems)
+
+
+def test_a_number_yaml_reads_as_text_gets_a_hint(tmp_path: Path):
+    """YAML 1.1 (PyYAML) reads ``5e2`` (no sign in the exponent, no decimal point) as a string: the error says
+    so and how to write it, instead of 'is not a number'."""
+    path = tmp_path / "rate.yaml"
+    path.write_text(yaml.safe_dump(copy.deepcopy(BASE)).replace("arrival_rate: 100", "arrival_rate: 5e2"))
+    assert "5e2" in path.read_text()
+    with pytest.raises(InstanceError) as info:
+        load_instance(path)
+    (line,) = info.value.problems
+    assert "workload.arrival_rate" in line and "is text to YAML" in line and "5.3e+12" in line

@@ -31,7 +31,6 @@ merges them over the shipped catalogue. Every problem is one line ``FILE: catalo
 
 from __future__ import annotations
 
-import math
 import typing
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -323,27 +322,8 @@ def _allowed(model: type[BaseModel], loc) -> str:
     return ", ".join(model.model_fields)
 
 
-def _numeric(text: str) -> bool:
-    """Whether ``text`` reads as a finite number (YAML 1.1 takes ``5.3e12`` for text)."""
-    try:
-        return math.isfinite(float(text))
-    except ValueError:
-        return False
-
-
 def _message(model: type[BaseModel], error: dict) -> str:
-    """The instance's wording (:func:`fleetopt.optimizer.io.schema.pydantic_message`) with this file's keys, plus
-    what a catalogue file gets wrong more often: numbers YAML read as text, empty or long names, long lists."""
-    kind = error["type"]
-    if kind in ("float_type", "int_type") and isinstance(error.get("input"), str) and _numeric(error["input"]):
-        return (f"{show_value(error['input'])} is text to YAML, not a number; write it with a signed exponent "
-                "(5.3e+12) or in full (5300000000000)")
-    if kind == "string_too_short":
-        return "empty; give text"
-    if kind == "string_too_long":
-        return f"too long; at most {error.get('ctx', {}).get('max_length')} characters"
-    if kind == "too_long":
-        return f"too many entries; at most {error.get('ctx', {}).get('max_length')}"
+    """The instance's wording (:func:`fleetopt.optimizer.io.schema.pydantic_message`) with this file's keys."""
     return pydantic_message(error, lambda loc: _allowed(model, loc))
 
 

@@ -9,6 +9,7 @@ every level. Each pydantic error becomes one line
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Annotated, Any, Literal
 
@@ -281,12 +282,21 @@ def _pydantic_message(error: dict, allowed: Callable[[Sequence], str] = allowed_
         return f"the list is empty; give at least {ctx.get('min_length', 1)} entry"
     if kind in ("int_type", "int_from_float", "int_parsing"):
         return f"{show_value(given)} is not an integer; give a whole number"
+    if kind in ("float_type", "int_type") and isinstance(given, str) and _numeric_text(given):
+        return (f"{show_value(given)} is text to YAML, not a number; write it with a signed exponent "
+                "(5.3e+12) or in full (5300000000000)")
     if kind in ("float_type", "float_parsing"):
         return f"{show_value(given)} is not a number; give a number"
     if kind == "finite_number":
         return f"{show_value(given)} is not finite; give a finite number"
     if kind == "string_type":
         return f"{show_value(given)} is not a string; give text"
+    if kind == "string_too_short":
+        return "empty; give text"
+    if kind == "string_too_long":
+        return f"too long; at most {ctx.get('max_length')} characters"
+    if kind == "too_long":
+        return f"too many entries; at most {ctx.get('max_length')}"
     if kind == "string_pattern_mismatch":
         return f"{show_value(given)} is not a valid name; use only letters, digits, '_', '.' and '-'"
     bounds = {"greater_than": ">", "greater_than_equal": ">=", "less_than": "<", "less_than_equal": "<="}
@@ -301,6 +311,14 @@ def pydantic_field_path(loc: Sequence) -> str:
     """A pydantic error location as a field path, e.g. ``('gpus', 1, 'profile')`` -> ``gpus[1].profile`` (for other
     files read with pydantic, such as profile files: :mod:`fleetopt.optimizer.io.measurements`)."""
     return _field_path(loc)
+
+
+def _numeric_text(text: str) -> bool:
+    """Whether ``text`` reads as a finite number (YAML 1.1 reads ``5.3e12``, without a signed exponent, as text)."""
+    try:
+        return math.isfinite(float(text))
+    except ValueError:
+        return False
 
 
 def pydantic_message(error: dict, allowed: Callable[[Sequence], str] | None = None) -> str:
