@@ -212,21 +212,29 @@ def solve(inst: Instance, *, top: int = 1, time_limit_s: float | None = None, mi
 def verify(inst: Instance, sim_options: SimOptions = VERIFY_SIM_OPTIONS, *, verify_top: int = 3,
            rule: str = "ci-upper", max_rounds: int = 3, time_limit_s: float | None = None, mip_gap: float = 0.0,
            threads: int | None = None, method: str = "auto", verbose=False, cuts: str = "pool", trim: bool = False,
-           progress=None, on_step=None):
+           progress=None, on_step=None, workers: int = 1, scheduler=None):
     """Solve for the ``verify_top`` best plans and verify them by simulation (see :mod:`fleetopt.optimizer.simulation.verify`);
     returns (solve report, verification). ``sim_options`` (:class:`~fleetopt.optimizer.simulation.options.SimOptions`)
     are the settings of every simulation: requests, replications, seed, the engine's KV admission, token budget and
     availability, ... (default :data:`VERIFY_SIM_OPTIONS`); ``cuts`` is ``pool`` (per-pool simulated sizing),
     ``count`` or ``window`` (:mod:`fleetopt.optimizer.simulation.verify`, "Cuts"); ``trim`` lowers the chosen plan's counts while its simulation
     passes (:mod:`fleetopt.optimizer.simulation.trim`). ``progress(done, total)`` and ``on_step(message)``
-    report progress (:func:`fleetopt.optimizer.simulation.verify.verify`)."""
+    report progress (:func:`fleetopt.optimizer.simulation.verify.verify`). ``workers`` local processes or the Dask
+    cluster at ``scheduler`` simulate the plans of a round side by side (:mod:`fleetopt.optimizer.workflows.executor`;
+    the same results as one process: every plan runs on the same seed)."""
     from fleetopt.optimizer.plan.solve import SolveOptions
     from fleetopt.optimizer.simulation.verify import verify as run
 
     options = SolveOptions(time_limit_s=time_limit_s, mip_gap=mip_gap, threads=threads, verbose=verbose,
                            method="mip" if method == "auto" else method)
+    map_plans = None
+    if workers != 1 or scheduler is not None:
+        from fleetopt.optimizer.workflows.executor import Backend, map_ordered
+
+        backend = Backend(workers=workers, scheduler=scheduler)
+        map_plans = lambda fn, args: map_ordered(fn, args, backend)  # noqa: E731
     return VerifyReport(*run(inst, options, sim_options, top=verify_top, rule=rule, max_rounds=max_rounds, cuts=cuts,
-                             trim=trim, progress=progress, on_step=on_step))
+                             trim=trim, progress=progress, on_step=on_step, map_plans=map_plans))
 
 
 class VerifyReport(NamedTuple):

@@ -239,6 +239,10 @@ def evaluate(instance, fleets, overrides, json_out, fmt):
               help="Replica availability when verifying (see simulate --availability).")
 @click.option("--explain", is_flag=True, help="Also say which limits bind and what relaxing each is worth (optimal "
               "re-solves), and each pool's bottleneck and headroom (analytic).")
+@click.option("--workers", type=click.IntRange(1), default=1, show_default=True,
+              help="--verify-top: local processes to simulate a round's plans on, side by side (same results).")
+@click.option("--scheduler", metavar="ADDRESS", help="--verify-top: simulate a round's plans on the Dask cluster at "
+              "ADDRESS (tcp://HOST:8786; needs pip install 'fleetopt[scale]').")
 @click.option("--quiet", is_flag=True, help="No progress of --verify-top rounds and --trim trials on stderr (by "
               "default: a status line on a terminal, else one line per step).")
 @_set_opt
@@ -247,8 +251,10 @@ def evaluate(instance, fleets, overrides, json_out, fmt):
 @_guard
 def solve(instance, top, max_pools, objective, time_limit, mip_gap, threads, method, verbose, verify_top, verify_rule,
           max_rounds, verify_cuts, trim, seed, sim_requests, sim_replications, sim_kv, sim_availability, explain,
-          quiet, overrides, json_out, fmt):
+          workers, scheduler, quiet, overrides, json_out, fmt):
     """Find the cheapest (or least-power) fleet: pools, splits, GPU types and replica counts."""
+    if (workers != 1 or scheduler is not None) and not verify_top:
+        raise InstanceError("--workers / --scheduler: simulate the plans of --verify-top; give --verify-top")
     extra = [f"pools.max_pools={max_pools}"] * (max_pools is not None) + [f"objective={objective}"] * bool(objective)
     inst = api.load(instance, list(overrides) + extra)
     # the HiGHS log goes to stderr when stdout carries the JSON
@@ -261,7 +267,8 @@ def solve(instance, top, max_pools, objective, time_limit, mip_gap, threads, met
 
         with reporter(quiet) as shown:
             rep, ver = api.verify(inst, sim, verify_top=verify_top, rule=verify_rule, max_rounds=max_rounds,
-                                  cuts=verify_cuts, trim=trim, progress=shown.requests, on_step=shown.step, **kwargs)
+                                  cuts=verify_cuts, trim=trim, progress=shown.requests, on_step=shown.step,
+                                  workers=workers, scheduler=scheduler, **kwargs)
     else:
         if trim:
             raise InstanceError("--trim: trims the plan --verify-top N chose; give --verify-top")

@@ -201,7 +201,8 @@ def plan_verdict(sim, instance: Instance, rule: str) -> tuple[bool, tuple, tuple
 
 def verify(instance: Instance, options: SolveOptions = SolveOptions(), sim_options: SimOptions = SimOptions(), *,
            top: int = 3, rule: str = "ci-upper", max_rounds: int = 3, progress=None, cuts: str = "pool",
-           trim: bool = False, on_step: Callable[[str], None] | None = None) -> tuple[SolveReport, Verification]:
+           trim: bool = False, on_step: Callable[[str], None] | None = None,
+           map_plans: Callable[[Callable, list], list] | None = None) -> tuple[SolveReport, Verification]:
     """Solve, simulate the ``top`` plans, and cut and re-solve until one passes (see the module docstring).
 
     ``sim_options`` are the settings of every simulation
@@ -212,6 +213,11 @@ def verify(instance: Instance, options: SolveOptions = SolveOptions(), sim_optio
     ``trim=True`` then lowers the chosen plan's counts while its simulation still passes
     (:mod:`fleetopt.optimizer.simulation.trim`). Returns the last round's solve report and the verification record;
     the chosen plan (if any) is ``verification.chosen``.
+
+    ``map_plans(fn, args_list)``, if given, runs ``fn(*args)`` for each ``args`` of the list and returns the results
+    in order: the whole-plan simulations of a round are independent (each on the same seed), so the command
+    layer runs them on its executor (local processes or Dask; :mod:`fleetopt.optimizer.workflows.executor`); the
+    results are the same as in this process, where they run without it.
 
     ``progress(done, total)`` is passed to every simulation (requests done); ``on_step(message)``, if given, is
     called with a one-line message after each solve and before each whole-plan simulation, single-pool
@@ -240,17 +246,14 @@ def verify(instance: Instance, options: SolveOptions = SolveOptions(), sim_optio
     verified, cut_lines = [], []
     report, plan_sims = None, [0]
 
-    def simulate(plan: Plan):
-        sim = simulate_solved_plan(instance, plan, sim_options, progress=progress)
-        plan_sims[0] += 1
-        thin = [p for p in sim.pools if p.too_few_requests]
-        if thin and instance.slo.scope == "pool" and sim_options.precision is None:
-            scale = THIN_MARGIN * max(MIN_POOL_REQUESTS / max(p.requests, 1) for p in thin)
-            requests = min(math.ceil(sim_options.requests * scale), max(sim_options.max_requests, sim_options.requests))
-            if requests > sim_options.requests:
-                sim = simulate_solved_plan(instance, plan, replace(sim_options, requests=requests), progress=progress)
-                plan_sims[0] += 1
-        return sim
+    def simulate_all(plans: list[Plan]) -> list:
+        args = [(instance, plan, sim_options, None) for plan in plans]
+        if map_plans is None or len(plans) < 2:
+            done = [simulate_plan_checked(*a[:3], progress) for a in args]
+        else:
+            done = map_plans(simulate_plan_checked, args)
+        plan_sims[0] += sum(n for _, n in done)
+        return [sim for sim, _ in done]
 
     solves = [0]
 
@@ -315,18 +318,20 @@ def verify(instance: Instance, options: SolveOptions = SolveOptions(), sim_optio
         if not report.plans:
             break
         this_round = []
-        for plan in (report.plans if not screened else screened):
-            if not beats(plan):
-                continue                              # cannot beat a plan that already passed
+        candidates = [plan for plan in (report.plans if not screened else screened) if beats(plan)]
+        fresh = {}                                    # plans cannot beat a plan that already passed are left out
+        for plan in candidates:
             key = _plan_key(plan)
-            cached = key in judged
-            if not cached:
+            if key not in judged and key not in fresh:
                 step(f"verify round {round_}: simulating plan {plan.rank} (${plan.fleet.cost_per_hr:,.2f}/hr, "
                      f"{sum(p.replicas for p in plan.fleet.pools)} replicas)")
-                sim = simulate(plan)
-                judged[key] = (sim, *plan_verdict(sim, instance, rule))
+                fresh[key] = plan
+        for key, sim in zip(fresh, simulate_all(list(fresh.values()))):
+            judged[key] = (sim, *plan_verdict(sim, instance, rule))
+        for plan in candidates:
+            key = _plan_key(plan)
             sim, ok, failing, thin = judged[key]
-            this_round.append(VerifiedPlan(round_, plan.rank, plan, sim, ok, failing, thin, cached))
+            this_round.append(VerifiedPlan(round_, plan.rank, plan, sim, ok, failing, thin, key not in fresh))
         verified += this_round
         passing = [v for v in this_round if v.passed]
         if passing:
@@ -370,6 +375,23 @@ def verify(instance: Instance, options: SolveOptions = SolveOptions(), sim_optio
     return report, Verification(rule, len({v.round for v in verified}), tuple(verified), None, tuple(cut_lines),
                                 options=sim_options, reason=reason, sizings=tuple(sizings.values()),
                                 pool_simulations=_sims(sizer), plan_simulations=plan_sims[0], solves=solves[0])
+
+
+def simulate_plan_checked(instance: Instance, plan: Plan, sim_options: SimOptions, progress=None) -> tuple:
+    """One plan's verification run: :func:`~fleetopt.optimizer.simulation.simulate.simulate_solved_plan`, run again
+    with more requests when a pool that decides the verdict measured too few of its own (pool-scope SLO, no
+    ``--precision``; module docstring, "Per-pool statistics"). Returns ``(report, simulations run)``; a
+    module-level function, so an executor can run it in another process."""
+    sim = simulate_solved_plan(instance, plan, sim_options, progress=progress)
+    runs = 1
+    thin = [p for p in sim.pools if p.too_few_requests]
+    if thin and instance.slo.scope == "pool" and sim_options.precision is None:
+        scale = THIN_MARGIN * max(MIN_POOL_REQUESTS / max(p.requests, 1) for p in thin)
+        requests = min(math.ceil(sim_options.requests * scale), max(sim_options.max_requests, sim_options.requests))
+        if requests > sim_options.requests:
+            sim = simulate_solved_plan(instance, plan, replace(sim_options, requests=requests), progress=progress)
+            runs += 1
+    return sim, runs
 
 
 def _quiet(message: str) -> None:

@@ -31,7 +31,7 @@ import json
 import multiprocessing
 import os
 import uuid
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -117,6 +117,15 @@ def run_tasks(tasks: Iterable[Task], backend: Backend = Backend(),
             on_result(key, result)
         out[key] = result
     return out
+
+
+def map_ordered(fn: Callable, args_list: Sequence[tuple], backend: Backend = Backend()) -> list:
+    """``[fn(*args) for args in args_list]`` on ``backend`` (:func:`run_tasks`), the results in the list's order:
+    for a caller that needs ordered results from independent runs (``solve --verify-top --workers``: the plans of
+    a verification round). ``fn`` must be a module-level function."""
+    tasks = [Task(str(k), fn, tuple(args)) for k, args in enumerate(args_list)]
+    done = run_tasks(tasks, backend)
+    return [done[t.key] for t in tasks]
 
 
 def _check_keys(tasks: list[Task]) -> None:
