@@ -276,10 +276,7 @@ def load_catalog() -> Catalog:
     InstanceError
         One line per problem of a user catalogue file in effect (``FILE: catalog.SECTION[i].FIELD: ...``).
     """
-    files = _CATALOG_FILES.get()
-    if not files:
-        return bundled_catalog()
-    catalog, lines = _with_files(_file_keys(files))
+    catalog, lines = user_catalog(_CATALOG_FILES.get())
     if lines:
         raise InstanceError(list(lines))
     return catalog
@@ -288,6 +285,8 @@ def load_catalog() -> Catalog:
 def user_catalog(files: Sequence[str | Path]) -> tuple[Catalog, tuple[str, ...]]:
     """The shipped catalogue extended by ``files`` in order, and one line per problem (the catalogue is only
     meaningful when there is none)."""
+    if not files:
+        return bundled_catalog(), ()
     return _with_files(_file_keys(tuple(str(f) for f in files)))
 
 
@@ -443,8 +442,7 @@ def instance_catalog(section: Any, problems) -> Catalog | None:
     problem, each naming its own file: the instance for an inline section, the catalogue file otherwise. None
     when there is any.
     """
-    files = _CATALOG_FILES.get()
-    catalog, file_lines = (bundled_catalog(), ()) if not files else _with_files(_file_keys(files))
+    catalog, file_lines = user_catalog(_CATALOG_FILES.get())
     problems.lines.extend(file_lines)
     if section is None or section == []:
         return None if file_lines else catalog
@@ -532,7 +530,7 @@ def catalog_listing(kinds: tuple[str, ...] = CATALOG_KINDS) -> dict:
            "units": {k: CATALOG_UNITS[k] for k in kinds}}
     if active_catalog_files():
         out["user_files"] = list(active_catalog_files())
-    bundled = {"hardware": lambda n, d: _hardware_row(n, d), "models": lambda n, d: _model_row(n, d),
+    bundled = {"hardware": _hardware_row, "models": _model_row,
                "profiles": lambda n, d: _profile_row(n, d, catalog.profiles[n])}
     section = {"hardware": docs["hardware"]["gpus"], "models": docs["models"]["models"],
                "profiles": docs["profiles"]["profiles"]}

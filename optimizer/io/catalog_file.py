@@ -37,12 +37,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from fleetopt.models.power import QUALITIES
 
 from fleetopt.optimizer.errors import format_problem
+from fleetopt.optimizer.io.files import parse_text, read_text
 from fleetopt.optimizer.io.schema import MAX_CONTEXT_LIMIT_TOKENS, pydantic_field_path, pydantic_message, show_value
 
 __all__ = ["CatalogEntry", "CatalogLines", "SECTIONS", "catalog_entries", "read_catalog_file",
@@ -432,26 +432,13 @@ def read_catalog_file(path: str | Path, lines: CatalogLines, label: str | None =
     ``path`` as given)."""
     path = Path(path)
     file = label if label is not None else str(path)
-    try:
-        text = path.read_bytes().decode("utf-8")
-    except FileNotFoundError:
-        lines.add(file, "", "cannot read the catalogue file: no such file; check the path")
+    text, reason = read_text(path)
+    if reason is not None:
+        lines.add(file, "", f"cannot read the catalogue file: {reason}; check the path")
         return []
-    except IsADirectoryError:
-        lines.add(file, "", "cannot read the catalogue file: it is a folder; give a YAML file")
-        return []
-    except (OSError, UnicodeDecodeError) as err:
-        lines.add(file, "", f"cannot read the catalogue file: {getattr(err, 'strerror', None) or err}")
-        return []
-    try:
-        data = yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
-    except yaml.YAMLError as err:
-        mark = getattr(err, "problem_mark", None)
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
-        lines.add(file, "", f"YAML syntax error{where}: {getattr(err, 'problem', None) or err}")
-        return []
-    except (ValueError, TypeError, OverflowError, RecursionError) as err:   # e.g. a YAML date out of range
-        lines.add(file, "", f"cannot parse the catalogue file: {err}")
+    data, message = parse_text(text, ".json" if path.suffix.lower() == ".json" else ".yaml")
+    if message is not None:
+        lines.add(file, "", message)
         return []
     if data is None:
         lines.add(file, "", "the file is empty; give sections hardware, models and/or profiles")

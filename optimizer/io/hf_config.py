@@ -50,6 +50,7 @@ from pathlib import Path
 from fleetopt.models.hardware import ModelSpec, MoESpec
 
 from fleetopt.optimizer.errors import InstanceError, format_problem
+from fleetopt.optimizer.io.files import json_position, read_text
 
 __all__ = ["ModelShape", "model_config_problems", "read_model_config", "model_spec_from_config",
            "parameter_counts", "kv_bytes_per_token_fp16", "QK_NORM_MODEL_TYPES", "QKV_BIAS_MODEL_TYPES"]
@@ -335,18 +336,13 @@ def _default_name(path: Path, config: Mapping) -> str:
 def model_config_problems(path: str | Path, name: str | None = None) -> tuple[ModelSpec | None, list[str]]:
     """The model in the config.json at ``path``, or None and ``key: problem`` lines (the file not named)."""
     path = Path(path)
-    try:
-        text = path.read_bytes().decode("utf-8")
-    except FileNotFoundError:
-        return None, ["cannot read: no such file"]
-    except IsADirectoryError:
-        return None, ["cannot read: it is a folder, not a file (give the path of config.json)"]
-    except (OSError, UnicodeDecodeError) as err:
-        return None, [f"cannot read: {getattr(err, 'strerror', None) or err}"]
+    text, reason = read_text(path)
+    if reason is not None:
+        return None, [f"cannot read: {reason}" + (" (give the path of config.json)" if path.is_dir() else "")]
     try:
         config = json.loads(text)
     except json.JSONDecodeError as err:
-        return None, [f"not JSON (line {err.lineno}, column {err.colno}: {err.msg})"]
+        return None, [f"not JSON ({json_position(err)})"]
     if not isinstance(config, dict):
         return None, ["the top level must be a JSON object (a Hugging Face config.json)"]
     return model_spec_from_config(config, name or _default_name(path, config), str(path))

@@ -45,6 +45,7 @@ from fleetopt.models.hardware import HardwareSpec
 from fleetopt.models.power import QUALITIES, ActivityPower, PowerCurve
 from fleetopt.models.profiles import LATENCY_QUALITIES, CalibratedProfile
 
+from fleetopt.optimizer.io.files import parse_text, read_text
 from fleetopt.optimizer.io.output import write_text
 from fleetopt.optimizer.errors import InstanceError, format_problem
 from fleetopt.optimizer.io.catalog import Catalog, load_catalog
@@ -705,20 +706,12 @@ def _message(error: dict) -> str:
 def profile_file_problems(path: str | Path) -> tuple[CalibratedProfile | None, list[str]]:
     """The profile in the profile YAML at ``path``, or None and ``field: problem`` lines (the file not named)."""
     path = Path(path)
-    try:
-        text = path.read_bytes().decode("utf-8")
-    except FileNotFoundError:
-        return None, ["cannot read: no such file"]
-    except IsADirectoryError:
-        return None, ["cannot read: it is a folder, not a file"]
-    except (OSError, UnicodeDecodeError) as err:
-        return None, [f"cannot read: {getattr(err, 'strerror', None) or err}"]
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as err:
-        mark = getattr(err, "problem_mark", None)
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
-        return None, [f"YAML syntax error{where}: {getattr(err, 'problem', None) or err}"]
+    text, reason = read_text(path)
+    if reason is not None:
+        return None, [f"cannot read: {reason}"]
+    data, message = parse_text(text, ".yaml")
+    if message is not None:
+        return None, [message]
     if not isinstance(data, dict):
         return None, ["the top level must be a mapping (a profile file written by fleetopt profile fit)"]
     try:

@@ -18,17 +18,16 @@ from __future__ import annotations
 import csv
 import json
 import math
-import tomllib
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, NamedTuple
 
 import numpy as np
-import yaml
 
 from fleetopt.models.workload import DEFAULT_INPUT_FRACTION, LengthDistribution, RequestTrace
 
 from fleetopt.optimizer.io.catalog import BUILTIN_WORKLOADS, data_dir
+from fleetopt.optimizer.io.files import json_position, parse_text, read_text
 from fleetopt.optimizer.io.schema import Problems, RawWorkload, show_value
 
 __all__ = ["read_instance_file", "load_workload", "LoadedWorkload", "TRACE_COLUMNS", "SUFFIXES", "BUILTIN_PREFIX"]
@@ -43,77 +42,9 @@ BUILTIN_PREFIX = "builtin:"
 """Prefix naming a workload shipped with the package (see :data:`fleetopt.optimizer.io.catalog.BUILTIN_WORKLOADS`)."""
 
 
-def _read_text(path: Path) -> tuple[str | None, str | None]:
-    """The UTF-8 text of ``path``, or ``(None, why it cannot be read)``."""
-    try:
-        return path.read_bytes().decode("utf-8"), None
-    except FileNotFoundError:
-        return None, "no such file"
-    except IsADirectoryError:
-        return None, "it is a folder, not a file"
-    except OSError as err:
-        return None, str(err.strerror or err)
-    except UnicodeDecodeError as err:
-        return None, f"not UTF-8 text ({err.reason} at byte {err.start})"
-
-
-def _json_position(err: json.JSONDecodeError) -> str:
-    return f"line {err.lineno}, column {err.colno}: {err.msg}"
-
-
 # --------------------------------------------------------------------------------------------
 # Instance files
 # --------------------------------------------------------------------------------------------
-
-
-class _UniqueKeyLoader(yaml.SafeLoader):
-    """A safe YAML loader that rejects a key given twice in one mapping."""
-
-    def construct_mapping(self, node, deep=False):
-        seen = set()
-        for key_node, _ in node.value:
-            key = self.construct_object(key_node, deep=deep)
-            if isinstance(key, (str, int, float, bool)):
-                if key in seen:
-                    raise yaml.constructor.ConstructorError(
-                        None, None, f"duplicate key {key!r}", key_node.start_mark)
-                seen.add(key)  # a list or mapping key is not hashable: the base class rejects it
-        return super().construct_mapping(node, deep=deep)
-
-
-def _yaml_message(err: yaml.YAMLError) -> str:
-    """One line: where and what (a reader error, e.g. a control character, has no mark but a byte position)."""
-    mark = getattr(err, "problem_mark", None)
-    where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
-    if isinstance(err, yaml.reader.ReaderError):
-        where, what = f" at character {err.position}", f"unacceptable character {err.character!r}"
-    else:
-        what = getattr(err, "problem", None) or str(err)
-    return f"YAML syntax error{where}: {' '.join(str(what).split())}; fix the file so it parses as YAML"
-
-
-def _parse_text(text: str, suffix: str) -> tuple[Any, str | None]:
-    """Parse ``text`` by file type; returns ``(data, None)`` or ``(None, message)``."""
-    if suffix in (".yaml", ".yml"):
-        try:
-            return yaml.load(text, Loader=_UniqueKeyLoader), None
-        except yaml.YAMLError as err:
-            return None, _yaml_message(err)
-        except (ValueError, TypeError, OverflowError) as err:  # a scalar YAML cannot build, e.g. 2024-02-30
-            return None, f"YAML value error: {' '.join(str(err).split())}; fix the file so it parses as YAML"
-        except RecursionError:
-            return None, "YAML nested too deeply to read; fix the file so it parses as YAML"
-    if suffix == ".json":
-        try:
-            return json.loads(text), None
-        except json.JSONDecodeError as err:
-            return None, f"JSON syntax error at {_json_position(err)}; fix the file so it parses as JSON"
-        except RecursionError:
-            return None, "JSON nested too deeply to read; fix the file so it parses as JSON"
-    try:
-        return tomllib.loads(text), None
-    except tomllib.TOMLDecodeError as err:
-        return None, f"TOML syntax error: {err}; fix the file so it parses as TOML"
 
 
 def read_instance_file(path: Path, problems: Problems) -> Any:
@@ -122,11 +53,11 @@ def read_instance_file(path: Path, problems: Problems) -> Any:
     if suffix not in SUFFIXES:
         problems.add("", f"unknown file extension {path.suffix or '(none)'!r}; use {', '.join(SUFFIXES)}")
         return None
-    text, reason = _read_text(path)
+    text, reason = read_text(path)
     if reason is not None:
         problems.add("", f"cannot read the instance file: {reason}; check the path")
         return None
-    data, message = _parse_text(text, suffix)
+    data, message = parse_text(text, suffix)
     if message is not None:
         problems.add("", message)
     return data
@@ -186,13 +117,13 @@ def _read_cdf_file(raw: str, file: Path) -> tuple[LengthDistribution | None, str
     """The distribution in a JSON CDF file, or ``(None, what is wrong)``."""
     if file.suffix.lower() == ".csv":
         return None, f"{raw!r} is a trace (CSV); give it as workload.trace, or give a JSON CDF here"
-    text, reason = _read_text(file)
+    text, reason = read_text(file)
     if reason is not None:
         return None, _unreadable(raw, file, reason)
     try:
         parsed = json.loads(text)
     except json.JSONDecodeError as err:
-        return None, (f"{raw!r} is not valid JSON ({_json_position(err)}); "
+        return None, (f"{raw!r} is not valid JSON ({json_position(err)}); "
                       "a CDF file is a JSON list of [tokens, cumulative_fraction] pairs")
     dist, message = _distribution(parsed)
     if message:
@@ -254,7 +185,7 @@ def _parse_trace_rows(reader: csv.DictReader) -> tuple[list[tuple[float, int, in
 
 
 def _read_trace(file: Path, raw: str) -> tuple[RequestTrace | None, str | None]:
-    text, reason = _read_text(file)
+    text, reason = read_text(file)
     if reason is not None:
         return None, _unreadable(raw, file, reason)
     reader = csv.DictReader(text.splitlines())
