@@ -270,15 +270,9 @@ class Pool(_Open):
 
 
 class SimulatedPool(Pool):
-    """A pool of ``simulate``: both sub-objects. The 2.1 keys of what a replica is (``model``,
-    ``gpus_per_replica``, ...) may be absent here (``simulate``'s pools are written by the simulation layer)."""
+    """A pool of ``simulate``: both sub-objects."""
 
     simulated: PoolSimulated
-    model: str | None = None
-    gpus_per_replica: int | None = None
-    physical_gpus_per_replica: int | None = None
-    physical_gpus: int | None = None
-    unit: _Unit | None = None
     ttft_p99_ms_sim: Figure = _deprecated("simulated.ttft_p99_ms")
     slo_met_sim: bool = _deprecated("simulated.slo_met")
 
