@@ -286,13 +286,30 @@ _BLOCK = 256
 """Pools per block in :func:`batched_miss_prob`: each block integrates only the chunk counts its pools hold."""
 
 
+def _blocks(traffic: BatchedTraffic) -> list[tuple[np.ndarray, int, int]]:
+    """``(rows, a, b)`` per block of :func:`batched_miss_prob`: up to :data:`_BLOCK` pools of similar chunk-count
+    support (sorted by their largest, then smallest, class with mass) and the columns ``a:b`` they hold."""
+    probs = traffic.chunk_probs
+    S, K = probs.shape
+    has = probs > 0
+    k_hi = np.where(has.any(axis=1), K - 1 - np.argmax(has[:, ::-1], axis=1), 0)
+    k_lo = np.where(has.any(axis=1), np.argmax(has, axis=1), 0)
+    order = np.lexsort((k_lo, k_hi))
+    return [(rows, int(k_lo[rows].min()), int(k_hi[rows].max()) + 1)
+            for rows in (order[lo:lo + _BLOCK] for lo in range(0, S, _BLOCK))]
+
+
 def _nodes(traffic: BatchedTraffic, op: OperatingPoint) -> tuple:
     """What :func:`batched_miss_prob` needs of the operating point that does not depend on :math:`t`: the
-    iteration times at the context nodes (busy, full), the own-prefill law's moments (:func:`_own_law`) and the
-    prefill lumps."""
-    return (traffic.W_s + _context_nodes(op.busy_context_mean, op.busy_context_var),
-            traffic.W_s + _context_nodes(op.full_context_mean, op.full_context_var),
-            _own_law(traffic, op), *prefill_lumps(traffic, op))
+    blocks (:func:`_blocks`), the iteration times at the context nodes (busy, full; and, with prefill compute,
+    of each block's own prefill iterations, :func:`own_prefill_context`) and the prefill lumps."""
+    blocks = _blocks(traffic)
+    own = None
+    if traffic.prefill_compute_s is not None and np.any(traffic.prefill_compute_s > 0):
+        mean, var = own_prefill_context(traffic, op)
+        own = [traffic.W_s + _context_nodes_2d(mean[rows, a:b], var[rows, a:b]) for rows, a, b in blocks]
+    return (blocks, traffic.W_s + _context_nodes(op.busy_context_mean, op.busy_context_var),
+            traffic.W_s + _context_nodes(op.full_context_mean, op.full_context_var), own, *prefill_lumps(traffic, op))
 
 
 def batched_miss_prob(t_s, traffic: BatchedTraffic, replicas, op: OperatingPoint | None = None,
@@ -305,25 +322,18 @@ def batched_miss_prob(t_s, traffic: BatchedTraffic, replicas, op: OperatingPoint
     """
     op = operating_point(traffic, replicas) if op is None else op
     probs = traffic.chunk_probs
-    S, K = probs.shape
+    S = probs.shape[0]
     t = np.broadcast_to(np.asarray(t_s, dtype=float), (S,))
-    has = probs > 0
-    k_hi = np.where(has.any(axis=1), K - 1 - np.argmax(has[:, ::-1], axis=1), 0)
-    k_lo = np.where(has.any(axis=1), np.argmax(has, axis=1), 0)
     chunks = traffic.chunks
-    T_busy, T_full, T_own, lump, lump_share = _nodes(traffic, op) if nodes is None else nodes
+    blocks, T_busy, T_full, T_own, lump, lump_share = _nodes(traffic, op) if nodes is None else nodes
     lam_r = traffic.arrival_rate / np.maximum(op.replicas, 1.0)
     join = 1.0 + lam_r * lump               # the mean stretch co-arrivals' chunks give a waited-out residual
     miss = np.zeros(S)
-    order = np.lexsort((k_lo, k_hi))
-    for lo in range(0, S, _BLOCK):
-        rows = order[lo:lo + _BLOCK]
-        a, b = int(k_lo[rows].min()), int(k_hi[rows].max()) + 1
+    for n, (rows, a, b) in enumerate(blocks):
         miss[rows] = _miss_block(t[rows], probs[rows, a:b], chunks[a:b],
                                  traffic.own_prefill_s[rows, a:b], T_busy[rows], T_full[rows], op.idle_prob[rows],
                                  op.full_prob[rows], op.wait_decay[rows], traffic.W_s, lump[rows], lump_share[rows],
-                                 join[rows], lam_r[rows], None if T_own is None else
-                                 traffic.W_s + _context_nodes_2d(T_own[0][rows, a:b], T_own[1][rows, a:b]))
+                                 join[rows], lam_r[rows], None if T_own is None else T_own[n])
     live = traffic.arrival_rate > 0
     return np.where(live, np.where(op.stable, miss, 1.0), 0.0)
 
@@ -508,14 +518,6 @@ def own_prefill_context(traffic: BatchedTraffic, op: OperatingPoint) -> tuple[np
 
 
 
-def _own_law(traffic: BatchedTraffic, op: OperatingPoint) -> tuple[np.ndarray, np.ndarray] | None:
-    """:func:`own_prefill_context`'s mean and variance, shape (S, Q) each; None without prefill compute (every
-    class then sees the busy law). :func:`batched_miss_prob` takes their nodes per block of classes."""
-    if traffic.prefill_compute_s is None or not np.any(traffic.prefill_compute_s > 0):
-        return None
-    return own_prefill_context(traffic, op)
-
-
 def _context_nodes_2d(mean, var) -> np.ndarray:
     """:func:`_context_nodes` of (S, Q) moments, shape (S, Q, nodes)."""
     S, Q = mean.shape
@@ -618,10 +620,11 @@ def batched_ttft_p99_s(traffic: BatchedTraffic, replicas) -> np.ndarray:
     probs = traffic.chunk_probs
     k_max = np.max(np.where(probs > 0, traffic.chunks[None, :], 0), axis=1)
     nodes = _nodes(traffic, op)               # the same at every t of the search
-    T_busy, T_full, T_own, lump, _ = nodes
+    blocks, T_busy, T_full, T_own, lump, _ = nodes
     T_top = np.maximum(np.nanmax(T_full, axis=1), np.nanmax(T_busy, axis=1))
     if T_own is not None:   # the upper end of the search: the largest own-iteration node
-        T_top = np.maximum(T_top, traffic.W_s + np.nanmax(_context_nodes_2d(*T_own).reshape(len(T_top), -1), axis=1))
+        for (rows, _, _), T in zip(blocks, T_own):
+            T_top[rows] = np.maximum(T_top[rows], np.nanmax(T.reshape(len(rows), -1), axis=1))
     own = np.max(np.where(probs > 0, traffic.own_prefill_s, 0.0), axis=1)
     theta = op.wait_decay
     with np.errstate(divide="ignore", invalid="ignore"):   # P(wait > w) = p_full e^{-theta w} <= q beyond w99

@@ -27,8 +27,6 @@ from fleetopt.optimizer.io.output import write_json
 from fleetopt.optimizer.simulation.options import (DEFAULT_SPILL_BOUND, DISPATCHES, EngineOptions, SimOptions,
                                                    SimOptionsError, parse_precision)
 
-_guard = guard
-_format_opt = format_option
 _json_opt = click.option("--json", "json_out", metavar="FILE", help="Also write the result as JSON ('-' = stdout).")
 _set_opt = click.option("--set", "overrides", multiple=True, metavar="PATH=VALUE",
                         help="Override an instance field, e.g. constraints.max_utilization=0.8 (repeatable).")
@@ -177,8 +175,8 @@ def main() -> None:
 @_instance_arg
 @_set_opt
 @_json_opt
-@_format_opt
-@_guard
+@format_option
+@guard
 def validate(instance, overrides, json_out, fmt):
     """Check INSTANCE and summarize what it asks for."""
     inst = api.load(instance, overrides)
@@ -193,8 +191,8 @@ def validate(instance, overrides, json_out, fmt):
               help="Pools as LO-HI:GPU[xN],... e.g. '0-4096:a100x3,4096-65536:a100' (repeatable to compare).")
 @_set_opt
 @_json_opt
-@_format_opt
-@_guard
+@format_option
+@guard
 def evaluate(instance, fleets, overrides, json_out, fmt):
     """Evaluate given fleets analytically, next to the homogeneous baseline.
 
@@ -247,8 +245,8 @@ def evaluate(instance, fleets, overrides, json_out, fmt):
               "default: a status line on a terminal, else one line per step).")
 @_set_opt
 @_json_opt
-@_format_opt
-@_guard
+@format_option
+@guard
 def solve(instance, top, max_pools, objective, time_limit, mip_gap, threads, method, verbose, verify_top, verify_rule,
           max_rounds, verify_cuts, trim, seed, sim_requests, sim_replications, sim_kv, sim_availability, explain,
           workers, scheduler, quiet, overrides, json_out, fmt):
@@ -302,8 +300,8 @@ def solve(instance, top, max_pools, objective, time_limit, mip_gap, threads, met
 @click.option("--rho", "rhos", metavar="R1,R2,...", help="--rho-sweep: utilisations in (0, 1) [default: 0.1,...,0.9].")
 @_set_opt
 @_json_opt
-@_format_opt
-@_guard
+@format_option
+@guard
 def tpw(instance, profiles, hardware, models, tp, dtype, kv_layout, contexts, fleet, rho_sweep, rhos, overrides,
         json_out, fmt):
     """Tokens per watt of one replica at full concurrency, per context window (the 1/W law); or, with INSTANCE
@@ -368,8 +366,8 @@ def tpw(instance, profiles, hardware, models, tp, dtype, kv_layout, contexts, fl
               "random, spillover) on the same request stream, side by side.")
 @_set_opt
 @_json_opt
-@_format_opt
-@_guard
+@format_option
+@guard
 def simulate(instance, fleets, plan_file, rank, n_requests, seed, router, spill_bound, dispatch, arrivals,
              peak_to_mean, mode, precision, max_requests, replications, kv, max_num_seqs, max_batched_tokens,
              availability, routers, overrides, json_out, fmt):
@@ -418,8 +416,8 @@ def _simulate_routers(inst, fleet, plan_file, router, routers, spill_bound, json
 @click.option("--agreement-pools", type=click.IntRange(min=0), default=None, metavar="N",
               help="Random pools of the analytic-vs-simulated agreement run (default 200, 12 with --quick; 0 skips).")
 @_json_opt
-@_format_opt
-@_guard
+@format_option
+@guard
 def bench(quick, json_out, agreement_pools, fmt):
     """Run the benchmarks, print a table of medians and write JSON."""
     from fleetopt.optimizer.bench import run_benchmarks, render_bench
@@ -436,8 +434,8 @@ def bench(quick, json_out, agreement_pools, fmt):
               "fields (type, required, meaning).")
 @click.option("--json", "json_out", metavar="FILE", default="-", show_default=True,
               help="Write the JSON Schema here instead of stdout ('-').")
-@_format_opt
-@_guard
+@format_option
+@guard
 def schema(command, fields, json_out, fmt):
     """Print the JSON Schema of COMMAND's --json documents (every command's without COMMAND).
 

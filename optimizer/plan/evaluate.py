@@ -11,8 +11,8 @@ from fleetopt.models.service import ContextPoint, context_point
 from fleetopt.optimizer.errors import InstanceError
 from fleetopt.optimizer.io.instance import Instance
 
-__all__ = ["FleetSpec", "parse_fleet", "fleet_spec", "fleet_name_ambiguities", "evaluate", "evaluate_plans", "baseline", "service_level",
-           "Evaluation", "context_sweep", "limit_violations", "LIMIT_TOLERANCE"]
+__all__ = ["FleetSpec", "parse_fleet", "fleet_spec", "fleet_name_ambiguities", "evaluate", "evaluate_plans", "baseline",
+           "service_level", "Evaluation", "context_sweep", "limit_violations", "LIMIT_TOLERANCE"]
 
 _POOL_RE = re.compile(r"^\s*(?P<lo>\d+[kK]?)\s*-\s*(?P<hi>\d+[kK]?)\s*:\s*(?P<gpu>[A-Za-z0-9_.\-/]+)"
                       r"(?:\s+[xX]\s*(?P<n>\d+)|\s*[xX]\s+(?P<n_spaced>\d+))?"

@@ -247,10 +247,10 @@ def verify(instance: Instance, options: SolveOptions = SolveOptions(), sim_optio
     report, plan_sims = None, [0]
 
     def simulate_all(plans: list[Plan]) -> list:
-        args = [(instance, plan, sim_options, None) for plan in plans]
+        args = [(instance, plan, sim_options) for plan in plans]
         if map_plans is None or len(plans) < 2:
-            done = [simulate_plan_checked(*a[:3], progress) for a in args]
-        else:
+            done = [simulate_plan_checked(*a, progress) for a in args]
+        else:                                         # other processes: no progress callback crosses over
             done = map_plans(simulate_plan_checked, args)
         plan_sims[0] += sum(n for _, n in done)
         return [sim for sim, _ in done]
@@ -318,8 +318,9 @@ def verify(instance: Instance, options: SolveOptions = SolveOptions(), sim_optio
         if not report.plans:
             break
         this_round = []
+        # a plan that cannot beat one that already passed is not simulated; a plan judged before is not again
         candidates = [plan for plan in (report.plans if not screened else screened) if beats(plan)]
-        fresh = {}                                    # plans cannot beat a plan that already passed are left out
+        fresh = {}
         for plan in candidates:
             key = _plan_key(plan)
             if key not in judged and key not in fresh:

@@ -34,13 +34,13 @@ import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from fleetopt.optimizer.errors import InstanceError
 
-__all__ = ["Task", "Backend", "iter_results", "run_tasks", "Session", "open_session", "ResultLog",
+__all__ = ["Task", "Backend", "iter_results", "run_tasks", "map_ordered", "Session", "open_session", "ResultLog",
            "DASK_CONNECT_TIMEOUT_S"]
 
 DASK_CONNECT_TIMEOUT_S = 30.0
@@ -70,8 +70,6 @@ class Backend:
 
     workers: int = 1
     scheduler: Any = None
-    mp_context: Any = field(default=None, compare=False)
-    """Multiprocessing context of the process backend (None: ``spawn``, module docstring)."""
 
     def __post_init__(self) -> None:
         if not (isinstance(self.workers, int) and not isinstance(self.workers, bool) and self.workers >= 1):
@@ -157,8 +155,7 @@ class Session:
             self.slots = max(1, sum(self._client.nthreads().values()))
         elif backend.workers > 1:
             self.slots = backend.workers if size_hint is None else max(1, min(backend.workers, size_hint))
-            context = backend.mp_context if backend.mp_context is not None else multiprocessing.get_context("spawn")
-            self._pool = ProcessPoolExecutor(max_workers=self.slots, mp_context=context)
+            self._pool = ProcessPoolExecutor(max_workers=self.slots, mp_context=multiprocessing.get_context("spawn"))
         else:
             self.slots = 1
 
