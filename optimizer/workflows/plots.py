@@ -58,9 +58,10 @@ from fleetopt.optimizer.errors import InstanceError
 from fleetopt.optimizer.io.output import to_jsonable
 
 __all__ = ["FORMATS", "FIGSIZE_IN", "DPI", "SVG_HASHSALT", "check_target", "require_matplotlib", "as_json",
-           "render", "write_figure", "write_atomic", "plot_split_table", "plot_frontier", "plot_whatif", "plot_gridflex", "plot_headroom", "plot_tpw",
-           "plot_ttft", "plot_plan", "split_table_figure", "frontier_figure", "whatif_figure", "gridflex_figure", "headroom_figure",
-           "tpw_figure", "ttft_figure", "plan_figure"]
+           "render", "write_figure", "write_atomic", "plot_split_table", "plot_frontier", "plot_whatif",
+           "plot_gridflex", "plot_headroom", "plot_tpw", "plot_ttft", "plot_plan", "split_table_figure",
+           "frontier_figure", "whatif_figure", "gridflex_figure", "headroom_figure", "tpw_figure", "ttft_figure",
+           "plan_figure"]
 
 FORMATS = {".png": "png", ".svg": "svg"}
 """Suffix of the target -> format written."""
