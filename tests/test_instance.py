@@ -626,3 +626,14 @@ def test_a_number_yaml_reads_as_text_gets_a_hint(tmp_path: Path):
         load_instance(path)
     (line,) = info.value.problems
     assert "workload.arrival_rate" in line and "is text to YAML" in line and "5.3e+12" in line
+
+
+def test_an_integer_yaml_reads_as_text_gets_the_hint_too(tmp_path: Path):
+    """The hint comes before 'is not an integer' (``max_count: 1e2`` is text to YAML 1.1 as well)."""
+    data = copy.deepcopy(BASE)
+    data["gpus"][0]["max_count"] = "1e2"
+    path = tmp_path / "count.yaml"
+    path.write_text(yaml.safe_dump(data))
+    with pytest.raises(InstanceError) as info:
+        load_instance(path)
+    assert any("gpus[0].max_count" in line and "is text to YAML" in line for line in info.value.problems)

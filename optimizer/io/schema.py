@@ -280,11 +280,11 @@ def _pydantic_message(error: dict, allowed: Callable[[Sequence], str] = allowed_
         return f"expected a list; got {show_value(given)}"
     if kind == "too_short":
         return f"the list is empty; give at least {ctx.get('min_length', 1)} entry"
-    if kind in ("int_type", "int_from_float", "int_parsing"):
-        return f"{show_value(given)} is not an integer; give a whole number"
     if kind in ("float_type", "int_type") and isinstance(given, str) and _numeric_text(given):
         return (f"{show_value(given)} is text to YAML, not a number; write it with a signed exponent "
                 "(5.3e+12) or in full (5300000000000)")
+    if kind in ("int_type", "int_from_float", "int_parsing"):
+        return f"{show_value(given)} is not an integer; give a whole number"
     if kind in ("float_type", "float_parsing"):
         return f"{show_value(given)} is not a number; give a number"
     if kind == "finite_number":
