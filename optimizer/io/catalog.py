@@ -21,7 +21,7 @@ from contextvars import ContextVar
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
@@ -31,9 +31,11 @@ from fleetopt.models.profiles import CalibratedProfile
 from fleetopt.models.roofline import MoELatencyTable
 
 from fleetopt.optimizer.errors import InstanceError
-from fleetopt.optimizer.io.catalog_file import CatalogEntry, CatalogLines, catalog_entries, read_catalog_file
 from fleetopt.optimizer.io.hf_config import model_config_problems
 from fleetopt.optimizer.io.schema import show_value
+
+if TYPE_CHECKING:   # the user-file format loads on first use: its pydantic models cost 0.2 s at start-up
+    from fleetopt.optimizer.io.catalog_file import CatalogEntry, CatalogLines
 
 __all__ = ["Catalog", "UserEntry", "data_dir", "instances_dir", "load_catalog", "bundled_catalog", "catalog_files",
            "active_catalog_files", "extend_catalog", "user_catalog", "instance_catalog", "catalog_documents",
@@ -306,6 +308,8 @@ def _file_keys(files: Sequence[str]) -> tuple:
 
 @lru_cache(maxsize=16)
 def _with_files(keys: tuple) -> tuple[Catalog, tuple[str, ...]]:
+    from fleetopt.optimizer.io.catalog_file import CatalogLines, read_catalog_file
+
     lines = CatalogLines()
     entries = [e for given, path, _ in keys for e in read_catalog_file(path, lines, label=given)]
     catalog = extend_catalog(bundled_catalog(), entries, lines)
@@ -413,6 +417,8 @@ def extend_catalog(base: Catalog, entries: Sequence[CatalogEntry], lines: Catalo
 def _section_entries(section: Any, problems, lines: CatalogLines) -> list[CatalogEntry] | None:
     """The entries of an instance's ``catalog:`` value (an inline mapping, a path or a list of paths, relative to
     the instance file), or None after reporting a value of another kind."""
+    from fleetopt.optimizer.io.catalog_file import catalog_entries, read_catalog_file
+
     instance_file = problems.path
     base = Path(instance_file).parent if instance_file not in (None, "") else Path.cwd()
     if isinstance(section, dict):
@@ -446,6 +452,8 @@ def instance_catalog(section: Any, problems) -> Catalog | None:
     problems.lines.extend(file_lines)
     if section is None or section == []:
         return None if file_lines else catalog
+    from fleetopt.optimizer.io.catalog_file import CatalogLines
+
     lines = CatalogLines()
     before = len(problems.lines)
     entries = _section_entries(section, problems, lines)

@@ -314,9 +314,10 @@ def pydantic_field_path(loc: Sequence) -> str:
 
 
 def _numeric_text(text: str) -> bool:
-    """Whether ``text`` reads as a finite number (YAML 1.1 reads ``5.3e12``, without a signed exponent, as text)."""
+    """Whether ``text`` is a finite number in exponent form, which YAML 1.1 reads as text unless the exponent is
+    signed and the mantissa has a point (``5e2``, ``5.3e12``); a number quoted on purpose (``"8"``) is not."""
     try:
-        return math.isfinite(float(text))
+        return "e" in text.lower() and math.isfinite(float(text))
     except ValueError:
         return False
 
