@@ -308,6 +308,17 @@ def _bench_whatif() -> dict:
     return bench_whatif_sweep(100, workers=min(2, os.cpu_count() or 1))
 
 
+def _bench_frontier() -> dict:
+    """A 20-point cost,power frontier of the stress instance (:func:`fleetopt.optimizer.workflows.frontier.bench_frontier`,
+    serial; target 20 s on 2 cores)."""
+    from fleetopt.optimizer.workflows.frontier import bench_frontier
+
+    b = bench_frontier(str(bench_instance("stress_60x8.yaml")), points=20)
+    target = 20.0
+    return {"name": "pareto: 20-point cost,power frontier (stress_60x8)", "median_s": b["wall_s"], "repeats": 1,
+            "target_s": target, "meets_target": b["wall_s"] <= target, "points": b["points"], "solves": b["solves"]}
+
+
 def run_benchmarks(repeats: int = 5, enumeration_limit_s: float = 60.0, memory: bool = True,
                    agreement_pools: int = 200, agreement_requests: int = 50_000) -> dict:
     """Run every benchmark; the result is JSON-ready.
@@ -318,7 +329,7 @@ def run_benchmarks(repeats: int = 5, enumeration_limit_s: float = 60.0, memory: 
     results = [*bench_startup(repeats=repeats), bench_sizing(repeats=repeats), bench_evaluate_process(repeats=repeats),
                bench_stress_solve(repeats=repeats), bench_solve_process(repeats=repeats),
                bench_enumeration(enumeration_limit_s), *bench_simulation_throughput(repeats=min(repeats, 3)),
-               bench_verification(repeats=min(repeats, 3)), _bench_whatif()]
+               bench_verification(repeats=min(repeats, 3)), _bench_whatif(), _bench_frontier()]
     if agreement_pools > 0:
         results += bench_agreement(agreement_pools, agreement_requests)
     if memory:

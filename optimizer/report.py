@@ -997,7 +997,7 @@ def render_gridflex(c, g) -> None:
 
     c.print(f"max safe depth: sustained {depth(g.max_safe_depth_sustained)} (analytic steady state), event "
             f"{depth(g.max_safe_depth_event)} (simulated {g.event_s / 60:g}-minute event); a depth is safe when it "
-            "and every shallower depth of the sweep are", markup=False)
+            "and every shallower depth of the sweep are ok", markup=False)
     c.print("batch cap: largest batch whose per-replica power (decode power curve at half the window) is at most "
             "(1 - depth) x the power at the uncapped cap; W/replica cap: that power; fleet kW: analytic mean power "
             "with the caps (an unstable pool at its cap); P99 analytic: steady state at the cap (inf: unstable); "
@@ -1005,7 +1005,7 @@ def render_gridflex(c, g) -> None:
     c.print(f"event: {g.replications} replications (seed {g.seed}, the same streams at every depth), warm-up "
             f"{g.warmup_s:,.0f} s uncapped, then {g.event_s:,.0f} s measured + {g.tail_s:,.0f} s tail capped; "
             f"{g.wall_s:,.1f} s wall", markup=False)
-    c.print(f"note: {g.approximation}", markup=False)
+    c.print(f"event model: {g.event_model}", markup=False)
 
 
 def gridflex_csv(g) -> str:

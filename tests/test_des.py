@@ -22,7 +22,7 @@ from fleetopt.models.queueing import erlang_c
 from fleetopt.models.service import iteration_latency_s, prefill_time_s, service_time_s
 from fleetopt.models.workload import LengthDistribution, RequestTrace
 from fleetopt.solvers.des.records import Outcome
-from fleetopt.solvers.des.state import SimPool
+from fleetopt.solvers.des.state import CapChange, SimPool
 from fleetopt.solvers.des.engine import simulate
 from fleetopt.solvers.des.metrics import (
     batch_means_ci,
@@ -224,8 +224,11 @@ def test_iteration_arrival_joins_at_the_next_boundary(h100):
     assert_books_balance(res)
 
 
-def step_reference(arrival, l_in, l_out, W, h, chunk, cap):
-    """One replica, one iteration at a time: the definition the closed-form engine must reproduce."""
+def step_reference(arrival, l_in, l_out, W, h, chunk, cap, changes=()):
+    """One replica, one iteration at a time: the definition the closed-form engine must reproduce.
+
+    ``changes``: ``(at_s, cap)`` pairs; a boundary at ``t`` admits up to the cap of the last change at or before
+    ``t`` (running sequences are never preempted for a cap)."""
     n = len(arrival)
     start, first, end = (np.full(n, np.nan) for _ in range(3))
     t, nxt, waiting, running = 0.0, 0, deque(), []
@@ -235,7 +238,11 @@ def step_reference(arrival, l_in, l_out, W, h, chunk, cap):
         while nxt < n and arrival[nxt] <= t:
             waiting.append(nxt)
             nxt += 1
-        while waiting and len(running) < cap:
+        cap_t = cap
+        for at, c in changes:
+            if at <= t:
+                cap_t = c
+        while waiting and len(running) < cap_t:
             i = waiting.popleft()
             start[i] = t
             k = math.ceil(l_in[i] / chunk)
@@ -285,6 +292,74 @@ def test_iteration_closed_form_matches_step_by_step_reference(cap):
             np.testing.assert_allclose(got[idx], want, rtol=1e-9)
     assert np.any(wait_s(res) > 0)   # the batch cap made requests wait
     assert_books_balance(res)
+
+
+@pytest.mark.parametrize("changes", [((0.0, 2),), ((5.0, 1), (9.0, 6)), ((3.0, 8), (4.0, 2), (4.0, 3))])
+def test_cap_changes_match_the_step_by_step_reference(changes):
+    # A lowered cap drains the batch (no preemption), a raised one admits at the next boundary: the engine's
+    # event-to-event jumps must reproduce the iteration-by-iteration definition with the cap read at each boundary.
+    profile = CalibratedProfile("small", "toy", 0.01, 0.004, 512, 64, 16, 1 << 16, 512, 1.0, 1,
+                                PowerCurve(50.0, 100.0, 1.0, 2.0, "none"))
+    rng = np.random.default_rng(np.random.SeedSequence(57))
+    n, R, cap = 500, 2, 8
+    l_in = rng.integers(0, 300, n)
+    l_out = rng.integers(1, 40, n)
+    req = Requests(poisson_arrivals(40.0, n, rng), l_in, l_out)
+    res = simulate([SimPool("p", profile, R, cap, 512)], req, ONE_POOL, mode="iteration", dispatch=RoundRobin(),
+                   cap_changes=[CapChange(at, "p", c) for at, c in changes])
+    W, h = 0.01, 0.004 / 512
+    for r in range(R):
+        idx = np.flatnonzero(np.arange(n) % R == r)
+        ref = step_reference(req.arrival_at_s[idx], l_in[idx], l_out[idx], W, h, 64, cap, changes)
+        for got, want in zip((res.start_at_s, res.first_token_at_s, res.end_at_s), ref):
+            np.testing.assert_allclose(got[idx], want, rtol=1e-9)
+    assert_books_balance(res)
+
+
+def test_cap_change_at_zero_is_the_pool_configured_with_that_cap(h100, azure):
+    rng = np.random.default_rng(np.random.SeedSequence(43))
+    req = poisson_requests(azure.truncated(4096)[0], 30.0, 3000, rng)
+    fixed = simulate([SimPool("p", h100, 3, 6, 4096)], req, ONE_POOL)
+    changed = simulate([SimPool("p", h100, 3, None, 4096)], req, ONE_POOL, cap_changes=[CapChange(0.0, "p", 6)])
+    for col in ("start_at_s", "first_token_at_s", "end_at_s", "replica"):
+        np.testing.assert_array_equal(getattr(fixed, col), getattr(changed, col))
+    np.testing.assert_array_equal(fixed.pool_mean_power_w, changed.pool_mean_power_w)
+
+
+def test_lowered_cap_keeps_the_past_and_drains_without_preemption(h100, azure):
+    rng = np.random.default_rng(np.random.SeedSequence(47))
+    req = poisson_requests(azure.truncated(4096)[0], 60.0, 6000, rng)
+    pool, t0, n = SimPool("p", h100, 2, None, 4096), 40.0, 4
+    base = simulate([pool], req, ONE_POOL)
+    cut = simulate([pool], req, ONE_POOL, cap_changes=[CapChange(t0, "p", n)])
+    before = base.start_at_s < t0
+    np.testing.assert_array_equal(base.start_at_s[before], cut.start_at_s[before])    # the past is untouched
+    np.testing.assert_array_equal(base.replica[before], cut.replica[before])
+    # nobody admitted before t0 is preempted: each is still served, once, without a gap in its record
+    assert np.all(np.isfinite(cut.end_at_s[before]))
+    # after the change an admission happens only into a batch below the new cap
+    for r in range(2):
+        mine = cut.replica == r
+        s, e = cut.start_at_s[mine], cut.end_at_s[mine]
+        for at in np.unique(s[s >= t0]):
+            assert np.sum((s <= at) & (e > at)) <= n
+    assert np.any(base.start_at_s[~before] < cut.start_at_s[~before])                # the cap made them wait
+
+
+def test_cap_changes_are_checked():
+    pool = SimPool("p", TOY, 1, 4, 4096)
+    req = Requests(np.array([0.0]), np.array([10]), np.array([5]), np.array([1.0]))
+    with pytest.raises(ValueError, match="mode='iteration'"):
+        simulate([pool], req, ONE_POOL, mode="slot", cap_changes=[CapChange(1.0, "p", 2)])
+    req = Requests(np.array([0.0]), np.array([10]), np.array([5]))
+    with pytest.raises(ValueError, match="unknown pool 'q'"):
+        simulate([pool], req, ONE_POOL, cap_changes=[CapChange(1.0, "q", 2)])
+    with pytest.raises(ValueError, match="above the pool's configured 4"):
+        simulate([pool], req, ONE_POOL, cap_changes=[CapChange(1.0, "p", 5)])
+    for bad in (dict(at_s=-1.0, max_num_seqs=2), dict(at_s=math.inf, max_num_seqs=2), dict(at_s=1.0, max_num_seqs=0),
+                dict(at_s=1.0, max_num_seqs=2.5)):
+        with pytest.raises(ValueError, match="cap change of pool 'p'"):
+            CapChange(pool="p", **bad)
 
 
 def test_iteration_batch_never_exceeds_the_cap_under_overload(h100, azure):

@@ -30,24 +30,19 @@ as ``slo.scope`` says): the cap can be held for hours.
 
 Event P99 (a transient from the loaded steady state)
 ----------------------------------------------------
-The simulator (:func:`fleetopt.solvers.des.engine.simulate`) runs pools with one fixed cap and cannot resume a
-run, so the event is simulated in two runs joined at the event's start :math:`t_0`
-(:func:`event_replication`):
+One simulator run per replication (:func:`event_replication`, :func:`fleetopt.solvers.des.engine.simulate` with
+``cap_changes``):
 
-1. *Warm-up*: the uncapped fleet serves the instance's Poisson stream on :math:`[0, t_0)`, length routing, JSQ
-   dispatch, stopped at :math:`t_0` (:math:`t_0 = \max(` :data:`WARMUP_RELAXATIONS` :math:`\tau,`
-   :data:`WARMUP_MIN_S` :math:`)`, :math:`\tau` the largest pool relaxation time of the uncapped evaluation,
-   ``PoolResult.relaxation_s``): the loaded steady state.
-2. *Event*: every request still in the system at :math:`t_0` is carried into a second run of the *capped* fleet
-   as an arrival at :math:`t_0`, ahead of the new arrivals, running sequences first (in admission order), then
-   the waiting ones (in arrival order). A running sequence is preempted by recompute, as vLLM's scheduler does
-   when its batch shrinks: it re-prefills its prompt plus the :math:`k` tokens it has produced and decodes the
-   remaining :math:`l_{out} - k`. :math:`k` is not in the engine's records; it is estimated from the pool's
-   decode pace in the warm-up, :math:`k = \min(\lfloor (t_0 - t_{first}) / \bar t_{dec} \rfloor, l_{out} - 1)`
-   with :math:`\bar t_{dec} = \sum (t_{end} - t_{first}) / \sum l_{out}` over the requests completed in the
-   warm-up's second half. The new arrivals continue the same stream; the cap holds until the horizon
-   :math:`t_0 + D + T_c` (:math:`T_c` = :data:`TAIL_SLOS` TTFT SLOs, so a measured request still waiting at the
-   horizon has waited at least that long).
+1. *Warm-up*: the uncapped fleet serves the instance's Poisson stream from empty on :math:`[0, t_0)`, length
+   routing, JSQ dispatch (:math:`t_0 = \max(` :data:`WARMUP_RELAXATIONS` :math:`\tau,` :data:`WARMUP_MIN_S`
+   :math:`)`, :math:`\tau` the largest pool relaxation time of the uncapped evaluation, ``PoolResult.relaxation_s``):
+   the loaded steady state.
+2. *Event*: at :math:`t_0` every replica of pool :math:`p` gets the batch cap :math:`n_p(d)`
+   (:class:`fleetopt.solvers.des.state.CapChange`), in the same run. As in vLLM's scheduler, the cap gates
+   admission only: no running sequence is preempted, the replica admits nothing until its batch is below the
+   cap, so the batch drains to it as sequences complete (the power follows). The stream continues; the cap
+   holds until the horizon :math:`t_0 + D + T_c` (:math:`T_c` = :data:`TAIL_SLOS` TTFT SLOs, so a measured
+   request still waiting at the horizon has waited at least that long).
 
 The *measured* requests are the new arrivals in :math:`[t_0, t_0 + D]` (:math:`D` = ``event_s``, no warm-up
 cut); one without a first token at the horizon counts as :math:`+\infty`. ``ttft_p99_ms_event`` is their P99
@@ -56,9 +51,7 @@ over replications when there are two or more, else batch means), and ``event_ok`
 to meet the SLO (per pool under a pool-scope SLO, over all measured requests under a fleet-scope one), as
 ``fleetopt simulate`` judges. Every depth runs the same replications' streams (common random numbers: the
 generators of ``SeedSequence(seed).spawn(replications)``), so depths differ by the cap, not by the sample.
-What the approximation changes: the carried requests are re-dispatched by JSQ at :math:`t_0` (not kept on
-their replica), and every running sequence pays a recompute prefill even where its replica's batch is within
-the new cap (a few iterations per sequence, once).
+``power_w_event`` is the pool's simulated mean power over :math:`[t_0, t_0 + D + T_c]`, the drain included.
 
 Safe depths
 -----------
@@ -79,8 +72,7 @@ from fleetopt.models.fleet import FleetResult, PoolPlan
 from fleetopt.models.power import PowerCurve
 from fleetopt.models.service import decode_power_curve
 from fleetopt.models.units import MS_PER_S
-from fleetopt.solvers.des.engine import simulate
-from fleetopt.solvers.des.records import Outcome
+from fleetopt.solvers.des.engine import CapChange, simulate
 from fleetopt.solvers.des.routing import LengthRouter, Requests, poisson_arrivals, sample_lengths
 
 from fleetopt.optimizer.errors import InstanceError
@@ -90,7 +82,7 @@ from fleetopt.optimizer.simulation.options import EngineOptions, engine_pools
 from fleetopt.optimizer.simulation.records import p99_estimate
 from fleetopt.optimizer.workflows.headroom import fixed_pools
 
-__all__ = ["SCHEMA_VERSION", "DEFAULT_DEPTHS_PCT", "WARMUP_RELAXATIONS", "WARMUP_MIN_S", "TAIL_SLOS", "APPROXIMATION",
+__all__ = ["SCHEMA_VERSION", "DEFAULT_DEPTHS_PCT", "WARMUP_RELAXATIONS", "WARMUP_MIN_S", "TAIL_SLOS", "EVENT_MODEL",
            "PoolDepth", "DepthRow", "GridFlex", "cap_under", "parse_depths", "event_replication", "gridflex"]
 
 from fleetopt.optimizer.io.contract import SCHEMA_VERSION  # noqa: E402 (one contract version)
@@ -103,10 +95,8 @@ WARMUP_MIN_S = 60.0
 """... and at least this long (s)."""
 TAIL_SLOS = 10.0
 """The capped run goes on this many TTFT SLOs after the event's last measured arrival."""
-APPROXIMATION = ("event simulated from the loaded steady state in two runs joined at t0 (the simulator cannot "
-                 "change a cap mid-run): the uncapped fleet warms up, then the requests in the system at t0 are "
-                 "carried into the capped fleet, running ones preempted by recompute (re-prefill prompt + tokens "
-                 "produced, estimated from the warm-up's decode pace) and re-dispatched by JSQ")
+EVENT_MODEL = ("one run from the loaded steady state: the uncapped fleet warms up from empty, then each pool's "
+               "batch cap drops at t0 (running sequences drain, none preempted, as vLLM's scheduler does)")
 """The one-line statement of the event model (the command's note line; module docstring)."""
 _DEPTHS_RE = re.compile(r"^\s*\d+(\.\d*)?\s*%?\s*$")
 
@@ -200,7 +190,7 @@ class GridFlex:
     max_safe_depth_event: float | None
     overrides: tuple[str, ...] = ()
     wall_s: float = 0.0
-    approximation: str = APPROXIMATION
+    event_model: str = EVENT_MODEL
 
     def to_json(self) -> dict:
         return {"schema_version": SCHEMA_VERSION, "command": "gridflex", "instance": self.instance,
@@ -210,7 +200,7 @@ class GridFlex:
                            "ttft_p99_ms_analytic": "analytic (steady state at the cap)",
                            "ttft_p99_ms_event": "simulated event window from the loaded steady state"},
                 "event_seconds": self.event_s, "warmup_seconds": self.warmup_s, "tail_seconds": self.tail_s,
-                "replications": self.replications, "seed": self.seed, "approximation": self.approximation,
+                "replications": self.replications, "seed": self.seed, "event_model": self.event_model,
                 "depths": [r.to_json() for r in self.depths],
                 "max_safe_depth_sustained": self.max_safe_depth_sustained,
                 "max_safe_depth_event": self.max_safe_depth_event, "overrides": list(self.overrides),
@@ -307,44 +297,20 @@ def _stream(instance: Instance, end_s: float, rng: np.random.Generator) -> Reque
     return Requests(at[keep], prompt[keep], output[keep])
 
 
-def event_replication(uncapped, capped, edges: list[int], names: list[str], stream: Requests, t0_s: float,
+def event_replication(pools, caps: list[int], edges: list[int], names: list[str], stream: Requests, t0_s: float,
                       event_s: float, end_s: float) -> _Event:
-    """One replication of the event (module docstring, "Event P99"): ``uncapped`` and ``capped`` are the
-    simulator's pools (:class:`fleetopt.solvers.des.state.SimPool`, same names and windows) before and after
-    :math:`t_0`; ``stream`` the arrivals on :math:`[0, end]`."""
-    router = LengthRouter(edges, names)
-    pre = stream.arrival_at_s < t0_s
-    first = Requests(stream.arrival_at_s[pre], stream.prompt_tokens[pre], stream.output_tokens[pre])
-    warm = simulate(uncapped, first, router, horizon_s=t0_s)
-    live = (warm.outcome == Outcome.UNFINISHED) & (warm.pool >= 0)
-    # the decode pace of each pool in the warm-up's second half: seconds per output token
-    done = (warm.outcome == Outcome.COMPLETED) & (warm.arrival_at_s >= 0.5 * t0_s) & (warm.output_tokens > 0)
-    npools = len(uncapped)
-    dec_s = np.bincount(warm.pool[done], (warm.end_at_s - warm.first_token_at_s)[done], npools)
-    tok = np.bincount(warm.pool[done], warm.output_tokens[done], npools)
-    pace_s = np.where(tok > 0, dec_s / np.maximum(tok, 1), np.inf)
-    running = live & ~np.isnan(warm.first_token_at_s)
-    made = np.zeros(len(first), dtype=np.int64)
-    idx = np.flatnonzero(running)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        est = np.floor((t0_s - warm.first_token_at_s[idx]) / pace_s[warm.pool[idx]])
-    made[idx] = np.clip(np.nan_to_num(est, nan=0.0, posinf=0.0), 0, np.maximum(first.output_tokens[idx] - 1, 0))
-    started = live & ~np.isnan(warm.start_at_s)
-    order = np.concatenate([np.flatnonzero(started)[np.argsort(warm.start_at_s[started], kind="stable")],
-                            np.flatnonzero(live & ~started)])
-    post = ~pre
-    carried = len(order)
-    req = Requests(np.concatenate([np.full(carried, t0_s), stream.arrival_at_s[post]]),
-                   np.concatenate([first.prompt_tokens[order] + made[order], stream.prompt_tokens[post]]),
-                   np.concatenate([first.output_tokens[order] - made[order], stream.output_tokens[post]]))
-    res = simulate(capped, req, router, horizon_s=end_s, warmup_s=t0_s)
-    keep = np.zeros(len(req), dtype=bool)
-    keep[carried:] = req.arrival_at_s[carried:] <= t0_s + event_s
-    ttft = res.first_token_at_s[keep] - res.arrival_at_s[keep]
+    """One replication of the event (module docstring, "Event P99"): ``pools`` are the simulator's uncapped pools
+    (:class:`fleetopt.solvers.des.state.SimPool`), ``caps`` their batch caps from :math:`t_0` on, ``stream`` the
+    arrivals on :math:`[0, end]`."""
+    changes = [CapChange(t0_s, x, n) for x, n in zip(names, caps)]
+    res = simulate(pools, stream, LengthRouter(edges, names), horizon_s=end_s, warmup_s=t0_s, cap_changes=changes)
+    at = stream.arrival_at_s
+    keep = (at >= t0_s) & (at <= t0_s + event_s)
+    ttft = res.first_token_at_s[keep] - at[keep]
     pool = res.pool[keep]
     if np.any(pool < 0):        # rejected (longer than every window): charged to the pool its length belongs to
-        tot = (req.prompt_tokens + req.output_tokens)[keep]
-        pool = np.where(pool < 0, np.clip(np.searchsorted(edges, tot, side="left") - 1, 0, npools - 1), pool)
+        tot = (stream.prompt_tokens + stream.output_tokens)[keep]
+        pool = np.where(pool < 0, np.clip(np.searchsorted(edges, tot, side="left") - 1, 0, len(pools) - 1), pool)
     return _Event(np.where(np.isnan(ttft), np.inf, ttft), pool, res.pool_mean_power_w)
 
 
@@ -417,8 +383,7 @@ def gridflex(instance: Instance, fleet: str, depths_pct=DEFAULT_DEPTHS_PCT, *, e
         if simulated:
             if progress is not None:
                 progress(d)
-            capped = engine_pools(at_cap, profiles, names, EngineOptions())
-            runs = [event_replication(uncapped, capped, edges, names, s, t0_s, event_s, end_s) for s in streams]
+            runs = [event_replication(uncapped, caps, edges, names, s, t0_s, event_s, end_s) for s in streams]
         else:
             runs = []
         pools = []

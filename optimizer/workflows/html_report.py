@@ -508,7 +508,7 @@ def _gridflex(g: Mapping, figs: _Figures, prov: list) -> str:
             + _table(["depth %", "batch cap", "kW", "P99 ms analytic", "P99 ms event", "event 95 % interval ms",
                       "sustained", "event"], rows, f"analytic columns: {srcs.get('power_kw', 'analytic')}; event "
                                                    f"columns: {sim_src}")
-            + f'<p class="src">{_e(g.get("approximation", ""))}</p>'
+            + f'<p class="src">{_e(g.get("event_model", ""))}</p>'
             + figs.add("power and P99 TTFT against the curtailment depth", f"analytic and {sim_src}",
                        plots.gridflex_figure, g))
 

@@ -154,6 +154,25 @@ that event's admissions (``deferred``); the plain path would admit it at that
 boundary, so it does not count as waiting, as for the live router's queue
 below.
 
+Cap changes
+-----------
+A run may change a pool's batch cap at given instants (``cap_changes``, a sequence of
+:class:`fleetopt.solvers.des.state.CapChange`): a demand-response event lowers ``max_num_seqs``
+while the fleet is loaded, and may restore it later. The cap only gates admission, as in vLLM's
+scheduler, which admits a waiting request only while fewer than ``max_num_seqs`` requests run and
+never preempts a running one for the cap [4]_:
+
+* *lowered*: no running sequence is preempted; the replica admits nothing until its batch is below the
+  new cap, so the batch drains to it as sequences complete (the power follows the batch it actually runs);
+* *raised*: the requests waiting at a replica join at its first iteration boundary at or after the change
+  (at once on an idle replica), as an arrival to a replica with free places does, up to the new cap.
+
+A change is a heap event scheduled before the run starts, so it comes before every other event and arrival
+at its instant; simultaneous changes apply in the order given. Iteration mode, plain replicas only (not
+overcommitted, no binding token budget), and at most the pool's configured ``max_num_seqs``, which sizes
+its power table and its slot count (utilisation stays busy slot-seconds over the configured slots). A
+change after the last completion of a run without a horizon extends the run's end to it.
+
 Order of simultaneous events
 ----------------------------
 1. Events on the heap (a slot freed, a replica boundary) come before arrivals
@@ -210,6 +229,8 @@ References
        ``max_num_batched_tokens``). The V1 scheduler (``vllm/v1/core/sched/scheduler.py``) walks the
        running requests in admission order instead, so under a tight budget its decodes can stall; the
        decode-first rule here is the V0 one.
+.. [4] vLLM's V1 scheduler (``vllm/v1/core/sched/scheduler.py``, ``schedule``): running requests are
+       scheduled first; waiting ones only while ``len(self.running) < self.max_num_running_reqs``.
 """
 
 from __future__ import annotations
@@ -229,18 +250,18 @@ from fleetopt.models.power import ActivityPower
 from fleetopt.models.service import compute_coefficients, iteration_coefficients, prefill_chunks, prefill_compute_terms
 
 from fleetopt.solvers.des.records import Outcome, SimResult
-from fleetopt.solvers.des.state import MODES, QUEUES, EventKind, Replicas, SimPool, _State
+from fleetopt.solvers.des.state import MODES, QUEUES, CapChange, EventKind, Replicas, SimPool, _State
 from fleetopt.solvers.des.budget import budget_handlers
 from fleetopt.solvers.des.kv import kv_handlers
 from fleetopt.solvers.des.routing import Dispatch, JoinShortestQueue, LiveRouter, Requests, Router
 from fleetopt.solvers.des.slot import slot_station
 from fleetopt.solvers.des.spill import live_targets, spill_arrivals
 
-__all__ = ["simulate"]
+__all__ = ["simulate", "CapChange"]
 
 def simulate(pools: Sequence[SimPool], requests: Requests, router: Router, *, mode: str = "iteration",
              queue: str | None = None, dispatch: Dispatch | None = None, horizon_s: float | None = None,
-             warmup_s: float = 0.0) -> SimResult:
+             warmup_s: float = 0.0, cap_changes: Sequence[CapChange] = ()) -> SimResult:
     """Simulate ``requests`` through ``pools``; every request gets exactly one record.
 
     Parameters
@@ -269,6 +290,8 @@ def simulate(pools: Sequence[SimPool], requests: Requests, router: Router, *, mo
         None runs until every accepted request completes.
     warmup_s : float
         Start of the window of the time integrals (per-request columns are unaffected).
+    cap_changes : sequence of CapChange
+        Batch caps that change during the run (module docstring, "Cap changes"); iteration mode, plain pools.
 
     Returns
     -------
@@ -279,7 +302,9 @@ def simulate(pools: Sequence[SimPool], requests: Requests, router: Router, *, mo
     ValueError
         For an unknown ``mode`` or ``queue``, a router naming an unknown pool,
         duplicate pool names, service times outside slot mode, a pool with a
-        token budget or overcommitted in slot mode, or a bad horizon.
+        token budget or overcommitted in slot mode, a bad horizon, or a cap
+        change outside iteration mode, of an unknown, overcommitted or
+        budget-bound pool, or above the pool's ``max_num_seqs``.
 
     Notes
     -----
@@ -351,20 +376,56 @@ def simulate(pools: Sequence[SimPool], requests: Requests, router: Router, *, mo
     if mode == "slot" and any(isinstance(p.profile.power, ActivityPower) for p in pools):
         raise ValueError("slot mode has no iterations: a profile with activity power needs mode='iteration'")
     if mode == "slot":
+        if cap_changes:
+            raise ValueError("cap changes need mode='iteration' (slot mode has one fixed cap per pool)")
         arrive, serve, queued, reroute = slot_station(state, pools, requests, pool_of, accepted, queue, dispatch,
                                                       EventKind.SLOT_FREED)
+        set_cap = None
     else:
-        arrive, serve, queued, reroute = _iteration_station(state, pools, requests, pool_of, dispatch)
+        arrive, serve, queued, reroute, set_cap = _iteration_station(state, pools, requests, pool_of, dispatch)
+    if cap_changes:
+        serve = _with_cap_changes(state, serve, set_cap, pools, tuple(cap_changes))
     if isinstance(router, LiveRouter):
         spill_to = live_targets(router, names)
         arrive = spill_arrivals(arrive, queued, reroute, pool_of, spill_to, router.spill_bound,
                                 requests.total_tokens, [p.window_tokens for p in pools], state.spilled)
     last_at, events = _run(state.heap, arrive, serve, _arrival_chunks(requests.arrival_at_s, accepted), hi_s)
-    del arrive, serve, queued, reroute
+    del arrive, serve, queued, reroute, set_cap
     end_s = hi_s if horizon_s is not None else max(last_at, float(warmup_s))
     for hook in state.finish:
         hook(end_s)
     return state.result(mode, tuple(names), requests, pool_of, accepted, end_s, events)
+
+
+def _with_cap_changes(state: _State, serve, set_cap, pools: list[SimPool], changes: tuple[CapChange, ...]):
+    """Check ``changes``, push them onto the heap (before any other event, so they come first at their instant)
+    and return ``serve`` extended with their handler (module docstring, "Cap changes")."""
+    names = [p.name for p in pools]
+    for c in changes:
+        if not isinstance(c, CapChange):
+            raise ValueError(f"cap_changes must hold CapChange records; got {c!r}")
+        if c.pool not in names:
+            raise ValueError(f"cap change names unknown pool {c.pool!r}; known: {', '.join(names)}")
+        p = pools[names.index(c.pool)]
+        if p.overcommitted or p.budget_binds:
+            raise ValueError(f"cap change of pool {p.name}: caps change on plain pools only (not overcommitted, "
+                             "no binding token budget)")
+        if c.max_num_seqs > p.max_num_seqs:
+            raise ValueError(f"cap change of pool {p.name}: max_num_seqs {c.max_num_seqs} is above the pool's "
+                             f"configured {p.max_num_seqs}, which sizes its power table and slots")
+    for k, c in enumerate(changes):
+        heapq.heappush(state.heap, (c.at_s, next(state.counter), EventKind.CAP_CHANGE, k))
+    pool_index = {x: k for k, x in enumerate(names)}
+    CAP = EventKind.CAP_CHANGE
+
+    def serve_or_change(at: float, seq: int, kind, target: int) -> None:
+        if kind == CAP:
+            c = changes[target]
+            set_cap(pool_index[c.pool], c.max_num_seqs, at)
+        else:
+            serve(at, seq, kind, target)
+
+    return serve_or_change
 
 
 _CHUNK = 1 << 16
@@ -435,8 +496,9 @@ def _iteration_station(st: _State, pools, requests: Requests, pool_of, dispatch:
     """Handlers of iteration mode (module docstring: the closed-form jump :math:`T(m)`).
 
     Returns ``arrive(now, i)``, ``serve(at, seq, kind, r)``, ``queued(p)``
-    (requests waiting in pool ``p``'s replica queues) and ``reroute(i, p)``
-    (request ``i`` goes to pool ``p`` instead: its prefill chunks are recomputed).
+    (requests waiting in pool ``p``'s replica queues), ``reroute(i, p)``
+    (request ``i`` goes to pool ``p`` instead: its prefill chunks are recomputed)
+    and ``set_cap(p, n, now)`` (pool ``p``'s batch cap becomes ``n``: "Cap changes").
 
     Per replica: ``it`` iterations done at the anchor instant ``ref``, total
     start-of-iteration context ``c0`` there and growth ``g`` per iteration, and a
@@ -501,6 +563,7 @@ def _iteration_station(st: _State, pools, requests: Requests, pool_of, dispatch:
     outstanding, replica_pool = st.outstanding, st.replica_pool
     batch_to, system_to = st.batch_to, st.system_to
     deferred = [0] * R
+    ranges = st.ranges
 
     def waiting_at(r: int) -> int:
         """Requests waiting at replica ``r`` (module docstring, "Dispatch within a pool"): its queue, less those
@@ -583,17 +646,38 @@ def _iteration_station(st: _State, pools, requests: Requests, pool_of, dispatch:
             return
         if not run[r]:
             ref[r] = now                          # idle: an iteration starts now (c0 = g = 0)
-        elif now > ref[r]:                        # first boundary at or after now
-            m = boundary_at(r, now)
-            if metered:
-                credit(r, m)
-            ref[r] = after(r, m)
-            c0[r] += m * g[r]
-            d0[r] += m * d1[r]
-            it[r] += m
+        elif now > ref[r]:
+            advance(r, now)
         batch_to(r, ref[r])
         admit(r, i, ref[r])
         reschedule(r)
+
+    def advance(r: int, now: float) -> None:
+        """Move a running replica's anchor to its first boundary at or after ``now``."""
+        m = boundary_at(r, now)
+        if metered:
+            credit(r, m)
+        ref[r] = after(r, m)
+        c0[r] += m * g[r]
+        d0[r] += m * d1[r]
+        it[r] += m
+
+    def set_cap(p: int, n: int, now: float) -> None:
+        """Pool ``p``'s replicas get batch cap ``n`` at ``now`` (module docstring, "Cap changes"): a lower cap
+        only stops admissions; a higher one admits the waiting requests at each replica's next boundary."""
+        for r in ranges[p]:
+            cap[r] = n
+            q = waiting[r]
+            if not q or run[r] >= n:
+                continue
+            if not run[r]:
+                ref[r] = now
+            elif now > ref[r]:
+                advance(r, now)
+            batch_to(r, ref[r])
+            while q and run[r] < n:
+                admit(r, q.popleft(), ref[r])
+            reschedule(r)
 
     def serve(at: float, seq: int, kind, r: int) -> None:
         if token[r] != seq:
@@ -658,7 +742,6 @@ def _iteration_station(st: _State, pools, requests: Requests, pool_of, dispatch:
         arrive_budget, serve_budget = budget_handlers(shared)
 
     # ---- Live routing (module docstring, "Live routing"; fleetopt.solvers.des.spill) ----
-    ranges = st.ranges
 
     def queued(p: int) -> int:
         """Requests of pool ``p`` not yet admitted, less those only deferred to an event boundary's admissions
@@ -679,4 +762,4 @@ def _iteration_station(st: _State, pools, requests: Requests, pool_of, dispatch:
         a_i, b_i = prefill_compute_terms(pools[p].profile, lin[i])
         alpha_v[i], beta_v[i] = float(a_i), float(b_i)
 
-    return arrive, serve, queued, reroute
+    return arrive, serve, queued, reroute, set_cap

@@ -22,7 +22,7 @@ from fleetopt.models.power import ActivityPower
 from fleetopt.models.profiles import ServingProfile
 from fleetopt.solvers.des.records import Outcome, SimResult
 
-__all__ = ["MODES", "QUEUES", "EventKind", "SimPool", "Replicas"]
+__all__ = ["MODES", "QUEUES", "EventKind", "SimPool", "CapChange", "Replicas"]
 
 MODES = ("slot", "iteration")
 QUEUES = ("pool", "replica")
@@ -34,6 +34,7 @@ class EventKind(IntEnum):
     ARRIVAL = 0
     SLOT_FREED = 1   # slot mode: target is the request whose service ends
     BOUNDARY = 2     # iteration mode: target is the replica reaching its next event boundary
+    CAP_CHANGE = 3   # target is the index of a CapChange in the run's schedule
 
 
 @dataclass(frozen=True)
@@ -119,6 +120,36 @@ class SimPool:
         """True when ``max_batched_tokens`` can limit an iteration: it is below ``max_num_seqs`` x ``chunk_tokens``."""
         budget = self.max_batched_tokens
         return budget is not None and budget < self.max_num_seqs * int(self.profile.chunk_tokens)
+
+
+@dataclass(frozen=True)
+class CapChange:
+    """At ``at_s`` the batch cap of every replica of pool ``pool`` becomes ``max_num_seqs``
+    (:func:`fleetopt.solvers.des.engine.simulate`, module docstring "Cap changes").
+
+    Parameters
+    ----------
+    at_s : float
+        Instant of the change, finite and >= 0.
+    pool : str
+        Name of a pool of the run.
+    max_num_seqs : int
+        The new cap, a whole number in [1, the pool's ``max_num_seqs``] (the pool's configured cap is the
+        most a change may restore: its power table and slot count are sized by it).
+    """
+
+    at_s: float
+    pool: str
+    max_num_seqs: int
+
+    def __post_init__(self) -> None:
+        if not (isinstance(self.at_s, (int, float)) and math.isfinite(self.at_s) and self.at_s >= 0):
+            raise ValueError(f"cap change of pool {self.pool!r}: at_s must be finite and >= 0; got {self.at_s!r}")
+        n = self.max_num_seqs
+        if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
+            raise ValueError(f"cap change of pool {self.pool!r}: max_num_seqs must be a whole number >= 1; got {n!r}")
+        object.__setattr__(self, "at_s", float(self.at_s))
+        object.__setattr__(self, "max_num_seqs", int(n))
 
 
 @dataclass(frozen=True, slots=True)
