@@ -26,12 +26,14 @@ SCIENCE = {"numpy", "scipy"}
 PIPELINE = SCIENCE | {"yaml", "pydantic", "rich", "click", "networkx", "pyomo", "highspy"}
 SCALE_OUT = {"dask", "distributed", "matplotlib"}     # optional extras (scale, plot), imported where used
 FRAMES = {"pandas"}                                     # optional extra (frames): to_frame() on reports
+PROBE = {"torch", "pynvml"}                             # optional extra (probe): the GPU backend of profile probe
 LAYERS = {
     "fleetopt.models": (0, SCIENCE),
     "fleetopt.solvers": (1, SCIENCE | {"networkx", "pyomo", "highspy"}),
     "fleetopt.solvers.des": (1, SCIENCE),
     "fleetopt.optimizer.errors": (2, set()),
     "fleetopt.optimizer.io": (3, PIPELINE),
+    "fleetopt.optimizer.io.probe_torch": (4, PIPELINE | PROBE),   # above io: the probe harness it plugs into
     "fleetopt.optimizer.plan": (4, PIPELINE | FRAMES),
     "fleetopt.optimizer.simulation": (5, PIPELINE | FRAMES),
     "fleetopt.optimizer.report": (6, PIPELINE),

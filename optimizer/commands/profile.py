@@ -1,5 +1,7 @@
 """``fleetopt profile``: serving profiles from measurements.
 
+``fleetopt profile probe --hardware NAME --model NAME [-o DIR]`` measures this machine's GPU into the files that
+``fit`` reads (:mod:`fleetopt.optimizer.io.probe`; the ``probe`` extra: PyTorch and a CUDA GPU).
 ``fleetopt profile fit MEASUREMENTS... [-o FILE] [--json FILE|-]`` reads decode and prefill CSVs and an optional
 meta JSON (:mod:`fleetopt.optimizer.io.measurements`), fits the iteration-time and power coefficients
 (:mod:`fleetopt.models.calibration`), prints every measured point next to the fit's prediction and writes the
@@ -19,13 +21,14 @@ from fleetopt.models.calibration import DEFAULT_MAX_REL_ERROR, ProfileFit
 from fleetopt.models.power import ActivityPower
 
 from fleetopt.optimizer.commands import guard as _guard
+from fleetopt.optimizer.commands.progress import QUIET_HELP, reporter
 from fleetopt.optimizer.io.measurements import (build_profile, fit_measurements, profile_document, read_measurements,
                                                 write_profile_file)
 from fleetopt.optimizer.io.contract import envelope
 from fleetopt.optimizer.io.output import write_json
 from fleetopt.optimizer.report import console
 
-__all__ = ["profile", "fit", "fit_report"]
+__all__ = ["profile", "fit", "fit_report", "probe"]
 
 
 def fit_report(fit: ProfileFit, document: dict) -> dict:
@@ -120,3 +123,39 @@ def fit(measurements, output, json_out, max_rel_error, chunk_tokens, max_slots, 
         write_profile_file(document, output, protect=measurements)
     if json_out:
         write_json(fit_report(result, document), json_out, protect=tuple(measurements))
+
+
+@profile.command()
+@click.option("--hardware", required=True, metavar="NAME", help="Catalogue name of the GPU measured (e.g. H100-SXM-80GB).")
+@click.option("--model", required=True, metavar="NAME", help="Catalogue model whose shape the decoder takes (dense).")
+@click.option("--dtype", type=click.Choice(["bf16", "fp16"]), default="bf16", show_default=True)
+@click.option("--tp", type=int, default=1, show_default=True, help="Tensor parallelism: the probe measures one GPU (1).")
+@click.option("-o", "--output-dir", "folder", default=".", show_default=True, metavar="DIR",
+              help="Folder for the decode CSV, prefill CSV and meta JSON (existing files are not overwritten).")
+@click.option("--max-context", type=click.IntRange(1), help="Largest context and prompt (default: the model's window).")
+@click.option("--no-power", is_flag=True, help="Skip the energy-counter windows (about 3 s per point).")
+@click.option("--quiet", is_flag=True, help=QUIET_HELP)
+@_guard
+def probe(hardware, model, dtype, tp, folder, max_context, no_power, quiet):
+    """Measure this machine's GPU for `profile fit` (needs the probe extra: PyTorch, a CUDA GPU).
+
+    Times a model-shaped decoder with random weights as the shipped measurements were: decode iterations over
+    batch x context, whole-prompt prefills, and board power from the NVML energy counter
+    (fleetopt.optimizer.io.probe has the protocol).
+    """
+    from fleetopt.optimizer.io.probe import ProbeSettings, measure
+
+    def gpu(shape, dtype_name):
+        from fleetopt.optimizer.io.probe_torch import open_backend     # needs PyTorch: loaded only here
+
+        return open_backend(shape, dtype_name)
+
+    settings = ProbeSettings(hardware, model, dtype, tp, power=not no_power, max_context=max_context)
+    with reporter(quiet) as rep:
+        result, paths = measure(settings, folder, gpu, on_step=rep.step)
+    c = console()
+    c.print(f"{result.settings.hardware} / {result.settings.model}: {len(result.decode)} decode and "
+            f"{len(result.prefill)} prefill points measured (medians); wrote {', '.join(map(str, paths))}",
+            markup=False)
+    c.print(f"next: fleetopt profile fit {' '.join(map(str, paths))} -o {paths[0].parent / 'profile.yaml'}",
+            markup=False)
