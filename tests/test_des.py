@@ -598,9 +598,13 @@ def test_preemption_by_hand():
     assert roomy.end_at_s.tolist() == [t5 + W + h * 16] * 2 and roomy.preemptions.tolist() == [0]
 
 
-def step_reference_kv(arrival, l_in, l_out, W, h, chunk, cap, blk, budget):
+def step_reference_kv(arrival, l_in, l_out, W, h, chunk, cap, blk, budget, g=0.0, terms=None, parts=None):
     """:func:`step_reference` with KV blocks: admission needs the first step's blocks, a step needing a block
-    when none is free preempts the most recently admitted sequence (recompute), no admissions in that step."""
+    when none is free preempts the most recently admitted sequence (recompute), no admissions in that step.
+
+    Compute terms: a decode step costs ``g`` more, prefill chunk j of a prompt of L tokens ``alpha + beta j`` with
+    ``(alpha, beta) = terms(L)`` (L the prefill as it is now: a recompute prefills the prompt and the tokens
+    decoded). ``parts``, if given, accumulates the run's weights, KV-scan and compute seconds."""
     n = len(arrival)
     start, first, end = (np.full(n, np.nan) for _ in range(3))
     L, lo = [int(x) for x in l_in], [int(x) for x in l_out]
@@ -650,7 +654,19 @@ def step_reference_kv(arrival, l_in, l_out, W, h, chunk, cap, blk, budget):
                     start[i] = t
                 running.append(s)
         assert used == sum(s[3] for s in running) <= budget
-        t += W + h * sum(s[1] * chunk if s[1] < s[2] else L[s[0]] + s[1] - s[2] for s in running)
+        kv = h * sum(s[1] * chunk if s[1] < s[2] else L[s[0]] + s[1] - s[2] for s in running)
+        comp = 0.0
+        for s in running:
+            if s[1] >= s[2]:
+                comp += g
+            elif terms is not None:
+                a, b = terms(L[s[0]])
+                comp += a + b * s[1]
+        t += W + kv + comp
+        if parts is not None and running:
+            parts[0] += W
+            parts[1] += kv
+            parts[2] += comp
         still = []
         for s in running:
             s[1] += 1
@@ -699,6 +715,43 @@ def test_preemption_matches_step_by_step_reference(cap, blocks, blk, chunk, monk
         total += pre
     assert res.preemptions.tolist() == [total] and total > 0 and seen and max(seen) <= blocks
     assert res.count(Outcome.COMPLETED) == n
+    assert_books_balance(res)
+
+
+@pytest.mark.parametrize("cap,blocks,blk,chunk", [(4, 40, 16, 64), (6, 30, 16, 16)])
+def test_preemption_with_compute_terms_and_activity_power_matches_the_reference(cap, blocks, blk, chunk):
+    # The per-sequence decode compute g, the prefill compute a P + b P^2 split over the chunks (a recompute pays
+    # for its longer prefill) and the activity power's energy, under KV preemption.
+    from dataclasses import replace
+
+    from fleetopt.models.power import ActivityPower
+    from fleetopt.models.service import prefill_compute_terms
+
+    window = 256
+    base = CalibratedProfile("kv", "toy", 0.01, 0.004, 512, chunk, blk, blocks, 512, 1.0, 1,
+                             PowerCurve(50.0, 100.0, 1.0, 2.0, "none"), g_s=2e-4, prefill_a_s=3e-5, prefill_b_s=4e-8)
+    profile = replace(base, power=ActivityPower(idle_w=70.0, limit_w=1e6, weights_w=400.0, kv_w=700.0,
+                                                compute_w=800.0))
+    rng = np.random.default_rng(np.random.SeedSequence(197 + cap))
+    n = 300
+    l_in = rng.integers(1, 160, n)
+    l_out = rng.integers(1, 96, n)
+    req = Requests(poisson_arrivals(3.0, n, rng), l_in, l_out)
+    res = simulate([SimPool("p", profile, 1, cap, window, allow_overcommit=True)], req, ONE_POOL)
+
+    def terms(tokens):
+        a, b = prefill_compute_terms(profile, tokens)
+        return float(a), float(b)
+
+    parts = [0.0, 0.0, 0.0]
+    *ref, pre = step_reference_kv(req.arrival_at_s, l_in, l_out, 0.01, 0.004 / 512, chunk, cap, blk, blocks,
+                                  g=2e-4, terms=terms, parts=parts)
+    for got, want in zip((res.start_at_s, res.first_token_at_s, res.end_at_s), ref):
+        np.testing.assert_allclose(got, want, rtol=1e-9)
+    assert res.preemptions.tolist() == [pre] and pre > 0
+    idle = float(np.nanmax(ref[2])) - sum(parts)
+    assert res.replica_energy_j[0] == pytest.approx(70.0 * idle + 400.0 * parts[0] + 700.0 * parts[1]
+                                                    + 800.0 * parts[2], rel=1e-9)
     assert_books_balance(res)
 
 

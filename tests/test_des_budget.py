@@ -27,7 +27,7 @@ SMALL = CalibratedProfile("small", "toy", 0.01, 0.004, 512, 64, 16, 1 << 16, 512
                           PowerCurve(50.0, 100.0, 1.0, 2.0, "none"))
 
 
-def step_reference_budget(arrival, l_in, l_out, W, h, chunk, cap, budget):
+def step_reference_budget(arrival, l_in, l_out, W, h, chunk, cap, budget, g=0.0, a=0.0, b=0.0, parts=None):
     """One replica, one iteration at a time, with the token budget granted explicitly every iteration.
 
     A running sequence is [request, tokens in its KV cache]; it decodes once its prompt is in. Each
@@ -35,6 +35,9 @@ def step_reference_budget(arrival, l_in, l_out, W, h, chunk, cap, budget):
     min(chunk, prompt left, budget left); then waiting requests are admitted while a place and budget are
     left. The iteration lasts W + h x (KV tokens of the sequences granted tokens), and then every sequence
     adds its grant to its KV cache.
+
+    Compute terms: a decode grant costs ``g`` more, a prefill grant of x tokens at prefix p costs
+    ``a x + b ((p + x)^2 - p^2)``. ``parts``, if given, accumulates the weights, KV-scan and compute seconds.
     """
     n = len(arrival)
     start, first, end = (np.full(n, np.nan) for _ in range(3))
@@ -60,10 +63,17 @@ def step_reference_budget(arrival, l_in, l_out, W, h, chunk, cap, budget):
             grant.append(min(chunk, l_in[i], left) if l_in[i] else 1)
             left -= grant[-1]
         assert left >= 0
-        t += W + h * sum(kv for (i, kv), a in zip(running, grant) if a)
-        for s, a in zip(running, grant):
+        kv_s = h * sum(kv for (i, kv), x in zip(running, grant) if x)
+        comp = sum((g if kv >= l_in[i] else a * x + b * ((kv + x) ** 2 - kv ** 2))
+                   for (i, kv), x in zip(running, grant) if x)
+        t += W + kv_s + comp
+        if parts is not None and running:
+            parts[0] += W
+            parts[1] += kv_s
+            parts[2] += comp
+        for s, x in zip(running, grant):
             i, before = s[0], s[1]
-            s[1] += a
+            s[1] += x
             if before < l_in[i] == s[1]:
                 first[i] = t                        # this iteration wrote the last prompt token
             if s[1] == l_in[i] + l_out[i]:
@@ -90,6 +100,35 @@ def test_budget_matches_step_by_step_reference(cap, budget):
         for got, want in zip((res.start_at_s, res.first_token_at_s, res.end_at_s), ref):
             np.testing.assert_allclose(got[idx], want, rtol=1e-9)
     assert res.count(Outcome.COMPLETED) == n
+    assert_books_balance(res)
+
+
+@pytest.mark.parametrize("cap,budget", [(3, 100), (16, 150), (16, 16 * 64 - 1)])
+def test_budget_with_compute_terms_and_activity_power_matches_the_reference(cap, budget):
+    # Each prefill piece pays its exact causal compute, a decode step g; energy by activity over the same spans.
+    from dataclasses import replace
+
+    from fleetopt.models.power import ActivityPower
+
+    g, a, b = 2e-4, 3e-5, 4e-8
+    profile = replace(SMALL, g_s=g, prefill_a_s=a, prefill_b_s=b,
+                      power=ActivityPower(idle_w=70.0, limit_w=1e6, weights_w=400.0, kv_w=700.0, compute_w=800.0))
+    rng = np.random.default_rng(np.random.SeedSequence(311 + cap + budget))
+    n = 400
+    l_in = rng.integers(0, 300, n)
+    l_out = rng.integers(0, 40, n)
+    l_out[l_in == 0] = np.maximum(l_out[l_in == 0], 1)
+    req = Requests(poisson_arrivals(15.0, n, rng), l_in, l_out)
+    pool = SimPool("p", profile, 1, cap, 512, max_batched_tokens=budget)
+    assert pool.budget_binds
+    res = simulate([pool], req, ONE_POOL, mode="iteration")
+    parts = [0.0, 0.0, 0.0]
+    ref = step_reference_budget(req.arrival_at_s, l_in, l_out, 0.01, 0.004 / 512, 64, cap, budget, g, a, b, parts)
+    for got, want in zip((res.start_at_s, res.first_token_at_s, res.end_at_s), ref):
+        np.testing.assert_allclose(got, want, rtol=1e-9)
+    idle = float(np.nanmax(ref[2])) - sum(parts)
+    assert res.replica_energy_j[0] == pytest.approx(70.0 * idle + 400.0 * parts[0] + 700.0 * parts[1]
+                                                    + 800.0 * parts[2], rel=1e-9)
     assert_books_balance(res)
 
 

@@ -1,4 +1,4 @@
-"""Iteration-mode handlers of replicas with a binding token budget (vLLM's ``max_num_batched_tokens``).
+r"""Iteration-mode handlers of replicas with a binding token budget (vLLM's ``max_num_batched_tokens``).
 
 The semantics and the math are in :mod:`fleetopt.solvers.des.engine` ("Token budget"); this
 module holds the two handlers so that the plain hot path of the engine does not
@@ -10,6 +10,18 @@ brings the list up to date, recomputes the allocation and, from it, the total
 context :math:`C_0`, the growth :math:`g` and the index of the next
 allocation change, so the closed-form jump :math:`T(m)` of the engine applies
 unchanged between events.
+
+Compute terms. A decoding sequence's step costs :math:`g` more; a prefill piece of :math:`x` tokens written at
+prefix :math:`p` costs its exact causal compute :math:`a x + b\,((p + x)^2 - p^2)`, so a prompt's pieces sum to
+:math:`aP + bP^2` however the budget cuts them (the even-chunk convention of the plain path,
+:func:`fleetopt.models.service.prefill_compute_terms`, is this formula for :math:`k` equal pieces). Between events
+a prefill's allocation is constant and its prefix grows by :math:`x` per iteration, so the replica's compute is
+:math:`D_0 + D_1 j` in the iteration :math:`j` after the anchor with
+
+.. math:: D_0 = n_{dec}\, g + \sum_{s:\, x_s > 0} \left(a x_s + b (2 p_s x_s + x_s^2)\right), \qquad
+          D_1 = \sum_{s} 2 b x_s^2,
+
+which is the engine's jump with ``d0``, ``d1``; activity power is credited over the same spans.
 """
 
 from __future__ import annotations
@@ -34,6 +46,7 @@ def budget_handlers(x: Replicas):
     start, first, end, lin, lout, chunk, tokens, M = x.start, x.first, x.end, x.lin, x.lout, x.chunk, x.tokens, x.M
     heap, counter, BOUNDARY, after, boundary_at = x.heap, x.counter, x.boundary_kind, x.after, x.boundary_at
     batch_to, system_to = x.batch_to, x.system_to
+    d0, d1, gd, credit, ab = x.d0, x.d1, x.gd, x.credit, x.prefill_ab
     push, pop, inf = heapq.heappush, heapq.heappop, math.inf
     R = len(it)
     prefills = [[] for _ in range(R)]   # [request, prompt tokens in its KV cache, tokens per iteration], oldest first
@@ -46,6 +59,8 @@ def budget_handlers(x: Replicas):
         """Decodes take one token each, prefills the rest oldest first; set ``c0``, ``g``, ``left``, ``change``."""
         free, ch, at = tokens[r] - n_dec[r], chunk[r], it[r]
         c, gr, nxt = dec_ctx[r], n_dec[r], inf
+        pa, pb = ab[r]
+        f0, f1 = n_dec[r] * gd[r], 0.0
         for s in prefills[r]:
             rest = lin[s[0]] - s[1]
             a = ch if ch < rest else rest
@@ -55,9 +70,12 @@ def budget_handlers(x: Replicas):
                 free -= a
                 c += s[1]
                 gr += a
+                f0 += pa * a + pb * (2 * s[1] * a + a * a)
+                f1 += 2 * pb * a * a
                 e = at + rest // a          # the prefill ends there (a divides rest) or its last piece starts
                 nxt = e if e < nxt else nxt
         c0[r], g[r], left[r], change[r] = c, gr, free, nxt
+        d0[r], d1[r] = f0, f1
 
     def advance(r: int, m: int) -> None:
         """Move the replica's anchor ``m`` iterations on under the current allocation (not ``ref``)."""
@@ -65,6 +83,7 @@ def budget_handlers(x: Replicas):
         for s in prefills[r]:
             s[1] += m * s[2]
         c0[r] += m * g[r]
+        d0[r] += m * d1[r]
         it[r] += m
 
     def next_event(r: int) -> int | float:
@@ -92,10 +111,14 @@ def budget_handlers(x: Replicas):
             e = it[r] + li // a
             if e < change[r]:
                 change[r] = e
+            pa, pb = ab[r]
+            d0[r] += pa * a + pb * a * a
+            d1[r] += 2 * pb * a * a
         else:                               # no prompt: decoding from the start
             a = 1
             first[i] = b
             n_dec[r] += 1
+            d0[r] += gd[r]
             push(seqs[r], (it[r] + lout[i]) * M + 4 * i + 1)
         left[r] -= a
         g[r] += a
@@ -110,6 +133,7 @@ def budget_handlers(x: Replicas):
         if not run[r]:
             ref[r] = now                    # idle: an iteration starts now with the whole budget
             left[r] = tokens[r]
+            d0[r] = d1[r] = 0.0
         else:
             m = boundary_at(r, now)
             if it[r] + m >= next_event(r):
@@ -117,6 +141,8 @@ def budget_handlers(x: Replicas):
                 deferred[r] += 1
                 return
             if m:
+                if credit is not None:
+                    credit(r, m)
                 b = after(r, m)
                 advance(r, m)
                 ref[r] = b
@@ -126,6 +152,8 @@ def budget_handlers(x: Replicas):
 
     def serve(at: float, r: int) -> None:
         e = next_event(r)
+        if credit is not None:
+            credit(r, e - it[r])
         advance(r, e - it[r])
         ref[r] = at
         batch_to(r, at)

@@ -216,8 +216,13 @@ board limit. Between two events of a replica its :math:`m` iterations take :math
 :math:`h(mC_0 + G m(m-1)/2)` of KV scan and :math:`m D_0 + D_1 m(m-1)/2` of compute (the jump's terms), so
 their energy is summed in closed form; the board limit caps the mean over those :math:`m` iterations (exact
 while it does not bind; when it binds within a span of changing composition, the per-iteration cap would
-give at most as much). Idle time draws ``idle_w``. The iteration-mode plain path only: slot mode, KV
-overcommit and a binding token budget refuse such profiles.
+give at most as much). Idle time draws ``idle_w``. Every iteration-mode path credits it (plain, KV overcommit,
+token budget); slot mode has no iterations and refuses such profiles.
+
+Compute terms (a profile's per-sequence decode compute :math:`g` and prefill compute :math:`aP + bP^2`) enter
+every iteration-mode path: the plain and KV paths split a prompt's compute evenly over its chunks
+(:func:`fleetopt.models.service.prefill_compute_terms`; a recomputed prefill after a preemption pays for its
+longer prompt), the budget path charges each piece its exact causal compute (:mod:`fleetopt.solvers.des.budget`).
 
 References
 ----------
@@ -521,10 +526,6 @@ def _iteration_station(st: _State, pools, requests: Requests, pool_of, dispatch:
         if any(compute_coefficients(p.profile)[1:]):
             alpha[sel], beta[sel] = prefill_compute_terms(p.profile, requests.prompt_tokens[sel])
         del sel
-    for p in pools:
-        if (p.overcommitted or p.budget_binds) and any(compute_coefficients(p.profile)):
-            raise ValueError(f"pool of {p.profile.name}: KV overcommit and a binding token budget are not simulated "
-                             "for a profile with compute terms (g, prefill a, b) yet")
     alpha_v, beta_v = memoryview(alpha), memoryview(beta)
     # Per-request inputs read through memoryviews of the arrays (Python ints out, no per-request lists).
     # Overcommitted pools track KV blocks; a preempted request's prefill length, chunks and remaining
@@ -537,9 +538,6 @@ def _iteration_station(st: _State, pools, requests: Requests, pool_of, dispatch:
     for p in pools:
         pw = p.profile.power
         act += [(pw.weights_w, pw.kv_w, pw.compute_w, pw.limit_w) if isinstance(pw, ActivityPower) else None] * p.replicas
-        if isinstance(pw, ActivityPower) and (p.overcommitted or p.budget_binds):
-            raise ValueError(f"pool of {p.profile.name}: activity power is not simulated with KV overcommit or a "
-                             "binding token budget yet")
         w0, h0 = iteration_coefficients(p.profile)
         W += [w0] * p.replicas
         h += [h0] * p.replicas
@@ -726,6 +724,16 @@ def _iteration_station(st: _State, pools, requests: Requests, pool_of, dispatch:
             admit(r, q.popleft(), at)
         reschedule(r)
 
+    replica_profile = [p.profile for p in pools for _ in range(p.replicas)]
+
+    def prefill_terms(r: int, tokens: int) -> tuple[float, float]:
+        """:math:`(\alpha, \beta)` of a prefill of ``tokens`` on replica ``r`` (a recomputed prefill)."""
+        prof = replica_profile[r]
+        if not any(compute_coefficients(prof)[1:]):
+            return 0.0, 0.0
+        a_i, b_i = prefill_compute_terms(prof, tokens)
+        return float(a_i), float(b_i)
+
     # ---- Overcommitted replicas (fleetopt.solvers.des.kv) and budgeted ones (module docstring, "Token budget";
     # fleetopt.solvers.des.budget): their handlers share the live state above ----
     shared = Replicas(
@@ -734,7 +742,10 @@ def _iteration_station(st: _State, pools, requests: Requests, pool_of, dispatch:
         lout=lout, chunk=chunk, tokens=tokens, blk=blk, blocks=blocks, preemptions=st.preempt, deferred=deferred,
         M=M, heap=heap,
         counter=counter, boundary_kind=BOUNDARY, after=after, boundary_at=boundary_at, reschedule=reschedule,
-        batch_to=batch_to, system_to=system_to)
+        batch_to=batch_to, system_to=system_to, d0=d0, d1=d1, alpha=alpha_v, beta=beta_v, gd=gd,
+        credit=credit if metered else None,
+        prefill_ab=[(float(q.profile.prefill_a_s), float(q.profile.prefill_b_s)) for q in pools for _ in range(q.replicas)],
+        prefill_terms=prefill_terms)
     arrive_tracked = serve_tracked = arrive_budget = serve_budget = None
     if _TRACKED in path:
         arrive_tracked, serve_tracked = kv_handlers(shared)

@@ -73,6 +73,7 @@ def kv_handlers(x: Replicas):
     chunk, blk, blocks, preempt_count = x.chunk, x.blk, x.blocks, x.preemptions
     after, boundary_at, reschedule = x.after, x.boundary_at, x.reschedule
     batch_to, system_to = x.batch_to, x.system_to
+    d0, d1, alpha, beta, gd, credit, terms = x.d0, x.d1, x.alpha, x.beta, x.gd, x.credit, x.prefill_terms
     push, pop = heapq.heappush, heapq.heappop
     R = len(it)
     used = [0] * R                                # KV blocks held per replica
@@ -117,11 +118,14 @@ def kv_handlers(x: Replicas):
         k = kch[i]
         if k:
             g[r] += chunk[r]
+            d0[r] += alpha[i]
+            d1[r] += beta[i]
             push(seqs[r], (it[r] + k) * M + 4 * i)
         else:
             if first[i] != first[i]:
                 first[i] = b
             g[r] += 1
+            d0[r] += gd[r]
             push(seqs[r], (it[r] + lout[i]) * M + 4 * i + 1)
         schedule_block(r, i, 1)
 
@@ -144,8 +148,11 @@ def kv_handlers(x: Replicas):
                 deferred[r] += 1
                 return
             if m:
+                if credit is not None:
+                    credit(r, m)
                 ref[r] = after(r, m)
                 c0[r] += m * g[r]
+                d0[r] += m * d1[r]
                 it[r] += m
         batch_to(r, ref[r])
         admit_tracked(r, i, ref[r])
@@ -153,19 +160,25 @@ def kv_handlers(x: Replicas):
         if _block_probe is not None:
             probe(r)
 
-    def preempt(r: int, v: int, e: int, c: int, gr: int) -> tuple[int, int]:
-        """Preempt running request ``v`` at boundary ``e`` (recompute): free its blocks, queue it first."""
+    def preempt(r: int, v: int, e: int, c: int, gr: int, f0: float, f1: float) -> tuple[int, int, float, float]:
+        """Preempt running request ``v`` at boundary ``e`` (recompute): free its blocks, queue it first. ``c``,
+        ``gr``, ``f0``, ``f1``: the replica's context sum, its growth, compute seconds and their growth at ``e``,
+        returned without ``v``."""
         j, k, li = e - adm[v], kch[v], lin[v]
         if j < k:                                 # mid-prefill: the prefill restarts as it was
             c -= j * chunk[r]
             gr -= chunk[r]
+            f0 -= alpha[v] + beta[v] * j          # its chunk j's compute
+            f1 -= beta[v]
         else:                                     # decoded d steps: recompute l_in + d tokens, then the rest
             d = j - k
             c -= li + d
             gr -= 1
+            f0 -= gd[r]
             lin[v] = li + d
             lout[v] -= d
             kch[v] = -(-(li + d) // chunk[r])
+            alpha[v], beta[v] = terms(r, li + d)
         used[r] -= held.pop(v)
         del live[r][v], adm[v]
         run[r] -= 1
@@ -174,13 +187,16 @@ def kv_handlers(x: Replicas):
         sq[:] = [x for x in sq if (x % M) >> 2 != v]
         heapq.heapify(sq)
         waiting[r].appendleft(v)
-        return c, gr
+        return c, gr, f0, f1
 
     def serve_tracked(at: float, r: int) -> None:
         sq, ch, p, bs = seqs[r], chunk[r], replica_pool[r], blk[r]
         lv = live[r]
         e = sq[0] // M
+        if credit is not None:
+            credit(r, e - it[r])
         c, gr = c0[r] + (e - it[r]) * g[r], g[r]
+        f0, f1, gdr = d0[r] + (e - it[r]) * d1[r], d1[r], gd[r]
         it[r], ref[r] = e, at
         batch_to(r, at)
         done = 0
@@ -202,9 +218,15 @@ def kv_handlers(x: Replicas):
                     first[i] = at
                 c += li - kch[i] * ch
                 gr += 1 - ch
+                b_i = beta[i]
+                f0 -= alpha[i] + b_i * kch[i]     # its next chunk would have been chunk k
+                f1 -= b_i
                 if lo:
+                    f0 += gdr
                     push(sq, (e + lo) * M + 4 * i + 1)
                     continue
+            else:
+                f0 -= gdr
             end[i] = at
             c -= li + lo
             gr -= 1
@@ -224,7 +246,7 @@ def kv_handlers(x: Replicas):
                 want = need(i, j, bs, ch) - held[i]
                 while blocks[r] - used[r] < want:
                     v = next(reversed(lv))        # the most recently admitted running sequence
-                    c, gr = preempt(r, v, e, c, gr)
+                    c, gr, f0, f1 = preempt(r, v, e, c, gr, f0, f1)
                     preempted = True
                     if v == i:
                         break
@@ -233,6 +255,7 @@ def kv_handlers(x: Replicas):
                     held[i] += want
                     schedule_block(r, i, j + 1)
         c0[r], g[r] = c, gr
+        d0[r], d1[r] = (f0, f1) if run[r] else (0.0, 0.0)     # an idle replica drops the float residue
         if not preempted:                         # as vLLM: no admissions in a step that preempted
             q = waiting[r]
             while q and run[r] < cap[r] and blocks[r] - used[r] >= need(q[0], 0, bs, ch):

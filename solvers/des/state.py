@@ -208,6 +208,27 @@ class Replicas:
     path schedules its own allocation changes)."""
     batch_to: Callable[[int, float], None]
     system_to: Callable[[int, float, int], None]
+    d0: list = None
+    """Compute seconds of the anchor iteration per replica (the decode sequences' ``g`` and the prefill chunks'
+    :math:`\alpha + \beta j`; :func:`fleetopt.models.service.compute_coefficients`); 0.0 without compute terms."""
+    d1: list = None
+    """Their growth per iteration (the prefilling sequences' :math:`\beta`)."""
+    alpha: memoryview = None
+    """Per request, the compute of its first prefill chunk (s); KV path: rewritten when a preemption changes the
+    prefill to recompute."""
+    beta: memoryview = None
+    """Per request, the growth of its chunk compute per further chunk (s)."""
+    gd: list = None
+    """Per replica, the compute of one decode step of one sequence (s)."""
+    credit: Callable[[int, int], None] | None = None
+    """Credit the energy of the next ``m`` iterations from replica ``r``'s anchor (activity power; None where no
+    replica has activity power)."""
+    prefill_ab: list = None
+    """Per replica, the profile's prefill compute :math:`(a, b)`: seconds per prompt token and per token squared
+    (the budget path's pieces: :math:`a x + b((p + x)^2 - p^2)` for :math:`x` tokens at prefix :math:`p`)."""
+    prefill_terms: Callable[[int, int], tuple[float, float]] | None = None
+    """``prefill_terms(r, tokens)``: :math:`(\alpha, \beta)` of a prefill of ``tokens`` on replica ``r``'s profile
+    (the KV path's recomputed prefills)."""
 
 
 class _State:
