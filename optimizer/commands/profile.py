@@ -126,10 +126,12 @@ def fit(measurements, output, json_out, max_rel_error, chunk_tokens, max_slots, 
 
 
 @profile.command()
-@click.option("--hardware", required=True, metavar="NAME", help="Catalogue name of the GPU measured (e.g. H100-SXM-80GB).")
+@click.option("--hardware", required=True, metavar="NAME",
+              help="Catalogue name of the GPU measured (e.g. H100-SXM-80GB).")
 @click.option("--model", required=True, metavar="NAME", help="Catalogue model whose shape the decoder takes (dense).")
 @click.option("--dtype", type=click.Choice(["bf16", "fp16"]), default="bf16", show_default=True)
-@click.option("--tp", type=int, default=1, show_default=True, help="Tensor parallelism: the probe measures one GPU (1).")
+@click.option("--tp", type=int, default=1, show_default=True,
+              help="Tensor parallelism: the probe measures one GPU (1).")
 @click.option("-o", "--output-dir", "folder", default=".", show_default=True, metavar="DIR",
               help="Folder for the decode CSV, prefill CSV and meta JSON (existing files are not overwritten).")
 @click.option("--max-context", type=click.IntRange(1), help="Largest context and prompt (default: the model's window).")

@@ -298,7 +298,8 @@ def run_probe(backend: ProbeBackend, settings: ProbeSettings, grid: ProbeGrid, s
         pw = _power_w(run, backend, med, clock) if settings.power else None
         backend.release()
         prefill.append(PrefillRecord(p, med, low, pw))
-        step(f"probe {k}/{total}: prefill of {p:,} tokens: {med * 1e3:.3f} ms" + ("" if pw is None else f", {pw:.1f} W"))
+        step(f"probe {k}/{total}: prefill of {p:,} tokens: {med * 1e3:.3f} ms"
+             + ("" if pw is None else f", {pw:.1f} W"))
     info = backend.describe()
     dtype_bytes = DTYPE_BYTES[settings.dtype]
     meta = {"hardware": settings.hardware, **{k: v for k, v in info.items() if v is not None},

@@ -744,7 +744,8 @@ def _iteration_station(st: _State, pools, requests: Requests, pool_of, dispatch:
         counter=counter, boundary_kind=BOUNDARY, after=after, boundary_at=boundary_at, reschedule=reschedule,
         batch_to=batch_to, system_to=system_to, d0=d0, d1=d1, alpha=alpha_v, beta=beta_v, gd=gd,
         credit=credit if metered else None,
-        prefill_ab=[(float(q.profile.prefill_a_s), float(q.profile.prefill_b_s)) for q in pools for _ in range(q.replicas)],
+        prefill_ab=[(float(q.profile.prefill_a_s), float(q.profile.prefill_b_s))
+                    for q in pools for _ in range(q.replicas)],
         prefill_terms=prefill_terms)
     arrive_tracked = serve_tracked = arrive_budget = serve_budget = None
     if _TRACKED in path:
