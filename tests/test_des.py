@@ -682,8 +682,11 @@ def step_reference_kv(arrival, l_in, l_out, W, h, chunk, cap, blk, budget, g=0.0
     return start, first, end, preemptions
 
 
-@pytest.mark.parametrize("cap,blocks,blk,chunk", [(4, 40, 16, 64), (6, 30, 16, 16), (3, 40, 8, 20)])
-def test_preemption_matches_step_by_step_reference(cap, blocks, blk, chunk, monkeypatch):
+@pytest.mark.parametrize("cap,blocks,blk,chunk,lam", [
+    (4, 40, 16, 64, 4.0), (6, 30, 16, 16, 4.0), (3, 40, 8, 20, 4.0),
+    # blocks to spare most of the time, so crossings are settled in bulk between rare shortages
+    (12, 120, 16, 64, 30.0), (32, 200, 16, 64, 60.0)])
+def test_preemption_matches_step_by_step_reference(cap, blocks, blk, chunk, lam, monkeypatch):
     import fleetopt.solvers.des.kv as des_kv
 
     window = 256
@@ -700,7 +703,7 @@ def test_preemption_matches_step_by_step_reference(cap, blocks, blk, chunk, monk
     n, R = 500, 2
     l_in = rng.integers(1, 160, n)
     l_out = rng.integers(1, 96, n)
-    req = Requests(poisson_arrivals(4.0, n, rng), l_in, l_out)
+    req = Requests(poisson_arrivals(lam, n, rng), l_in, l_out)
     pool = SimPool("p", profile, R, cap, window, allow_overcommit=True)
     assert pool.overcommitted
     res = simulate([pool], req, ONE_POOL, mode="iteration", dispatch=RoundRobin())

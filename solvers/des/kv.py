@@ -16,10 +16,10 @@ scheduler with the recompute policy [1]_:
   request's first step; the queue head that does not fit blocks the queue.
 * The step index at which a running sequence needs another block is known
   in closed form (a prefill chunk or a decode token crossing a block
-  boundary), so it is one more event on the replica's heap. At a boundary
-  the sequences needing blocks are served oldest admission first; when too
-  few blocks are free the most recently admitted running sequence is
-  preempted (possibly the needy one itself) until the need fits.
+  boundary). At a boundary the sequences needing blocks are served oldest
+  admission first; when too few blocks are free the most recently admitted
+  running sequence is preempted (possibly the needy one itself) until the
+  need fits.
 * A preempted sequence frees all its blocks and goes to the *front* of the
   waiting queue. If it had decoded :math:`d` tokens since its last
   admission, it is readmitted with a prefill of :math:`l_{in} + d` tokens
@@ -37,8 +37,34 @@ replica's events, the order of simultaneous events) is in :mod:`fleetopt.solvers
 this module holds the two handlers of an overcommitted replica, so that the
 plain hot path of the engine does not change. Besides the engine's kind 0
 (prefill ends) and kind 1 (completion) keys, an overcommitted replica's heap
-holds kind 2 keys (a sequence needs more blocks for its step of that
-iteration) and kind 3 keys (a wake-up to admit after a step that preempted).
+holds kind 3 keys (a wake-up to admit after a step that preempted); its block
+crossings (kind 2 keys: a sequence needs more blocks for its step of that
+iteration) sit on a heap of their own.
+
+Crossings settled in bulk
+-------------------------
+A crossing only matters when it meets a shortage: otherwise it takes its
+blocks and nothing else changes (the batch, the iteration time and every
+admission decision are the same whether the blocks were taken at the crossing
+or later, as long as they are counted before anyone reads the free blocks).
+So crossings are not events while a shortage is impossible. Over the next
+:math:`\\Delta` iterations a running sequence writes at most :math:`\\Delta g_s`
+tokens (:math:`g_s` = its chunk, or 1 when decoding) and so takes at most
+:math:`\\lceil \\Delta g_s / b \\rceil \\le \\Delta g_s / b + 1` blocks; with
+:math:`F` free blocks, :math:`n` running sequences and :math:`G = \\sum_s g_s`
+(the replica's context growth per iteration), no shortage can occur before
+
+.. math:: \\Delta_{safe} = \\left\\lfloor \\frac{(F - n)\\, b}{G} \\right\\rfloor .
+
+The replica's next boundary is then its next event (a prefill end, a
+completion, a wake-up) or a *check* at iteration :math:`it + \\Delta_{safe} + 1`,
+whichever is first; when :math:`F < n` the check is the next crossing itself
+(every crossing is an event, as without settling). Crossings before a boundary
+that reads the free blocks (an event, a check, an arrival's admission) are
+settled first, in index order; those at the boundary itself are served as
+above, oldest admission first. A run is the same as with every crossing an
+event (the step-by-step reference in ``tests/test_des.py`` checks it, with the
+block counts at every change).
 
 References
 ----------
@@ -71,12 +97,15 @@ def kv_handlers(x: Replicas):
     run, cap, outstanding, replica_pool, deferred = x.run, x.cap, x.outstanding, x.replica_pool, x.deferred
     start, first, end, lin, kch, lout, M = x.start, x.first, x.end, x.lin, x.kch, x.lout, x.M
     chunk, blk, blocks, preempt_count = x.chunk, x.blk, x.blocks, x.preemptions
-    after, boundary_at, reschedule = x.after, x.boundary_at, x.reschedule
+    after, boundary_at = x.after, x.boundary_at
     batch_to, system_to = x.batch_to, x.system_to
     d0, d1, alpha, beta, gd, credit, terms = x.d0, x.d1, x.alpha, x.beta, x.gd, x.credit, x.prefill_terms
     push, pop = heapq.heappush, heapq.heappop
     R = len(it)
+    heap, counter, BOUNDARY, token = x.heap, x.counter, x.boundary_kind, x.token
     used = [0] * R                                # KV blocks held per replica
+    bheap = [[] for _ in range(R)]                # block crossings per replica: keys (index * M + 4 i + 2)
+    check = [0] * R                               # iteration of the replica's next check (module docstring)
     live = [{} for _ in range(R)]                 # running request -> admission serial (admission order)
     adm, held = {}, {}                            # running request -> iteration of admission, blocks held
     serial = itertools.count()
@@ -105,7 +134,43 @@ def kv_handlers(x: Replicas):
             if d >= lout[i]:
                 return                            # fits until it completes
             j = k + d
-        push(seqs[r], (adm[i] + j) * M + 4 * i + 2)
+        push(bheap[r], (adm[i] + j) * M + 4 * i + 2)
+
+    def settle(r: int, upto: int) -> None:
+        """Grant the blocks of replica ``r``'s crossings at iterations up to ``upto`` (no shortage is possible
+        there: module docstring, "Crossings settled in bulk"): each sequence with a crossing due takes the
+        blocks of its step at ``upto`` in one go, and its next crossing after it is scheduled."""
+        bh, bs, ch = bheap[r], blk[r], chunk[r]
+        while bh and bh[0] // M <= upto:
+            i = (pop(bh) % M) >> 2
+            j = upto - adm[i]                     # all its crossings up to upto at once: its blocks for step j
+            want = need(i, j, bs, ch) - held[i]
+            used[r] += want
+            held[i] += want
+            schedule_block(r, i, j + 1)
+
+    def next_index(r: int) -> int:
+        """Iteration of the replica's next boundary event: its next key or its next check."""
+        e = seqs[r][0] // M
+        return e if e < check[r] else check[r]
+
+    def reschedule_tracked(r: int) -> None:
+        """Set the replica's next check and push its next boundary event (the engine's ``reschedule`` with the
+        checks of the module docstring)."""
+        if not run[r]:
+            token[r] = -1
+            return
+        spare, grow = blocks[r] - used[r] - run[r], g[r]
+        if spare < 0:                             # a shortage may come at the next crossing: it is the check
+            bh = bheap[r]
+            check[r] = bh[0] // M if bh else it[r] + (1 << 62)
+        elif grow > 0:
+            check[r] = it[r] + spare * blk[r] // grow + 1
+        else:
+            check[r] = it[r] + (1 << 62)
+        s = next(counter)
+        push(heap, (after(r, next_index(r) - it[r]), s, BOUNDARY, r))
+        token[r] = s
 
     def admit_tracked(r: int, i: int, b: float) -> None:
         run[r] += 1
@@ -139,13 +204,14 @@ def kv_handlers(x: Replicas):
         if not run[r]:
             ref[r] = now                          # idle: no blocks held, the first chunk fits
         else:
-            if blocks[r] - used[r] < need(i, 0, blk[r], chunk[r]):
-                q.append(i)                       # blocks change only at events: wait for the next one
-                return
             m = boundary_at(r, now)
-            if it[r] + m >= seqs[r][0] // M:
+            if it[r] + m >= next_index(r):
                 q.append(i)                       # that boundary is an event: admitted after it is handled
                 deferred[r] += 1
+                return
+            settle(r, it[r] + m)
+            if blocks[r] - used[r] < need(i, 0, blk[r], chunk[r]):
+                q.append(i)                       # blocks are freed only at events: wait for the next one
                 return
             if m:
                 if credit is not None:
@@ -156,7 +222,7 @@ def kv_handlers(x: Replicas):
                 it[r] += m
         batch_to(r, ref[r])
         admit_tracked(r, i, ref[r])
-        reschedule(r)
+        reschedule_tracked(r)
         if _block_probe is not None:
             probe(r)
 
@@ -183,16 +249,17 @@ def kv_handlers(x: Replicas):
         del live[r][v], adm[v]
         run[r] -= 1
         preempt_count[r] += 1
-        sq = seqs[r]
-        sq[:] = [x for x in sq if (x % M) >> 2 != v]
-        heapq.heapify(sq)
+        for sq in (seqs[r], bheap[r]):
+            sq[:] = [x for x in sq if (x % M) >> 2 != v]
+            heapq.heapify(sq)
         waiting[r].appendleft(v)
         return c, gr, f0, f1
 
     def serve_tracked(at: float, r: int) -> None:
         sq, ch, p, bs = seqs[r], chunk[r], replica_pool[r], blk[r]
         lv = live[r]
-        e = sq[0] // M
+        e = next_index(r)
+        settle(r, e - 1)
         if credit is not None:
             credit(r, e - it[r])
         c, gr = c0[r] + (e - it[r]) * g[r], g[r]
@@ -200,14 +267,14 @@ def kv_handlers(x: Replicas):
         it[r], ref[r] = e, at
         batch_to(r, at)
         done = 0
+        bh = bheap[r]
         needs = []
+        while bh and bh[0] // M == e:
+            needs.append((pop(bh) % M) >> 2)
         while sq and sq[0] // M == e:
             key = pop(sq)
             i = (key % M) >> 2
             kind = key & 3
-            if kind == 2:
-                needs.append(i)
-                continue
             # This handler mirrors the plain one (fleetopt.solvers.des.engine) plus block bookkeeping; the plain path stays
             # separate so pools that cannot run out of blocks pay nothing for it (hot loop).
             if kind == 3:                         # wake-up after a preemption: admissions only
@@ -263,7 +330,7 @@ def kv_handlers(x: Replicas):
         else:                                     # ... so the next boundary is an event: admissions there
             push(sq, (e + 1) * M + 3)
         deferred[r] = 0
-        reschedule(r)
+        reschedule_tracked(r)
         if _block_probe is not None:
             probe(r)
 
