@@ -143,6 +143,8 @@ def kv_handlers(x: Replicas):
         bh, bs, ch = bheap[r], blk[r], chunk[r]
         while bh and bh[0] // M <= upto:
             i = (pop(bh) % M) >> 2
+            if i not in adm:
+                continue                          # completed since (its key is dropped here)
             j = upto - adm[i]                     # all its crossings up to upto at once: its blocks for step j
             want = need(i, j, bs, ch) - held[i]
             used[r] += want
@@ -160,14 +162,22 @@ def kv_handlers(x: Replicas):
         if not run[r]:
             token[r] = -1
             return
-        spare, grow = blocks[r] - used[r] - run[r], g[r]
-        if spare < 0:                             # a shortage may come at the next crossing: it is the check
-            bh = bheap[r]
-            check[r] = bh[0] // M if bh else it[r] + (1 << 62)
-        elif grow > 0:
-            check[r] = it[r] + spare * blk[r] // grow + 1
-        else:
+        n, grow, bs = run[r], g[r], blk[r]
+        room = (blocks[r] + 1) * bs - 1 - (c0[r] + grow) - n * (bs - 1)   # tokens of growth the bound allows
+        if grow <= 0:
             check[r] = it[r] + (1 << 62)
+        elif room >= 0:
+            check[r] = it[r] + room // grow + 1
+        else:                                     # the bound is no help: the exact blocks decide
+            settle(r, it[r])
+            spare = blocks[r] - used[r] - n
+            if spare >= 0:
+                check[r] = it[r] + spare * bs // grow + 1
+            else:                                 # a shortage may come at the next crossing: it is the check
+                bh = bheap[r]
+                while bh and (bh[0] % M) >> 2 not in adm:
+                    pop(bh)
+                check[r] = bh[0] // M if bh else it[r] + (1 << 62)
         s = next(counter)
         push(heap, (after(r, next_index(r) - it[r]), s, BOUNDARY, r))
         token[r] = s
@@ -209,10 +219,12 @@ def kv_handlers(x: Replicas):
                 q.append(i)                       # that boundary is an event: admitted after it is handled
                 deferred[r] += 1
                 return
-            settle(r, it[r] + m)
-            if blocks[r] - used[r] < need(i, 0, blk[r], chunk[r]):
-                q.append(i)                       # blocks are freed only at events: wait for the next one
-                return
+            bs, nb = blk[r], need(i, 0, blk[r], chunk[r])
+            if blocks[r] - (c0[r] + (m + 1) * g[r] + run[r] * (bs - 1)) // bs < nb:   # the bound is no help
+                settle(r, it[r] + m)
+                if blocks[r] - used[r] < nb:
+                    q.append(i)                   # blocks are freed only at events: wait for the next one
+                    return
             if m:
                 if credit is not None:
                     credit(r, m)
@@ -259,7 +271,9 @@ def kv_handlers(x: Replicas):
         sq, ch, p, bs = seqs[r], chunk[r], replica_pool[r], blk[r]
         lv = live[r]
         e = next_index(r)
-        settle(r, e - 1)
+        exact = e >= check[r]                     # a check: shortages are possible here
+        if exact:
+            settle(r, e - 1)
         if credit is not None:
             credit(r, e - it[r])
         c, gr = c0[r] + (e - it[r]) * g[r], g[r]
@@ -269,8 +283,10 @@ def kv_handlers(x: Replicas):
         done = 0
         bh = bheap[r]
         needs = []
-        while bh and bh[0] // M == e:
-            needs.append((pop(bh) % M) >> 2)
+        while exact and bh and bh[0] // M == e:
+            i = (pop(bh) % M) >> 2
+            if i in adm:
+                needs.append(i)
         while sq and sq[0] // M == e:
             key = pop(sq)
             i = (key % M) >> 2
@@ -325,7 +341,13 @@ def kv_handlers(x: Replicas):
         d0[r], d1[r] = (f0, f1) if run[r] else (0.0, 0.0)     # an idle replica drops the float residue
         if not preempted:                         # as vLLM: no admissions in a step that preempted
             q = waiting[r]
-            while q and run[r] < cap[r] and blocks[r] - used[r] >= need(q[0], 0, bs, ch):
+            while q and run[r] < cap[r]:
+                nb = need(q[0], 0, bs, ch)
+                if not exact and blocks[r] - (c0[r] + g[r] + run[r] * (bs - 1)) // bs < nb:
+                    settle(r, e)                  # the bound is no help: the exact blocks decide
+                    exact = True
+                if exact and blocks[r] - used[r] < nb:
+                    break
                 admit_tracked(r, q.popleft(), at)
         else:                                     # ... so the next boundary is an event: admissions there
             push(sq, (e + 1) * M + 3)
@@ -335,6 +357,7 @@ def kv_handlers(x: Replicas):
             probe(r)
 
     def probe(r: int) -> None:
+        settle(r, it[r])                          # the blocks as every crossing up to now had taken them
         _block_probe(r, used[r], blocks[r], [held[i] for i in live[r]],
                      [need(i, it[r] - adm[i], blk[r], chunk[r]) for i in live[r]])
 
