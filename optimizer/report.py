@@ -980,7 +980,7 @@ def render_gridflex(c, g) -> None:
     t = Table(title=f"{g.instance}: demand response of {g.fleet} at {g.arrival_rate:g} req/s  [P99 TTFT SLO "
                     f"{g.slo_ttft_p99_ms:,.0f} ms, scope {g.scope}, ttft_model {g.ttft_model}]", title_justify="left")
     for name in ("depth %", "batch cap", "W/replica cap", "fleet kW", "P99 ms analytic", "P99 ms event [95% CI]",
-                 "event kW sim", "sustained", "event"):
+                 "event kW sim", "drain s", "sustained", "event"):
         t.add_column(name, justify="right", no_wrap=True)
     for r in g.depths:
         cap = str(r.batch_cap) if one else "/".join(str(p.batch_cap) for p in r.pools)
@@ -989,6 +989,7 @@ def render_gridflex(c, g) -> None:
         ci = "" if not r.simulated else f" [{_ms_cell(r.ttft_p99_ci_ms_event[0])}, {_ms_cell(r.ttft_p99_ci_ms_event[1])}]"
         t.add_row(f"{r.depth:g}", cap, wcap, f"{r.power_kw:,.2f}", _ms_cell(r.ttft_p99_ms_analytic),
                   _ms_cell(r.ttft_p99_ms_event) + ci, "-" if math.isnan(r.power_kw_event) else f"{r.power_kw_event:,.2f}",
+                  "-" if math.isnan(r.drain_s_event) else f"{r.drain_s_event:,.1f}",
                   "ok" if r.sustained_ok else "BREACH", "ok" if r.event_ok else "BREACH")
     c.print(t)
 
@@ -1001,7 +1002,8 @@ def render_gridflex(c, g) -> None:
     c.print("batch cap: largest batch whose per-replica power (decode power curve at half the window) is at most "
             "(1 - depth) x the power at the uncapped cap; W/replica cap: that power; fleet kW: analytic mean power "
             "with the caps (an unstable pool at its cap); P99 analytic: steady state at the cap (inf: unstable); "
-            "event: simulated, SLO on the CI upper end", markup=False)
+            "event: simulated, SLO on the CI upper end; drain s: simulated, the longest a replica's batch (and draw) "
+            "stays above its cap after t0", markup=False)
     c.print(f"event: {g.replications} replications (seed {g.seed}, the same streams at every depth), warm-up "
             f"{g.warmup_s:,.0f} s uncapped, then {g.event_s:,.0f} s measured + {g.tail_s:,.0f} s tail capped; "
             f"{g.wall_s:,.1f} s wall", markup=False)

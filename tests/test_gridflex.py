@@ -119,6 +119,35 @@ def test_safe_depths_follow_the_flags(small_sweep):
     assert deep.ttft_p99_ms_analytic == math.inf and not deep.sustained_ok
 
 
+def test_drain_is_when_each_batch_falls_within_its_cap(repo_root):
+    # A cap lowered at t0 on loaded replicas: from t0 + drain on, no replica runs more than its cap (checked at
+    # every start and end instant of the run), and just before it the replica still ran more.
+    from fleetopt.models.workload import LengthDistribution
+    from fleetopt.solvers.des.engine import CapChange, simulate
+    from fleetopt.solvers.des.routing import LengthRouter, poisson_requests
+    from fleetopt.solvers.des.state import SimPool
+    from fleetopt.optimizer.io.catalog import load_catalog
+    from fleetopt.optimizer.workflows.gridflex import drain_s
+
+    h100 = load_catalog().profiles["H100-80GB"]
+    cdf = LengthDistribution.from_cdf(json.loads((repo_root / "data" / "workloads" / "azure_cdf.json").read_text()))
+    req = poisson_requests(cdf.truncated(8192)[0], 60.0, 6000, np.random.default_rng(3))
+    t0, cap = 40.0, 3
+    res = simulate([SimPool("p", h100, 3, None, 8192)], req, LengthRouter([0, 8192], ["p"]),
+                   cap_changes=[CapChange(t0, "p", cap)])
+    d = drain_s(res.start_at_s, res.end_at_s, res.replica, np.full(3, cap), t0)
+    assert np.all(d > 0)                                   # every replica ran more than 3 at t0
+    instants = np.unique(np.concatenate([res.start_at_s, res.end_at_s]))
+    for r in range(3):
+        s, e = res.start_at_s[res.replica == r], res.end_at_s[res.replica == r]
+
+        def running(t):
+            return int(np.sum((s <= t) & (e > t)))
+
+        assert all(running(t) <= cap for t in instants[instants >= t0 + d[r]])
+        assert running(np.nextafter(t0 + d[r], -np.inf)) > cap
+
+
 def test_gridflex_cli_json(azure, tmp_path):
     out = tmp_path / "g.json"
     group = click.Group(commands={"gridflex": gridflex_cmd})
@@ -131,7 +160,7 @@ def test_gridflex_cli_json(azure, tmp_path):
     assert [d["depth"] for d in data["depths"]] == [0, 50]
     for d in data["depths"]:
         assert {"depth", "batch_cap", "power_kw", "ttft_p99_ms_analytic", "ttft_p99_ms_event", "sustained_ok",
-                "event_ok"} <= set(d)
+                "event_ok", "drain_s_event"} <= set(d)
     assert {"max_safe_depth_sustained", "max_safe_depth_event"} <= set(data)
     bad = CliRunner().invoke(group, ["gridflex", str(azure), "--fleet", "0-8192:h100x4", "--depths", "0,120"])
     assert bad.exit_code == 2 and "--depths" in bad.output

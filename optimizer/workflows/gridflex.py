@@ -53,6 +53,12 @@ to meet the SLO (per pool under a pool-scope SLO, over all measured requests und
 generators of ``SeedSequence(seed).spawn(replications)``), so depths differ by the cap, not by the sample.
 ``power_w_event`` is the pool's simulated mean power over :math:`[t_0, t_0 + D + T_c]`, the drain included.
 
+Drain (:func:`drain_s`): the cap binds on the power only once a replica's batch is within it. A replica running
+:math:`k` sequences at :math:`t_0` admits nothing while :math:`k > n_p(d)`, so its batch is within the cap from its
+:math:`(k - n_p(d))`-th completion among them on; ``drain_s_event`` is the longest such wait over the pool's
+replicas and the replications (0 when no batch exceeds its cap at :math:`t_0`): how long after the cap is set
+the per-replica draw can still exceed :math:`P_p(n_p(d))`.
+
 Safe depths
 -----------
 ``max_safe_depth_sustained`` (``_event``) is the largest depth of the sweep such that it and every shallower
@@ -83,7 +89,7 @@ from fleetopt.optimizer.simulation.records import p99_estimate
 from fleetopt.optimizer.workflows.headroom import fixed_pools
 
 __all__ = ["SCHEMA_VERSION", "DEFAULT_DEPTHS_PCT", "WARMUP_RELAXATIONS", "WARMUP_MIN_S", "TAIL_SLOS", "EVENT_MODEL",
-           "PoolDepth", "DepthRow", "GridFlex", "cap_under", "parse_depths", "event_replication", "gridflex"]
+           "PoolDepth", "DepthRow", "GridFlex", "cap_under", "parse_depths", "drain_s", "event_replication", "gridflex"]
 
 from fleetopt.optimizer.io.contract import SCHEMA_VERSION  # noqa: E402 (one contract version)
 """Version of the JSON contract of :meth:`GridFlex.to_json`."""
@@ -126,6 +132,9 @@ class PoolDepth:
     ttft_p99_ci_ms_event: tuple[float, float]
     power_w_event: float
     """Simulated mean power of the pool over the event run (NaN when not simulated)."""
+    drain_s_event: float
+    """Longest time after :math:`t_0` a replica's batch stays above the cap (module docstring, "Drain"; NaN when
+    not simulated)."""
     measured_event: int
     sustained_ok: bool
     event_ok: bool
@@ -136,7 +145,7 @@ class PoolDepth:
                 "power_w": self.power_w, "utilization": self.utilization,
                 "ttft_p99_ms_analytic": self.ttft_p99_ms_analytic, "ttft_p99_ms_event": self.ttft_p99_ms_event,
                 "ttft_p99_ci_ms_event": list(self.ttft_p99_ci_ms_event), "power_w_event": self.power_w_event,
-                "measured_event": self.measured_event, "sustained_ok": self.sustained_ok, "event_ok": self.event_ok}
+                "drain_s_event": self.drain_s_event, "measured_event": self.measured_event, "sustained_ok": self.sustained_ok, "event_ok": self.event_ok}
 
 
 @dataclass(frozen=True)
@@ -152,6 +161,8 @@ class DepthRow:
     ttft_p99_ms_event: float
     ttft_p99_ci_ms_event: tuple[float, float]
     power_kw_event: float
+    drain_s_event: float
+    """The longest drain over the fleet's pools (NaN when not simulated)."""
     sustained_ok: bool
     event_ok: bool
     simulated: bool
@@ -166,7 +177,7 @@ class DepthRow:
         return {"depth": self.depth, "batch_cap": self.batch_cap, "power_kw": self.power_kw,
                 "ttft_p99_ms_analytic": self.ttft_p99_ms_analytic, "ttft_p99_ms_event": self.ttft_p99_ms_event,
                 "ttft_p99_ci_ms_event": list(self.ttft_p99_ci_ms_event), "power_kw_event": self.power_kw_event,
-                "sustained_ok": self.sustained_ok, "event_ok": self.event_ok, "simulated": self.simulated,
+                "drain_s_event": self.drain_s_event, "sustained_ok": self.sustained_ok, "event_ok": self.event_ok, "simulated": self.simulated,
                 "pools": [p.to_json() for p in self.pools]}
 
 
@@ -283,6 +294,8 @@ class _Event:
     ttft_s: np.ndarray
     pool: np.ndarray
     power_w: np.ndarray
+    drain_s: np.ndarray
+    """Per pool, the longest drain over its replicas (:func:`drain_s`)."""
 
 
 def _stream(instance: Instance, end_s: float, rng: np.random.Generator) -> Requests:
@@ -297,6 +310,35 @@ def _stream(instance: Instance, end_s: float, rng: np.random.Generator) -> Reque
     return Requests(at[keep], prompt[keep], output[keep])
 
 
+def drain_s(start_s: np.ndarray, end_s: np.ndarray, replica: np.ndarray, replica_cap: np.ndarray,
+            t0_s: float) -> np.ndarray:
+    """Per replica, the time after ``t0_s`` until its batch is within its cap (module docstring, "Drain").
+
+    ``start_s``, ``end_s`` and ``replica`` are the simulator's per-request columns (NaN end: unfinished, -1
+    replica: never admitted); ``replica_cap`` the caps from ``t0_s`` on. A replica with :math:`k` sequences running
+    at ``t0_s`` (started before it, ending after it) and cap :math:`n < k` drains at the :math:`(k - n)`-th of their
+    completions (inf if the run ends first).
+
+    Examples
+    --------
+    Replica 0 runs three sequences at t0 = 10 (ending at 12, 15, 11) under a cap of 1: within it from the second
+    completion on, at 12. Replica 1 runs one, within its cap of 2.
+
+    >>> drain_s(np.array([1.0, 2, 3, 4, 9]), np.array([12.0, 15, 11, 20, 9.5]), np.array([0, 0, 0, 1, 1]),
+    ...         np.array([1, 2]), 10.0).tolist()
+    [2.0, 0.0]
+    """
+    out = np.zeros(len(replica_cap))
+    running = (replica >= 0) & (start_s < t0_s) & ~(end_s <= t0_s)
+    ends = np.where(np.isnan(end_s), np.inf, end_s)
+    for r in np.unique(replica[running]):
+        mine = np.sort(ends[running & (replica == r)])
+        over = len(mine) - int(replica_cap[r])
+        if over > 0:
+            out[r] = mine[over - 1] - t0_s
+    return out
+
+
 def event_replication(pools, caps: list[int], edges: list[int], names: list[str], stream: Requests, t0_s: float,
                       event_s: float, end_s: float) -> _Event:
     """One replication of the event (module docstring, "Event P99"): ``pools`` are the simulator's uncapped pools
@@ -304,6 +346,10 @@ def event_replication(pools, caps: list[int], edges: list[int], names: list[str]
     arrivals on :math:`[0, end]`."""
     changes = [CapChange(t0_s, x, n) for x, n in zip(names, caps)]
     res = simulate(pools, stream, LengthRouter(edges, names), horizon_s=end_s, warmup_s=t0_s, cap_changes=changes)
+    per_replica = drain_s(res.start_at_s, res.end_at_s, res.replica, np.repeat(caps, [p.replicas for p in pools]),
+                          t0_s)
+    of_pool = np.repeat(np.arange(len(pools)), [p.replicas for p in pools])
+    pool_drain = np.array([per_replica[of_pool == k].max() for k in range(len(pools))])
     at = stream.arrival_at_s
     keep = (at >= t0_s) & (at <= t0_s + event_s)
     ttft = res.first_token_at_s[keep] - at[keep]
@@ -311,7 +357,7 @@ def event_replication(pools, caps: list[int], edges: list[int], names: list[str]
     if np.any(pool < 0):        # rejected (longer than every window): charged to the pool its length belongs to
         tot = (stream.prompt_tokens + stream.output_tokens)[keep]
         pool = np.where(pool < 0, np.clip(np.searchsorted(edges, tot, side="left") - 1, 0, len(pools) - 1), pool)
-    return _Event(np.where(np.isnan(ttft), np.inf, ttft), pool, res.pool_mean_power_w)
+    return _Event(np.where(np.isnan(ttft), np.inf, ttft), pool, res.pool_mean_power_w, pool_drain)
 
 
 # --------------------------------------------------------------------------------------------
@@ -392,17 +438,18 @@ def gridflex(instance: Instance, fleet: str, depths_pct=DEFAULT_DEPTHS_PCT, *, e
                 est = p99_estimate([r.ttft_s[r.pool == k] for r in runs])
                 measured = sum(int(np.sum(r.pool == k)) for r in runs)
                 pw = float(np.mean([r.power_w[k] for r in runs]))
+                drain = float(max(r.drain_s[k] for r in runs))
             else:
                 est = None
                 measured = 0
-                pw = math.nan
+                pw = drain = math.nan
             p99 = math.inf if est is None else est.value * MS_PER_S
             hi = math.inf if est is None else est.high * MS_PER_S
             lo = math.inf if est is None else est.low * MS_PER_S
             ok_event = bool(q.arrival_rate == 0 or (est is not None and hi <= slo_s * MS_PER_S * (1 + 1e-12)))
             pools.append(PoolDepth(names[k], q.replicas, n, (1.0 - d / 100.0) * ref_w[k],
                                    float(curves[k].power_w(n)), q.power_w, q.utilization, q.ttft_p99_ms, p99,
-                                   (lo, hi), pw, measured, bool(q.slo_met), ok_event))
+                                   (lo, hi), pw, drain, measured, bool(q.slo_met), ok_event))
         if simulated:
             fl = p99_estimate([r.ttft_s for r in runs])
             f99, fci = fl.value * MS_PER_S, (fl.low * MS_PER_S, fl.high * MS_PER_S)
@@ -414,6 +461,7 @@ def gridflex(instance: Instance, fleet: str, depths_pct=DEFAULT_DEPTHS_PCT, *, e
         else:
             event_ok = all(p.event_ok for p in pools)
         rows.append(DepthRow(d, tuple(pools), at_cap.power_kw, at_cap.ttft_p99_ms, f99, fci, pkw,
+                             max((p.drain_s_event for p in pools), default=math.nan) if simulated else math.nan,
                              bool(at_cap.slo_met), event_ok, simulated))
     spec = ",".join(f"{q.min_tokens}-{q.max_tokens}:{q.gpu}x{q.replicas}" for q in base.pools)
     return GridFlex(instance.name, spec, instance.workload.arrival_rate_req_per_s, slo_s * MS_PER_S,
