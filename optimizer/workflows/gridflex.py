@@ -145,7 +145,8 @@ class PoolDepth:
                 "power_w": self.power_w, "utilization": self.utilization,
                 "ttft_p99_ms_analytic": self.ttft_p99_ms_analytic, "ttft_p99_ms_event": self.ttft_p99_ms_event,
                 "ttft_p99_ci_ms_event": list(self.ttft_p99_ci_ms_event), "power_w_event": self.power_w_event,
-                "drain_s_event": self.drain_s_event, "measured_event": self.measured_event, "sustained_ok": self.sustained_ok, "event_ok": self.event_ok}
+                "drain_s_event": self.drain_s_event, "measured_event": self.measured_event,
+                "sustained_ok": self.sustained_ok, "event_ok": self.event_ok}
 
 
 @dataclass(frozen=True)
@@ -177,7 +178,8 @@ class DepthRow:
         return {"depth": self.depth, "batch_cap": self.batch_cap, "power_kw": self.power_kw,
                 "ttft_p99_ms_analytic": self.ttft_p99_ms_analytic, "ttft_p99_ms_event": self.ttft_p99_ms_event,
                 "ttft_p99_ci_ms_event": list(self.ttft_p99_ci_ms_event), "power_kw_event": self.power_kw_event,
-                "drain_s_event": self.drain_s_event, "sustained_ok": self.sustained_ok, "event_ok": self.event_ok, "simulated": self.simulated,
+                "drain_s_event": self.drain_s_event, "sustained_ok": self.sustained_ok, "event_ok": self.event_ok,
+                "simulated": self.simulated,
                 "pools": [p.to_json() for p in self.pools]}
 
 
