@@ -47,24 +47,33 @@ A crossing only matters when it meets a shortage: otherwise it takes its
 blocks and nothing else changes (the batch, the iteration time and every
 admission decision are the same whether the blocks were taken at the crossing
 or later, as long as they are counted before anyone reads the free blocks).
-So crossings are not events while a shortage is impossible. Over the next
-:math:`\\Delta` iterations a running sequence writes at most :math:`\\Delta g_s`
-tokens (:math:`g_s` = its chunk, or 1 when decoding) and so takes at most
-:math:`\\lceil \\Delta g_s / b \\rceil \\le \\Delta g_s / b + 1` blocks; with
-:math:`F` free blocks, :math:`n` running sequences and :math:`G = \\sum_s g_s`
-(the replica's context growth per iteration), no shortage can occur before
+So crossings are not events while a shortage is impossible, and the blocks held
+are read from a bound where it suffices. A sequence holding :math:`t` tokens
+after its step holds :math:`\\lceil t/b \\rceil \\le (t + b - 1)/b` blocks, so a
+replica of :math:`n` sequences holds at most
 
-.. math:: \\Delta_{safe} = \\left\\lfloor \\frac{(F - n)\\, b}{G} \\right\\rfloor .
+.. math:: U = \\left\\lfloor \\frac{T + n(b - 1)}{b} \\right\\rfloor, \\qquad T = C + G,
 
-The replica's next boundary is then its next event (a prefill end, a
-completion, a wake-up) or a *check* at iteration :math:`it + \\Delta_{safe} + 1`,
-whichever is first; when :math:`F < n` the check is the next crossing itself
-(every crossing is an event, as without settling). Crossings before a boundary
-that reads the free blocks (an event, a check, an arrival's admission) are
-settled first, in index order; those at the boundary itself are served as
-above, oldest admission first. A run is the same as with every crossing an
-event (the step-by-step reference in ``tests/test_des.py`` checks it, with the
-block counts at every change).
+with :math:`C` its context sum at the iteration's start and :math:`G = \\sum_s
+g_s` its growth per iteration (:math:`g_s` the chunk, or 1 when decoding);
+:math:`T` grows by at most :math:`G` per iteration. The replica's next *check*
+is the first iteration at which this bound can exceed its blocks; before it, no
+crossing can meet a shortage. Where the bound already exceeds them, the
+crossings are settled and the exact free blocks :math:`F` decide: each sequence
+takes at most :math:`\\Delta g_s / b + 1` blocks in :math:`\\Delta` iterations, so
+the check is :math:`\\lfloor (F - n) b / G \\rfloor + 1` iterations on, or, when
+:math:`F < n`, the next crossing itself (every crossing an event, as without
+settling).
+
+The replica's next boundary event is its next key (a prefill end, a completion,
+a wake-up) or its check, whichever is first. An admission the bound allows
+admits at once; one it cannot decide settles the crossings up to its boundary
+and reads the exact free blocks. At a check, the crossings before it are
+settled and those at it are served as above, oldest admission first. A
+sequence's due crossings are settled at once (its blocks for the step at the
+settling iteration). A run is the same as with every crossing an event: the
+step-by-step reference in ``tests/test_des.py`` checks it, with the block counts
+at every change (the probe settles every crossing first) and without.
 
 References
 ----------
