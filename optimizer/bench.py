@@ -327,7 +327,7 @@ def _bench_whatif() -> dict:
     return bench_whatif_sweep(100, workers=min(2, os.cpu_count() or 1))
 
 
-def _bench_frontier() -> list[dict]:
+def _bench_frontier(heavy: bool = True) -> list[dict]:
     """20-point frontiers of the stress instance, serial (:func:`fleetopt.optimizer.workflows.frontier.bench_frontier`;
     target 20 s on 2 cores): cost,power with 20 evenly spaced caps, and cost,ttft, the stress instance's one axis
     whose curve has 20 points (on cost,power the least-cost plan is nearly the least-power one, so the 20 caps
@@ -336,6 +336,10 @@ def _bench_frontier() -> list[dict]:
 
     out = []
     for axis in ("power", "ttft"):
+        if axis == "ttft" and not heavy:
+            out.append({"name": "pareto: 20-point cost,ttft frontier (stress_60x8)",
+                        "skipped": "full fleetopt bench only (about a minute)"})
+            continue
         b = bench_frontier(str(bench_instance("stress_60x8.yaml")), points=20, axis=axis)
         target = 20.0
         out.append({"name": f"pareto: 20-point cost,{axis} frontier (stress_60x8)", "median_s": b["wall_s"],
@@ -345,8 +349,11 @@ def _bench_frontier() -> list[dict]:
 
 
 def run_benchmarks(repeats: int = 5, enumeration_limit_s: float = 60.0, memory: bool = True,
-                   agreement_pools: int = 200, agreement_requests: int = 50_000) -> dict:
+                   agreement_pools: int = 200, agreement_requests: int = 50_000, heavy: bool = True) -> dict:
     """Run every benchmark; the result is JSON-ready.
+
+    ``heavy``: also the runs of a minute or so each (the paged trim, the cost,ttft frontier); without it they are
+    listed as skipped (``--quick``).
 
     ``agreement_pools`` / ``agreement_requests``: pools and requests per pool of :func:`bench_agreement`
     (about 6 s a pool at 50,000 requests on one core); 0 pools leaves the agreement run out.
@@ -354,7 +361,10 @@ def run_benchmarks(repeats: int = 5, enumeration_limit_s: float = 60.0, memory: 
     results = [*bench_startup(repeats=repeats), bench_sizing(repeats=repeats), bench_evaluate_process(repeats=repeats),
                bench_stress_solve(repeats=repeats), bench_solve_process(repeats=repeats),
                bench_enumeration(enumeration_limit_s), *bench_simulation_throughput(repeats=min(repeats, 3)),
-               bench_verification(repeats=min(repeats, 3)), bench_trim(), _bench_whatif(), *_bench_frontier()]
+               bench_verification(repeats=min(repeats, 3))]
+    results += [bench_trim()] if heavy else [{"name": "solve --verify-top 1 --trim --sim-kv paged (Puzzle 2)",
+                                              "skipped": "full fleetopt bench only (about a minute)"}]
+    results += [_bench_whatif(), *_bench_frontier(heavy)]
     if agreement_pools > 0:
         results += bench_agreement(agreement_pools, agreement_requests)
     if memory:

@@ -424,6 +424,7 @@ def bench(quick, json_out, agreement_pools, fmt):
 
     pools = (12 if quick else 200) if agreement_pools is None else agreement_pools
     result = run_benchmarks(repeats=1 if quick else 5, enumeration_limit_s=5.0 if quick else 60.0, memory=not quick,
+                            heavy=not quick,
                             agreement_pools=pools, agreement_requests=20_000 if quick else 50_000)
     _emit(lambda c: render_bench(c, result), contract.with_envelope(result, "bench", None), json_out, (), fmt)
 
