@@ -90,3 +90,30 @@ def test_the_api_facade_offers_every_public_function_of_the_pipeline_api():
     for name in pipeline.__all__:
         assert getattr(api, name) is getattr(pipeline, name), name
     assert fleetopt.api is api
+
+
+@pytest.mark.slow
+def test_the_readme_quickstart_returns_a_plan_its_simulator_accepts(repo_root):
+    """README quickstart, line 1 (after its install step): the main job runs, exits 0, and the plan it returns is
+    one the simulator accepted (``solve --verify-top``), not only the analytic optimum."""
+    import shlex
+
+    from click.testing import CliRunner
+
+    from fleetopt.optimizer.cli import main
+
+    text = (repo_root / "README.md").read_text()
+    block = text.split("<!-- quickstart -->", 1)[1].split("```", 2)[1]
+    first = [line for line in block.splitlines() if line.strip()][0]
+    command = shlex.split(first.split("&&", 1)[1])
+    assert command[:2] == ["fleetopt", "solve"] and "--verify-top" in command
+    result = CliRunner().invoke(main, command[1:] + ["--quiet", "--json", "-"], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    v = data["verification"]
+    chosen = [p for p in v["plans"] if (p["round"], p["rank"]) == (v["chosen_round"], v["chosen_rank"])]
+    assert v["chosen_rank"] is not None and len(chosen) == 1 and chosen[0]["passed"] is True
+    def pools(plan):
+        return [(q["min_tokens"], q["max_tokens"], q["gpu"], q["replicas"]) for q in plan["pools"]]
+
+    assert pools(data) == pools(chosen[0])                       # the plan the command returns is the accepted one
