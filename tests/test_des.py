@@ -224,6 +224,16 @@ def test_iteration_arrival_joins_at_the_next_boundary(h100):
     assert_books_balance(res)
 
 
+def assert_replicas_match(res, req, R: int, reference) -> None:
+    """Round-robin dispatch over ``R`` replicas: replica ``r`` serves requests ``r, r + R, ...``, so each replica's
+    (start, first token, end) columns must equal ``reference(idx)``'s for its request indices ``idx``."""
+    n = len(req)
+    for r in range(R):
+        idx = np.flatnonzero(np.arange(n) % R == r)
+        for got, want in zip((res.start_at_s, res.first_token_at_s, res.end_at_s), reference(idx)):
+            np.testing.assert_allclose(got[idx], want, rtol=1e-9)
+
+
 def step_reference(arrival, l_in, l_out, W, h, chunk, cap, changes=()):
     """One replica, one iteration at a time: the definition the closed-form engine must reproduce.
 
@@ -285,11 +295,8 @@ def test_iteration_closed_form_matches_step_by_step_reference(cap):
     req = Requests(poisson_arrivals(12.0, n, rng), l_in, l_out)
     res = simulate([SimPool("p", profile, R, cap, 512)], req, ONE_POOL, mode="iteration", dispatch=RoundRobin())
     W, h = 0.01, 0.004 / 512
-    for r in range(R):
-        idx = np.flatnonzero(np.arange(n) % R == r)
-        ref = step_reference(req.arrival_at_s[idx], l_in[idx], l_out[idx], W, h, 64, cap)
-        for got, want in zip((res.start_at_s, res.first_token_at_s, res.end_at_s), ref):
-            np.testing.assert_allclose(got[idx], want, rtol=1e-9)
+    assert_replicas_match(res, req, R, lambda idx: step_reference(req.arrival_at_s[idx], l_in[idx], l_out[idx], W,
+                                                                  h, 64, cap))
     assert np.any(wait_s(res) > 0)   # the batch cap made requests wait
     assert_books_balance(res)
 
@@ -308,11 +315,8 @@ def test_cap_changes_match_the_step_by_step_reference(changes):
     res = simulate([SimPool("p", profile, R, cap, 512)], req, ONE_POOL, mode="iteration", dispatch=RoundRobin(),
                    cap_changes=[CapChange(at, "p", c) for at, c in changes])
     W, h = 0.01, 0.004 / 512
-    for r in range(R):
-        idx = np.flatnonzero(np.arange(n) % R == r)
-        ref = step_reference(req.arrival_at_s[idx], l_in[idx], l_out[idx], W, h, 64, cap, changes)
-        for got, want in zip((res.start_at_s, res.first_token_at_s, res.end_at_s), ref):
-            np.testing.assert_allclose(got[idx], want, rtol=1e-9)
+    assert_replicas_match(res, req, R, lambda idx: step_reference(req.arrival_at_s[idx], l_in[idx], l_out[idx], W,
+                                                                  h, 64, cap, changes))
     assert_books_balance(res)
 
 

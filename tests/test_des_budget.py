@@ -21,7 +21,7 @@ from fleetopt.solvers.des.state import SimPool
 from fleetopt.solvers.des.engine import simulate
 from fleetopt.solvers.des.metrics import steady_mask, ttft_s
 from fleetopt.solvers.des.routing import LengthRouter, Requests, RoundRobin, poisson_arrivals, poisson_requests
-from tests.test_des import ONE_POOL, assert_books_balance, azure, h100, kv_profile  # noqa: F401 (fixtures)
+from tests.test_des import ONE_POOL, assert_books_balance, assert_replicas_match, azure, h100, kv_profile  # noqa: F401
 
 SMALL = CalibratedProfile("small", "toy", 0.01, 0.004, 512, 64, 16, 1 << 16, 512, 1.0, 1,
                           PowerCurve(50.0, 100.0, 1.0, 2.0, "none"))
@@ -94,11 +94,8 @@ def test_budget_matches_step_by_step_reference(cap, budget):
     assert pool.budget_binds
     res = simulate([pool], req, ONE_POOL, mode="iteration", dispatch=RoundRobin())
     W, h = 0.01, 0.004 / 512
-    for r in range(R):
-        idx = np.flatnonzero(np.arange(n) % R == r)
-        ref = step_reference_budget(req.arrival_at_s[idx], l_in[idx], l_out[idx], W, h, 64, cap, budget)
-        for got, want in zip((res.start_at_s, res.first_token_at_s, res.end_at_s), ref):
-            np.testing.assert_allclose(got[idx], want, rtol=1e-9)
+    assert_replicas_match(res, req, R, lambda idx: step_reference_budget(req.arrival_at_s[idx], l_in[idx],
+                                                                         l_out[idx], W, h, 64, cap, budget))
     assert res.count(Outcome.COMPLETED) == n
     assert_books_balance(res)
 

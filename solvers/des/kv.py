@@ -112,11 +112,11 @@ def kv_handlers(x: Replicas):
     push, pop = heapq.heappush, heapq.heappop
     R = len(it)
     heap, counter, BOUNDARY, token = x.heap, x.counter, x.boundary_kind, x.token
-    used = [0] * R                                # KV blocks held per replica
+    used = [0] * R                                # KV blocks held per replica, as of its last settle
     bheap = [[] for _ in range(R)]                # block crossings per replica: keys (index * M + 4 i + 2)
     check = [0] * R                               # iteration of the replica's next check (module docstring)
     live = [{} for _ in range(R)]                 # running request -> admission serial (admission order)
-    adm, held = {}, {}                            # running request -> iteration of admission, blocks held
+    adm, held = {}, {}                            # running request -> iteration of admission, blocks held (settled)
     serial = itertools.count()
 
     def need(i: int, j: int, bs: int, ch: int) -> int:
