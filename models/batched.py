@@ -745,7 +745,8 @@ def mean_activity_power_w(power, traffic: BatchedTraffic, op: OperatingPoint) ->
     return power.idle_w * (1.0 - fb) + lump + rest
 
 
-def batched_min_replicas(traffic: BatchedTraffic, slo_s, rho_max: float = 0.85, min_count: int = 1) -> Sizing:
+def batched_min_replicas(traffic: BatchedTraffic, slo_s, rho_max: float = 0.85, min_count: int = 1,
+                         at_least=None) -> Sizing:
     """Smallest replica count meeting the P99-TTFT SLO with the full-batch load :math:`\\rho_f \\le \\rho_{max}`.
 
     .. math::
@@ -762,6 +763,10 @@ def batched_min_replicas(traffic: BatchedTraffic, slo_s, rho_max: float = 0.85, 
     search doubles then bisects, vectorised over pools. Pools whose idle-replica prefill alone misses the SLO
     for more than 1 % of requests are infeasible (reason ``prefill``); a pool without traffic needs
     ``min_count``.
+
+    ``at_least`` (optional, per pool): a count the caller knows every smaller count fails (the answer at a looser
+    SLO: :math:`P(T > t \\mid N)` grows as :math:`t` falls); the search starts there instead of at :math:`N_0`.
+    The answer is the same, with fewer evaluations.
     """
     if not 0.0 < rho_max <= 1.0:
         raise ValueError(f"rho_max must lie in (0, 1]; got {rho_max}")
@@ -774,6 +779,9 @@ def batched_min_replicas(traffic: BatchedTraffic, slo_s, rho_max: float = 0.85, 
         N0 = np.ceil((lam * traffic.mean_work + lam * traffic.mean_iterations * traffic.W_s / cap)
                      / rho_max * (1 - 1e-12))
     N0 = np.maximum(np.nan_to_num(N0, nan=1.0), min_count)
+    N_rho = N0
+    if at_least is not None:
+        N0 = np.maximum(N0, np.minimum(np.asarray(at_least, dtype=float), _MAX_REPLICAS))
     limit = np.sum(np.where(prefill_limit_s(traffic) > slo[:, None], traffic.chunk_probs, 0.0), axis=1)
     limit_ok = limit < P99_TAIL
     active = ~idle & ~no_slots & limit_ok
@@ -808,5 +816,5 @@ def batched_min_replicas(traffic: BatchedTraffic, slo_s, rho_max: float = 0.85, 
     feasible = (active & ~capped) | idle
     replicas = np.where(idle, min_count, np.where(feasible, hi, 0)).astype(np.int64)
     reason = np.where(feasible, "", np.where(no_slots, "no-slots", np.where(~limit_ok, "prefill", "cap")))
-    bound = feasible & ~idle & (replicas == N0)
+    bound = feasible & ~idle & (replicas == N_rho)
     return Sizing(replicas, feasible, reason, bound)

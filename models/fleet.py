@@ -133,7 +133,8 @@ class FleetResult:
 
 
 def evaluate_fleet(pools: list[PoolPlan], workload: LengthDistribution | RequestTrace, arrival_rate: float,
-                   level: ServiceLevel, input_fraction: float = 0.8, compress_success: float = 1.0) -> FleetResult:
+                   level: ServiceLevel, input_fraction: float = 0.8, compress_success: float = 1.0,
+                   fleet_p99: bool = True) -> FleetResult:
     """Evaluate (and where asked, size) every pool analytically.
 
     ``pools`` must tile :math:`(0, B_{max}]` in order; the workload must not
@@ -141,21 +142,26 @@ def evaluate_fleet(pools: list[PoolPlan], workload: LengthDistribution | Request
     (``compress_gamma > 1``) pool :math:`p` serves its own range less the share
     ``compress_success`` of :math:`(lo_p, \\gamma_{p-1} lo_p]` compressed into the
     pool below, plus that share of :math:`(hi_p, \\gamma_p hi_p]` compressed to
-    :math:`hi_p`; a band must end within the next pool, and the top pool has none.
+    :math:`hi_p`; a band must end within the next pool, and the top pool has none. Without ``fleet_p99`` the
+    fleet-wide P99 (a root of the pools' mixture, :func:`fleet_ttft_p99_s`) is left NaN: a caller that reads
+    only the pools and the totals saves its bisection.
     """
     raws, _ = _pool_traffic(pools, workload, input_fraction, compress_success)
-    return evaluate_traffic(raws, pools, arrival_rate, level)
+    return evaluate_traffic(raws, pools, arrival_rate, level, fleet_p99)
 
 
-def evaluate_traffic(raws: list, pools: list[PoolPlan], arrival_rate: float, level: ServiceLevel) -> FleetResult:
+def evaluate_traffic(raws: list, pools: list[PoolPlan], arrival_rate: float, level: ServiceLevel,
+                     fleet_p99: bool = True) -> FleetResult:
     """Evaluate pools whose traffic is given as raw moment sums (:class:`fleetopt.models.segments.RawSums`).
 
     This is the entry point for routings other than length tiling (e.g. split routing, where a pool
-    receives a weighted mix of elementary segments).
+    receives a weighted mix of elementary segments). ``fleet_p99``: as in :func:`evaluate_fleet`.
     """
     evaluated = [_evaluate_pool(raw, p, arrival_rate, level) for raw, p in zip(raws, pools)]
     results = [r for r, _ in evaluated]
-    if level.ttft_model == "batched":
+    if not fleet_p99:
+        p99 = math.nan
+    elif level.ttft_model == "batched":
         live = [(r, q) for r, q in evaluated if r.arrival_rate > 0]
         p99 = _mixture_p99_s([r.arrival_rate for r, _ in live], [q for _, q in live],
                              [r.ttft_p99_ms / MS_PER_S for r, _ in live])

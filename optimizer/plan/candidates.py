@@ -21,8 +21,9 @@ reason; dominated choices are pruned (:func:`prune_dominated`).
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from functools import partial
 
 import numpy as np
 
@@ -36,11 +37,13 @@ from fleetopt.models.units import MS_PER_S, P99_TAIL
 
 from fleetopt.optimizer.io.instance import Instance
 
-__all__ = ["Candidates", "Deadline", "Dropped", "WindowCut", "generate_candidates", "prune_dominated", "restrict", "least_counts",
-           "batch_caps", "pool_counts", "fleet_counts"]
+__all__ = ["Candidates", "Deadline", "Dropped", "WindowCut", "SizingCache", "generate_candidates", "prune_dominated",
+           "restrict", "least_counts", "batch_caps", "pool_counts", "fleet_counts"]
 
 MAX_EXTRA_COUNTS = 64
 """Fleet scope: at most this many replica counts above the utilisation floor per candidate."""
+_NO_COUNT = 2 ** 62
+"""A :class:`SizingCache` count for a candidate no count serves (the search starts at its cap, and fails)."""
 
 
 @dataclass(frozen=True)
@@ -84,7 +87,12 @@ class Dropped:
     lo_tokens: int
     hi_tokens: int
     gpu: str
-    reason: str
+    why: "str | Callable[[], str]" = field(repr=False, compare=False)
+    """The reason, or a function that writes it (most dropped candidates are never reported)."""
+
+    @property
+    def reason(self) -> str:
+        return self.why if isinstance(self.why, str) else self.why()
 
 
 @dataclass(frozen=True, eq=False)
@@ -169,15 +177,20 @@ class Candidates:
                           **choice_fields)
 
 
-def generate_candidates(instance: Instance, deadline: Deadline | None = None) -> Candidates:
+def generate_candidates(instance: Instance, deadline: Deadline | None = None,
+                        cache: "SizingCache | None" = None) -> Candidates:
     """Size every (segment, GPU option, compression states, batch cap) candidate of the instance.
 
     With a ``deadline``, it is checked before each GPU option is sized; once it has passed, the remaining
     options are left out and named in ``Candidates.unsized_gpus`` (``generated`` counts the rows of the options
-    sized only).
+    sized only). With a ``cache`` (:class:`SizingCache`), what does not depend on the TTFT SLO is computed once
+    across calls, and each count search starts at the count of the nearest looser SLO sized before; the
+    candidates are the same as without it.
     """
     from fleetopt.models.segments import segment_basis
 
+    if cache is not None:
+        cache.check(instance)
     w = instance.workload
     b = np.asarray(instance.pools.boundaries, dtype=float)
     gammas = (1.0,) + tuple(instance.pools.compress_gammas)
@@ -191,11 +204,16 @@ def generate_candidates(instance: Instance, deadline: Deadline | None = None) ->
         if unsized or (deadline is not None and deadline.passed()):
             unsized.append(opt.name)
             continue
-        chunk = opt.profile.chunk_tokens
-        if chunk not in bases:
-            bases[chunk] = segment_basis(w.lengths, grid, chunk, w.input_fraction)
-        raw = _traffic(instance, bases[chunk], grid, b, gammas, rows, chunk)
-        _size_option(instance, g_idx, opt, raw, b, rows, pools, choices, dropped)
+        inputs = None if cache is None else cache.inputs.get(g_idx)
+        if inputs is None:
+            chunk = opt.profile.chunk_tokens
+            if chunk not in bases:
+                bases[chunk] = segment_basis(w.lengths, grid, chunk, w.input_fraction)
+            raw = _traffic(instance, bases[chunk], grid, b, gammas, rows, chunk)
+            inputs = _option_inputs(instance, opt, raw, b, rows)
+            if cache is not None:
+                cache.inputs[g_idx] = inputs
+        _size_option(instance, g_idx, opt, inputs, b, rows, pools, choices, dropped, cache)
     empty = np.zeros(0)  # no option sized (the deadline passed first), or none with a feasible candidate
     P = {k: empty for k in ("i", "j", "gpu", "arrival_rate", "output_tok_per_s", "state_in", "state_out", "cap",
                             "load_erlangs", "min_replicas")} | pools.arrays()
@@ -207,6 +225,50 @@ def generate_candidates(instance: Instance, deadline: Deadline | None = None) ->
                       len(rows[0]) * (len(instance.gpus) - len(unsized)),
                       P["state_in"].astype(np.int64), P["state_out"].astype(np.int64), P["cap"].astype(np.int64),
                       P["load_erlangs"], P["min_replicas"].astype(np.int64), gammas, tuple(unsized))
+
+
+class SizingCache:
+    """What candidate sizing keeps across solves of instances that differ only in the TTFT SLO (a cost,ttft
+    frontier re-solves one instance under ever tighter SLOs).
+
+    Per GPU option it keeps the SLO-independent inputs (traffic statistics, batch caps), and per (option, SLO)
+    the least counts found. A later search at SLO :math:`t` starts each candidate at its count under the nearest
+    looser SLO :math:`t' \\ge t` sized before: :math:`P(T > t \\mid N) \\ge P(T > t' \\mid N)`, so every smaller
+    count fails at :math:`t` too, and the least count is the same as a search from the utilisation floor
+    (:func:`fleetopt.models.batched.batched_min_replicas`, ``at_least``). Only the batched TTFT model with a
+    pool-scope SLO uses the counts; the inputs serve every model. :meth:`check` refuses an instance that differs
+    from the first one seen in anything the inputs read.
+    """
+
+    def __init__(self):
+        self.inputs: dict[int, tuple] = {}
+        self._counts: dict[int, list[tuple[float, np.ndarray]]] = {}
+        self._key = None
+
+    @staticmethod
+    def _fingerprint(instance: Instance):
+        w, slo, pools = instance.workload, instance.slo, instance.pools
+        return (w.source, w.arrival_rate_req_per_s, w.input_fraction, w.truncated_share, slo.ttft_model, slo.scope,
+                slo.tpot_p99_s, tuple(pools.boundaries), tuple(pools.compress_gammas), pools.compress_success,
+                instance.constraints.max_utilization,
+                tuple((g.name, g.profile.name, g.availability) for g in instance.gpus))
+
+    def check(self, instance: Instance) -> None:
+        """Raise ``ValueError`` unless ``instance`` differs from the first one seen only in the TTFT SLO."""
+        key = self._fingerprint(instance)
+        if self._key is None:
+            self._key = key
+        elif key != self._key:
+            raise ValueError("SizingCache: the instance differs from the cached one in more than slo.ttft_p99_ms")
+
+    def at_least(self, g_idx: int, slo_s: float) -> np.ndarray | None:
+        """Per candidate row of option ``g_idx``: its least count under the nearest looser SLO sized (0 where
+        none is known), or None."""
+        looser = [(t, n) for t, n in self._counts.get(g_idx, ()) if t >= slo_s]
+        return min(looser, key=lambda tn: tn[0])[1] if looser else None
+
+    def keep(self, g_idx: int, slo_s: float, counts: np.ndarray) -> None:
+        self._counts.setdefault(g_idx, []).append((float(slo_s), counts))
 
 
 def _candidate_rows(b: np.ndarray, gammas: tuple[float, ...]):
@@ -255,27 +317,48 @@ def _traffic(instance: Instance, basis, grid: np.ndarray, b: np.ndarray, gammas,
     return raw
 
 
-def _size_option(instance: Instance, g_idx: int, opt, raw, b, rows, pools, choices, dropped) -> None:
-    """Statistics, sizing and replica choices of one GPU option's candidates (appended to the columns)."""
+def _option_inputs(instance: Instance, opt, raw, b, rows) -> tuple:
+    """What sizing one GPU option's candidates reads that no TTFT SLO changes: rows and batch caps, the rows too
+    slow for the TPOT SLO, segment statistics, arrival rates and the batched model's traffic."""
     from fleetopt.models.segments import stats_from_raw
 
-    ii, jj, sin, sout = rows
-    w = instance.workload
+    ii, jj = rows[0], rows[1]
     prof = opt.profile
     idx, caps, slow = batch_caps(instance, prof, b[jj])
+    s = stats_from_raw(raw.take(idx), b[ii[idx]], b[jj[idx]], prof, n_slots=caps)
+    lam = instance.workload.arrival_rate_req_per_s * s.rate_share
+    traffic = BatchedTraffic.from_stats(s, lam) if instance.slo.ttft_model == "batched" else None
+    return idx, caps, slow, s, lam, traffic
+
+
+def _size_option(instance: Instance, g_idx: int, opt, inputs, b, rows, pools, choices, dropped,
+                 cache: SizingCache | None = None) -> None:
+    """Sizing and replica choices of one GPU option's candidates (appended to the columns)."""
+    ii, jj, sin, sout = rows
+    prof = opt.profile
+    idx, caps, slow, s, lam, traffic = inputs
     for k in np.flatnonzero(slow & (sin == 0) & (sout == 0)):
         dropped.append(Dropped(int(b[ii[k]]), int(b[jj[k]]), opt.name, _tpot_reason(instance, prof, b[jj[k]])))
-    s = stats_from_raw(raw.take(idx), b[ii[idx]], b[jj[idx]], prof, n_slots=caps)
-    lam = w.arrival_rate_req_per_s * s.rate_share
-    counts, ok, reasons = (fleet_counts if instance.slo.scope == "fleet" else pool_counts)(instance, s, lam)
+    if instance.slo.scope == "fleet":
+        counts, ok, reasons = fleet_counts(instance, s, lam)
+    else:
+        hint = None
+        if cache is not None and traffic is not None:
+            hint = cache.at_least(g_idx, instance.slo.ttft_p99_s)
+        counts, ok, reasons = pool_counts(instance, s, lam, traffic, hint)
+        if cache is not None and traffic is not None:
+            least = np.zeros(len(idx), dtype=np.int64)
+            for k, (n, _) in counts.items():
+                least[k] = n[0]
+            least[~ok] = _NO_COUNT  # infeasible at this SLO: infeasible at every tighter one
+            cache.keep(g_idx, instance.slo.ttft_p99_s, least)
     largest_cap = np.r_[idx[1:] != idx[:-1], True]  # rows are sorted by (row, cap)
     for k in np.flatnonzero(~ok & largest_cap):
         r = idx[k]
         if sin[r] == 0 and sout[r] == 0:  # compressed variants of a dropped segment say nothing new
-            dropped.append(Dropped(int(b[ii[r]]), int(b[jj[r]]), opt.name, reasons[k]))
-    first = len(pools)
+            dropped.append(Dropped(int(b[ii[r]]), int(b[jj[r]]), opt.name, partial(reasons.__getitem__, k)))
     keep = np.flatnonzero(ok)
-    traffic = BatchedTraffic.from_stats(s, lam) if instance.slo.ttft_model == "batched" else None
+    first = len(pools)
     if traffic is not None:  # offered load at the realised occupancy of the least count (restrict re-prices with it)
         n_min = np.array([max(int(counts[k][0][0]), 1) for k in keep], dtype=float)
         load = lam[keep] * np.nan_to_num(operating_point(traffic.take(keep), n_min).residence_s, posinf=0.0)
@@ -362,19 +445,55 @@ def _sizing_args(instance, s, lam):
     return (lam, s.mean_service_s, s.cv2_service, s.n_slots)
 
 
-def pool_counts(instance: Instance, s, lam):
-    """Pool scope: the minimum count meeting the pool's own P99 (one choice, no misses counted)."""
+def pool_counts(instance: Instance, s, lam, traffic=None, at_least=None):
+    """Pool scope: the minimum count meeting the pool's own P99 (one choice, no misses counted).
+
+    ``traffic``: the batched model's :class:`~fleetopt.models.batched.BatchedTraffic` of ``s`` if built already;
+    ``at_least``: counts known to be no larger than the answer (:class:`SizingCache`). Returns the counts of the
+    feasible candidates, the feasible mask and the reasons of the others (a mapping, each reason written when
+    read).
+    """
     slo = instance.slo
     if slo.ttft_model == "batched":
-        z = batched_min_replicas(BatchedTraffic.from_stats(s, lam), slo.ttft_p99_s,
-                                 instance.constraints.max_utilization)
+        traffic = BatchedTraffic.from_stats(s, lam) if traffic is None else traffic
+        z = batched_min_replicas(traffic, slo.ttft_p99_s, instance.constraints.max_utilization, at_least=at_least)
     else:
         z = min_replicas(lam, s.mean_service_s, s.cv2_service, s.n_slots, slo.ttft_p99_s, s.prefill_times_s,
                          s.prefill_probs, s.mean_prefill_s, instance.constraints.max_utilization, slo.ttft_model)
     counts = {int(k): (np.array([z.replicas[k]]), np.array([0.0])) for k in np.flatnonzero(z.feasible)}
-    limit = prefill_limit_s(BatchedTraffic.from_stats(s, lam)) if slo.ttft_model == "batched" else None
-    reasons = {int(k): _reason(z.reason[k], s, k, slo, limit) for k in np.flatnonzero(~z.feasible)}
-    return counts, z.feasible, reasons
+
+    bad = np.flatnonzero(~z.feasible)
+    limits: dict[int, np.ndarray] = {}
+
+    def reason(k: int) -> str:
+        if slo.ttft_model != "batched" or z.reason[k] != "prefill":
+            return _reason(z.reason[k], s, k, slo)
+        if not limits:  # the idle-replica prefill times of every such candidate, in one evaluation
+            rows = bad[z.reason[bad] == "prefill"]
+            limits.update(zip(rows.tolist(), prefill_limit_s(traffic.take(rows))))
+        return _reason(z.reason[k], s, k, slo, limits)
+
+    return counts, z.feasible, _Reasons(bad, reason)
+
+
+class _Reasons(Mapping):
+    """Why each infeasible candidate is dropped, written only when read (most never are)."""
+
+    def __init__(self, keys, reason: Callable[[int], str]):
+        self._keys = [int(k) for k in keys]
+        self._set = set(self._keys)
+        self._reason = reason
+
+    def __getitem__(self, k) -> str:
+        if int(k) not in self._set:
+            raise KeyError(k)
+        return self._reason(int(k))
+
+    def __iter__(self):
+        return iter(self._keys)
+
+    def __len__(self) -> int:
+        return len(self._keys)
 
 
 def fleet_counts(instance: Instance, s, lam):

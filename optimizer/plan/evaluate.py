@@ -164,10 +164,10 @@ def service_level(instance: Instance) -> ServiceLevel:
                         instance.slo.scope, instance.slo.tpot_p99_s)
 
 
-def _run(instance: Instance, pools: list[PoolPlan]) -> FleetResult:
+def _run(instance: Instance, pools: list[PoolPlan], fleet_p99: bool = True) -> FleetResult:
     w = instance.workload
     return evaluate_fleet(pools, w.lengths, w.arrival_rate_req_per_s, service_level(instance), w.input_fraction,
-                          instance.pools.compress_success)
+                          instance.pools.compress_success, fleet_p99)
 
 
 def _plan(instance: Instance, lo: int, hi: int, gpu: str, n: int | None, gamma: float = 1.0,
@@ -182,9 +182,10 @@ class Evaluation:
     result: FleetResult
 
 
-def evaluate_plans(instance: Instance, pools: list[PoolPlan]) -> FleetResult:
-    """Exact analytic evaluation of pools (with or without fixed counts) under the instance's SLO."""
-    return _run(instance, pools)
+def evaluate_plans(instance: Instance, pools: list[PoolPlan], fleet_p99: bool = True) -> FleetResult:
+    """Exact analytic evaluation of pools (with or without fixed counts) under the instance's SLO (without
+    ``fleet_p99``, the fleet-wide P99 is left NaN: :func:`fleetopt.models.fleet.evaluate_fleet`)."""
+    return _run(instance, pools, fleet_p99)
 
 
 def evaluate(instance: Instance, fleet: FleetSpec) -> Evaluation:

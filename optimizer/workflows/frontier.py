@@ -33,6 +33,11 @@ solve with ``objective=power``). Each cap is solved lexicographically, least cos
 power at cost :math:`\le C_k (1 + 10^{-9})` (``objective=power`` and ``constraints.max_cost_per_hr``), so every
 point is non-dominated; a cap at or above the previous point's power gives that point again and is not solved.
 
+What the re-solves share: one :class:`~fleetopt.optimizer.plan.candidates.SizingCache` keeps the candidates'
+SLO-independent inputs, and a ``ttft`` sweep starts each count search at the count found under the previous,
+looser SLO (the same counts, fewer evaluations). Points are evaluated without the fleet-wide P99, which no axis
+reads. On the stress instance these took the 20-point cost,ttft curve from about 51 s to about 34 s (36 solves).
+
 Recommended point (:func:`knee_index`)
 --------------------------------------
 From the axis-optimal end :math:`(C_0, a_0)` (the least axis value, the dearest point), the point :math:`k` that
@@ -90,7 +95,7 @@ from fleetopt.solvers.outcome import Termination
 
 from fleetopt.optimizer.errors import InstanceError, SolverError
 from fleetopt.optimizer.io.instance import Instance, load_instance
-from fleetopt.optimizer.plan.candidates import Candidates, generate_candidates
+from fleetopt.optimizer.plan.candidates import Candidates, SizingCache, generate_candidates
 from fleetopt.optimizer.plan.evaluate import baseline, evaluate_plans, fleet_spec
 from fleetopt.optimizer.plan.solve import _pool_plans, _prune, build_problem
 from fleetopt.optimizer.workflows.executor import Backend, Task, open_session
@@ -282,11 +287,12 @@ class _Solver:
         self.solves = 0
         self._cands: dict[float, Candidates] = {}
         self._evals: dict[str, FleetResult] = {}
+        self._sizing = SizingCache()
 
     def candidates(self, inst: Instance) -> Candidates:
         key = inst.slo.ttft_p99_s
         if key not in self._cands:
-            self._cands[key] = _prune(inst, generate_candidates(inst), 1)
+            self._cands[key] = _prune(inst, generate_candidates(inst, cache=self._sizing), 1)
         return self._cands[key]
 
     def solve(self, settings: dict) -> tuple[Instance, FleetResult] | None:
@@ -311,7 +317,7 @@ class _Solver:
         plans = _pool_plans(inst, cands, choices)
         key = repr([(p.lo_tokens, p.hi_tokens, p.gpu, p.replicas, p.compress_gamma, p.max_num_seqs) for p in plans])
         if key not in self._evals:
-            self._evals[key] = evaluate_plans(inst, plans)
+            self._evals[key] = evaluate_plans(inst, plans, fleet_p99=False)  # a point reads pools and totals
         return inst, self._evals[key]
 
 
