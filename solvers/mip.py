@@ -28,6 +28,7 @@ import threading
 import time
 from dataclasses import dataclass
 
+import highspy
 import numpy as np
 import pyomo.environ as pyo
 from pyomo.contrib.solver.common.factory import SolverFactory
@@ -257,8 +258,18 @@ file descriptors around each solve, and two threads doing so at once (a Dask wor
 each other's capture ("TeeStream: deadlock observed"). Processes, the way to solve in parallel, are unaffected."""
 
 
+_SCHEDULER_THREADS: list = []
+"""The ``threads`` of this process's last HiGHS solve (empty before the first)."""
+
+
 def _highs_solve(solver, m, opts):
     with _HIGHS_LOCK:
+        threads = opts.get("threads")
+        if _SCHEDULER_THREADS and _SCHEDULER_THREADS[0] != threads:
+            # HiGHS starts one thread pool per process on its first solve and refuses a later solve that asks
+            # for another size (it ends "unknown", without a solution): start a new pool for the new size.
+            highspy.Highs.resetGlobalScheduler(True)
+        _SCHEDULER_THREADS[:] = [threads]
         return solver.solve(m, **opts)
 
 

@@ -177,6 +177,17 @@ def test_mip_reports_gap_and_bound():
         assert res.bound == pytest.approx(res.best.objective, rel=1e-6)
 
 
+def test_solves_with_different_thread_counts_in_one_process():
+    """HiGHS keeps one thread pool per process; a later solve asking for another size used to end "unknown"
+    with no solution. Every solve of the same problem must reach the same optimum whatever the order."""
+    inst = random_instance(11, caps=True)
+    problem = build_problem(inst, generate_candidates(inst))
+    got = [solve_mip(problem, threads=t, tie_break=False) for t in (None, 1, 1, None, 2)]
+    assert all(r.termination is got[0].termination for r in got)
+    if got[0].best is not None:
+        assert {round(r.best.objective, 9) for r in got} == {round(got[0].best.objective, 9)}
+
+
 # ------------------------------------------------------------ properties
 
 def _cost(data) -> float | None:
