@@ -347,10 +347,7 @@ def _size_option(instance: Instance, g_idx: int, opt, inputs, b, rows, pools, ch
             hint = cache.at_least(g_idx, instance.slo.ttft_p99_s)
         counts, ok, reasons = pool_counts(instance, s, lam, traffic, hint)
         if cache is not None and traffic is not None:
-            least = np.zeros(len(idx), dtype=np.int64)
-            for k, (n, _) in counts.items():
-                least[k] = n[0]
-            least[~ok] = _NO_COUNT  # infeasible at this SLO: infeasible at every tighter one
+            least = np.where(ok, counts.replicas, _NO_COUNT)  # infeasible here: infeasible at every tighter SLO
             cache.keep(g_idx, instance.slo.ttft_p99_s, least)
     largest_cap = np.r_[idx[1:] != idx[:-1], True]  # rows are sorted by (row, cap)
     for k in np.flatnonzero(~ok & largest_cap):
@@ -358,9 +355,10 @@ def _size_option(instance: Instance, g_idx: int, opt, inputs, b, rows, pools, ch
         if sin[r] == 0 and sout[r] == 0:  # compressed variants of a dropped segment say nothing new
             dropped.append(Dropped(int(b[ii[r]]), int(b[jj[r]]), opt.name, partial(reasons.__getitem__, k)))
     keep = np.flatnonzero(ok)
+    least_n, owner, all_n, miss = _flat_counts(counts, keep)
     first = len(pools)
     if traffic is not None:  # offered load at the realised occupancy of the least count (restrict re-prices with it)
-        n_min = np.array([max(int(counts[k][0][0]), 1) for k in keep], dtype=float)
+        n_min = np.maximum(least_n, 1).astype(float)
         load = lam[keep] * np.nan_to_num(operating_point(traffic.take(keep), n_min).residence_s, posinf=0.0)
     else:
         load = lam[keep] * np.nan_to_num(s.mean_service_s[keep])
@@ -368,13 +366,11 @@ def _size_option(instance: Instance, g_idx: int, opt, inputs, b, rows, pools, ch
               output_tok_per_s=lam[keep] * np.nan_to_num(s.mean_output_tokens[keep]),
               state_in=sin[idx[keep]], state_out=sout[idx[keep]], cap=caps[keep],
               load_erlangs=load,
-              min_replicas=np.array([int(counts[k][0][0]) for k in keep], dtype=np.int64))
+              min_replicas=least_n)
     if not len(keep):
         return
-    owner = np.concatenate([np.full(len(counts[k][0]), k_local) for k_local, k in enumerate(keep)])
     row = keep[owner]
-    n = np.ceil(np.concatenate([counts[k][0] for k in keep]) / opt.availability - 1e-9).astype(np.int64)
-    miss = np.concatenate([counts[k][1] for k in keep])
+    n = np.ceil(all_n / opt.availability - 1e-9).astype(np.int64)
     if traffic is not None:  # the batched model's power at the realised occupancy of n replicas
         sub = traffic.take(row)
         op = operating_point(sub, n)
@@ -460,7 +456,7 @@ def pool_counts(instance: Instance, s, lam, traffic=None, at_least=None):
     else:
         z = min_replicas(lam, s.mean_service_s, s.cv2_service, s.n_slots, slo.ttft_p99_s, s.prefill_times_s,
                          s.prefill_probs, s.mean_prefill_s, instance.constraints.max_utilization, slo.ttft_model)
-    counts = {int(k): (np.array([z.replicas[k]]), np.array([0.0])) for k in np.flatnonzero(z.feasible)}
+    counts = _OneCount(np.asarray(z.replicas, dtype=np.int64), np.asarray(z.feasible, dtype=bool))
 
     bad = np.flatnonzero(~z.feasible)
     limits: dict[int, np.ndarray] = {}
@@ -474,6 +470,39 @@ def pool_counts(instance: Instance, s, lam, traffic=None, at_least=None):
         return _reason(z.reason[k], s, k, slo, limits)
 
     return counts, z.feasible, _Reasons(bad, reason)
+
+
+class _OneCount(Mapping):
+    """Pool scope's counts: candidate ``k`` (feasible) -> ``(array([N*]), array([0.0]))``, the shape of
+    :func:`fleet_counts`' choices, held as one array (``replicas``)."""
+
+    def __init__(self, replicas: np.ndarray, feasible: np.ndarray):
+        self.replicas, self.feasible = replicas, feasible
+
+    def __getitem__(self, k):
+        if not self.feasible[int(k)]:
+            raise KeyError(k)
+        return np.array([self.replicas[int(k)]]), np.array([0.0])
+
+    def __iter__(self):
+        return iter(np.flatnonzero(self.feasible).tolist())
+
+    def __len__(self) -> int:
+        return int(self.feasible.sum())
+
+
+def _flat_counts(counts, keep: np.ndarray):
+    """The choices of candidates ``keep`` flattened: each one's least count, and per choice its candidate
+    (position in ``keep``), count and miss probability."""
+    if isinstance(counts, _OneCount):
+        n = counts.replicas[keep]
+        return n, np.arange(len(keep)), n, np.zeros(len(keep))
+    if not len(keep):
+        return (np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64),
+                np.zeros(0))
+    owner = np.concatenate([np.full(len(counts[k][0]), k_local) for k_local, k in enumerate(keep)])
+    return (np.array([int(counts[k][0][0]) for k in keep], dtype=np.int64), owner,
+            np.concatenate([counts[k][0] for k in keep]), np.concatenate([counts[k][1] for k in keep]))
 
 
 class _Reasons(Mapping):
