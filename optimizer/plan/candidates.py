@@ -30,7 +30,7 @@ import numpy as np
 from fleetopt.models.batched import (BatchedTraffic, batched_min_replicas, batched_miss_prob, mean_activity_power_w,
                                      mean_power_w,
                                      operating_point, prefill_limit_s)
-from fleetopt.models.queueing import min_replicas, prefill_p99_s, ttft_miss_prob
+from fleetopt.models.queueing import Sizing, min_replicas, prefill_p99_s, ttft_miss_prob
 from fleetopt.models.power import ActivityPower
 from fleetopt.models.service import decode_power_curve, tpot_batch_cap, tpot_bound_s
 from fleetopt.models.units import MS_PER_S, P99_TAIL
@@ -232,12 +232,16 @@ class SizingCache:
     frontier re-solves one instance under ever tighter SLOs).
 
     Per GPU option it keeps the SLO-independent inputs (traffic statistics, batch caps), and per (option, SLO)
-    the least counts found. A later search at SLO :math:`t` starts each candidate at its count under the nearest
-    looser SLO :math:`t' \\ge t` sized before: :math:`P(T > t \\mid N) \\ge P(T > t' \\mid N)`, so every smaller
-    count fails at :math:`t` too, and the least count is the same as a search from the utilisation floor
-    (:func:`fleetopt.models.batched.batched_min_replicas`, ``at_least``). Only the batched TTFT model with a
-    pool-scope SLO uses the counts; the inputs serve every model. :meth:`check` refuses an instance that differs
-    from the first one seen in anything the inputs read.
+    sized (batched model, pool scope) each candidate's least count :math:`N_t`. Sizing at a new SLO :math:`s`
+    starts each search at the count of the nearest looser SLO :math:`t \\ge s` sized before:
+    :math:`P(T > s \\mid N) \\ge P(T > t \\mid N)`, so :math:`N_t - 1` fails at :math:`s` too
+    (``at_least`` of :func:`fleetopt.models.batched.batched_min_replicas`); the counts are the same as a search
+    from the utilisation floor. :meth:`check` refuses an instance that differs from the first one seen in
+    anything the inputs read.
+
+    (Tried and dropped: probing each count found at a slightly tighter SLO, so that the next re-solves skip the
+    candidates that still pass. On the stress instance's frontier it cost more than it saved: the candidates
+    near their limit, which the probe cannot clear, are the ones whose evaluation is dear.)
     """
 
     def __init__(self):
@@ -261,14 +265,14 @@ class SizingCache:
         elif key != self._key:
             raise ValueError("SizingCache: the instance differs from the cached one in more than slo.ttft_p99_ms")
 
-    def at_least(self, g_idx: int, slo_s: float) -> np.ndarray | None:
-        """Per candidate row of option ``g_idx``: its least count under the nearest looser SLO sized (0 where
-        none is known), or None."""
+    def size(self, g_idx: int, traffic: BatchedTraffic, slo_s: float, rho_max: float) -> Sizing:
+        """The batched model's least counts of option ``g_idx``'s candidates at ``slo_s`` (class docstring)."""
         looser = [(t, n) for t, n in self._counts.get(g_idx, ()) if t >= slo_s]
-        return min(looser, key=lambda tn: tn[0])[1] if looser else None
-
-    def keep(self, g_idx: int, slo_s: float, counts: np.ndarray) -> None:
-        self._counts.setdefault(g_idx, []).append((float(slo_s), counts))
+        start = min(looser, key=lambda tn: tn[0])[1] if looser else None
+        z = batched_min_replicas(traffic, slo_s, rho_max, at_least=start)
+        # a candidate no count serves here is served by none at a tighter SLO: its search starts at the cap
+        self._counts.setdefault(g_idx, []).append((float(slo_s), np.where(z.feasible, z.replicas, _NO_COUNT)))
+        return z
 
 
 def _candidate_rows(b: np.ndarray, gammas: tuple[float, ...]):
@@ -342,13 +346,10 @@ def _size_option(instance: Instance, g_idx: int, opt, inputs, b, rows, pools, ch
     if instance.slo.scope == "fleet":
         counts, ok, reasons = fleet_counts(instance, s, lam)
     else:
-        hint = None
+        sized = None
         if cache is not None and traffic is not None:
-            hint = cache.at_least(g_idx, instance.slo.ttft_p99_s)
-        counts, ok, reasons = pool_counts(instance, s, lam, traffic, hint)
-        if cache is not None and traffic is not None:
-            least = np.where(ok, counts.replicas, _NO_COUNT)  # infeasible here: infeasible at every tighter SLO
-            cache.keep(g_idx, instance.slo.ttft_p99_s, least)
+            sized = cache.size(g_idx, traffic, instance.slo.ttft_p99_s, instance.constraints.max_utilization)
+        counts, ok, reasons = pool_counts(instance, s, lam, traffic, sized)
     largest_cap = np.r_[idx[1:] != idx[:-1], True]  # rows are sorted by (row, cap)
     for k in np.flatnonzero(~ok & largest_cap):
         r = idx[k]
@@ -441,18 +442,20 @@ def _sizing_args(instance, s, lam):
     return (lam, s.mean_service_s, s.cv2_service, s.n_slots)
 
 
-def pool_counts(instance: Instance, s, lam, traffic=None, at_least=None):
+def pool_counts(instance: Instance, s, lam, traffic=None, sized: Sizing | None = None):
     """Pool scope: the minimum count meeting the pool's own P99 (one choice, no misses counted).
 
     ``traffic``: the batched model's :class:`~fleetopt.models.batched.BatchedTraffic` of ``s`` if built already;
-    ``at_least``: counts known to be no larger than the answer (:class:`SizingCache`). Returns the counts of the
-    feasible candidates, the feasible mask and the reasons of the others (a mapping, each reason written when
-    read).
+    ``sized``: its :class:`~fleetopt.models.queueing.Sizing` if sized already (:class:`SizingCache`). Returns the
+    counts of the feasible candidates, the feasible mask and the reasons of the others (a mapping, each reason
+    written when read).
     """
     slo = instance.slo
-    if slo.ttft_model == "batched":
+    if sized is not None:
+        z = sized
+    elif slo.ttft_model == "batched":
         traffic = BatchedTraffic.from_stats(s, lam) if traffic is None else traffic
-        z = batched_min_replicas(traffic, slo.ttft_p99_s, instance.constraints.max_utilization, at_least=at_least)
+        z = batched_min_replicas(traffic, slo.ttft_p99_s, instance.constraints.max_utilization)
     else:
         z = min_replicas(lam, s.mean_service_s, s.cv2_service, s.n_slots, slo.ttft_p99_s, s.prefill_times_s,
                          s.prefill_probs, s.mean_prefill_s, instance.constraints.max_utilization, slo.ttft_model)
