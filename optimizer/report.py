@@ -861,7 +861,8 @@ def render_simulation(c: Console, rep) -> None:
                      "-" if math.isnan(p.slo_attainment) else f"{100 * p.slo_attainment:.2f}", ms(p.tpot_p99_ms_sim),
                      f"{q.power_w:,.0f} / {p.power_w_sim:,.0f}",
                      ("MISSED, " if not p.slo_met_sim else "") + "too few requests" if p.too_few_requests
-                     else "met" if p.slo_met_sim else "MISSED"))
+                     else ("met" if p.slo_met_sim else "MISSED")
+                     + (" (dedicated run)" if p.p99_source == "dedicated run" else "")))
     for k, (name, footer) in enumerate(cols):  # a narrow terminal wraps a cell in two at a space, never cuts digits
         t.add_column(name, footer=footer, no_wrap=name == "tokens", overflow="fold",
                      min_width=max(_two_line_width(x) for x in [footer] + [r[k] for r in rows]),

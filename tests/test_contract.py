@@ -120,13 +120,26 @@ def test_simulate_separates_analytic_from_simulated(repo_root, monkeypatch):
         assert s["ttft_p99_ms"] == s["analytic"]["ttft_p99_ms"]   # 1.0 alias: analytic
         assert s["ttft_p99_ms_sim"] == s["simulated"]["ttft_p99_ms"]
         lo, hi = s["simulated"]["ttft_p99_ci_ms"]
-        assert lo <= s["simulated"]["ttft_p99_ms"] and (hi is None or s["simulated"]["ttft_p99_ms"] <= hi)
+        p99 = s["simulated"]["ttft_p99_ms"]                       # null: unbounded (inf), as the contract writes it
+        assert p99 is None and hi is None or lo <= p99 and (hi is None or p99 <= hi)
+        # what the pool's P99 and verdict rest on: the run's own requests, or a dedicated run's for a thin pool
+        measured = s["simulated"]
+        assert (s["p99_requests"], s["p99_source"]) == (measured["p99_requests"], measured["p99_source"])
+        assert measured["too_few_requests"] == (measured["p99_requests"] < 500)      # both pools have traffic
+        if measured["p99_source"] == "main run":
+            assert measured["p99_requests"] == measured["requests"]
+        else:
+            assert measured["p99_source"] == "dedicated run" and measured["p99_requests"] > measured["requests"]
+    # 4096-65536 gets ~2 % of the stream, a handful of a 2,000-request run: its P99 comes from a dedicated run
+    assert sim["pools"][1]["simulated"]["p99_source"] == "dedicated run"
     assert sim["analytic"] == ev["analytic"]
     fleet = sim["simulated"]
     assert (sim["ttft_p99_ms"], sim["slo_met"], sim["power_kw"]) == (fleet["ttft_p99_ms"], fleet["slo_met"],
                                                                       fleet["power_kw"])
-    # every measured request is routed to exactly one pool
+    # every measured request is routed to exactly one pool, a thin pool's dedicated run aside
     assert sum(p["simulated"]["requests"] for p in sim["pools"]) == fleet["requests_measured"]
+    assert sum(p["rejected"] for p in sim["pools"]) == sim["rejected"]
+    assert fleet["power_kw"] * 1000 == pytest.approx(sum(p["simulated"]["power_w"] for p in sim["pools"]), rel=1e-12)
 
 
 def test_contract_rejects_a_broken_document(repo_root, monkeypatch):
@@ -137,6 +150,8 @@ def test_contract_rejects_a_broken_document(repo_root, monkeypatch):
                    {**doc, "schema_version": 1},
                    {**doc, "simulated": None},
                    {**doc, "pools": [{k: v for k, v in doc["pools"][0].items() if k != "analytic"}]},
+                   {**doc, "pools": [{**doc["pools"][0],
+                                      "simulated": {**doc["pools"][0]["simulated"], "p99_source": "elsewhere"}}]},
                    {**doc, "requests_simulated": float(doc["requests_simulated"])},
                    {**doc, "slo_met": int(doc["slo_met"])}):
         with pytest.raises(ValidationError):

@@ -66,7 +66,7 @@ def test_length_plan_file_equals_its_fleet_spec(repo_root, tmp_path):
     for how in (["--plan", solve], ["--fleet", spec]):
         out = tmp_path / "sim.json"
         r = _invoke("simulate", inst, *how, "--requests", 2000, "--json", out)
-        assert r.exit_code == 0, r.output
+        assert r.exit_code in (0, 5), r.output      # 5: the plan's SLO verdict (its thin top pool may miss)
         d = json.loads(out.read_text())
         d.pop("wall_seconds")
         runs.append(d)
@@ -230,7 +230,8 @@ def test_integral_numbers_are_whole_numbers(repo_root, quick_solve, tmp_path):
         change(data)
         f, out = tmp_path / "plan.json", tmp_path / "sim.json"
         f.write_text(json.dumps(data))
-        assert _invoke("simulate", inst, "--plan", f, "--requests", 1000, "--json", out).exit_code == 0
+        r = _invoke("simulate", inst, "--plan", f, "--requests", 1000, "--json", out)
+        assert r.exit_code in (0, 5), r.output      # 5: the plan's SLO verdict (its thin top pool may miss)
         runs.append({k: v for k, v in json.loads(out.read_text()).items() if k != "wall_seconds"})
     assert runs[0] == runs[1]
 

@@ -196,7 +196,14 @@ class PoolSimulated(_Open):
 
     source: Literal["simulated"]
     requests: int = Field(description="measured requests routed to the pool")
-    too_few_requests: bool = Field(description="traffic but too few measured requests for a verdict")
+    too_few_requests: bool = Field(description="traffic but too few measured requests for a verdict "
+                                               "(p99_requests below 500)")
+    p99_requests: int = Field(description="measured requests the P99s, their intervals, the attainment and the "
+                                          "verdict rest on: requests, or the dedicated run's for a thin pool")
+    p99_source: Literal["main run", "dedicated run"] = Field(
+        description="where the latency figures and the verdict come from: the run of the whole stream, or a "
+                    "dedicated run of the requests routed to this pool (a thin pool; counts, rate, utilization, "
+                    "batch and power stay the main run's)")
     arrival_rate: Figure
     utilization: Figure
     ttft_p99_ms: Figure

@@ -11,7 +11,7 @@ miss) is in the docstring of :mod:`fleetopt.optimizer.simulation.simulate`.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -22,8 +22,9 @@ from fleetopt.solvers.des.metrics import Estimate, batch_means_ci, percentile, q
 from fleetopt.optimizer.io.instance import Instance
 from fleetopt.optimizer.simulation.options import SimOptions
 
-__all__ = ["CONFIDENCE", "N_BATCHES", "MIN_POOL_REQUESTS", "ANALYTIC_POOL_KEYS", "Latency", "SimPoolReport", "SimReport", "RequestLatencies", "Replication",
-           "p99_estimate", "build_report"]
+__all__ = ["CONFIDENCE", "N_BATCHES", "MIN_POOL_REQUESTS", "P99_SOURCES", "ANALYTIC_POOL_KEYS", "Latency",
+           "SimPoolReport", "SimReport", "RequestLatencies", "Replication", "p99_estimate", "build_report",
+           "with_dedicated_latency", "rejudged"]
 
 CONFIDENCE = 0.95
 """Confidence level of every interval in a report."""
@@ -34,6 +35,10 @@ MIN_POOL_REQUESTS = 500
 its :math:`n/100` slowest ones (5 at this floor); below it a pool's verdict is flagged ``too_few_requests`` and
 never shown as met (:attr:`SimPoolReport.too_few_requests`; the verification re-simulates with more requests,
 :mod:`fleetopt.optimizer.simulation.verify`)."""
+P99_SOURCES = ("main run", "dedicated run")
+"""Where a pool row's latency statistics and verdict come from (:attr:`SimPoolReport.p99_source`): the run of the
+whole stream, or the pool's dedicated run of the requests routed to it (a thin pool,
+:mod:`fleetopt.optimizer.simulation.simulate`, "Thin pools")."""
 _SOURCE = "simulated"
 ANALYTIC_POOL_KEYS = ("min_tokens", "max_tokens", "gpu", "replicas", "gpus", "arrival_rate", "utilization",
                       "ttft_p99_ms", "power_w", "slo_met")
@@ -116,12 +121,19 @@ class SimPoolReport(_Measured):
     """Replicas simulated, mean over the replications (the plan's count unless availability is sampled)."""
     max_num_seqs_sim: int
     """Batch cap per replica in the engine (the analytic one, unless ``kv="paged"``)."""
+    p99_requests: int
+    """Measured requests the P99s, their intervals, the attainment and the verdict rest on: ``requests`` (the main
+    run's), or the dedicated run's for a thin pool (``p99_source``)."""
+    p99_source: str
+    """One of :data:`P99_SOURCES`: ``"main run"``, or ``"dedicated run"`` when the latency statistics and verdict
+    come from the pool's own run (the counts, rate, utilisation, batch, power and energy stay the main run's, so
+    the fleet's totals are still the pools' sums)."""
 
     @property
     def too_few_requests(self) -> bool:
-        """The pool has traffic (analytic arrival rate > 0) but fewer than :data:`MIN_POOL_REQUESTS` measured
-        requests: its simulated verdict rests on too few of them to be trusted either way."""
-        return bool(self.analytic.arrival_rate > 0 and self.requests < MIN_POOL_REQUESTS)
+        """The pool has traffic (analytic arrival rate > 0) but its verdict rests on fewer than
+        :data:`MIN_POOL_REQUESTS` measured requests (``p99_requests``): too few to be trusted either way."""
+        return bool(self.analytic.arrival_rate > 0 and self.p99_requests < MIN_POOL_REQUESTS)
 
     min_tokens = property(lambda self: self.analytic.min_tokens)
     max_tokens = property(lambda self: self.analytic.max_tokens)
@@ -141,7 +153,8 @@ class SimPoolReport(_Measured):
 
         a = self.analytic
         simulated = pool_simulated(
-            requests=self.requests, too_few_requests=self.too_few_requests, arrival_rate=self.arrival_rate_sim,
+            requests=self.requests, p99_requests=self.p99_requests, p99_source=self.p99_source,
+            too_few_requests=self.too_few_requests, arrival_rate=self.arrival_rate_sim,
             utilization=self.utilization_sim, ttft_p99_ms=self.ttft_p99_ms_sim, ttft_p99_ci_ms=self.ttft_p99_ci_ms,
             tpot_p99_ms=self.tpot_p99_ms_sim, tpot_p99_ci_ms=self.tpot_p99_ci_ms, mean_batch=self.mean_batch,
             power_w=self.power_w_sim, slo_attainment=self.slo_attainment, slo_met=self.slo_met_sim)
@@ -157,7 +170,8 @@ class SimPoolReport(_Measured):
             "utilization_sim": self.utilization_sim, "power_w_sim": self.power_w_sim,
             "energy_per_output_token_j": self.energy_per_output_token_j,
             "arrival_rate_sim": self.arrival_rate_sim, "requests": self.requests,
-            "too_few_requests": self.too_few_requests, "unfinished": self.unfinished,
+            "too_few_requests": self.too_few_requests, "p99_requests": self.p99_requests,
+            "p99_source": self.p99_source, "unfinished": self.unfinished,
             "rejected": self.rejected, "max_num_seqs": a.max_num_seqs, "compress_gamma": a.compress_gamma,
             "mean_batch_analytic": a.mean_batch, "tpot_p99_ms_bound": a.tpot_p99_ms,
             "latency_ms": self._latency_json(),
@@ -419,6 +433,42 @@ def _within(e: Estimate, limit_s: float | None, upper: bool) -> bool:
     return bool((e.high if upper else e.value) <= limit_s * (1 + 1e-12))
 
 
+def _point_within(value_ms: float, limit_s: float | None) -> bool:
+    r"""Whether a P99 point estimate in ms meets ``limit_s``, :math:`x \le T (1 + 10^{-12})`; NaN (nothing
+    measured) cannot miss."""
+    return bool(limit_s is None or math.isnan(value_ms) or value_ms / MS_PER_S <= limit_s * (1 + 1e-12))
+
+
+def _pool_scope_verdicts(pools, slo) -> tuple[bool, bool]:
+    """A pool-scope SLO's fleet verdicts from the pool rows: every pool met on its interval's upper end, and
+    every pool's point estimates (TTFT and, if the SLO sets one, TPOT) within the SLO."""
+    met = all(p.slo_met_sim for p in pools)
+    met_point = all(_point_within(p.ttft_p99_ms_sim, slo.ttft_p99_s) and _point_within(p.tpot_p99_ms_sim,
+                                                                                       slo.tpot_p99_s)
+                    for p in pools)
+    return met, met_point
+
+
+def with_dedicated_latency(main: SimPoolReport, own: SimPoolReport) -> SimPoolReport:
+    """The main run's row of a thin pool with the latency statistics and verdict of its dedicated run ``own``
+    (P99s and intervals, percentiles, attainment, ``slo_met_sim``; ``p99_requests`` = ``own.requests``). The
+    counts, rate, utilisation, batch, power and energy stay ``main``'s: the fleet's totals sum them."""
+    return replace(main, ttft_p99_ms_sim=own.ttft_p99_ms_sim, ttft_p99_ci_ms=own.ttft_p99_ci_ms,
+                   tpot_p99_ms_sim=own.tpot_p99_ms_sim, tpot_p99_ci_ms=own.tpot_p99_ci_ms,
+                   slo_attainment=own.slo_attainment, slo_met_sim=own.slo_met_sim, ttft=own.ttft, tpot=own.tpot,
+                   wait=own.wait, e2e=own.e2e, p99_requests=own.requests, p99_source=P99_SOURCES[1])
+
+
+def rejudged(report: "SimReport", pools: tuple[SimPoolReport, ...], notes: tuple[str, ...], slo) -> "SimReport":
+    """``report`` with new pool rows and notes; under a pool-scope ``slo`` (the instance's) its verdicts
+    (``slo_met``, ``slo_met_point``) judged again from the rows. The fleet's figures (P99, attainment, counts,
+    power) stay."""
+    if slo.scope == "fleet":
+        return replace(report, pools=pools, notes=notes)
+    met, met_point = _pool_scope_verdicts(pools, slo)
+    return replace(report, pools=pools, notes=notes, slo_met=met, slo_met_point=met_point)
+
+
 def _pool_report(instance: Instance, a: PoolResult, k: int, runs: list[Replication]) -> SimPoolReport:
     sel = [r.pool == k for r in runs]
 
@@ -439,7 +489,7 @@ def _pool_report(instance: Instance, a: PoolResult, k: int, runs: list[Replicati
         preemptions=int(sum(int(r.preemptions[k]) for r in runs)),
         spilled=int(sum(int(r.spilled[k]) for r in runs)),
         replicas_up_mean=float(np.mean([r.replicas_up[k] for r in runs])),
-        max_num_seqs_sim=int(runs[0].batch_cap[k]),
+        max_num_seqs_sim=int(runs[0].batch_cap[k]), p99_requests=n, p99_source=P99_SOURCES[0],
         utilization_sim=float(np.mean([r.utilization[k] for r in runs])),
         power_w_sim=float(np.mean([r.power_w[k] for r in runs])),
         energy_per_output_token_j=_ratio(sum(r.energy_j[k] for r in runs), sum(r.output_tokens_done[k] for r in runs)),
@@ -466,10 +516,7 @@ def build_report(instance: Instance, analytic: FleetResult, runs: list[Replicati
         met = _within(fleet, slo.ttft_p99_s, True) and _within(tpot, slo.tpot_p99_s, True)
         met_point = _within(fleet, slo.ttft_p99_s, False) and _within(tpot, slo.tpot_p99_s, False)
     else:
-        met = all(p.slo_met_sim for p in pools)
-        met_point = all(_within(p99_estimate([r.ttft_s[r.pool == k] for r in runs]), slo.ttft_p99_s, False)
-                        and _within(p99_estimate([r.tpot_s[r.pool == k] for r in runs]), slo.tpot_p99_s, False)
-                        for k in range(len(pools)))
+        met, met_point = _pool_scope_verdicts(pools, slo)
     ci_method = "replications" if replications >= 2 else f"batch-means ({N_BATCHES} batches)"
     return SimReport(
         requests_measured=int(ttft_all.size), simulated_seconds=float(sum(r.span_s for r in runs)),

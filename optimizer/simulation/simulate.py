@@ -84,6 +84,38 @@ token, is decided: it misses whatever the run length). ``stopped_by`` says which
 ``trace_length`` when a replay has no more requests, ``p99_unbounded`` when more
 than 1 % of all measured requests get no first token, so more requests cannot
 narrow it).
+
+Thin pools
+----------
+A pool whose share of the stream is tiny (a compress-and-route plan's top pool can get under 0.01 % of the
+requests) ends a run with fewer than :data:`fleetopt.optimizer.simulation.records.MIN_POOL_REQUESTS` measured
+requests, and no run length the user would wait for changes that. Such a pool is then measured in a *dedicated
+run* (:func:`_thin_pool_runs`). Under Poisson arrivals and a router that decides each request from the request
+itself and its own draws (length, random, split, compress; not ``spillover``, which reads the queues), the
+requests routed to one pool are a thinned Poisson stream of rate :math:`\lambda_p = \lambda\, s_p`, independent
+of the other pools, and pools share nothing else, so the pool alone on that stream is the pool in the fleet.
+The stream's lengths are drawn in chunks of up to :math:`2^{20}` requests from a generator of its own (the
+router's draws come from another, so they do not shift it), routed, and the pool's requests kept until each
+replication holds :math:`\lceil` :data:`THIN_POOL_REQUESTS` / ``replications`` :math:`\rceil` of them or
+:data:`THIN_MAX_DRAWN` requests were drawn; their instants follow from their indices in the stream (gamma
+gaps, :func:`_routed_to`: the routing never reads an instant). The pool is simulated on those alone (warm-up
+floor :math:`2\tau_p`, its own relaxation time; seeds derived from ``seed`` and the pool's index, so the report
+stays deterministic).
+
+The books stay the main run's: the pool's row keeps ``requests``, ``rejected``, ``unfinished``, its rate,
+utilisation, batch, power and energy from the run of the whole stream (the fleet's ``requests_measured``,
+rejected, unfinished and power are sums of the pools'), and takes from the dedicated run only its latency
+statistics: the P99 TTFT and TPOT with their intervals, the percentiles, the attainment and the verdict.
+``p99_requests`` says how many measured requests those rest on, ``p99_source`` which run (``main run`` or
+``dedicated run``), ``too_few_requests`` is judged on ``p99_requests``, and a note says so. The fleet P99 and
+attainment stay the main run's; a pool-scope fleet verdict is judged again from the rows. No dedicated run
+(the row stays flagged, a note says why) under spillover, non-Poisson arrivals or a trace replay, for a pool
+that receives every request or whose requests in this run are already more than half what a dedicated run
+would simulate (it is thin because the run is short: a longer run is the remedy), or when
+:data:`THIN_MAX_DRAWN` draws per replication would not hold
+:data:`~fleetopt.optimizer.simulation.records.MIN_POOL_REQUESTS` of its requests in all. A dedicated run that
+draws that many and finds fewer than it sought says so, and stays flagged if it measured fewer than
+``MIN_POOL_REQUESTS``.
 """
 
 from __future__ import annotations
@@ -142,11 +174,13 @@ from fleetopt.optimizer.simulation.records import (
     SimReport,
     build_report,
     p99_estimate,
+    rejudged,
+    with_dedicated_latency,
 )
 from fleetopt.optimizer.plan.split_candidates import SplitRouting, evaluate_routing
 
 __all__ = ["ROUTERS", "DISPATCHES", "ARRIVALS", "MODES", "MIN_REQUESTS_PER_REPLICATION", "DEFAULT_SPILL_BOUND",
-           "COOLDOWN_SHARE", "Latency", "SimPoolReport", "SimReport",
+           "COOLDOWN_SHARE", "THIN_POOL_REQUESTS", "THIN_MAX_DRAWN", "Latency", "SimPoolReport", "SimReport",
            "SimOptions", "simulate_plan", "simulate_pools", "simulate_solved_plan", "planned_router",
            "plans_from_fleet", "plans_from_spec", "parse_precision"]
 
@@ -154,6 +188,15 @@ COOLDOWN_SHARE = 0.05
 """Share of a replication's span at its end whose arrivals are not measured (they keep the load on)."""
 COOLDOWN_SLOS = 10.0
 """The unmeasured end of a replication lasts at least this many TTFT SLOs (up to a quarter of the span)."""
+THIN_POOL_REQUESTS = 4 * MIN_POOL_REQUESTS
+"""Requests routed to a thin pool that its dedicated run simulates, over all replications (module docstring,
+"Thin pools"); 15 % or more of them fall in the warm-up and cool-down, so about 1,700 are measured."""
+THIN_MAX_DRAWN = 20_000_000
+"""Requests of the stream a dedicated run draws at most per replication to find a thin pool's requests."""
+_THIN_CHUNK = 1 << 20
+"""Requests of the stream drawn at most at once for a dedicated run (about 40 MB of arrays)."""
+_THIN_SEED_KEY = 0x7417
+"""Mixed into the seed of a dedicated run (with ``seed`` and the pool's index), apart from the main run's."""
 _DISPATCH = {"jsq": JoinShortestQueue, "round-robin": RoundRobin, "least-queue": LeastQueue}
 """The engine's dispatch policy per :data:`DISPATCHES` name (one entry each)."""
 
@@ -216,6 +259,8 @@ class _RunSpec:
     cooldown_floor_s: float
     split_shares: object
     availability: tuple = ()
+    only_pool: int | None = None
+    """A thin pool's dedicated run (module docstring, "Thin pools"): simulate only the requests routed to it."""
 
 
 def simulate_plan(instance: Instance, pools: list[PoolPlan], options: SimOptions = SimOptions(), *,
@@ -331,6 +376,8 @@ def simulate_plan(instance: Instance, pools: list[PoolPlan], options: SimOptions
                           requests_simulated=R * n_rep, relaxation_s=relax_s,
                           routing_source=None if options.router != "split" else "shares" if routing is None else "plan",
                           wall_s=time.perf_counter() - t0)
+    report = _thin_pool_runs(spec, report, R)
+    report = replace(report, wall_seconds=time.perf_counter() - t0)   # the dedicated runs' time included
     if keep_requests:
         report = replace(report, request_latencies=RequestLatencies.from_runs(analytic, runs))
     return report
@@ -493,13 +540,21 @@ def _router(kind: str, instance: Instance, analytic: FleetResult, names: list[st
 
 
 def _replication(spec: _RunSpec, n: int, rng: np.random.Generator) -> Replication:
-    """One replication: stream, route, simulate to the last arrival, keep the measured requests."""
+    """One replication: stream, route, simulate to the last arrival, keep the measured requests (a thin pool's
+    dedicated run, ``spec.only_pool``: ``n`` requests routed to that pool, module docstring "Thin pools")."""
     o = spec.options
-    req = _stream(spec.instance, n, rng, o)
-    route = _router(o.router, spec.instance, spec.analytic, [p.name for p in spec.pools], rng, spec.split_shares,
-                    o.spill_bound)
-    if isinstance(route, CompressRouter):
-        req = route.compress(req)
+    if spec.only_pool is None:
+        req = _stream(spec.instance, n, rng, o)
+        route = _router(o.router, spec.instance, spec.analytic, [p.name for p in spec.pools], rng, spec.split_shares,
+                        o.spill_bound)
+        if isinstance(route, CompressRouter):
+            req = route.compress(req)
+    else:                                       # a thin pool's own run: its requests, then straight to it
+        stream_rng, route_rng = rng.spawn(2)    # the stream apart from the router's draws
+        route = _router(o.router, spec.instance, spec.analytic, [p.name for p in spec.pools], route_rng,
+                        spec.split_shares, o.spill_bound)
+        req = _routed_to(spec, route, n, stream_rng)
+        route = _ToPool(route.pool_names, spec.pools[spec.only_pool].name)
     horizon_s = float(req.arrival_at_s[-1])
     warmup_s = min(max(o.warmup_share * horizon_s, spec.warmup_floor_s), 0.5 * horizon_s)
     measure_end_s = horizon_s - min(max(COOLDOWN_SHARE * horizon_s, spec.cooldown_floor_s), 0.25 * horizon_s)
@@ -536,6 +591,109 @@ def _replication(spec: _RunSpec, n: int, rng: np.random.Generator) -> Replicatio
         n_requests=len(req), span_s=horizon_s, warmup_s=warmup_s, warmup_cut=spec.warmup_floor_s > 0.5 * horizon_s,
         measured_s=measure_end_s - warmup_s,
         littles_error=float(np.max(np.abs(L - lam_w) / np.maximum(L, 1e-12), initial=0.0)))
+
+
+class _ToPool:
+    """A router that sends every request to one pool (a thin pool's dedicated run: its requests are routed)."""
+
+    def __init__(self, pool_names, name: str):
+        self.pool_names = tuple(pool_names)
+        self._k = self.pool_names.index(name)
+
+    def route(self, prompt_tokens, output_tokens) -> np.ndarray:
+        return np.full(len(prompt_tokens), self._k, dtype=np.int64)
+
+
+def _routed_to(spec: _RunSpec, route, n: int, rng: np.random.Generator) -> Requests:
+    r"""``n`` requests of the Poisson stream routed to pool ``spec.only_pool`` (module docstring, "Thin pools"), fewer
+    when :data:`THIN_MAX_DRAWN` draws did not hold ``n``. The stream's lengths are drawn from ``rng`` in chunks,
+    compressed where the router compresses and routed (routers of this run decide from the lengths and their own
+    draws, never the instants); the instants follow for the kept requests alone: the one at stream index
+    :math:`j` arrives at :math:`\sum_{i \le j} E_i`, so from one kept request to the next, :math:`m` indices on,
+    passes :math:`\mathrm{Gamma}(m, 1/\lambda)`."""
+    w = spec.instance.workload
+    target = route.pool_names.index(spec.pools[spec.only_pool].name)
+    share = spec.analytic.pools[spec.only_pool].arrival_rate / w.arrival_rate_req_per_s
+    size = int(min(_THIN_CHUNK, max(4096, math.ceil(1.5 * n / share))))   # about 1.5 n of its requests in one
+    parts, got, drawn, last, t_s = [], 0, 0, -1, 0.0    # last: stream index of the last kept request, at t_s
+    while got < n and drawn < THIN_MAX_DRAWN:
+        m = min(size, THIN_MAX_DRAWN - drawn)
+        prompt, output = sample_lengths(w.lengths, m, rng, w.input_fraction)
+        if isinstance(route, CompressRouter):
+            cut = route.compress(Requests(np.zeros(m), prompt, output))
+            prompt, output = cut.prompt_tokens, cut.output_tokens
+        mine = np.flatnonzero(np.asarray(route.route(prompt, output)) == target)
+        if mine.size:
+            at_s = t_s + np.cumsum(rng.gamma(np.diff(drawn + mine, prepend=last), 1.0 / w.arrival_rate_req_per_s))
+            parts.append((at_s, prompt[mine], output[mine]))
+            got, last, t_s = got + mine.size, drawn + int(mine[-1]), float(at_s[-1])
+        drawn += m
+    if not parts:
+        raise RuntimeError(f"pool {spec.pools[spec.only_pool].name}: none of {drawn:,} requests drawn was routed to "
+                           "it (its dedicated run needs some)")
+    at_s, prompt, output = (np.concatenate([p[i] for p in parts])[:n] for i in range(3))
+    return Requests(at_s, prompt, output)
+
+
+def _no_dedicated_run(options: SimOptions) -> str | None:
+    """Why the run's options allow no thin pool a dedicated run (module docstring, "Thin pools"); None if they do."""
+    if options.arrivals == "trace":
+        return ("a trace replay holds only the trace's requests at their own instants: there is no more of the "
+                "stream to draw")
+    if options.arrivals != "poisson":
+        return (f"{options.arrivals} arrivals are not Poisson, so the instants of a pool's requests cannot be drawn "
+                "apart from the stream's (gamma gaps need exponential ones); raise --requests")
+    if options.router == "spillover":
+        return ("the spillover router reads the pools' queues, so the requests a pool gets depend on the other "
+                "pools and are not a thinned stream of their own; raise --requests")
+    return None
+
+
+def _thin_pool_runs(spec: _RunSpec, report: SimReport, replications: int) -> SimReport:
+    """Measure each thin pool of ``report`` (``too_few_requests``) in a dedicated run and put its latency
+    statistics and verdict in its row, with a note (module docstring, "Thin pools"); a thin pool that gets none
+    keeps its row and a note says why."""
+    thin = [k for k, p in enumerate(report.pools) if p.too_few_requests]
+    if not thin:
+        return report
+    pools, notes, o = list(report.pools), list(report.notes), spec.options
+    per_rep = max(int(math.ceil(THIN_POOL_REQUESTS / replications)), MIN_REQUESTS_PER_REPLICATION)
+    why_all = _no_dedicated_run(o)
+    for k in thin:
+        a, had = spec.analytic.pools[k], report.pools[k].requests
+        share = a.arrival_rate / spec.instance.workload.arrival_rate_req_per_s
+        said = f"pool {_pool_name(a)} measured {had:,} request{'' if had == 1 else 's'}, too few for its P99"
+        why = why_all
+        if why is None and share >= 1.0 - 1e-9:
+            why = "it receives every request, so its own run would be this run; raise --requests"
+        elif why is None and 2 * share * report.requests_simulated > per_rep * replications:
+            why = (f"this run simulated about {share * report.requests_simulated:,.0f} of its requests, more than "
+                   f"half what a dedicated run would ({per_rep * replications:,}); raise --requests")
+        elif why is None and share * THIN_MAX_DRAWN * replications < MIN_POOL_REQUESTS:
+            why = (f"its share of the stream ({share:.2g}) would leave it fewer than {MIN_POOL_REQUESTS} requests in "
+                   f"the {THIN_MAX_DRAWN:,} a replication may draw")
+        if why is not None:
+            notes.append(f"{said}, and gets no dedicated run: {why}")
+            continue
+        own_spec = replace(spec, only_pool=k, warmup_floor_s=2.0 * a.relaxation_s)
+        seed = int(np.random.SeedSequence([int(o.seed), _THIN_SEED_KEY, k]).generate_state(1)[0])
+        runs = replicate(lambda rng: _replication(own_spec, per_rep, rng), seed, replications).results
+        own = build_report(spec.instance, spec.analytic, runs, p99_estimate([r.ttft_s for r in runs]), o,
+                           replications=replications, stopped_by="requests", requests_simulated=0,
+                           relaxation_s=0.0, routing_source=None, wall_s=0.0).pools[k]
+        short = min(r.n_requests for r in runs)
+        ran_out = (f"; a replication found only {short:,} of the {per_rep:,} sought in the {THIN_MAX_DRAWN:,} "
+                   "requests it may draw" if short < per_rep else "")
+        if own.requests <= had:
+            notes.append(f"{said}; its dedicated run measured no more ({own.requests:,}), so its row stays the "
+                         f"run's{ran_out}")
+            continue
+        pools[k] = with_dedicated_latency(report.pools[k], own)
+        notes.append(f"{said} in this run: its P99 TTFT and TPOT, their intervals, attainment and verdict come from "
+                     f"a dedicated run of {own.requests:,} measured requests routed to it "
+                     f"({sum(r.n_requests for r in runs):,} simulated, seed {seed}); its requests, rate, "
+                     f"utilisation, batch and power stay this run's{ran_out}")
+    return rejudged(report, tuple(pools), tuple(notes), spec.instance.slo)
 
 
 def simulate_solved_plan(instance: Instance, plan, options: SimOptions = SimOptions(), *,
