@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import partial
 
 import numpy as np
@@ -37,8 +37,8 @@ from fleetopt.models.units import MS_PER_S, P99_TAIL
 
 from fleetopt.optimizer.io.instance import Instance
 
-__all__ = ["Candidates", "Deadline", "Dropped", "WindowCut", "SizingCache", "generate_candidates", "prune_dominated",
-           "restrict", "least_counts", "batch_caps", "pool_counts", "fleet_counts"]
+__all__ = ["Candidates", "Deadline", "Dropped", "WindowCut", "SizingCache", "TighteningCandidates",
+           "generate_candidates", "prune_dominated", "restrict", "least_counts", "batch_caps", "pool_counts", "fleet_counts"]
 
 MAX_EXTRA_COUNTS = 64
 """Fleet scope: at most this many replica counts above the utilisation floor per candidate."""
@@ -275,6 +275,110 @@ class SizingCache:
         return z
 
 
+class TighteningCandidates:
+    r"""The candidates of one instance under a TTFT SLO that only tightens (a cost,ttft frontier), sized lazily.
+
+    Pool scope and the batched model (one replica choice per candidate). Built at the instance's own SLO
+    :math:`t_0`, every candidate sized exactly (:func:`generate_candidates`); one that no count serves at
+    :math:`t_0` serves none at a tighter SLO and is gone. At a tighter SLO :math:`s` (:meth:`tighten`) each
+    candidate keeps the count :math:`N_t` it was last sized to, a *lower bound* of its least count at :math:`s`
+    (:math:`P(T > s \mid N) \ge P(T > t \mid N)`), until :meth:`verify` sizes it at :math:`s` (a search that
+    starts at :math:`N_t`). :meth:`table` gives the candidates with those counts. Cost, GPUs and power grow with
+    the count, so the table is a relaxation: a plan's figures in it are at most its figures at :math:`s`, every
+    plan feasible at :math:`s` is feasible in it, and an optimum of the table whose candidates are all verified
+    at :math:`s` (their counts exact) is an optimum at :math:`s`. The caller solves, verifies the chosen
+    candidates, and solves again while a verification changed a count
+    (:func:`fleetopt.optimizer.workflows.frontier.frontier`). Dominance pruning of a table stays valid: a
+    candidate dropped for one no worse in the table can be swapped for it in any plan, so the relaxation's
+    optimum is no dearer than the optimum at :math:`s`.
+    """
+
+    def __init__(self, instance: Instance):
+        if instance.slo.scope != "pool" or instance.slo.ttft_model != "batched":
+            raise ValueError("TighteningCandidates: needs slo.scope pool and ttft_model batched")
+        self.instance = instance
+        self.slo_s = float(instance.slo.ttft_p99_s)
+        self._cache = SizingCache()
+        c = generate_candidates(instance, cache=self._cache)
+        if not np.array_equal(c.choice_pool, np.arange(len(c))):
+            raise ValueError("TighteningCandidates: expected one replica choice per candidate")
+        self._base = c
+        self._rows = _candidate_rows(c.boundaries, c.gammas)
+        self._cols = {f: getattr(c, f).copy() for f in _TABLE_FIELDS}
+        self._row_of = np.zeros(len(c), dtype=np.int64)
+        for g in range(len(instance.gpus)):
+            mine = np.flatnonzero(c.gpu == g)
+            sized = self._cache._counts.get(g, [])
+            if mine.size:
+                self._row_of[mine] = np.flatnonzero(sized[-1][1] < _NO_COUNT)
+        self._exact_at = np.full(len(c), self.slo_s)
+        self.alive = np.ones(len(c), dtype=bool)
+        self.evaluations = 0
+        """Candidates sized again by :meth:`verify` (the work the laziness leaves)."""
+
+    def tighten(self, slo_s: float) -> None:
+        """Move to SLO ``slo_s`` (no looser than the current one): every count becomes a lower bound."""
+        if slo_s > self.slo_s * (1 + 1e-12):
+            raise ValueError(f"TighteningCandidates: {slo_s} s is looser than the current {self.slo_s} s")
+        self.slo_s = float(slo_s)
+
+    def table(self) -> tuple[Candidates, np.ndarray]:
+        """The live candidates with their current counts (exact or lower bounds), and each one's id (what
+        :meth:`verify` takes)."""
+        ids = np.flatnonzero(self.alive)
+        c = replace(self._base, **{f: self._cols[f] for f in _TABLE_FIELDS}).keep_choices(self.alive)
+        return c, ids
+
+    def ids_of(self, table: Candidates, ids: np.ndarray, pruned: Candidates, pools) -> np.ndarray:
+        """The ids of pools ``pools`` of ``pruned`` (``table`` after :meth:`Candidates.keep_choices`)."""
+        where = {k: n for n, k in enumerate(_pool_keys(table))}
+        keys = _pool_keys(pruned)
+        return np.array([ids[where[keys[int(p)]]] for p in pools], dtype=np.int64)
+
+    def verify(self, ids) -> bool:
+        """Size candidates ``ids`` exactly at the current SLO; True when every one of them kept its count (none
+        changed, none is infeasible now)."""
+        ids = np.asarray(ids, dtype=np.int64)
+        todo = ids[self.alive[ids] & (self._exact_at[ids] != self.slo_s)]
+        unchanged = bool(self.alive[ids].all())
+        inst = self.instance
+        gpu = self._base.gpu
+        for g in np.unique(gpu[todo]):
+            t = todo[gpu[todo] == g]
+            opt, inputs = inst.gpus[int(g)], self._cache.inputs[int(g)]
+            rows = self._row_of[t]
+            z = batched_min_replicas(inputs[5].take(rows), self.slo_s, inst.constraints.max_utilization,
+                                     at_least=self._cols["min_replicas_analytic"][t])
+            self.evaluations += len(t)
+            self._exact_at[t] = self.slo_s
+            self.alive[t[~z.feasible]] = False
+            moved = z.feasible & (z.replicas != self._cols["min_replicas_analytic"][t])
+            unchanged = unchanged and bool(z.feasible.all()) and not bool(moved.any())
+            if moved.any():
+                self._update(int(g), opt, inputs, t[moved], rows[moved], z.replicas[moved])
+        return unchanged
+
+    def _update(self, g: int, opt, inputs, t, rows, counts) -> None:
+        pool = _pool_columns(g, inputs, self._rows, rows, counts)
+        choice = _choice_columns(opt, inputs, rows, counts, np.zeros(len(rows)))
+        self._cols["load_erlangs"][t] = pool["load_erlangs"]
+        self._cols["min_replicas_analytic"][t] = pool["min_replicas"]
+        for f, k in (("choice_replicas", "replicas"), ("choice_gpus", "gpus"), ("choice_cost_per_hr", "cost"),
+                     ("choice_power_w", "power")):
+            self._cols[f][t] = choice[k]
+
+
+_TABLE_FIELDS = ("load_erlangs", "min_replicas_analytic", "choice_replicas", "choice_gpus", "choice_cost_per_hr",
+                 "choice_power_w")
+"""The :class:`Candidates` fields a :class:`TighteningCandidates` count change re-prices."""
+
+
+def _pool_keys(c: Candidates) -> list[tuple]:
+    """One hashable key per candidate pool: segment, GPU option, compression states and batch cap."""
+    return list(zip(c.i.tolist(), c.j.tolist(), c.gpu.tolist(), c.state_in.tolist(), c.state_out.tolist(),
+                    c.cap.tolist()))
+
+
 def _candidate_rows(b: np.ndarray, gammas: tuple[float, ...]):
     """All (i, j, state in, state out) with i < j whose compression bands fit: arrays ``ii, jj, sin, sout``.
 
@@ -358,20 +462,33 @@ def _size_option(instance: Instance, g_idx: int, opt, inputs, b, rows, pools, ch
     keep = np.flatnonzero(ok)
     least_n, owner, all_n, miss = _flat_counts(counts, keep)
     first = len(pools)
+    pools.add(**_pool_columns(g_idx, inputs, rows, keep, least_n))
+    if len(keep):
+        choices.add(pool=first + owner, **_choice_columns(opt, inputs, keep[owner], all_n, miss))
+
+
+def _pool_columns(g_idx: int, inputs, rows, keep: np.ndarray, least_n: np.ndarray) -> dict:
+    """The pool columns of option ``g_idx``'s sized rows ``keep`` (positions in ``inputs``' arrays) with least
+    counts ``least_n`` (:class:`Candidates`)."""
+    ii, jj, sin, sout = rows
+    idx, caps, _, s, lam, traffic = inputs
     if traffic is not None:  # offered load at the realised occupancy of the least count (restrict re-prices with it)
         n_min = np.maximum(least_n, 1).astype(float)
         load = lam[keep] * np.nan_to_num(operating_point(traffic.take(keep), n_min).residence_s, posinf=0.0)
     else:
         load = lam[keep] * np.nan_to_num(s.mean_service_s[keep])
-    pools.add(i=ii[idx[keep]], j=jj[idx[keep]], gpu=np.full(len(keep), g_idx), arrival_rate=lam[keep],
-              output_tok_per_s=lam[keep] * np.nan_to_num(s.mean_output_tokens[keep]),
-              state_in=sin[idx[keep]], state_out=sout[idx[keep]], cap=caps[keep],
-              load_erlangs=load,
-              min_replicas=least_n)
-    if not len(keep):
-        return
-    row = keep[owner]
-    n = np.ceil(all_n / opt.availability - 1e-9).astype(np.int64)
+    return dict(i=ii[idx[keep]], j=jj[idx[keep]], gpu=np.full(len(keep), g_idx), arrival_rate=lam[keep],
+                output_tok_per_s=lam[keep] * np.nan_to_num(s.mean_output_tokens[keep]),
+                state_in=sin[idx[keep]], state_out=sout[idx[keep]], cap=caps[keep], load_erlangs=load,
+                min_replicas=np.asarray(least_n, dtype=np.int64))
+
+
+def _choice_columns(opt, inputs, row: np.ndarray, counts: np.ndarray, miss: np.ndarray) -> dict:
+    """The choice columns (replicas after availability inflation, GPUs, $/hr, W, misses/s) of ``counts`` replicas
+    of sized rows ``row`` of ``opt``."""
+    prof = opt.profile
+    _, _, _, s, lam, traffic = inputs
+    n = np.ceil(np.asarray(counts) / opt.availability - 1e-9).astype(np.int64)
     if traffic is not None:  # the batched model's power at the realised occupancy of n replicas
         sub = traffic.take(row)
         op = operating_point(sub, n)
@@ -382,8 +499,8 @@ def _size_option(instance: Instance, g_idx: int, opt, inputs, b, rows, pools, ch
     else:
         batch = lam[row] * np.nan_to_num(s.mean_service_s[row]) / n
         power = n * decode_power_curve(prof, s.hi_tokens[row] / 2).power_w(np.minimum(batch, s.n_slots[row]))
-    choices.add(pool=first + owner, replicas=n, gpus=n * prof.gpus_per_replica, cost=n * prof.cost_usd_per_hr,
-                power=power, miss=lam[row] * miss)
+    return dict(replicas=n, gpus=n * prof.gpus_per_replica, cost=n * prof.cost_usd_per_hr, power=power,
+                miss=lam[row] * miss)
 
 
 CAP_LEVELS = (1.0, 0.5, 0.25)
@@ -680,19 +797,42 @@ def prune_dominated(c: Candidates, unlimited_gpu: np.ndarray, protected_gpu: np.
     gpu = c.gpu[cp]
     metrics = np.stack([c.choice_cost_per_hr, c.choice_power_w, c.choice_gpus.astype(float), c.choice_miss_rate], 1)
     keep = np.ones(c.n_choices, dtype=bool)
+    if not c.n_choices:
+        return c.keep_choices(keep)
     order = np.argsort(seg, kind="stable")
     starts = np.flatnonzero(np.r_[True, np.diff(seg[order]) != 0])
-    for s0, s1 in zip(starts, np.r_[starts[1:], len(order)]):
-        idx = order[s0:s1]
-        if len(idx) < 2:
+    sizes = np.diff(np.r_[starts, len(order)])
+    # Segments of similar size together, padded to the largest of each batch, compared all pairs at once (a batch
+    # holds at most about _PRUNE_BATCH pair comparisons).
+    by_size = np.argsort(sizes, kind="stable")
+    lo = 0
+    while lo < len(by_size):
+        k = int(sizes[by_size[lo]])
+        hi = lo + 1
+        while hi < len(by_size) and (hi - lo + 1) * int(sizes[by_size[hi]]) ** 2 <= _PRUNE_BATCH:
+            hi += 1
+        groups = by_size[lo:hi]
+        lo = hi
+        width = int(sizes[groups].max())
+        if width < 2:
             continue
-        m = metrics[idx]
-        no_worse = np.all(m[:, None, :] <= m[None, :, :], axis=2)  # [q, p]: q no worse than p
-        strictly = np.any(m[:, None, :] < m[None, :, :], axis=2)
-        earlier = idx[:, None] < idx[None, :]
+        slot = np.arange(width)
+        valid = slot[None, :] < sizes[groups][:, None]                       # [group, position]
+        idx = order[np.minimum(starts[groups][:, None] + slot[None, :], len(order) - 1)]
+        idx = np.where(valid, idx, -1)
+        m = np.where(valid[:, :, None], metrics[idx], np.inf)
+        no_worse = np.all(m[:, :, None, :] <= m[:, None, :, :], axis=3)     # [group, q, p]: q no worse than p
+        strictly = np.any(m[:, :, None, :] < m[:, None, :, :], axis=3)
+        earlier = idx[:, :, None] < idx[:, None, :]
         g = gpu[idx]
-        inventory_ok = unlimited_gpu[g][:, None] | (g[:, None] == g[None, :])
-        other_pool = cp[idx][:, None] != cp[idx][None, :]
-        dom = no_worse & (strictly | earlier) & inventory_ok & other_pool & ~protected_gpu[g][None, :]
-        keep[idx[dom.any(axis=0)]] = False
+        inventory_ok = unlimited_gpu[g][:, :, None] | (g[:, :, None] == g[:, None, :])
+        other_pool = cp[idx][:, :, None] != cp[idx][:, None, :]
+        dom = (no_worse & (strictly | earlier) & inventory_ok & other_pool & ~protected_gpu[g][:, None, :]
+               & valid[:, :, None] & valid[:, None, :])
+        dropped = dom.any(axis=1) & valid
+        keep[idx[dropped]] = False
     return c.keep_choices(keep)
+
+
+_PRUNE_BATCH = 1 << 18
+"""Pair comparisons :func:`prune_dominated` makes at once (padded segments), bounding its memory."""
