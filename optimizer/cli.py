@@ -415,17 +415,20 @@ def _simulate_routers(inst, fleet, plan_file, router, routers, spill_bound, json
 @click.option("--quick", is_flag=True, help="Fewer repetitions (smoke run).")
 @click.option("--agreement-pools", type=click.IntRange(min=0), default=None, metavar="N",
               help="Random pools of the analytic-vs-simulated agreement run (default 200, 12 with --quick; 0 skips).")
+@click.option("--workers", type=click.IntRange(min=1), default=1, show_default=True, metavar="N",
+              help="Local processes for the agreement run's pools (the same records; the timed rows stay serial).")
 @_json_opt
 @format_option
 @guard
-def bench(quick, json_out, agreement_pools, fmt):
+def bench(quick, json_out, agreement_pools, workers, fmt):
     """Run the benchmarks, print a table of medians and write JSON."""
     from fleetopt.optimizer.bench import run_benchmarks, render_bench
 
     pools = (12 if quick else 200) if agreement_pools is None else agreement_pools
     result = run_benchmarks(repeats=1 if quick else 5, enumeration_limit_s=5.0 if quick else 60.0, memory=not quick,
                             heavy=not quick,
-                            agreement_pools=pools, agreement_requests=20_000 if quick else 50_000)
+                            agreement_pools=pools, agreement_requests=20_000 if quick else 50_000,
+                            agreement_workers=workers)
     _emit(lambda c: render_bench(c, result), contract.with_envelope(result, "bench", None), json_out, (), fmt)
 
 

@@ -451,18 +451,34 @@ def measure_pool(pool: SampledPool, options: SimOptions = agreement_options()) -
 
 
 def run_agreement(n_pools: int, rng: np.random.Generator, options: SimOptions = agreement_options(), *,
-                  workloads=WORKLOADS, gpu_choices=GPU_CHOICES, progress=None) -> tuple[PoolAgreement, ...]:
+                  workloads=WORKLOADS, gpu_choices=GPU_CHOICES, progress=None,
+                  workers: int = 1) -> tuple[PoolAgreement, ...]:
     """Draw ``n_pools`` pools (:func:`sample_pools`) and measure each (:func:`measure_pool`).
 
-    ``progress(done, total)``, if given, is called after each pool.
+    ``progress(done, total)``, if given, is called after each pool. ``workers`` > 1 measures the pools in that
+    many local processes (started with ``spawn``); each pool's run has its own seed, so the records are the same,
+    in the same order.
     """
     pools = sample_pools(rng, n_pools, workloads=workloads, gpu_choices=gpu_choices)
-    out = []
-    for k, pool in enumerate(pools):
-        out.append(measure_pool(pool, options))
-        if progress is not None:
-            progress(k + 1, len(pools))
-    return tuple(out)
+    if workers <= 1 or len(pools) < 2:
+        out = []
+        for k, pool in enumerate(pools):
+            out.append(measure_pool(pool, options))
+            if progress is not None:
+                progress(k + 1, len(pools))
+        return tuple(out)
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor, as_completed
+
+    got: dict[int, PoolAgreement] = {}
+    with ProcessPoolExecutor(max_workers=min(workers, len(pools)),
+                             mp_context=multiprocessing.get_context("spawn")) as ex:
+        futures = {ex.submit(measure_pool, pool, options): k for k, pool in enumerate(pools)}
+        for fut in as_completed(futures):
+            got[futures[fut]] = fut.result()
+            if progress is not None:
+                progress(len(got), len(pools))
+    return tuple(got[k] for k in range(len(pools)))
 
 
 # --------------------------------------------------------------------------------------------
