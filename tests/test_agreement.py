@@ -107,6 +107,7 @@ def test_batched_model_agrees_with_the_simulator():
         assert s.within_band_share >= 0.90, (metric, s)
 
 
+@pytest.mark.slow
 def test_pools_measured_in_processes_give_the_same_records():
     """Each pool's run has its own seed: two worker processes give the serial records, in order (all but the
     wall time)."""
