@@ -232,9 +232,12 @@ def fleet_ttft_p99_s(queues: list[tuple], level: ServiceLevel) -> float:
 
 def _mixture_p99_s(rates: list[float], misses: list, p99s: list[float]) -> float:
     """Root of :math:`\\sum_p \\lambda_p P_p(T > t) = q \\sum_p \\lambda_p` on :math:`[0, \\max_p T_{99,p}]`
-    (:func:`fleet_ttft_p99_s`); ``misses[p](t)`` is pool :math:`p`'s :math:`P(T > t)`."""
+    (:func:`fleet_ttft_p99_s`); ``misses[p](t)`` is pool :math:`p`'s :math:`P(T > t)`. With one pool the root is that
+    pool's own P99, ``p99s[0]``, returned as it is."""
     if not rates:
         return 0.0
+    if len(rates) == 1:
+        return float(p99s[0])
     total = sum(rates)
 
     def miss(t):
