@@ -110,8 +110,8 @@ statistics: the P99 TTFT and TPOT with their intervals, the percentiles, the att
 ``dedicated run``), ``too_few_requests`` is judged on ``p99_requests``, and a note says so. The fleet P99 and
 attainment stay the main run's; a pool-scope fleet verdict is judged again from the rows. No dedicated run
 (the row stays flagged, a note says why) under spillover, non-Poisson arrivals or a trace replay, for a pool
-that receives every request or whose requests in this run are already more than half what a dedicated run
-would simulate (it is thin because the run is short: a longer run is the remedy), or when
+that receives every request or whose requests in this run are already as many as a dedicated run would
+simulate (it is thin because the run is short: a longer run is the remedy), or when
 :data:`THIN_MAX_DRAWN` draws per replication would not hold
 :data:`~fleetopt.optimizer.simulation.records.MIN_POOL_REQUESTS` of its requests in all. A dedicated run that
 draws that many and finds fewer than it sought says so, and stays flagged if it measured fewer than
@@ -666,9 +666,9 @@ def _thin_pool_runs(spec: _RunSpec, report: SimReport, replications: int) -> Sim
         why = why_all
         if why is None and share >= 1.0 - 1e-9:
             why = "it receives every request, so its own run would be this run; raise --requests"
-        elif why is None and 2 * share * report.requests_simulated > per_rep * replications:
-            why = (f"this run simulated about {share * report.requests_simulated:,.0f} of its requests, more than "
-                   f"half what a dedicated run would ({per_rep * replications:,}); raise --requests")
+        elif why is None and share * report.requests_simulated >= per_rep * replications:
+            why = (f"this run simulated about {share * report.requests_simulated:,.0f} of its requests, no fewer "
+                   f"than a dedicated run would ({per_rep * replications:,}); raise --requests")
         elif why is None and share * THIN_MAX_DRAWN * replications < MIN_POOL_REQUESTS:
             why = (f"its share of the stream ({share:.2g}) would leave it fewer than {MIN_POOL_REQUESTS} requests in "
                    f"the {THIN_MAX_DRAWN:,} a replication may draw")
