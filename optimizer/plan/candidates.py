@@ -38,7 +38,8 @@ from fleetopt.models.units import MS_PER_S, P99_TAIL
 from fleetopt.optimizer.io.instance import Instance
 
 __all__ = ["Candidates", "Deadline", "Dropped", "WindowCut", "SizingCache", "TighteningCandidates",
-           "generate_candidates", "prune_dominated", "restrict", "least_counts", "batch_caps", "pool_counts", "fleet_counts"]
+           "generate_candidates", "prune_dominated", "restrict", "least_counts", "batch_caps", "pool_counts",
+           "fleet_counts"]
 
 MAX_EXTRA_COUNTS = 64
 """Fleet scope: at most this many replica counts above the utilisation floor per candidate."""

@@ -284,7 +284,7 @@ def _variant(instance: Instance, settings: dict) -> Instance:
 class _Solver:
     """Solves variants of one instance; candidates are generated once per SLO (nothing else they read changes)."""
 
-    def __init__(self, instance: Instance, threads: int | None, time_limit_s: float | None):
+    def __init__(self, instance: Instance, threads: int | None, time_limit_s: float | None, tightening: bool = False):
         self.instance = instance
         self.threads = threads
         self.time_limit_s = time_limit_s
@@ -294,7 +294,7 @@ class _Solver:
         self._sizing = SizingCache()
         self.mip_solves = 0
         """Optimisations run (MIP or graph oracle): one per solve, more where a lazy table was solved again."""
-        self.tightening = False
+        self.tightening = tightening
         """Solve on :class:`TighteningCandidates` (a ``ttft`` sweep: every solve's SLO is no looser than the last)."""
         self._lazy: TighteningCandidates | None = None
         self._last_ids = np.zeros(0, dtype=np.int64)
@@ -481,8 +481,8 @@ def frontier(instance: Instance, axis: Axis | str, *, points: int | None = None,
     t0 = time.perf_counter()
     step = on_step if on_step is not None else (lambda message: None)
     with open_session(backend) as session:
-        solver = _Solver(instance, threads, time_limit_s)
-        solver.tightening = axis.name == "ttft" and instance.slo.ttft_model == "batched"
+        solver = _Solver(instance, threads, time_limit_s,
+                         tightening=axis.name == "ttft" and instance.slo.ttft_model == "batched")
         base = {"objective": "cost"}
         first = solver.solve(base)
         if first is None:
