@@ -284,8 +284,10 @@ class TighteningCandidates:
     :math:`t_0` serves none at a tighter SLO and is gone. At a tighter SLO :math:`s` (:meth:`tighten`) each
     candidate keeps the count :math:`N_t` it was last sized to, a *lower bound* of its least count at :math:`s`
     (:math:`P(T > s \mid N) \ge P(T > t \mid N)`), until :meth:`verify` sizes it at :math:`s` (a search that
-    starts at :math:`N_t`). :meth:`table` gives the candidates with those counts. Cost, GPUs and power grow with
-    the count, so the table is a relaxation: a plan's figures in it are at most its figures at :math:`s`, every
+    starts at :math:`N_t`). :meth:`table` gives the candidates with those counts. Cost and GPUs grow with the
+    count, and so does power from a stable count on (a replica added draws its idle power and the load's work
+    is the same; ``tests/test_sizing_cache.py`` checks it on every candidate of the stress instance), so the
+    table is a relaxation: a plan's figures in it are at most its figures at :math:`s`, every
     plan feasible at :math:`s` is feasible in it, and an optimum of the table whose candidates are all verified
     at :math:`s` (their counts exact) is an optimum at :math:`s`. The caller solves, verifies the chosen
     candidates, and solves again while a verification changed a count

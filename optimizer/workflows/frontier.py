@@ -345,7 +345,8 @@ class _Solver:
     def _solve_tightening(self, inst: Instance, settings: dict):
         """A ``ttft`` sweep's solve on lazily sized candidates (:class:`TighteningCandidates`): solve the table
         (lower-bound counts, a relaxation), size the chosen candidates exactly, and solve again until none
-        changed; the previous plan's candidates are sized first (its worst pool is the one the new cap cuts)."""
+        changed. The last pruned table's candidates are sized first: they are the ones that may matter, and sizing
+        them before pruning saves most re-prunings."""
         if self._lazy is None:
             self._lazy = TighteningCandidates(inst)
         self._lazy.tighten(inst.slo.ttft_p99_s)
