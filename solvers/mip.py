@@ -28,7 +28,6 @@ import threading
 import time
 from dataclasses import dataclass
 
-import highspy
 import numpy as np
 import pyomo.environ as pyo
 from pyomo.contrib.solver.common.factory import SolverFactory
@@ -259,7 +258,7 @@ each other's capture ("TeeStream: deadlock observed"). Processes, the way to sol
 
 
 _SCHEDULER_THREADS: list = []
-"""The ``threads`` of this process's last HiGHS solve (empty before the first)."""
+"""The ``threads`` of this process's last HiGHS solve, as a one-element list (empty before the first)."""
 
 
 def _highs_solve(solver, m, opts):
@@ -268,6 +267,8 @@ def _highs_solve(solver, m, opts):
         if _SCHEDULER_THREADS and _SCHEDULER_THREADS[0] != threads:
             # HiGHS starts one thread pool per process on its first solve and refuses a later solve that asks
             # for another size (it ends "unknown", without a solution): start a new pool for the new size.
+            import highspy  # loaded by Pyomo's HiGHS interface already; imported here only to reach the pool
+
             highspy.Highs.resetGlobalScheduler(True)
         _SCHEDULER_THREADS[:] = [threads]
         return solver.solve(m, **opts)

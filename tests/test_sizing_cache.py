@@ -125,13 +125,12 @@ def test_power_grows_with_the_count_from_the_least_count_on(repo_root, name, set
 
     inst = api.load(repo_root / "instances" / name, sets)
     cache = SizingCache()
-    generate_candidates(inst, cache=cache)
+    c = generate_candidates(inst, cache=cache)
     checked = 0
     for g, opt in enumerate(inst.gpus):
-        inputs, least = cache.inputs[g], cache._counts[g][-1][1]
-        rows = np.flatnonzero(least < C._NO_COUNT)
+        inputs, rows, least = cache.inputs[g], cache.feasible_rows(g), c.min_replicas_analytic[c.gpu == g]
         for extra in range(20):
-            n = least[rows] + extra
+            n = least + extra
             now = C._choice_columns(opt, inputs, rows, n, np.zeros(len(rows)))
             more = C._choice_columns(opt, inputs, rows, n + 1, np.zeros(len(rows)))
             assert np.all(more["power"] >= now["power"] * (1 - 1e-12))

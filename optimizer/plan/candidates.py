@@ -275,6 +275,12 @@ class SizingCache:
         self._counts.setdefault(g_idx, []).append((float(slo_s), np.where(z.feasible, z.replicas, _NO_COUNT)))
         return z
 
+    def feasible_rows(self, g_idx: int) -> np.ndarray:
+        """Positions, among option ``g_idx``'s sized rows, of the candidates its last sizing found a count for (the
+        order :func:`generate_candidates` lists them in)."""
+        sized = self._counts.get(g_idx)
+        return np.zeros(0, dtype=np.int64) if not sized else np.flatnonzero(sized[-1][1] < _NO_COUNT)
+
 
 class TighteningCandidates:
     r"""The candidates of one instance under a TTFT SLO that only tightens (a cost,ttft frontier), sized lazily.
@@ -311,13 +317,10 @@ class TighteningCandidates:
         self._row_of = np.zeros(len(c), dtype=np.int64)
         for g in range(len(instance.gpus)):
             mine = np.flatnonzero(c.gpu == g)
-            sized = self._cache._counts.get(g, [])
             if mine.size:
-                self._row_of[mine] = np.flatnonzero(sized[-1][1] < _NO_COUNT)
+                self._row_of[mine] = self._cache.feasible_rows(g)
         self._exact_at = np.full(len(c), self.slo_s)
         self.alive = np.ones(len(c), dtype=bool)
-        self.evaluations = 0
-        """Candidates sized again by :meth:`verify` (the work the laziness leaves)."""
 
     def tighten(self, slo_s: float) -> None:
         """Move to SLO ``slo_s`` (no looser than the current one): every count becomes a lower bound."""
@@ -352,7 +355,6 @@ class TighteningCandidates:
             rows = self._row_of[t]
             z = batched_min_replicas(inputs[5].take(rows), self.slo_s, inst.constraints.max_utilization,
                                      at_least=self._cols["min_replicas_analytic"][t])
-            self.evaluations += len(t)
             self._exact_at[t] = self.slo_s
             self.alive[t[~z.feasible]] = False
             moved = z.feasible & (z.replicas != self._cols["min_replicas_analytic"][t])
@@ -810,7 +812,6 @@ def prune_dominated(c: Candidates, unlimited_gpu: np.ndarray, protected_gpu: np.
     by_size = np.argsort(sizes, kind="stable")
     lo = 0
     while lo < len(by_size):
-        k = int(sizes[by_size[lo]])
         hi = lo + 1
         while hi < len(by_size) and (hi - lo + 1) * int(sizes[by_size[hi]]) ** 2 <= _PRUNE_BATCH:
             hi += 1

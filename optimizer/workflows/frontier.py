@@ -292,8 +292,6 @@ class _Solver:
         self._cands: dict[float, Candidates] = {}
         self._evals: dict[str, FleetResult] = {}
         self._sizing = SizingCache()
-        self.mip_solves = 0
-        """Optimisations run (MIP or graph oracle): one per solve, more where a lazy table was solved again."""
         self.tightening = tightening
         """Solve on :class:`TighteningCandidates` (a ``ttft`` sweep: every solve's SLO is no looser than the last)."""
         self._lazy: TighteningCandidates | None = None
@@ -328,7 +326,6 @@ class _Solver:
     def _optimum(self, inst: Instance, cands: Candidates, settings: dict) -> tuple[int, ...] | None:
         """An optimal choice set of ``cands`` (graph oracle if separable, else the MIP); None if infeasible."""
         problem = build_problem(inst, cands)
-        self.mip_solves += 1
         if problem.separable:
             try:
                 return tuple(shortest_fleet(problem)[1])
