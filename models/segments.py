@@ -35,12 +35,17 @@ from fleetopt.models.service import compute_coefficients, iteration_coefficients
 from fleetopt.models.workload import LengthDistribution, RequestTrace
 
 __all__ = ["SegmentBasis", "SegmentStats", "RawSums", "segment_basis", "segment_stats", "raw_between",
-           "compressed_band", "stats_from_raw", "context_work", "compute_work", "prompt_bin_tokens"]
+           "compressed_band", "stats_from_raw", "context_work", "compute_work", "work_moments", "prompt_bin_tokens"]
 
 _GL_X, _GL_W = np.polynomial.legendre.leggauss(3)
 _NAMES = ("mass", "A", "AL", "A2", "A2L", "A2L2", "k", "out", "L", "X", "X2")
 _COMPUTE_NAMES = ("Xd", "P1", "P2", "Q1", "Q2", "R11", "R12", "R22")
 """Sums the compute terms of the iteration need (:func:`compute_work`), in this order."""
+_MOMENT_NAMES = ("XX", "Xo", "Xi", "Xii", "oo", "oi", "oii", "ii", "iii", "iiii", "AX", "Ao", "Ai", "Aii")
+"""Products of a request's context sum :math:`X`, output :math:`o = l_{out}`, prompt :math:`i = l_{in}` and
+iterations :math:`A = k + l_{out}` whose means give :math:`E[Y^2]` and :math:`E[IY]` of its whole time-work
+:math:`Y = hX + g\\,o + a\\,i + b\\,i^2` (:func:`work_moments`); kept after the compute sums in ``compute``."""
+_SUM_NAMES = _COMPUTE_NAMES + _MOMENT_NAMES
 
 
 @dataclass(frozen=True, eq=False)
@@ -87,7 +92,7 @@ def _accumulate(boundaries, L_idx, weights, values: dict, k, k_max, chunk_tokens
     """Sum weighted values into elementary intervals; return prefix sums."""
     m = len(boundaries)
     prefix = {}
-    for name in _NAMES + _COMPUTE_NAMES:
+    for name in _NAMES + _SUM_NAMES:
         v = weights if name == "mass" else weights * values[name]
         per = np.bincount(L_idx, weights=v, minlength=m)[:m]
         prefix[name] = np.cumsum(per)
@@ -139,7 +144,42 @@ def _values(k, l_out, L, chunk_tokens):
     out = {"A": A, "AL": A * L, "A2": A * A, "A2L": A * A * L, "A2L2": A * A * L * L,
            "k": k, "out": l_out, "L": L, "X": X, "X2": X2}
     out.update(zip(_COMPUTE_NAMES, _compute(k, L - l_out, l_out, chunk_tokens)))
+    out.update(zip(_MOMENT_NAMES, _products(A, X, L - l_out, l_out)))
     return out
+
+
+def _products(A, X, l_in, l_out):
+    """The products of :data:`_MOMENT_NAMES`, in that order."""
+    i, o = l_in, l_out
+    return (X * X, X * o, X * i, X * i * i, o * o, o * i, o * i * i, i * i, i * i * i, i * i * i * i,
+            A * X, A * o, A * i, A * i * i)
+
+
+def work_moments(sums, h, g=0.0, a=0.0, b=0.0):
+    """:math:`(E[Y^2], E[IY])` from the means of the products of :data:`_MOMENT_NAMES` (last axis, in that order)
+    for the time-work :math:`Y = hX + g\\,l_{out} + a\\,l_{in} + b\\,l_{in}^2` of :func:`compute_work` and the
+    iterations :math:`I = k + l_{out}`:
+
+    .. math::
+
+        Y^2 = h^2 X^2 + g^2 o^2 + a^2 i^2 + b^2 i^4 + 2hg\\,Xo + 2ha\\,Xi + 2hb\\,Xi^2 + 2ga\\,oi + 2gb\\,oi^2
+              + 2ab\\,i^3, \\qquad IY = h\\,AX + g\\,Ao + a\\,Ai + b\\,Ai^2.
+
+    Each product is a polynomial of degree at most 4 in the length, so the basis integrates it exactly.
+
+    Examples
+    --------
+    Prompt 8 in two chunks of 4, 3 outputs (contexts 0, 4 | 8, 9, 10: :math:`X = 31`, :math:`I = 5`); with
+    :math:`h = 1` only, :math:`Y = 31`: :math:`(961, 155)`.
+
+    >>> X = context_work(8, 3, 4)[0]
+    >>> [float(v) for v in work_moments(np.array(_products(5.0, X, 8.0, 3.0)), 1.0)]
+    [961.0, 155.0]
+    """
+    XX, Xo, Xi, Xii, oo, oi, oii, ii, iii, iiii, AX, Ao, Ai, Aii = np.moveaxis(np.asarray(sums, dtype=float), -1, 0)
+    y2 = (h * h * XX + g * g * oo + a * a * ii + b * b * iiii + 2 * h * g * Xo + 2 * h * a * Xi + 2 * h * b * Xii
+          + 2 * g * a * oi + 2 * g * b * oii + 2 * a * b * iii)
+    return y2, h * AX + g * Ao + a * Ai + b * Aii
 
 
 def compute_work(prompt_tokens, output_tokens, chunk_tokens):
@@ -300,7 +340,7 @@ class RawSums:
         if self.compute is not None and self.prompt_bins is not None:
             return self
         S = self.k_hist.shape[0]
-        return replace(self, compute=np.zeros((S, len(_COMPUTE_NAMES))) if self.compute is None else self.compute,
+        return replace(self, compute=np.zeros((S, len(_SUM_NAMES))) if self.compute is None else self.compute,
                        prompt_bins=np.zeros((S, 1, 3)) if self.prompt_bins is None else self.prompt_bins)
 
     def take(self, idx) -> "RawSums":
@@ -351,7 +391,7 @@ def raw_between(basis: SegmentBasis, i, j) -> RawSums:
     j = np.atleast_1d(np.asarray(j, dtype=np.int64))
     fields = {name: basis.between(name, i, j) for name in _NAMES}
     hist = basis.chunk_mass_prefix[j] - basis.chunk_mass_prefix[i]
-    compute = np.stack([basis.between(name, i, j) for name in _COMPUTE_NAMES], axis=1)
+    compute = np.stack([basis.between(name, i, j) for name in _SUM_NAMES], axis=1)
     prompt = basis.prompt_bin_prefix[j] - basis.prompt_bin_prefix[i]
     return RawSums(fields["mass"], fields["A"], fields["AL"], fields["A2"], fields["A2L"], fields["A2L2"],
                    fields["k"], fields["out"], fields["L"], hist, fields["X"], fields["X2"], compute, prompt)
@@ -413,7 +453,8 @@ def _band_sums(weights, out_tokens, window: float, chunk_tokens: int) -> RawSums
     one = lambda x: np.array([float(np.sum(weights * x))])  # noqa: E731
     X, X2 = _work(k, window - out_tokens, out_tokens, chunk_tokens)
     l_in = window - out_tokens
-    compute = np.array([[float(np.sum(weights * v)) for v in _compute(k, l_in, out_tokens, chunk_tokens)]])
+    compute = np.array([[float(np.sum(weights * v)) for v in _compute(k, l_in, out_tokens, chunk_tokens)
+                         + _products(A, X, l_in, out_tokens)]])
     q = _prompt_bin(l_in, chunk_tokens)
     prompt = np.stack([np.bincount(q, weights=weights * l_in ** p, minlength=int(q.max(initial=0)) + 1)
                        for p in (0, 1, 2)], axis=1)[None, :, :]
@@ -470,6 +511,13 @@ class SegmentStats:
     own_prefill_s: np.ndarray
     """Shape (S, Q): the seconds a request of each class adds to its own prefill iterations,
     :math:`\\omega = h c k(k-1)/2 + a E[l_{in}] + b E[l_{in}^2]` over the class."""
+    mean_time_work_total_sq: np.ndarray | None = None
+    """:math:`E[Y^2]` (s²): a request's whole time-work squared (:func:`work_moments`; ``None`` for sums built
+    without the products)."""
+    mean_iterations_time_work: np.ndarray | None = None
+    """:math:`E[IY]` (s): its iterations times its time-work."""
+    mean_prefill_compute_sq: np.ndarray | None = None
+    """:math:`E[(a\\, l_{in} + b\\, l_{in}^2)^2]` (s²): the square of a prompt's compute."""
 
     @property
     def prefill_times_s(self) -> np.ndarray:
@@ -538,9 +586,15 @@ def stats_from_raw(raw: RawSums, lo_tokens, window_tokens, profile: ServingProfi
             mid = np.maximum(np.arange(bins.shape[1]) - 0.5, 0.0) * width    # an empty bin: its middle, so that
             own = (h0 * c_tok * class_k * (class_k - 1) / 2.0)[None, :] + np.where(  # omega rises with the bin
                 bins[..., 0] > 0, (a * bins[..., 1] + b * bins[..., 2]) / m, (a * mid + b * mid * mid)[None, :])
+    if raw.compute is not None and raw.compute.shape[1] == len(_SUM_NAMES):
+        with np.errstate(divide="ignore", invalid="ignore"):
+            y2, iy = work_moments(raw.compute[:, len(_COMPUTE_NAMES):] / mass[:, None], h0, g, a, b)
+            wp2 = work_moments(raw.compute[:, len(_COMPUTE_NAMES):] / mass[:, None], 0.0, 0.0, a, b)[0]
+    else:                   # sums built without the products: the model falls back to the iterations' spread
+        y2 = iy = wp2 = None
     if g or a or b:
         full = raw._full()
-        Xd, P1, P2, Q1, Q2, R11, R12, R22 = full.compute.T
+        Xd, P1, P2, Q1, Q2, R11, R12, R22 = full.compute.T[:len(_COMPUTE_NAMES)]
         with np.errstate(divide="ignore", invalid="ignore"):
             time_work = (h0 * raw.X + g * raw.out + a * P1 + b * P2) / mass
             time_work2 = (h0 * h0 * raw.X2 + 2 * h0 * g * Xd + 2 * h0 * a * Q1 + 2 * h0 * b * Q2 + g * g * raw.out
@@ -554,4 +608,4 @@ def stats_from_raw(raw: RawSums, lo_tokens, window_tokens, profile: ServingProfi
                         out, tot, chunk_s, np.clip(probs, 0.0, None), mean_it, cv2_it, work, work2, w0, h0,
                         int(profile.chunk_tokens), time_work, time_work2, np.nan_to_num(prefill_compute),
                         np.clip(np.nan_to_num(classes), 0.0, None),
-                        class_k, np.array(own))
+                        class_k, np.array(own), y2, iy, wp2)

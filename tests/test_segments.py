@@ -148,3 +148,75 @@ def test_lognormal_mixture_workload_matches_scipy():
     np.testing.assert_allclose(d.cdf(grid), expected, rtol=1e-12, atol=1e-15)
     with pytest.raises(ValueError, match="one entry per component"):
         LengthDistribution.from_lognormal_mixture([1.0], [800.0, 900.0], [0.5], 4096)
+
+
+def _whole_work(profile, prompt, out):
+    """A request's iterations I and whole time-work Y, summed iteration by iteration (no closed form)."""
+    from fleetopt.models.service import compute_coefficients, iteration_coefficients
+    _, h = iteration_coefficients(profile)
+    g, a, b = compute_coefficients(profile)
+    c = profile.chunk_tokens
+    I, Y = [], []
+    for p_in, p_out in zip(prompt, out):
+        k = int(np.ceil(p_in / c))
+        u = p_in / k
+        chunks = sum(h * j * c + a * u + b * ((j + 1) ** 2 - j ** 2) * u * u for j in range(k))
+        decodes = sum(h * (p_in + d) + g for d in range(int(p_out)))
+        I.append(k + p_out)
+        Y.append(chunks + decodes)
+    return np.array(I, dtype=float), np.array(Y)
+
+
+@pytest.mark.parametrize("compute", [False, True])
+def test_whole_work_moments_equal_direct_sums(catalog, compute):
+    """E[Y^2] and E[IY] of a trace segment against per-request sums over iterations (with and without the
+    compute terms of the iteration)."""
+    from dataclasses import replace
+    rng = np.random.default_rng(11)
+    n = 400
+    prompt = rng.integers(1, 5000, n)
+    out = rng.integers(1, 300, n)
+    t = RequestTrace(np.cumsum(rng.exponential(0.1, n)), prompt, out)
+    p = catalog.profiles["H100-80GB"]
+    if compute:
+        p = replace(p, g_s=2e-5, prefill_a_s=3e-5, prefill_b_s=1e-9)
+    b = np.array([0, 2048, 8192])
+    s = segment_stats(segment_basis(t, b, p.chunk_tokens), [0, 1], [1, 2], p)
+    for k, (lo, hi) in enumerate([(0, 2048), (2048, 8192)]):
+        sel = (prompt + out > lo) & (prompt + out <= hi)
+        I, Y = _whole_work(p, prompt[sel], out[sel])
+        assert s.mean_time_work[k] == pytest.approx(Y.mean(), rel=1e-9)
+        assert s.mean_time_work_total_sq[k] == pytest.approx(np.mean(Y * Y), rel=1e-9)
+        assert s.mean_iterations_time_work[k] == pytest.approx(np.mean(I * Y), rel=1e-9)
+
+
+def test_whole_work_moments_of_a_cdf_are_exact(catalog, dist):
+    """The CDF basis integrates Y^2 and IY exactly: against adaptive quadrature of the closed forms."""
+    from fleetopt.models.segments import context_work
+    from fleetopt.models.service import iteration_coefficients
+    p = catalog.profiles["A100-80GB"]
+    _, h = iteration_coefficients(p)
+    lo, hi, f = 512, 4096, 0.8
+    b = np.array([0, lo, hi, 20000])
+    s = segment_stats(segment_basis(dist, b, p.chunk_tokens, f), [1], [2], p)
+
+    def y(L):
+        l_in = f * L
+        return h * float(context_work(l_in, (1 - f) * L, p.chunk_tokens)[0])
+
+    def it(L):
+        return np.ceil(f * L / p.chunk_tokens) + (1 - f) * L
+
+    m0 = m2 = miy = 0.0
+    for a, bb, pr in zip(dist.lo_tokens, dist.hi_tokens, dist.prob):
+        u, v = max(a, lo), min(bb, hi)
+        if v <= u:
+            continue
+        dens = pr / (bb - a)
+        pts = np.arange(np.ceil(f * u / p.chunk_tokens), np.floor(f * v / p.chunk_tokens) + 1)
+        kw = {"points": [x for x in pts * p.chunk_tokens / f if u < x < v] or None, "limit": 500, "epsrel": 1e-11}
+        m0 += dens * (v - u)
+        m2 += dens * integrate.quad(lambda L: y(L) ** 2, u, v, **kw)[0]
+        miy += dens * integrate.quad(lambda L: it(L) * y(L), u, v, **kw)[0]
+    assert s.mean_time_work_total_sq[0] == pytest.approx(m2 / m0, rel=1e-8)
+    assert s.mean_iterations_time_work[0] == pytest.approx(miy / m0, rel=1e-8)
