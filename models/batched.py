@@ -74,8 +74,8 @@ from fleetopt.models.numerics import bisect_boundary
 from fleetopt.models.queueing import Sizing
 from fleetopt.models.units import P99_TAIL
 
-__all__ = ["CONTEXT_NODES", "BatchedTraffic", "OperatingPoint", "operating_point", "waited_exceed_prob",
-           "batched_miss_prob", "batched_ttft_p99_s", "batched_min_replicas", "prefill_limit_s",
+__all__ = ["CONTEXT_NODES", "BatchedTraffic", "OperatingPoint", "operating_point", "occupancy_dispersion",
+           "waited_exceed_prob", "batched_miss_prob", "batched_ttft_p99_s", "batched_min_replicas", "prefill_limit_s",
            "mean_prefill_s", "mean_power_w", "mean_activity_power_w", "prefill_lumps", "coarrival_exceed_prob",
            "own_prefill_context"]
 
@@ -121,6 +121,13 @@ class BatchedTraffic:
     """Shape (Q,): the chunk count :math:`k` of each class (prompt bins finer than a chunk, for a profile with
     prefill compute: :attr:`fleetopt.models.segments.SegmentStats.ttft_chunks`); ``None``: column :math:`k` has
     :math:`k` chunks."""
+    mean_work_total_sq: np.ndarray | None = None
+    """:math:`E[Y^2]` in s²: the square of a request's whole work (``None``: the occupancy and the full-pool wait
+    take no account of how the work varies between requests)."""
+    mean_iterations_work: np.ndarray | None = None
+    """:math:`E[I Y]` in s (``None`` with :attr:`mean_work_total_sq`)."""
+    prefill_compute_sq: np.ndarray | None = None
+    """:math:`E[(a\\, l_{in} + b\\, l_{in}^2)^2]` in s² (``None``: prompts' compute taken as equal)."""
 
     @property
     def chunks(self) -> np.ndarray:
@@ -141,7 +148,10 @@ class BatchedTraffic:
                               fix(stats.cv2_iterations), fix(stats.mean_time_work),
                               fix(stats.mean_time_work_sq), probs, own, float(stats.iteration_base_s),
                               fix(stats.context_s_per_token * np.asarray(stats.mean_context_work, dtype=float)),
-                              fix(stats.mean_prefill_compute_s), np.asarray(stats.ttft_chunks, dtype=float))
+                              fix(stats.mean_prefill_compute_s), np.asarray(stats.ttft_chunks, dtype=float),
+                              None if stats.mean_time_work_total_sq is None else fix(stats.mean_time_work_total_sq),
+                              None if stats.mean_iterations_time_work is None else fix(stats.mean_iterations_time_work),
+                              None if stats.mean_prefill_compute_sq is None else fix(stats.mean_prefill_compute_sq))
 
     def take(self, idx) -> "BatchedTraffic":
         """The pools at ``idx``."""
@@ -150,7 +160,10 @@ class BatchedTraffic:
                               self.chunk_probs[idx], self.own_prefill_s[idx], self.W_s,
                               None if self.mean_kv_work is None else self.mean_kv_work[idx],
                               None if self.prefill_compute_s is None else self.prefill_compute_s[idx],
-                              self.column_chunks)
+                              self.column_chunks,
+                              None if self.mean_work_total_sq is None else self.mean_work_total_sq[idx],
+                              None if self.mean_iterations_work is None else self.mean_iterations_work[idx],
+                              None if self.prefill_compute_sq is None else self.prefill_compute_sq[idx])
 
 
 @dataclass(frozen=True, eq=False)
@@ -186,6 +199,9 @@ class OperatingPoint:
     busy_fraction: np.ndarray | None = None
     """:math:`E[\\min(J, N)] / N`: the share of time a replica runs iterations (JSQ keeps :math:`\\min(J, N)`
     replicas busy)."""
+    occupancy_var: np.ndarray | None = None
+    """Variance of the law of :math:`J` below the cap (negative binomial, its variance times
+    :func:`occupancy_dispersion`'s :math:`F`): the pool's count where the cap is rarely reached."""
 
 
 def _nb_cdf(m, r, x):
@@ -229,13 +245,20 @@ def operating_point(traffic: BatchedTraffic, replicas) -> OperatingPoint:
     m = Ns * n                                                  # batch places in the pool
     rho_f = x + a / np.where(live, m, 1.0)
     stable = live & (rho_f < 1.0)
+    disp, dep_cv2 = occupancy_dispersion(traffic, N)
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         xs = np.where(stable, x, 0.5)
         r = np.where(stable, a / xs + 1.0, 1.0)                 # N beta + 1
+        if disp is not None:                                    # same mean, variance x disp
+            mean_j = r * xs / (1.0 - xs)
+            xs = np.where(stable, 1.0 - (1.0 - xs) / disp, xs)
+            r = np.where(stable, mean_j * (1.0 - xs) / xs, r)
         q = xs / (1.0 - xs)
         below = _nb_cdf(m - 1.0, r, xs)                         # P(J < Nn) (unnormalised chain)
         at_m = _nb_pmf(m, r, xs)
         tail = at_m / np.where(stable, 1.0 - rho_f, 1.0)        # sum over J >= Nn: geometric
+        if disp is not None:        # no less than the dispersed law puts at or above the cap
+            tail = np.maximum(tail, 1.0 - _nb_cdf(m - 1.0, r, xs))
         Z = below + tail
         p_full = tail / Z
         p_idle = _nb_cdf(Ns - 1.0, r, xs) / Z                   # J < N: JSQ finds an idle replica
@@ -253,14 +276,104 @@ def operating_point(traffic: BatchedTraffic, replicas) -> OperatingPoint:
         busy_frac = (r * q * _nb_cdf(Ns - 2.0, r + 1.0, xs) / Z + Ns * (1.0 - p_idle)) / Ns   # E[min(J, N)] / N
         batch = np.where(stable, running / Ns, np.where(live, n, 0.0))
         mu_full = m / (EIs * (W + n * xbar))
-        theta = np.where(stable, (mu_full - lam) * 2.0 / (1.0 + traffic.cv2_iterations), -1.0)
+        theta = np.where(stable, (mu_full - lam) * 2.0 / (1.0 + dep_cv2), -1.0)
         residence = np.where(live & stable, batch * Ns / np.where(lam > 0, lam, 1.0), np.inf)
     ok = lambda v, fill: np.where(stable, v, fill)  # noqa: E731
     return OperatingPoint(
         N, np.where(live, x, 0.0), np.where(live, rho_f, 0.0), batch, batch / np.where(n >= 1, n, 1.0),
         residence, ok(p_idle, 0.0), ok(p_full, 1.0),
         ok(b_mean * xbar, 0.0), ok(xbar * xbar * b_var + b_mean * seq_var, 0.0), ok(n * xbar, 0.0),
-        ok(n * seq_var, 0.0), theta, stable | (lam <= 0), np.where(stable, busy_frac, np.where(live, 1.0, 0.0)))
+        ok(n * seq_var, 0.0), theta, stable | (lam <= 0), np.where(stable, busy_frac, np.where(live, 1.0, 0.0)),
+        ok(r * q / (1.0 - xs), 0.0))
+
+
+def occupancy_dispersion(traffic: BatchedTraffic, replicas) -> tuple[np.ndarray | None, np.ndarray]:
+    r"""How much more a pool's occupancy varies than the chain's negative binomial, :math:`F`, and the index of
+    dispersion :math:`I_D` of a full pool's departures (arrays over pools; ``docs/models.md``, "Occupancy
+    dispersion"). Without the work moments (:attr:`BatchedTraffic.mean_work_total_sq`) ``(None, c_I^2)``: the
+    chain as it stands and Kimura's wait with the spread of the iterations.
+
+    The chain gives every running sequence the mean work :math:`\bar y = E[Y]/E[I]` an iteration, so its
+    variance is that of a symmetric queue, :math:`E[J]/(1 - x)`. Two things the mean hides add to it:
+
+    **Prefill stalls.** A prompt's compute :math:`\ell = a\, l_{in} + b\, l_{in}^2` stalls every sequence of its
+    replica while it runs, and it comes with an *arrival*, not with the occupancy. On the clock of decode
+    progress the stalls vanish and the arrivals come in clusters: those that arrive while a stall lasts, the
+    customers of a busy period of an M/G/1 queue of load :math:`\rho_p = \lambda_r E[\ell]`, whose size
+    :math:`X` has :math:`E[X^2]/E[X] = M = (1 + \lambda_r^2 \mathrm{Var}[\ell])/(1 - \rho_p)^2`. On that clock the
+    decode load is :math:`x_d / (1 - \rho_p)`, and clustered arrivals multiply the variance of an
+    infinite-server count by :math:`1 + \gamma (M - 1)`, :math:`\gamma = E[\min(S_1, S_2)]/E[S]` for two
+    residences (1 when they are equal, 1/2 when exponential; here for a gamma law of :math:`I`,
+    :math:`\gamma = 1 - \Gamma(\alpha + 1/2) / (\sqrt\pi\, \Gamma(\alpha + 1))`, :math:`\alpha = 1/c_I^2`):
+
+    .. math:: F_p = (1 - \rho_p)\,\bigl(1 + \gamma (M - 1)\bigr)
+
+    (:math:`1/(1 - \rho_p)` for equal residences; 1 without prefill compute). :math:`F` is kept at 1 or more:
+    the chain's law cannot vary less than its mean-field one.
+
+    **Unequal requests.** A request whose work :math:`Y` exceeds :math:`\bar y I` slows its replica beyond what
+    its place in the count says. In a linear-noise view the count relaxes at
+    :math:`\kappa = \lambda_r (1 - x)/E[J_r]` and is driven by that excess, a shot noise of spectral density
+    :math:`\lambda_r \bar t^2 E[Z^2]` at low frequency, :math:`Z = Y - \bar y I`, which adds
+    :math:`\lambda_r^2 E[Z^2]/2` to :math:`F`; a request's excess lasts its residence, so the part slower than
+    :math:`1/\kappa` is filtered out by :math:`1/(1 + \kappa\tau_Z)`, :math:`\kappa\tau_Z = (1 - x) E[Z^2] / (2
+    E[I]^2 \sigma^2)` with :math:`\sigma^2` the per-iteration spread of a sequence's work:
+
+    .. math:: F = F_p + \frac{\lambda_r^2 E[Z^2]}{2 (1 + \kappa \tau_Z)}
+
+    **A full pool's departures.** With every place taken a replica is a server whose requests each need
+    :math:`S' = W I / n + Y` of its time (the iteration's fixed part shared by the :math:`n` places, plus the
+    request's own work); on the random clock of the iterations the departures' index of dispersion is
+    :math:`I_D = c^2_{S'}` (a renewal-reward argument over the places), which replaces :math:`c_I^2` in the wait's
+    decay (:func:`operating_point`).
+
+    Measured against the simulator's occupancy (the variance of the count at arrivals over the chain's, 150,000
+    to 1 million requests; ``docs/models.md``): four 8B pools with :math:`\rho_p` = 0.35-0.63 and near-equal
+    residences 1.50-2.67 (:math:`F` = 1.44-2.30); a prefill-heavy pool with geometric outputs
+    (:math:`\rho_p = 0.76`) 2.3 (:math:`F` = 2.7); LMSYS-like lengths on the seeds' H100 unit 1.45-2.05
+    (:math:`F` = 1.24-1.69: the filter takes out too much, and such pools stay optimistic about a full pool).
+
+    Examples
+    --------
+    Without prefill compute or unequal requests nothing changes: :math:`F = 1`.
+
+    >>> t = BatchedTraffic(np.array([1.0]), np.array([8.0]), np.array([100.0]), np.array([0.0]),
+    ...                    np.array([0.2]), np.array([1e-3]), np.array([[0.0, 1.0]]), np.array([[0.0, 0.0]]), 0.01,
+    ...                    mean_work_total_sq=np.array([0.04]), mean_iterations_work=np.array([20.0]))
+    >>> [round(float(v[0]), 6) for v in occupancy_dispersion(t, 1)]
+    [1.0, 0.0]
+    """
+    lam = traffic.arrival_rate
+    N = np.broadcast_to(np.asarray(replicas, dtype=float), lam.shape)
+    n = traffic.cap
+    live = (lam > 0) & (N > 0) & (n >= 1) & (traffic.mean_iterations > 0)
+    if traffic.mean_work_total_sq is None or traffic.mean_iterations_work is None:
+        return None, traffic.cv2_iterations
+    lam_r = lam / np.where(live, N, 1.0)
+    EI = np.where(live, traffic.mean_iterations, 1.0)
+    EY = traffic.mean_work
+    EI2 = EI * EI * (1.0 + traffic.cv2_iterations)
+    EY2, EIY = traffic.mean_work_total_sq, traffic.mean_iterations_work
+    ybar = EY / EI
+    z2 = np.maximum(EY2 - 2.0 * ybar * EIY + ybar * ybar * EI2, 0.0)          # E[(Y - ybar I)^2]
+    rho_p = np.zeros_like(lam_r) if traffic.prefill_compute_s is None else lam_r * traffic.prefill_compute_s
+    rho_p = np.clip(rho_p, 0.0, 0.95)                                         # x >= rho_p: unstable beyond
+    var_l = (np.zeros_like(lam_r) if traffic.prefill_compute_sq is None or traffic.prefill_compute_s is None
+             else np.maximum(traffic.prefill_compute_sq - traffic.prefill_compute_s ** 2, 0.0))
+    M = (1.0 + lam_r * lam_r * var_l) / (1.0 - rho_p) ** 2
+    alpha = 1.0 / np.maximum(traffic.cv2_iterations, 1e-6)
+    gamma = 1.0 - np.exp(special.gammaln(alpha + 0.5) - special.gammaln(alpha + 1.0)) / np.sqrt(np.pi)
+    seq_var = np.maximum(traffic.mean_work_sq / EI - ybar * ybar, 1e-300)
+    x = lam_r * EY
+    filt = 1.0 / (1.0 + np.maximum(1.0 - x, 0.0) * z2 / (2.0 * EI * EI * seq_var))
+    disp = (1.0 - rho_p) * (1.0 + gamma * (M - 1.0)) + 0.5 * lam_r * lam_r * z2 * filt
+    ncap = np.maximum(n, 1.0)
+    W = traffic.W_s
+    ES = W * EI / ncap + EY
+    ES2 = W * W * EI2 / (ncap * ncap) + 2.0 * W * EIY / ncap + EY2
+    with np.errstate(divide="ignore", invalid="ignore"):
+        dep = np.where(live & (ES > 0), np.maximum(ES2 / (ES * ES) - 1.0, 0.0), traffic.cv2_iterations)
+    return np.where(live, np.maximum(disp, 1.0), 1.0), dep
 
 
 def _context_nodes(mean, var) -> np.ndarray:
@@ -788,7 +901,8 @@ def batched_min_replicas(traffic: BatchedTraffic, slo_s, rho_max: float = 0.85, 
     active = ~idle & ~no_slots & limit_ok
     safe = BatchedTraffic(lam, cap, traffic.mean_iterations, traffic.cv2_iterations, traffic.mean_work,
                           traffic.mean_work_sq, traffic.chunk_probs, traffic.own_prefill_s, traffic.W_s,
-                          traffic.mean_kv_work, traffic.prefill_compute_s, traffic.column_chunks)
+                          traffic.mean_kv_work, traffic.prefill_compute_s, traffic.column_chunks,
+                          traffic.mean_work_total_sq, traffic.mean_iterations_work, traffic.prefill_compute_sq)
 
     def ok(N, idx):
         sub = safe.take(idx)

@@ -34,7 +34,7 @@ from fleetopt.optimizer.report import FORMATS, Output
 FLEETOPT = Path(sys.executable).parent / "fleetopt"
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 ELLIPSIS = "\u2026"
-QUICK_PLAN = "0-768:a100x1,768-6144:h100x1,6144-65536:h100x2"
+QUICK_PLAN = "0-1536:a100x1,1536-8192:h100x1,8192-65536:h100x2"   # what `solve` returns
 
 
 def run(*args):
