@@ -509,6 +509,19 @@ def test_a_dedicated_run_keeps_the_fleet_books(thin_run):
     assert rep.power_kw * 1000 == pytest.approx(sum(p.power_w_sim for p in rep.pools), rel=1e-12)
 
 
+def test_a_thin_pool_gets_an_even_share_of_the_requests(quick_inst):
+    """A dedicated run holds n_t = max(THIN_POOL_REQUESTS, min(R / P, s_p D)) requests: the quickstart's long pool
+    (0.35 % of the stream) in a two-pool run of 20,000 gets 10,000 of its own, not 2,000, so its P99 interval
+    narrows with --requests like the other pool's (s_p D = 35,000 draws' worth does not bind)."""
+    plans = plans_from_spec(quick_inst, "0-8192:h100x2,8192-65536:h100x2")
+    rep, seen = _with_dedicated_runs(lambda: simulate_plan(quick_inst, plans, SimOptions(requests=20_000,
+                                                                                         replications=2, seed=5)))
+    top = rep.pools[1]
+    assert top.requests < MIN_POOL_REQUESTS and top.p99_source == "dedicated run"
+    assert any("(10,000 simulated" in n for n in rep.notes), rep.notes
+    assert 8_000 <= top.p99_requests < 10_000 and seen[(top.min_tokens, top.max_tokens)].requests == top.p99_requests
+
+
 def test_the_dedicated_run_sees_the_pool_at_its_thinned_rate(thin_run):
     """The requests routed to one pool are a thinned Poisson stream: their measured rate is the analytic arrival
     rate into the pool (the instance's rate times the pool's share) within four standard errors (N^-1/2)."""

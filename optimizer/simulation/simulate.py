@@ -96,8 +96,16 @@ requests routed to one pool are a thinned Poisson stream of rate :math:`\lambda_
 of the other pools, and pools share nothing else, so the pool alone on that stream is the pool in the fleet.
 The stream's lengths are drawn in chunks of up to :math:`2^{20}` requests from a generator of its own (the
 router's draws come from another, so they do not shift it), routed, and the pool's requests kept until each
-replication holds :math:`\lceil` :data:`THIN_POOL_REQUESTS` / ``replications`` :math:`\rceil` of them or
-:data:`THIN_MAX_DRAWN` requests were drawn; their instants follow from their indices in the stream (gamma
+replication holds :math:`\lceil n_t` / ``replications`` :math:`\rceil` of them or
+:data:`THIN_MAX_DRAWN` requests were drawn, where
+
+.. math:: n_t = \max\left(\text{THIN\_POOL\_REQUESTS},\; \min\left(\frac{R}{P},\; s_p\, D\right)\right)
+
+with :math:`R` = ``SimOptions.requests``, :math:`P` the pools with traffic, :math:`s_p` the pool's share of the
+stream and :math:`D` = :data:`THIN_SCALED_DRAWN`: a thin pool gets the requests a pool of an even split would,
+as far as :math:`D` draws find them, so that its P99 interval narrows with ``--requests`` like the others'
+(a pool of 0.35 % of the stream: 25,000 requests at the default 50,000 over two pools), and never fewer than
+:data:`THIN_POOL_REQUESTS` (a pool of 0.0035 %: 2,000, drawn from about 57 million); their instants follow from their indices in the stream (gamma
 gaps, :func:`_routed_to`: the routing never reads an instant). The pool is simulated on those alone (warm-up
 floor :math:`2\tau_p`, its own relaxation time; seeds derived from ``seed`` and the pool's index, so the report
 stays deterministic).
@@ -180,7 +188,7 @@ from fleetopt.optimizer.simulation.records import (
 from fleetopt.optimizer.plan.split_candidates import SplitRouting, evaluate_routing
 
 __all__ = ["ROUTERS", "DISPATCHES", "ARRIVALS", "MODES", "MIN_REQUESTS_PER_REPLICATION", "DEFAULT_SPILL_BOUND",
-           "COOLDOWN_SHARE", "THIN_POOL_REQUESTS", "THIN_MAX_DRAWN", "Latency", "SimPoolReport", "SimReport",
+           "COOLDOWN_SHARE", "THIN_POOL_REQUESTS", "THIN_SCALED_DRAWN", "THIN_MAX_DRAWN", "Latency", "SimPoolReport", "SimReport",
            "SimOptions", "simulate_plan", "simulate_pools", "simulate_solved_plan", "planned_router",
            "plans_from_fleet", "plans_from_spec", "parse_precision"]
 
@@ -189,8 +197,11 @@ COOLDOWN_SHARE = 0.05
 COOLDOWN_SLOS = 10.0
 """The unmeasured end of a replication lasts at least this many TTFT SLOs (up to a quarter of the span)."""
 THIN_POOL_REQUESTS = 4 * MIN_POOL_REQUESTS
-"""Requests routed to a thin pool that its dedicated run simulates, over all replications (module docstring,
-"Thin pools"); 15 % or more of them fall in the warm-up and cool-down, so about 1,700 are measured."""
+"""Fewest requests routed to a thin pool that its dedicated run simulates, over all replications (module
+docstring, "Thin pools"); 15 % or more of them fall in the warm-up and cool-down, so about 1,700 are measured."""
+THIN_SCALED_DRAWN = 10_000_000
+"""Draws of the stream a dedicated run may spend, over all replications, to give a thin pool more than
+:data:`THIN_POOL_REQUESTS`: up to a fair share of ``SimOptions.requests`` (module docstring, "Thin pools")."""
 THIN_MAX_DRAWN = 20_000_000
 """Requests of the stream a dedicated run draws at most per replication to find a thin pool's requests."""
 _THIN_CHUNK = 1 << 20
@@ -657,11 +668,13 @@ def _thin_pool_runs(spec: _RunSpec, report: SimReport, replications: int) -> Sim
     if not thin:
         return report
     pools, notes, o = list(report.pools), list(report.notes), spec.options
-    per_rep = max(int(math.ceil(THIN_POOL_REQUESTS / replications)), MIN_REQUESTS_PER_REPLICATION)
+    fair = o.requests / max(sum(1 for a in spec.analytic.pools if a.arrival_rate > 0), 1)
     why_all = _no_dedicated_run(o)
     for k in thin:
         a, had = spec.analytic.pools[k], report.pools[k].requests
         share = a.arrival_rate / spec.instance.workload.arrival_rate_req_per_s
+        want = max(THIN_POOL_REQUESTS, min(fair, share * THIN_SCALED_DRAWN))
+        per_rep = max(int(math.ceil(want / replications)), MIN_REQUESTS_PER_REPLICATION)
         said = f"pool {_pool_name(a)} measured {had:,} request{'' if had == 1 else 's'}, too few for its P99"
         why = why_all
         if why is None and share >= 1.0 - 1e-9:
