@@ -301,18 +301,21 @@ def bench_trim() -> dict:
             "trials": None if t is None else len(t.steps), "savings": None if t is None else t.savings}
 
 
-def bench_agreement(n_pools: int = 200, requests: int = 50_000, seed: int = 2024, workers: int = 1) -> list[dict]:
+def bench_agreement(n_pools: int = 200, requests: int = 50_000, seed: int = 2024, workers: int = 1,
+                    precision: float | None = None) -> list[dict]:
     """Analytic vs simulated agreement (:mod:`fleetopt.optimizer.simulation.agreement`): ``n_pools`` random single
-    pools, each simulated with ``requests`` requests (iteration mode, JSQ, Poisson), in ``workers`` processes; one
-    row for the run, then one per metric with the distribution of the ratio analytic / simulated. It reports;
-    nothing is asserted."""
+    pools, each simulated with ``requests`` requests (iteration mode, JSQ, Poisson; with ``precision``, doubled up
+    to 2 million until the pool's P99 interval is that tight), in ``workers`` processes; one row for the run, then
+    one per metric with the distribution of the ratio analytic / simulated. It reports; nothing is asserted."""
     from fleetopt.optimizer.simulation.agreement import agreement_options, run_agreement, summarize_agreement
 
     t0 = time.perf_counter()
-    records = run_agreement(n_pools, np.random.default_rng(seed), agreement_options(requests), workers=workers)
+    records = run_agreement(n_pools, np.random.default_rng(seed), agreement_options(requests, precision=precision),
+                            workers=workers)
     wall_s = time.perf_counter() - t0
     out = [{"name": "analytic vs simulated agreement", "median_s": wall_s, "target_s": float("nan"),
-            "pools": len(records), "requests_per_pool": requests, "seed": seed, "workers": workers,
+            "pools": len(records), "requests_per_pool": requests, "precision": precision, "seed": seed,
+            "workers": workers,
             "targets": "TTFT within 10 % for >= 90 %, never optimistic > 20 %; others within 5 % for >= 90 %",
             "pool_records": [r.to_json() for r in records]}]
     for s in summarize_agreement(records):
@@ -351,15 +354,15 @@ def _bench_frontier(heavy: bool = True) -> list[dict]:
 
 def run_benchmarks(repeats: int = 5, enumeration_limit_s: float = 60.0, memory: bool = True,
                    agreement_pools: int = 200, agreement_requests: int = 50_000, heavy: bool = True,
-                   agreement_workers: int = 1) -> dict:
+                   agreement_workers: int = 1, agreement_precision: float | None = None) -> dict:
     """Run every benchmark; the result is JSON-ready.
 
     ``heavy``: also the runs of a minute or so each (the paged trim, the cost,ttft frontier); without it they are
     listed as skipped (``--quick``).
 
     ``agreement_pools`` / ``agreement_requests``: pools and requests per pool of :func:`bench_agreement`
-    (about 6 s a pool at 50,000 requests on one core), measured in ``agreement_workers`` processes; 0 pools leaves
-    the agreement run out.
+    (about 6 s a pool at 50,000 requests on one core), measured in ``agreement_workers`` processes, each run doubled
+    until its P99 interval is within ``agreement_precision`` (None: not); 0 pools leaves the agreement run out.
     """
     results = [*bench_startup(repeats=repeats), bench_sizing(repeats=repeats), bench_evaluate_process(repeats=repeats),
                bench_stress_solve(repeats=repeats), bench_solve_process(repeats=repeats),
@@ -369,7 +372,8 @@ def run_benchmarks(repeats: int = 5, enumeration_limit_s: float = 60.0, memory: 
                                               "skipped": "full fleetopt bench only (about a minute)"}]
     results += [_bench_whatif(), *_bench_frontier(heavy)]
     if agreement_pools > 0:
-        results += bench_agreement(agreement_pools, agreement_requests, workers=agreement_workers)
+        results += bench_agreement(agreement_pools, agreement_requests, workers=agreement_workers,
+                                   precision=agreement_precision)
     if memory:
         results.append(bench_simulation_memory())
     return {"machine": {"python": platform.python_version(), "platform": platform.platform(),

@@ -417,18 +417,27 @@ def _simulate_routers(inst, fleet, plan_file, router, routers, spill_bound, json
               help="Random pools of the analytic-vs-simulated agreement run (default 200, 12 with --quick; 0 skips).")
 @click.option("--workers", type=click.IntRange(min=1), default=1, show_default=True, metavar="N",
               help="Local processes for the agreement run's pools (the same records; the timed rows stay serial).")
+@click.option("--agreement-precision", default=None, metavar="PCT",
+              help="Double each agreement pool's run (up to 2 million requests) until its P99 TTFT interval is "
+                   "within this percentage of it (default 10%; none with --quick; 'off': fixed-length runs).")
 @_json_opt
 @format_option
 @guard
-def bench(quick, json_out, agreement_pools, workers, fmt):
+def bench(quick, json_out, agreement_pools, workers, agreement_precision, fmt):
     """Run the benchmarks, print a table of medians and write JSON."""
     from fleetopt.optimizer.bench import run_benchmarks, render_bench
 
     pools = (12 if quick else 200) if agreement_pools is None else agreement_pools
+    if agreement_precision is None:
+        precision = None if quick else 0.1
+    elif str(agreement_precision).strip().lower() == "off":
+        precision = None
+    else:
+        precision = parse_precision(agreement_precision, "--agreement-precision")
     result = run_benchmarks(repeats=1 if quick else 5, enumeration_limit_s=5.0 if quick else 60.0, memory=not quick,
                             heavy=not quick,
                             agreement_pools=pools, agreement_requests=20_000 if quick else 50_000,
-                            agreement_workers=workers)
+                            agreement_workers=workers, agreement_precision=precision)
     _emit(lambda c: render_bench(c, result), contract.with_envelope(result, "bench", None), json_out, (), fmt)
 
 

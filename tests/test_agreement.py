@@ -119,3 +119,19 @@ def test_pools_measured_in_processes_give_the_same_records():
         return {k: v for k, v in r.to_json().items() if k != "wall_s"}
 
     assert [record(r) for r in parallel] == [record(r) for r in serial]
+
+
+def test_a_precision_target_reaches_the_pool_runs():
+    """``agreement_options(precision=...)`` sets the simulator's precision target with a cap of at least the run's
+    requests, and ``bench --agreement-precision`` rejects a value that is not a percentage in one line (exit 2)."""
+    from click.testing import CliRunner
+
+    from fleetopt.optimizer.cli import main
+
+    o = agreement_options(50_000, precision=0.1)
+    assert (o.precision, o.max_requests, o.requests) == (0.1, 2_000_000, 50_000)
+    assert agreement_options(3_000_000).max_requests == 3_000_000 and agreement_options().precision is None
+    res = CliRunner().invoke(main, ["bench", "--quick", "--agreement-pools", "0", "--agreement-precision", "200"])
+    lines = res.output.strip().splitlines()
+    assert res.exit_code == 2 and lines == ["error: --agreement-precision: '200' is not a percentage in (0, 100), "
+                                            "e.g. 5%"], res.output

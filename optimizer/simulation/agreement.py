@@ -397,16 +397,22 @@ def sample_pools(rng: np.random.Generator, n: int, *, workloads=WORKLOADS, gpu_c
 
 
 def agreement_options(requests: int = 50_000, *, mode: str = "iteration", replications: int = 1,
-                      seed: int = 0) -> SimOptions:
+                      seed: int = 0, precision: float | None = None, max_requests: int = 2_000_000) -> SimOptions:
     """The simulator settings of the harness: ``requests`` in the pool over ``replications``, JSQ dispatch,
     Poisson arrivals, the given service ``mode`` (``iteration``; ``slot`` is the analytic M/G/c).
 
     One replication by default (the P99 TTFT interval from batch means): the start-up transient is
     discarded once per run, so a long-tailed window (:math:`E[S^2]/E[S]` of tens of seconds) keeps a span
     long against it and its time averages (utilisation, batch, power) are not biased low by a warm-up cut
-    at half of a short replication (:mod:`fleetopt.optimizer.simulation.simulate`)."""
+    at half of a short replication (:mod:`fleetopt.optimizer.simulation.simulate`).
+
+    With ``precision`` (e.g. :data:`PINNED_HALF_WIDTH`) a pool's run doubles, up to ``max_requests``, until its
+    P99 TTFT interval is that tight (``SimOptions.precision``): near the stability limit a run of 50,000 requests
+    cannot tell a P99 from its neighbours (``docs/models.md`` measured one pool at 1,347 ms over 50,000 requests,
+    53 ms over 200,000 and 434 ms over 2 million), and a ratio against such a figure says nothing of the model."""
     return SimOptions(requests=requests, replications=replications, seed=seed, mode=mode, dispatch="jsq",
-                      arrivals="poisson", router="length")
+                      arrivals="poisson", router="length", precision=precision,
+                      max_requests=max(int(max_requests), int(requests)))
 
 
 def _ratio(analytic: float, simulated: float) -> float:
