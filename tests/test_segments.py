@@ -16,9 +16,10 @@ def dist():
     return LengthDistribution.from_cdf([(64, 0.1), (512, 0.5), (1000, 0.7), (4096, 0.95), (20000, 1.0)])
 
 
-def _brute(d, profile, lo, hi, f=0.8):
-    """Integrate S, S^2 and prefill over (lo, hi] piece by piece with adaptive quadrature."""
-    m0 = m1 = m2 = pf = 0.0
+def _quad(d, profile, lo, hi, funcs, f=0.8):
+    """The mass of (lo, hi] and the integrals of each ``funcs[i](L)`` against the density there, piece by piece
+    with adaptive quadrature (breakpoints where the chunk count changes)."""
+    m0, out = 0.0, [0.0] * len(funcs)
     for a, b, p in zip(d.lo_tokens, d.hi_tokens, d.prob):
         u, v = max(a, lo), min(b, hi)
         if v <= u:
@@ -26,12 +27,17 @@ def _brute(d, profile, lo, hi, f=0.8):
         dens = p / (b - a)
         pts = np.arange(np.ceil(f * u / profile.chunk_tokens), np.floor(f * v / profile.chunk_tokens) + 1)
         brk = [x for x in pts * profile.chunk_tokens / f if u < x < v]
-        S = lambda L: float(service_time_s(profile, hi, f * L, (1 - f) * L))  # noqa: E731
         kw = {"points": brk or None, "limit": 500, "epsabs": 0, "epsrel": 1e-11}
         m0 += dens * (v - u)
-        m1 += dens * integrate.quad(S, u, v, **kw)[0]
-        m2 += dens * integrate.quad(lambda L: S(L) ** 2, u, v, **kw)[0]
-        pf += dens * integrate.quad(lambda L: float(prefill_time_s(profile, f * L)), u, v, **kw)[0]
+        out = [acc + dens * integrate.quad(g, u, v, **kw)[0] for acc, g in zip(out, funcs)]
+    return m0, out
+
+
+def _brute(d, profile, lo, hi, f=0.8):
+    """Integrate S, S^2 and prefill over (lo, hi] piece by piece with adaptive quadrature."""
+    S = lambda L: float(service_time_s(profile, hi, f * L, (1 - f) * L))  # noqa: E731
+    m0, (m1, m2, pf) = _quad(d, profile, lo, hi, [S, lambda L: S(L) ** 2,
+                                                  lambda L: float(prefill_time_s(profile, f * L))], f)
     return m0, m1 / m0, m2 / m1**2 * m0 - 1, pf / m0
 
 
@@ -60,12 +66,16 @@ def test_segments_are_additive(catalog, dist):
     assert whole == pytest.approx(basis.between("A", 0, 1) + basis.between("A", 1, 2) + basis.between("A", 2, 3))
 
 
+def _random_trace(seed, n, max_prompt, max_out):
+    """A trace of ``n`` requests with uniform prompt and output counts (and its two count arrays)."""
+    rng = np.random.default_rng(seed)
+    prompt = rng.integers(1, max_prompt, n)
+    out = rng.integers(1, max_out, n)
+    return RequestTrace(np.cumsum(rng.exponential(0.1, n)), prompt, out), prompt, out
+
+
 def test_trace_segments_equal_direct_sums(catalog):
-    rng = np.random.default_rng(7)
-    n = 5000
-    prompt = rng.integers(1, 6000, n)
-    out = rng.integers(1, 800, n)
-    t = RequestTrace(np.cumsum(rng.exponential(0.1, n)), prompt, out)
+    t, prompt, out = _random_trace(7, 5000, 6000, 800)
     p = catalog.profiles["H100-80GB"]
     b = np.array([0, 2048, 8192])
     s = segment_stats(segment_basis(t, b, p.chunk_tokens), [0, 1], [1, 2], p)
@@ -172,11 +182,7 @@ def test_whole_work_moments_equal_direct_sums(catalog, compute):
     """E[Y^2] and E[IY] of a trace segment against per-request sums over iterations (with and without the
     compute terms of the iteration)."""
     from dataclasses import replace
-    rng = np.random.default_rng(11)
-    n = 400
-    prompt = rng.integers(1, 5000, n)
-    out = rng.integers(1, 300, n)
-    t = RequestTrace(np.cumsum(rng.exponential(0.1, n)), prompt, out)
+    t, prompt, out = _random_trace(11, 400, 5000, 300)
     p = catalog.profiles["H100-80GB"]
     if compute:
         p = replace(p, g_s=2e-5, prefill_a_s=3e-5, prefill_b_s=1e-9)
@@ -207,16 +213,6 @@ def test_whole_work_moments_of_a_cdf_are_exact(catalog, dist):
     def it(L):
         return np.ceil(f * L / p.chunk_tokens) + (1 - f) * L
 
-    m0 = m2 = miy = 0.0
-    for a, bb, pr in zip(dist.lo_tokens, dist.hi_tokens, dist.prob):
-        u, v = max(a, lo), min(bb, hi)
-        if v <= u:
-            continue
-        dens = pr / (bb - a)
-        pts = np.arange(np.ceil(f * u / p.chunk_tokens), np.floor(f * v / p.chunk_tokens) + 1)
-        kw = {"points": [x for x in pts * p.chunk_tokens / f if u < x < v] or None, "limit": 500, "epsrel": 1e-11}
-        m0 += dens * (v - u)
-        m2 += dens * integrate.quad(lambda L: y(L) ** 2, u, v, **kw)[0]
-        miy += dens * integrate.quad(lambda L: it(L) * y(L), u, v, **kw)[0]
+    m0, (m2, miy) = _quad(dist, p, lo, hi, [lambda L: y(L) ** 2, lambda L: it(L) * y(L)], f)
     assert s.mean_time_work_total_sq[0] == pytest.approx(m2 / m0, rel=1e-8)
     assert s.mean_iterations_time_work[0] == pytest.approx(miy / m0, rel=1e-8)

@@ -105,10 +105,10 @@ with :math:`R` = ``SimOptions.requests``, :math:`P` the pools with traffic, :mat
 stream and :math:`D` = :data:`THIN_SCALED_DRAWN`: a thin pool gets the requests a pool of an even split would,
 as far as :math:`D` draws find them, so that its P99 interval narrows with ``--requests`` like the others'
 (a pool of 0.35 % of the stream: 25,000 requests at the default 50,000 over two pools), and never fewer than
-:data:`THIN_POOL_REQUESTS` (a pool of 0.0035 %: 2,000, drawn from about 57 million); their instants follow from their indices in the stream (gamma
-gaps, :func:`_routed_to`: the routing never reads an instant). The pool is simulated on those alone (warm-up
-floor :math:`2\tau_p`, its own relaxation time; seeds derived from ``seed`` and the pool's index, so the report
-stays deterministic).
+:data:`THIN_POOL_REQUESTS` (a pool of 0.0035 %: 2,000, drawn from about 57 million); their instants follow from
+their indices in the stream (gamma gaps, :func:`_routed_to`: the routing never reads an instant). The pool is
+simulated on those alone (warm-up floor :math:`2\tau_p`, its own relaxation time; seeds derived from ``seed``
+and the pool's index, so the report stays deterministic).
 
 The books stay the main run's: the pool's row keeps ``requests``, ``rejected``, ``unfinished``, its rate,
 utilisation, batch, power and energy from the run of the whole stream (the fleet's ``requests_measured``,
@@ -188,7 +188,8 @@ from fleetopt.optimizer.simulation.records import (
 from fleetopt.optimizer.plan.split_candidates import SplitRouting, evaluate_routing
 
 __all__ = ["ROUTERS", "DISPATCHES", "ARRIVALS", "MODES", "MIN_REQUESTS_PER_REPLICATION", "DEFAULT_SPILL_BOUND",
-           "COOLDOWN_SHARE", "THIN_POOL_REQUESTS", "THIN_SCALED_DRAWN", "THIN_MAX_DRAWN", "Latency", "SimPoolReport", "SimReport",
+           "COOLDOWN_SHARE", "THIN_POOL_REQUESTS", "THIN_SCALED_DRAWN", "THIN_MAX_DRAWN", "Latency", "SimPoolReport",
+           "SimReport",
            "SimOptions", "simulate_plan", "simulate_pools", "simulate_solved_plan", "planned_router",
            "plans_from_fleet", "plans_from_spec", "parse_precision"]
 
