@@ -426,26 +426,24 @@ def _ci_ms(e: Estimate) -> tuple[float, float]:
     return (e.low * MS_PER_S, e.high * MS_PER_S)
 
 
+def _meets(value_s: float, limit_s: float | None, measured: bool = True) -> bool:
+    r"""Whether a P99 in seconds meets ``limit_s``, :math:`x \le T (1 + 10^{-12})`; without a limit, or with
+    nothing ``measured``, it cannot miss (a NaN ``value_s`` of something measured misses)."""
+    return bool(limit_s is None or not measured or value_s <= limit_s * (1 + 1e-12))
+
+
 def _within(e: Estimate, limit_s: float | None, upper: bool) -> bool:
     """Whether the P99 (its interval's upper end if ``upper``) meets ``limit_s``; nothing measured cannot miss."""
-    if limit_s is None or math.isnan(e.value):
-        return True
-    return bool((e.high if upper else e.value) <= limit_s * (1 + 1e-12))
-
-
-def _point_within(value_ms: float, limit_s: float | None) -> bool:
-    r"""Whether a P99 point estimate in ms meets ``limit_s``, :math:`x \le T (1 + 10^{-12})`; NaN (nothing
-    measured) cannot miss."""
-    return bool(limit_s is None or math.isnan(value_ms) or value_ms / MS_PER_S <= limit_s * (1 + 1e-12))
+    return _meets(e.high if upper else e.value, limit_s, not math.isnan(e.value))
 
 
 def _pool_scope_verdicts(pools, slo) -> tuple[bool, bool]:
     """A pool-scope SLO's fleet verdicts from the pool rows: every pool met on its interval's upper end, and
     every pool's point estimates (TTFT and, if the SLO sets one, TPOT) within the SLO."""
     met = all(p.slo_met_sim for p in pools)
-    met_point = all(_point_within(p.ttft_p99_ms_sim, slo.ttft_p99_s) and _point_within(p.tpot_p99_ms_sim,
-                                                                                       slo.tpot_p99_s)
-                    for p in pools)
+    met_point = all(_meets(v / MS_PER_S, limit, not math.isnan(v))
+                    for p in pools for v, limit in ((p.ttft_p99_ms_sim, slo.ttft_p99_s),
+                                                    (p.tpot_p99_ms_sim, slo.tpot_p99_s)))
     return met, met_point
 
 
