@@ -75,7 +75,8 @@ from fleetopt.models.queueing import Sizing
 from fleetopt.models.units import P99_TAIL
 
 __all__ = ["CONTEXT_NODES", "BatchedTraffic", "OperatingPoint", "operating_point", "occupancy_dispersion",
-           "waited_exceed_prob", "batched_miss_prob", "batched_ttft_p99_s", "batched_min_replicas", "prefill_limit_s",
+           "waited_exceed_prob", "batched_miss_prob", "batched_ttft_p99_s", "batched_min_replicas",
+           "prefill_limit_s",
            "mean_prefill_s", "mean_power_w", "mean_activity_power_w", "prefill_lumps", "coarrival_exceed_prob",
            "own_prefill_context"]
 
@@ -238,8 +239,7 @@ def operating_point(traffic: BatchedTraffic, replicas) -> OperatingPoint:
     live = (lam > 0) & (N > 0) & (n >= 1) & (EI > 0)
     Ns = np.where(live, N, 1.0)
     EIs = np.where(live, EI, 1.0)
-    xbar = np.where(live, EX / EIs, 0.0)                        # mean context of a running sequence
-    seq_var = np.maximum(np.where(live, traffic.mean_work_sq / EIs, 0.0) - xbar * xbar, 0.0)
+    xbar, seq_var = _per_iteration_work(traffic, live)          # a running sequence's work: mean, spread
     a = lam * EI * W                                            # work without context, per second
     x = np.where(live, np.maximum(lam * EX / Ns, 1e-300), 0.0)
     m = Ns * n                                                  # batch places in the pool
@@ -287,6 +287,14 @@ def operating_point(traffic: BatchedTraffic, replicas) -> OperatingPoint:
         ok(r * q / (1.0 - xs), 0.0))
 
 
+def _per_iteration_work(traffic: BatchedTraffic, live):
+    """Mean :math:`\bar y = E[Y]/E[I]` and variance :math:`E[Y_2]/E[I] - \bar y^2` of the work a running
+    sequence adds to an iteration (iteration-weighted over requests; 0 where not ``live``)."""
+    EI = np.where(live, traffic.mean_iterations, 1.0)
+    ybar = np.where(live, traffic.mean_work / EI, 0.0)
+    return ybar, np.maximum(np.where(live, traffic.mean_work_sq / EI, 0.0) - ybar * ybar, 0.0)
+
+
 def occupancy_dispersion(traffic: BatchedTraffic, replicas) -> tuple[np.ndarray | None, np.ndarray]:
     r"""How much more a pool's occupancy varies than the chain's negative binomial, :math:`F`, and the index of
     dispersion :math:`I_D` of a full pool's departures (arrays over pools; ``docs/models.md``, "Occupancy
@@ -330,7 +338,7 @@ def occupancy_dispersion(traffic: BatchedTraffic, replicas) -> tuple[np.ndarray 
     Measured against the simulator's occupancy (the variance of the count at arrivals over the chain's, 150,000
     to 1 million requests; ``docs/models.md``): four 8B pools with :math:`\rho_p` = 0.35-0.63 and near-equal
     residences 1.50-2.67 (:math:`F` = 1.44-2.30); a prefill-heavy pool with geometric outputs
-    (:math:`\rho_p = 0.76`) 2.3 (:math:`F` = 2.7); LMSYS-like lengths on the seeds' H100 unit 1.45-2.05
+    (:math:`\rho_p = 0.76`) 2.3 (:math:`F` = 2.7); LMSYS windows of 6K-49K on the seeds' units 1.45-2.05
     (:math:`F` = 1.24-1.69: the filter takes out too much, and such pools stay optimistic about a full pool).
 
     Examples
@@ -354,7 +362,7 @@ def occupancy_dispersion(traffic: BatchedTraffic, replicas) -> tuple[np.ndarray 
     EY = traffic.mean_work
     EI2 = EI * EI * (1.0 + traffic.cv2_iterations)
     EY2, EIY = traffic.mean_work_total_sq, traffic.mean_iterations_work
-    ybar = EY / EI
+    ybar, seq_var = _per_iteration_work(traffic, live)
     z2 = np.maximum(EY2 - 2.0 * ybar * EIY + ybar * ybar * EI2, 0.0)          # E[(Y - ybar I)^2]
     rho_p = np.zeros_like(lam_r) if traffic.prefill_compute_s is None else lam_r * traffic.prefill_compute_s
     rho_p = np.clip(rho_p, 0.0, 0.95)                                         # x >= rho_p: unstable beyond
@@ -363,9 +371,8 @@ def occupancy_dispersion(traffic: BatchedTraffic, replicas) -> tuple[np.ndarray 
     M = (1.0 + lam_r * lam_r * var_l) / (1.0 - rho_p) ** 2
     alpha = 1.0 / np.maximum(traffic.cv2_iterations, 1e-6)
     gamma = 1.0 - np.exp(special.gammaln(alpha + 0.5) - special.gammaln(alpha + 1.0)) / np.sqrt(np.pi)
-    seq_var = np.maximum(traffic.mean_work_sq / EI - ybar * ybar, 1e-300)
     x = lam_r * EY
-    filt = 1.0 / (1.0 + np.maximum(1.0 - x, 0.0) * z2 / (2.0 * EI * EI * seq_var))
+    filt = 1.0 / (1.0 + np.maximum(1.0 - x, 0.0) * z2 / (2.0 * EI * EI * np.maximum(seq_var, 1e-300)))
     disp = (1.0 - rho_p) * (1.0 + gamma * (M - 1.0)) + 0.5 * lam_r * lam_r * z2 * filt
     ncap = np.maximum(n, 1.0)
     W = traffic.W_s

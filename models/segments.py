@@ -588,8 +588,9 @@ def stats_from_raw(raw: RawSums, lo_tokens, window_tokens, profile: ServingProfi
                 bins[..., 0] > 0, (a * bins[..., 1] + b * bins[..., 2]) / m, (a * mid + b * mid * mid)[None, :])
     if raw.compute is not None and raw.compute.shape[1] == len(_SUM_NAMES):
         with np.errstate(divide="ignore", invalid="ignore"):
-            y2, iy = work_moments(raw.compute[:, len(_COMPUTE_NAMES):] / mass[:, None], h0, g, a, b)
-            wp2 = work_moments(raw.compute[:, len(_COMPUTE_NAMES):] / mass[:, None], 0.0, 0.0, a, b)[0]
+            means = raw.compute[:, len(_COMPUTE_NAMES):] / mass[:, None]
+            y2, iy = work_moments(means, h0, g, a, b)
+            wp2 = work_moments(means, 0.0, 0.0, a, b)[0]        # the prompt's compute alone, squared
     else:                   # sums built without the products: the model falls back to the iterations' spread
         y2 = iy = wp2 = None
     if g or a or b:

@@ -408,7 +408,7 @@ def agreement_options(requests: int = 50_000, *, mode: str = "iteration", replic
 
     With ``precision`` (e.g. :data:`PINNED_HALF_WIDTH`) a pool's run doubles, up to ``max_requests``, until its
     P99 TTFT interval is that tight (``SimOptions.precision``): near the stability limit a run of 50,000 requests
-    cannot tell a P99 from its neighbours (``docs/models.md`` measured one pool at 1,347 ms over 50,000 requests,
+    cannot tell a P99 from its neighbours (``docs/benchmarks.md`` measured one pool at 1,347 ms over 50,000 requests,
     53 ms over 200,000 and 434 ms over 2 million), and a ratio against such a figure says nothing of the model."""
     return SimOptions(requests=requests, replications=replications, seed=seed, mode=mode, dispatch="jsq",
                       arrivals="poisson", router="length", precision=precision,
