@@ -17,7 +17,8 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from fleetopt.models.batched import BatchedTraffic, operating_point
+from fleetopt.models import batched
+from fleetopt.models.batched import BatchedTraffic, batched_ttft_p99_s, departure_dispersion, operating_point
 from fleetopt.models.power import PowerCurve
 from fleetopt.models.profiles import CalibratedProfile
 from fleetopt.models.segments import segment_basis, segment_stats
@@ -79,3 +80,60 @@ def test_occupancy_variance_matches_the_simulator(catalog, case):
     assert full < 0.01, full                       # the law below the cap is what is measured
     assert model_var == pytest.approx(sim_var, rel=0.20), (model_var, sim_var)
     assert abs(chain_var / sim_var - 1.0) > 0.30, (chain_var, sim_var)
+
+
+def _rate_at_full_load(stats, replicas, cap, load):
+    """The arrival rate at which the pool's full-batch load is ``load`` (bisection; it grows with the rate)."""
+    lo, hi = 0.0, 1e4
+    for _ in range(60):
+        mid = 0.5 * (lo + hi)
+        op = operating_point(BatchedTraffic.from_stats(stats, mid, cap=cap), replicas)
+        lo, hi = (mid, hi) if op.stable[0] and op.full_load[0] < load else (lo, mid)
+    return lo
+
+
+@pytest.mark.parametrize("cap, replicas", [(16, 4), (32, 2)])
+def test_full_pool_wait_of_near_equal_requests_matches_the_simulator(monkeypatch, cap, replicas):
+    """Near-equal requests (prompts 1,500-2,500, outputs 150-250 tokens on the 8B profile) at a full-batch load of
+    0.9: a fifth of arrivals find the pool full, and the P99 TTFT is their wait. The analytic P99 within 10 % of
+    a 100,000-request simulation (measured: 2 % and 3 % low). The departures' long-run dispersion alone
+    (departure_dispersion bypassed) decays the wait too fast and is more than 15 % optimistic (measured 21 % and
+    20 %), so this fails without the relaxation-time index."""
+    n = 100_000
+    rng = np.random.default_rng(29)
+    prompts, outs = rng.integers(1500, 2500, n), rng.integers(150, 250, n)
+    profile, window = _h100_8b(slots=cap), 8192.0
+    s = segment_stats(segment_basis(RequestTrace(np.arange(float(n)), prompts, outs), np.array([0.0, window]),
+                                    profile.chunk_tokens), [0], [1], profile)
+    lam = _rate_at_full_load(s, replicas, cap, 0.9)
+    traffic = BatchedTraffic.from_stats(s, lam, cap=cap)
+    assert operating_point(traffic, replicas).full_prob[0] > 0.1       # the P99 rests on the full pool
+    p99 = float(batched_ttft_p99_s(traffic, replicas)[0])
+    with monkeypatch.context() as m:
+        m.setattr(batched, "departure_dispersion", lambda cv2, *rest: np.asarray(cv2, dtype=float))
+        p99_long_run = float(batched_ttft_p99_s(traffic, replicas)[0])
+    arrivals = np.cumsum(rng.exponential(1.0 / lam, n))
+    res = simulate([SimPool("p", profile, replicas, cap, window)], Requests(arrivals, prompts, outs),
+                   LengthRouter([0, window], ["p"]))
+    warm = arrivals > arrivals[-1] * 0.1
+    sim_p99 = float(np.quantile((res.first_token_at_s - arrivals)[warm], 0.99))
+    assert p99 == pytest.approx(sim_p99, rel=0.10), (p99, sim_p99)
+    assert p99_long_run < 0.85 * sim_p99, (p99_long_run, sim_p99)
+
+
+def test_departure_dispersion_limits_and_fixed_point():
+    """The index lies between the long-run c² and 1, solves its fixed point, tends to c² near the stability
+    limit and to 1 for a queue that relaxes within a small share of a residence, and stays c² where c² >= 1."""
+    c2 = np.array([0.0, 0.3, 0.3, 0.3, 2.0])
+    mu = np.full(5, 10.0)
+    lam = np.array([5.0, 9.999, 5.0, 0.1, 5.0])
+    R = np.array([10.0, 10.0, 10.0, 1e6, 10.0])
+    got = departure_dispersion(c2, mu, lam, R)
+    u = mu * (1.0 + got) / ((mu - lam) ** 2 * R)
+    fixed = c2 + (1.0 - c2) * (-np.expm1(-u) / u)
+    assert got[:4] == pytest.approx(fixed[:4], abs=1e-8)
+    assert np.all((got[:4] >= c2[:4]) & (got[:4] <= 1.0))
+    assert got[1] == pytest.approx(0.3, abs=1e-3)          # tau >> R: the long-run index
+    assert got[3] == pytest.approx(1.0, abs=1e-3)          # tau << R: locally Poisson
+    assert got[4] == 2.0
+    assert departure_dispersion(0.5, 10.0, 12.0, 10.0) == 0.5   # beyond the stability limit: untouched
