@@ -12,6 +12,7 @@ import csv
 import fcntl
 import io
 import json
+import math
 import os
 import re
 import select
@@ -448,3 +449,24 @@ def test_utilisation_cap_breach_is_named_not_called_an_slo_miss(repo_root):
         expected = "met" if p["utilization_ok"] else "UTIL CAP"
         assert status[f"{p['min_tokens']:,}-{p['max_tokens']:,}"] == expected
     assert status["fleet"] == "UTIL CAP" and "MISSED" not in res.stdout
+
+
+def test_simulate_says_when_an_interval_straddles_the_slo(repo_root, tmp_path):
+    """A pool whose P99 interval contains the SLO is not shown to meet it (the verdict is on the upper bound), and
+    the report says the run cannot decide and what precision would. A 50.1 ms SLO lies inside the first pool's
+    interval in this run (seed 3); the notes expected are computed from the run's own JSON."""
+    inst = repo_root / "instances" / "quickstart.yaml"
+    out = tmp_path / "sim.json"
+    res = run("simulate", inst, "--fleet", QUICK_PLAN, "--requests", 20000, "--seed", 3,
+              "--set", "slo.ttft_p99_ms=50.1", "--json", out)
+    assert res.exit_code == EXIT_CODES["slo_missed"], res.output
+    text = " ".join(res.stdout.split())
+    straddling = [p for p in json.loads(out.read_text())["pools"] if p["ttft_p99_ci_ms"][0] <= 50.1 < p["ttft_p99_ci_ms"][1]]
+    assert [p["min_tokens"] for p in straddling] == [0]
+    for p in straddling:
+        (lo, hi), point = p["ttft_p99_ci_ms"], p["ttft_p99_ms_sim"]
+        need = math.floor(1000 * abs(50.1 - point) / point) / 10
+        assert (f"pool {p['min_tokens']:,}-{p['max_tokens']:,}: its P99 TTFT interval [{lo:,.1f}, {hi:,.1f}] ms "
+                f"straddles the 50.1 ms SLO, so this run cannot tell whether it meets it; --precision {need:g} runs "
+                "until the interval is narrow enough to decide") in text
+    assert text.count("straddles") == len(straddling)
