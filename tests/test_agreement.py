@@ -2,16 +2,21 @@
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import numpy as np
 import pytest
 
 from fleetopt.optimizer.simulation.agreement import (
     WORKLOADS,
+    MetricAgreement,
+    PoolAgreement,
     agreement_options,
     measure_pool,
     pinned,
     run_agreement,
     sample_pools,
+    summarize_agreement,
     summarize_ratios,
 )
 
@@ -73,6 +78,22 @@ def test_summary_statistics_by_hand():
         summarize_ratios([], band=0.1)
     with pytest.raises(ValueError):
         summarize_ratios([1.0, float("nan")], band=0.1)
+
+
+def test_agreement_summary_subsets():
+    """The pinned row keeps the pools whose interval is within +-10 % of the estimate, the within-cap row those
+    of full-batch load at most the default cap 0.85 (here three pools by hand: pinned at 0.5 and 0.9 load, not
+    pinned at 0.85, so the rows hold ratios [1.0, 0.7] and [1.0, 1.3])."""
+    def rec(ratio, ci_half, load):
+        ttft = MetricAgreement(100.0 * ratio, 100.0, (100.0 - ci_half, 100.0 + ci_half), ratio)
+        other = MetricAgreement(1.0, 1.0, None, 1.0)
+        return PoolAgreement(SimpleNamespace(analytic=SimpleNamespace(capacity_load=load)), ttft, other, other,
+                             other, 0, 0.0)
+    rows = {s.metric: s for s in summarize_agreement([rec(1.0, 5.0, 0.5), rec(1.3, 20.0, 0.85), rec(0.7, 9.0, 0.9)])}
+    assert rows["ttft_p99"].pools == 3
+    assert (rows["ttft_p99_pinned"].pools, rows["ttft_p99_pinned"].optimistic_share) == (2, 0.5)
+    assert (rows["ttft_p99_within_cap"].pools, rows["ttft_p99_within_cap"].within_band_share) == (2, 0.5)
+    assert rows["ttft_p99_within_cap"].optimistic_share == 0.0
 
 
 @pytest.mark.slow
