@@ -65,7 +65,7 @@ References
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 from scipy import special
@@ -129,6 +129,11 @@ class BatchedTraffic:
     """:math:`E[I Y]` in s (``None`` with :attr:`mean_work_total_sq`)."""
     prefill_compute_sq: np.ndarray | None = None
     """:math:`E[(a\\, l_{in} + b\\, l_{in}^2)^2]` in s² (``None``: prompts' compute taken as equal)."""
+    decode_work_total_sq: np.ndarray | None = None
+    """:math:`E[Y_d^2]` in s² of the work beyond the prompt's compute, :math:`Y_d = Y - \\ell` (``None``: taken as
+    :math:`Y`'s, with :attr:`mean_work_total_sq`)."""
+    iterations_decode_work: np.ndarray | None = None
+    """:math:`E[I Y_d]` in s (``None`` with :attr:`decode_work_total_sq`)."""
 
     @property
     def chunks(self) -> np.ndarray:
@@ -152,7 +157,10 @@ class BatchedTraffic:
                               fix(stats.mean_prefill_compute_s), np.asarray(stats.ttft_chunks, dtype=float),
                               None if stats.mean_time_work_total_sq is None else fix(stats.mean_time_work_total_sq),
                               None if stats.mean_iterations_time_work is None else fix(stats.mean_iterations_time_work),
-                              None if stats.mean_prefill_compute_sq is None else fix(stats.mean_prefill_compute_sq))
+                              None if stats.mean_prefill_compute_sq is None else fix(stats.mean_prefill_compute_sq),
+                              None if stats.mean_decode_work_sq is None else fix(stats.mean_decode_work_sq),
+                              None if stats.mean_iterations_decode_work is None
+                              else fix(stats.mean_iterations_decode_work))
 
     def take(self, idx) -> "BatchedTraffic":
         """The pools at ``idx``."""
@@ -164,7 +172,9 @@ class BatchedTraffic:
                               self.column_chunks,
                               None if self.mean_work_total_sq is None else self.mean_work_total_sq[idx],
                               None if self.mean_iterations_work is None else self.mean_iterations_work[idx],
-                              None if self.prefill_compute_sq is None else self.prefill_compute_sq[idx])
+                              None if self.prefill_compute_sq is None else self.prefill_compute_sq[idx],
+                              None if self.decode_work_total_sq is None else self.decode_work_total_sq[idx],
+                              None if self.iterations_decode_work is None else self.iterations_decode_work[idx])
 
 
 @dataclass(frozen=True, eq=False)
@@ -324,10 +334,14 @@ def occupancy_dispersion(traffic: BatchedTraffic, replicas) -> tuple[np.ndarray 
     (:math:`1/(1 - \rho_p)` for equal residences; 1 without prefill compute). :math:`F` is kept at 1 or more:
     the chain's law cannot vary less than its mean-field one.
 
-    **Unequal requests.** A request whose work :math:`Y` exceeds :math:`\bar y I` slows its replica beyond what
-    its place in the count says. In a linear-noise view the count relaxes at
+    **Unequal requests.** A request whose work exceeds its share of the mean slows its replica beyond what
+    its place in the count says. The prompt's compute :math:`\ell` is the stalls' above, so the excess is that
+    of the rest of the work, :math:`Y_d = Y - \ell` (its moments :attr:`BatchedTraffic.decode_work_total_sq`,
+    :attr:`BatchedTraffic.iterations_decode_work`; counting :math:`\ell` in both terms overstated :math:`F` by 16 %
+    on a prefill-heavy pool). In a linear-noise view the count relaxes at
     :math:`\kappa = \lambda_r (1 - x)/E[J_r]` and is driven by that excess, a shot noise of spectral density
-    :math:`\lambda_r \bar t^2 E[Z^2]` at low frequency, :math:`Z = Y - \bar y I`, which adds
+    :math:`\lambda_r \bar t^2 E[Z^2]` at low frequency, :math:`Z = Y_d - \bar y_d I`,
+    :math:`\bar y_d = E[Y_d]/E[I]`, which adds
     :math:`\lambda_r^2 E[Z^2]/2` to :math:`F`; a request's excess lasts its residence, so the part slower than
     :math:`1/\kappa` is filtered out by :math:`1/(1 + \kappa\tau_Z)`, :math:`\kappa\tau_Z = (1 - x) E[Z^2] / (2
     E[I]^2 \sigma^2)` with :math:`\sigma^2` the per-iteration spread of a sequence's work:
@@ -343,7 +357,7 @@ def occupancy_dispersion(traffic: BatchedTraffic, replicas) -> tuple[np.ndarray 
     Measured against the simulator's occupancy (the variance of the count at arrivals over the chain's, 150,000
     to 1 million requests; ``docs/models.md``): four 8B pools with :math:`\rho_p` = 0.35-0.63 and near-equal
     residences 1.50-2.67 (:math:`F` = 1.44-2.30); a prefill-heavy pool with geometric outputs
-    (:math:`\rho_p = 0.76`) 2.3 (:math:`F` = 2.7); LMSYS windows of 6K-49K on the seeds' units 1.45-2.05
+    (:math:`\rho_p = 0.76`) 2.32 (:math:`F` = 2.45; 2.68 with :math:`\ell` in :math:`Z`); LMSYS windows of 6K-49K on the seeds' units 1.45-2.05
     (:math:`F` = 1.24-1.69: the filter takes out too much, and such pools stay optimistic about a full pool).
 
     Examples
@@ -368,7 +382,12 @@ def occupancy_dispersion(traffic: BatchedTraffic, replicas) -> tuple[np.ndarray 
     EI2 = EI * EI * (1.0 + traffic.cv2_iterations)
     EY2, EIY = traffic.mean_work_total_sq, traffic.mean_iterations_work
     ybar, seq_var = _per_iteration_work(traffic, live)
-    z2 = np.maximum(EY2 - 2.0 * ybar * EIY + ybar * ybar * EI2, 0.0)          # E[(Y - ybar I)^2]
+    if traffic.decode_work_total_sq is not None and traffic.iterations_decode_work is not None:
+        lump = np.zeros_like(EY) if traffic.prefill_compute_s is None else traffic.prefill_compute_s
+        yd = np.where(live, np.maximum(EY - lump, 0.0) / EI, 0.0)              # the prompt's compute is the stalls'
+        z2 = np.maximum(traffic.decode_work_total_sq - 2.0 * yd * traffic.iterations_decode_work + yd * yd * EI2, 0.0)
+    else:
+        z2 = np.maximum(EY2 - 2.0 * ybar * EIY + ybar * ybar * EI2, 0.0)      # E[(Y - ybar I)^2]
     rho_p = np.zeros_like(lam_r) if traffic.prefill_compute_s is None else lam_r * traffic.prefill_compute_s
     rho_p = np.clip(rho_p, 0.0, 0.95)                                         # x >= rho_p: unstable beyond
     var_l = (np.zeros_like(lam_r) if traffic.prefill_compute_sq is None or traffic.prefill_compute_s is None
@@ -996,10 +1015,7 @@ def batched_min_replicas(traffic: BatchedTraffic, slo_s, rho_max: float = 0.85, 
     limit = np.sum(np.where(prefill_limit_s(traffic) > slo[:, None], traffic.chunk_probs, 0.0), axis=1)
     limit_ok = limit < P99_TAIL
     active = ~idle & ~no_slots & limit_ok
-    safe = BatchedTraffic(lam, cap, traffic.mean_iterations, traffic.cv2_iterations, traffic.mean_work,
-                          traffic.mean_work_sq, traffic.chunk_probs, traffic.own_prefill_s, traffic.W_s,
-                          traffic.mean_kv_work, traffic.prefill_compute_s, traffic.column_chunks,
-                          traffic.mean_work_total_sq, traffic.mean_iterations_work, traffic.prefill_compute_sq)
+    safe = replace(traffic, arrival_rate=lam, cap=cap)
 
     def ok(N, idx):
         sub = safe.take(idx)

@@ -518,6 +518,11 @@ class SegmentStats:
     """:math:`E[IY]` (s): its iterations times its time-work."""
     mean_prefill_compute_sq: np.ndarray | None = None
     """:math:`E[(a\\, l_{in} + b\\, l_{in}^2)^2]` (s²): the square of a prompt's compute."""
+    mean_decode_work_sq: np.ndarray | None = None
+    """:math:`E[Y_d^2]` (s²) of the work beyond the prompt's compute, :math:`Y_d = Y - a\\, l_{in} - b\\, l_{in}^2`
+    (:func:`work_moments` with :math:`a = b = 0`)."""
+    mean_iterations_decode_work: np.ndarray | None = None
+    """:math:`E[I Y_d]` (s)."""
 
     @property
     def prefill_times_s(self) -> np.ndarray:
@@ -591,8 +596,9 @@ def stats_from_raw(raw: RawSums, lo_tokens, window_tokens, profile: ServingProfi
             means = raw.compute[:, len(_COMPUTE_NAMES):] / mass[:, None]
             y2, iy = work_moments(means, h0, g, a, b)
             wp2 = work_moments(means, 0.0, 0.0, a, b)[0]        # the prompt's compute alone, squared
+            yd2, iyd = work_moments(means, h0, g)               # the work beyond it
     else:                   # sums built without the products: the model falls back to the iterations' spread
-        y2 = iy = wp2 = None
+        y2 = iy = wp2 = yd2 = iyd = None
     if g or a or b:
         full = raw._full()
         Xd, P1, P2, Q1, Q2, R11, R12, R22 = full.compute.T[:len(_COMPUTE_NAMES)]
@@ -609,4 +615,4 @@ def stats_from_raw(raw: RawSums, lo_tokens, window_tokens, profile: ServingProfi
                         out, tot, chunk_s, np.clip(probs, 0.0, None), mean_it, cv2_it, work, work2, w0, h0,
                         int(profile.chunk_tokens), time_work, time_work2, np.nan_to_num(prefill_compute),
                         np.clip(np.nan_to_num(classes), 0.0, None),
-                        class_k, np.array(own), y2, iy, wp2)
+                        class_k, np.array(own), y2, iy, wp2, yd2, iyd)

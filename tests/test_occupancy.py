@@ -5,8 +5,8 @@ mean-field one, :math:`E[J]/(1-x)`. :func:`fleetopt.models.batched.occupancy_dis
 stalls (a prompt's compute stalls its replica on arrival) and for unequal requests. Each case simulates one pool
 with a batch cap it rarely reaches (so the count is the law below the cap), counts the requests in the pool at
 each arrival (Poisson arrivals see time averages), and compares that count's variance with the model's, within
-20 % (measured: 3 % low with equal residences, 16 % high with geometric outputs at a prefill load of 0.76, 4 %
-high for unequal requests). Each case also checks that the chain without the widening misses the measured
+10 % (measured: 3 % low with equal residences, 5 % high with geometric outputs at a prefill load of 0.76, where
+counting the prompts' compute as unequal work too gave 16 % high, 4 % high for unequal requests). Each case also checks that the chain without the widening misses the measured
 variance by more than 30 % (it is 36-57 % low), so the test fails if the widening is removed.
 """
 
@@ -78,7 +78,7 @@ def test_occupancy_variance_matches_the_simulator(catalog, case):
         outs = np.maximum(np.round(L).astype(np.int64) - prompts, 1)
     sim_var, model_var, chain_var, full = _measure(profile, prompts, outs, lam, replicas, window)
     assert full < 0.01, full                       # the law below the cap is what is measured
-    assert model_var == pytest.approx(sim_var, rel=0.20), (model_var, sim_var)
+    assert model_var == pytest.approx(sim_var, rel=0.10), (model_var, sim_var)
     assert abs(chain_var / sim_var - 1.0) > 0.30, (chain_var, sim_var)
 
 

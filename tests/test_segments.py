@@ -194,6 +194,12 @@ def test_whole_work_moments_equal_direct_sums(catalog, compute):
         assert s.mean_time_work[k] == pytest.approx(Y.mean(), rel=1e-9)
         assert s.mean_time_work_total_sq[k] == pytest.approx(np.mean(Y * Y), rel=1e-9)
         assert s.mean_iterations_time_work[k] == pytest.approx(np.mean(I * Y), rel=1e-9)
+        # the work beyond the prompt's compute: the same sums with the prompt terms a, b set to 0
+        _, Yd = _whole_work(replace(p, prefill_a_s=0.0, prefill_b_s=0.0), prompt[sel], out[sel])
+        assert s.mean_decode_work_sq[k] == pytest.approx(np.mean(Yd * Yd), rel=1e-9)
+        assert s.mean_iterations_decode_work[k] == pytest.approx(np.mean(I * Yd), rel=1e-9)
+        if compute:
+            assert not np.allclose(Yd, Y)
 
 
 def test_whole_work_moments_of_a_cdf_are_exact(catalog, dist):
