@@ -468,5 +468,5 @@ def test_simulate_says_when_an_interval_straddles_the_slo(repo_root, tmp_path):
         need = math.floor(1000 * abs(50.1 - point) / point) / 10
         assert (f"pool {p['min_tokens']:,}-{p['max_tokens']:,}: its P99 TTFT interval [{lo:,.1f}, {hi:,.1f}] ms "
                 f"straddles the 50.1 ms SLO, so this run cannot tell whether it meets it; --precision {need:g} runs "
-                "until the interval is narrow enough to decide") in text
+                "until the interval is narrow enough to decide (up to --max-requests)") in text
     assert text.count("straddles") == len(straddling)
