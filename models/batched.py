@@ -357,8 +357,9 @@ def occupancy_dispersion(traffic: BatchedTraffic, replicas) -> tuple[np.ndarray 
     Measured against the simulator's occupancy (the variance of the count at arrivals over the chain's, 150,000
     to 1 million requests; ``docs/models.md``): four 8B pools with :math:`\rho_p` = 0.35-0.63 and near-equal
     residences 1.50-2.67 (:math:`F` = 1.44-2.30); a prefill-heavy pool with geometric outputs
-    (:math:`\rho_p = 0.76`) 2.32 (:math:`F` = 2.45; 2.68 with :math:`\ell` in :math:`Z`); LMSYS windows of 6K-49K on the seeds' units 1.45-2.05
-    (:math:`F` = 1.24-1.69: the filter takes out too much, and such pools stay optimistic about a full pool).
+    (:math:`\rho_p = 0.76`) 2.32 (:math:`F` = 2.45; 2.68 with :math:`\ell` in :math:`Z`); LMSYS windows of
+    6K-49K on the seeds' units 1.45-2.05 (:math:`F` = 1.24-1.69: the filter takes out too much, and such pools
+    stay optimistic about a full pool).
 
     Examples
     --------
@@ -385,7 +386,8 @@ def occupancy_dispersion(traffic: BatchedTraffic, replicas) -> tuple[np.ndarray 
     if traffic.decode_work_total_sq is not None and traffic.iterations_decode_work is not None:
         lump = np.zeros_like(EY) if traffic.prefill_compute_s is None else traffic.prefill_compute_s
         yd = np.where(live, np.maximum(EY - lump, 0.0) / EI, 0.0)              # the prompt's compute is the stalls'
-        z2 = np.maximum(traffic.decode_work_total_sq - 2.0 * yd * traffic.iterations_decode_work + yd * yd * EI2, 0.0)
+        z2 = np.maximum(traffic.decode_work_total_sq - 2.0 * yd * traffic.iterations_decode_work + yd * yd * EI2,
+                        0.0)                                                  # E[(Y_d - ybar_d I)^2]
     else:
         z2 = np.maximum(EY2 - 2.0 * ybar * EIY + ybar * ybar * EI2, 0.0)      # E[(Y - ybar I)^2]
     rho_p = np.zeros_like(lam_r) if traffic.prefill_compute_s is None else lam_r * traffic.prefill_compute_s
@@ -452,7 +454,8 @@ def departure_dispersion(cv2, mu, lam, period_s) -> np.ndarray:
     ----------
     cv2, mu, lam, period_s : array_like
         :math:`c^2`, the full pool's departure rate :math:`\mu` and arrival rate :math:`\lambda` (1/s), and
-        the time scale :math:`R` of a place's stream (s). Where :math:`\lambda \ge \mu` or :math:`R \le 0` the index is :math:`c^2`.
+        the time scale :math:`R` of a place's stream (s). Where :math:`\lambda \ge \mu` or :math:`R \le 0` the
+        index is :math:`c^2`.
 
     References
     ----------

@@ -5,9 +5,10 @@ mean-field one, :math:`E[J]/(1-x)`. :func:`fleetopt.models.batched.occupancy_dis
 stalls (a prompt's compute stalls its replica on arrival) and for unequal requests. Each case simulates one pool
 with a batch cap it rarely reaches (so the count is the law below the cap), counts the requests in the pool at
 each arrival (Poisson arrivals see time averages), and compares that count's variance with the model's, within
-10 % (measured: 3 % low with equal residences, 5 % high with geometric outputs at a prefill load of 0.76, where
-counting the prompts' compute as unequal work too gave 16 % high, 4 % high for unequal requests). Each case also checks that the chain without the widening misses the measured
-variance by more than 30 % (it is 36-57 % low), so the test fails if the widening is removed.
+10 % (measured: 3 % low with equal residences; 5 % high with geometric outputs at a prefill load of 0.76, where
+counting the prompts' compute as unequal work too gave 16 % high; 4 % high for unequal requests). Each case also
+checks that the chain without the widening misses the measured variance by more than 30 % (it is 36-57 % low),
+so the test fails if the widening is removed.
 """
 
 from __future__ import annotations

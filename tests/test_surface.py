@@ -461,7 +461,8 @@ def test_simulate_says_when_an_interval_straddles_the_slo(repo_root, tmp_path):
               "--set", "slo.ttft_p99_ms=50.1", "--json", out)
     assert res.exit_code == EXIT_CODES["slo_missed"], res.output
     text = " ".join(res.stdout.split())
-    straddling = [p for p in json.loads(out.read_text())["pools"] if p["ttft_p99_ci_ms"][0] <= 50.1 < p["ttft_p99_ci_ms"][1]]
+    pools = json.loads(out.read_text())["pools"]
+    straddling = [p for p in pools if p["ttft_p99_ci_ms"][0] <= 50.1 < p["ttft_p99_ci_ms"][1]]
     assert [p["min_tokens"] for p in straddling] == [0]
     for p in straddling:
         (lo, hi), point = p["ttft_p99_ci_ms"], p["ttft_p99_ms_sim"]
