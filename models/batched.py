@@ -48,9 +48,10 @@ where :math:`U \sim U(0, 1)` is the residual of the iteration in progress (:math
 :math:`C = 0` when the replica is idle), :math:`C` is the other sequences' work, drawn from a gamma
 law with the mean and variance above, and :math:`\omega_k` is the request's own prefill work (its prefix
 context and its prompt's compute, at the mean prompt moments of its chunk count).
-:math:`W_q` is Erlang-C over the pool's :math:`N n` batch places, each held for the residence time
-:math:`R = E[I]\, \bar t` with :math:`c_s^2` that of :math:`I`, with Kimura's exponential tail
-(:func:`fleetopt.models.queueing.wait_exceed_prob`). The P99 comes from the distribution of the sum,
+:math:`W_q` is 0 unless every one of the pool's :math:`N n` batch places is taken (the chain's mass there,
+:func:`operating_point`); then it is exponential of rate :math:`\theta = 2(\mu_f - \lambda)/(1 + I)`, Kimura's
+correction [3]_ with :math:`I` the departures' index of dispersion over the time the queue takes to relax
+(:func:`occupancy_dispersion`, :func:`departure_dispersion`). The P99 comes from the distribution of the sum,
 :math:`P(T > t) = \sum_k p_k E_{C,U}[P(W_q > t - \tau_k(C, U))]`, integrated exactly over :math:`U`
 (:func:`waited_exceed_prob`) and by quantile nodes over :math:`C` (:data:`CONTEXT_NODES`).
 
@@ -65,7 +66,7 @@ References
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 
 import numpy as np
 from scipy import special
@@ -163,18 +164,9 @@ class BatchedTraffic:
                               else fix(stats.mean_iterations_decode_work))
 
     def take(self, idx) -> "BatchedTraffic":
-        """The pools at ``idx``."""
-        return BatchedTraffic(self.arrival_rate[idx], self.cap[idx], self.mean_iterations[idx],
-                              self.cv2_iterations[idx], self.mean_work[idx], self.mean_work_sq[idx],
-                              self.chunk_probs[idx], self.own_prefill_s[idx], self.W_s,
-                              None if self.mean_kv_work is None else self.mean_kv_work[idx],
-                              None if self.prefill_compute_s is None else self.prefill_compute_s[idx],
-                              self.column_chunks,
-                              None if self.mean_work_total_sq is None else self.mean_work_total_sq[idx],
-                              None if self.mean_iterations_work is None else self.mean_iterations_work[idx],
-                              None if self.prefill_compute_sq is None else self.prefill_compute_sq[idx],
-                              None if self.decode_work_total_sq is None else self.decode_work_total_sq[idx],
-                              None if self.iterations_decode_work is None else self.iterations_decode_work[idx])
+        """The pools at ``idx`` (every per-pool array indexed; ``W_s`` and ``column_chunks`` are shared)."""
+        return replace(self, **{f.name: getattr(self, f.name)[idx] for f in fields(self)
+                                if f.name not in ("W_s", "column_chunks") and getattr(self, f.name) is not None})
 
 
 @dataclass(frozen=True, eq=False)
@@ -288,7 +280,7 @@ def operating_point(traffic: BatchedTraffic, replicas) -> OperatingPoint:
         period = EIs * (W + n * xbar)                           # a batch place's mean residence when full
         mu_full = m / period
         lump = np.zeros_like(lam) if traffic.prefill_compute_s is None else traffic.prefill_compute_s
-        S_mean = W * EIs / np.maximum(n, 1.0) + EX                  # E[S'], a request's share of replica time
+        S_mean = _place_time_s(traffic, EIs)
         spread = np.clip(1.0 - lump / np.where(S_mean > 0, S_mean, 1.0), 0.0, 1.0)
         dep_index = departure_dispersion(dep_cv2, mu_full, lam, spread * period)
         theta = np.where(stable, (mu_full - lam) * 2.0 / (1.0 + dep_index), -1.0)
@@ -302,6 +294,12 @@ def operating_point(traffic: BatchedTraffic, replicas) -> OperatingPoint:
         ok(r * q / (1.0 - xs), 0.0))
 
 
+def _place_time_s(traffic: BatchedTraffic, mean_iterations) -> np.ndarray:
+    """:math:`E[S'] = W E[I]/n + E[Y]`: the replica time a request holds through its batch place when every place
+    is taken (the iteration's fixed part shared by the :math:`n` places, plus its own work)."""
+    return traffic.W_s * mean_iterations / np.maximum(traffic.cap, 1.0) + traffic.mean_work
+
+
 def _per_iteration_work(traffic: BatchedTraffic, live):
     """Mean :math:`\bar y = E[Y]/E[I]` and variance :math:`E[Y_2]/E[I] - \bar y^2` of the work a running
     sequence adds to an iteration (iteration-weighted over requests; 0 where not ``live``)."""
@@ -311,8 +309,8 @@ def _per_iteration_work(traffic: BatchedTraffic, live):
 
 
 def occupancy_dispersion(traffic: BatchedTraffic, replicas) -> tuple[np.ndarray | None, np.ndarray]:
-    r"""How much more a pool's occupancy varies than the chain's negative binomial, :math:`F`, and the index of
-    dispersion :math:`I_D` of a full pool's departures (arrays over pools; ``docs/models.md``, "Occupancy
+    r"""How much more a pool's occupancy varies than the chain's negative binomial, :math:`F`, and the long-run
+    index of dispersion :math:`c^2_{S'}` of a full pool's departures (arrays over pools; ``docs/models.md``, "Occupancy
     dispersion"). Without the work moments (:attr:`BatchedTraffic.mean_work_total_sq`) ``(None, c_I^2)``: the
     chain as it stands and Kimura's wait with the spread of the iterations.
 
@@ -350,9 +348,9 @@ def occupancy_dispersion(traffic: BatchedTraffic, replicas) -> tuple[np.ndarray 
 
     **A full pool's departures.** With every place taken a replica is a server whose requests each need
     :math:`S' = W I / n + Y` of its time (the iteration's fixed part shared by the :math:`n` places, plus the
-    request's own work); on the random clock of the iterations the departures' index of dispersion is
-    :math:`I_D = c^2_{S'}` (a renewal-reward argument over the places), which replaces :math:`c_I^2` in the wait's
-    decay (:func:`operating_point`).
+    request's own work); on the random clock of the iterations the departures' long-run index of dispersion is
+    :math:`c^2_{S'}` (a renewal-reward argument over the places), returned here; :func:`operating_point` takes
+    it over the queue's relaxation time (:func:`departure_dispersion`) into the wait's decay.
 
     Measured against the simulator's occupancy (the variance of the count at arrivals over the chain's, 150,000
     to 1 million requests; ``docs/models.md``): four 8B pools with :math:`\rho_p` = 0.35-0.63 and near-equal
@@ -402,7 +400,7 @@ def occupancy_dispersion(traffic: BatchedTraffic, replicas) -> tuple[np.ndarray 
     disp = (1.0 - rho_p) * (1.0 + gamma * (M - 1.0)) + 0.5 * lam_r * lam_r * z2 * filt
     ncap = np.maximum(n, 1.0)
     W = traffic.W_s
-    ES = W * EI / ncap + EY
+    ES = _place_time_s(traffic, EI)
     ES2 = W * W * EI2 / (ncap * ncap) + 2.0 * W * EIY / ncap + EY2
     with np.errstate(divide="ignore", invalid="ignore"):
         dep = np.where(live & (ES > 0), np.maximum(ES2 / (ES * ES) - 1.0, 0.0), traffic.cv2_iterations)

@@ -905,9 +905,12 @@ def _undecided_notes(rep) -> list[str]:
         if p.too_few_requests or not (lo <= slo < hi):
             continue
         q, point = p.analytic, p.ttft_p99_ms_sim
-        need = math.floor(1000.0 * abs(slo - point) / point) / 10.0 if point > 0 else 0.0
-        how = (f"--precision {need:g} runs until the interval is narrow enough to decide (up to --max-requests)"
-               if need >= 0.1 else "its P99 is within 0.1 % of the SLO, closer than a simulation can decide")
+        if not (math.isfinite(point) and point > 0):
+            how = "a longer run (--requests) may decide"
+        else:
+            need = math.floor(1000.0 * abs(slo - point) / point) / 10.0
+            how = (f"--precision {need:g} runs until the interval is narrow enough to decide (up to --max-requests)"
+                   if need >= 0.1 else "its P99 is within 0.1 % of the SLO, closer than a simulation can decide")
         out.append(f"pool {q.min_tokens:,}-{q.max_tokens:,}: its P99 TTFT interval [{lo:,.1f}, {hi:,.1f}] ms straddles "
                    f"the {slo:,g} ms SLO, so this run cannot tell whether it meets it; {how}")
     return out

@@ -471,3 +471,24 @@ def test_simulate_says_when_an_interval_straddles_the_slo(repo_root, tmp_path):
                 f"straddles the 50.1 ms SLO, so this run cannot tell whether it meets it; --precision {need:g} runs "
                 "until the interval is narrow enough to decide (up to --max-requests)") in text
     assert text.count("straddles") == len(straddling)
+
+
+def test_straddle_notes_by_hand():
+    """Which pools get the straddle note, and its advice: a point of 450 ms against 500 ms asks for
+    --precision 11.1 (the distance in % of the point, rounded down); an unbounded point (a request without a first token) cannot say how far it is; an interval
+    wholly below the SLO, or a pool flagged for too few requests, gets none."""
+    from types import SimpleNamespace as NS
+
+    from fleetopt.optimizer.report import _undecided_notes
+
+    def pool(lo, hi, point, few=False, start=0):
+        return NS(ttft_p99_ci_ms=(lo, hi), ttft_p99_ms_sim=point, too_few_requests=few,
+                  analytic=NS(min_tokens=start, max_tokens=start + 1000))
+    rep = NS(slo_ttft_p99_ms=500.0, pools=[pool(400.0, 560.0, 450.0), pool(480.0, math.inf, math.inf, start=1000),
+                                           pool(300.0, 499.0, 400.0, start=2000),
+                                           pool(400.0, 600.0, 450.0, few=True, start=3000)])
+    notes = _undecided_notes(rep)
+    assert len(notes) == 2
+    assert notes[0].startswith("pool 0-1,000: its P99 TTFT interval [400.0, 560.0] ms straddles the 500 ms SLO")
+    assert "--precision 11.1 runs" in notes[0]          # (500 - 450) / 450 = 11.1 %
+    assert notes[1].startswith("pool 1,000-2,000:") and "a longer run (--requests) may decide" in notes[1]
