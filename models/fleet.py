@@ -49,6 +49,14 @@ class ServiceLevel:
     """``pool``: every pool meets the P99 on its own requests; ``fleet``: the P99 over all requests."""
     tpot_p99_s: float | None = None
     """Time per output token bound each pool must meet (None: no TPOT SLO)."""
+    ttft_margin: float = 0.0
+    """Share of ``ttft_p99_s`` a pool sized here (``PoolPlan.replicas`` None) keeps free: it is sized to
+    :attr:`ttft_sizing_s` and judged against ``ttft_p99_s``."""
+
+    @property
+    def ttft_sizing_s(self) -> float:
+        """The P99 TTFT a pool's minimum count aims at: ``(1 - ttft_margin) * ttft_p99_s``."""
+        return self.ttft_p99_s * (1.0 - self.ttft_margin)
 
 
 @dataclass(frozen=True)
@@ -295,13 +303,13 @@ def _evaluate_pool(raw, plan: PoolPlan, arrival_rate: float, level: ServiceLevel
     args = (lam, s.mean_service_s, s.cv2_service)
     sized = plan.replicas is None
     if sized:
-        z = min_replicas(*args, n, level.ttft_p99_s, s.prefill_times_s, s.prefill_probs, s.mean_prefill_s,
-                         level.max_utilization, level.ttft_model)
-        if not z.feasible[0]:
-            # No count meets the SLO: size by the utilisation cap alone so the cost is still meaningful;
-            # the pool is reported as missing the SLO with its reason.
-            z = min_replicas(*args, n, math.inf, s.prefill_times_s, s.prefill_probs, s.mean_prefill_s,
+        # No count meets the target: the SLO itself, then the utilisation cap alone, so the cost is still
+        # meaningful; such a pool is reported as missing the SLO with its reason.
+        for target in _sizing_targets(level):
+            z = min_replicas(*args, n, target, s.prefill_times_s, s.prefill_probs, s.mean_prefill_s,
                              level.max_utilization, level.ttft_model)
+            if z.feasible[0]:
+                break
         base = int(z.replicas[0])
         replicas = math.ceil(base / plan.availability - 1e-9) if base > 0 else 0
     else:
@@ -343,6 +351,12 @@ def _evaluate_pool(raw, plan: PoolPlan, arrival_rate: float, level: ServiceLevel
     ), queue
 
 
+def _sizing_targets(level: ServiceLevel) -> tuple[float, ...]:
+    """The P99 TTFTs a pool of unknown count is sized to, in turn, until one is met: the sizing target, the SLO
+    itself (a margin no count can keep), then none (the utilisation cap alone)."""
+    return (level.ttft_sizing_s, *((level.ttft_p99_s,) if level.ttft_margin else ()), math.inf)
+
+
 def _evaluate_pool_batched(s, plan: PoolPlan, lam: float, cap: int, full: int, tpot: float, tpot_ok: bool,
                            level: ServiceLevel):
     """One pool under the batched replica model (:mod:`fleetopt.models.batched`): its result and its
@@ -350,9 +364,10 @@ def _evaluate_pool_batched(s, plan: PoolPlan, lam: float, cap: int, full: int, t
     traffic = BatchedTraffic.from_stats(s, [lam], cap=[max(cap, 0)])
     sized = plan.replicas is None
     if sized:
-        z = batched_min_replicas(traffic, level.ttft_p99_s, level.max_utilization)
-        if not z.feasible[0]:
-            z = batched_min_replicas(traffic, math.inf, level.max_utilization)
+        for target in _sizing_targets(level):
+            z = batched_min_replicas(traffic, target, level.max_utilization)
+            if z.feasible[0]:
+                break
         base = int(z.replicas[0])
         replicas = math.ceil(base / plan.availability - 1e-9) if base > 0 else 0
     else:

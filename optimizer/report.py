@@ -522,6 +522,9 @@ def render_evaluation(c: Console, report) -> None:
             elif b.cost_per_hr > 0:
                 c.print(f"fleet {text}: ${r.cost_per_year:,.0f}/yr vs baseline ${b.cost_per_year:,.0f}/yr "
                         f"({1 - r.cost_per_hr / b.cost_per_hr:+.1%} saving)", markup=False)
+    sized = [p for _, r in report.fleets for p in r.pools] + ([] if b is None else list(b.pools))
+    if inst.slo.ttft_margin and any(p.sized for p in sized):
+        c.print(f"note: * {margin_note(inst.slo)}", markup=False)
     if inst.workload.truncated_share > 0:
         c.print(f"note: {inst.workload.truncated_share:.4%} of requests are longer than the largest context "
                 "window and are served truncated to it")
@@ -627,6 +630,7 @@ def solve_json(report, verification=None) -> dict:
     out.update({
         "solve_seconds": report.solve_seconds, "mip_gap": report.mip_gap,
         "ttft_model": inst.slo.ttft_model, "slo_ttft_p99_ms": inst.slo.ttft_p99_s * 1000.0,
+        "ttft_margin": inst.slo.ttft_margin, "ttft_sizing_ms": inst.slo.ttft_sizing_s * 1000.0,
         "power_linearization_error_w": report.power_error_w,
         "candidates": {"generated": report.candidates_generated, "feasible": report.candidates_feasible,
                        "after_pruning": report.candidates_after_pruning, "dropped": list(report.dropped_reasons)},
@@ -785,6 +789,12 @@ def violations_lines(r: FleetResult, violations, label: str = "fleet") -> list[s
             + ("" if r.slo_met else ", and misses the SLO")] + [f"  breaks {v}" for v in violations]
 
 
+def margin_note(slo) -> str:
+    """What the sizing margin did, under a solve's plans (``slo.ttft_margin`` > 0)."""
+    return (f"pools sized to P99 TTFT <= {slo.sizing_text()}, for the model's error and a simulation's "
+            "resolution; --set slo.ttft_margin=0 sizes to the SLO itself")
+
+
 def render_solve(c: Console, report, verification=None) -> None:
     inst = report.instance
     slo_ms = inst.slo.ttft_p99_s * 1000.0
@@ -803,6 +813,8 @@ def render_solve(c: Console, report, verification=None) -> None:
         for line in fleet_notes(plan.fleet, inst.slo.ttft_model):
             c.print(line.replace("source: analytic", f"selected by {report.method}; numbers analytic", 1),
                     markup=False)
+    if inst.slo.ttft_margin:
+        c.print(f"note: {margin_note(inst.slo)}, --verify-top checks in simulation instead", markup=False)
     b = report.baseline
     if b is not None:
         best = report.best.fleet

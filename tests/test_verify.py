@@ -27,6 +27,7 @@ def test_agent_fleet_is_verified_by_simulation(repo_root):
     chosen = next(p for p in v["plans"] if p["rank"] == v["chosen_rank"] and p["round"] == v["chosen_round"])
     assert chosen["passed"] and chosen["cost_per_hr"] == min(p["cost_per_hr"] for p in passing)
     assert r["cost_per_hr"] == chosen["cost_per_hr"]  # the headline is the verified plan
+    assert r["ttft_margin"] == 0.0 and r["ttft_sizing_ms"] == 1000.0  # the simulation, not a margin, checks it
     for pool in chosen["pools"]:
         low, high = pool["ttft_p99_ci_ms"]
         assert low <= pool["ttft_p99_ms_sim"] <= high <= 1000.0 and pool["slo_met_sim"]

@@ -371,6 +371,7 @@ class _ValidateSlo(_Open):
     ttft_model: str
     scope: str
     tpot_p99_ms: float | None
+    ttft_margin: float
 
 
 class _ValidateGpu(_Open):
@@ -478,6 +479,9 @@ class SolveDocument(Document):
     solve_seconds: float
     mip_gap: float | None
     slo_ttft_p99_ms: float
+    ttft_margin: float = Field(description="share of the SLO the plans were sized to keep free (slo.ttft_margin; 0 "
+                                           "with --verify-top)")
+    ttft_sizing_ms: float = Field(description="the P99 TTFT the candidates were sized to: the SLO less the margin")
     solutions: list[_Solution]
     verified: bool | None = Field(description="null without --verify-top")
     provenance: dict

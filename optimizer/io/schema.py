@@ -145,6 +145,10 @@ class RawSlo(_Raw):
     tpot_p99_ms: _PositiveFloat | None = None
     ttft_model: Literal["batched", "tail", "mean-prefill"] = "batched"
     scope: Literal["pool", "fleet"] = "pool"
+    ttft_margin: Annotated[float, Field(ge=0, lt=0.5, allow_inf_nan=False)] | None = None
+    """Share of ``ttft_p99_ms`` an analytic plan keeps free: candidates are sized to
+    ``ttft_p99_ms * (1 - ttft_margin)`` and judged against ``ttft_p99_ms`` (None: the model's default,
+    :data:`fleetopt.optimizer.io.instance.DEFAULT_TTFT_MARGIN`)."""
 
 
 class RawGpu(_Raw):

@@ -306,7 +306,7 @@ class TighteningCandidates:
         if instance.slo.scope != "pool" or instance.slo.ttft_model != "batched":
             raise ValueError("TighteningCandidates: needs slo.scope pool and ttft_model batched")
         self.instance = instance
-        self.slo_s = float(instance.slo.ttft_p99_s)
+        self.slo_s = float(instance.slo.ttft_sizing_s)
         self._cache = SizingCache()
         c = generate_candidates(instance, cache=self._cache)
         if not np.array_equal(c.choice_pool, np.arange(len(c))):
@@ -323,7 +323,8 @@ class TighteningCandidates:
         self.alive = np.ones(len(c), dtype=bool)
 
     def tighten(self, slo_s: float) -> None:
-        """Move to SLO ``slo_s`` (no looser than the current one): every count becomes a lower bound."""
+        """Move to sizing target ``slo_s`` (an SLO less its margin, ``SLO.ttft_sizing_s``; no looser than the
+        current one): every count becomes a lower bound."""
         if slo_s > self.slo_s * (1 + 1e-12):
             raise ValueError(f"TighteningCandidates: {slo_s} s is looser than the current {self.slo_s} s")
         self.slo_s = float(slo_s)
@@ -457,7 +458,7 @@ def _size_option(instance: Instance, g_idx: int, opt, inputs, b, rows, pools, ch
     else:
         sized = None
         if cache is not None and traffic is not None:
-            sized = cache.size(g_idx, traffic, instance.slo.ttft_p99_s, instance.constraints.max_utilization)
+            sized = cache.size(g_idx, traffic, instance.slo.ttft_sizing_s, instance.constraints.max_utilization)
         counts, ok, reasons = pool_counts(instance, s, lam, traffic, sized)
     largest_cap = np.r_[idx[1:] != idx[:-1], True]  # rows are sorted by (row, cap)
     for k in np.flatnonzero(~ok & largest_cap):
@@ -577,9 +578,9 @@ def pool_counts(instance: Instance, s, lam, traffic=None, sized: Sizing | None =
         z = sized
     elif slo.ttft_model == "batched":
         traffic = BatchedTraffic.from_stats(s, lam) if traffic is None else traffic
-        z = batched_min_replicas(traffic, slo.ttft_p99_s, instance.constraints.max_utilization)
+        z = batched_min_replicas(traffic, slo.ttft_sizing_s, instance.constraints.max_utilization)
     else:
-        z = min_replicas(lam, s.mean_service_s, s.cv2_service, s.n_slots, slo.ttft_p99_s, s.prefill_times_s,
+        z = min_replicas(lam, s.mean_service_s, s.cv2_service, s.n_slots, slo.ttft_sizing_s, s.prefill_times_s,
                          s.prefill_probs, s.mean_prefill_s, instance.constraints.max_utilization, slo.ttft_model)
     counts = _OneCount(np.asarray(z.replicas, dtype=np.int64), np.asarray(z.feasible, dtype=bool))
 
@@ -662,18 +663,19 @@ def fleet_counts(instance: Instance, s, lam):
         floor = min_replicas(lam, s.mean_service_s, s.cv2_service, s.n_slots, np.inf, s.prefill_times_s,
                              s.prefill_probs, s.mean_prefill_s, instance.constraints.max_utilization, slo.ttft_model)
     if batched:
-        limit = np.sum(np.where(prefill_limit_s(traffic) > slo.ttft_p99_s, traffic.chunk_probs, 0.0), axis=1)
+        limit = np.sum(np.where(prefill_limit_s(traffic) > slo.ttft_sizing_s, traffic.chunk_probs, 0.0), axis=1)
     elif slo.ttft_model == "tail":
-        limit = np.sum(np.where(s.prefill_times_s[None, :] >= slo.ttft_p99_s, s.prefill_probs, 0.0), axis=1)
+        limit = np.sum(np.where(s.prefill_times_s[None, :] >= slo.ttft_sizing_s, s.prefill_probs, 0.0), axis=1)
     else:
-        limit = np.where(np.nan_to_num(s.mean_prefill_s) < slo.ttft_p99_s, 0.0, 1.0)
+        limit = np.where(np.nan_to_num(s.mean_prefill_s) < slo.ttft_sizing_s, 0.0, 1.0)
     ok = floor.feasible & (lam * limit <= P99_TAIL * total * (1 + 1e-12))
     reasons = {}
     for k in np.flatnonzero(~ok):
         if not floor.feasible[k]:
             reasons[int(k)] = _reason(floor.reason[k], s, k, slo, prefill_limit_s(traffic) if batched else None)
         else:
-            reasons[int(k)] = (f"requests whose prefill alone exceeds the SLO are {lam[k] * limit[k] / total:.2%} "
+            reasons[int(k)] = (f"requests whose prefill alone exceeds {slo.sizing_text()} are "
+                               f"{lam[k] * limit[k] / total:.2%} "
                                "of all traffic, above the fleet's 1 % budget")
     counts = {}
     active = np.flatnonzero(ok)
@@ -683,9 +685,9 @@ def fleet_counts(instance: Instance, s, lam):
             break
         n = floor.replicas[active] + extra
         if batched:
-            miss = batched_miss_prob(slo.ttft_p99_s, traffic.take(active), n)
+            miss = batched_miss_prob(slo.ttft_sizing_s, traffic.take(active), n)
         else:
-            miss = ttft_miss_prob(slo.ttft_p99_s, n * s.n_slots[active], lam[active],
+            miss = ttft_miss_prob(slo.ttft_sizing_s, n * s.n_slots[active], lam[active],
                               np.where(lam[active] > 0, s.mean_service_s[active], 1.0), s.cv2_service[active],
                                   s.prefill_times_s, s.prefill_probs[active], s.mean_prefill_s[active],
                                   slo.ttft_model)
@@ -702,19 +704,19 @@ def fleet_counts(instance: Instance, s, lam):
 def _reason(code: str, s, k: int, slo, idle_prefill_s=None) -> str:
     """Why candidate ``k`` is dropped (``idle_prefill_s``: the batched model's prefill times per chunk count on an
     idle replica, :func:`fleetopt.models.batched.prefill_limit_s`)."""
-    slo_ms = slo.ttft_p99_s * MS_PER_S
+    target = slo.sizing_text()
     if code == "no-slots":
         return f"the {int(s.hi_tokens[k]):,}-token context window does not fit the KV cache"
     if code == "prefill":
         if slo.ttft_model == "mean-prefill":
-            return f"mean prefill {s.mean_prefill_s[k] * MS_PER_S:,.0f} ms alone exceeds the {slo_ms:,.0f} ms SLO"
+            return f"mean prefill {s.mean_prefill_s[k] * MS_PER_S:,.0f} ms alone exceeds {target}"
         if slo.ttft_model == "batched":
             tau = prefill_p99_s(idle_prefill_s[k], s.ttft_probs[k])
-            return (f"P99 prefill alone on an idle replica is {tau * MS_PER_S:,.0f} ms, above the {slo_ms:,.0f} ms "
-                    "SLO, at any replica count")
+            return (f"P99 prefill alone on an idle replica is {tau * MS_PER_S:,.0f} ms, above {target}, "
+                    "at any replica count")
         tau = prefill_p99_s(s.prefill_times_s, s.prefill_probs[k])
-        return f"P99 prefill alone is {tau * MS_PER_S:,.0f} ms, above the {slo_ms:,.0f} ms SLO, at any replica count"
-    return "no replica count up to the search cap meets the SLO"
+        return f"P99 prefill alone is {tau * MS_PER_S:,.0f} ms, above {target}, at any replica count"
+    return f"no replica count up to the search cap meets {slo.sizing_text()}"
 
 
 @dataclass(frozen=True)

@@ -161,7 +161,7 @@ def fleet_spec(instance: Instance, fleet: FleetResult, replicas=None) -> str | N
 
 def service_level(instance: Instance) -> ServiceLevel:
     return ServiceLevel(instance.slo.ttft_p99_s, instance.slo.ttft_model, instance.constraints.max_utilization,
-                        instance.slo.scope, instance.slo.tpot_p99_s)
+                        instance.slo.scope, instance.slo.tpot_p99_s, instance.slo.ttft_margin)
 
 
 def _run(instance: Instance, pools: list[PoolPlan], fleet_p99: bool = True) -> FleetResult:

@@ -11,6 +11,7 @@ re-loaded with one more ``--set`` override, :mod:`fleetopt.optimizer.io.override
 * ``gpus.NAME.max_count`` + 1 GPU, for every option with a ``max_count``;
 * ``constraints.max_cost_per_hr`` x 1.1 (when set);
 * ``slo.ttft_p99_ms`` x 1.1 (a 10 % looser SLO);
+* ``slo.ttft_margin`` to 0 (when set: what the sizing margin costs);
 * ``pools.max_pools`` + 1.
 
 Its *worth* is :math:`\Delta = z^* - z^*_{relaxed}` in the objective's unit ($/hr, kW, ...): a relaxation only
@@ -21,7 +22,8 @@ Each pool's *bottleneck* is what fails with one replica fewer (its count is the 
 so one fewer breaks at least one), checked in this order on the exact analytic evaluation at :math:`n - 1`:
 ``slots`` (the pool is unstable: its batch places cannot carry the load), ``utilisation cap`` (capacity load
 above ``max_utilization``), ``TPOT`` (the batch cap breaks the TPOT SLO), ``prefill time`` (the P99 TTFT misses
-and the pool's own P99 prefill takes at least half the SLO), ``P99 TTFT`` (it misses by waiting); ``one
+and the pool's own P99 prefill takes at least half the SLO), ``P99 TTFT`` (it misses by waiting), each against
+the sizing target (the SLO less ``slo.ttft_margin``); ``one
 replica`` when :math:`n = 1`. Its *headroom* is the largest fleet arrival rate at which the pool still carries its
 share at its count (the bisection of :func:`fleetopt.optimizer.workflows.headroom.headroom`, passed in as
 ``headroom``: this module sits below the workflows).
@@ -71,8 +73,11 @@ def explain_infeasible(instance: Instance, allc: Candidates, problem: FleetProbl
                     best_per_gpu[d.gpu] = (width, d)
         detail = "; ".join(f"{g} on {d.lo_tokens:,}-{d.hi_tokens:,}: {d.reason}"
                            for g, (_, d) in sorted(best_per_gpu.items()))
-        return (f"no configuration serves {int(b[k]):,}-{int(b[k + 1]):,}-token requests within {slo_ms:,.0f} ms "
-                f"P99 TTFT ({detail})")
+        m = instance.slo.ttft_margin
+        within = f"{slo_ms:,.0f} ms P99 TTFT" + ("" if not m else (
+            f" less its {100 * m:g} % margin ({instance.slo.ttft_sizing_s * 1000.0:,.0f} ms; slo.ttft_margin=0 "
+            "sizes to the SLO itself)"))
+        return f"no configuration serves {int(b[k]):,}-{int(b[k + 1]):,}-token requests within {within} ({detail})"
     # 2. the pool count
     free = _relaxed(problem)
     try:
@@ -235,6 +240,8 @@ def _relaxations(instance: Instance) -> list[tuple[str, float, float, str]]:
         out.append(("constraints.max_cost_per_hr", v, 1.1 * v, f"constraints.max_cost_per_hr={1.1 * v!r}"))
     slo_ms = instance.slo.ttft_p99_s * 1000.0
     out.append(("slo.ttft_p99_ms", slo_ms, 1.1 * slo_ms, f"slo.ttft_p99_ms={1.1 * slo_ms!r}"))
+    if instance.slo.ttft_margin:
+        out.append(("slo.ttft_margin", instance.slo.ttft_margin, 0.0, "slo.ttft_margin=0"))
     k = instance.pools.max_pools
     out.append(("pools.max_pools", k, k + 1, f"pools.max_pools={k + 1}"))
     return out
@@ -252,7 +259,7 @@ def _bottleneck(instance: Instance, plans, k: int) -> tuple[str, str]:
     fewer = list(plans)
     fewer[k] = replace(plans[k], replicas=n - 1)
     p = evaluate_plans(instance, fewer).pools[k]
-    slo_ms = instance.slo.ttft_p99_s * 1000.0
+    slo_ms = instance.slo.ttft_sizing_s * 1000.0  # the count is the least meeting the sizing target
     cap = instance.constraints.max_utilization
     at = f"at {n - 1} replicas"
     if not p.utilization < 1.0:

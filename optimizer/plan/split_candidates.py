@@ -125,7 +125,7 @@ def build_split_problem(instance: Instance) -> SplitModel:
             servers = n_base * caps[k]
             tau = np.arange(nominal.prefill_probs.shape[1]) * chunk_s
             A = max_load_erlangs(servers.astype(float), es, cv2, tau, nominal.prefill_probs[k],
-                                 nominal.mean_prefill_s[k], slo_s=slo.ttft_p99_s, rho_max=rho, model=point_model)
+                                 nominal.mean_prefill_s[k], slo_s=slo.ttft_sizing_s, rho_max=rho, model=point_model)
             usable = A > 0
             replicas = np.ceil(n_base / opt.availability - 1e-9).astype(np.int64)
             C = erlang_c(servers.astype(float), np.minimum(A, servers - 1e-9))
@@ -138,7 +138,7 @@ def build_split_problem(instance: Instance) -> SplitModel:
                 for key, value in row.items():
                     ch[key].append(value)
                 power_err = max(power_err, err)
-                slo_coef.append(miss_coefficients(seg_probs, seg_pf, tau, c_c, th, slo.ttft_p99_s, point_model))
+                slo_coef.append(miss_coefficients(seg_probs, seg_pf, tau, c_c, th, slo.ttft_sizing_s, point_model))
     cons = instance.constraints
     problem = SplitProblem(
         segment_rate=seg_rate, pool_gpu=np.array(cols["gpu"], dtype=np.int64),

@@ -211,7 +211,8 @@ def verify(instance: Instance, options: SolveOptions = SolveOptions(), sim_optio
     (default) sizes it alone by simulation (:mod:`fleetopt.optimizer.simulation.pool_sizing`) where its traffic
     is its own, else a count cut; ``count`` and ``window`` are the heuristics of "Plan-level cuts".
     ``trim=True`` then lowers the chosen plan's counts while its simulation still passes
-    (:mod:`fleetopt.optimizer.simulation.trim`). Returns the last round's solve report and the verification record;
+    (:mod:`fleetopt.optimizer.simulation.trim`). The plans are sized to the SLO itself (``slo.ttft_margin`` is
+    set to 0: the simulation is the check the margin stands in for). Returns the last round's solve report and the verification record;
     the chosen plan (if any) is ``verification.chosen``.
 
     ``map_plans(fn, args_list)``, if given, runs ``fn(*args)`` for each ``args`` of the list and returns the results
@@ -230,6 +231,8 @@ def verify(instance: Instance, options: SolveOptions = SolveOptions(), sim_optio
         raise ValueError(f"cuts must be one of {CUTS}; got {cuts!r}")
     if not isinstance(sim_options, SimOptions):
         raise ValueError(f"sim_options must be a SimOptions; got {sim_options!r}")
+    # the simulator, not a margin, stands between the model and the SLO here: size to the SLO itself
+    instance = replace(instance, slo=instance.slo.without_margin())
     length = instance.pools.routing == "length"
     window_cuts = cuts == "window" and length  # module docstring: not under split
     step = on_step if on_step is not None else _quiet

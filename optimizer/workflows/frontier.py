@@ -298,7 +298,7 @@ class _Solver:
         self._last_ids = np.zeros(0, dtype=np.int64)
 
     def candidates(self, inst: Instance) -> Candidates:
-        key = inst.slo.ttft_p99_s
+        key = inst.slo.ttft_sizing_s
         if key not in self._cands:
             self._cands[key] = _prune(inst, generate_candidates(inst, cache=self._sizing), 1)
         return self._cands[key]
@@ -346,7 +346,7 @@ class _Solver:
         them before pruning saves most re-prunings."""
         if self._lazy is None:
             self._lazy = TighteningCandidates(inst)
-        self._lazy.tighten(inst.slo.ttft_p99_s)
+        self._lazy.tighten(inst.slo.ttft_sizing_s)
         self._lazy.verify(self._last_ids)     # the candidates that mattered last time first: fewer re-prunings
         while True:
             table, ids = self._lazy.table()
