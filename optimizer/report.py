@@ -904,28 +904,8 @@ def render_simulation(c: Console, rep) -> None:
     if rep.router == "spillover":
         spilled = "; ".join(f"{p.min_tokens:,}-{p.max_tokens:,}: {p.spilled:,}" for p in rep.pools)
         _say(c, f"simulated spills to the next pool up (bound {rep.spill_bound}, all replications) - {spilled}", "  ")
-    for line in [*_undecided_notes(rep), *rep.notes]:
+    for line in [*rep.undecided_notes(), *rep.notes]:
         _say(c, f"note: {line}", "  ")
-
-
-def _undecided_notes(rep) -> list[str]:
-    """A note for each pool whose P99 TTFT interval straddles the SLO: it is not shown to meet it (the verdict
-    is judged on the interval's upper bound), but this run cannot tell met from missed either."""
-    slo, out = rep.slo_ttft_p99_ms, []
-    for p in rep.pools:
-        lo, hi = p.ttft_p99_ci_ms
-        if p.too_few_requests or not (lo <= slo < hi):
-            continue
-        q, point = p.analytic, p.ttft_p99_ms_sim
-        if not (math.isfinite(point) and point > 0):
-            how = "a longer run (--requests) may decide"
-        else:
-            need = math.floor(1000.0 * abs(slo - point) / point) / 10.0
-            how = (f"--precision {need:g} runs until the interval is narrow enough to decide (up to --max-requests)"
-                   if need >= 0.1 else "its P99 is within 0.1 % of the SLO, closer than a simulation can decide")
-        out.append(f"pool {q.min_tokens:,}-{q.max_tokens:,}: its P99 TTFT interval [{lo:,.1f}, {hi:,.1f}] ms straddles "
-                   f"the {slo:,g} ms SLO, so this run cannot tell whether it meets it; {how}")
-    return out
 
 
 def _say(c: Console, text: str, indent: str = "") -> None:

@@ -471,6 +471,8 @@ def test_simulate_says_when_an_interval_straddles_the_slo(repo_root, tmp_path):
                 f"straddles the 50.1 ms SLO, so this run cannot tell whether it meets it; --precision {need:g} runs "
                 "until the interval is narrow enough to decide (up to --max-requests)") in text
     assert text.count("straddles") == len(straddling)
+    notes = json.loads(out.read_text())["notes"]      # the JSON says it too
+    assert sum("straddles the 50.1 ms SLO" in n for n in notes) == len(straddling)
 
 
 def test_straddle_notes_by_hand():
@@ -479,7 +481,7 @@ def test_straddle_notes_by_hand():
     wholly below the SLO, or a pool flagged for too few requests, gets none."""
     from types import SimpleNamespace as NS
 
-    from fleetopt.optimizer.report import _undecided_notes
+    from fleetopt.optimizer.simulation.records import SimReport
 
     def pool(lo, hi, point, few=False, start=0):
         return NS(ttft_p99_ci_ms=(lo, hi), ttft_p99_ms_sim=point, too_few_requests=few,
@@ -487,7 +489,7 @@ def test_straddle_notes_by_hand():
     rep = NS(slo_ttft_p99_ms=500.0, pools=[pool(400.0, 560.0, 450.0), pool(480.0, math.inf, math.inf, start=1000),
                                            pool(300.0, 499.0, 400.0, start=2000),
                                            pool(400.0, 600.0, 450.0, few=True, start=3000)])
-    notes = _undecided_notes(rep)
+    notes = SimReport.undecided_notes(rep)
     assert len(notes) == 2
     assert notes[0].startswith("pool 0-1,000: its P99 TTFT interval [400.0, 560.0] ms straddles the 500 ms SLO")
     assert "--precision 11.1 runs" in notes[0]          # (500 - 450) / 450 = 11.1 %

@@ -239,6 +239,27 @@ class SimReport(_Measured):
     spill_bound = property(lambda self: self.options.spill_bound)   # None unless router="spillover"
     dispatch = property(lambda self: self.options.dispatch if self.options.mode == "iteration" else "pool-fcfs")
 
+    def undecided_notes(self) -> list[str]:
+        """A note for each pool whose P99 TTFT interval straddles the SLO: it is not shown to meet it (the verdict
+        is judged on the interval's upper bound), but this run cannot tell met from missed either; the note names
+        the ``--precision`` that would decide (the SLO's distance from the point, in percent)."""
+        slo, out = self.slo_ttft_p99_ms, []
+        for p in self.pools:
+            lo, hi = p.ttft_p99_ci_ms
+            if p.too_few_requests or not (lo <= slo < hi):
+                continue
+            q, point = p.analytic, p.ttft_p99_ms_sim
+            if not (math.isfinite(point) and point > 0):
+                how = "a longer run (--requests) may decide"
+            else:
+                need = math.floor(1000.0 * abs(slo - point) / point) / 10.0
+                how = (f"--precision {need:g} runs until the interval is narrow enough to decide (up to "
+                       "--max-requests)" if need >= 0.1 else
+                       "its P99 is within 0.1 % of the SLO, closer than a simulation can decide")
+            out.append(f"pool {q.min_tokens:,}-{q.max_tokens:,}: its P99 TTFT interval [{lo:,.1f}, {hi:,.1f}] ms "
+                       f"straddles the {slo:,g} ms SLO, so this run cannot tell whether it meets it; {how}")
+        return out
+
     def to_json(self) -> dict:
         """The stable JSON contract (:class:`fleetopt.optimizer.io.contract.SimulateDocument`): the envelope,
         the keys of the issue, then provenance and details. The fleet's figures are in ``analytic`` and
@@ -279,7 +300,7 @@ class SimReport(_Measured):
             "warmup_s": self.warmup_s, "cooldown_s": self.cooldown_s, "relaxation_s": self.relaxation_s,
             "littles_law_rel_error": self.littles_law_rel_error,
             "analytic": fleet_analytic(a), "simulated": simulated,
-            "notes": list(self.notes),
+            "notes": [*self.undecided_notes(), *self.notes],
         }
 
     def rows(self) -> list[dict]:
