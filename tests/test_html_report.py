@@ -208,3 +208,11 @@ def test_report_with_the_simulation_of_the_same_plan(solve_json, tmp_path):
     assert 'id="sim-fleet-ttft-p99-ms" data-value="27.5"' in text
     assert "1,000 requests, 2 replications, seed 3" in text                     # the figure's source says so
     assert text.count("<figure>") == 2
+
+
+def test_report_says_what_the_plans_were_sized_to(solve_json):
+    """The quickstart's plans carry the batched model's 3 % margin: the page's heading says so; a document
+    without a margin (a verified solve's) says nothing of one."""
+    q = json.loads(solve_json.read_text())
+    assert "pools sized to 485 ms (a 3 % margin)" in build_html(q)
+    assert "pools sized to" not in build_html({**q, "ttft_margin": 0.0, "ttft_sizing_ms": 500.0})
