@@ -1,0 +1,40 @@
+"""The promise: a plan `fleetopt solve` calls optimal is one its own simulator accepts.
+
+The procedure of the README ("The seeds, analytic and re-checked in simulation"): plain `solve` on every bundled
+instance, then `simulate --plan` of its plan with another seed (7) and three times the default requests
+(150,000), judged on the upper end of each pool's 95 % interval. One instance is named in the README as the
+exception, for a statistical reason: `lmsys_a100`'s long pool, whose P99 rests on rare sequences of tens of
+thousands of tokens, reads 444 ms [297, 727] in such a run (476 ms [469, 486] over 10 million requests of that
+pool alone), so its interval straddles the 500 ms SLO and the verdict is not `met`.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from fleetopt.optimizer.cli import main
+
+EXCEPTION = "lmsys_a100"
+
+
+@pytest.mark.slow
+def test_plain_solve_plans_pass_their_simulator(repo_root, tmp_path):
+    instances = sorted((repo_root / "instances").glob("*.yaml"))
+    assert len(instances) == 14
+    verdicts = {}
+    for path in instances:
+        plan = tmp_path / f"{path.stem}.json"
+        res = CliRunner().invoke(main, ["solve", str(path), "--json", str(plan)])
+        assert res.exit_code == 0, (path.stem, res.output)
+        sim = tmp_path / f"{path.stem}.sim.json"
+        res = CliRunner().invoke(main, ["simulate", str(path), "--plan", str(plan), "--seed", "7", "--requests",
+                                        "150000", "--json", str(sim)])
+        assert res.exit_code in (0, 5) and "Traceback" not in res.output, (path.stem, res.output)
+        doc = json.loads(sim.read_text())
+        verdicts[path.stem] = doc["simulated"]["slo_met"]
+        if path.stem == EXCEPTION:      # missed only as undecided: its interval straddles the SLO
+            assert any("straddles the 500 ms SLO" in n for n in doc["notes"]), doc["notes"]
+    assert [k for k, met in verdicts.items() if not met] == [EXCEPTION], verdicts
