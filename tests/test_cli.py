@@ -52,6 +52,11 @@ def test_validate_json(repo_root):
     assert res.exit_code == 0
     s = json.loads(res.stdout)
     assert s["valid"] and [g["n_slots_at_max_context"] for g in s["gpus"]] == [8, 16, 16]
+    assert s["slo"]["ttft_margin"] == 0.03                 # the batched model's default
+    text = run("validate", repo_root / "instances" / "lmsys_mixed.yaml", "--format", "plain").stdout
+    assert "SLO: P99 TTFT 500 ms (batched, scope pool); plans sized to 485 ms (ttft_margin 3 %)" in text
+    mean = run("validate", repo_root / "instances" / "lmsys_mixed.yaml", "--set", "slo.ttft_model=mean-prefill")
+    assert "plans sized to" not in mean.stdout
 
 
 def test_evaluate_is_deterministic(repo_root, tmp_path):
