@@ -637,3 +637,23 @@ def test_an_integer_yaml_reads_as_text_gets_the_hint_too(tmp_path: Path):
     with pytest.raises(InstanceError) as info:
         load_instance(path)
     assert any("gpus[0].max_count" in line and "is text to YAML" in line for line in info.value.problems)
+
+
+@pytest.mark.parametrize("field, patch", [
+    ("workload.cdf", {"workload": {"cdf": "a\x00b.json", "arrival_rate": 50}}),
+    ("workload.trace", {"workload": {"trace": "\x00", "arrival_rate": 50}}),
+    ("gpus[0].profile_file", {"gpus": [{"name": "g", "profile_file": "\x00"}]}),
+    ("gpus[0].model_config", {"gpus": [{"name": "g", "hardware": "H100-SXM-80GB", "model_config": "\x00"}]}),
+])
+def test_a_file_name_with_a_nul_byte_is_one_line_naming_the_field(tmp_path: Path, field, patch):
+    """The operating system refuses such a name with ValueError, not OSError (found by the fuzzer): it is bad
+    input like any unreadable file, reported on one line naming the file and the field."""
+    data = {"name": "x", "workload": {"cdf": "builtin:lmsys", "arrival_rate": 50}, "slo": {"ttft_p99_ms": 500},
+            "gpus": [{"name": "a100", "profile": "A100-80GB"}],
+            "pools": {"max_pools": 2, "max_context": 8192, "boundaries": "auto"}, **patch}
+    path = tmp_path / "i.yaml"
+    path.write_text(yaml.safe_dump(data))
+    with pytest.raises(InstanceError) as err:
+        load_instance(path)
+    (line,) = [ln for ln in str(err.value).splitlines() if field in ln]
+    assert line.startswith(f"{path}: {field}") and "contains a NUL byte" in line

@@ -25,6 +25,8 @@ def read_text(path: Path) -> tuple[str | None, str | None]:
         return None, str(err.strerror or err)
     except UnicodeDecodeError as err:
         return None, f"not UTF-8 text ({err.reason} at byte {err.start})"
+    except ValueError:      # the operating system refuses the name itself (a NUL byte)
+        return None, "not a usable file name (it contains a NUL byte)"
 
 
 def json_position(err: json.JSONDecodeError) -> str:
