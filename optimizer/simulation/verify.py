@@ -212,8 +212,8 @@ def verify(instance: Instance, options: SolveOptions = SolveOptions(), sim_optio
     is its own, else a count cut; ``count`` and ``window`` are the heuristics of "Plan-level cuts".
     ``trim=True`` then lowers the chosen plan's counts while its simulation still passes
     (:mod:`fleetopt.optimizer.simulation.trim`). The plans are sized to the SLO itself (``slo.ttft_margin`` is
-    set to 0: the simulation is the check the margin stands in for). Returns the last round's solve report and the verification record;
-    the chosen plan (if any) is ``verification.chosen``.
+    set to 0: the simulation is the check the margin stands in for). Returns the last round's solve report and
+    the verification record; the chosen plan (if any) is ``verification.chosen``.
 
     ``map_plans(fn, args_list)``, if given, runs ``fn(*args)`` for each ``args`` of the list and returns the results
     in order: the whole-plan simulations of a round are independent (each on the same seed), so the command
