@@ -445,8 +445,11 @@ def departure_dispersion(cv2, mu, lam, period_s) -> np.ndarray:
     :math:`c^2` = 0.024: the P99 was 2.5 s analytic against 3.5 s simulated; the fixed point :math:`I` = 0.55
     is within 10 % of the simulator). Where :math:`c^2 \ge 1` the index is kept at :math:`c^2`: the
     superposition argument would lower it, but there a replica's heavy sequences slow all its places together,
-    and the simulated waits of such pools decay as slowly as :math:`c^2` says or more (``docs/models.md``,
-    "A full pool's departures").
+    and on the pools measured when this was written the simulated waits decayed as slowly as :math:`c^2` says or
+    more (``docs/models.md``, "A full pool's departures"). It is not right either way: on near-cap agreement
+    pools the simulated wait given full implies an index of about 4.1 where :math:`c^2` is 8.3 (six replicas of
+    14 places), and about 2.3 where :math:`c^2` is 1.22 (two B200 units of 167 places); applying the fixed point
+    above :math:`c^2 = 1` as well made the agreement worse (``docs/models.md``, "Where it errs").
 
     Parameters
     ----------

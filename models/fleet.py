@@ -35,7 +35,18 @@ from fleetopt.models.service import decode_power_curve, tpot_batch_cap, tpot_bou
 from fleetopt.models.units import HOURS_PER_YEAR, MS_PER_S, P99_TAIL
 from fleetopt.models.workload import LengthDistribution, RequestTrace
 
-__all__ = ["PoolPlan", "PoolResult", "FleetResult", "ServiceLevel", "evaluate_fleet", "evaluate_traffic"]
+__all__ = ["PoolPlan", "PoolResult", "FleetResult", "ServiceLevel", "evaluate_fleet", "evaluate_traffic",
+           "sizing_target_s"]
+
+
+def sizing_target_s(ttft_p99_s: float, margin: float) -> float:
+    """The P99 TTFT a pool's least count aims at: :math:`(1 - m)\\, T_{SLO}`, the SLO less a margin :math:`m` for
+    the model's error and a simulation's resolution (``docs/models.md``, "The sizing margin").
+
+    >>> sizing_target_s(0.5, 0.03)
+    0.485
+    """
+    return ttft_p99_s * (1.0 - margin)
 
 
 @dataclass(frozen=True)
@@ -55,8 +66,8 @@ class ServiceLevel:
 
     @property
     def ttft_sizing_s(self) -> float:
-        """The P99 TTFT a pool's minimum count aims at: ``(1 - ttft_margin) * ttft_p99_s``."""
-        return self.ttft_p99_s * (1.0 - self.ttft_margin)
+        """The P99 TTFT a pool's minimum count aims at (:func:`sizing_target_s`)."""
+        return sizing_target_s(self.ttft_p99_s, self.ttft_margin)
 
 
 @dataclass(frozen=True)

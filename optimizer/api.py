@@ -58,7 +58,7 @@ def summarize_instance(inst: Instance) -> dict:
         "slo": {"ttft_p99_ms": inst.slo.ttft_p99_s * MS_PER_S, "ttft_model": inst.slo.ttft_model,
                 "scope": inst.slo.scope,
                 "tpot_p99_ms": None if inst.slo.tpot_p99_s is None else inst.slo.tpot_p99_s * MS_PER_S,
-                "ttft_margin": inst.slo.ttft_margin},
+                "ttft_margin": inst.slo.ttft_margin, "ttft_sizing_ms": inst.slo.ttft_sizing_s * MS_PER_S},
         "gpus": [{"name": g.name, "profile": g.profile.name, "kind": g.kind, "model": g.profile.model_name,
                   **replica_unit(g.profile.gpus_per_replica, g.profile.model_name).to_json(),
                   "cost_per_hr": g.profile.cost_usd_per_hr,

@@ -477,10 +477,10 @@ def render_summary(c: Console, s: dict) -> None:
             + (f"; {w['truncated_share']:.4%} of requests exceed max_context and are truncated"
                if w["truncated_share"] > 0 else ""))
     slo = s["slo"]
-    margin = slo.get("ttft_margin") or 0.0
+    margin = slo.get("ttft_margin") or 0.0      # the sizing target is the instance's (api.summarize_instance)
     c.print(f"  SLO: P99 TTFT {slo['ttft_p99_ms']:,.0f} ms ({slo['ttft_model']}, scope {slo['scope']})"
             + (f", P99 TPOT {slo['tpot_p99_ms']:,.0f} ms" if slo["tpot_p99_ms"] else "")
-            + (f"; plans sized to {(1 - margin) * slo['ttft_p99_ms']:,.0f} ms (ttft_margin {100 * margin:g} %)"
+            + (f"; plans sized to {slo['ttft_sizing_ms']:,.0f} ms (ttft_margin {100 * margin:g} %)"
                if margin else ""))
     p = s["pools"]
     c.print(f"  pools: up to {p['max_pools']}, max context {p['max_context']:,}, {len(p['boundaries'])} "

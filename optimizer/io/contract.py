@@ -372,6 +372,7 @@ class _ValidateSlo(_Open):
     scope: str
     tpot_p99_ms: float | None
     ttft_margin: float
+    ttft_sizing_ms: float
 
 
 class _ValidateGpu(_Open):

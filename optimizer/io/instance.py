@@ -40,6 +40,7 @@ from typing import Any
 
 import numpy as np
 
+from fleetopt.models.fleet import sizing_target_s
 from fleetopt.models.profiles import ServingProfile
 from fleetopt.models.units import MS_PER_S
 from fleetopt.models.workload import LengthDistribution, RequestTrace
@@ -152,8 +153,8 @@ class SLO:
 
     @property
     def ttft_sizing_s(self) -> float:
-        """The P99 TTFT the analytic sizing aims at: ``(1 - ttft_margin) * ttft_p99_s``."""
-        return self.ttft_p99_s * (1.0 - self.ttft_margin)
+        """The P99 TTFT the analytic sizing aims at (:func:`fleetopt.models.fleet.sizing_target_s`)."""
+        return sizing_target_s(self.ttft_p99_s, self.ttft_margin)
 
     def sizing_text(self) -> str:
         """The sizing target in words: ``the 500 ms SLO``, or ``485 ms (the 500 ms SLO less its 3 % margin)``."""

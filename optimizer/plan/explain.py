@@ -260,6 +260,7 @@ def _bottleneck(instance: Instance, plans, k: int) -> tuple[str, str]:
     fewer[k] = replace(plans[k], replicas=n - 1)
     p = evaluate_plans(instance, fewer).pools[k]
     slo_ms = instance.slo.ttft_sizing_s * 1000.0  # the count is the least meeting the sizing target
+    target = f"{slo_ms:,.0f} ms" if not instance.slo.ttft_margin else instance.slo.sizing_text()
     cap = instance.constraints.max_utilization
     at = f"at {n - 1} replicas"
     if not p.utilization < 1.0:
@@ -272,9 +273,9 @@ def _bottleneck(instance: Instance, plans, k: int) -> tuple[str, str]:
         return "TPOT", f"{at} the TPOT bound {p.tpot_p99_ms:,.1f} ms exceeds the {tpot * 1000.0:,.0f} ms SLO"
     if p.ttft_p99_ms > slo_ms * (1 + 1e-12):
         if p.prefill_p99_ms >= PREFILL_SHARE * slo_ms:
-            return "prefill time", (f"{at} P99 TTFT {p.ttft_p99_ms:,.1f} ms > {slo_ms:,.0f} ms; the pool's P99 prefill "
+            return "prefill time", (f"{at} P99 TTFT {p.ttft_p99_ms:,.1f} ms > {target}; the pool's P99 prefill "
                                     f"alone is {p.prefill_p99_ms:,.1f} ms")
-        return "P99 TTFT", f"{at} P99 TTFT {p.ttft_p99_ms:,.1f} ms > {slo_ms:,.0f} ms (waiting for a batch place)"
+        return "P99 TTFT", f"{at} P99 TTFT {p.ttft_p99_ms:,.1f} ms > {target} (waiting for a batch place)"
     return "P99 TTFT", f"{at} the pool misses its SLO ({p.miss_reason or 'fleet-scope share'})"
 
 
