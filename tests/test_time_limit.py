@@ -100,21 +100,23 @@ def test_a_limit_that_is_never_reached_changes_nothing():
 
 
 @pytest.mark.slow
-def test_stress_instance_half_a_second(repo_root, tmp_path):
+def test_stress_instance_cut_by_a_wall_clock_limit(repo_root, tmp_path):
     from fleetopt.optimizer import cli
 
     inst = load_instance(repo_root / "instances" / "stress_60x8.yaml")
     solve_instance(_instance(), SolveOptions(method="mip"))  # imports and HiGHS warmed up outside the timing
     # The limit's effect on wall time is a benchmark's business (fleetopt bench); here: the solve stops building
     # candidates, says so, and reports the limit as its status.
-    report = solve_instance(inst, SolveOptions(time_limit_s=0.5))
-    assert report.status == SolveStatus.TIME_LIMIT      # 8 options take over a second to size on any machine here
-    assert "time limit" in report.explanation
+    # 0.05 s: the eight options take about 1.1 s to size on this project's machines, a CI machine about half that;
+    # 0.5 s was once the limit here and a fast CI machine sized all eight within it. Twenty-fold leaves room.
+    report = solve_instance(inst, SolveOptions(time_limit_s=0.05))
+    assert report.status == SolveStatus.TIME_LIMIT
+    assert "time limit" in report.explanation and "of 8 GPU options sized" in report.explanation
     out_file = tmp_path / "solve.json"
     result = CliRunner().invoke(cli.main, ["solve", str(repo_root / "instances" / "stress_60x8.yaml"),
-                                           "--time-limit", "0.5", "--json", str(out_file)])
+                                           "--time-limit", "0.05", "--json", str(out_file)])
     assert result.exit_code in (0, 4), result.output   # a plan among the candidates built, or none: never 1
     out = json.loads(out_file.read_text())
-    assert out["status"] == "time_limit" and "time limit" in out["explanation"]
+    assert out["status"] == "time_limit" and "of 8 GPU options sized" in out["explanation"]
     # No bound on solve_seconds here: wall time is the benchmark's business, and the bound failed on a loaded
     # machine. That the limit stops the sizing is checked on a fake clock above.
