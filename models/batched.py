@@ -137,6 +137,11 @@ class BatchedTraffic:
     """:math:`E[I Y_d]` in s (``None`` with :attr:`decode_work_total_sq`)."""
 
     @property
+    def prompt_compute_s(self) -> np.ndarray:
+        """:attr:`prefill_compute_s`, or 0 per pool where the profile has no prefill compute."""
+        return np.zeros_like(self.arrival_rate) if self.prefill_compute_s is None else self.prefill_compute_s
+
+    @property
     def chunks(self) -> np.ndarray:
         """The chunk count of each column."""
         if self.column_chunks is not None:
@@ -279,7 +284,7 @@ def operating_point(traffic: BatchedTraffic, replicas) -> OperatingPoint:
         batch = np.where(stable, running / Ns, np.where(live, n, 0.0))
         period = EIs * (W + n * xbar)                           # a batch place's mean residence when full
         mu_full = m / period
-        lump = np.zeros_like(lam) if traffic.prefill_compute_s is None else traffic.prefill_compute_s
+        lump = traffic.prompt_compute_s
         S_mean = _place_time_s(traffic, EIs)
         spread = np.clip(1.0 - lump / np.where(S_mean > 0, S_mean, 1.0), 0.0, 1.0)
         dep_index = departure_dispersion(dep_cv2, mu_full, lam, spread * period)
@@ -382,13 +387,13 @@ def occupancy_dispersion(traffic: BatchedTraffic, replicas) -> tuple[np.ndarray 
     EY2, EIY = traffic.mean_work_total_sq, traffic.mean_iterations_work
     ybar, seq_var = _per_iteration_work(traffic, live)
     if traffic.decode_work_total_sq is not None and traffic.iterations_decode_work is not None:
-        lump = np.zeros_like(EY) if traffic.prefill_compute_s is None else traffic.prefill_compute_s
+        lump = traffic.prompt_compute_s
         yd = np.where(live, np.maximum(EY - lump, 0.0) / EI, 0.0)              # the prompt's compute is the stalls'
         z2 = np.maximum(traffic.decode_work_total_sq - 2.0 * yd * traffic.iterations_decode_work + yd * yd * EI2,
                         0.0)                                                  # E[(Y_d - ybar_d I)^2]
     else:
         z2 = np.maximum(EY2 - 2.0 * ybar * EIY + ybar * ybar * EI2, 0.0)      # E[(Y - ybar I)^2]
-    rho_p = np.zeros_like(lam_r) if traffic.prefill_compute_s is None else lam_r * traffic.prefill_compute_s
+    rho_p = lam_r * traffic.prompt_compute_s
     rho_p = np.clip(rho_p, 0.0, 0.95)                                         # x >= rho_p: unstable beyond
     var_l = (np.zeros_like(lam_r) if traffic.prefill_compute_sq is None or traffic.prefill_compute_s is None
              else np.maximum(traffic.prefill_compute_sq - traffic.prefill_compute_s ** 2, 0.0))
@@ -957,7 +962,7 @@ def mean_activity_power_w(power, traffic: BatchedTraffic, op: OperatingPoint) ->
     work = lam_r * traffic.mean_work
     kv = lam_r * (traffic.mean_work if traffic.mean_kv_work is None else traffic.mean_kv_work)
     fb = np.clip(op.busy_fraction, 0.0, 1.0)
-    pf = np.zeros_like(work) if traffic.prefill_compute_s is None else lam_r * traffic.prefill_compute_s
+    pf = lam_r * traffic.prompt_compute_s
     decode_compute = np.maximum(work - kv - pf, 0.0)
     probs = traffic.chunk_probs
     ek = probs @ traffic.chunks / np.maximum(probs.sum(axis=1), 1e-300)

@@ -85,7 +85,8 @@ def test_evaluate_sizes_to_the_slo_where_the_margin_cannot_be_kept(repo_root):
                                     "--json", "-"])
     assert res.exit_code == 3 and "Traceback" not in res.output
     why = json.loads(res.stdout)["explanation"]
-    assert "within 300 ms P99 TTFT less its 20 % margin (240 ms" in why and "above 240 ms (the 300 ms SLO" in why
+    assert "within a P99 TTFT of 240 ms (the 300 ms SLO less its 20 % margin); slo.ttft_margin=0" in why
+    assert "above 240 ms (the 300 ms SLO" in why
 
 
 def test_solve_says_what_it_sized_to(repo_root):

@@ -477,8 +477,9 @@ def test_simulate_says_when_an_interval_straddles_the_slo(repo_root, tmp_path):
 
 def test_straddle_notes_by_hand():
     """Which pools get the straddle note, and its advice: a point of 450 ms against 500 ms asks for
-    --precision 11.1 (the distance in % of the point, rounded down); an unbounded point (a request without a first token) cannot say how far it is; an interval
-    wholly below the SLO, or a pool flagged for too few requests, gets none."""
+    --precision 11.1 (the distance in % of the point, rounded down); an unbounded point (a request without a first
+    token) cannot say how far it is; an interval wholly below the SLO, or a pool flagged for too few requests, gets
+    none."""
     from types import SimpleNamespace as NS
 
     from fleetopt.optimizer.simulation.records import SimReport

@@ -107,8 +107,8 @@ def test_stress_instance_cut_by_a_wall_clock_limit(repo_root, tmp_path):
     solve_instance(_instance(), SolveOptions(method="mip"))  # imports and HiGHS warmed up outside the timing
     # The limit's effect on wall time is a benchmark's business (fleetopt bench); here: the solve stops building
     # candidates, says so, and reports the limit as its status.
-    # 0.05 s: the eight options take about 1.1 s to size on this project's machines, a CI machine about half that;
-    # 0.5 s was once the limit here and a fast CI machine sized all eight within it. Twenty-fold leaves room.
+    # 0.05 s: the eight options take about 1.1 s to size on a development machine here; with 0.5 s a faster CI
+    # machine sized all eight before the limit. A twenty-fold margin leaves room for faster machines.
     report = solve_instance(inst, SolveOptions(time_limit_s=0.05))
     assert report.status == SolveStatus.TIME_LIMIT
     assert "time limit" in report.explanation and "of 8 GPU options sized" in report.explanation

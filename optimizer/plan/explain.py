@@ -73,10 +73,8 @@ def explain_infeasible(instance: Instance, allc: Candidates, problem: FleetProbl
                     best_per_gpu[d.gpu] = (width, d)
         detail = "; ".join(f"{g} on {d.lo_tokens:,}-{d.hi_tokens:,}: {d.reason}"
                            for g, (_, d) in sorted(best_per_gpu.items()))
-        m = instance.slo.ttft_margin
-        within = f"{slo_ms:,.0f} ms P99 TTFT" + ("" if not m else (
-            f" less its {100 * m:g} % margin ({instance.slo.ttft_sizing_s * 1000.0:,.0f} ms; slo.ttft_margin=0 "
-            "sizes to the SLO itself)"))
+        within = (f"{slo_ms:,.0f} ms P99 TTFT" if not instance.slo.ttft_margin else
+                  f"a P99 TTFT of {instance.slo.sizing_text()}; slo.ttft_margin=0 sizes to the SLO itself")
         return f"no configuration serves {int(b[k]):,}-{int(b[k + 1]):,}-token requests within {within} ({detail})"
     # 2. the pool count
     free = _relaxed(problem)
