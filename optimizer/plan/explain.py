@@ -258,7 +258,7 @@ def _bottleneck(instance: Instance, plans, k: int) -> tuple[str, str]:
     fewer[k] = replace(plans[k], replicas=n - 1)
     p = evaluate_plans(instance, fewer).pools[k]
     slo_ms = instance.slo.ttft_sizing_s * 1000.0  # the count is the least meeting the sizing target
-    target = f"{slo_ms:,.0f} ms" if not instance.slo.ttft_margin else instance.slo.sizing_text()
+    target = instance.slo.sizing_text()
     cap = instance.constraints.max_utilization
     at = f"at {n - 1} replicas"
     if not p.utilization < 1.0:
