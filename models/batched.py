@@ -48,11 +48,15 @@ where :math:`U \sim U(0, 1)` is the residual of the iteration in progress (:math
 :math:`C = 0` when the replica is idle), :math:`C` is the other sequences' work, drawn from a gamma
 law with the mean and variance above, and :math:`\omega_k` is the request's own prefill work (its prefix
 context and its prompt's compute, at the mean prompt moments of its chunk count).
-:math:`W_q` is 0 unless every one of the pool's :math:`N n` batch places is taken (the chain's mass there,
-:func:`operating_point`); then it is exponential of rate :math:`\theta = 2(\mu_f - \lambda)/(1 + I)`, Kimura's
-correction [3]_ with :math:`I` the departures' index of dispersion over the time the queue takes to relax
-(:func:`occupancy_dispersion`, :func:`departure_dispersion`). The P99 comes from the distribution of the sum,
-:math:`P(T > t) = \sum_k p_k E_{C,U}[P(W_q > t - \tau_k(C, U))]`, integrated exactly over :math:`U`
+:math:`W_q` is 0 unless every one of the pool's :math:`N n` batch places is taken (the count's mass there,
+:func:`operating_point`: the chain's arrivals come in geometric clusters sized so that its variance is
+:func:`occupancy_dispersion`'s :math:`F` times the chain's, :func:`cluster_size`). Then it is gamma with mean
+:math:`1/\theta`, :math:`\theta = 2(\mu_f - \lambda)/(I_A + I)`, Kimura's correction [3]_ with :math:`I` the
+departures' index of dispersion over the time the queue takes to relax (:func:`departure_dispersion`) and
+:math:`I_A` the arrivals' (1 unless unequal requests cluster them), and squared coefficient of variation
+:math:`1 + (I - 1)/K`: the arrival waits for :math:`K` departures, :math:`K` geometric of mean
+:math:`\mu_f/\theta`, released with index :math:`I` (1 gives the exponential). The P99 comes from the distribution
+of the sum, :math:`P(T > t) = \sum_k p_k E_{C,U}[P(W_q > t - \tau_k(C, U))]`, integrated exactly over :math:`U`
 (:func:`waited_exceed_prob`) and by quantile nodes over :math:`C` (:data:`CONTEXT_NODES`).
 
 References
@@ -75,7 +79,7 @@ from fleetopt.models.numerics import bisect_boundary
 from fleetopt.models.queueing import Sizing
 from fleetopt.models.units import P99_TAIL
 
-__all__ = ["CONTEXT_NODES", "BatchedTraffic", "OperatingPoint", "operating_point", "occupancy_dispersion",
+__all__ = ["CONTEXT_NODES", "BatchedTraffic", "OperatingPoint", "operating_point", "occupancy_dispersion", "cluster_size",
            "waited_exceed_prob", "batched_miss_prob", "batched_ttft_p99_s", "batched_min_replicas",
            "prefill_limit_s", "departure_dispersion",
            "mean_prefill_s", "mean_power_w", "mean_activity_power_w", "prefill_lumps", "coarrival_exceed_prob",
@@ -87,6 +91,8 @@ CONTEXT_NODES = (0.5 * (_BIN_EDGES[1:] + _BIN_EDGES[:-1]), np.diff(_BIN_EDGES))
 each probability bin, with bins narrowing into the upper tail (where the P99 is decided)."""
 
 _MAX_REPLICAS = 10**7
+_MIN_WAIT_SCV = 0.02
+"""Floor of the full-pool wait's squared coefficient of variation (a gamma shape of at most 50)."""
 
 
 @dataclass(frozen=True, eq=False)
@@ -202,7 +208,7 @@ class OperatingPoint:
     full_context_mean: np.ndarray
     full_context_var: np.ndarray
     wait_decay: np.ndarray
-    """:math:`\\theta`: the wait of an arrival that finds the pool full is exponential with this rate (1/s)."""
+    """:math:`\\theta`: the wait of an arrival that finds the pool full has mean :math:`1/\\theta` (1/s)."""
     stable: np.ndarray
     busy_fraction: np.ndarray | None = None
     """:math:`E[\\min(J, N)] / N`: the share of time a replica runs iterations (JSQ keeps :math:`\\min(J, N)`
@@ -210,6 +216,8 @@ class OperatingPoint:
     occupancy_var: np.ndarray | None = None
     """Variance of the law of :math:`J` below the cap (negative binomial, its variance times
     :func:`occupancy_dispersion`'s :math:`F`): the pool's count where the cap is rarely reached."""
+    wait_shape: np.ndarray | float = 1.0
+    """:math:`\\alpha`: the full-pool wait is gamma of mean :math:`1/\\theta` and this shape (1: exponential)."""
 
 
 def _nb_cdf(m, r, x):
@@ -222,6 +230,61 @@ def _nb_pmf(m, r, x):
     """:math:`P(J = m) = \\binom{m + r - 1}{m} (1 - x)^r x^m`."""
     return np.exp(special.gammaln(r + m) - special.gammaln(r) - special.gammaln(m + 1.0)
                   + r * np.log1p(-x) + special.xlogy(m, x))
+
+
+def cluster_size(x, a, F) -> np.ndarray:
+    r"""Mean size :math:`q \ge 1` of the geometric clusters in which arrivals must come for the occupancy chain
+    to vary ``F`` times as much as it does with single arrivals (arrays; ``docs/models.md``, "The count near the
+    cap").
+
+    The chain of :func:`operating_point` has birth rate :math:`\lambda` and death rates
+    :math:`\mu_j = \lambda j / (A + x j)`, :math:`A = \lambda E[I] W` (``a``): a negative binomial of
+    shape :math:`A/x + 1` and ratio :math:`x`, mean :math:`(A + x)/(1 - x)`, variance :math:`(A + x)/(1 - x)^2`.
+    With the arrivals in clusters of :math:`X` geometric on :math:`1, 2, \dots` of mean :math:`q` (at rate
+    :math:`\lambda / q`) the mean becomes :math:`(q x + A)/(1 - x)` (the completion rate is concave in :math:`j`,
+    so a wider count runs slower on average) and the variance (:func:`_cluster_variance`)
+
+    .. math:: \mathrm{Var}[J] = \frac{q^2 x (2 - x) + q (A - x (1 - x))}{(1 - x)^2},
+
+    so :math:`q` is the positive root of :math:`q^2 x(2 - x) + q(A - x(1 - x)) = F (A + x)` (1 at
+    :math:`F = 1`).
+
+    >>> float(cluster_size(0.5, 2.0, 1.0)), round(float(cluster_size(0.5, 2.0, 1.5)), 4)
+    (1.0, 1.3555)
+    """
+    x, a, F = (np.asarray(v, dtype=float) for v in (x, a, F))
+    A2 = x * (2.0 - x)
+    A1 = a - x * (1.0 - x)
+    C = F * (a + x)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        q = np.where(A2 > 0, 2.0 * C / (A1 + np.sqrt(A1 * A1 + 4.0 * A2 * C)), F)
+    return np.maximum(q, 1.0)
+
+
+def _cluster_variance(x, a, q) -> np.ndarray:
+    """Variance of the clustered chain's count without a cap (:func:`cluster_size`)."""
+    return (q * q * x * (2.0 - x) + q * (a - x * (1.0 - x))) / (1.0 - x) ** 2
+
+
+def _nb_partial(r, x, lo, hi):
+    r"""Sums of :math:`P(j)`, :math:`j P(j)`, :math:`j^2 P(j)` over :math:`j \in [lo, hi]` for the negative binomial
+    (:math:`r`, :math:`x`): :math:`j P(j; r) = r \frac{x}{1-x} P(j - 1; r + 1)` and
+    :math:`j(j-1) P(j; r) = r(r+1) (\frac{x}{1-x})^2 P(j - 2; r + 2)`."""
+    q = x / (1.0 - x)
+    m0 = _nb_cdf(hi, r, x) - _nb_cdf(lo - 1.0, r, x)
+    m1 = r * q * (_nb_cdf(hi - 1.0, r + 1.0, x) - _nb_cdf(lo - 2.0, r + 1.0, x))
+    f2 = r * (r + 1.0) * q * q * (_nb_cdf(hi - 2.0, r + 2.0, x) - _nb_cdf(lo - 3.0, r + 2.0, x))
+    return m0, m1, f2 + m1
+
+
+def _cluster_partial(r, xi, p, lo, hi):
+    r"""Sums of :math:`\pi(j)`, :math:`j \pi(j)`, :math:`j^2 \pi(j)` over :math:`[lo, hi]` for the clustered chain
+    below the cap, :math:`\pi(j) = S_j - (1 - p) S_{j-1}` with :math:`S` the negative binomial (:math:`r`,
+    :math:`\xi`) (``docs/models.md``, "The count near the cap")."""
+    a0, a1, a2 = _nb_partial(r, xi, lo, hi)
+    b0, b1, b2 = _nb_partial(r, xi, lo - 1.0, hi - 1.0)     # S_{j-1} over [lo, hi], i.e. S_i, i + 1 = j
+    g = 1.0 - p
+    return a0 - g * b0, a1 - g * (b1 + b0), a2 - g * (b2 + 2.0 * b1 + b0)
 
 
 def operating_point(traffic: BatchedTraffic, replicas) -> OperatingPoint:
@@ -252,35 +315,30 @@ def operating_point(traffic: BatchedTraffic, replicas) -> OperatingPoint:
     m = Ns * n                                                  # batch places in the pool
     rho_f = x + a / np.where(live, m, 1.0)
     stable = live & (rho_f < 1.0)
-    disp, dep_cv2 = occupancy_dispersion(traffic, N)
+    disp, unequal, dep_cv2 = occupancy_dispersion(traffic, N)
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         xs = np.where(stable, x, 0.5)
-        r = np.where(stable, a / xs + 1.0, 1.0)                 # N beta + 1
-        if disp is not None:                                    # same mean, variance x disp
-            mean_j = r * xs / (1.0 - xs)
-            xs = np.where(stable, 1.0 - (1.0 - xs) / disp, xs)
-            r = np.where(stable, mean_j * (1.0 - xs) / xs, r)
-        q = xs / (1.0 - xs)
-        below = _nb_cdf(m - 1.0, r, xs)                         # P(J < Nn) (unnormalised chain)
-        at_m = _nb_pmf(m, r, xs)
-        tail = at_m / np.where(stable, 1.0 - rho_f, 1.0)        # sum over J >= Nn: geometric
-        if disp is not None:        # no less than the dispersed law puts at or above the cap
-            tail = np.maximum(tail, 1.0 - _nb_cdf(m - 1.0, r, xs))
+        As = np.where(stable, a, 1.0)
+        F = np.ones_like(xs) if disp is None else disp
+        p = 1.0 / cluster_size(xs, As, F)                     # 1: the chain itself
+        xi = 1.0 - p * (1.0 - xs)                               # S_j: negative binomial (r_c, xi)
+        r = 1.0 + p * As / xi
+        S_top = _nb_pmf(m - 1.0, r, xi)
+        below, run_below, _ = _cluster_partial(r, xi, p, 0.0, m - 1.0)
+        tail = rho_f * S_top / np.where(stable, 1.0 - rho_f, 1.0)   # sum over J >= Nn
         Z = below + tail
         p_full = tail / Z
-        p_idle = _nb_cdf(Ns - 1.0, r, xs) / Z                   # J < N: JSQ finds an idle replica
-        # partial moments of J over [N, Nn - 1]: j P(j; r) = r q P(j - 1; r + 1), j(j-1) P(j; r) = r(r+1) q^2 P(j - 2; r + 2)
-        S0 = below - _nb_cdf(Ns - 1.0, r, xs)
-        S1 = r * q * (_nb_cdf(m - 2.0, r + 1.0, xs) - _nb_cdf(Ns - 2.0, r + 1.0, xs))
-        S2 = r * (r + 1.0) * q * q * (_nb_cdf(m - 3.0, r + 2.0, xs) - _nb_cdf(Ns - 3.0, r + 2.0, xs))
-        busy_mass = np.maximum(S0, 0.0)
+        idle, run_idle, _ = _cluster_partial(r, xi, p, 0.0, Ns - 1.0)
+        p_idle = idle / Z                                       # J < N: JSQ finds an idle replica
+        busy_mass, S1, S2 = _cluster_partial(r, xi, p, Ns, m - 1.0)
+        busy_mass = np.maximum(busy_mass, 0.0)
         has_busy = busy_mass > 0
         Ej = np.where(has_busy, S1 / np.where(has_busy, busy_mass, 1.0), Ns)
-        Ej2 = np.where(has_busy, (S2 + S1) / np.where(has_busy, busy_mass, 1.0), Ns * Ns)
+        Ej2 = np.where(has_busy, S2 / np.where(has_busy, busy_mass, 1.0), Ns * Ns)
         b_mean = Ej / Ns
         b_var = np.maximum(Ej2 - Ej * Ej, 0.0) / (Ns * Ns)
-        running = (r * q * _nb_cdf(m - 2.0, r + 1.0, xs) + m * tail) / Z   # E[min(J, Nn)]
-        busy_frac = (r * q * _nb_cdf(Ns - 2.0, r + 1.0, xs) / Z + Ns * (1.0 - p_idle)) / Ns   # E[min(J, N)] / N
+        running = (run_below + m * tail) / Z                    # E[min(J, Nn)]
+        busy_frac = (run_idle / Z + Ns * (1.0 - p_idle)) / Ns   # E[min(J, N)] / N
         batch = np.where(stable, running / Ns, np.where(live, n, 0.0))
         period = EIs * (W + n * xbar)                           # a batch place's mean residence when full
         mu_full = m / period
@@ -288,7 +346,12 @@ def operating_point(traffic: BatchedTraffic, replicas) -> OperatingPoint:
         S_mean = _place_time_s(traffic, EIs)
         spread = np.clip(1.0 - lump / np.where(S_mean > 0, S_mean, 1.0), 0.0, 1.0)
         dep_index = departure_dispersion(dep_cv2, mu_full, lam, spread * period)
-        theta = np.where(stable, (mu_full - lam) * 2.0 / (1.0 + dep_index), -1.0)
+        arrivals_index = 1.0 if unequal is None else 2.0 * cluster_size(xs, As, unequal) - 1.0
+        theta = np.where(stable, (mu_full - lam) * 2.0 / (arrivals_index + dep_index), -1.0)
+        # an arrival that finds the pool full waits for K departures, K geometric of mean mu_f / theta: the
+        # wait's squared coefficient of variation is 1 + (I - 1)/E[K]
+        depth = np.maximum(np.where(stable, mu_full / np.where(theta > 0, theta, 1.0), 1.0), 1.0)
+        wait_scv = np.maximum(1.0 + (dep_index - 1.0) / depth, _MIN_WAIT_SCV)
         residence = np.where(live & stable, batch * Ns / np.where(lam > 0, lam, 1.0), np.inf)
     ok = lambda v, fill: np.where(stable, v, fill)  # noqa: E731
     return OperatingPoint(
@@ -296,7 +359,7 @@ def operating_point(traffic: BatchedTraffic, replicas) -> OperatingPoint:
         residence, ok(p_idle, 0.0), ok(p_full, 1.0),
         ok(b_mean * xbar, 0.0), ok(xbar * xbar * b_var + b_mean * seq_var, 0.0), ok(n * xbar, 0.0),
         ok(n * seq_var, 0.0), theta, stable | (lam <= 0), np.where(stable, busy_frac, np.where(live, 1.0, 0.0)),
-        ok(r * q / (1.0 - xs), 0.0))
+        ok(_cluster_variance(xs, As, 1.0 / p), 0.0), ok(1.0 / wait_scv, 1.0))
 
 
 def _place_time_s(traffic: BatchedTraffic, mean_iterations) -> np.ndarray:
@@ -313,11 +376,13 @@ def _per_iteration_work(traffic: BatchedTraffic, live):
     return ybar, np.maximum(np.where(live, traffic.mean_work_sq / EI, 0.0) - ybar * ybar, 0.0)
 
 
-def occupancy_dispersion(traffic: BatchedTraffic, replicas) -> tuple[np.ndarray | None, np.ndarray]:
-    r"""How much more a pool's occupancy varies than the chain's negative binomial, :math:`F`, and the long-run
-    index of dispersion :math:`c^2_{S'}` of a full pool's departures (arrays over pools; ``docs/models.md``, "Occupancy
-    dispersion"). Without the work moments (:attr:`BatchedTraffic.mean_work_total_sq`) ``(None, c_I^2)``: the
-    chain as it stands and Kimura's wait with the spread of the iterations.
+def occupancy_dispersion(traffic: BatchedTraffic, replicas) -> tuple[np.ndarray | None, np.ndarray | None, np.ndarray]:
+    r"""How much more a pool's occupancy varies than the chain's negative binomial, :math:`F`; the part of it due
+    to unequal requests alone, :math:`1 + \lambda_r^2 E[Z^2]/(2(1 + \kappa\tau_Z))` (below; it clusters the arrivals
+    of a full pool's queue, :func:`operating_point`); and the long-run index of dispersion :math:`c^2_{S'}` of a
+    full pool's departures (arrays over pools; ``docs/models.md``, "Occupancy dispersion"). Without the work
+    moments (:attr:`BatchedTraffic.mean_work_total_sq`) ``(None, None, c_I^2)``: the chain as it stands and
+    Kimura's wait with the spread of the iterations.
 
     The chain gives every running sequence the mean work :math:`\bar y = E[Y]/E[I]` an iteration, so its
     variance is that of a symmetric queue, :math:`E[J]/(1 - x)`. Two things the mean hides add to it:
@@ -372,14 +437,14 @@ def occupancy_dispersion(traffic: BatchedTraffic, replicas) -> tuple[np.ndarray 
     ...                    np.array([0.2]), np.array([1e-3]), np.array([[0.0, 1.0]]), np.array([[0.0, 0.0]]), 0.01,
     ...                    mean_work_total_sq=np.array([0.04]), mean_iterations_work=np.array([20.0]))
     >>> [round(float(v[0]), 6) for v in occupancy_dispersion(t, 1)]
-    [1.0, 0.0]
+    [1.0, 1.0, 0.0]
     """
     lam = traffic.arrival_rate
     N = np.broadcast_to(np.asarray(replicas, dtype=float), lam.shape)
     n = traffic.cap
     live = (lam > 0) & (N > 0) & (n >= 1) & (traffic.mean_iterations > 0)
     if traffic.mean_work_total_sq is None or traffic.mean_iterations_work is None:
-        return None, traffic.cv2_iterations
+        return None, None, traffic.cv2_iterations
     lam_r = lam / np.where(live, N, 1.0)
     EI = np.where(live, traffic.mean_iterations, 1.0)
     EY = traffic.mean_work
@@ -402,14 +467,15 @@ def occupancy_dispersion(traffic: BatchedTraffic, replicas) -> tuple[np.ndarray 
     gamma = 1.0 - np.exp(special.gammaln(alpha + 0.5) - special.gammaln(alpha + 1.0)) / np.sqrt(np.pi)
     x = lam_r * EY
     filt = 1.0 / (1.0 + np.maximum(1.0 - x, 0.0) * z2 / (2.0 * EI * EI * np.maximum(seq_var, 1e-300)))
-    disp = (1.0 - rho_p) * (1.0 + gamma * (M - 1.0)) + 0.5 * lam_r * lam_r * z2 * filt
+    unequal = 0.5 * lam_r * lam_r * z2 * filt
+    disp = (1.0 - rho_p) * (1.0 + gamma * (M - 1.0)) + unequal
     ncap = np.maximum(n, 1.0)
     W = traffic.W_s
     ES = _place_time_s(traffic, EI)
     ES2 = W * W * EI2 / (ncap * ncap) + 2.0 * W * EIY / ncap + EY2
     with np.errstate(divide="ignore", invalid="ignore"):
         dep = np.where(live & (ES > 0), np.maximum(ES2 / (ES * ES) - 1.0, 0.0), traffic.cv2_iterations)
-    return np.where(live, np.maximum(disp, 1.0), 1.0), dep
+    return (np.where(live, np.maximum(disp, 1.0), 1.0), np.where(live, 1.0 + np.maximum(unequal, 0.0), 1.0), dep)
 
 
 _RELAX_STEPS = 8
@@ -571,24 +637,29 @@ def batched_miss_prob(t_s, traffic: BatchedTraffic, replicas, op: OperatingPoint
         miss[rows] = _miss_block(t[rows], probs[rows, a:b], chunks[a:b],
                                  traffic.own_prefill_s[rows, a:b], T_busy[rows], T_full[rows], op.idle_prob[rows],
                                  op.full_prob[rows], op.wait_decay[rows], traffic.W_s, lump[rows], lump_share[rows],
-                                 join[rows], lam_r[rows], None if T_own is None else T_own[n])
+                                 join[rows], lam_r[rows], None if T_own is None else T_own[n],
+                                 np.broadcast_to(op.wait_shape, S)[rows])
     live = traffic.arrival_rate > 0
     return np.where(live, np.where(op.stable, miss, 1.0), 0.0)
 
 
-def waited_exceed_prob(t_s, start_s, spread_s, theta):
-    """:math:`P(W + a + U b > t)` for an exponential wait :math:`W` of rate :math:`\\theta > 0` and
-    :math:`U \\sim U(0, 1)`, :math:`b > 0` (array-aware): an arrival that finds every batch place taken.
+def waited_exceed_prob(t_s, start_s, spread_s, theta, shape=1.0):
+    """:math:`P(W + a + U b > t)` for a gamma wait :math:`W` of mean :math:`1/\\theta` and shape :math:`\\alpha`
+    (``shape``; 1: exponential of rate :math:`\\theta`) and :math:`U \\sim U(0, 1)`, :math:`b > 0` (array-aware): an
+    arrival that finds every batch place taken.
 
-    With :math:`x_0 = t - a` and :math:`u^* = \\mathrm{clip}(x_0 / b, 0, 1)`, averaging
-    :math:`P(W > x_0 - U b)` (1 where the argument is negative, :math:`e^{-\\theta x}` above 0) over :math:`U`:
+    With :math:`x_0 = t - a`, :math:`u^* = \\mathrm{clip}(x_0 / b, 0, 1)`, :math:`\\beta = \\alpha\\theta` and
+    :math:`Q(\\alpha, y)` the regularised upper incomplete gamma function, averaging :math:`P(W > x_0 - U b)` (1 where
+    the argument is negative, :math:`Q(\\alpha, \\beta x)` above 0) over :math:`U`:
 
     .. math::
 
-        (1 - u^*) + \\frac{e^{-\\theta (x_0 - b u^*)} - e^{-\\theta x_0}}{\\theta b}
+        (1 - u^*) + \\frac{G(\\beta x_0) - G(\\beta (x_0 - b u^*))}{\\beta b}, \\qquad
+        G(y) = y\\, Q(\\alpha, y) - \\alpha\\, Q(\\alpha + 1, y)
 
-    (without a wait the same average is :math:`1 - u^*`, the share of :math:`U` whose prefill ends after
-    :math:`t`; :func:`_miss_block` writes that one inline).
+    (:math:`G' = Q(\\alpha, \\cdot)`; for :math:`\\alpha = 1`, :math:`G(y) = -e^{-y}`). Without a wait the same average is
+    :math:`1 - u^*`, the share of :math:`U` whose prefill ends after :math:`t`; :func:`_miss_block` writes that one
+    inline.
 
     Examples
     --------
@@ -601,11 +672,22 @@ def waited_exceed_prob(t_s, start_s, spread_s, theta):
     x0 = np.asarray(t_s, dtype=float) - np.asarray(start_s, dtype=float)
     spread = np.asarray(spread_s, dtype=float)
     theta = np.asarray(theta, dtype=float)
+    alpha = np.asarray(shape, dtype=float)
     u = np.clip(x0 / spread, 0.0, 1.0)
-    tb = theta * spread
-    with np.errstate(over="ignore"):
-        tail = np.exp(-theta * (x0 - spread * u)) * (-np.expm1(-tb * u)) / tb
-    return np.minimum((1.0 - u) + tail, 1.0)
+    if np.all(alpha == 1.0):
+        tb = theta * spread
+        with np.errstate(over="ignore"):
+            tail = np.exp(-theta * (x0 - spread * u)) * (-np.expm1(-tb * u)) / tb
+        return np.minimum((1.0 - u) + tail, 1.0)
+    beta = alpha * theta
+    y1 = beta * np.maximum(x0, 0.0)
+    y0 = beta * np.maximum(x0 - spread * u, 0.0)
+    G = lambda y: y * special.gammaincc(alpha, y) - alpha * special.gammaincc(alpha + 1.0, y)  # noqa: E731
+    bb = beta * spread
+    with np.errstate(divide="ignore", invalid="ignore"):
+        tail = np.where(bb * u > 1e-6, (G(y1) - G(y0)) / np.where(bb > 0, bb, 1.0),
+                        u * special.gammaincc(alpha, 0.5 * (y0 + y1)))
+    return np.minimum((1.0 - u) + np.maximum(tail, 0.0), 1.0)
 
 
 _FULL_NEGLIGIBLE = 1e-12
@@ -812,7 +894,7 @@ def coarrival_exceed_prob(x0, spread, ell, rate):
 
 
 def _miss_block(t, probs, k, own, T_busy, T_full, p_idle, p_full, theta, W_s: float, lump=None,
-                lump_share=None, join=None, lam_r=None, T_own=None) -> np.ndarray:
+                lump_share=None, join=None, lam_r=None, T_own=None, shape=None) -> np.ndarray:
     """:math:`\\sum_k p_k [p_0 P_{idle}(k) + p_b E_C P_{busy}(k, C) + p_f E_C P_{full}(k, C)]` for a block.
 
     Without a wait (idle and busy states) the average over :math:`U` is the share whose prefill ends after
@@ -841,12 +923,13 @@ def _miss_block(t, probs, k, own, T_busy, T_full, p_idle, p_full, theta, W_s: fl
     if waits.size:
         T = T_full[waits][:, None, :]
         g = 1.0 if join is None else join[waits][:, None, None]
-        full = waited_exceed_prob(tt[waits], k[None, :, None] * T + own[waits][:, :, None], g * T,
-                                  theta[waits][:, None, None]) @ weights
+        th = theta[waits][:, None, None]
+        al = 1.0 if shape is None else shape[waits][:, None, None]
+        full = waited_exceed_prob(tt[waits], k[None, :, None] * T + own[waits][:, :, None], g * T, th, al) @ weights
         if lumpy.size and np.any(lump_share[waits] > 0):
             f = lump_share[waits][:, None]
             full_lump = waited_exceed_prob(tt[waits], k[None, :, None] * T + own[waits][:, :, None],
-                                           g * (T + lump[waits][:, None, None]), theta[waits][:, None, None]) @ weights
+                                           g * (T + lump[waits][:, None, None]), th, al) @ weights
             full = (1.0 - f) * full + f * full_lump
         out[waits] += np.sum(probs[waits] * pf[waits] * full, axis=1)
     return out
@@ -865,9 +948,11 @@ def batched_ttft_p99_s(traffic: BatchedTraffic, replicas) -> np.ndarray:
             T_top[rows] = np.maximum(T_top[rows], np.nanmax(T.reshape(len(rows), -1), axis=1))
     own = np.max(np.where(probs > 0, traffic.own_prefill_s, 0.0), axis=1)
     theta = op.wait_decay
-    with np.errstate(divide="ignore", invalid="ignore"):   # P(wait > w) = p_full e^{-theta w} <= q beyond w99
+    alpha = np.broadcast_to(op.wait_shape, theta.shape)
+    with np.errstate(divide="ignore", invalid="ignore"):   # P(wait > w) = p_full Q(alpha, alpha theta w) <= q beyond w99
         w99 = np.where(op.full_prob > P99_TAIL,
-                       np.log(np.maximum(op.full_prob, P99_TAIL) / P99_TAIL) / np.where(theta > 0, theta, 1.0), 0.0)
+                       special.gammainccinv(alpha, np.minimum(P99_TAIL / np.maximum(op.full_prob, P99_TAIL), 1.0))
+                       / (alpha * np.where(theta > 0, theta, 1.0)), 0.0)
     hi = (k_max + 1) * T_top + own + w99 + lump + 1e-9
     live = op.stable & (traffic.arrival_rate > 0)
     hi = np.where(live, hi, 1.0)

@@ -125,10 +125,25 @@ def test_waited_tail_is_the_average_over_the_residual(t, a, b, theta):
     assert float(waited_exceed_prob(t, a, b, theta)) == pytest.approx(direct, abs=2e-4)
 
 
+@given(st.floats(0.0, 3.0), st.floats(0.0, 2.0), st.floats(1e-3, 1.5), st.floats(0.05, 20.0),
+       st.floats(0.05, 50.0))
+@settings(max_examples=200, deadline=None)
+def test_gamma_waited_tail_is_the_average_over_the_residual(t, a, b, theta, alpha):
+    """E_U[P(W > t - a - U b)] for W gamma of mean 1/theta and shape alpha (scipy.stats' survival function),
+    by a 20,001-point midpoint rule over U."""
+    from scipy import stats
+
+    u = (np.arange(20_001) + 0.5) / 20_001
+    x = t - a - u * b
+    direct = np.where(x < 0, 1.0, stats.gamma.sf(np.maximum(x, 0.0), alpha, scale=1.0 / (alpha * theta))).mean()
+    assert float(waited_exceed_prob(t, a, b, theta, alpha)) == pytest.approx(direct, abs=2e-4)
+
+
 def test_miss_probability_is_the_stated_mixture_by_direct_integration():
     """P(T > t) against the three-state mixture integrated independently: the exact gamma law of the context
     (scipy.stats, 4,000 quantiles) instead of the seven nodes, a fine grid over U, the exponential wait in
-    closed form per point. The nodes are an approximation; measured within 0.01 % here, asserted within 1 %."""
+    law in closed form per point (scipy.stats' gamma survival function at the operating point's shape). The nodes
+    are an approximation; measured within 0.01 % here, asserted within 1 %."""
     from scipy import stats
 
     # a sequence's context spread like the bundled workloads' (squared coefficient of variation 1: E[X2]/E[I] =
@@ -146,7 +161,8 @@ def test_miss_probability_is_the_stated_mixture_by_direct_integration():
 
     C_busy = ctx(op.busy_context_mean[0], op.busy_context_var[0])
     C_full = ctx(op.full_context_mean[0], op.full_context_var[0])
-    theta = op.wait_decay[0]
+    theta, alpha = op.wait_decay[0], float(np.broadcast_to(op.wait_shape, (1,))[0])
+    assert alpha != 1.0                                     # the wait's shape is exercised, not the exponential
     t99 = float(batched_ttft_p99_s(t_, N)[0])
     for t in (0.5 * t99, 0.8 * t99, t99, 1.2 * t99):       # the body down to the 1 % tail
         total = 0.0
@@ -157,7 +173,7 @@ def test_miss_probability_is_the_stated_mixture_by_direct_integration():
             idle = float(k * W + own > t)
             busy = np.mean((k + u[None, :]) * (W + C_busy[:, None]) + own > t)      # C in seconds of work
             x = t - ((k + u[None, :]) * (W + C_full[:, None]) + own)
-            full = np.mean(np.where(x < 0, 1.0, np.exp(-theta * np.maximum(x, 0.0))))
+            full = np.mean(np.where(x < 0, 1.0, stats.gamma.sf(np.maximum(x, 0.0), alpha, scale=1 / (alpha * theta))))
             p0, pf = op.idle_prob[0], op.full_prob[0]
             total += pk * (p0 * idle + (1 - p0 - pf) * busy + pf * full)
         got = float(batched_miss_prob(t, t_, N, op)[0])
@@ -234,3 +250,52 @@ def test_mean_power_is_the_poisson_average_of_the_curve():
 def test_iteration_coefficients_read_the_profile():
     W, h = iteration_coefficients(GPU)
     assert (W, h) == (pytest.approx(0.004), pytest.approx(0.00032 / 8192))
+
+
+def _clustered_chain_law(lam, x, A, m, q, top=400):
+    """Stationary law of the clustered occupancy chain, solved numerically from its generator on 0..top: clusters
+    of geometric size (mean q) at rate lam/q, death rate lam*j/(A + x*j) below the cap m and lam*m/(A + x*m) at or
+    above it."""
+    p = 1.0 / q
+    G = np.zeros((top + 1, top + 1))
+    for i in range(top + 1):
+        j = min(i, m)
+        if i > 0:
+            G[i, i - 1] = lam * j / (A + x * j)
+        s = np.arange(1, top + 1 - i)
+        G[i, i + s] += (lam / q) * p * (1.0 - p) ** (s - 1)
+        G[i, i] = -G[i].sum()
+    M = np.vstack([G.T, np.ones(top + 1)])
+    b = np.zeros(top + 2)
+    b[-1] = 1.0
+    return np.linalg.lstsq(M, b, rcond=None)[0]
+
+
+@pytest.mark.parametrize("x, A, m, q", [(0.6, 4.0, 20, 2.5), (0.3, 10.0, 40, 1.0), (0.85, 1.5, 30, 1.3)])
+def test_clustered_count_is_the_chain_solved_state_by_state(x, A, m, q):
+    """The compound count of operating_point, pi(j) = S_j - (1 - 1/q) S_{j-1} below the cap with S negative
+    binomial (1 + A/(q xi), xi = 1 - (1 - x)/q) and the full share rho_f S_{m-1}/(1 - rho_f), against the chain's
+    stationary law from its generator; without a cap its mean (q x + A)/(1 - x) and the variance of
+    _cluster_variance (cluster_size inverts it)."""
+    from fleetopt.models.batched import _cluster_variance, _nb_pmf, cluster_size
+
+    lam = 3.0
+    p = 1.0 / q
+    xi = 1.0 - p * (1.0 - x)
+    r = 1.0 + p * A / xi
+    S = _nb_pmf(np.arange(m, dtype=float), r, xi)
+    below = S - (1.0 - p) * np.concatenate([[0.0], S[:-1]])
+    rho_f = x + A / m
+    tail = rho_f * S[-1] / (1.0 - rho_f)
+    Z = below.sum() + tail
+    pi = _clustered_chain_law(lam, x, A, m, q)
+    assert np.allclose(pi[:m], below / Z, rtol=1e-8, atol=1e-14)
+    assert pi[m:].sum() == pytest.approx(tail / Z, rel=1e-8)
+    free = _clustered_chain_law(lam, x, A, 10**9, q)
+    j = np.arange(free.size)
+    mean = free @ j
+    assert mean == pytest.approx((q * x + A) / (1.0 - x), rel=1e-8)
+    var = free @ (j - mean) ** 2
+    assert var == pytest.approx(float(_cluster_variance(x, A, q)), rel=1e-8)
+    F = var / ((A + x) / (1.0 - x) ** 2)                      # over the unclustered chain's variance
+    assert float(cluster_size(x, A, F)) == pytest.approx(q, rel=1e-8)
