@@ -50,12 +50,13 @@ law with the mean and variance above, and :math:`\omega_k` is the request's own 
 context and its prompt's compute, at the mean prompt moments of its chunk count).
 :math:`W_q` is 0 unless every one of the pool's :math:`N n` batch places is taken (the count's mass there,
 :func:`operating_point`: the chain's arrivals come in geometric clusters sized so that its variance is
-:func:`occupancy_dispersion`'s :math:`F` times the chain's, :func:`cluster_size`). Then it is gamma with mean
+:func:`occupancy_dispersion`'s :math:`F` times the chain's, :func:`cluster_size`). Then it has mean
 :math:`1/\theta`, :math:`\theta = 2(\mu_f - \lambda)/(I_A + I)`, Kimura's correction [3]_ with :math:`I` the
 departures' index of dispersion over the time the queue takes to relax (:func:`departure_dispersion`) and
 :math:`I_A` the arrivals' (1 unless unequal requests cluster them), and squared coefficient of variation
 :math:`1 + (I - 1)/K`: the arrival waits for :math:`K` departures, :math:`K` geometric of mean
-:math:`\mu_f/\theta`, released with index :math:`I` (1 gives the exponential). The P99 comes from the distribution
+:math:`\mu_f/\theta`, released with index :math:`I` (1 gives the exponential; the law is Whitt's two-moment
+fit, :func:`waited_exceed_prob`). The P99 comes from the distribution
 of the sum, :math:`P(T > t) = \sum_k p_k E_{C,U}[P(W_q > t - \tau_k(C, U))]`, integrated exactly over :math:`U`
 (:func:`waited_exceed_prob`) and by quantile nodes over :math:`C` (:data:`CONTEXT_NODES`).
 
@@ -91,8 +92,6 @@ CONTEXT_NODES = (0.5 * (_BIN_EDGES[1:] + _BIN_EDGES[:-1]), np.diff(_BIN_EDGES))
 each probability bin, with bins narrowing into the upper tail (where the P99 is decided)."""
 
 _MAX_REPLICAS = 10**7
-_MIN_WAIT_SCV = 0.02
-"""Floor of the full-pool wait's squared coefficient of variation (a gamma shape of at most 50)."""
 
 
 @dataclass(frozen=True, eq=False)
@@ -216,8 +215,8 @@ class OperatingPoint:
     occupancy_var: np.ndarray | None = None
     """Variance of the law of :math:`J` below the cap (negative binomial, its variance times
     :func:`occupancy_dispersion`'s :math:`F`): the pool's count where the cap is rarely reached."""
-    wait_shape: np.ndarray | float = 1.0
-    """:math:`\\alpha`: the full-pool wait is gamma of mean :math:`1/\\theta` and this shape (1: exponential)."""
+    wait_scv: np.ndarray | float = 1.0
+    """Squared coefficient of variation of the full-pool wait (1: exponential; :func:`waited_exceed_prob`)."""
 
 
 def _nb_cdf(m, r, x):
@@ -351,7 +350,7 @@ def operating_point(traffic: BatchedTraffic, replicas) -> OperatingPoint:
         # an arrival that finds the pool full waits for K departures, K geometric of mean mu_f / theta: the
         # wait's squared coefficient of variation is 1 + (I - 1)/E[K]
         depth = np.maximum(np.where(stable, mu_full / np.where(theta > 0, theta, 1.0), 1.0), 1.0)
-        wait_scv = np.maximum(1.0 + (dep_index - 1.0) / depth, _MIN_WAIT_SCV)
+        wait_scv = np.maximum(1.0 + (dep_index - 1.0) / depth, 0.0)
         residence = np.where(live & stable, batch * Ns / np.where(lam > 0, lam, 1.0), np.inf)
     ok = lambda v, fill: np.where(stable, v, fill)  # noqa: E731
     return OperatingPoint(
@@ -359,7 +358,7 @@ def operating_point(traffic: BatchedTraffic, replicas) -> OperatingPoint:
         residence, ok(p_idle, 0.0), ok(p_full, 1.0),
         ok(b_mean * xbar, 0.0), ok(xbar * xbar * b_var + b_mean * seq_var, 0.0), ok(n * xbar, 0.0),
         ok(n * seq_var, 0.0), theta, stable | (lam <= 0), np.where(stable, busy_frac, np.where(live, 1.0, 0.0)),
-        ok(_cluster_variance(xs, As, 1.0 / p), 0.0), ok(1.0 / wait_scv, 1.0))
+        ok(_cluster_variance(xs, As, 1.0 / p), 0.0), ok(wait_scv, 1.0))
 
 
 def _place_time_s(traffic: BatchedTraffic, mean_iterations) -> np.ndarray:
@@ -638,32 +637,47 @@ def batched_miss_prob(t_s, traffic: BatchedTraffic, replicas, op: OperatingPoint
                                  traffic.own_prefill_s[rows, a:b], T_busy[rows], T_full[rows], op.idle_prob[rows],
                                  op.full_prob[rows], op.wait_decay[rows], traffic.W_s, lump[rows], lump_share[rows],
                                  join[rows], lam_r[rows], None if T_own is None else T_own[n],
-                                 np.broadcast_to(op.wait_shape, S)[rows])
+                                 np.broadcast_to(op.wait_scv, S)[rows])
     live = traffic.arrival_rate > 0
     return np.where(live, np.where(op.stable, miss, 1.0), 0.0)
 
 
-def waited_exceed_prob(t_s, start_s, spread_s, theta, shape=1.0):
-    """:math:`P(W + a + U b > t)` for a gamma wait :math:`W` of mean :math:`1/\\theta` and shape :math:`\\alpha`
-    (``shape``; 1: exponential of rate :math:`\\theta`) and :math:`U \\sim U(0, 1)`, :math:`b > 0` (array-aware): an
-    arrival that finds every batch place taken.
+def _exp_waited(x0, spread, rate):
+    """:math:`E_U[P(E > x_0 - U b)]` for :math:`E` exponential of ``rate`` (:func:`waited_exceed_prob`)."""
+    u = np.clip(x0 / spread, 0.0, 1.0)
+    tb = rate * spread
+    with np.errstate(over="ignore"):
+        tail = np.exp(-rate * (x0 - spread * u)) * (-np.expm1(-tb * u)) / tb
+    return np.minimum((1.0 - u) + tail, 1.0)
 
-    With :math:`x_0 = t - a`, :math:`u^* = \\mathrm{clip}(x_0 / b, 0, 1)`, :math:`\\beta = \\alpha\\theta` and
-    :math:`Q(\\alpha, y)` the regularised upper incomplete gamma function, averaging :math:`P(W > x_0 - U b)` (1 where
-    the argument is negative, :math:`Q(\\alpha, \\beta x)` above 0) over :math:`U`:
+
+def waited_exceed_prob(t_s, start_s, spread_s, theta, scv=1.0):
+    """:math:`P(W + a + U b > t)` for a wait :math:`W` of mean :math:`1/\\theta` and squared coefficient of variation
+    :math:`s` (``scv``) and :math:`U \\sim U(0, 1)`, :math:`b > 0` (array-aware): an arrival that finds every batch
+    place taken.
+
+    The wait's law is the two-moment fit of Whitt's QNA [1]_: exponential at :math:`s = 1`; a shifted exponential
+    :math:`d + E` below (:math:`E` of mean :math:`\\sqrt s/\\theta`, :math:`d = (1 - \\sqrt s)/\\theta`); above, a
+    hyperexponential of balanced means, :math:`p_i` and rates :math:`2 p_i \\theta` with
+    :math:`p_{1,2} = (1 \\pm \\sqrt{(s - 1)/(s + 1)})/2`. Each exponential part averages over :math:`U` in closed
+    form: with :math:`x_0 = t - a` and :math:`u^* = \\mathrm{clip}(x_0 / b, 0, 1)`, averaging
+    :math:`P(E > x_0 - U b)` (1 where the argument is negative, :math:`e^{-r x}` above 0):
 
     .. math::
 
-        (1 - u^*) + \\frac{G(\\beta x_0) - G(\\beta (x_0 - b u^*))}{\\beta b}, \\qquad
-        G(y) = y\\, Q(\\alpha, y) - \\alpha\\, Q(\\alpha + 1, y)
+        (1 - u^*) + \\frac{e^{-r (x_0 - b u^*)} - e^{-r x_0}}{r b}
 
-    (:math:`G' = Q(\\alpha, \\cdot)`; for :math:`\\alpha = 1`, :math:`G(y) = -e^{-y}`). Without a wait the same average is
-    :math:`1 - u^*`, the share of :math:`U` whose prefill ends after :math:`t`; :func:`_miss_block` writes that one
-    inline.
+    (without a wait the same average is :math:`1 - u^*`, the share of :math:`U` whose prefill ends after
+    :math:`t`; :func:`_miss_block` writes that one inline).
+
+    References
+    ----------
+    .. [1] W. Whitt, "The queueing network analyzer", Bell System Technical Journal 62 (1983) 2779-2815 (the
+           shifted exponential for :math:`c^2 < 1`, the balanced-means hyperexponential for :math:`c^2 > 1`).
 
     Examples
     --------
-    Half of :math:`U` ends its prefill after :math:`t`; the other half needs a wait of up to 0.5 s:
+    Half of :math:`U` ends its prefill after :math:`t`; the other half needs an exponential wait of up to 0.5 s:
     :math:`0.5 + (1 - e^{-0.5})/1 = 0.8935`.
 
     >>> round(float(waited_exceed_prob(1.5, 1.0, 1.0, 1.0)), 4)
@@ -672,22 +686,17 @@ def waited_exceed_prob(t_s, start_s, spread_s, theta, shape=1.0):
     x0 = np.asarray(t_s, dtype=float) - np.asarray(start_s, dtype=float)
     spread = np.asarray(spread_s, dtype=float)
     theta = np.asarray(theta, dtype=float)
-    alpha = np.asarray(shape, dtype=float)
-    u = np.clip(x0 / spread, 0.0, 1.0)
-    if np.all(alpha == 1.0):
-        tb = theta * spread
-        with np.errstate(over="ignore"):
-            tail = np.exp(-theta * (x0 - spread * u)) * (-np.expm1(-tb * u)) / tb
-        return np.minimum((1.0 - u) + tail, 1.0)
-    beta = alpha * theta
-    y1 = beta * np.maximum(x0, 0.0)
-    y0 = beta * np.maximum(x0 - spread * u, 0.0)
-    G = lambda y: y * special.gammaincc(alpha, y) - alpha * special.gammaincc(alpha + 1.0, y)  # noqa: E731
-    bb = beta * spread
-    with np.errstate(divide="ignore", invalid="ignore"):
-        tail = np.where(bb * u > 1e-6, (G(y1) - G(y0)) / np.where(bb > 0, bb, 1.0),
-                        u * special.gammaincc(alpha, 0.5 * (y0 + y1)))
-    return np.minimum((1.0 - u) + np.maximum(tail, 0.0), 1.0)
+    s = np.asarray(scv, dtype=float)
+    if np.all(s == 1.0):
+        return _exp_waited(x0, spread, theta)
+    root = np.sqrt(np.minimum(s, 1.0))
+    low = _exp_waited(x0 - (1.0 - root) / theta, spread, theta / root)       # s <= 1: d + E
+    if np.all(s <= 1.0):
+        return low
+    p1 = 0.5 * (1.0 + np.sqrt(np.maximum(s - 1.0, 0.0) / (s + 1.0)))
+    high = (p1 * _exp_waited(x0, spread, 2.0 * p1 * theta)
+            + (1.0 - p1) * _exp_waited(x0, spread, 2.0 * (1.0 - p1) * theta))
+    return np.where(s > 1.0, high, low)
 
 
 _FULL_NEGLIGIBLE = 1e-12
@@ -894,7 +903,7 @@ def coarrival_exceed_prob(x0, spread, ell, rate):
 
 
 def _miss_block(t, probs, k, own, T_busy, T_full, p_idle, p_full, theta, W_s: float, lump=None,
-                lump_share=None, join=None, lam_r=None, T_own=None, shape=None) -> np.ndarray:
+                lump_share=None, join=None, lam_r=None, T_own=None, scv=None) -> np.ndarray:
     """:math:`\\sum_k p_k [p_0 P_{idle}(k) + p_b E_C P_{busy}(k, C) + p_f E_C P_{full}(k, C)]` for a block.
 
     Without a wait (idle and busy states) the average over :math:`U` is the share whose prefill ends after
@@ -924,7 +933,7 @@ def _miss_block(t, probs, k, own, T_busy, T_full, p_idle, p_full, theta, W_s: fl
         T = T_full[waits][:, None, :]
         g = 1.0 if join is None else join[waits][:, None, None]
         th = theta[waits][:, None, None]
-        al = 1.0 if shape is None else shape[waits][:, None, None]
+        al = 1.0 if scv is None else scv[waits][:, None, None]
         full = waited_exceed_prob(tt[waits], k[None, :, None] * T + own[waits][:, :, None], g * T, th, al) @ weights
         if lumpy.size and np.any(lump_share[waits] > 0):
             f = lump_share[waits][:, None]
@@ -948,11 +957,14 @@ def batched_ttft_p99_s(traffic: BatchedTraffic, replicas) -> np.ndarray:
             T_top[rows] = np.maximum(T_top[rows], np.nanmax(T.reshape(len(rows), -1), axis=1))
     own = np.max(np.where(probs > 0, traffic.own_prefill_s, 0.0), axis=1)
     theta = op.wait_decay
-    alpha = np.broadcast_to(op.wait_shape, theta.shape)
-    with np.errstate(divide="ignore", invalid="ignore"):   # P(wait > w) = p_full Q(alpha, alpha theta w) <= q beyond w99
+    scv = np.broadcast_to(op.wait_scv, theta.shape)
+    with np.errstate(divide="ignore", invalid="ignore"):   # P(wait > w) <= p_full e^{-r w} <= q beyond w99
+        p1 = 0.5 * (1.0 + np.sqrt(np.maximum(scv - 1.0, 0.0) / (scv + 1.0)))
+        slowest = np.where(scv > 1.0, 2.0 * (1.0 - p1), 1.0 / np.sqrt(np.minimum(scv, 1.0))) * theta
         w99 = np.where(op.full_prob > P99_TAIL,
-                       special.gammainccinv(alpha, np.minimum(P99_TAIL / np.maximum(op.full_prob, P99_TAIL), 1.0))
-                       / (alpha * np.where(theta > 0, theta, 1.0)), 0.0)
+                       (1.0 - np.sqrt(np.minimum(scv, 1.0))) / np.where(theta > 0, theta, 1.0)
+                       + np.log(np.maximum(op.full_prob, P99_TAIL) / P99_TAIL) / np.where(slowest > 0, slowest, 1.0),
+                       0.0)
     hi = (k_max + 1) * T_top + own + w99 + lump + 1e-9
     live = op.stable & (traffic.arrival_rate > 0)
     hi = np.where(live, hi, 1.0)

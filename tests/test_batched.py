@@ -125,25 +125,51 @@ def test_waited_tail_is_the_average_over_the_residual(t, a, b, theta):
     assert float(waited_exceed_prob(t, a, b, theta)) == pytest.approx(direct, abs=2e-4)
 
 
-@given(st.floats(0.0, 3.0), st.floats(0.0, 2.0), st.floats(1e-3, 1.5), st.floats(0.05, 20.0),
-       st.floats(0.05, 50.0))
-@settings(max_examples=200, deadline=None)
-def test_gamma_waited_tail_is_the_average_over_the_residual(t, a, b, theta, alpha):
-    """E_U[P(W > t - a - U b)] for W gamma of mean 1/theta and shape alpha (scipy.stats' survival function),
-    by a 20,001-point midpoint rule over U."""
+def _qna_wait_sf(x, theta, scv):
+    """Survival function of Whitt's two-moment wait (mean 1/theta, squared coefficient of variation scv) from
+    scipy.stats' exponential: shifted below scv = 1, a balanced-means mixture of two above."""
     from scipy import stats
 
+    if scv <= 1.0:
+        root = math.sqrt(scv)
+        return stats.expon.sf(x, loc=(1.0 - root) / theta, scale=root / theta)
+    p1 = 0.5 * (1.0 + math.sqrt((scv - 1.0) / (scv + 1.0)))
+    return (p1 * stats.expon.sf(x, scale=1.0 / (2.0 * p1 * theta))
+            + (1.0 - p1) * stats.expon.sf(x, scale=1.0 / (2.0 * (1.0 - p1) * theta)))
+
+
+@given(st.floats(0.0, 3.0), st.floats(0.0, 2.0), st.floats(1e-3, 1.5), st.floats(0.05, 20.0),
+       st.floats(0.02, 20.0))
+@settings(max_examples=200, deadline=None)
+def test_two_moment_waited_tail_is_the_average_over_the_residual(t, a, b, theta, scv):
+    """E_U[P(W > t - a - U b)] for the two-moment wait of mean 1/theta and squared coefficient of variation scv,
+    by a 20,001-point midpoint rule over U."""
     u = (np.arange(20_001) + 0.5) / 20_001
     x = t - a - u * b
-    direct = np.where(x < 0, 1.0, stats.gamma.sf(np.maximum(x, 0.0), alpha, scale=1.0 / (alpha * theta))).mean()
-    assert float(waited_exceed_prob(t, a, b, theta, alpha)) == pytest.approx(direct, abs=2e-4)
+    direct = np.where(x < 0, 1.0, _qna_wait_sf(np.maximum(x, 0.0), theta, scv)).mean()
+    assert float(waited_exceed_prob(t, a, b, theta, scv)) == pytest.approx(direct, abs=2e-4)
+
+
+@pytest.mark.parametrize("scv", [0.05, 0.5, 1.0, 2.0, 20.0])
+def test_two_moment_wait_has_its_mean_and_variation(scv):
+    """The law _qna_wait_sf stands for has mean 1/theta and squared coefficient of variation scv (its moments by
+    the trapezoid rule over its survival function: E[W] = int P(W > x) dx, E[W^2] = int 2x P(W > x) dx)."""
+    from scipy.integrate import trapezoid
+
+    theta = 2.0
+    grid = np.linspace(0.0, 40.0 * (1.0 + scv) / theta, 400_001)
+    sf = _qna_wait_sf(grid, theta, scv)
+    mean = trapezoid(sf, grid)
+    second = trapezoid(2.0 * grid * sf, grid)
+    assert mean == pytest.approx(1.0 / theta, rel=1e-6)
+    assert second / mean ** 2 - 1.0 == pytest.approx(scv, rel=1e-5)
 
 
 def test_miss_probability_is_the_stated_mixture_by_direct_integration():
     """P(T > t) against the three-state mixture integrated independently: the exact gamma law of the context
-    (scipy.stats, 4,000 quantiles) instead of the seven nodes, a fine grid over U, the exponential wait in
-    law in closed form per point (scipy.stats' gamma survival function at the operating point's shape). The nodes
-    are an approximation; measured within 0.01 % here, asserted within 1 %."""
+    (scipy.stats, 4,000 quantiles) instead of the seven nodes, a fine grid over U, the wait's two-moment law in
+    closed form per point (scipy.stats' exponential, _qna_wait_sf). The nodes are an approximation; measured
+    within 0.01 % here, asserted within 1 %."""
     from scipy import stats
 
     # a sequence's context spread like the bundled workloads' (squared coefficient of variation 1: E[X2]/E[I] =
@@ -161,8 +187,8 @@ def test_miss_probability_is_the_stated_mixture_by_direct_integration():
 
     C_busy = ctx(op.busy_context_mean[0], op.busy_context_var[0])
     C_full = ctx(op.full_context_mean[0], op.full_context_var[0])
-    theta, alpha = op.wait_decay[0], float(np.broadcast_to(op.wait_shape, (1,))[0])
-    assert alpha != 1.0                                     # the wait's shape is exercised, not the exponential
+    theta, scv = op.wait_decay[0], float(np.broadcast_to(op.wait_scv, (1,))[0])
+    assert scv != 1.0                                       # the wait's shape is exercised, not the exponential
     t99 = float(batched_ttft_p99_s(t_, N)[0])
     for t in (0.5 * t99, 0.8 * t99, t99, 1.2 * t99):       # the body down to the 1 % tail
         total = 0.0
@@ -173,7 +199,7 @@ def test_miss_probability_is_the_stated_mixture_by_direct_integration():
             idle = float(k * W + own > t)
             busy = np.mean((k + u[None, :]) * (W + C_busy[:, None]) + own > t)      # C in seconds of work
             x = t - ((k + u[None, :]) * (W + C_full[:, None]) + own)
-            full = np.mean(np.where(x < 0, 1.0, stats.gamma.sf(np.maximum(x, 0.0), alpha, scale=1 / (alpha * theta))))
+            full = np.mean(np.where(x < 0, 1.0, _qna_wait_sf(np.maximum(x, 0.0), theta, scv)))
             p0, pf = op.idle_prob[0], op.full_prob[0]
             total += pk * (p0 * idle + (1 - p0 - pf) * busy + pf * full)
         got = float(batched_miss_prob(t, t_, N, op)[0])
