@@ -162,8 +162,8 @@ def _slo_word(slo_met: bool, utilization_ok: bool) -> str:
 
 MODEL_SOURCES = {
     "batched": "TTFT model 'batched': continuous-batching replicas at their realised occupancy, a birth-death "
-               "chain over the pool's requests widened for prefill stalls and unequal requests, an exponential "
-               "wait once every batch place is taken",
+               "chain over the pool's requests with arrivals clustered by prefill stalls and unequal requests, a "
+               "two-moment wait once every batch place is taken",
     "tail": "TTFT model 'tail': M/G/c per KV slot at full-batch iteration time, Erlang-C with Kimura tail",
     "mean-prefill": "TTFT model 'mean-prefill', the seeds' convention: M/G/c per KV slot, P99 wait + mean prefill",
 }
