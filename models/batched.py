@@ -643,11 +643,13 @@ def batched_miss_prob(t_s, traffic: BatchedTraffic, replicas, op: OperatingPoint
 
 
 def _exp_waited(x0, spread, rate):
-    """:math:`E_U[P(E > x_0 - U b)]` for :math:`E` exponential of ``rate`` (:func:`waited_exceed_prob`)."""
+    """:math:`E_U[P(E > x_0 - U b)]` for :math:`E` exponential of ``rate`` (:func:`waited_exceed_prob`). Where
+    :math:`u^* = 0` every :math:`U` leaves a negative argument and the average is 1; elsewhere
+    :math:`x_0 - b u^* \\ge 0`, so the exponential cannot overflow."""
     u = np.clip(x0 / spread, 0.0, 1.0)
     tb = rate * spread
-    with np.errstate(over="ignore"):
-        tail = np.exp(-rate * (x0 - spread * u)) * (-np.expm1(-tb * u)) / tb
+    with np.errstate(invalid="ignore", divide="ignore"):
+        tail = np.where(u > 0.0, np.exp(-rate * np.maximum(x0 - spread * u, 0.0)) * (-np.expm1(-tb * u)) / tb, 0.0)
     return np.minimum((1.0 - u) + tail, 1.0)
 
 
@@ -686,7 +688,7 @@ def waited_exceed_prob(t_s, start_s, spread_s, theta, scv=1.0):
     x0 = np.asarray(t_s, dtype=float) - np.asarray(start_s, dtype=float)
     spread = np.asarray(spread_s, dtype=float)
     theta = np.asarray(theta, dtype=float)
-    s = np.asarray(scv, dtype=float)
+    s = np.maximum(np.asarray(scv, dtype=float), _MIN_WAIT_SCV)
     if np.all(s == 1.0):
         return _exp_waited(x0, spread, theta)
     root = np.sqrt(np.minimum(s, 1.0))
@@ -698,6 +700,10 @@ def waited_exceed_prob(t_s, start_s, spread_s, theta, scv=1.0):
             + (1.0 - p1) * _exp_waited(x0, spread, 2.0 * (1.0 - p1) * theta))
     return np.where(s > 1.0, high, low)
 
+
+_MIN_WAIT_SCV = 1e-6
+"""The least squared coefficient of variation :func:`waited_exceed_prob` gives the wait: its exponential part then
+has a thousandth of the wait's mean (a deterministic wait to that resolution) and a finite rate."""
 
 _FULL_NEGLIGIBLE = 1e-12
 """Pools whose full-state probability is below this skip the wait term: it adds less than this to the miss

@@ -138,7 +138,7 @@ def _qna_wait_sf(x, theta, scv):
             + (1.0 - p1) * stats.expon.sf(x, scale=1.0 / (2.0 * (1.0 - p1) * theta)))
 
 
-@given(st.floats(0.0, 3.0), st.floats(0.0, 2.0), st.floats(1e-3, 1.5), st.floats(0.05, 20.0),
+@given(st.floats(0.0, 3.0), st.floats(0.0, 2.0), st.floats(1e-3, 1.5), st.floats(0.05, 5000.0),
        st.floats(0.02, 20.0))
 @settings(max_examples=200, deadline=None)
 def test_two_moment_waited_tail_is_the_average_over_the_residual(t, a, b, theta, scv):
@@ -148,6 +148,18 @@ def test_two_moment_waited_tail_is_the_average_over_the_residual(t, a, b, theta,
     x = t - a - u * b
     direct = np.where(x < 0, 1.0, _qna_wait_sf(np.maximum(x, 0.0), theta, scv)).mean()
     assert float(waited_exceed_prob(t, a, b, theta, scv)) == pytest.approx(direct, abs=2e-4)
+
+
+@pytest.mark.parametrize("t", [0.5, 1.2, 1.5, 1.9, 2.0, 2.4, 2.6, 3.0])
+def test_waited_tail_of_a_deterministic_wait(t):
+    """scv = 0: the wait is 1/theta exactly (to the floor's thousandth of its mean), so the average over U is the
+    share of U with t - a - 1/theta < U b. Far below the start (a rate whose exponential would overflow) it is 1,
+    never NaN."""
+    a, b, theta = 1.0, 1.0, 2.0
+    exact = 1.0 - min(max((t - a - 1.0 / theta) / b, 0.0), 1.0)
+    assert float(waited_exceed_prob(t, a, b, theta, 0.0)) == pytest.approx(exact, abs=2e-3)
+    assert float(waited_exceed_prob(t - 50.0, a, b, 1e4, 0.0)) == 1.0
+    assert float(waited_exceed_prob(t - 50.0, a, b, 1e4, 5.0)) == 1.0
 
 
 @pytest.mark.parametrize("scv", [0.05, 0.5, 1.0, 2.0, 20.0])
