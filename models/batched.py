@@ -213,8 +213,8 @@ class OperatingPoint:
     """:math:`E[\\min(J, N)] / N`: the share of time a replica runs iterations (JSQ keeps :math:`\\min(J, N)`
     replicas busy)."""
     occupancy_var: np.ndarray | None = None
-    """Variance of the law of :math:`J` below the cap (negative binomial, its variance times
-    :func:`occupancy_dispersion`'s :math:`F`): the pool's count where the cap is rarely reached."""
+    """Variance of the clustered chain's count without a cap (:func:`occupancy_dispersion`'s :math:`F` times the
+    negative binomial's): the pool's count where the cap is rarely reached."""
     wait_scv: np.ndarray | float = 1.0
     """Squared coefficient of variation of the full-pool wait (1: exponential; :func:`waited_exceed_prob`)."""
 
@@ -323,14 +323,14 @@ def operating_point(traffic: BatchedTraffic, replicas) -> OperatingPoint:
         xi = 1.0 - p * (1.0 - xs)                               # S_j: negative binomial (r_c, xi)
         r = 1.0 + p * As / xi
         S_top = _nb_pmf(m - 1.0, r, xi)
-        below, run_below, _ = _cluster_partial(r, xi, p, 0.0, m - 1.0)
+        below, run_below, sq_below = _cluster_partial(r, xi, p, 0.0, m - 1.0)
         tail = rho_f * S_top / np.where(stable, 1.0 - rho_f, 1.0)   # sum over J >= Nn
         Z = below + tail
         p_full = tail / Z
-        idle, run_idle, _ = _cluster_partial(r, xi, p, 0.0, Ns - 1.0)
+        idle, run_idle, sq_idle = _cluster_partial(r, xi, p, 0.0, Ns - 1.0)
         p_idle = idle / Z                                       # J < N: JSQ finds an idle replica
-        busy_mass, S1, S2 = _cluster_partial(r, xi, p, Ns, m - 1.0)
-        busy_mass = np.maximum(busy_mass, 0.0)
+        busy_mass = np.maximum(below - idle, 0.0)               # partial moments over [N, Nn - 1]
+        S1, S2 = run_below - run_idle, sq_below - sq_idle
         has_busy = busy_mass > 0
         Ej = np.where(has_busy, S1 / np.where(has_busy, busy_mass, 1.0), Ns)
         Ej2 = np.where(has_busy, S2 / np.where(has_busy, busy_mass, 1.0), Ns * Ns)
@@ -642,6 +642,11 @@ def batched_miss_prob(t_s, traffic: BatchedTraffic, replicas, op: OperatingPoint
     return np.where(live, np.where(op.stable, miss, 1.0), 0.0)
 
 
+_MIN_WAIT_SCV = 1e-6
+"""The least squared coefficient of variation :func:`waited_exceed_prob` gives the wait: its exponential part then
+has a thousandth of the wait's mean (a deterministic wait to that resolution) and a finite rate."""
+
+
 def _exp_waited(x0, spread, rate):
     """:math:`E_U[P(E > x_0 - U b)]` for :math:`E` exponential of ``rate`` (:func:`waited_exceed_prob`). Where
     :math:`u^* = 0` every :math:`U` leaves a negative argument and the average is 1; elsewhere
@@ -651,6 +656,17 @@ def _exp_waited(x0, spread, rate):
     with np.errstate(invalid="ignore", divide="ignore"):
         tail = np.where(u > 0.0, np.exp(-rate * np.maximum(x0 - spread * u, 0.0)) * (-np.expm1(-tb * u)) / tb, 0.0)
     return np.minimum((1.0 - u) + tail, 1.0)
+
+
+def _wait_phases(theta, scv):
+    """Whitt's two-moment wait of mean :math:`1/\\theta` and squared coefficient of variation ``scv``
+    (:func:`waited_exceed_prob`): the shift :math:`d` and rate of its shifted exponential (used where
+    :math:`s \\le 1`), and the weight :math:`p_1` and rates of its balanced-means hyperexponential (where
+    :math:`s > 1`). ``scv`` is floored at :data:`_MIN_WAIT_SCV`."""
+    s = np.maximum(np.asarray(scv, dtype=float), _MIN_WAIT_SCV)
+    root = np.sqrt(np.minimum(s, 1.0))
+    p1 = 0.5 * (1.0 + np.sqrt(np.maximum(s - 1.0, 0.0) / (s + 1.0)))
+    return s, (1.0 - root) / theta, theta / root, p1, 2.0 * p1 * theta, 2.0 * (1.0 - p1) * theta
 
 
 def waited_exceed_prob(t_s, start_s, spread_s, theta, scv=1.0):
@@ -688,22 +704,15 @@ def waited_exceed_prob(t_s, start_s, spread_s, theta, scv=1.0):
     x0 = np.asarray(t_s, dtype=float) - np.asarray(start_s, dtype=float)
     spread = np.asarray(spread_s, dtype=float)
     theta = np.asarray(theta, dtype=float)
-    s = np.maximum(np.asarray(scv, dtype=float), _MIN_WAIT_SCV)
-    if np.all(s == 1.0):
+    if np.all(np.asarray(scv) == 1.0):
         return _exp_waited(x0, spread, theta)
-    root = np.sqrt(np.minimum(s, 1.0))
-    low = _exp_waited(x0 - (1.0 - root) / theta, spread, theta / root)       # s <= 1: d + E
+    s, shift, rate, p1, fast, slow = _wait_phases(theta, scv)
+    low = _exp_waited(x0 - shift, spread, rate)                               # s <= 1: d + E
     if np.all(s <= 1.0):
         return low
-    p1 = 0.5 * (1.0 + np.sqrt(np.maximum(s - 1.0, 0.0) / (s + 1.0)))
-    high = (p1 * _exp_waited(x0, spread, 2.0 * p1 * theta)
-            + (1.0 - p1) * _exp_waited(x0, spread, 2.0 * (1.0 - p1) * theta))
+    high = p1 * _exp_waited(x0, spread, fast) + (1.0 - p1) * _exp_waited(x0, spread, slow)
     return np.where(s > 1.0, high, low)
 
-
-_MIN_WAIT_SCV = 1e-6
-"""The least squared coefficient of variation :func:`waited_exceed_prob` gives the wait: its exponential part then
-has a thousandth of the wait's mean (a deterministic wait to that resolution) and a finite rate."""
 
 _FULL_NEGLIGIBLE = 1e-12
 """Pools whose full-state probability is below this skip the wait term: it adds less than this to the miss
@@ -939,12 +948,12 @@ def _miss_block(t, probs, k, own, T_busy, T_full, p_idle, p_full, theta, W_s: fl
         T = T_full[waits][:, None, :]
         g = 1.0 if join is None else join[waits][:, None, None]
         th = theta[waits][:, None, None]
-        al = 1.0 if scv is None else scv[waits][:, None, None]
-        full = waited_exceed_prob(tt[waits], k[None, :, None] * T + own[waits][:, :, None], g * T, th, al) @ weights
+        sw = 1.0 if scv is None else scv[waits][:, None, None]
+        full = waited_exceed_prob(tt[waits], k[None, :, None] * T + own[waits][:, :, None], g * T, th, sw) @ weights
         if lumpy.size and np.any(lump_share[waits] > 0):
             f = lump_share[waits][:, None]
             full_lump = waited_exceed_prob(tt[waits], k[None, :, None] * T + own[waits][:, :, None],
-                                           g * (T + lump[waits][:, None, None]), th, al) @ weights
+                                           g * (T + lump[waits][:, None, None]), th, sw) @ weights
             full = (1.0 - f) * full + f * full_lump
         out[waits] += np.sum(probs[waits] * pf[waits] * full, axis=1)
     return out
@@ -963,14 +972,10 @@ def batched_ttft_p99_s(traffic: BatchedTraffic, replicas) -> np.ndarray:
             T_top[rows] = np.maximum(T_top[rows], np.nanmax(T.reshape(len(rows), -1), axis=1))
     own = np.max(np.where(probs > 0, traffic.own_prefill_s, 0.0), axis=1)
     theta = op.wait_decay
-    scv = np.broadcast_to(op.wait_scv, theta.shape)
-    with np.errstate(divide="ignore", invalid="ignore"):   # P(wait > w) <= p_full e^{-r w} <= q beyond w99
-        p1 = 0.5 * (1.0 + np.sqrt(np.maximum(scv - 1.0, 0.0) / (scv + 1.0)))
-        slowest = np.where(scv > 1.0, 2.0 * (1.0 - p1), 1.0 / np.sqrt(np.minimum(scv, 1.0))) * theta
-        w99 = np.where(op.full_prob > P99_TAIL,
-                       (1.0 - np.sqrt(np.minimum(scv, 1.0))) / np.where(theta > 0, theta, 1.0)
-                       + np.log(np.maximum(op.full_prob, P99_TAIL) / P99_TAIL) / np.where(slowest > 0, slowest, 1.0),
-                       0.0)
+    with np.errstate(divide="ignore", invalid="ignore"):   # P(wait > w) <= p_full e^{-r (w - d)} <= q beyond w99
+        s, shift, rate, _, _, slow = _wait_phases(np.where(theta > 0, theta, 1.0), op.wait_scv)
+        d, r_min = np.where(s > 1.0, 0.0, shift), np.where(s > 1.0, slow, rate)
+        w99 = np.where(op.full_prob > P99_TAIL, d + np.log(np.maximum(op.full_prob, P99_TAIL) / P99_TAIL) / r_min, 0.0)
     hi = (k_max + 1) * T_top + own + w99 + lump + 1e-9
     live = op.stable & (traffic.arrival_rate > 0)
     hi = np.where(live, hi, 1.0)
