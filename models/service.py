@@ -32,7 +32,7 @@ import numpy as np
 from fleetopt.models.power import ActivityPower
 from fleetopt.models.profiles import ServingProfile, quality_label
 
-__all__ = ["DecodePower", "decode_power_curve", "iteration_latency_s", "iteration_coefficients", "compute_coefficients", "prefill_compute_terms", "service_time_s", "prefill_time_s", "ContextPoint", "context_point",
+__all__ = ["DecodePower", "decode_power_curve", "iteration_latency_s", "iteration_coefficients", "compute_coefficients", "prefill_compute_terms", "iteration_work_s", "service_time_s", "prefill_time_s", "ContextPoint", "context_point",
            "tpot_bound_s", "tpot_batch_cap"]
 
 
@@ -89,6 +89,42 @@ def prefill_compute_terms(profile: ServingProfile, prompt_tokens):
     with np.errstate(divide="ignore", invalid="ignore"):
         u = np.where(k > 0, P / np.where(k > 0, k, 1.0), 0.0)
     return profile.prefill_a_s * u + profile.prefill_b_s * u * u, 2.0 * profile.prefill_b_s * u * u
+
+
+def iteration_work_s(profile: ServingProfile, prompt_tokens: int, output_tokens: int) -> np.ndarray:
+    """The seconds one request adds to each iteration it runs in, beyond the fixed :math:`W`: its work profile
+    :math:`w(1), \\dots, w(I)` over its :math:`I = k + l_{out}` iterations (:func:`iteration_coefficients`,
+    :func:`compute_coefficients`; the simulator's iteration, :mod:`fleetopt.solvers.des.engine`).
+
+    .. math::
+
+        w(j + 1) = h\\, j c + \\alpha + \\beta j \\quad (j = 0, \\dots, k - 1), \\qquad
+        w(k + 1 + d) = h (l_{in} + d) + g \\quad (d = 0, \\dots, l_{out} - 1)
+
+    with :math:`c` the chunk, :math:`k = \\lceil l_{in}/c \\rceil` and the even-chunk compute
+    :math:`\\alpha + \\beta j` of :func:`prefill_compute_terms`: a prefill chunk scans the prefix of the full
+    chunks before it and computes its share of the prompt; a decode step scans the context so far and computes one
+    token. Its sum is the request's time-work :math:`Y` and the sum of its squares :math:`Y_2`
+    (:func:`fleetopt.models.segments.compute_work`).
+
+    Examples
+    --------
+    >>> import types
+    >>> p = types.SimpleNamespace(W_s=0.0, H_s=8.0, calibration_ctx_tokens=8, chunk_tokens=4, g_s=0.5,
+    ...                           prefill_a_s=0.0, prefill_b_s=0.0)
+    >>> [float(v) for v in iteration_work_s(p, 6, 2)]      # chunks at prefixes 0 and 4, decodes at 6 and 7
+    [0.0, 4.0, 6.5, 7.5]
+    """
+    W, h = iteration_coefficients(profile)
+    g, _, _ = compute_coefficients(profile)
+    l_in, l_out = int(prompt_tokens), int(output_tokens)
+    c = int(profile.chunk_tokens)
+    k = -(-l_in // c) if l_in > 0 else 0
+    j = np.arange(k, dtype=float)
+    alpha, beta = prefill_compute_terms(profile, l_in)
+    prefill = h * c * j + (float(alpha) + float(beta) * j if k else 0.0)
+    decode = h * (l_in + np.arange(l_out, dtype=float)) + g
+    return np.concatenate([prefill, decode])
 
 
 @dataclass(frozen=True)
