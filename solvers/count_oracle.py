@@ -38,17 +38,49 @@ The integral is a discrete Fourier transform of :math:`L` points, :math:`L` a po
 cluster (:func:`replica_count_moments`), so :math:`\mathrm{Var}[J]` is exact up to the clusters that outlast
 :math:`L` iterations.
 
+**What an arrival sees.** An arrival sees the count of the iteration it arrives in, and an iteration is met in
+proportion to its length: Poisson arrivals see time averages, and those are *not* the averages over iterations
+above (a long iteration, a prefill stall, holds more requests and is met more often). Arrivals are the points of
+the Hawkes process, so what they see is its Palm law: the stationary count plus the arrival's *relatives*, the
+members of its own cluster running in its iteration, independent of the rest (Slivnyak-Mecke for a Poisson
+cluster process). The arrival's line of ancestors is a terminating renewal process: a step back reaches a parent
+of mark :math:`M` at lag :math:`s` with density :math:`\lambda p(M) w_M(s)` (total mass :math:`x`). Ancestor
+:math:`k`, at lag :math:`u_k`, is still running if :math:`u_k \le I_{M_k}`, and its other children are Poisson
+with intensity :math:`\lambda w_{M_k}`, so given the line its contribution :math:`Z_k` is independent of the
+others with mean and variance
+
+.. math::
+
+    a_M(u) = g_M(u) + \lambda (w_M * m)(u), \qquad b_M(u) = \lambda (w_M * v)(u),
+
+where :math:`m` and :math:`v` are a cluster's mean and second-moment count profiles,
+:math:`m = \bar g + \lambda \bar w * m` and :math:`v = E_M[a_M^2] + \lambda \bar w * v`. With
+:math:`\rho = \sum_{k \ge 0} (\lambda \bar w)^{*k}` the line's renewal measure,
+:math:`A_1(u) = \lambda E_M \sum_s w_M(s)\, a_M(u + s)` and :math:`h(u) = \sum_{v \ge 0} \rho(v) A_1(u + v)`
+(the mean the line contributes from lag :math:`u` back),
+
+.. math::
+
+    E[J_{rel}] = h(0), \qquad
+    E[J_{rel}^2] = \sum_u \rho(u)\, \lambda E_M \sum_s w_M(s) \bigl(a_M^2 + 2 a_M h + b_M\bigr)(u + s),
+
+and an arrival sees mean :math:`E[J] + E[J_{rel}]` and variance :math:`\mathrm{Var}[J] + \mathrm{Var}[J_{rel}]`.
+Every term is a convolution or correlation of a request's profile with a pool-wide one, a few transforms a
+request. (Earlier arrivals of the same iteration, not yet joined, are not counted.)
+
 The same pool with every request's work spread evenly over its life at the mean rate
-:math:`\bar y = E[Y]/E[I]` (:math:`\hat w = \bar y \hat g`) has the variance the batched model's chain has on the
-clock of iterations; the ratio of the two is the *dispersion* :math:`F` that
-:func:`fleetopt.models.batched.occupancy_dispersion` estimates in closed form. The chain's law holds on the clock
-of real time (where an arrival sees the time average), and this one on the clock of iterations; the ratio is what
-carries over (``docs/models.md``, "The count's exact second moment").
+:math:`\bar y = E[Y]/E[I]` (:math:`\hat w = \bar y \hat g`) is a symmetric queue whose count seen by arrivals is
+the batched model's chain (its variance agrees with the chain's closed form within the iterations' discreteness, a
+few per cent); the ratio of the two arrival-seen variances is the *dispersion* :math:`F` that
+:func:`fleetopt.models.batched.occupancy_dispersion` estimates in closed form (``docs/models.md``, "The count's
+exact second moment").
 
 References
 ----------
 .. [1] A. G. Hawkes and D. Oakes, "A cluster process representation of a self-exciting process", Journal of
        Applied Probability 11 (1974) 493-503.
+.. [2] D. J. Daley and D. Vere-Jones, *An Introduction to the Theory of Point Processes*, vol. II, 2nd ed.
+       (Springer, 2008), section 13.1 (Palm distributions; that of a Poisson cluster process).
 """
 
 from __future__ import annotations
@@ -66,29 +98,41 @@ _BATCH_BYTES = 1 << 25
 
 @dataclass(frozen=True)
 class CountMoments:
-    """A replica's count of running requests on the clock of iterations (:func:`replica_count_moments`)."""
+    """A replica's count of running requests, on the clock of iterations and as arrivals see it
+    (:func:`replica_count_moments`)."""
 
     mean: float
-    """:math:`E[J] = \\lambda W E[I] / (1 - x)`."""
+    """:math:`E[J] = \\lambda W E[I] / (1 - x)` over iterations."""
     variance: float
-    """:math:`\\mathrm{Var}[J]` of the request mix as given."""
+    """:math:`\\mathrm{Var}[J]` over iterations."""
+    arrival_mean: float
+    """The mean count an arrival sees (the time average): :math:`E[J] + E[J_{rel}]`."""
+    arrival_variance: float
+    """The variance of the count an arrival sees: :math:`\\mathrm{Var}[J] + \\mathrm{Var}[J_{rel}]`."""
     equal_variance: float
-    """:math:`\\mathrm{Var}[J]` with every request's work spread evenly at :math:`\\bar y = E[Y]/E[I]` an
-    iteration (the batched model's chain)."""
+    """:math:`\\mathrm{Var}[J]` over iterations with every request's work spread evenly at
+    :math:`\\bar y = E[Y]/E[I]` an iteration."""
+    equal_arrival_variance: float
+    """The variance an arrival sees with the work spread evenly: the batched model's chain."""
     context_load: float
     """:math:`x = \\lambda E[Y]`."""
     points: int
-    """:math:`L`, the points of the discrete Fourier transform."""
+    """:math:`L`, the points of the discrete Fourier transforms."""
 
     @property
     def dispersion(self) -> float:
-        """:math:`F = \\mathrm{Var}[J] / \\mathrm{Var}_{equal}[J]`."""
+        """:math:`F`: the variance an arrival sees over the chain's (the same with the work spread evenly)."""
+        return self.arrival_variance / self.equal_arrival_variance
+
+    @property
+    def iteration_dispersion(self) -> float:
+        """The same ratio over iterations."""
         return self.variance / self.equal_variance
 
 
 def replica_count_moments(work_profiles: Sequence[np.ndarray], arrival_rate_per_s: float, W_s: float,
                           weights=None, *, spans: float = 16.0, max_points: int = 1 << 22) -> CountMoments:
-    """Exact mean and variance of an uncapped replica's count of running requests (module docstring).
+    """Exact moments of an uncapped replica's count of running requests (module docstring).
 
     Parameters
     ----------
@@ -103,7 +147,7 @@ def replica_count_moments(work_profiles: Sequence[np.ndarray], arrival_rate_per_
     weights : array or None
         Probabilities of the requests (None: equal).
     spans : float
-        The transform's length :math:`L` is the least power of two of at least twice the longest life plus this
+        The transforms' length :math:`L` is the least power of two of at least twice the longest life plus this
         many mean cluster lives :math:`E[I]/(1 - x)`.
     max_points : int
         Upper limit on :math:`L` (:class:`ValueError` beyond).
@@ -116,11 +160,12 @@ def replica_count_moments(work_profiles: Sequence[np.ndarray], arrival_rate_per_
 
     Examples
     --------
-    Without context work the count is Poisson (an :math:`M/G/\\infty` queue on the clock of iterations):
+    Without context work the count is Poisson (an :math:`M/G/\\infty` queue on the clock of iterations), and an
+    arrival sees it as it is (its relatives add nothing):
 
     >>> m = replica_count_moments([np.zeros(10), np.zeros(30)], 2.0, 0.01)
-    >>> round(m.mean, 9), round(m.variance, 9), m.dispersion
-    (0.4, 0.4, 1.0)
+    >>> [round(v, 9) for v in (m.mean, m.variance, m.arrival_mean, m.arrival_variance)], m.dispersion
+    ([0.4, 0.4, 0.4, 0.4], 1.0)
     """
     marks = [np.asarray(w, dtype=float) for w in work_profiles]
     if not marks:
@@ -141,32 +186,60 @@ def replica_count_moments(work_profiles: Sequence[np.ndarray], arrival_rate_per_
     need = 2.0 * lives.max() + spans * EI / (1.0 - x)
     L = 1 << int(np.ceil(np.log2(max(need, 2.0))))
     if L > max_points:
-        raise ValueError(f"the transform needs {L} points, more than max_points {max_points}")
-    G, Wh, Q = (np.zeros(L // 2 + 1, dtype=complex) for _ in range(3))
-    R, P = np.zeros(L // 2 + 1), np.zeros(L // 2 + 1)
-    batch = max(1, _BATCH_BYTES // (16 * L))
-    for lo in range(0, len(marks), batch):
-        part = marks[lo:lo + batch]
+        raise ValueError(f"the transforms need {L} points, more than max_points {max_points}")
+    mean, var, seen_mean, seen_var = _moments(marks, p, lam, W, L)
+    ybar = EY / EI
+    _, eq_var, _, eq_seen_var = _moments([np.full(len(w), ybar) for w in marks], p, lam, W, L)
+    return CountMoments(mean, var, seen_mean, seen_var, eq_var, eq_seen_var, x, L)
+
+
+def _batches(marks, p, L: int):
+    """The requests in batches: (weights, presence profiles, transforms of the work profiles)."""
+    size = max(1, _BATCH_BYTES // (16 * L))
+    for lo in range(0, len(marks), size):
+        part = marks[lo:lo + size]
         wa, ga = np.zeros((len(part), L)), np.zeros((len(part), L))
         for i, w in enumerate(part):
             wa[i, 1:1 + len(w)] = w
             ga[i, 1:1 + len(w)] = 1.0
-        wf, gf = np.fft.rfft(wa, axis=1), np.fft.rfft(ga, axis=1)
-        q = p[lo:lo + batch, None]
-        G += (q * gf).sum(axis=0)
+        yield p[lo:lo + size, None], ga, np.fft.rfft(wa, axis=1)
+
+
+def _moments(marks, p, lam: float, W: float, L: int) -> tuple[float, float, float, float]:
+    """(mean, variance) over iterations and as arrivals see them (module docstring), by transforms of ``L``
+    points; convolutions and correlations are circular, exact while the profiles fit in ``L``."""
+    n = L // 2 + 1
+    Wh, Gh, Q = (np.zeros(n, dtype=complex) for _ in range(3))
+    R, P = np.zeros(n), np.zeros(n)
+    for q, ga, wf in _batches(marks, p, L):
+        gf = np.fft.rfft(ga, axis=1)
         Wh += (q * wf).sum(axis=0)
+        Gh += (q * gf).sum(axis=0)
         Q += (q * np.conj(gf) * wf).sum(axis=0)
         R += (q * np.abs(gf) ** 2).sum(axis=0)
         P += (q * np.abs(wf) ** 2).sum(axis=0)
+    x = lam * Wh[0].real
+    D = 1.0 - lam * Wh
+    A = Gh / D                                          # a cluster's mean count profile, transformed
+    B = (R + 2.0 * np.real(lam * Q * A) + lam * lam * P * np.abs(A) ** 2) / (1.0 - x)
     nu = lam * W
-    ybar = EY / EI
-
-    def variance(Wh, Q, P):
-        A = G / (1.0 - lam * Wh)
-        B = (R + 2.0 * np.real(lam * Q * A) + lam * lam * P * np.abs(A) ** 2) / (1.0 - x)
-        # the full circle from the half spectrum of real profiles: 0 and pi once, the rest twice
-        return nu * (B[0] + B[-1] + 2.0 * B[1:-1].sum()) / L
-
-    var = variance(Wh, Q, P)
-    equal = variance(ybar * G, ybar * R, ybar * ybar * R)
-    return CountMoments(nu * EI / (1.0 - x), float(var), float(equal), x, L)
+    var = nu * (B[0] + B[-1] + 2.0 * B[1:-1].sum()) / L     # Parseval over the full circle
+    # what an arrival sees: its line of ancestors and their other children's subtrees
+    a2, acc1, acc2 = np.zeros(L), np.zeros(n, dtype=complex), np.zeros(n, dtype=complex)
+    for q, ga, wf in _batches(marks, p, L):
+        a = ga + lam * np.fft.irfft(wf * A, L, axis=1)      # a_M(u)
+        a2 += (q * a * a).sum(axis=0)
+        acc1 += (q * np.conj(wf) * np.fft.rfft(a, axis=1)).sum(axis=0)
+        acc2 += (q * np.conj(wf) * np.fft.rfft(a * a, axis=1)).sum(axis=0)
+    vh = np.fft.rfft(a2) / D                            # a cluster's second-moment count profile
+    A1 = lam * np.fft.irfft(acc1, L)
+    h = np.fft.irfft(np.conj(1.0 / D) * np.fft.rfft(A1), L)
+    acc3 = np.zeros(n, dtype=complex)
+    for q, ga, wf in _batches(marks, p, L):
+        a = ga + lam * np.fft.irfft(wf * A, L, axis=1)
+        acc3 += (q * np.conj(wf) * np.fft.rfft(a * h[None, :], axis=1)).sum(axis=0)
+    rho = np.fft.irfft(1.0 / D, L)
+    line = lam * np.fft.irfft(acc2 + 2.0 * acc3 + lam * P * vh, L)
+    rel_mean, rel_sq = float(h[0]), float(rho @ line)
+    mean = nu * float(np.real(A[0]))
+    return mean, float(var), mean + rel_mean, float(var) + rel_sq - rel_mean * rel_mean
