@@ -174,6 +174,8 @@ def count_dispersion(G, R, Wh, Q, P, lam, W: float, mean_iterations, mean_work, 
     x = lam * EY[..., None]
     ybar = (EY / EI)[..., None]
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        # the even mix on the same grid rather than the chain's closed form: the ratio cancels the iterations'
+        # discreteness and the grid's error, which both variances share
         actual = _seen_variance(G, R, Wh, Q, P, lam, W, x, EI, omega)
         even = _seen_variance(G, R, ybar * G, ybar * R, ybar * ybar * R, lam, W, x, EI, omega)
         return actual / even

@@ -224,20 +224,17 @@ def _moments(marks, p, lam: float, W: float, L: int) -> tuple[float, float, floa
     B = (R + 2.0 * np.real(lam * Q * A) + lam * lam * P * np.abs(A) ** 2) / (1.0 - x)
     nu = lam * W
     var = nu * (B[0] + B[-1] + 2.0 * B[1:-1].sum()) / L     # Parseval over the full circle
-    # what an arrival sees: its line of ancestors and their other children's subtrees
-    a2, acc1, acc2 = np.zeros(L), np.zeros(n, dtype=complex), np.zeros(n, dtype=complex)
+    # what an arrival sees: its line of ancestors and their other children's subtrees. A_1's transform is
+    # lam E[conj(w^) a^] with a^ = g^ + lam w^ A, i.e. lam (conj(Q) + lam P A), so h needs no pass over the requests
+    A1 = lam * np.fft.irfft(np.conj(Q) + lam * P * A, L)
+    h = np.fft.irfft(np.conj(1.0 / D) * np.fft.rfft(A1), L)
+    a2, acc2, acc3 = np.zeros(L), np.zeros(n, dtype=complex), np.zeros(n, dtype=complex)
     for q, ga, wf in _batches(marks, p, L):
         a = ga + lam * np.fft.irfft(wf * A, L, axis=1)      # a_M(u)
         a2 += (q * a * a).sum(axis=0)
-        acc1 += (q * np.conj(wf) * np.fft.rfft(a, axis=1)).sum(axis=0)
         acc2 += (q * np.conj(wf) * np.fft.rfft(a * a, axis=1)).sum(axis=0)
-    vh = np.fft.rfft(a2) / D                            # a cluster's second-moment count profile
-    A1 = lam * np.fft.irfft(acc1, L)
-    h = np.fft.irfft(np.conj(1.0 / D) * np.fft.rfft(A1), L)
-    acc3 = np.zeros(n, dtype=complex)
-    for q, ga, wf in _batches(marks, p, L):
-        a = ga + lam * np.fft.irfft(wf * A, L, axis=1)
         acc3 += (q * np.conj(wf) * np.fft.rfft(a * h[None, :], axis=1)).sum(axis=0)
+    vh = np.fft.rfft(a2) / D                            # a cluster's second-moment count profile
     rho = np.fft.irfft(1.0 / D, L)
     line = lam * np.fft.irfft(acc2 + 2.0 * acc3 + lam * P * vh, L)
     rel_mean, rel_sq = float(h[0]), float(rho @ line)

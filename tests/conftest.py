@@ -20,3 +20,19 @@ def catalog():
 @pytest.fixture(scope="session")
 def repo_root() -> Path:
     return REPO
+
+
+@pytest.fixture(scope="session")
+def h100_8b():
+    """A factory of the measured H100 / Llama-3.1-8B profile (data/measurements/README.md, coefficients rounded:
+    W = 6.43 ms, 4.5e-8 s a context token, g = 25 us, a = 26.5 us, b = 7.4e-10 s) with a chunk and a batch cap,
+    and KV blocks enough that the cap binds first."""
+    from fleetopt.models.power import PowerCurve
+    from fleetopt.models.profiles import CalibratedProfile
+
+    def make(chunk: int = 512, slots: int = 1024) -> CalibratedProfile:
+        return CalibratedProfile("h100-8b", "Llama-3.1-8B", 6.43e-3, 4.5e-8 * 8192, 8192, chunk, 16, 10**7, slots,
+                                 3.0, 1, PowerCurve(300.0, 700.0, 1.0, 4.0, "projected"), "measured", g_s=2.5e-5,
+                                 prefill_a_s=26.5e-6, prefill_b_s=7.4e-10)
+
+    return make

@@ -16,8 +16,6 @@ import numpy as np
 import pytest
 
 from fleetopt.models.batched import BatchedTraffic, operating_point
-from fleetopt.models.power import PowerCurve
-from fleetopt.models.profiles import CalibratedProfile
 from fleetopt.models.segments import compute_work, context_work, segment_basis, segment_stats
 from fleetopt.models.service import compute_coefficients, iteration_coefficients, iteration_work_s
 from fleetopt.models.workload import RequestTrace
@@ -25,22 +23,11 @@ from fleetopt.solvers.count_oracle import replica_count_moments
 from fleetopt.solvers.des.engine import SimPool, simulate
 from fleetopt.solvers.des.routing import LengthRouter, Requests
 
-# The measured H100 / Llama-3.1-8B coefficients of data/measurements/README.md, rounded (as in test_occupancy).
-W, H_CAL, CAL = 6.43e-3, 4.5e-8 * 8192, 8192
-G, A, B = 2.5e-5, 26.5e-6, 7.4e-10
-
-
-def _h100_8b(chunk=512, slots=1024):
-    return CalibratedProfile("h100-8b", "Llama-3.1-8B", W, H_CAL, CAL, chunk, 16, 10**7, slots, 3.0, 1,
-                             PowerCurve(300.0, 700.0, 1.0, 4.0, "projected"), "measured", g_s=G, prefill_a_s=A,
-                             prefill_b_s=B)
-
-
 @pytest.mark.parametrize("l_in, l_out", [(1, 1), (512, 7), (513, 300), (6000, 1500), (0, 40)])
-def test_work_profile_sums_to_the_closed_form_work(l_in, l_out):
+def test_work_profile_sums_to_the_closed_form_work(h100_8b, l_in, l_out):
     """The profile's sum is the request's time-work Y and the sum of its squares Y_2, as
     ``segments.compute_work`` and ``segments.context_work`` give them in closed form."""
-    p = _h100_8b()
+    p = h100_8b()
     _, h = iteration_coefficients(p)
     g, a, b = compute_coefficients(p)
     w = iteration_work_s(p, l_in, l_out)
@@ -55,10 +42,10 @@ def test_work_profile_sums_to_the_closed_form_work(l_in, l_out):
     assert (w * w).sum() == pytest.approx(Y2, rel=1e-12)
 
 
-def test_work_profile_is_the_simulators_iteration():
+def test_work_profile_is_the_simulators_iteration(h100_8b):
     """A request alone on a replica: its first token comes after its k prefill iterations and its end after all
     I, each taking W + w(s) in fleetopt's simulator."""
-    p = _h100_8b()
+    p = h100_8b()
     l_in, l_out = 1700, 25
     w = iteration_work_s(p, l_in, l_out)
     Wfix, _ = iteration_coefficients(p)
@@ -170,7 +157,7 @@ def test_the_transform_is_long_enough():
 
 
 @pytest.mark.slow
-def test_arrivals_see_the_simulators_count_on_an_uncapped_replica():
+def test_arrivals_see_the_simulators_count_on_an_uncapped_replica(h100_8b):
     """Agent-like requests (prompts 1,200-9,800 tokens, outputs a quarter of them) on the 8B profile with compute
     terms, one replica without a cap at a context load of about 0.67, 600,000 requests: the count the simulator's
     arrivals see has the oracle's mean within 3 % and its variance within 6 %, and varies F times the chain's
@@ -180,7 +167,7 @@ def test_arrivals_see_the_simulators_count_on_an_uncapped_replica():
     rng = np.random.default_rng(31)
     prompts = rng.integers(1200, 9801, n)
     outs = np.maximum(prompts // 4, 1)
-    profile, window, lam = _h100_8b(slots=100_000), 12288.0, 1.0
+    profile, window, lam = h100_8b(slots=100_000), 12288.0, 1.0
     s = segment_stats(segment_basis(RequestTrace(np.arange(float(n)), prompts, outs), np.array([0.0, window]),
                                     profile.chunk_tokens), [0], [1], profile)
     plain = replace(BatchedTraffic.from_stats(s, lam), mean_work_total_sq=None, mean_iterations_work=None,
@@ -200,7 +187,7 @@ def test_arrivals_see_the_simulators_count_on_an_uncapped_replica():
     assert m.dispersion == pytest.approx(count.var() / chain_var, rel=0.06), (m.dispersion, count.var() / chain_var)
 
 
-def _mixes(catalog):
+def _mixes(catalog, h100_8b):
     """(profile, prompts, outputs, weights, rate per replica): agent-like requests on the 8B profile with compute
     terms, LMSYS-like lengths on the seeds' H100 unit, and short prompts with long outputs on the 8B profile."""
     from fleetopt.models.workload import LengthDistribution
@@ -214,18 +201,18 @@ def _mixes(catalog):
     lmsys_in = np.maximum(np.round(0.8 * total), 1).astype(int)
     unit = replace(catalog.profiles["H100-80GB"], max_slots=4096, total_kv_blocks=10**7)
     short = np.arange(100, 1001, 50)
-    return [(_h100_8b(), agent, np.maximum(agent // 4, 1), None, 1.0),
+    return [(h100_8b(), agent, np.maximum(agent // 4, 1), None, 1.0),
             (unit, lmsys_in, total - lmsys_in, w / w.sum(), 60.0),
-            (_h100_8b(), short, 10 * short, None, 0.6)]
+            (h100_8b(), short, 10 * short, None, 0.6)]
 
 
-def test_the_models_dispersion_follows_the_oracle(catalog):
+def test_the_models_dispersion_follows_the_oracle(catalog, h100_8b):
     """models.dispersion's F (closed-form transforms on 32 frequencies, a closure for what arrivals see) within 3 %
     of the oracle's on three mixes (measured: 0.4, 0.5 and 0.01 % low, F 1.25, 1.52 and 0.94; the even mix is
     exact)."""
     from fleetopt.models.dispersion import combine_spectra, count_dispersion, request_spectra
 
-    for profile, l_in, l_out, weights, lam in _mixes(catalog):
+    for profile, l_in, l_out, weights, lam in _mixes(catalog, h100_8b):
         W, h = iteration_coefficients(profile)
         g, a, b = compute_coefficients(profile)
         p = np.full(len(l_in), 1.0 / len(l_in)) if weights is None else weights

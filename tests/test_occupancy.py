@@ -20,23 +20,10 @@ import pytest
 
 from fleetopt.models import batched
 from fleetopt.models.batched import BatchedTraffic, batched_ttft_p99_s, departure_dispersion, operating_point
-from fleetopt.models.power import PowerCurve
-from fleetopt.models.profiles import CalibratedProfile
 from fleetopt.models.segments import segment_basis, segment_stats
 from fleetopt.models.workload import LengthDistribution, RequestTrace
 from fleetopt.solvers.des.engine import SimPool, simulate
 from fleetopt.solvers.des.routing import LengthRouter, Requests
-
-# The measured H100 / Llama-3.1-8B coefficients of data/measurements/README.md, rounded (as in test_compute_terms).
-W, H_CAL, CAL = 6.43e-3, 4.5e-8 * 8192, 8192
-G, A, B = 2.5e-5, 26.5e-6, 7.4e-10
-
-
-def _h100_8b(chunk=512, slots=1024):
-    return CalibratedProfile("h100-8b", "Llama-3.1-8B", W, H_CAL, CAL, chunk, 16, 10**7, slots, 3.0, 1,
-                             PowerCurve(300.0, 700.0, 1.0, 4.0, "projected"), "measured", g_s=G, prefill_a_s=A,
-                             prefill_b_s=B)
-
 
 def _measure(profile, prompts, outs, lam, replicas, window):
     """(simulated variance of the count at arrivals, model variance, model variance without the widening, the
@@ -58,15 +45,15 @@ def _measure(profile, prompts, outs, lam, replicas, window):
 
 
 @pytest.mark.parametrize("case", ["stalls, equal residences", "stalls, geometric outputs", "unequal requests"])
-def test_occupancy_variance_matches_the_simulator(catalog, case):
+def test_occupancy_variance_matches_the_simulator(catalog, h100_8b, case):
     rng = np.random.default_rng(23)
     n = 150_000
     if case == "stalls, equal residences":        # prompts 1,200-1,600 tokens, outputs 250-350: rho_p ~ 0.45
-        profile, window, replicas, lam = _h100_8b(), 2048.0, 1, 12.0
+        profile, window, replicas, lam = h100_8b(), 2048.0, 1, 12.0
         prompts = rng.integers(1200, 1601, n)
         outs = rng.integers(250, 351, n)
     elif case == "stalls, geometric outputs":     # test_compute_terms' heavy prefill pool: rho_p ~ 0.76
-        profile, window, replicas, lam = _h100_8b(slots=4096), 8192.0, 2, 11.0
+        profile, window, replicas, lam = h100_8b(slots=4096), 8192.0, 2, 11.0
         prompts = rng.integers(3072, 6145, n)
         outs = np.maximum(rng.geometric(1 / 80.0, n), 1)
     else:                                         # the seeds' H100 unit, LMSYS-like lengths up to 6,144 tokens
@@ -94,7 +81,7 @@ def _rate_at_full_load(stats, replicas, cap, load):
 
 
 @pytest.mark.parametrize("cap, replicas", [(16, 4), (32, 2)])
-def test_full_pool_wait_of_near_equal_requests_matches_the_simulator(monkeypatch, cap, replicas):
+def test_full_pool_wait_of_near_equal_requests_matches_the_simulator(monkeypatch, h100_8b, cap, replicas):
     """Near-equal requests (prompts 1,500-2,500, outputs 150-250 tokens on the 8B profile) at a full-batch load of
     0.9: a fifth of arrivals find the pool full, and the P99 TTFT is their wait. The analytic P99 within 10 % of
     a 100,000-request simulation (measured: 2 % and 3 % low). The departures' long-run dispersion alone
@@ -103,7 +90,7 @@ def test_full_pool_wait_of_near_equal_requests_matches_the_simulator(monkeypatch
     n = 100_000
     rng = np.random.default_rng(29)
     prompts, outs = rng.integers(1500, 2500, n), rng.integers(150, 250, n)
-    profile, window = _h100_8b(slots=cap), 8192.0
+    profile, window = h100_8b(slots=cap), 8192.0
     s = segment_stats(segment_basis(RequestTrace(np.arange(float(n)), prompts, outs), np.array([0.0, window]),
                                     profile.chunk_tokens), [0], [1], profile)
     lam = _rate_at_full_load(s, replicas, cap, 0.9)
