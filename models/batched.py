@@ -76,6 +76,7 @@ from dataclasses import dataclass, fields, replace
 import numpy as np
 from scipy import special
 
+from fleetopt.models.dispersion import count_dispersion
 from fleetopt.models.numerics import bisect_boundary
 from fleetopt.models.queueing import Sizing
 from fleetopt.models.units import P99_TAIL
@@ -140,6 +141,10 @@ class BatchedTraffic:
     :math:`Y`'s, with :attr:`mean_work_total_sq`)."""
     iterations_decode_work: np.ndarray | None = None
     """:math:`E[I Y_d]` in s (``None`` with :attr:`decode_work_total_sq`)."""
+    count_spectra: np.ndarray | None = None
+    """Shape (S, 5, len(OMEGA)), complex: the mean transforms of the requests' presence and work
+    (:attr:`fleetopt.models.segments.SegmentStats.count_spectra`), from which :func:`occupancy_dispersion` takes
+    :math:`F` (``None``: its closed form)."""
 
     @property
     def prompt_compute_s(self) -> np.ndarray:
@@ -171,7 +176,10 @@ class BatchedTraffic:
                               None if stats.mean_prefill_compute_sq is None else fix(stats.mean_prefill_compute_sq),
                               None if stats.mean_decode_work_sq is None else fix(stats.mean_decode_work_sq),
                               None if stats.mean_iterations_decode_work is None
-                              else fix(stats.mean_iterations_decode_work))
+                              else fix(stats.mean_iterations_decode_work),
+                              None if stats.count_spectra is None
+                              else np.nan_to_num(np.broadcast_to(stats.count_spectra,
+                                                                 lam.shape + stats.count_spectra.shape[-2:])))
 
     def take(self, idx) -> "BatchedTraffic":
         """The pools at ``idx`` (every per-pool array indexed; ``W_s`` and ``column_chunks`` are shared)."""
@@ -398,8 +406,9 @@ def occupancy_dispersion(traffic: BatchedTraffic, replicas) -> tuple[np.ndarray 
 
     .. math:: F_p = (1 - \rho_p)\,\bigl(1 + \gamma (M - 1)\bigr)
 
-    (:math:`1/(1 - \rho_p)` for equal residences; 1 without prefill compute). :math:`F` is kept at 1 or more:
-    the chain's law cannot vary less than its mean-field one.
+    (:math:`1/(1 - \rho_p)` for equal residences; 1 without prefill compute). :math:`F` is kept at 1 or more: the
+    cluster law of :func:`cluster_size` cannot vary less than the chain (the exact :math:`F` can, slightly: 0.94 for
+    short prompts with long outputs, whose work grows over their lives, so a clamp at 1 errs pessimistic).
 
     **Unequal requests.** A request whose work exceeds its share of the mean slows its replica beyond what
     its place in the count says. The prompt's compute :math:`\ell` is the stalls' above, so the excess is that
@@ -414,6 +423,14 @@ def occupancy_dispersion(traffic: BatchedTraffic, replicas) -> tuple[np.ndarray 
     E[I]^2 \sigma^2)` with :math:`\sigma^2` the per-iteration spread of a sequence's work:
 
     .. math:: F = F_p + \frac{\lambda_r^2 E[Z^2]}{2 (1 + \kappa \tau_Z)}
+
+    **From the requests' transforms.** Where the traffic carries its requests' mean transforms
+    (:attr:`BatchedTraffic.count_spectra`, which segment statistics always do) :math:`F` is instead
+    :func:`fleetopt.models.dispersion.count_dispersion`: the count's second moment on the clock of iterations,
+    exact for one replica without a cap, and a closure for what arrivals see (within 3 % of the exact value on 94 %
+    of the agreement draw's pools, where the closed form above is a median 7 % low and 14-24 % low on the pools
+    it left optimistic). The closed form stays for the unequal-request part that clusters a full pool's arrivals,
+    and for traffic built without the transforms.
 
     **A full pool's departures.** With every place taken a replica is a server whose requests each need
     :math:`S' = W I / n + Y` of its time (the iteration's fixed part shared by the :math:`n` places, plus the
@@ -468,6 +485,8 @@ def occupancy_dispersion(traffic: BatchedTraffic, replicas) -> tuple[np.ndarray 
     filt = 1.0 / (1.0 + np.maximum(1.0 - x, 0.0) * z2 / (2.0 * EI * EI * np.maximum(seq_var, 1e-300)))
     unequal = 0.5 * lam_r * lam_r * z2 * filt
     disp = (1.0 - rho_p) * (1.0 + gamma * (M - 1.0)) + unequal
+    if traffic.count_spectra is not None:
+        disp = _spectral_dispersion(traffic, lam_r, live & (x < 1.0), disp)
     ncap = np.maximum(n, 1.0)
     W = traffic.W_s
     ES = _place_time_s(traffic, EI)
@@ -475,6 +494,20 @@ def occupancy_dispersion(traffic: BatchedTraffic, replicas) -> tuple[np.ndarray 
     with np.errstate(divide="ignore", invalid="ignore"):
         dep = np.where(live & (ES > 0), np.maximum(ES2 / (ES * ES) - 1.0, 0.0), traffic.cv2_iterations)
     return (np.where(live, np.maximum(disp, 1.0), 1.0), np.where(live, 1.0 + np.maximum(unequal, 0.0), 1.0), dep)
+
+
+def _spectral_dispersion(traffic: BatchedTraffic, lam_r, use, fallback) -> np.ndarray:
+    """:func:`fleetopt.models.dispersion.count_dispersion` from :attr:`BatchedTraffic.count_spectra` on the pools
+    ``use`` (the rest keep ``fallback``)."""
+    idx = np.flatnonzero(use)
+    if not idx.size:
+        return fallback
+    G, R, Wh, Q, P = np.moveaxis(traffic.count_spectra[idx], 1, 0)
+    F = count_dispersion(G, R.real, Wh, Q, P.real, lam_r[idx], traffic.W_s, traffic.mean_iterations[idx],
+                         traffic.mean_work[idx])
+    out = np.array(fallback, dtype=float, copy=True)
+    out[idx] = np.where(np.isfinite(F), F, out[idx])
+    return out
 
 
 _RELAX_STEPS = 8

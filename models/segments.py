@@ -30,6 +30,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from fleetopt.models.dispersion import binned_spectra, combine_spectra
 from fleetopt.models.profiles import ServingProfile
 from fleetopt.models.service import compute_coefficients, iteration_coefficients
 from fleetopt.models.workload import LengthDistribution, RequestTrace
@@ -66,6 +67,10 @@ class SegmentBasis:
     :math:`L \\le b_j` whose prompt lies in bin :math:`q`, :math:`l_{in} \\in ((q-1)w, qw]` with
     :math:`w` = :func:`prompt_bin_tokens` (bin 0: no prompt): the prompt law at a resolution finer than a chunk,
     for the own-prefill compute of the TTFT mixture."""
+    spectra_prefix: np.ndarray | None = None
+    """``spectra_prefix[j]``: the sum of :func:`fleetopt.models.dispersion.request_spectra` over requests of
+    :math:`L \\le b_j`, shape (len(boundaries), len(OMEGA), N_SPECTRA): the count's dispersion
+    (:attr:`SegmentStats.count_spectra`)."""
 
     def between(self, name: str, i, j):
         """Integral of basis ``name`` over :math:`(b_i, b_j]` (array-aware in i, j)."""
@@ -103,7 +108,9 @@ def _accumulate(boundaries, L_idx, weights, values: dict, k, k_max, chunk_tokens
     prompt = np.zeros((m, k_max * (int(chunk_tokens) // prompt_bin_tokens(chunk_tokens)) + 1, 3))
     for p, v in enumerate((weights, weights * values["P1"], weights * values["P2"])):
         np.add.at(prompt, (L_idx, q, p), v)
-    return prefix, np.cumsum(grid, axis=0), np.cumsum(prompt, axis=0)
+    spectra = binned_spectra(np.minimum(L_idx, m - 1), m, np.where(L_idx < m, weights, 0.0), k, values["P1"],
+                             values["out"], chunk_tokens)
+    return prefix, np.cumsum(grid, axis=0), np.cumsum(prompt, axis=0), np.cumsum(spectra, axis=0)
 
 
 def _prompt_bin(l_in, chunk_tokens) -> np.ndarray:
@@ -259,9 +266,9 @@ def segment_basis(workload: LengthDistribution | RequestTrace, boundaries, chunk
         k = np.ceil(workload.prompt_tokens / chunk_tokens)
         w = np.full(len(L), 1.0 / len(L))
         idx = np.searchsorted(b, L, side="left")
-        prefix, grid, prompt = _accumulate(b, idx, w, _values(k, workload.output_tokens.astype(float), L,
-                                                              chunk_tokens), k, int(k.max()), chunk_tokens)
-        return SegmentBasis(b, chunk_tokens, prefix, grid, prompt)
+        prefix, grid, prompt, spectra = _accumulate(b, idx, w, _values(k, workload.output_tokens.astype(float), L,
+                                                                       chunk_tokens), k, int(k.max()), chunk_tokens)
+        return SegmentBasis(b, chunk_tokens, prefix, grid, prompt, spectra)
     if not 0.0 < input_fraction < 1.0:
         raise ValueError(f"input_fraction must lie in (0, 1); got {input_fraction}")
     f = input_fraction
@@ -299,9 +306,9 @@ def segment_basis(workload: LengthDistribution | RequestTrace, boundaries, chunk
     k_all = np.concatenate((kg.ravel(), ka))
     i_all = np.concatenate((idx.ravel(), np.searchsorted(b, La, side="left")))
     k_max = int(max(k_all.max(initial=0), 0))
-    prefix, grid, prompt = _accumulate(b, i_all, w_all, _values(k_all, (1 - f) * L_all, L_all, chunk_tokens), k_all,
-                                       k_max, chunk_tokens)
-    return SegmentBasis(b, chunk_tokens, prefix, grid, prompt)
+    prefix, grid, prompt, spectra = _accumulate(b, i_all, w_all, _values(k_all, (1 - f) * L_all, L_all, chunk_tokens),
+                                                k_all, k_max, chunk_tokens)
+    return SegmentBasis(b, chunk_tokens, prefix, grid, prompt, spectra)
 
 
 @dataclass(frozen=True, eq=False)
@@ -334,6 +341,10 @@ class RawSums:
     prompt_bins: np.ndarray | None = None
     """Shape (S, Q, 3): mass, :math:`l_{in}` and :math:`l_{in}^2` of each prompt bin (:attr:`SegmentBasis.prompt_bin_prefix`);
     ``None`` reads as zeros."""
+    spectra: np.ndarray | None = None
+    """Shape (S, len(OMEGA), N_SPECTRA): :math:`E[\\cdot\\, 1_{comp}]` of the requests' transforms
+    (:attr:`SegmentBasis.spectra_prefix`); ``None`` where unknown, and then in every sum it enters: the model
+    falls back to the closed-form dispersion."""
 
     def _full(self) -> "RawSums":
         """The same sums with ``compute`` and ``prompt_bins`` as arrays."""
@@ -346,33 +357,40 @@ class RawSums:
     def take(self, idx) -> "RawSums":
         """The components at ``idx`` (array of row indices)."""
         full = self._full()
-        return RawSums(*(getattr(full, f)[idx] for f in _RAW_FIELDS))
+        return RawSums(*(getattr(full, f)[idx] for f in _RAW_FIELDS),
+                       spectra=None if self.spectra is None else self.spectra[idx])
 
     @staticmethod
     def stack(parts: list["RawSums"]) -> "RawSums":
         """Concatenate components (prefill histograms padded to a common width)."""
         parts = [p._full() for p in parts]
         width = {f: max(getattr(p, f).shape[1] for p in parts) for f in _HIST_FIELDS}
+        spectra = (None if any(p.spectra is None for p in parts)
+                   else np.concatenate([p.spectra for p in parts]))
         return RawSums(*(np.concatenate([_pad(getattr(p, f), width[f]) if f in _HIST_FIELDS else getattr(p, f)
-                                         for p in parts]) for f in _RAW_FIELDS))
+                                         for p in parts]) for f in _RAW_FIELDS), spectra=spectra)
 
     def total(self) -> "RawSums":
         """One component holding the sum of all components."""
         full = self._full()
         return RawSums(*(getattr(full, f).sum(axis=0)[None, ...] if f in _HIST_FIELDS + ("compute",)
-                         else np.array([getattr(full, f).sum()]) for f in _RAW_FIELDS))
+                         else np.array([getattr(full, f).sum()]) for f in _RAW_FIELDS),
+                       spectra=None if self.spectra is None else self.spectra.sum(axis=0)[None])
 
     def scaled(self, w) -> "RawSums":
         w = np.asarray(w, dtype=float)
         full = self._full()
         shape = {"k_hist": w[:, None], "compute": w[:, None], "prompt_bins": w[:, None, None]}
-        return RawSums(*(getattr(full, f) * shape.get(f, w) for f in _RAW_FIELDS))
+        return RawSums(*(getattr(full, f) * shape.get(f, w) for f in _RAW_FIELDS),
+                       spectra=None if self.spectra is None else self.spectra * w[:, None, None])
 
     def __add__(self, other: "RawSums") -> "RawSums":
         a, b = self._full(), other._full()
         width = {f: max(getattr(a, f).shape[1], getattr(b, f).shape[1]) for f in _HIST_FIELDS}
+        spectra = None if a.spectra is None or b.spectra is None else a.spectra + b.spectra
         return RawSums(*(getattr(a, f) + getattr(b, f) if f not in _HIST_FIELDS
-                         else _pad(getattr(a, f), width[f]) + _pad(getattr(b, f), width[f]) for f in _RAW_FIELDS))
+                         else _pad(getattr(a, f), width[f]) + _pad(getattr(b, f), width[f]) for f in _RAW_FIELDS),
+                       spectra=spectra)
 
 
 _RAW_FIELDS = ("mass", "A", "AL", "A2", "A2L", "A2L2", "k", "out", "L", "k_hist", "X", "X2", "compute", "prompt_bins")
@@ -393,8 +411,9 @@ def raw_between(basis: SegmentBasis, i, j) -> RawSums:
     hist = basis.chunk_mass_prefix[j] - basis.chunk_mass_prefix[i]
     compute = np.stack([basis.between(name, i, j) for name in _SUM_NAMES], axis=1)
     prompt = basis.prompt_bin_prefix[j] - basis.prompt_bin_prefix[i]
+    spectra = None if basis.spectra_prefix is None else basis.spectra_prefix[j] - basis.spectra_prefix[i]
     return RawSums(fields["mass"], fields["A"], fields["AL"], fields["A2"], fields["A2L"], fields["A2L2"],
-                   fields["k"], fields["out"], fields["L"], hist, fields["X"], fields["X2"], compute, prompt)
+                   fields["k"], fields["out"], fields["L"], hist, fields["X"], fields["X2"], compute, prompt, spectra)
 
 
 def compressed_band(workload: LengthDistribution | RequestTrace, window_tokens: float, gamma: float,
@@ -458,8 +477,10 @@ def _band_sums(weights, out_tokens, window: float, chunk_tokens: int) -> RawSums
     q = _prompt_bin(l_in, chunk_tokens)
     prompt = np.stack([np.bincount(q, weights=weights * l_in ** p, minlength=int(q.max(initial=0)) + 1)
                        for p in (0, 1, 2)], axis=1)[None, :, :]
+    spectra = binned_spectra(np.zeros(len(k), dtype=np.int64), 1, weights, k, l_in, out_tokens, chunk_tokens)
     return RawSums(one(1.0), one(A), one(A * window), one(A * A), one(A * A * window), one(A * A * window * window),
-                   one(k), one(out_tokens), one(np.full_like(A, window)), hist, one(X), one(X2), compute, prompt)
+                   one(k), one(out_tokens), one(np.full_like(A, window)), hist, one(X), one(X2), compute, prompt,
+                   spectra)
 
 
 @dataclass(frozen=True, eq=False)
@@ -523,6 +544,10 @@ class SegmentStats:
     (:func:`work_moments` with :math:`a = b = 0`)."""
     mean_iterations_decode_work: np.ndarray | None = None
     """:math:`E[I Y_d]` (s)."""
+    count_spectra: np.ndarray | None = None
+    """Shape (S, 5, len(OMEGA)), complex: :math:`(G, R, \\hat W, Q, P)` of :func:`fleetopt.models.dispersion.combine_spectra`
+    for the segment's requests on this profile, from which the batched model takes the count's dispersion
+    (``None`` for sums built without the transforms)."""
 
     @property
     def prefill_times_s(self) -> np.ndarray:
@@ -611,8 +636,13 @@ def stats_from_raw(raw: RawSums, lo_tokens, window_tokens, profile: ServingProfi
             mean_pf = mean_pf + prefill_compute
     else:
         time_work, time_work2 = h0 * work, h0 * h0 * work2
+    spectra = None
+    if raw.spectra is not None:
+        with np.errstate(divide="ignore", invalid="ignore"):
+            parts = combine_spectra(raw.spectra / mass[:, None, None], h0, g, a, b)
+        spectra = np.stack(parts, axis=1)
     return SegmentStats(np.broadcast_to(np.asarray(lo_tokens, dtype=float), hi.shape), hi, n, mass, m1, cv2, mean_pf,
                         out, tot, chunk_s, np.clip(probs, 0.0, None), mean_it, cv2_it, work, work2, w0, h0,
                         int(profile.chunk_tokens), time_work, time_work2, np.nan_to_num(prefill_compute),
                         np.clip(np.nan_to_num(classes), 0.0, None),
-                        class_k, np.array(own), y2, iy, wp2, yd2, iyd)
+                        class_k, np.array(own), y2, iy, wp2, yd2, iyd, spectra)
