@@ -419,7 +419,8 @@ def _simulate_routers(inst, fleet, plan_file, router, routers, spill_bound, json
               help="Local processes for the agreement run's pools (the same records; the timed rows stay serial).")
 @click.option("--agreement-precision", default=None, metavar="PCT",
               help="Double each agreement pool's run (up to 2 million requests) until its P99 TTFT interval is "
-                   "within this percentage of it (default 10%; none with --quick; 'off': fixed-length runs).")
+                   "within this percentage of it (default 5%, half the +-10% band it is judged by; none with "
+                   "--quick; 'off': fixed-length runs).")
 @_json_opt
 @format_option
 @guard
@@ -429,7 +430,7 @@ def bench(quick, json_out, agreement_pools, workers, agreement_precision, fmt):
 
     pools = (12 if quick else 200) if agreement_pools is None else agreement_pools
     if agreement_precision is None:
-        precision = None if quick else 0.1
+        precision = None if quick else 0.05
     elif str(agreement_precision).strip().lower() == "off":
         precision = None
     else:
