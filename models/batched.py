@@ -82,8 +82,8 @@ from fleetopt.models.queueing import Sizing
 from fleetopt.models.units import P99_TAIL
 
 __all__ = ["CONTEXT_NODES", "BatchedTraffic", "OperatingPoint", "operating_point", "occupancy_dispersion", "cluster_size",
-           "waited_exceed_prob", "batched_miss_prob", "batched_ttft_p99_s", "batched_min_replicas",
-           "prefill_limit_s", "departure_dispersion",
+           "waited_exceed_prob", "batched_miss_prob", "batched_miss_function", "batched_ttft_p99_s",
+           "batched_min_replicas", "prefill_limit_s", "departure_dispersion",
            "mean_prefill_s", "mean_power_w", "mean_activity_power_w", "prefill_lumps", "coarrival_exceed_prob",
            "own_prefill_context"]
 
@@ -673,6 +673,22 @@ def batched_miss_prob(t_s, traffic: BatchedTraffic, replicas, op: OperatingPoint
                                  np.broadcast_to(op.wait_scv, S)[rows])
     live = traffic.arrival_rate > 0
     return np.where(live, np.where(op.stable, miss, 1.0), 0.0)
+
+
+def batched_miss_function(traffic: BatchedTraffic, replicas):
+    r""":math:`t \mapsto P(T > t)` per pool (:func:`batched_miss_prob`) with the operating point and the context
+    nodes, which do not depend on :math:`t`, computed once: for a search over :math:`t` (a fleet's P99 mixes its
+    pools' miss functions).
+
+    >>> t = BatchedTraffic(np.array([1.0]), np.array([8.0]), np.array([100.0]), np.array([0.0]),
+    ...                    np.array([0.2]), np.array([1e-3]), np.array([[0.0, 1.0]]), np.array([[0.0, 0.0]]), 0.01)
+    >>> miss = batched_miss_function(t, 1)
+    >>> bool(miss(0.5)[0] == batched_miss_prob(0.5, t, 1)[0])
+    True
+    """
+    op = operating_point(traffic, replicas)
+    nodes = _nodes(traffic, op)
+    return lambda t_s: batched_miss_prob(t_s, traffic, op.replicas, op, nodes)
 
 
 _MIN_WAIT_SCV = 1e-6

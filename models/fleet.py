@@ -24,9 +24,9 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from fleetopt.models.profiles import ServingProfile, quality_label
-from fleetopt.models.batched import (BatchedTraffic, batched_miss_prob, batched_min_replicas, batched_ttft_p99_s,
-                                     mean_activity_power_w, mean_power_w, mean_prefill_s, operating_point,
-                                     prefill_limit_s)
+from fleetopt.models.batched import (BatchedTraffic, batched_miss_function, batched_miss_prob, batched_min_replicas,
+                                     batched_ttft_p99_s, mean_activity_power_w, mean_power_w, mean_prefill_s,
+                                     operating_point, prefill_limit_s)
 from fleetopt.models.numerics import bisect_boundary
 from fleetopt.models.queueing import min_replicas, prefill_p99_s, ttft_miss_prob, ttft_p99_s
 from fleetopt.models.segments import compressed_band, raw_between, segment_basis, stats_from_raw
@@ -430,7 +430,8 @@ def _evaluate_pool_batched(s, plan: PoolPlan, lam: float, cap: int, full: int, t
     if live and op.stable[0]:
         result = replace(result, relaxation_s=float(op.residence_s[0] * (1.0 + traffic.cv2_iterations[0])
                                                      / (1.0 - op.context_load[0])))
-    return result, (lambda t: float(batched_miss_prob(t, traffic, reps)[0]))
+    miss_of = batched_miss_function(traffic, reps)
+    return result, (lambda t: float(miss_of(t)[0]))
 
 
 def _miss_reason(n, lam, util, ttft, pf99, mean_pf, level: ServiceLevel, load: float | None = None) -> str:

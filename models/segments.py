@@ -306,8 +306,8 @@ def segment_basis(workload: LengthDistribution | RequestTrace, boundaries, chunk
     k_all = np.concatenate((kg.ravel(), ka))
     i_all = np.concatenate((idx.ravel(), np.searchsorted(b, La, side="left")))
     k_max = int(max(k_all.max(initial=0), 0))
-    prefix, grid, prompt, spectra = _accumulate(b, i_all, w_all, _values(k_all, (1 - f) * L_all, L_all, chunk_tokens),
-                                                k_all, k_max, chunk_tokens)
+    values = _values(k_all, (1 - f) * L_all, L_all, chunk_tokens)
+    prefix, grid, prompt, spectra = _accumulate(b, i_all, w_all, values, k_all, k_max, chunk_tokens)
     return SegmentBasis(b, chunk_tokens, prefix, grid, prompt, spectra)
 
 
@@ -545,9 +545,9 @@ class SegmentStats:
     mean_iterations_decode_work: np.ndarray | None = None
     """:math:`E[I Y_d]` (s)."""
     count_spectra: np.ndarray | None = None
-    """Shape (S, 5, len(OMEGA)), complex: :math:`(G, R, \\hat W, Q, P)` of :func:`fleetopt.models.dispersion.combine_spectra`
-    for the segment's requests on this profile, from which the batched model takes the count's dispersion
-    (``None`` for sums built without the transforms)."""
+    """Shape (S, 5, len(OMEGA)), complex: :math:`(G, R, \\hat W, Q, P)` of
+    :func:`fleetopt.models.dispersion.combine_spectra` for the segment's requests on this profile, from which the
+    batched model takes the count's dispersion (``None`` for sums built without the transforms)."""
 
     @property
     def prefill_times_s(self) -> np.ndarray:

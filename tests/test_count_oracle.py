@@ -237,9 +237,9 @@ def test_the_batched_models_dispersion_is_the_oracles(catalog, h100_8b):
     (p8, agent, agent_out, _, lam8), (unit, lmsys_in, lmsys_out, w, lam_u), _ = _mixes(catalog, h100_8b)
     d = LengthDistribution.from_cdf([(64, 0.05), (256, 0.3), (512, 0.55), (1024, 0.78), (2048, 0.92), (4096, 0.98),
                                      (6144, 1.0)])
-    cases = [(segment_basis(RequestTrace(np.arange(float(len(agent))), agent, agent_out), np.array([0.0, 12288.0]),
-                            p8.chunk_tokens), p8, [iteration_work_s(p8, int(u), int(v)) for u, v in zip(agent, agent_out)],
-              None, lam8),
+    trace = RequestTrace(np.arange(float(len(agent))), agent, agent_out)
+    cases = [(segment_basis(trace, np.array([0.0, 12288.0]), p8.chunk_tokens), p8,
+              [iteration_work_s(p8, int(u), int(v)) for u, v in zip(agent, agent_out)], None, lam8),
              (segment_basis(d, np.array([0.0, 6144.0]), unit.chunk_tokens, 0.8), unit,
               [iteration_work_s(unit, int(u), int(v)) for u, v in zip(lmsys_in, lmsys_out)], w / w.sum(), lam_u)]
     for basis, profile, marks, weights, lam in cases:
