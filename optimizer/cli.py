@@ -21,8 +21,10 @@ import sys
 
 import click
 
-from fleetopt.optimizer.commands import CONTEXT_SETTINGS, catalog_option, format_option, guard, output
+from fleetopt.optimizer.commands import (CONTEXT_SETTINGS, OUTPUT_PARAMS, catalog_option, check_outputs, format_option,
+                                         guard, output)
 from fleetopt.optimizer.errors import EXIT_CODES, InstanceError
+from fleetopt.optimizer.io.files import input_scope
 from fleetopt.optimizer.io.output import write_json
 from fleetopt.optimizer.simulation.options import (DEFAULT_SPILL_BOUND, DISPATCHES, EngineOptions, SimOptions,
                                                    SimOptionsError, parse_precision)
@@ -94,6 +96,18 @@ def _silence_stdout() -> None:
         pass  # not a file descriptor (a test runner's buffer): nothing to protect
 
 
+def _outputs_checked(callback):
+    """``callback`` run after :func:`fleetopt.optimizer.commands.check_outputs` (a refusal: one line, exit 2)."""
+
+    @guard
+    def checked(*args, **kwargs):
+        check_outputs(click.get_current_context())
+        return callback(*args, **kwargs)
+
+    checked._checked = True
+    return checked
+
+
 class _Commands(click.Group):
     """The command group; a reader that closes the pipe early (``fleetopt solve ... | head -1``) ends the command
     quietly with exit code 141 (``broken_pipe``: 128 + SIGPIPE, what a shell reports for a Unix tool the closed
@@ -118,10 +132,13 @@ class _Commands(click.Group):
 
     def add_command(self, cmd, name=None):
         """Every command that loads an instance (it takes ``--set``) also takes ``--catalog FILE``
-        (:func:`fleetopt.optimizer.commands.catalog_option`): user catalogue files for its names."""
+        (:func:`fleetopt.optimizer.commands.catalog_option`): user catalogue files for its names. Every command
+        checks its output files before its work (:func:`fleetopt.optimizer.commands.check_outputs`)."""
         names = {p.name for p in cmd.params}
         if "overrides" in names and "catalog_files" not in names:
             cmd.params.append(catalog_option())
+        if cmd.callback is not None and names & set(OUTPUT_PARAMS) and not getattr(cmd.callback, "_checked", False):
+            cmd.callback = _outputs_checked(cmd.callback)
         super().add_command(cmd, name)
 
     def list_commands(self, ctx):
@@ -167,8 +184,11 @@ class _Commands(click.Group):
 
 @click.group(cls=_Commands, context_settings=CONTEXT_SETTINGS)
 @click.version_option(package_name="fleetopt")
-def main() -> None:
+@click.pass_context
+def main(ctx: click.Context) -> None:
     """Plan GPU fleets for LLM inference: pools, context splits, GPU types and replica counts."""
+    # every file the command reads is recorded, and no output of it is written over one (io.files.input_scope)
+    ctx.with_resource(input_scope())
 
 
 @main.command()

@@ -12,7 +12,8 @@ import click
 from fleetopt.optimizer.errors import FleetoptError
 from fleetopt.optimizer.io.output import FORMATS
 
-__all__ = ["CONTEXT_SETTINGS", "CATALOG_ENV", "catalog_option", "format_option", "guard", "output"]
+__all__ = ["CONTEXT_SETTINGS", "CATALOG_ENV", "OUTPUT_PARAMS", "catalog_option", "format_option", "guard", "output",
+           "check_outputs"]
 
 CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"]}
 
@@ -40,6 +41,37 @@ def catalog_option() -> click.Option:
                         type=click.Path(dir_okay=True), expose_value=False, callback=_use_catalog_files,
                         help="A user catalogue file: its GPUs, models and calibrated profiles join the shipped "
                         f"ones (repeatable; default ${CATALOG_ENV}, files separated by '{os.pathsep}').")
+
+
+OUTPUT_PARAMS = ("json_out", "csv_out", "plot_out", "output", "router", "log_out")
+"""Names of the options through which a command writes files (``--json``, ``--csv``, ``--plot``, ``-o``,
+``export --router``, ``whatif --out``): :func:`check_outputs` checks each before the command's work."""
+
+
+def check_outputs(ctx: click.Context) -> None:
+    """Check every output file a command was given before its work (a long solve, a fit, a sweep) starts: the
+    folder exists and is writable, the target is no folder and is not one of the command's input paths
+    (:func:`fleetopt.optimizer.io.output.check_target`; an ``-o`` whose metavar says ``DIR`` may be a folder).
+    What the command reads later (a workload, a catalogue) is checked again when the file is written.
+
+    Raises
+    ------
+    InstanceError
+        One line naming the flag and the file.
+    """
+    from fleetopt.optimizer.io.output import check_target
+
+    params = [p for p in ctx.command.params if p.name in ctx.params]
+    inputs = [ctx.params[p.name] for p in params if isinstance(p.type, click.Path) and ctx.params[p.name]]
+    protect = [v for value in inputs for v in ((value,) if isinstance(value, str) else value)]
+    for p in params:
+        value = ctx.params[p.name]
+        if p.name not in OUTPUT_PARAMS or not isinstance(value, str) or value == "-" \
+                or not isinstance(p.type, click.types.StringParamType):
+            continue
+        if "DIR" in (p.metavar or "") and os.path.isdir(value):
+            continue
+        check_target(value, min(p.opts, key=len), protect)
 
 
 def guard(fn):

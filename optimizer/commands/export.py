@@ -11,6 +11,7 @@ Every file is written atomically and never over RESULT.json. Exit codes: 0, 2 fo
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import click
@@ -19,6 +20,7 @@ from fleetopt.optimizer.commands import guard
 from fleetopt.optimizer.errors import InstanceError
 from fleetopt.optimizer.io.export import (DEFAULT_IMAGE, FORMATS, k8s_documents, read_plan, router_config,
                                           vllm_script, write_text, yaml_documents)
+from fleetopt.optimizer.io.output import SCRIPT_MODE, TEXT_MODE
 
 __all__ = ["export"]
 
@@ -43,6 +45,8 @@ def _targets(output: str | None, router: str | None, fmt: str) -> tuple[str, str
     if output is None:
         return "-", router
     path = Path(output)
+    if output.endswith(("/", os.sep)) and not path.is_dir():
+        raise InstanceError(f"-o: {output}: folder {output} does not exist; create it or give a file name")
     if path.is_dir():
         return str(path / _MAIN_FILE[fmt]), router or str(path / "router.yaml")
     return output, router or str(path.with_name(f"{path.stem}.router.yaml"))
@@ -74,7 +78,7 @@ def export(result, fmt, output, router, plan, models, image, gpu_label, name):
     if router_target is not None and router_target != "-" and main_target != "-" \
             and Path(router_target).resolve() == Path(main_target).resolve():
         raise InstanceError(f"--router: {router_target}: the same file as -o; give another")
-    write_text(main_text, main_target, protect, "-o")
+    write_text(main_text, main_target, protect, "-o", SCRIPT_MODE if fmt == "vllm" else TEXT_MODE)
     if router_target is not None:
         write_text(yaml_documents([router_config(exported)]), router_target, protect, "--router")
     for warning in exported.warnings:

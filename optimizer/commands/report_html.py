@@ -15,6 +15,7 @@ import click
 
 from fleetopt.optimizer.commands.workflows import CONTEXT_SETTINGS, _guard
 from fleetopt.optimizer.errors import InstanceError
+from fleetopt.optimizer.io.files import read_text
 from fleetopt.optimizer.workflows.html_report import build_html, detect_kind
 from fleetopt.optimizer.workflows.plots import write_atomic
 
@@ -24,16 +25,13 @@ __all__ = ["report", "load_result"]
 def load_result(path: str, flag: str = "RESULT") -> dict:
     """A result JSON file as a dict; one-line :class:`InstanceError` naming the file when it cannot be read."""
     p = Path(path)
-    try:
-        text = p.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise InstanceError(f"{flag}: {path}: no such file") from None
-    except IsADirectoryError:
-        raise InstanceError(f"{flag}: {path}: is a folder, not a result file") from None
-    except (OSError, UnicodeDecodeError) as err:
-        raise InstanceError(f"{flag}: {path}: cannot read: {type(err).__name__}: {err}") from None
+    text, reason = read_text(p)
+    if text is None:
+        raise InstanceError(f"{flag}: {path}: cannot read: {reason}")
     try:
         data = json.loads(text)
+    except RecursionError:
+        raise InstanceError(f"{flag}: {path}: JSON nested too deeply to read") from None
     except json.JSONDecodeError as err:
         raise InstanceError(f"{flag}: {path}: not JSON: line {err.lineno} column {err.colno}: {err.msg}") from None
     detect_kind(data, f"{flag}: {path}")

@@ -33,6 +33,8 @@ import yaml
 
 from fleetopt.optimizer.errors import InstanceError, format_problem
 from fleetopt.optimizer.io.catalog import catalog_documents
+from fleetopt.optimizer.io.files import read_text
+from fleetopt.optimizer.io.output import TEXT_MODE
 from fleetopt.optimizer.io.output import write_text as _write
 
 __all__ = ["ExportPool", "ExportPlan", "RouteBand", "read_plan", "vllm_args", "vllm_script", "k8s_documents",
@@ -157,14 +159,13 @@ def read_plan(path: str | Path, plan: int | None = None, models: dict[str, str] 
     def fail(field: str, message: str) -> InstanceError:
         return InstanceError(format_problem(path, field, message))
 
+    text, reason = read_text(path)
+    if text is None:
+        raise fail("", f"cannot read it: {reason}; give the JSON file 'fleetopt solve --json' wrote")
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise fail("", "no such file") from None
-    except IsADirectoryError:
-        raise fail("", "it is a folder; give the JSON file 'fleetopt solve --json' wrote") from None
-    except (OSError, UnicodeDecodeError) as err:
-        raise fail("", f"cannot read it ({err.__class__.__name__})") from None
+        data = json.loads(text)
+    except RecursionError:
+        raise fail("", "JSON nested too deeply to read") from None
     except json.JSONDecodeError as err:
         raise fail("", f"not JSON (line {err.lineno}: {err.msg})") from None
     if not isinstance(data, dict) or data.get("command") != "solve":
@@ -412,6 +413,8 @@ def yaml_documents(docs: list[dict]) -> str:
                          width=120, allow_unicode=True)
 
 
-def write_text(text: str, target: str | Path, protect: tuple[Path, ...] = (), flag: str = "-o") -> None:
-    """Write ``text`` atomically, never over the plan file being exported (:func:`fleetopt.optimizer.io.output.write_text`)."""
-    _write(text, target, flag, protect)
+def write_text(text: str, target: str | Path, protect: tuple[Path, ...] = (), flag: str = "-o",
+               mode: int = TEXT_MODE) -> None:
+    """Write ``text`` atomically, never over the plan file being exported (:func:`fleetopt.optimizer.io.output.write_text`);
+    ``mode``: a new file's mode before the umask (:data:`fleetopt.optimizer.io.output.SCRIPT_MODE` for a script)."""
+    _write(text, target, flag, protect, mode)

@@ -3,30 +3,97 @@ place for the I/O and syntax errors, each as one line that says what is wrong an
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import json
+import os
+import stat
 import tomllib
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-__all__ = ["read_text", "parse_text", "yaml_message", "json_position"]
+__all__ = ["MAX_INPUT_BYTES", "read_bytes", "read_text", "parse_text", "yaml_message", "json_position",
+           "input_scope", "inputs_read"]
+
+MAX_INPUT_BYTES = 512 * 2**20
+"""The largest input file read (512 MiB): a trace of ten million requests is under 300 MiB; past this a file is
+not one a user meant to give (a disk image, a log)."""
+
+_READ: contextvars.ContextVar[set[Path] | None] = contextvars.ContextVar("fleetopt_inputs_read", default=None)
 
 
-def read_text(path: Path) -> tuple[str | None, str | None]:
-    """The UTF-8 text of ``path``, or ``(None, why it cannot be read)``."""
+@contextlib.contextmanager
+def input_scope() -> Iterator[set[Path]]:
+    """Within the block, every file :func:`read_bytes` reads is recorded (resolved), so that no output of the
+    same command is written over it (:func:`fleetopt.optimizer.io.output.check_target`). The command group opens
+    one scope per command; outside a scope (a notebook calling the API) nothing is recorded."""
+    token = _READ.set(set())
     try:
-        return path.read_bytes().decode("utf-8"), None
+        yield _READ.get()   # type: ignore[misc]
+    finally:
+        _READ.reset(token)
+
+
+def inputs_read() -> set[Path]:
+    """The resolved paths read so far in the current :func:`input_scope` (empty outside one)."""
+    return set(_READ.get() or ())
+
+
+def read_bytes(path: Path, limit: int = MAX_INPUT_BYTES) -> tuple[bytes | None, str | None]:
+    """The bytes of the regular file ``path``, or ``(None, why it cannot be read)``.
+
+    Only a regular file (or a link to one) of at most ``limit`` bytes is read: a FIFO would block and a device
+    such as ``/dev/zero`` never ends, so both are refused before a byte is read (the file is opened non-blocking,
+    then checked with ``fstat``)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
     except FileNotFoundError:
         return None, "no such file"
     except IsADirectoryError:
         return None, "it is a folder, not a file"
     except OSError as err:
         return None, str(err.strerror or err)
-    except UnicodeDecodeError as err:
-        return None, f"not UTF-8 text ({err.reason} at byte {err.start})"
     except ValueError:      # the operating system refuses the name itself (a NUL byte)
         return None, "not a usable file name (it contains a NUL byte)"
+    try:
+        st = os.fstat(fd)
+        if stat.S_ISDIR(st.st_mode):
+            return None, "it is a folder, not a file"
+        if not stat.S_ISREG(st.st_mode):
+            kind = "a FIFO" if stat.S_ISFIFO(st.st_mode) else "a device" if (
+                stat.S_ISCHR(st.st_mode) or stat.S_ISBLK(st.st_mode)) else "a socket or other special file"
+            return None, f"not a regular file ({kind}); give a file"
+        if st.st_size > limit:
+            return None, f"{st.st_size:,} bytes, over the {limit:,}-byte limit of an input file"
+        chunks, size = [], 0
+        while size <= limit and (chunk := os.read(fd, 1 << 20)):
+            chunks.append(chunk)
+            size += len(chunk)
+        data = b"".join(chunks)
+    except OSError as err:
+        return None, str(err.strerror or err)
+    finally:
+        os.close(fd)
+    if len(data) > limit:
+        return None, f"over the {limit:,}-byte limit of an input file"
+    read = _READ.get()
+    if read is not None:
+        read.add(Path(os.path.realpath(path)))
+    return data, None
+
+
+def read_text(path: Path) -> tuple[str | None, str | None]:
+    """The UTF-8 text of the regular file ``path`` (:func:`read_bytes`), or ``(None, why it cannot be read)``."""
+    data, reason = read_bytes(path)
+    if data is None:
+        return None, reason
+    try:
+        return data.decode("utf-8"), None
+    except UnicodeDecodeError as err:
+        return None, f"not UTF-8 text ({err.reason} at byte {err.start})"
 
 
 def json_position(err: json.JSONDecodeError) -> str:

@@ -45,7 +45,7 @@ from fleetopt.models.hardware import HardwareSpec
 from fleetopt.models.power import QUALITIES, ActivityPower, PowerCurve
 from fleetopt.models.profiles import LATENCY_QUALITIES, CalibratedProfile
 
-from fleetopt.optimizer.io.files import parse_text, read_text
+from fleetopt.optimizer.io.files import parse_text, read_bytes, read_text
 from fleetopt.optimizer.io.output import write_text
 from fleetopt.optimizer.errors import InstanceError, format_problem
 from fleetopt.optimizer.io.catalog import Catalog, load_catalog
@@ -184,15 +184,10 @@ class _Collector:
 
 
 def _read_bytes(path: Path, problems: _Collector) -> bytes | None:
-    try:
-        return path.read_bytes()
-    except FileNotFoundError:
-        problems.field(path, "", "cannot read: no such file; check the path")
-    except IsADirectoryError:
-        problems.field(path, "", "cannot read: it is a folder, not a file")
-    except OSError as err:
-        problems.field(path, "", f"cannot read: {err.strerror or err}")
-    return None
+    data, reason = read_bytes(path)
+    if data is None:
+        problems.field(path, "", f"cannot read: {reason}" + ("; check the path" if reason == "no such file" else ""))
+    return data
 
 
 def _csv_kind(header: list[str]) -> str | None:

@@ -25,6 +25,7 @@ from fleetopt.models.fleet import PoolPlan
 
 from fleetopt.optimizer.errors import InstanceError, format_problem
 from fleetopt.optimizer.plan.evaluate import MAX_FLEET_REPLICAS, evaluate_plans
+from fleetopt.optimizer.io.files import read_text
 from fleetopt.optimizer.io.instance import Instance
 from fleetopt.optimizer.io.overrides import override_settings, set_flags
 from fleetopt.optimizer.io.schema import MAX_CONTEXT_LIMIT_TOKENS
@@ -58,12 +59,13 @@ def load_solved_plan(path: str | Path, instance: Instance, rank: int | None = No
     def fail(field: str, message: str) -> InstanceError:
         return InstanceError(format_problem(path, field, message))
 
+    text, reason = read_text(path)
+    if text is None:
+        raise fail("", f"cannot read it: {reason}")
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise fail("", "no such file") from None
-    except (OSError, UnicodeDecodeError) as err:
-        raise fail("", f"cannot read it ({err.__class__.__name__})") from None
+        data = json.loads(text)
+    except RecursionError:
+        raise fail("", "JSON nested too deeply to read") from None
     except json.JSONDecodeError as err:
         raise fail("", f"not JSON (line {err.lineno}: {err.msg})") from None
     if not isinstance(data, dict) or data.get("command") != "solve":

@@ -50,12 +50,12 @@ import io
 import math
 import os
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 from fleetopt.optimizer.errors import InstanceError
-from fleetopt.optimizer.io.output import to_jsonable
+from fleetopt.optimizer.io.output import check_target as output_target
+from fleetopt.optimizer.io.output import to_jsonable, write_bytes
 
 __all__ = ["FORMATS", "FIGSIZE_IN", "DPI", "SVG_HASHSALT", "check_target", "require_matplotlib", "as_json",
            "render", "write_figure", "write_atomic", "plot_split_table", "plot_frontier", "plot_whatif",
@@ -111,10 +111,7 @@ def check_target(target: str | os.PathLike, flag: str = "--plot", protect: Seque
     path = Path(target)
     if path.suffix.lower() not in FORMATS:
         raise InstanceError(f"{flag}: {target}: unsupported suffix {path.suffix or '(none)'!r}; use .png or .svg")
-    if any(p is not None and path.resolve() == Path(p).resolve() for p in protect):
-        raise InstanceError(f"{flag}: {target}: refusing to overwrite an input file")
-    if not path.parent.exists():
-        raise InstanceError(f"{flag}: {target}: folder {path.parent} does not exist")
+    output_target(path, flag, protect)
     require_matplotlib(flag)
     return path
 
@@ -173,23 +170,10 @@ def write_figure(fig, path: str | os.PathLike) -> Path:
     return write_atomic(path, render(fig, fmt))
 
 
-def write_atomic(path: str | os.PathLike, data: bytes) -> Path:
-    """Write ``data`` to ``path``: a temporary file in the same folder (so the rename cannot cross file systems),
-    given the mode a new file gets under the process umask, then :func:`os.replace`; on any failure the
-    temporary file is removed and ``path`` is untouched."""
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        umask = os.umask(0)
-        os.umask(umask)
-        os.fchmod(fd, 0o666 & ~umask)
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
+def write_atomic(path: str | os.PathLike, data: bytes, flag: str = "-o") -> Path:
+    """Write ``data`` to ``path`` by :func:`fleetopt.optimizer.io.output.write_bytes`: atomically over a regular
+    file (its mode kept), through a device or FIFO, never over a file the command read."""
+    return write_bytes(data, path, flag)
 
 
 def _writer(build: Callable) -> Callable:
