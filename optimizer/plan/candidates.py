@@ -155,6 +155,15 @@ class Candidates:
     def n_choices(self) -> int:
         return len(self.choice_pool)
 
+    def uncovered(self) -> int | None:
+        """The highest elementary segment :math:`(b_k, b_{k+1}]` that no candidate serves, or None when every
+        length has one. Such a range proves the instance infeasible without a solve: every plan tiles
+        :math:`(0, b_{max}]` with candidates (unless ``unsized_gpus`` says the candidates are a subset)."""
+        covered = np.zeros(len(self.boundaries) - 1, dtype=bool)
+        for i, j in zip(self.i, self.j):
+            covered[i:j] = True
+        return None if covered.all() else int(np.flatnonzero(~covered)[-1])
+
     def label(self, p: int) -> str:
         b = self.boundaries
         gamma = self.gammas[self.state_out[p]]
@@ -539,7 +548,7 @@ def batch_caps(instance: Instance, profile, windows: np.ndarray):
 def _tpot_reason(instance: Instance, profile, window: float) -> str:
     t = float(tpot_bound_s(profile, 1, window)) * MS_PER_S
     return (f"one sequence at the {int(window):,}-token window decodes in {t:,.1f} ms per token, above the "
-            f"{instance.slo.tpot_p99_s * MS_PER_S:,.0f} ms TPOT SLO")
+            f"{instance.slo.tpot_p99_s * MS_PER_S:,.4g} ms TPOT SLO")
 
 
 class _Columns:

@@ -57,14 +57,10 @@ PREFILL_SHARE = 0.5
 def explain_infeasible(instance: Instance, allc: Candidates, problem: FleetProblem, result) -> str:
     """Check the requirements one at a time, cheapest first, and report the first that cannot hold."""
     b = allc.boundaries
-    top = len(b) - 1
     slo_ms = instance.slo.ttft_p99_s * 1000.0
     # 1. some length range that no feasible candidate covers
-    covered = np.zeros(top, dtype=bool)
-    for i, j in zip(allc.i, allc.j):
-        covered[i:j] = True
-    if not covered.all():
-        k = int(np.flatnonzero(~covered)[-1])
+    k = allc.uncovered()
+    if k is not None:
         best_per_gpu = {}
         for d in allc.dropped:  # each GPU's best attempt: its widest pool covering the range
             if d.hi_tokens >= b[k + 1] and d.lo_tokens <= b[k]:
@@ -73,8 +69,12 @@ def explain_infeasible(instance: Instance, allc: Candidates, problem: FleetProbl
                     best_per_gpu[d.gpu] = (width, d)
         detail = "; ".join(f"{g} on {d.lo_tokens:,}-{d.hi_tokens:,}: {d.reason}"
                            for g, (_, d) in sorted(best_per_gpu.items()))
-        within = (f"{slo_ms:,.0f} ms P99 TTFT" if not instance.slo.ttft_margin else
-                  f"a P99 TTFT of {instance.slo.sizing_text()}; slo.ttft_margin=0 sizes to the SLO itself")
+        margin = instance.slo.ttft_margin
+        within = f"a P99 TTFT of {instance.slo.sizing_text()}" if margin else f"{slo_ms:,.0f} ms P99 TTFT"
+        if instance.slo.tpot_p99_s is not None:
+            within += f" and a P99 TPOT of {instance.slo.tpot_p99_s * 1000.0:,.4g} ms"
+        if margin:
+            within += "; slo.ttft_margin=0 sizes to the SLO itself"
         return f"no configuration serves {int(b[k]):,}-{int(b[k + 1]):,}-token requests within {within} ({detail})"
     # 2. the pool count
     free = _relaxed(problem)

@@ -273,7 +273,9 @@ def solve_instance(instance: Instance, options: SolveOptions = SolveOptions()) -
                             "or GPU-count limits, with --top 1; use --method mip or auto")
     use_oracle = options.method == "oracle" or (options.method == "auto" and problem.separable and options.top == 1)
     cut = bool(allc.unsized_gpus)
-    if use_oracle:
+    if not cut and allc.uncovered() is not None:
+        result = _no_tiling(allc)  # proven before any solve; HiGHS reports an empty model as "unknown"
+    elif use_oracle:
         result = _oracle(problem)
     else:
         result = solve_mip(problem, top=options.top, time_limit_s=_mip_time_limit_s(deadline),
@@ -340,15 +342,28 @@ def _solve_split(instance: Instance, options: SolveOptions) -> SolveReport:
     if options.has_cuts:
         model = restrict_split(model, instance, dict(options.min_replicas), set(options.forbidden),
                                options.window_cuts)
-    result, plans = solve_split(model.problem, top=options.top, time_limit_s=_mip_time_limit_s(deadline),
-                                mip_gap=options.mip_gap, threads=options.threads, verbose=options.verbose)
+    unserved = _unserved_segment(model.problem)
+    if unserved is not None:  # proven before any solve (and an empty split model is no model for Pyomo)
+        b = model.boundaries
+        result, plans = SolveResult(Termination.INFEASIBLE, (), None, None, 0.0, "candidate sizing (no solve needed)",
+                                    {}, f"no candidate pool serves {int(b[unserved]):,}-{int(b[unserved + 1]):,}-"
+                                    "token requests at any replica count"), []
+    else:
+        result, plans = solve_split(model.problem, top=options.top, time_limit_s=_mip_time_limit_s(deadline),
+                                    mip_gap=options.mip_gap, threads=options.threads, verbose=options.verbose)
     decoded = tuple(Plan(k + 1, p.objective, *decode_split_plan(instance, model, p.choices, p.link_rate))
                     for k, p in enumerate(plans))
     from fleetopt.optimizer.plan.explain import explain_stop
 
     status = STATUS[result.termination]
     explanation = ""
-    if not decoded:
+    if not decoded and unserved is not None:
+        from fleetopt.optimizer.plan.explain import explain_infeasible
+
+        length = generate_candidates(instance)  # the same pools under length routing name the binding reason
+        explanation = (explain_infeasible(instance, length, None, result) if length.uncovered() is not None
+                       else result.message)
+    elif not decoded:
         explanation = (f"no split-routing plan satisfies the instance (solver: {result.message})"
                        if status is SolveStatus.INFEASIBLE else explain_stop(result))
     return SolveReport(
@@ -383,6 +398,25 @@ def require_plan(report: SolveReport) -> SolveReport:
     message = f"no plan ({status}): {report.explanation}" if report.explanation else f"no plan ({status})"
     error = _NO_PLAN_ERROR[status]
     raise error(message) if error is InfeasibleError else error(message, status)
+
+
+def _unserved_segment(problem) -> int | None:
+    """Split routing: the highest elementary segment with traffic that no pool with a replica choice may serve
+    (None: every one has such a pool)."""
+    served = np.zeros(len(problem.segment_rate), dtype=bool)
+    live = np.isin(problem.link_pool, problem.choice_pool)
+    served[problem.link_segment[live]] = True
+    left = np.flatnonzero(~served & (np.asarray(problem.segment_rate) > 0))
+    return int(left[-1]) if left.size else None
+
+
+def _no_tiling(c: Candidates) -> SolveResult:
+    """The proof of infeasibility that needs no solver: a length range no candidate serves
+    (:meth:`~fleetopt.optimizer.plan.candidates.Candidates.uncovered`), so no plan tiles the context."""
+    k = c.uncovered()
+    b = c.boundaries
+    return SolveResult(Termination.INFEASIBLE, (), None, None, 0.0, "candidate sizing (no solve needed)", {},
+                       f"no candidate serves {int(b[k]):,}-{int(b[k + 1]):,}-token requests")
 
 
 def _oracle(problem: FleetProblem) -> SolveResult:
