@@ -158,7 +158,7 @@ CASES = [
     Case("bad-gpu-name", setting("gpus", 0, "name", "a 100"), "gpus[0].name", "'a 100' is not a valid name"),
     Case("bad-tp", with_gpus({"name": "x", "hardware": "h100", "model": "Llama-3.1-8B", "tp": 3}),
          "gpus[0].tp", "3 is not allowed; choose 1, 2, 4 or 8"),
-    Case("zero-availability", setting("gpus", 0, "availability", 0), "gpus[0].availability", "must be > 0"),
+    Case("zero-availability", setting("gpus", 0, "availability", 0), "gpus[0].availability", "must be >= 0.5"),
     Case("availability-above-1", setting("gpus", 0, "availability", 1.2), "gpus[0].availability", "must be <= 1"),
     Case("max-pools-zero", setting("pools", "max_pools", 0), "pools.max_pools", "must be >= 1"),
     Case("max-context-negative", setting("pools", "max_context", -5), "pools.max_context", "must be >= 1"),
@@ -166,7 +166,7 @@ CASES = [
     Case("utilization-above-1", setting("constraints", "max_utilization", 1.5), "constraints.max_utilization",
          "1.5 is out of range; must be <= 1"),
     Case("utilization-zero", setting("constraints", "max_utilization", 0), "constraints.max_utilization",
-         "must be > 0"),
+         "must be >= 0.05"),
     Case("negative-power-cap", setting("constraints", "max_power_kw", -1), "constraints.max_power_kw",
          "must be > 0"),
     # --- workload files ----------------------------------------------------------------

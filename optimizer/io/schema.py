@@ -10,6 +10,7 @@ every level. Each pydantic error becomes one line
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Annotated, Any, Literal
 
@@ -36,6 +37,9 @@ __all__ = [
     "DEFAULT_MAX_UTILIZATION",
     "MAX_CONTEXT_LIMIT_TOKENS",
     "MAX_NUM_SEQS_LIMIT",
+    "MIN_MAX_UTILIZATION",
+    "MIN_AVAILABILITY",
+    "MAX_COST_PER_HR",
 ]
 
 DEFAULT_MAX_UTILIZATION = 0.85
@@ -46,6 +50,20 @@ MAX_CONTEXT_LIMIT_TOKENS = 2**30
 
 MAX_NUM_SEQS_LIMIT = 2**20
 """Largest ``max_num_seqs`` accepted (a concurrency cap, far beyond any engine)."""
+
+MIN_MAX_UTILIZATION = 0.05
+"""Least ``constraints.max_utilization``: a cap below 5 % provisions every pool at 20 times its load, which no
+operator means (a percentage written as a share, 0.0085 for 85 %, is the likely slip); the model's plans would be
+absurd rather than wrong."""
+
+MIN_AVAILABILITY = 0.5
+"""Least ``gpus[].availability``: counts are inflated by :math:`1/A`, so a GPU up less than half the time would
+more than double its pools; such a part is broken, not a planning input (the sampled-availability simulation
+covers degraded fleets)."""
+
+MAX_COST_PER_HR = 1e6
+"""Largest ``gpus[].cost_per_hr`` ($/hr per priced GPU): far above any rental price, and small enough that the
+fleet's cost stays within the MIP solver's numeric range (HiGHS treats costs from 1e20 as infinite)."""
 
 
 # --------------------------------------------------------------------------------------------
@@ -101,6 +119,15 @@ _PositiveFloat = Annotated[float, Field(gt=0, allow_inf_nan=False)]
 _Fraction = Annotated[float, Field(gt=0, le=1, allow_inf_nan=False)]
 _OpenFraction = Annotated[float, Field(gt=0, lt=1, allow_inf_nan=False)]
 _PositiveInt = Annotated[int, Field(ge=1)]
+_Utilization = Annotated[float, Field(ge=MIN_MAX_UTILIZATION, le=1, allow_inf_nan=False)]
+_Availability = Annotated[float, Field(ge=MIN_AVAILABILITY, le=1, allow_inf_nan=False)]
+_GpuPrice = Annotated[float, Field(gt=0, le=MAX_COST_PER_HR, allow_inf_nan=False)]
+_RANGES = {
+    ("constraints", "max_utilization"): f"allowed: {MIN_MAX_UTILIZATION:g} to 1 (a share of capacity, not a percentage)",
+    ("gpus", "availability"): f"allowed: {MIN_AVAILABILITY:g} to 1 (the share of time a GPU is up)",
+    ("gpus", "cost_per_hr"): f"allowed: above 0, up to {MAX_COST_PER_HR:,.0f} $/hr per GPU",
+}
+"""The full range of a field with two bounds, named when a value falls outside either."""
 _ContextTokens = Annotated[int, Field(ge=1, le=MAX_CONTEXT_LIMIT_TOKENS)]
 _GpuName = Annotated[str, Field(pattern=r"^[A-Za-z0-9_.-]+$")]
 
@@ -175,8 +202,8 @@ class RawGpu(_Raw):
     chunk: _ContextTokens | None = None
     max_count: _PositiveInt | None = None
     min_count: Annotated[int, Field(ge=0)] = 0
-    availability: _Fraction = 1.0
-    cost_per_hr: _PositiveFloat | None = None
+    availability: _Availability = 1.0
+    cost_per_hr: _GpuPrice | None = None
     min_pools: Annotated[int, Field(ge=0)] = 0
     max_pools: _PositiveInt | None = None
 
@@ -208,7 +235,7 @@ class RawPools(_Raw):
 class RawConstraints(_Raw):
     """``constraints``: fleet-wide limits (power in kW, cost in $/hr); absent means no limit."""
 
-    max_utilization: _Fraction = DEFAULT_MAX_UTILIZATION
+    max_utilization: _Utilization = DEFAULT_MAX_UTILIZATION
     max_power_kw: _PositiveFloat | None = None
     max_cost_per_hr: _PositiveFloat | None = None
     max_total_gpus: _PositiveInt | None = None
@@ -285,8 +312,7 @@ def _pydantic_message(error: dict, allowed: Callable[[Sequence], str] = allowed_
     if kind == "too_short":
         return f"the list is empty; give at least {ctx.get('min_length', 1)} entry"
     if kind in ("float_type", "int_type") and isinstance(given, str) and _numeric_text(given):
-        return (f"{show_value(given)} is text to YAML, not a number; write it with a signed exponent "
-                "(5.3e+12) or in full (5300000000000)")
+        return f"{show_value(given)} is text to YAML, not a number; {_yaml_number_hint(given)}"
     if kind in ("int_type", "int_from_float", "int_parsing"):
         return f"{show_value(given)} is not an integer; give a whole number"
     if kind in ("float_type", "float_parsing"):
@@ -307,7 +333,8 @@ def _pydantic_message(error: dict, allowed: Callable[[Sequence], str] = allowed_
     if kind in bounds:
         limit = next(iter(ctx.values()))
         limit = limit if isinstance(limit, int) else f"{limit:g}"
-        return f"{show_value(given)} is out of range; must be {bounds[kind]} {limit}"
+        span = _RANGES.get(tuple(p for p in loc if isinstance(p, str)))
+        return f"{show_value(given)} is out of range; must be {bounds[kind]} {limit}" + (f"; {span}" if span else "")
     return f"{error['msg']}; got {show_value(given)}"
 
 
@@ -324,6 +351,30 @@ def _numeric_text(text: str) -> bool:
         return "e" in text.lower() and math.isfinite(float(text))
     except ValueError:
         return False
+
+
+_EXPONENT_RE = re.compile(r"^\s*(?P<sign>[+-]?)(?P<whole>\d*)(?:\.(?P<fraction>\d*))?[eE](?P<esign>[+-]?)"
+                          r"(?P<exponent>\d+)\s*$")
+
+
+def _yaml_number_hint(text: str) -> str:
+    """How to write ``text`` (a number in exponent form) so that YAML 1.1 reads a number: a point in the
+    mantissa and a signed exponent, or the number in full when it is whole.
+
+    Examples
+    --------
+    >>> _yaml_number_hint("1e+7")
+    'YAML reads an exponent only after a decimal point and with a sign: write 1.0e+7 or 10000000'
+    >>> _yaml_number_hint("5.3e12")[-30:], _yaml_number_hint(".5e-3")[-12:]
+    ('write 5.3e+12 or 5300000000000', 'write 0.5e-3')
+    """
+    m = _EXPONENT_RE.match(text)
+    if m is None or not (m["whole"] or m["fraction"]):
+        return "write it with a point and a signed exponent (5.3e+12) or in full (5300000000000)"
+    spelled = f"{m['sign']}{m['whole'] or '0'}.{m['fraction'] or '0'}e{m['esign'] or '+'}{m['exponent']}"
+    value = float(text)
+    full = f" or {int(value)}" if value.is_integer() and abs(value) < 1e18 else ""
+    return f"YAML reads an exponent only after a decimal point and with a sign: write {spelled}{full}"
 
 
 def pydantic_message(error: dict, allowed: Callable[[Sequence], str] | None = None) -> str:

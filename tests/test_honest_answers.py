@@ -1,0 +1,76 @@
+"""Answers that say what is true: an instance no candidate can serve is infeasible (exit 3, with its reason), not
+an unknown solver stop; inputs no operator means are refused at validation; a plan's claims name what they are
+about and claim no saving for a fleet that misses; ``max_count`` counts what the README says it counts."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from fleetopt.optimizer.cli import main
+
+
+def run(*args):
+    res = CliRunner().invoke(main, [*map(str, args), "--json", "-"])
+    assert "Traceback" not in res.output and "internal error" not in res.output
+    return res, (json.loads(res.stdout) if res.stdout.strip() else None)
+
+
+# --- no candidate survives sizing: a proof of infeasibility, whatever the method ----------------------------------
+
+
+@pytest.mark.parametrize("method", ["mip", "auto"])
+@pytest.mark.parametrize("override,reason", [
+    # the 70B-class unit's P99 prefill of a 65,536-token request alone takes 20 ms on an H100: no count serves it
+    ("slo.ttft_p99_ms=1", "prefill alone on an idle replica"),
+    ("slo.ttft_p99_ms=3", "prefill alone on an idle replica"),
+    # one sequence decodes in milliseconds per token: a 1 us TPOT cannot hold at any batch size
+    ("slo.tpot_p99_ms=0.001", "above the 0.001 ms TPOT SLO"),
+])
+def test_no_surviving_candidate_is_infeasible(repo_root, method, override, reason):
+    res, r = run("solve", repo_root / "instances" / "quickstart.yaml", "--method", method, "--set", override)
+    assert res.exit_code == 3
+    assert r["status"] == "infeasible" and r["pools"] is None
+    assert "no configuration serves" in r["explanation"] and reason in r["explanation"]
+
+
+def test_split_routing_without_a_candidate_is_infeasible(repo_root):
+    res, r = run("solve", repo_root / "instances" / "agent_split.yaml", "--set", "slo.ttft_p99_ms=1")
+    assert res.exit_code == 3
+    assert r["status"] == "infeasible" and "prefill alone on an idle replica" in r["explanation"]
+
+
+# --- inputs no operator means: refused with the field and its range ----------------------------------------------
+
+
+@pytest.mark.parametrize("override,field,allowed", [
+    ("constraints.max_utilization=1.0e-9", "constraints.max_utilization", "0.05 to 1"),
+    ("constraints.max_utilization=0.04", "constraints.max_utilization", "0.05 to 1"),
+    ("gpus.0.availability=1.0e-9", "gpus[0].availability", "0.5 to 1"),
+    ("gpus.1.availability=0.49", "gpus[1].availability", "0.5 to 1"),
+    ("gpus.0.cost_per_hr=1.0e+300", "gpus[0].cost_per_hr", "up to 1,000,000 $/hr per GPU"),
+])
+def test_implausible_inputs_are_refused(repo_root, override, field, allowed):
+    res = CliRunner().invoke(main, ["solve", str(repo_root / "instances" / "quickstart.yaml"), "--set", override])
+    assert res.exit_code == 2
+    (line,) = [x for x in res.output.splitlines() if x.startswith("error:")]
+    assert field.split(".")[-1] in line and allowed in line and "out of range" in line
+
+
+@pytest.mark.parametrize("override", ["constraints.max_utilization=0.05", "gpus.0.availability=0.5",
+                                      "gpus.0.cost_per_hr=1000000"])
+def test_the_range_ends_are_accepted(repo_root, override):
+    from fleetopt.optimizer import api
+
+    api.load(repo_root / "instances" / "quickstart.yaml", [override])
+
+
+def test_the_price_ceiling_solves_to_optimality(repo_root):
+    """Both options at the ceiling: the cheapest fleet is the one with the fewest priced GPUs, found and proven."""
+    args = ["solve", repo_root / "instances" / "quickstart.yaml", "--method", "mip",
+            "--set", "gpus.0.cost_per_hr=1000000", "--set", "gpus.1.cost_per_hr=1000000"]
+    res, r = run(*args)
+    assert res.exit_code == 0 and r["status"] == "optimal"
+    assert r["cost_per_hr"] == pytest.approx(1e6 * r["total_gpus"])
