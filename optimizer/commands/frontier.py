@@ -29,20 +29,23 @@ def _num(x: float, unit: str) -> str:
 
 
 def render_frontier(c: Console, f: Frontier) -> None:
-    """The curve as a table, then where its numbers come from and the recommended point."""
+    """The curve as a table, then where its numbers come from, the recommended point (the cheapest meeting the
+    instance's SLO within its limits) and the knee as a labelled alternative."""
     a = f.axis
     table = Table(title=f"{f.instance}: least cost against {a.name} ({f.sweep} sweep, {f.solves} optimal re-solves, "
                         f"{f.seconds:.1f} s)", title_justify="left")
     axis_col = a.name if a.unit == a.name else f"{a.name} {a.unit}"
     pools_col = a.name != "pools"                  # the pools axis is its own column
-    names = ["#", "$/yr", "$/hr", axis_col, "GPUs"] + ["pools"] * pools_col + ["solved with", "fleet", ""]
+    names = ["#", "$/yr", "$/hr", axis_col, "GPUs"] + ["pools"] * pools_col + ["SLO", "solved with", "fleet", ""]
     for name in names:
         table.add_column(name, justify="right" if name in ("#", "$/yr", "$/hr", "GPUs", "pools", axis_col) else "left",
                          no_wrap=True)
     for k, p in enumerate(f.points):
+        mark = ["<- recommended"] * (k == f.recommended) + ["knee (alternative)"] * (k == f.knee)
+        slo = ("met" if p.slo_met else "MISSED") + (", breaks limits" if p.violations else "")
         table.add_row(str(k + 1), f"${p.cost_per_year / 1e3:,.0f}K", f"{p.cost_per_hr:,.2f}",
-                      _num(p.axis_value, a.unit), str(p.total_gpus), *[str(p.pools)] * pools_col, p.constraint,
-                      p.fleet, "<- recommended" if k == f.recommended else "")
+                      _num(p.axis_value, a.unit), str(p.total_gpus), *[str(p.pools)] * pools_col, slo, p.constraint,
+                      p.fleet, ", ".join(mark))
     c.print(table)
     c.print("every point: least cost (fleetopt solve, exact) of the instance with the --set shown, re-evaluated "
             "analytically; dominated points removed", markup=False)
@@ -52,7 +55,12 @@ def render_frontier(c: Console, f: Frontier) -> None:
                 f"{_num(b.axis_value, a.unit)} {a.unit}, {'dominated by the frontier' if f.baseline_dominated else 'not dominated'}",
                 markup=False)
     if f.recommended is not None:
-        c.print(f"recommended: point {f.recommended + 1} (most $ saved per {a.unit} given up, from the least-{a.name} "
+        c.print(f"recommended: point {f.recommended + 1} ({f.recommended_reason}): {f.points[f.recommended].fleet}",
+                markup=False)
+    else:
+        c.print(f"recommended: none ({f.recommended_reason})", markup=False)
+    if f.knee is not None:
+        c.print(f"knee (alternative): point {f.knee + 1} (most $ saved per {a.unit} given up, from the least-{a.name} "
                 "point)", markup=False)
     if f.truncated:
         c.print(f"stopped at {len(f.points)} points (--points); the curve goes on", markup=False)

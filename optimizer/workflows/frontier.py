@@ -42,10 +42,17 @@ the optimum. Other sweeps share one :class:`~fleetopt.optimizer.plan.candidates.
 SLO-independent inputs). Points are evaluated without the fleet-wide P99, which no axis reads. On the stress
 instance the 20-point cost,ttft curve (36 re-solves, one optimisation each) went from about 51 s to about 17 s.
 
-Recommended point (:func:`knee_index`)
---------------------------------------
-From the axis-optimal end :math:`(C_0, a_0)` (the least axis value, the dearest point), the point :math:`k` that
-saves the most per unit of the axis given up:
+Recommended point (:func:`recommended_index`) and the knee (:func:`knee_index`)
+-------------------------------------------------------------------------------
+Every point is judged on the instance itself, not on the variant that found it: its plan is re-evaluated at its
+counts under the instance's own SLO (P99 TTFT, the TPOT bound if the instance gives one, under the instance's
+``slo.scope``) and its limits (:func:`fleetopt.optimizer.plan.evaluate.limit_violations`: inventories, GPU,
+power and budget caps, the utilisation cap). The **recommended** point is the cheapest point that meets that SLO
+and breaks no limit (ties: the lower axis value); :attr:`Frontier.recommended_reason` says so in words ("cheapest
+point meeting P99 TTFT <= 500 ms"). When no point does, none is recommended and the reason says why.
+
+The **knee** is a labelled alternative, not the recommendation: from the axis-optimal end :math:`(C_0, a_0)` (the
+least axis value, the dearest point), the point :math:`k` that saves the most per unit of the axis given up:
 
 .. math:: k^* = \arg\max_{k \ne 0} \frac{C_0 - C_k}{a_k - a_0}
 
@@ -92,7 +99,8 @@ from typing import Callable
 
 import numpy as np
 
-from fleetopt.models.fleet import FleetResult
+from fleetopt.models.fleet import FleetResult, PoolPlan
+from fleetopt.models.units import MS_PER_S
 from fleetopt.solvers.mip import solve as solve_mip
 from fleetopt.solvers.oracle import NoFleetError, shortest_fleet
 from fleetopt.solvers.outcome import Termination
@@ -100,20 +108,20 @@ from fleetopt.solvers.outcome import Termination
 from fleetopt.optimizer.errors import InstanceError, SolverError
 from fleetopt.optimizer.io.instance import Instance, load_instance
 from fleetopt.optimizer.plan.candidates import Candidates, SizingCache, TighteningCandidates, generate_candidates
-from fleetopt.optimizer.plan.evaluate import baseline, evaluate_plans, fleet_spec
+from fleetopt.optimizer.plan.evaluate import baseline, evaluate_plans, fleet_spec, limit_violations
 from fleetopt.optimizer.plan.solve import _pool_plans, _prune, build_problem
 from fleetopt.optimizer.workflows.executor import Backend, Task, open_session
 from fleetopt.optimizer.workflows.split_table import dominates
 
 __all__ = ["SCHEMA_VERSION", "CSV_COLUMNS", "AXES", "MAX_POINTS", "Axis", "FrontierPoint", "Frontier",
-           "parse_axes", "frontier", "knee_index", "axis_value", "bench_frontier"]
+           "parse_axes", "frontier", "knee_index", "recommended_index", "slo_text", "axis_value", "bench_frontier"]
 
 SCHEMA_VERSION = 1
 """Version of the JSON contract of :meth:`Frontier.to_json`."""
 MAX_POINTS = 100
 """Most points a consecutive sweep returns when ``points`` is not given (the JSON says when it stopped there)."""
 CSV_COLUMNS = ("rank", "cost_per_hr", "cost_per_year", "axis_value", "axis_unit", "total_gpus", "pools",
-               "power_kw", "worst_ttft_p99_ms", "recommended", "constraint", "fleet")
+               "power_kw", "worst_ttft_p99_ms", "recommended", "constraint", "fleet", "slo_met", "knee")
 """Columns of :meth:`Frontier.to_csv`, in order."""
 _COST_REL = 1e-9
 """Lexicographic second stage: the cost cap is the first stage's cost times (1 + this)."""
@@ -187,12 +195,23 @@ class FrontierPoint:
     worst_ttft_p99_ms: float
     constraint: str
     """The ``--set`` override of the solve that found it (``fleetopt solve INSTANCE --set ...`` reproduces it)."""
+    slo_met: bool = True
+    """The plan meets the *instance's own* SLO (P99 TTFT, TPOT if given, in its scope), re-evaluated at its counts
+    (module docstring, "Recommended point")."""
+    violations: tuple[str, ...] = ()
+    """Every limit of the instance the plan breaks (:func:`fleetopt.optimizer.plan.evaluate.limit_violations`)."""
+    worst_tpot_p99_ms: float = 0.0
+    """The largest P99 TPOT bound over the pools with traffic (ms)."""
+    slo_miss_share: float = 0.0
+    """Share of all requests whose TTFT exceeds the instance's SLO (what a fleet-scope SLO bounds by 1 %)."""
 
     def to_json(self, axis: Axis) -> dict:
         return {"fleet": self.fleet, "cost_per_hr": self.cost_per_hr, "cost_per_year": self.cost_per_year,
                 axis.name: self.axis_value, "axis_value": self.axis_value, "axis_unit": axis.unit,
                 "total_gpus": self.total_gpus, "pools": self.pools, "power_kw": self.power_kw,
-                "worst_ttft_p99_ms": self.worst_ttft_p99_ms, "constraint": self.constraint}
+                "worst_ttft_p99_ms": self.worst_ttft_p99_ms, "worst_tpot_p99_ms": self.worst_tpot_p99_ms,
+                "slo_miss_share": self.slo_miss_share, "slo_met": self.slo_met, "violations": list(self.violations),
+                "constraint": self.constraint}
 
 
 @dataclass(frozen=True)
@@ -206,6 +225,8 @@ class Frontier:
     points: tuple[FrontierPoint, ...]
     """Non-dominated, by increasing cost (decreasing axis value)."""
     recommended: int | None
+    """Index into :attr:`points` of the cheapest point meeting the instance's SLO within its limits
+    (:func:`recommended_index`); None when no point does."""
     baseline: FrontierPoint | None
     baseline_dominated: bool | None
     solves: int
@@ -216,17 +237,27 @@ class Frontier:
     solves_unused: int = 0
     """Solves made ahead on the backend's workers that the sweep did not ask for (module docstring)."""
     backend: str = "serial (this process)"
+    recommended_reason: str = ""
+    """Why :attr:`recommended` is recommended, or why no point is ("cheapest point meeting P99 TTFT <= 500 ms")."""
+    knee: int | None = None
+    """Index into :attr:`points` of the knee (:func:`knee_index`), shown as a labelled alternative."""
 
     def to_json(self) -> dict:
-        """The stable JSON contract (``schema_version`` :data:`SCHEMA_VERSION`)."""
+        """The stable JSON contract (``schema_version`` :data:`SCHEMA_VERSION`). ``recommended`` and
+        ``recommended_index`` are the same index (the cheapest point meeting the instance's SLO within its
+        limits); ``knee_index`` is the alternative."""
         return {"schema_version": SCHEMA_VERSION, "command": f"pareto --axes cost,{self.axis.name}",
                 "instance": self.instance, "source": "analytic; each point an optimal re-solve",
                 "axes": ["cost", self.axis.name], "axis_unit": self.axis.unit, "sweep": self.sweep,
-                "points": [dict(p.to_json(self.axis), rank=k + 1, recommended=k == self.recommended)
-                           for k, p in enumerate(self.points)],
-                "recommended": self.recommended,
-                "recommendation_rule": "max (C_axis_opt - C_k) / (a_k - a_axis_opt): most saved per unit of the "
-                                       "axis given up, from the axis-optimal point",
+                "points": [dict(p.to_json(self.axis), rank=k + 1, recommended=k == self.recommended,
+                                knee=k == self.knee) for k, p in enumerate(self.points)],
+                "recommended": self.recommended, "recommended_index": self.recommended,
+                "recommended_reason": self.recommended_reason,
+                "recommendation_rule": "the cheapest point that meets the instance's own SLO and breaks none of its "
+                                       "limits (ties: the lower axis value)",
+                "knee_index": self.knee,
+                "knee_rule": "max (C_axis_opt - C_k) / (a_k - a_axis_opt): most saved per unit of the axis given "
+                             "up, from the axis-optimal point",
                 "baseline": None if self.baseline is None else self.baseline.to_json(self.axis),
                 "baseline_dominated": self.baseline_dominated, "solves": self.solves,
                 "solve_seconds": self.seconds, "truncated": self.truncated, "overrides": list(self.overrides),
@@ -240,14 +271,55 @@ class Frontier:
                    "axis_value": repr(p.axis_value), "axis_unit": self.axis.unit, "total_gpus": p.total_gpus,
                    "pools": p.pools, "power_kw": repr(p.power_kw), "worst_ttft_p99_ms": repr(p.worst_ttft_p99_ms),
                    "recommended": "true" if k == self.recommended else "false", "constraint": p.constraint,
-                   "fleet": f'"{p.fleet}"'}
+                   "fleet": f'"{p.fleet}"', "slo_met": "true" if p.slo_met else "false",
+                   "knee": "true" if k == self.knee else "false"}
             lines.append(",".join(str(row[c]) for c in CSV_COLUMNS))
         return "\n".join(lines) + "\n"
 
 
+def slo_text(instance: Instance) -> str:
+    """The instance's SLO in words: ``P99 TTFT <= 500 ms``, then the scope and the TPOT bound when they apply.
+
+    Examples
+    --------
+    >>> from types import SimpleNamespace as NS
+    >>> slo_text(NS(slo=NS(ttft_p99_s=0.5, tpot_p99_s=None, scope="pool")))
+    'P99 TTFT <= 500 ms'
+    >>> slo_text(NS(slo=NS(ttft_p99_s=0.5, tpot_p99_s=0.05, scope="fleet")))
+    'P99 TTFT <= 500 ms over all requests, P99 TPOT <= 50 ms'
+    """
+    s = instance.slo
+    text = f"P99 TTFT <= {s.ttft_p99_s * MS_PER_S:g} ms" + (" over all requests" if s.scope == "fleet" else "")
+    return text + ("" if s.tpot_p99_s is None else f", P99 TPOT <= {s.tpot_p99_s * MS_PER_S:g} ms")
+
+
+def recommended_index(points, slo: str = "the SLO") -> tuple[int | None, str]:
+    """The cheapest of ``points`` (:class:`FrontierPoint`) that meets the instance's SLO (``slo_met``) and breaks
+    none of its limits (``violations``), ties to the lower axis value, with the reason in words (``slo``: the SLO
+    as :func:`slo_text` writes it). ``(None, why)`` when no point qualifies.
+
+    Examples
+    --------
+    >>> from types import SimpleNamespace as NS
+    >>> pts = [NS(cost_per_hr=10.0, axis_value=5.0, slo_met=False, violations=()),
+    ...        NS(cost_per_hr=12.0, axis_value=2.0, slo_met=True, violations=()),
+    ...        NS(cost_per_hr=20.0, axis_value=1.0, slo_met=True, violations=())]
+    >>> recommended_index(pts, "P99 TTFT <= 500 ms")
+    (1, 'cheapest point meeting P99 TTFT <= 500 ms')
+    >>> recommended_index(pts[:1], "P99 TTFT <= 500 ms")
+    (None, 'no point meets P99 TTFT <= 500 ms: none recommended')
+    """
+    ok = [k for k, p in enumerate(points) if p.slo_met and not p.violations]
+    within = " within the instance's limits" if any(p.violations for p in points) else ""
+    if not ok:
+        return None, f"no point meets {slo}{within}: none recommended"
+    best = min(ok, key=lambda k: (points[k].cost_per_hr, points[k].axis_value))
+    return best, f"cheapest point meeting {slo}{within}"
+
+
 def knee_index(points) -> int | None:
-    """The recommended point of ``points`` (``(cost, axis)`` pairs, non-dominated, cost increasing): module
-    docstring. None for no points.
+    """The knee of ``points`` (``(cost, axis)`` pairs, non-dominated, cost increasing), a labelled alternative
+    to the recommended point: module docstring. None for no points.
 
     Examples
     --------
@@ -409,11 +481,26 @@ class _Ahead:
         return result
 
 
-def _point(axis: Axis, inst: Instance, fleet: FleetResult, constraint: str) -> FrontierPoint:
-    live = [p.ttft_p99_ms for p in fleet.pools if p.routing_share > 0]
+def _judged(instance: Instance, inst: Instance, fleet: FleetResult) -> FleetResult:
+    """``fleet``, solved on the variant ``inst``, as the instance itself judges it: re-evaluated at its counts
+    and batch caps under ``instance``'s SLO when the variant's differs (a ``ttft`` cap), else as it is."""
+    if inst.slo == instance.slo:
+        return fleet
+    plans = [PoolPlan(p.min_tokens, p.max_tokens, p.gpu, instance.gpu(p.gpu).profile, p.replicas,
+                      instance.gpu(p.gpu).availability, p.compress_gamma, p.max_num_seqs) for p in fleet.pools]
+    return evaluate_plans(instance, plans, fleet_p99=False)
+
+
+def _point(axis: Axis, instance: Instance, inst: Instance, fleet: FleetResult, constraint: str) -> FrontierPoint:
+    """A point of the curve from ``fleet`` (solved on the variant ``inst`` of ``instance``), judged on
+    ``instance``'s own SLO and limits (:func:`_judged`, :func:`limit_violations`)."""
+    live = [p for p in fleet.pools if p.routing_share > 0]
+    own = _judged(instance, inst, fleet)
     return FrontierPoint(fleet_spec(inst, fleet) or "", float(fleet.cost_per_hr), float(fleet.cost_per_year),
                          axis_value(axis, fleet), int(fleet.total_gpus), len(fleet.pools), float(fleet.power_kw),
-                         float(max(live)) if live else 0.0, constraint)
+                         float(max(p.ttft_p99_ms for p in live)) if live else 0.0, constraint,
+                         bool(own.slo_met), limit_violations(instance, own),
+                         float(max(p.tpot_p99_ms for p in live)) if live else 0.0, float(own.slo_miss_share))
 
 
 def _same(a: float, b: float) -> bool:
@@ -485,7 +572,7 @@ def frontier(instance: Instance, axis: Axis | str, *, points: int | None = None,
         first = solver.solve(base)
         if first is None:
             raise InfeasibleError(f"{instance.name}: no plan satisfies the instance (fleetopt solve explains why)")
-        found = [_point(axis, *first, "objective=cost")]
+        found = [_point(axis, instance, *first, "objective=cost")]
         step(_step_text(axis, 1, found[0]))
         truncated = False
         parallel = session if session.slots > 1 else None
@@ -515,7 +602,7 @@ def frontier(instance: Instance, axis: Axis | str, *, points: int | None = None,
                 if got is None:
                     step(f"{axis.name} frontier: {text} is infeasible: the curve ends")
                     break
-                p = _point(axis, *got, text)
+                p = _point(axis, instance, *got, text)
                 found.append(p)
                 step(_step_text(axis, len(found), p))
                 cap = min(axis.next_cap(cap), axis.next_cap(p.axis_value))
@@ -525,13 +612,15 @@ def frontier(instance: Instance, axis: Axis | str, *, points: int | None = None,
     if truncated and len(kept) > limit:
         kept = kept[:limit]
     knee = knee_index([(p.cost_per_hr, p.axis_value) for p in kept])
+    chosen, reason = recommended_index(kept, slo_text(instance))
     b = baseline(instance)
-    bp = None if b is None else _point(axis, instance, b, "homogeneous baseline")
+    bp = None if b is None else _point(axis, instance, instance, b, "homogeneous baseline")
     dominated = None if bp is None else any(
         dominates((p.cost_per_hr, p.axis_value), (bp.cost_per_hr, bp.axis_value))
         or (_same(p.cost_per_hr, bp.cost_per_hr) and _same(p.axis_value, bp.axis_value)) for p in kept)
-    return Frontier(instance.name, axis, sweep, tuple(kept), knee, bp, dominated, solver.solves,
-                    time.perf_counter() - t0, truncated, tuple(instance.overrides), unused, backend.label)
+    return Frontier(instance.name, axis, sweep, tuple(kept), chosen, bp, dominated, solver.solves,
+                    time.perf_counter() - t0, truncated, tuple(instance.overrides), unused, backend.label,
+                    reason, knee)
 
 
 def _step_text(axis: Axis, k: int, p: FrontierPoint) -> str:
@@ -556,7 +645,7 @@ def _even_caps(solver: _Solver, axis: Axis, first: tuple[Instance, FleetResult],
     """The evenly spaced power caps (module docstring), each solved lexicographically (least cost, then least
     power at that cost); the grid's caps solved ahead on ``session`` (module docstring, "Parallel re-solves").
     Returns the points and the solves made ahead and not used."""
-    start = _point(axis, *_lexicographic(solver, axis, first, {}), "objective=cost")
+    start = _point(axis, solver.instance, *_lexicographic(solver, axis, first, {}), "objective=cost")
     low = solver.solve({"objective": "power"})
     p_min = axis_value(axis, low[1])
     caps = [float(max(cap, p_min)) for cap in np.linspace(start.axis_value, p_min, n)[1:]]
@@ -568,7 +657,7 @@ def _even_caps(solver: _Solver, axis: Axis, first: tuple[Instance, FleetResult],
         got = ahead.get(("lex", cap))
         if got is None:  # only the least-power cap can fail, by the solver's feasibility tolerance
             continue
-        last = _point(axis, *got, _cap_text(axis, cap))
+        last = _point(axis, solver.instance, *got, _cap_text(axis, cap))
         out.append(last)
         step(_step_text(axis, len(out), last))
     return out, ahead.unused
