@@ -309,6 +309,39 @@ def test_malformed_decode_file_is_one_line_with_exit_2(tmp_path, edit, row, colu
     assert words in lines[0]
 
 
+def test_a_cell_longer_than_the_csv_limit_is_exit_2_naming_row_and_column(tmp_path):
+    # Python's csv reader stops at 131,072 characters (128 KiB) in one field; row 6 of the shipped file gets a
+    # quoted cell of 140,000 digits in its time column.
+    path = _broken(tmp_path, lambda rows: _replace_cell(rows, 6, "iteration_s_median", '"' + "7" * 140_000 + '"'))
+    result = _run("fit", path, PREFILL, META)
+    assert result.exit_code == 2, result.output
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "internal error" not in lines[0]
+    assert lines[0].startswith(f"error: {path}: row 6, column iteration_s_median: ")
+    assert "131,072 characters" in lines[0]
+
+
+@pytest.mark.parametrize("value", ["nan", "NaN", "inf", "-0.1", "0"])
+def test_max_rel_error_that_is_not_a_number_in_range_is_exit_2_naming_the_flag(value):
+    result = _run("fit", DECODE, PREFILL, META, "--max-rel-error", value)
+    assert result.exit_code == 2, result.output
+    assert "--max-rel-error" in result.stderr and "internal error" not in result.stderr
+
+
+def test_null_meta_fields_are_not_given(tmp_path):
+    # The probe writes null where it could not read a field (the board limit): the catalogue's limit stands in.
+    meta = json.loads(META.read_text())
+    meta["board_power_limit_w"] = None
+    path = tmp_path / "meta.json"
+    path.write_text(json.dumps(meta))
+    result = _run("fit", DECODE, PREFILL, path, "--json", "-")
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.stdout)
+    assert doc["power"]["idle_w"] == pytest.approx(meta["idle_power_w"])
+    assert doc["profile"]["provenance"]["value_sources"]["idle_w"] == f"{path} (meta)"
+    assert "meta" not in doc["profile"]["provenance"]["value_sources"]["limit_w"]
+
+
 def test_a_missing_measurement_file_is_exit_2(tmp_path):
     result = _run("fit", tmp_path / "nope.csv")
     assert result.exit_code == 2

@@ -12,6 +12,7 @@ profile YAML that instances name as ``gpus[i].profile_file``. Exit codes as for 
 from __future__ import annotations
 
 import datetime
+import math
 
 import click
 from rich.console import Console
@@ -96,6 +97,17 @@ def _render(c: Console, fit: ProfileFit, document: dict) -> None:
     c.print(s)
 
 
+class _FiniteRange(click.FloatRange):
+    """``click.FloatRange`` that also refuses nan, which passes every range check (its comparisons are all
+    false): a usage error naming the flag, exit 2, as for a number out of range."""
+
+    def convert(self, value, param, ctx):
+        number = super().convert(value, param, ctx)
+        if math.isnan(number):
+            self.fail(f"{value!r} is not a number", param, ctx)
+        return number
+
+
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 def profile():
     """Serving profiles from measurements."""
@@ -105,7 +117,7 @@ def profile():
 @click.argument("measurements", nargs=-1, required=True, type=click.Path(dir_okay=False))
 @click.option("-o", "--output", "output", metavar="FILE", help="Write the fitted profile YAML here (atomically).")
 @click.option("--json", "json_out", metavar="FILE", help="Also write the fit as JSON ('-' = stdout).")
-@click.option("--max-rel-error", type=click.FloatRange(0.0, 1.0, min_open=True), default=DEFAULT_MAX_REL_ERROR,
+@click.option("--max-rel-error", type=_FiniteRange(0.0, 1.0, min_open=True), default=DEFAULT_MAX_REL_ERROR,
               show_default=True, help="Tolerance of the time fit: every point within it when any fit can be.")
 @click.option("--chunk-tokens", type=click.IntRange(1), help="Prefill chunk (default: vLLM's max_num_batched_tokens).")
 @click.option("--max-slots", type=click.IntRange(1), help="Sequence cap (default: vLLM's max_num_seqs).")

@@ -281,8 +281,21 @@ def _read_csv(path: Path, raw: bytes, identity: _Identity, catalog: Catalog, pro
         return None, None, 0
     col = {name: header.index(name) for name in header}
     cells = _Rows(path, problems)
-    points, before, count = [], len(problems.lines), 0
-    for row, values in enumerate(reader, start=2):
+    points, before, count, row = [], len(problems.lines), 0, 1
+    while True:
+        lines_read = reader.line_num
+        try:
+            values = next(reader)
+        except StopIteration:
+            break
+        except csv.Error as err:
+            column = _overlong_column(text, lines_read, header)
+            problems.cell(path, row + 1, column,
+                          f"not a CSV row ({err})" if column is None else
+                          f"the cell is longer than {csv.field_size_limit():,} characters, the most the csv reader "
+                          "takes; a measurement cell holds one number")
+            return None, kind, count
+        row += 1
         if not any(v.strip() for v in values):
             continue
         count += 1
@@ -319,6 +332,35 @@ def _read_csv(path: Path, raw: bytes, identity: _Identity, catalog: Catalog, pro
     return points, kind, count
 
 
+def _overlong_column(text: str, lines_read: int, header: list[str]) -> str | None:
+    """The column of the first cell longer than the csv module's field limit in the record that starts after
+    ``lines_read`` lines of ``text`` (None if there is none: the record failed otherwise)."""
+    limit = csv.field_size_limit()
+    start = sum(len(line) for line in text.splitlines(keepends=True)[:lines_read])
+    column, length, quoted, i = 0, 0, False, start
+    while i < len(text):
+        ch = text[i]
+        if quoted:
+            if ch == '"' and text[i + 1:i + 2] == '"':
+                length, i = length + 1, i + 1
+            elif ch == '"':
+                quoted = False
+            else:
+                length += 1
+        elif ch == '"' and length == 0:
+            quoted = True
+        elif ch == ",":
+            column, length = column + 1, 0
+        elif ch in "\r\n":
+            break
+        else:
+            length += 1
+        if length > limit:
+            return header[column] if column < len(header) else f"#{column + 1}"
+        i += 1
+    return None
+
+
 def _check_identity(path: Path, row: int, get: dict, identity: _Identity, catalog: Catalog,
                     problems: _Collector) -> None:
     where = f"row {row} of {path}"
@@ -352,6 +394,7 @@ def _read_meta(path: Path, raw: bytes, identity: _Identity, catalog: Catalog, pr
     if not isinstance(data, dict):
         problems.field(path, "", "the top level must be a JSON object with fields " + ", ".join(META_FIELDS))
         return {}
+    data = {k: v for k, v in data.items() if v is not None}     # null: not read (the probe's unreadable fields)
     out: dict[str, Any] = {}
     for key in ("idle_power_w", "board_power_limit_w", "memory_gib", "weights_gb"):
         if key in data:
