@@ -11,6 +11,10 @@ import csv
 import importlib.util
 import json
 import math
+import re
+import sys
+import types
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -19,7 +23,7 @@ from click.testing import CliRunner
 from fleetopt.optimizer.cli import main
 from fleetopt.optimizer.errors import InstanceError
 from fleetopt.optimizer.io.measurements import fit_measurements, read_measurements
-from fleetopt.optimizer.io.probe import (DECODE_REPEATS, POWER_WINDOW_S, ModelShape, NumpyBackend, ProbeGrid,
+from fleetopt.optimizer.io.probe import (DECODE_REPEATS, IDLE_WINDOW_S, POWER_WINDOW_S, ModelShape, NumpyBackend, ProbeGrid,
                                          ProbeSettings, decoder_weights, measure, numpy_attention, numpy_forward,
                                          probe_files, probe_grid, probe_stem, run_probe, write_probe_files)
 
@@ -267,3 +271,249 @@ def test_probe_without_torch_says_so_in_one_line(tmp_path):
     assert r.exit_code == 2 and len(r.stderr.strip().splitlines()) == 1
     assert "PyTorch is not installed" in r.stderr and "fleetopt[probe]" in r.stderr
     assert list(tmp_path.iterdir()) == []
+
+
+# --- NVML: the names the GPU backend calls are the real module's -------------------------------------------------
+
+PROBE_TORCH = Path(__file__).resolve().parents[1] / "optimizer" / "io" / "probe_torch.py"
+
+
+def test_every_nvml_name_the_backend_uses_is_in_nvidia_ml_py():
+    # A fake NVML once shared a misspelt name with the code; the real module (nvidia-ml-py, the test extra,
+    # installs without a GPU) is the reference for every name the source calls.
+    import pynvml
+
+    from fleetopt.optimizer.io.probe_torch import NVML_FUNCTIONS
+
+    used = set(re.findall(r"\.(nvml[A-Z]\w*)\b", PROBE_TORCH.read_text()))
+    assert "nvmlDeviceGetTotalEnergyConsumption" in used and "nvmlDeviceGetEnforcedPowerLimit" in used
+    assert used <= set(NVML_FUNCTIONS)
+    assert [name for name in NVML_FUNCTIONS if not callable(getattr(pynvml, name, None))] == []
+
+
+def _fake_pynvml(**impl):
+    """A stand-in for pynvml holding only functions the real module has (a misspelt name is absent here too)."""
+    import pynvml as real
+
+    fake = types.ModuleType("pynvml")
+    for name, fn in impl.items():
+        if hasattr(real, name):
+            setattr(fake, name, fn)
+    return fake
+
+
+NVML_OK = {"nvmlInit": lambda: None, "nvmlDeviceGetHandleByIndex": lambda i: ("gpu", i),
+           "nvmlDeviceGetTotalEnergyConsumption": lambda h: 123_456,        # mJ
+           "nvmlDeviceGetEnforcedPowerLimit": lambda h: 700_000}            # mW
+
+
+def test_nvml_reads_energy_and_limit_through_the_real_names(monkeypatch):
+    from fleetopt.optimizer.io.probe_torch import _Nvml
+
+    monkeypatch.setitem(sys.modules, "pynvml", _fake_pynvml(**NVML_OK))
+    nvml = _Nvml(0)
+    assert nvml.reason is None
+    assert nvml.energy_j() == 123.456 and nvml.limit_w() == 700.0
+
+
+def test_torch_backend_metadata_that_cannot_be_read_is_null_and_a_warning(monkeypatch):
+    # No torch here: the describe() of a CUDA backend over a stand-in torch, with NVML's limit failing.
+    import pynvml as real
+
+    from fleetopt.optimizer.io.probe_torch import TorchBackend, _Nvml
+
+    def refuse(handle):
+        raise real.NVMLError(real.NVML_ERROR_NOT_SUPPORTED)
+
+    monkeypatch.setitem(sys.modules, "pynvml", _fake_pynvml(**{**NVML_OK, "nvmlDeviceGetEnforcedPowerLimit": refuse}))
+    props = types.SimpleNamespace(name="NVIDIA H200", multi_processor_count=132, total_memory=150 * 2**30)
+    backend = object.__new__(TorchBackend)
+    backend.torch = types.SimpleNamespace(__version__="2.9", version=types.SimpleNamespace(cuda="12.8"),
+                                          cuda=types.SimpleNamespace(get_device_properties=lambda d: props))
+    backend.cuda, backend.device, backend.nvml = True, "cuda:0", _Nvml(0)
+    info = backend.describe()
+    assert info["device_name"] == "NVIDIA H200" and info["memory_gib"] == 150.0
+    assert info["board_power_limit_w"] is None
+    assert len(info["warnings"]) == 1 and info["warnings"][0].startswith("board_power_limit_w: cannot be read")
+
+
+# --- files written as the run goes, and resumed -----------------------------------------------------------------
+
+HW, MODEL = "H100-SXM-80GB", "Llama-3.1-8B"
+
+
+class BrokenDevice(ClosedFormDevice):
+    """Dies (an exception from the driver) when asked to build its ``fail_at``-th point; counts the points built."""
+
+    def __init__(self, kv_tokens, fail_at=None):
+        super().__init__(kv_tokens)
+        self.fail_at, self.built = fail_at, 0
+
+    def _build(self):
+        if self.fail_at is not None and self.built + 1 == self.fail_at:
+            raise RuntimeError("CUDA error: device lost")
+        self.built += 1
+
+    def decode(self, b, c):
+        self._build()
+        return super().decode(b, c)
+
+    def prefill(self, p):
+        self._build()
+        return super().prefill(p)
+
+
+def _probe(folder, device, resume=False, warn=None, **settings):
+    s = ProbeSettings(HW, MODEL, max_context=8192, **settings)
+    return measure(s, folder, lambda shape, dtype: device, shape=TINY, resume=resume, warn=warn,
+                   clock=device.clock, sleep=device.sleep)
+
+
+def _csv_rows(path):
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+@pytest.mark.parametrize("fail_at", [1, 6, 17])       # before any point, in decode, in prefill
+def test_a_broken_run_keeps_its_points_and_resume_measures_only_the_rest(tmp_path, fail_at):
+    full_dir, broken_dir = tmp_path / "full", tmp_path / "broken"
+    full_dir.mkdir(), broken_dir.mkdir()
+    grid = probe_grid(16_384, 8192)               # 14 decode and 5 prefill points
+    total = len(grid.decode) + len(grid.prefill)
+    assert total == 19
+    _, paths = _probe(full_dir, BrokenDevice(16_384))
+    with pytest.raises(RuntimeError, match="device lost"):
+        _probe(broken_dir, BrokenDevice(16_384, fail_at=fail_at))
+    files = probe_files(broken_dir, probe_stem(HW, MODEL))
+    kept = len(_csv_rows(files[0])) + len(_csv_rows(files[1]))
+    assert kept == fail_at - 1                    # every point measured before the failure is in the files
+    meta = json.loads(files[2].read_text())
+    assert meta["idle_power_w"] == pytest.approx(ClosedFormDevice.idle_w)
+    again = BrokenDevice(16_384)
+    _probe(broken_dir, again, resume=True)
+    assert again.built == total - kept            # only the missing points were measured
+    for ours, theirs in zip(files[:2], paths[:2]):
+        a, b = _csv_rows(ours), _csv_rows(theirs)
+        assert [{k: v for k, v in r.items() if not k.startswith(("iteration_s", "time_s", "power"))} for r in a] == \
+               [{k: v for k, v in r.items() if not k.startswith(("iteration_s", "time_s", "power"))} for r in b]
+        for r, s in zip(a, b):
+            assert {k: float(v) for k, v in r.items() if k.endswith(("_median", "_min", "_w"))} == pytest.approx(
+                {k: float(v) for k, v in s.items() if k.endswith(("_median", "_min", "_w"))}, rel=1e-7)
+    assert {(int(r["batch"]), int(r["context_tokens"])) for r in _csv_rows(files[0])} == set(grid.decode)
+
+
+def test_resume_refuses_files_of_other_settings_before_opening_the_device(tmp_path):
+    with pytest.raises(RuntimeError):
+        _probe(tmp_path, BrokenDevice(16_384, fail_at=4))
+    opened = []
+
+    def device(shape, dtype):
+        opened.append(dtype)
+        return BrokenDevice(16_384)
+
+    s = ProbeSettings(HW, MODEL, max_context=8192, decode_repeats=3)
+    with pytest.raises(InstanceError) as err:
+        measure(s, tmp_path, device, shape=TINY, resume=True)
+    assert str(err.value).count("\n") == 0 and "probe.decode_repeats: the files were measured with 15" in str(err.value)
+    assert opened == []
+
+
+def test_probe_cli_resume_with_another_dtype_is_one_line(tmp_path, catalog):
+    shape = ModelShape.of(catalog.models[MODEL])      # the shape the command takes from the catalogue
+    dev = BrokenDevice(16_384, fail_at=3)
+    with pytest.raises(RuntimeError):
+        measure(ProbeSettings(HW, MODEL), tmp_path, lambda s, d: dev, shape=shape, clock=dev.clock, sleep=dev.sleep)
+    base = ["profile", "probe", "--hardware", HW, "--model", MODEL, "-o", str(tmp_path)]
+    r = CliRunner().invoke(main, base + ["--resume", "--dtype", "fp16"])
+    assert r.exit_code == 2 and len(r.stderr.strip().splitlines()) == 1
+    assert "dtype: the files were measured with 'bf16', this run asks for 'fp16'" in r.stderr
+    r = CliRunner().invoke(main, base)
+    assert r.exit_code == 2 and "--resume" in r.stderr
+
+
+class DescribeFails(ClosedFormDevice):
+    def describe(self):
+        raise AttributeError("module 'pynvml' has no attribute 'nvmlDeviceGetSomething'")
+
+
+class LimitUnreadable(ClosedFormDevice):
+    def describe(self):
+        return {"device_name": "closed-form device", "memory_gib": 80.0, "board_power_limit_w": None,
+                "warnings": ["board_power_limit_w: cannot be read (NVMLError_NotSupported: Not Supported)"]}
+
+
+@pytest.mark.parametrize("device_class", [DescribeFails, LimitUnreadable])
+def test_metadata_that_cannot_be_read_is_a_warning_and_the_run_is_complete(tmp_path, device_class):
+    warnings = []
+    dev = device_class(16_384)
+    _, paths = _probe(tmp_path, dev, warn=warnings.append)
+    assert len(warnings) == 1 and warnings[0].startswith("device metadata: ")
+    assert len(_csv_rows(paths[0])) == 14 and len(_csv_rows(paths[1])) == 5
+    meta = json.loads(paths[2].read_text())
+    assert meta["warnings"] == warnings and meta["idle_power_w"] == pytest.approx(70.0)
+    assert meta.get("board_power_limit_w", "absent") in (None, "absent")
+    m = read_measurements([str(p) for p in paths])          # null: not read; the catalogue's limit stands in
+    assert m.idle_w == pytest.approx(70.0) and len(m.decode) == 14
+
+
+class EnergyFailsLater(ClosedFormDevice):
+    reads_left = 12
+
+    def energy_j(self):
+        self.reads_left -= 1
+        if self.reads_left < 0:
+            raise OSError("NVML: GPU is lost")
+        return super().energy_j()
+
+
+def test_an_energy_counter_that_fails_mid_run_leaves_the_rest_without_power(tmp_path):
+    warnings = []
+    _, paths = _probe(tmp_path, EnergyFailsLater(16_384), warn=warnings.append)
+    rows = _csv_rows(paths[0]) + _csv_rows(paths[1])
+    assert len(rows) == 19 and len(warnings) == 1 and "GPU is lost" in warnings[0]
+    powered = [r["power_w"] != "" for r in rows]
+    # 3 reads for idle (check, start, end), then 3 per point: points 1-3 have power, the 4th fails at its end
+    assert powered == [True] * 3 + [False] * 16
+
+
+class CoolingDevice(ClosedFormDevice):
+    """Draws ``hot_w`` until ``cool_s`` after its last work (weights drawn at start count as work), then
+    ``idle_w``; logs what it is asked to do."""
+
+    hot_w, cool_s = 125.0, 4.0
+
+    def __init__(self, kv_tokens):
+        super().__init__(kv_tokens)
+        self.hot_until, self.log = self.t + self.cool_s, []
+
+    def _work(self, dt, watts):
+        run = super()._work(dt, watts)
+
+        def hot_run():
+            run()
+            self.hot_until = self.t + self.cool_s
+        return hot_run
+
+    def decode(self, b, c):
+        self.log.append("load")
+        return super().decode(b, c)
+
+    def sleep(self, s):
+        self.log.append(("sleep", s))
+        hot = min(s, max(0.0, self.hot_until - self.t))
+        self.e += self.hot_w * hot + self.idle_w * (s - hot)
+        self.t += s
+
+
+@pytest.mark.parametrize("settle_s, idle_w", [(5.0, 70.0), (0.0, 125.0), (2.5, (1.5 * 125 + 1.5 * 70) / 3)])
+def test_idle_power_is_read_first_after_the_settle_time(tmp_path, settle_s, idle_w):
+    dev = CoolingDevice(16_384)
+    _, paths = _probe(tmp_path, dev, idle_settle_s=settle_s)
+    assert json.loads(paths[2].read_text())["idle_power_w"] == pytest.approx(idle_w, rel=1e-9)
+    assert dev.log[:3] == [("sleep", settle_s), ("sleep", IDLE_WINDOW_S), "load"]
+
+
+def test_settle_time_must_be_finite_and_not_negative():
+    for bad in (-1.0, math.nan, math.inf):
+        with pytest.raises(InstanceError, match="--idle-settle-s"):
+            ProbeSettings(HW, MODEL, idle_settle_s=bad)

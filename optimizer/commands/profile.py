@@ -1,7 +1,8 @@
 """``fleetopt profile``: serving profiles from measurements.
 
-``fleetopt profile probe --hardware NAME --model NAME [-o DIR]`` measures this machine's GPU into the files that
-``fit`` reads (:mod:`fleetopt.optimizer.io.probe`; the ``probe`` extra: PyTorch and a CUDA GPU).
+``fleetopt profile probe --hardware NAME --model NAME [-o DIR] [--resume]`` measures this machine's GPU into the
+files that ``fit`` reads, writing each point as it is measured (:mod:`fleetopt.optimizer.io.probe`; the ``probe``
+extra: PyTorch and a CUDA GPU).
 ``fleetopt profile fit MEASUREMENTS... [-o FILE] [--json FILE|-]`` reads decode and prefill CSVs and an optional
 meta JSON (:mod:`fleetopt.optimizer.io.measurements`), fits the iteration-time and power coefficients
 (:mod:`fleetopt.models.calibration`), prints every measured point next to the fit's prediction and writes the
@@ -26,6 +27,7 @@ from fleetopt.optimizer.commands.progress import QUIET_HELP, reporter
 from fleetopt.optimizer.io.measurements import (build_profile, fit_measurements, profile_document, read_measurements,
                                                 write_profile_file)
 from fleetopt.optimizer.io.contract import envelope
+from fleetopt.optimizer.io.probe import IDLE_SETTLE_S
 from fleetopt.optimizer.io.output import write_json
 from fleetopt.optimizer.report import console
 
@@ -145,12 +147,18 @@ def fit(measurements, output, json_out, max_rel_error, chunk_tokens, max_slots, 
 @click.option("--tp", type=int, default=1, show_default=True,
               help="Tensor parallelism: the probe measures one GPU (1).")
 @click.option("-o", "--output-dir", "folder", default=".", show_default=True, metavar="DIR",
-              help="Folder for the decode CSV, prefill CSV and meta JSON (existing files are not overwritten).")
+              help="Folder for the decode CSV, prefill CSV and meta JSON (existing files are not overwritten; see "
+                   "--resume).")
 @click.option("--max-context", type=click.IntRange(1), help="Largest context and prompt (default: the model's window).")
 @click.option("--no-power", is_flag=True, help="Skip the energy-counter windows (about 3 s per point).")
+@click.option("--idle-settle-s", type=_FiniteRange(0.0, 600.0), default=IDLE_SETTLE_S, show_default=True,
+              metavar="S", help="Quiet time before the idle power window, which comes before any point.")
+@click.option("--resume", is_flag=True,
+              help="Finish a broken run: keep the points in the files of -o and measure only the missing ones "
+                   "(same settings; without files, a new run).")
 @click.option("--quiet", is_flag=True, help=QUIET_HELP)
 @_guard
-def probe(hardware, model, dtype, tp, folder, max_context, no_power, quiet):
+def probe(hardware, model, dtype, tp, folder, max_context, no_power, idle_settle_s, resume, quiet):
     """Measure this machine's GPU for `profile fit` (needs the probe extra: PyTorch, a CUDA GPU).
 
     Times a model-shaped decoder with random weights as the shipped measurements were: decode iterations over
@@ -164,9 +172,13 @@ def probe(hardware, model, dtype, tp, folder, max_context, no_power, quiet):
 
         return open_backend(shape, dtype_name)
 
-    settings = ProbeSettings(hardware, model, dtype, tp, power=not no_power, max_context=max_context)
+    def warn(line: str) -> None:
+        click.echo(f"warning: {line}", err=True)
+
+    settings = ProbeSettings(hardware, model, dtype, tp, power=not no_power, max_context=max_context,
+                             idle_settle_s=idle_settle_s)
     with reporter(quiet) as rep:
-        result, paths = measure(settings, folder, gpu, on_step=rep.step)
+        result, paths = measure(settings, folder, gpu, on_step=rep.step, warn=warn, resume=resume)
     c = console()
     c.print(f"{result.settings.hardware} / {result.settings.model}: {len(result.decode)} decode and "
             f"{len(result.prefill)} prefill points measured (medians); wrote {', '.join(map(str, paths))}",

@@ -32,12 +32,23 @@ CUDA graph by the torch backend; a prefill over a random prompt), then:
    warm-up, then :math:`m = \lceil 2.5\,s / t_{med} \rceil` back-to-back replays; the board's mean power is
    :math:`(E_1 - E_0) / (t_1 - t_0)` over them (:data:`POWER_WARMUP_S`, :data:`POWER_WINDOW_S`).
 
-Idle power: the energy counter over :data:`IDLE_WINDOW_S` with nothing running. The meta file records the device,
-its memory and board limit, the idle power, the model's shape and the software versions.
+Idle power comes first, before any point loads the device: :data:`IDLE_SETTLE_S` of quiet (the board's clocks
+and power fall back after the weights are drawn on it), then the energy counter over :data:`IDLE_WINDOW_S` with
+nothing running. The meta file records the device, its memory and board limit, the idle power, the model's shape,
+the software versions and the run's settings (``probe``: repeats, power, the KV budget and window of its grid).
+Device metadata that cannot be read is null in the meta file and a warning, never the end of a run.
+
+Files (:func:`measure`)
+-----------------------
+The meta file and the two CSVs' headers are written once the idle power is read, and each CSV is rewritten
+(atomically) after every point, so a run that breaks keeps every point measured before it. Run again with
+``resume=True`` (``--resume``) and the same settings: the grid is the one recorded in the meta file and only the
+points missing from the CSVs are measured.
 """
 
 from __future__ import annotations
 
+import csv
 import datetime
 import json
 import math
@@ -57,7 +68,7 @@ from fleetopt.optimizer.io.measurements import DECODE_COLUMNS, DECODE_OPTIONAL, 
 from fleetopt.optimizer.io.output import write_text
 
 __all__ = ["PROBE_CONTEXTS", "PROBE_PROMPTS", "DECODE_REPEATS", "PREFILL_REPEATS", "WARMUP_REPLAYS",
-           "POWER_WARMUP_S", "POWER_WINDOW_S", "IDLE_WINDOW_S", "DTYPE_BYTES", "ModelShape", "ProbeGrid",
+           "POWER_WARMUP_S", "POWER_WINDOW_S", "IDLE_WINDOW_S", "IDLE_SETTLE_S", "DTYPE_BYTES", "ModelShape", "ProbeGrid",
            "ProbeSettings", "DecodeRecord", "PrefillRecord", "ProbeResult", "ProbeBackend", "NumpyBackend",
            "probe_grid", "run_probe", "measure", "probe_stem", "probe_files", "write_probe_files", "decoder_shapes",
            "decoder_weights", "numpy_attention", "numpy_forward"]
@@ -78,6 +89,8 @@ POWER_WINDOW_S = 2.5
 """Length of a power window (s): the energy counter is read at its two ends."""
 IDLE_WINDOW_S = 3.0
 """Idle power window (s)."""
+IDLE_SETTLE_S = 5.0
+"""Quiet time before the idle window opens (s; ``--idle-settle-s``)."""
 DTYPE_BYTES = {"bf16": 2, "fp16": 2}
 """Dtypes the probe runs its decoder in, and their bytes per element."""
 
@@ -133,6 +146,10 @@ class ProbeGrid:
 
     decode: tuple[tuple[int, int], ...]
     prefill: tuple[int, ...]
+    kv_tokens: int | None = None
+    """The KV budget the grid was drawn for (None: a grid given by hand)."""
+    window_tokens: int | None = None
+    """The largest context and prompt allowed (None: a grid given by hand)."""
 
 
 def probe_grid(kv_tokens: int, max_context: int, contexts: Sequence[int] = PROBE_CONTEXTS,
@@ -159,7 +176,7 @@ def probe_grid(kv_tokens: int, max_context: int, contexts: Sequence[int] = PROBE
         if full != b // 2:
             decode.append((full, c))
     prefill = tuple(p for p in sorted(prompts) if p <= min(max_context, kv_tokens))
-    return ProbeGrid(tuple(decode), prefill)
+    return ProbeGrid(tuple(decode), prefill, int(kv_tokens), int(max_context))
 
 
 @dataclass(frozen=True)
@@ -178,6 +195,8 @@ class ProbeSettings:
     """Read the energy counter (where the backend has one)."""
     max_context: int | None = None
     """Largest decode context and prompt (default: the model's window)."""
+    idle_settle_s: float = IDLE_SETTLE_S
+    """Quiet time before the idle power window (s)."""
 
     def __post_init__(self) -> None:
         if self.dtype not in DTYPE_BYTES:
@@ -188,6 +207,8 @@ class ProbeSettings:
         for k in ("decode_repeats", "prefill_repeats"):
             if getattr(self, k) < 1:
                 raise InstanceError(f"--{k.replace('_', '-')}: must be >= 1; got {getattr(self, k)}")
+        if not (math.isfinite(self.idle_settle_s) and self.idle_settle_s >= 0):
+            raise InstanceError(f"--idle-settle-s: must be a finite number >= 0; got {self.idle_settle_s}")
 
 
 @dataclass(frozen=True)
@@ -219,7 +240,8 @@ class ProbeBackend(Protocol):
     """What :func:`run_probe` needs of a device running the decoder."""
 
     def describe(self) -> dict:
-        """``device_name``, ``memory_gib``, ``board_power_limit_w`` (None if unknown) and software versions."""
+        """``device_name``, ``memory_gib``, ``board_power_limit_w`` (None if unknown) and software versions;
+        ``warnings``, where present, lists what could not be read."""
 
     def kv_tokens(self) -> int:
         """KV tokens that fit on the device now, next to the weights and a working reserve."""
@@ -254,60 +276,165 @@ def _timed(run: Callable[[], None], sync: Callable[[], None], repeats: int, cloc
     return statistics.median(times), min(times)
 
 
-def _power_w(run: Callable[[], None], backend: ProbeBackend, median_s: float, clock) -> float | None:
+def _reason(err: BaseException) -> str:
+    """``Type: message`` of an exception, even one whose message cannot be formatted."""
+    try:
+        return f"{type(err).__name__}: {err}"
+    except Exception:
+        return type(err).__name__
+
+
+class _Energy:
+    """The backend's energy counter for one run: a read that fails is a warning, and no power is read after it
+    (the run goes on without power rather than ending)."""
+
+    def __init__(self, backend: ProbeBackend, enabled: bool, warn: Callable[[str], None]):
+        self.backend, self.enabled, self.warn = backend, enabled, warn
+
+    def read_j(self) -> float | None:
+        if not self.enabled:
+            return None
+        try:
+            value = self.backend.energy_j()
+        except Exception as err:       # a driver call that fails: the points go on, without power
+            self.warn(f"board energy counter: cannot be read ({_reason(err)}); no power is measured "
+                      "from here on")
+            value = None
+        self.enabled = value is not None
+        return value
+
+
+def _power_w(run: Callable[[], None], backend: ProbeBackend, energy: _Energy, median_s: float,
+             clock) -> float | None:
     """Mean board power over back-to-back replays (module docstring, "Protocol" 2), None without a counter."""
-    if backend.energy_j() is None:
+    if energy.read_j() is None:
         return None
     for _ in range(max(1, math.ceil(POWER_WARMUP_S / median_s))):
         run()
     backend.synchronize()
-    e0, t0 = backend.energy_j(), clock()
+    e0, t0 = energy.read_j(), clock()
     for _ in range(max(1, math.ceil(POWER_WINDOW_S / median_s))):
         run()
     backend.synchronize()
-    e1, t1 = backend.energy_j(), clock()
-    return (e1 - e0) / (t1 - t0) if t1 > t0 else None
+    e1, t1 = energy.read_j(), clock()
+    return (e1 - e0) / (t1 - t0) if e0 is not None and e1 is not None and t1 > t0 else None
+
+
+def _describe(backend: ProbeBackend, warn: Callable[[str], None]) -> dict:
+    """``backend.describe()`` with its ``warnings`` said through ``warn``; a describe that fails is a warning and
+    no fields."""
+    try:
+        info = dict(backend.describe())
+    except Exception as err:           # metadata never ends a run
+        warn(f"device metadata: cannot be read ({_reason(err)}); the meta file lacks it")
+        return {}
+    for line in info.get("warnings") or ():
+        warn(f"device metadata: {line}; null in the meta file")
+    return info
+
+
+def _idle_w(backend: ProbeBackend, energy: _Energy, settle_s: float, clock, sleep) -> float | None:
+    """Board power with nothing running, after ``settle_s`` of quiet (module docstring, "Protocol")."""
+    if energy.read_j() is None:
+        return None
+    backend.synchronize()
+    sleep(settle_s)
+    e0, t0 = energy.read_j(), clock()
+    sleep(IDLE_WINDOW_S)
+    e1, t1 = energy.read_j(), clock()
+    return (e1 - e0) / (t1 - t0) if e0 is not None and e1 is not None and t1 > t0 else None
+
+
+def probe_meta(backend: ProbeBackend, settings: ProbeSettings, grid: ProbeGrid, shape: ModelShape, *,
+               clock=time.perf_counter, sleep=time.sleep, warn: Callable[[str], None] | None = None) -> dict:
+    """The meta file of a new run: the device (``backend.describe()``), the idle power (measured here, first,
+    after ``settings.idle_settle_s`` of quiet), the model and the run's settings (``probe``, what a resumed run
+    must match). Fields that cannot be read are null and each a ``warn(line)``."""
+    lines: list[str] = []
+
+    def note(line: str) -> None:
+        lines.append(line)
+        if warn is not None:
+            warn(line)
+
+    info = _describe(backend, note)
+    info.pop("warnings", None)
+    energy = _Energy(backend, settings.power, note)
+    idle = _idle_w(backend, energy, settings.idle_settle_s, clock, sleep) if settings.power else None
+    dtype_bytes = DTYPE_BYTES[settings.dtype]
+    meta = {"hardware": settings.hardware, **info, "weights_gb": round(shape.params * dtype_bytes / 1e9, 4),
+            "model": settings.model, "model_shape": shape.to_json(), "dtype": settings.dtype, "tp": settings.tp,
+            "measured_on": datetime.date.today().isoformat(),
+            "method": "fleetopt profile probe: model-shaped decoder with random weights (data/measurements/README.md)",
+            "probe": {"decode_repeats": settings.decode_repeats, "prefill_repeats": settings.prefill_repeats,
+                      "power": settings.power, "idle_settle_s": settings.idle_settle_s,
+                      "kv_tokens": grid.kv_tokens, "window_tokens": grid.window_tokens}}
+    if idle is not None:
+        meta["idle_power_w"] = idle
+    if lines:
+        meta["warnings"] = lines
+    return meta
 
 
 def run_probe(backend: ProbeBackend, settings: ProbeSettings, grid: ProbeGrid, shape: ModelShape,
-              progress: Callable[[str], None] | None = None, clock=time.perf_counter, sleep=time.sleep) -> ProbeResult:
-    """Measure every point of ``grid`` on ``backend`` (module docstring, "Protocol"); ``progress(message)`` after
-    each point."""
+              progress: Callable[[str], None] | None = None, clock=time.perf_counter, sleep=time.sleep, *,
+              warn: Callable[[str], None] | None = None, meta: dict | None = None,
+              done: tuple[Sequence[DecodeRecord], Sequence[PrefillRecord]] = ((), ()),
+              on_update: Callable[["ProbeResult"], None] | None = None) -> ProbeResult:
+    """Measure the points of ``grid`` on ``backend`` (module docstring, "Protocol"); ``progress(message)`` after
+    each point.
+
+    A new run starts with :func:`probe_meta` (the idle power, before any point); a resumed one passes the
+    ``meta`` of its files and the records already measured (``done``: decode, prefill), which are kept and not
+    measured again. ``on_update(result so far)`` is called once the meta is ready and after every point (the
+    files are written there). ``warn(line)``: what could not be read (the run goes on without it).
+    """
     step = progress if progress is not None else (lambda message: None)
+    if meta is None:
+        meta = probe_meta(backend, settings, grid, shape, clock=clock, sleep=sleep, warn=warn)
+
+    def say(line: str) -> None:          # kept in the meta file too
+        meta.setdefault("warnings", []).append(line)
+        if warn is not None:
+            warn(line)
+
+    energy = _Energy(backend, settings.power, say)
+    have_decode = {(r.batch, r.context_tokens): r for r in done[0]}
+    have_prefill = {r.prompt_tokens: r for r in done[1]}
     total = len(grid.decode) + len(grid.prefill)
-    idle = None
-    if settings.power and backend.energy_j() is not None:
-        backend.synchronize()
-        e0, t0 = backend.energy_j(), clock()
-        sleep(IDLE_WINDOW_S)
-        e1, t1 = backend.energy_j(), clock()
-        idle = (e1 - e0) / (t1 - t0) if t1 > t0 else None
-    decode = []
+    decode, prefill = [], []
+
+    def update() -> None:
+        if on_update is not None:
+            on_update(ProbeResult(settings, tuple(decode), tuple(prefill), meta))
+
+    if have_decode or have_prefill:
+        step(f"probe: resuming; {len(have_decode) + len(have_prefill)} of {total} points are in the files")
+    update()
     for k, (b, c) in enumerate(grid.decode, start=1):
+        if (b, c) in have_decode:
+            decode.append(have_decode[(b, c)])
+            continue
         run = backend.decode(b, c)
         med, low = _timed(run, backend.synchronize, settings.decode_repeats, clock)
-        pw = _power_w(run, backend, med, clock) if settings.power else None
+        pw = _power_w(run, backend, energy, med, clock)
         backend.release()
         decode.append(DecodeRecord(b, c, med, low, pw))
+        update()
         step(f"probe {k}/{total}: decode batch {b} at {c:,} tokens: {med * 1e3:.4f} ms"
              + ("" if pw is None else f", {pw:.1f} W"))
-    prefill = []
     for k, p in enumerate(grid.prefill, start=len(grid.decode) + 1):
+        if p in have_prefill:
+            prefill.append(have_prefill[p])
+            continue
         run = backend.prefill(p)
         med, low = _timed(run, backend.synchronize, settings.prefill_repeats, clock)
-        pw = _power_w(run, backend, med, clock) if settings.power else None
+        pw = _power_w(run, backend, energy, med, clock)
         backend.release()
         prefill.append(PrefillRecord(p, med, low, pw))
+        update()
         step(f"probe {k}/{total}: prefill of {p:,} tokens: {med * 1e3:.3f} ms"
              + ("" if pw is None else f", {pw:.1f} W"))
-    info = backend.describe()
-    dtype_bytes = DTYPE_BYTES[settings.dtype]
-    meta = {"hardware": settings.hardware, **{k: v for k, v in info.items() if v is not None},
-            "idle_power_w": idle, "weights_gb": round(shape.params * dtype_bytes / 1e9, 4), "model": settings.model,
-            "model_shape": shape.to_json(), "dtype": settings.dtype, "tp": settings.tp,
-            "measured_on": datetime.date.today().isoformat(),
-            "method": "fleetopt profile probe: model-shaped decoder with random weights (data/measurements/README.md)"}
-    meta = {k: v for k, v in meta.items() if v is not None}
     return ProbeResult(settings, tuple(decode), tuple(prefill), meta)
 
 
@@ -333,40 +460,116 @@ def _cell(x: float | None, digits: int) -> str:
     return "" if x is None else f"{x:.{digits}g}"
 
 
-def write_probe_files(result: ProbeResult, folder: str | Path, stem: str | None = None) -> tuple[Path, Path, Path]:
-    """Write the probe's files in the layout ``fleetopt profile fit`` reads (each atomically); refuses to
-    overwrite a file that exists (one line naming it)."""
+def _decode_csv(result: ProbeResult) -> str:
     s = result.settings
-    stem = stem or probe_stem(s.hardware, s.model)
-    paths = probe_files(folder, stem)
-    if not Path(folder).is_dir():
-        raise InstanceError(f"-o: {folder}: folder does not exist")
-    taken = [p for p in paths if p.exists()]
-    if taken:
-        raise InstanceError(f"-o: {taken[0]}: exists; the probe does not overwrite files (choose another folder)")
     ident = f"{s.hardware},{s.model},{s.dtype},{s.tp}"
     lines = [",".join(DECODE_COLUMNS + DECODE_OPTIONAL)]
     lines += [f"{ident},{r.batch},{r.context_tokens},{_cell(r.median_s, 8)},{_cell(r.min_s, 8)},{_cell(r.power_w, 5)}"
               for r in result.decode]
-    write_text("\n".join(lines) + "\n", paths[0], "-o")
+    return "\n".join(lines) + "\n"
+
+
+def _prefill_csv(result: ProbeResult) -> str:
+    s = result.settings
+    ident = f"{s.hardware},{s.model},{s.dtype},{s.tp}"
     lines = [",".join(PREFILL_COLUMNS + PREFILL_OPTIONAL)]
     lines += [f"{ident},{r.prompt_tokens},{_cell(r.median_s, 8)},{_cell(r.min_s, 8)},{_cell(r.power_w, 5)}"
               for r in result.prefill]
-    write_text("\n".join(lines) + "\n", paths[1], "-o")
+    return "\n".join(lines) + "\n"
+
+
+def _write(result: ProbeResult, paths: tuple[Path, Path, Path]) -> None:
+    """The three files of ``result`` as it stands, each replaced atomically."""
+    write_text(_decode_csv(result), paths[0], "-o")
+    write_text(_prefill_csv(result), paths[1], "-o")
     write_text(json.dumps(result.meta, indent=1) + "\n", paths[2], "-o")
+
+
+def _refuse_taken(paths: tuple[Path, Path, Path], folder: str | Path) -> None:
+    if not Path(folder).is_dir():
+        raise InstanceError(f"-o: {folder}: folder does not exist")
+    taken = [p for p in paths if p.exists()]
+    if taken:
+        raise InstanceError(f"-o: {taken[0]}: exists; the probe does not overwrite files (choose another folder, "
+                            "or give --resume to finish a broken run of the same settings)")
+
+
+def write_probe_files(result: ProbeResult, folder: str | Path, stem: str | None = None) -> tuple[Path, Path, Path]:
+    """Write the probe's files in the layout ``fleetopt profile fit`` reads (each atomically); refuses to
+    overwrite a file that exists (one line naming it)."""
+    s = result.settings
+    paths = probe_files(folder, stem or probe_stem(s.hardware, s.model))
+    _refuse_taken(paths, folder)
+    _write(result, paths)
     return paths
 
 
+def _previous_meta(path: Path, settings: ProbeSettings, shape: ModelShape, window: int) -> dict:
+    """The meta file of a run to resume, checked against this run's settings (one line per difference)."""
+    try:
+        meta = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise InstanceError(f"--resume: {path}: not a probe's meta file ({err})") from None
+    run = meta.get("probe") if isinstance(meta, dict) else None
+    if not isinstance(run, dict) or not all(isinstance(run.get(k), int) and not isinstance(run.get(k), bool)
+                                            and run[k] >= 1 for k in ("kv_tokens", "window_tokens")):
+        raise InstanceError(f"--resume: {path}: probe: missing or incomplete (kv_tokens, window_tokens); not a "
+                            "file this probe wrote; choose another folder")
+    want = {"hardware": settings.hardware, "model": settings.model, "dtype": settings.dtype, "tp": settings.tp,
+            "model_shape": shape.to_json()}
+    got = {k: meta.get(k) for k in want}
+    want.update({"probe.decode_repeats": settings.decode_repeats, "probe.prefill_repeats": settings.prefill_repeats,
+                 "probe.power": settings.power, "probe.window_tokens": window})
+    got.update({f"probe.{k}": run.get(k) for k in ("decode_repeats", "prefill_repeats", "power", "window_tokens")})
+    problems = [f"--resume: {path}: {k}: the files were measured with {got[k]!r}, this run asks for {want[k]!r}; "
+                "resume with the same settings or choose another folder" for k in want if got[k] != want[k]]
+    if problems:
+        raise InstanceError(problems)
+    return meta
+
+
+def _previous_points(path: Path, kind: str, settings: ProbeSettings, grid: ProbeGrid) -> list:
+    """The records in a run's CSV (none where it is missing), each checked to be a point of ``grid``."""
+    if not path.exists():
+        return []
+    header = list(DECODE_COLUMNS + DECODE_OPTIONAL) if kind == "decode" else list(PREFILL_COLUMNS + PREFILL_OPTIONAL)
+    ident = [settings.hardware, settings.model, settings.dtype, str(settings.tp)]
+    points = set(grid.decode) if kind == "decode" else set(grid.prefill)
+    with path.open(newline="", encoding="utf-8") as f:
+        rows = list(csv.reader(f))
+    if not rows or rows[0] != header:
+        raise InstanceError(f"--resume: {path}: row 1: the header is not the probe's ({','.join(header)})")
+    records = []
+    for row, cells in enumerate(rows[1:], start=2):
+        try:
+            if len(cells) != len(header) or cells[:4] != ident:
+                raise ValueError("not a point of this run")
+            key = (int(cells[4]), int(cells[5])) if kind == "decode" else int(cells[4])
+            times = [float(x) for x in cells[-3:-1]]
+            power = float(cells[-1]) if cells[-1] else None
+            if key not in points:
+                raise ValueError(f"{key} is not a point of the recorded grid")
+            if not all(math.isfinite(t) and t > 0 for t in times):
+                raise ValueError("times must be numbers > 0")
+        except ValueError as err:
+            raise InstanceError(f"--resume: {path}: row {row}: {err}") from None
+        records.append(DecodeRecord(*key, *times, power) if kind == "decode" else PrefillRecord(key, *times, power))
+    return records
+
+
 def measure(settings: ProbeSettings, folder: str | Path, open_backend: Callable[[ModelShape, str], ProbeBackend], *,
-            shape: ModelShape | None = None, on_step: Callable[[str], None] | None = None
-            ) -> tuple[ProbeResult, tuple[Path, Path, Path]]:
+            shape: ModelShape | None = None, on_step: Callable[[str], None] | None = None,
+            warn: Callable[[str], None] | None = None, resume: bool = False, clock=time.perf_counter,
+            sleep=time.sleep) -> tuple[ProbeResult, tuple[Path, Path, Path]]:
     """``fleetopt profile probe``: check the request, measure, write the files; returns the result and the paths.
 
     ``settings.hardware`` and ``settings.model`` must be catalogue names (aliases allowed; the files carry the
     canonical ones); the model must be dense. The output folder and file names are checked *before* the backend
     is opened (a probe takes minutes). ``open_backend(shape, dtype)`` gives the device
     (:func:`fleetopt.optimizer.io.probe_torch.open_backend` for the GPU, which says in one line what is missing);
-    ``shape`` defaults to the catalogue model's.
+    ``shape`` defaults to the catalogue model's. The files are written as the run goes (module docstring,
+    "Files"); ``resume``: files that exist are a run to finish (same settings, else one line per difference),
+    not a refusal. ``warn(line)``: metadata that could not be read.
     """
     from dataclasses import replace
 
@@ -390,20 +593,34 @@ def measure(settings: ProbeSettings, folder: str | Path, open_backend: Callable[
         raise InstanceError(problems)
     settings = replace(settings, hardware=hw, model=model.name)
     paths = probe_files(folder, probe_stem(hw, model.name))
-    if not Path(folder).is_dir():
-        raise InstanceError(f"-o: {folder}: folder does not exist")
-    taken = [p for p in paths if p.exists()]
-    if taken:
-        raise InstanceError(f"-o: {taken[0]}: exists; the probe does not overwrite files (choose another folder)")
     shape = shape if shape is not None else ModelShape.of(model)
-    backend = open_backend(shape, settings.dtype)
     window = settings.max_context or model.max_position_embeddings
-    grid = probe_grid(backend.kv_tokens(), window)
+    previous = None
+    if resume and Path(folder).is_dir() and any(p.exists() for p in paths):
+        if not paths[2].exists():
+            raise InstanceError(f"--resume: {paths[2]}: missing; without the meta file of the broken run the "
+                                "probe cannot resume it (choose another folder)")
+        previous = _previous_meta(paths[2], settings, shape, window)
+    else:
+        _refuse_taken(paths, folder)
+    backend = open_backend(shape, settings.dtype)
+    if previous is None:
+        grid = probe_grid(backend.kv_tokens(), window)
+        done: tuple = ((), ())
+    else:
+        grid = probe_grid(previous["probe"]["kv_tokens"], window)
+        done = (_previous_points(paths[0], "decode", settings, grid),
+                _previous_points(paths[1], "prefill", settings, grid))
+        was, now = previous.get("device_name"), _describe(backend, lambda line: None).get("device_name")
+        if was is not None and now is not None and was != now:
+            raise InstanceError(f"--resume: {paths[2]}: device_name: the files were measured on {was!r}, this "
+                                f"machine has {now!r}; choose another folder")
     if not grid.decode:
         raise InstanceError(f"profile probe: not one sequence of {min(PROBE_CONTEXTS):,} tokens fits in the KV memory "
                             "left next to the weights")
-    result = run_probe(backend, settings, grid, shape, on_step)
-    return result, write_probe_files(result, folder)
+    result = run_probe(backend, settings, grid, shape, on_step, clock, sleep, warn=warn, meta=previous, done=done,
+                       on_update=lambda partial: _write(partial, paths))
+    return result, paths
 
 
 # --------------------------------------------------------------------------------------------

@@ -17,9 +17,9 @@ from collections.abc import Callable
 import numpy as np
 
 from fleetopt.optimizer.errors import InstanceError
-from fleetopt.optimizer.io.probe import ModelShape, decoder_shapes
+from fleetopt.optimizer.io.probe import ModelShape, _reason, decoder_shapes
 
-__all__ = ["KV_RESERVE_FRACTION", "TorchBackend", "open_backend"]
+__all__ = ["KV_RESERVE_FRACTION", "NVML_FUNCTIONS", "TorchBackend", "open_backend"]
 
 KV_RESERVE_FRACTION = 0.1
 """Share of the device memory left free after the weights and the KV cache (activations, CUDA graphs, the
@@ -35,21 +35,28 @@ def _torch():
     return torch
 
 
+NVML_FUNCTIONS = ("nvmlInit", "nvmlDeviceGetHandleByIndex", "nvmlDeviceGetTotalEnergyConsumption",
+                  "nvmlDeviceGetEnforcedPowerLimit")
+"""Every ``pynvml`` function the probe calls (``nvidia-ml-py``); the tests check each exists in the real module."""
+
+
 class _Nvml:
-    """The board's energy counter and power limit through NVML (``nvidia-ml-py``), or nothing."""
+    """The board's energy counter and power limit through NVML (``nvidia-ml-py``), or nothing: ``reason`` then
+    says why (NVML not installed, or not usable here)."""
 
     def __init__(self, index: int):
-        self.handle = None
+        self.handle, self.reason = None, None
         try:
             import pynvml
         except ImportError:
+            self.reason = "nvidia-ml-py (pynvml) is not installed"
             return
         try:
             pynvml.nvmlInit()
             self.handle = pynvml.nvmlDeviceGetHandleByIndex(index)
             self.nvml = pynvml
-        except Exception:       # NVML present but not usable (a container without the driver's library)
-            self.handle = None
+        except Exception as err:       # NVML present but not usable (a container without the driver's library)
+            self.handle, self.reason = None, f"NVML is not usable ({_reason(err)})"
 
     def energy_j(self) -> float | None:
         if self.handle is None:
@@ -59,7 +66,7 @@ class _Nvml:
     def limit_w(self) -> float | None:
         if self.handle is None:
             return None
-        return self.nvml.nvmlDeviceGetEnforcedPowerManagementLimit(self.handle) / 1e3   # mW -> W
+        return self.nvml.nvmlDeviceGetEnforcedPowerLimit(self.handle) / 1e3   # mW -> W
 
 
 class TorchBackend:
@@ -121,15 +128,30 @@ class TorchBackend:
     # ---- ProbeBackend ------------------------------------------------------------------------
 
     def describe(self) -> dict:
+        """The device, its memory and board limit and the software versions. A field that cannot be read is None
+        and a line in ``warnings`` says why: metadata never stops a probe."""
         torch = self.torch
-        out = {"torch": torch.__version__}
+        out, warnings = {"torch": torch.__version__}, []
+
+        def read(key: str, get) -> None:
+            try:
+                out[key] = get()
+            except Exception as err:        # a driver call or attribute that fails: the run goes on
+                out[key] = None
+                warnings.append(f"{key}: cannot be read ({_reason(err)})")
+
         if self.cuda:
-            p = torch.cuda.get_device_properties(self.device)
-            out.update({"device_name": p.name, "multiprocessors": p.multi_processor_count,
-                        "memory_gib": round(p.total_memory / 2**30, 2), "board_power_limit_w": self.nvml.limit_w(),
-                        "cuda": torch.version.cuda})
+            read("device_name", lambda: torch.cuda.get_device_properties(self.device).name)
+            read("multiprocessors", lambda: torch.cuda.get_device_properties(self.device).multi_processor_count)
+            read("memory_gib", lambda: round(torch.cuda.get_device_properties(self.device).total_memory / 2**30, 2))
+            read("board_power_limit_w", self.nvml.limit_w)
+            read("cuda", lambda: torch.version.cuda)
+            if self.nvml.reason is not None:
+                warnings.append(f"board energy counter: {self.nvml.reason}; no power is measured")
         else:
             out["device_name"] = "cpu (torch)"
+        if warnings:
+            out["warnings"] = warnings
         return out
 
     def kv_tokens(self) -> int:
