@@ -60,6 +60,7 @@ def pool_json(p: PoolResult, source: str = ANALYTIC, gpus_per_replica: int | Non
     out.update(pool_identity(p, gpus_per_replica))
     out.update(analytic=pool_analytic(p), simulated=None)
     out.update(d)
+    out["overloaded"] = not math.isfinite(p.utilization)  # utilization null: an unstable queue; capacity_load says by how much
     out["source"] = source
     return out
 
@@ -141,10 +142,19 @@ def fleet_table(title: str, r: FleetResult, slo_ms: float, source: str = ANALYTI
         band = f" (+@{p.compress_gamma:g})" if p.compress_gamma > 1 else ""
         t.add_row(f"{p.min_tokens:,}-{p.max_tokens:,}{band}", p.gpu, served_model(p.model) or "unknown",
                   f"{p.replicas}{sized} ({p.gpus})", f"{pool_identity(p, per.get(p.gpu))['physical_gpus']:,}",
-                  f"{p.arrival_rate:,.2f}", f"{p.utilization:.2f}", fmt_ms(p.ttft_p99_ms),
+                  f"{p.arrival_rate:,.2f}", util_text(p), fmt_ms(p.ttft_p99_ms),
                   f"{100 * p.slo_miss_prob:.2f}", f"{p.power_w:,.0f}", f"{p.tok_per_watt:.2f}", f"{p.cost_per_hr:,.2f}",
                   status)
     return t
+
+
+def util_text(p: PoolResult) -> str:
+    """A pool's ``util`` cell: its utilisation, or for an overloaded pool (an unstable queue, utilisation
+    infinite) its offered load over its capacity, marked: ``1.22 overloaded``."""
+    if math.isfinite(p.utilization):
+        return f"{p.utilization:.2f}"
+    load = p.capacity_load
+    return f"{load:.2f} overloaded" if math.isfinite(load) else "overloaded"
 
 
 UTIL_CAP = "UTIL CAP"
@@ -522,9 +532,9 @@ def render_evaluation(c: Console, report) -> None:
             if not (b.feasible and not report.baseline_violations):
                 c.print(f"fleet {text}: ${r.cost_per_year:,.0f}/yr; no saving against the baseline is claimed: "
                         "no single pool meets the SLO within the instance's limits", markup=False)
-            elif b.cost_per_hr > 0:
-                c.print(f"fleet {text}: ${r.cost_per_year:,.0f}/yr vs baseline ${b.cost_per_year:,.0f}/yr "
-                        f"({1 - r.cost_per_hr / b.cost_per_hr:+.1%} saving)", markup=False)
+            else:
+                c.print(f"fleet {text}: ${r.cost_per_year:,.0f}/yr vs baseline ${b.cost_per_year:,.0f}/yr; "
+                        f"{saving_claim(inst, r, b, report.fleet_violations(k))}", markup=False)
     sized = [p for _, r in report.fleets for p in r.pools] + ([] if b is None else list(b.pools))
     if inst.slo.ttft_margin and any(p.sized for p in sized):
         c.print(f"note: * {margin_note(inst.slo)}", markup=False)
@@ -571,27 +581,33 @@ def verification_json(v, instance) -> dict:
     for vp in v.plans:
         pools = []
         for p, s in zip(vp.plan.fleet.pools, _sim_pools(vp)):
+            key = (p.min_tokens, p.max_tokens, p.gpu)
             pools.append({"min_tokens": p.min_tokens, "max_tokens": p.max_tokens, "gpu": p.gpu, "replicas": p.replicas,
                           "ttft_p99_ms_analytic": p.ttft_p99_ms,
                           "ttft_p99_ms_sim": None if s is None else s.ttft_p99_ms_sim,
                           "ttft_p99_ci_ms": None if s is None else list(s.ttft_p99_ci_ms),
-                          "slo_met_sim": (p.min_tokens, p.max_tokens, p.gpu) not in vp.failing_pools,
+                          "slo_met_sim": key not in vp.failing_pools and key not in vp.undecided_pools,
+                          "outcome": ("fail" if key in vp.failing_pools else "undecided"
+                                      if key in vp.undecided_pools or key in vp.thin_pools else "pass"),
                           "too_few_requests": (p.min_tokens, p.max_tokens, p.gpu) in vp.thin_pools,
                           "requests_measured": None if s is None else s.requests,
                           "preemptions": None if s is None else s.preemptions})
         plans.append({"round": vp.round, "rank": vp.rank, "cost_per_hr": vp.plan.fleet.cost_per_hr, "passed": vp.passed,
+                      "outcome": vp.outcome, "accepted": vp.accepted, "verdict": vp.verdict(),
                       "ttft_p99_ms_sim": vp.sim.ttft_p99_ms, "ttft_p99_ci_ms": list(vp.sim.ttft_p99_ci_ms),
                       "requests_simulated": vp.sim.requests_simulated, "cached": vp.cached, "pools": pools})
     sizing = [{"min_tokens": z.candidate.lo_tokens, "max_tokens": z.candidate.hi_tokens, "gpu": z.candidate.gpu,
                "max_num_seqs": z.candidate.max_num_seqs, "least_replicas": z.least_replicas,
                "cap_replicas": z.cap_replicas, "reason": z.reason,
-               "trials": [{"replicas": t.replicas, "passed": t.passed, "ttft_p99_ms_sim": t.ttft_p99_ms_sim,
-                           "ttft_p99_ci_ms": list(t.ttft_p99_ci_ms), "requests": t.requests, "source": t.source}
+               "trials": [{"replicas": t.replicas, "passed": t.passed, "outcome": t.outcome,
+                           "ttft_p99_ms_sim": t.ttft_p99_ms_sim, "ttft_p99_ci_ms": list(t.ttft_p99_ci_ms),
+                           "requests": t.requests, "requests_simulated": t.requests_simulated, "source": t.source}
                           for t in z.trials]} for z in v.sizings]
     return {"rule": v.rule, "rounds": v.rounds, "cuts": list(v.cuts), "plans": plans, "reason": v.reason,
             "pool_sizing": sizing, "solves": v.solves, "plan_simulations": v.plan_simulations,
             "pool_simulations": v.pool_simulations,
             "engine": v.plans[0].sim.engine.to_json() if v.plans else None, "options": v.options.to_json(),
+            "outcome": v.outcome, "verdict": None if v.chosen is None else v.chosen.verdict(),
             "chosen_rank": None if v.chosen is None else v.chosen.rank,
             "chosen_round": None if v.chosen is None else v.chosen.round,
             "trim": None if v.chosen is None else trim_json(v.trim, v.chosen.plan, instance)}
@@ -690,7 +706,8 @@ def render_verification(c: Console, v, slo_ms: float, instance=None) -> None:
             sim_txt = "-" if s is None else (f"{s.ttft_p99_ms_sim:,.1f} ({s.ttft_p99_ci_ms[0]:,.1f}-"
                                              f"{s.ttft_p99_ci_ms[1]:,.1f})")
             key = (p.min_tokens, p.max_tokens, p.gpu)
-            verdict = "MISSES" if key in vp.failing_pools else "too few requests" if key in vp.thin_pools else "ok"
+            verdict = ("MISSES" if key in vp.failing_pools else "too few requests" if key in vp.thin_pools
+                       else "undecided" if key in vp.undecided_pools else "ok")
             rank = f"{vp.rank} (judged before)" if vp.cached else str(vp.rank)
             t.add_row(str(vp.round) if k == 0 else "", rank if k == 0 else "",
                       f"{vp.plan.fleet.cost_per_hr:,.2f}" if k == 0 else "", f"{p.min_tokens:,}-{p.max_tokens:,} {p.gpu}",
@@ -707,7 +724,9 @@ def render_verification(c: Console, v, slo_ms: float, instance=None) -> None:
         _say(c, f"no plan met the SLO in simulation within {v.rounds} round(s)")
     else:
         _say(c, f"chosen: round {v.chosen.round}, plan {v.chosen.rank}, ${v.chosen.plan.fleet.cost_per_hr:,.2f}/hr "
-             f"(simulated fleet P99 {v.chosen.sim.ttft_p99_ms:,.1f} ms, {v.chosen.sim.requests_simulated:,} requests)")
+             f"(simulated fleet P99 {v.chosen.sim.ttft_p99_ms:,.1f} ms, {v.chosen.sim.requests_simulated:,} requests)"
+             + ("" if v.chosen.passed else f"; {v.chosen.verdict()}: every pool's P99 point estimate meets the SLO, "
+                "its interval straddles it"))
         if v.trim is not None:
             render_trim(c, v.trim, v.chosen.plan, instance)
 
@@ -783,6 +802,46 @@ def objective_line(inst, value: float, fleet: FleetResult) -> str:
     return f"objective cost+power = ${value:,.2f}/hr (GPUs + energy)"
 
 
+def saving_claim(inst, fleet: FleetResult, base: FleetResult, fleet_broken=(), base_broken=()) -> str:
+    """What ``fleet`` saves against the homogeneous baseline, on the quantity the instance's objective minimises
+    (cost; power for ``power`` and ``tok_per_watt``; cost with energy for ``cost+power``), each figure named;
+    or why no saving is claimed: the fleet misses its SLO or breaks a limit (``fleet_broken``), or the baseline
+    does (``base_broken``).
+
+    Examples
+    --------
+    >>> class I: objective, pue, energy_usd_per_kwh = "power", 1.0, None
+    >>> class F: cost_per_hr, power_kw, slo_met, feasible = 12.0, 3.0, True, True
+    >>> class B: cost_per_hr, power_kw, slo_met, feasible = 10.0, 4.0, True, True
+    >>> print(saving_claim(I, F, B))
+    saves 25.0 % of power against the homogeneous baseline; its cost is 20.0 % above the baseline's
+    """
+    if not fleet.slo_met or not fleet.feasible or fleet_broken:
+        why = "; ".join((["it misses the SLO"] if not fleet.slo_met else [])
+                        + ([f"it breaks {len(fleet_broken)} limit(s) of the instance"] if fleet_broken else [])
+                        + (["a pool runs above its utilisation cap"]
+                           if fleet.slo_met and not fleet.feasible and not fleet_broken else []))
+        return f"no saving is claimed: {why}"
+    if not base.slo_met or not base.feasible or base_broken:
+        return "no saving is claimed: no single pool meets the SLO within the instance's limits"
+    energy = (inst.energy_usd_per_kwh or 0.0) * inst.pue
+    name = inst.objective
+    what, ours, theirs = {"power": ("power", fleet.power_kw, base.power_kw),
+                          "tok_per_watt": ("power", fleet.power_kw, base.power_kw),
+                          "cost+power": ("cost with energy", fleet.cost_per_hr + energy * fleet.power_kw,
+                                         base.cost_per_hr + energy * base.power_kw)}.get(
+        name, ("cost", fleet.cost_per_hr, base.cost_per_hr))
+    if theirs <= 0:
+        return f"no saving is claimed: the baseline's {what} is zero"
+    share = 1 - ours / theirs
+    text = (f"saves {share:.1%} of {what} against the homogeneous baseline" if share >= 0 else
+            f"needs {-share:.1%} more {what} than the homogeneous baseline")
+    if what != "cost" and base.cost_per_hr > 0:
+        cost = fleet.cost_per_hr / base.cost_per_hr - 1
+        text += f"; its cost is {abs(cost):.1%} {'above' if cost > 0 else 'below'} the baseline's"
+    return text.replace("%", " %")
+
+
 def violations_lines(r: FleetResult, violations, label: str = "fleet") -> list[str]:
     """Lines under a fleet's table naming each instance limit it breaks (empty when none): the first says the
     fleet is infeasible, one line per limit follows."""
@@ -826,8 +885,7 @@ def render_solve(c: Console, report, verification=None) -> None:
                         + ([f"breaks {', '.join(v.split(':', 1)[0] for v in broken)}"] if broken else []))
         c.print(f"homogeneous baseline (analytic): {b.pools[0].gpu} x {b.total_replicas} on 0-{b.pools[0].max_tokens:,}, "
                 f"${b.cost_per_year:,.0f}/yr, {b.power_kw:,.1f} kW, {b.tok_per_watt:.2f} tok/W"
-                + (f" -> plan 1 saves {1 - best.cost_per_hr / b.cost_per_hr:.1%} of cost"
-                   if b.cost_per_hr and not why else "")
+                + (f" -> plan 1 {saving_claim(inst, best, b, limit_violations(inst, best))}" if not why else "")
                 + (f" - infeasible: {why}; no single pool meets the SLO within the instance's limits, so no saving "
                    "is claimed" if why else ""), markup=False)
     for w in solve_warnings(report):
@@ -994,33 +1052,56 @@ def _ms_cell(x: float) -> str:
 def render_gridflex(c, g) -> None:
     """Print a :class:`fleetopt.optimizer.workflows.gridflex.GridFlex`: one row per depth, then provenance."""
     one = len(g.depths[0].pools) == 1 if g.depths else True
+    seed = g.convention == "seed"
     t = Table(title=f"{g.instance}: demand response of {g.fleet} at {g.arrival_rate:g} req/s  [P99 TTFT SLO "
                     f"{g.slo_ttft_p99_ms:,.0f} ms, scope {g.scope}, ttft_model {g.ttft_model}]", title_justify="left")
-    for name in ("depth %", "batch cap", "W/replica cap", "fleet kW", "P99 ms analytic", "P99 ms event [95% CI]",
-                 "event kW sim", "drain s", "sustained", "event"):
-        t.add_column(name, justify="right", no_wrap=True)
+    cols = ["depth %", "lever", "fleet kW", "delivered %", "P99 ms analytic", "P99 ms event [95% CI]",
+            "event kW sim", "delivered % sim", "drain s", "sustained", "event"]
+    for name in cols:
+        t.add_column(name, justify="left" if name == "lever" else "right", no_wrap=name != "lever")
+
+    def pct(x):
+        return "-" if math.isnan(x) else f"{100 * x:,.1f}"
+
     for r in g.depths:
-        cap = str(r.batch_cap) if one else "/".join(str(p.batch_cap) for p in r.pools)
-        wcap = (f"{r.pools[0].replica_power_at_cap_w:,.0f}" if one
-                else "/".join(f"{p.replica_power_at_cap_w:,.0f}" for p in r.pools))
         ci = "" if not r.simulated else f" [{_ms_cell(r.ttft_p99_ci_ms_event[0])}, {_ms_cell(r.ttft_p99_ci_ms_event[1])}]"
-        t.add_row(f"{r.depth:g}", cap, wcap, f"{r.power_kw:,.2f}", _ms_cell(r.ttft_p99_ms_analytic),
-                  _ms_cell(r.ttft_p99_ms_event) + ci, "-" if math.isnan(r.power_kw_event) else f"{r.power_kw_event:,.2f}",
+        t.add_row(f"{r.depth:g}", r.lever, f"{r.power_kw:,.2f}", pct(r.delivered_reduction),
+                  _ms_cell(r.ttft_p99_ms_analytic), _ms_cell(r.ttft_p99_ms_event) + ci,
+                  "-" if math.isnan(r.power_kw_event) else f"{r.power_kw_event:,.2f}", pct(r.event_delivered_reduction),
                   "-" if math.isnan(r.drain_s_event) else f"{r.drain_s_event:,.1f}",
-                  "ok" if r.sustained_ok else "BREACH", "ok" if r.event_ok else "BREACH")
+                  "ok" if r.sustained_ok else ("BREACH" if r.delivers else "BREACH (not reached)"),
+                  "-" if not r.event_verdict else ("ok" if r.event_ok else
+                                                   ("undecided" if r.event_verdict == "undecided" else "BREACH")))
     c.print(t)
 
-    def depth(x):
-        return "none (the shallowest depth already breaches)" if x is None else f"{x:g} %"
+    def depth(x, which):
+        if x is None:
+            return "none (the shallowest depth already breaches)"
+        r = g.safe_row(which)
+        got = "" if r is None else f", delivering {100 * r.delivered_reduction:,.1f} % ({r.uncurtailed_draw_kw - r.power_kw:,.2f} kW)"
+        return f"{x:g} %{got}"
 
-    c.print(f"max safe depth: sustained {depth(g.max_safe_depth_sustained)} (analytic steady state), event "
-            f"{depth(g.max_safe_depth_event)} (simulated {g.event_s / 60:g}-minute event); a depth is safe when it "
-            "and every shallower depth of the sweep are ok", markup=False)
-    c.print("batch cap: largest batch whose per-replica power (decode power curve at half the window) is at most "
-            "(1 - depth) x the power at the uncapped cap; W/replica cap: that power; fleet kW: analytic mean power "
-            "with the caps (an unstable pool at its cap); P99 analytic: steady state at the cap (inf: unstable); "
-            "event: simulated, SLO on the CI upper end; drain s: simulated, the longest a replica's batch (and draw) "
-            "stays above its cap after t0", markup=False)
+    c.print(f"convention: {g.convention_label}", markup=False)
+    c.print(f"max safe depth: sustained {depth(g.max_safe_depth_sustained, 'sustained')} (analytic steady state), "
+            + ("event not simulated" if g.depths and not g.depths[0].event_verdict else
+               f"event {depth(g.max_safe_depth_event, 'event')} (simulated {g.event_s / 60:g}-minute event)")
+            + "; a depth is "
+            "safe when it and every shallower depth of the sweep are ok", markup=False)
+    undecided = sorted({x for r in g.depths for x in r.undecided_pools})
+    if undecided:
+        c.print(f"undecided: pool {', '.join(undecided)}: too few measured requests for an event P99 (lengthen "
+                "--event-minutes or add --replications); not counted as safe", markup=False)
+    if seed:
+        c.print("lever: batch cap = largest batch whose per-replica power (decode power curve at half the window) is "
+                "at most (1 - depth) x the power at the uncapped cap (its peak in W/replica); delivered %: 1 - fleet "
+                "kW / the uncurtailed fleet kW, which the per-GPU cap does not promise", markup=False)
+    else:
+        c.print("lever: per depth, the in-SLO mix of replicas out of service (powered down) and batch caps with the "
+                "least P99 whose analytic draw is at most (1 - depth) x the uncurtailed draw; delivered %: 1 - fleet "
+                "kW / the uncurtailed fleet kW", markup=False)
+    c.print("fleet kW: analytic mean power (an unstable pool at its cap); P99 analytic: steady state (inf: "
+            "unstable); event: simulated, SLO on the CI upper end; drain s: simulated, the longest a replica's batch "
+            "(and draw) stays above its cap after t0", markup=False)
     c.print(f"event: {g.replications} replications (seed {g.seed}, the same streams at every depth), warm-up "
             f"{g.warmup_s:,.0f} s uncapped, then {g.event_s:,.0f} s measured + {g.tail_s:,.0f} s tail capped; "
             f"{g.wall_s:,.1f} s wall", markup=False)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import replace
 
 import click
 import numpy as np
@@ -70,7 +71,8 @@ def test_parse_depths_rejects_full_curtailment():
 def small_sweep(azure):
     """A small fleet under a short event: 4 H100 units at 20 req/s, 20-second events."""
     inst = api.load(azure, H100_AZURE + ["workload.arrival_rate=20"])
-    return inst, gridflex(inst, "0-8192:h100x4", (0, 20, 40, 60), event_s=20.0, replications=2, seed=1)
+    return inst, gridflex(inst, "0-8192:h100x4", (0, 20, 40, 60), event_s=20.0, replications=2, seed=1,
+                          convention="seed")
 
 
 def test_depth_zero_is_the_uncapped_fleet(small_sweep):
@@ -213,7 +215,8 @@ full; its event is 15,000 requests (75 s) from an empty fleet."""
 @pytest.mark.slow
 def test_puzzle8_gridflex(azure):
     inst = api.load(azure, H100_AZURE + ["workload.arrival_rate=200"])
-    g = gridflex(inst, "0-8192:h100x40", tuple(range(0, 55, 5)), event_s=120.0, replications=2)
+    g = gridflex(inst, "0-8192:h100x40", tuple(range(0, 55, 5)), event_s=120.0, replications=2,
+                 convention="seed")
     rows = {r.depth: r for r in g.depths}
     curve = PowerCurve(300.0, 600.0, 1.0, 4.2, "measured")
     # depth 0: the seed's cap and baseline draw (583 W per unit, 40 units: 23.3 kW with every batch full)
@@ -233,3 +236,108 @@ def test_puzzle8_gridflex(azure):
     assert g.max_safe_depth_sustained == 30.0
     assert rows[50].batch_cap == 0 and not rows[50].event_ok
     assert g.max_safe_depth_event is not None and g.max_safe_depth_event >= 30.0
+
+
+# --------------------------------------------------------------------------------------------
+# Delivered depths (the default convention) and undecided pools
+# --------------------------------------------------------------------------------------------
+
+H100_IDLE_W = 300.0
+"""P(0) of the H100-80GB unit's measured power curve (data/catalog: PowerCurve(300, 600, 1.0, 4.2))."""
+
+
+def test_delivered_reduction_of_replicas_out_is_their_idle_draw(azure):
+    # 8 H100 units at 0.05 req/s are idle but for a fraction of a sequence: each draws P(0) = 300 W plus a share
+    # of well under 1 W, so k units out cut the draw by k x 300 W, and depth d needs ceil(8 d) units out.
+    inst = api.load(azure, H100_AZURE + ["workload.arrival_rate=0.05"])
+    g = gridflex(inst, "0-8192:h100x8", (20, 30), event=False)
+    data = g.to_json()
+    rows = {r["depth"]: r for r in data["depths"]}
+    assert sorted(rows) == [0, 20, 30]                                # depth 0, the reference, is always swept
+    p0_w = 1000 * rows[0]["draw_kw"]
+    assert p0_w == pytest.approx(8 * H100_IDLE_W, abs=1.0)
+    for d in (20, 30):
+        r = rows[d]
+        k = math.ceil(8 * d / 100)
+        assert r["pools"][0]["replicas_out"] == k and r["pools"][0]["replicas"] == 8 - k
+        assert r["lever"] == f"{k} of 8 replicas out of pool 0-8192"
+        # independently: 1 - (sum of the curtailed replicas' power) / (sum of the uncurtailed)
+        curtailed_w = sum(p["power_w"] for p in r["pools"])
+        uncurtailed_w = sum(p["power_w"] for p in rows[0]["pools"])
+        assert r["delivered_reduction"] == pytest.approx(1 - curtailed_w / uncurtailed_w, rel=1e-12)
+        assert r["uncurtailed_draw_kw"] == pytest.approx(uncurtailed_w / 1000, rel=1e-12)
+        # the closed form: (8 - k) idle units against 8, up to the load's sub-watt share
+        assert 1000 * r["draw_kw"] == pytest.approx((8 - k) * H100_IDLE_W, abs=1.0)
+        assert r["delivered_reduction"] == pytest.approx(k / 8, abs=1e-3)
+        assert r["delivered_reduction"] >= d / 100 and r["verdict"] == "met" and r["source"] == "analytic"
+    assert data["convention"] == "delivered" and g.max_safe_depth_sustained == 30.0
+
+
+def test_thin_pool_is_undecided_not_breach(azure):
+    # A 4-second event at 4 req/s on two pools: each pool measures fewer than 20 requests in its one replication,
+    # too few for a P99 interval (batch means need 20): the pools are named undecided, not BREACH.
+    inst = api.load(azure, ["gpus=[{name: h100, profile: H100-80GB}]", "pools.max_pools=2",
+                            "workload.arrival_rate=4"])
+    g = gridflex(inst, "0-1024:h100x1,1024-8192:h100x2", (0,), event_s=4.0, replications=1)
+    zero = g.to_json()["depths"][0]
+    assert all(0 < p["measured_event"] < 20 for p in zero["pools"])
+    assert all(p["event_verdict"] == "undecided" for p in zero["pools"])
+    assert zero["event"]["verdict"] == "undecided"
+    assert set(zero["event"]["undecided_pools"]) == {"0-1024:h100", "1024-8192:h100"}
+    assert g.max_safe_depth_event is None and zero["verdict"] == "met"      # undecided is not counted safe
+
+
+PUZZLE8_SECTION = ("/work/shared/seeds/003_6f72f6c62180dc89.txt, 'Puzzle 8 - How much grid power can I shed "
+                   "without an SLO breach?', 'Numerical example (with DES verification)'")
+"""Where :data:`PUZZLE8_SEED` is quoted from: 40 H100s, lambda = 200 req/s, SLO = 500 ms; baseline 23.3 kW fleet
+power (583 W/GPU); analytic max safe flex 30 % (the table's 'Long-term steady-state reduction' row)."""
+
+
+@pytest.fixture(scope="module")
+def puzzle8(azure):
+    return api.load(azure, H100_AZURE + ["workload.arrival_rate=200"])
+
+
+def test_puzzle8_seed_convention_reproduces_the_seed(puzzle8):
+    g = gridflex(puzzle8, "0-8192:h100x40", tuple(range(0, 55, 5)), event=False, convention="seed")
+    data = g.to_json()
+    assert data["convention"] == "seed"
+    assert data["convention_label"] == "the reference scenarios' convention: per-GPU peak-power cap"
+    rows = {r.depth: r for r in g.depths}
+    curve = PowerCurve(300.0, 600.0, 1.0, 4.2, "measured")
+    # the seed's baseline: 128 per unit, 583 W, 40 x 583 W = 23.3 kW
+    assert rows[0].batch_cap == PUZZLE8_SEED[0][0]
+    assert round(float(curve.power_w(128))) == 583
+    assert 40 * curve.power_w(rows[0].batch_cap) / 1000 == pytest.approx(PUZZLE8_SEED[0][1], abs=0.05)
+    for d in (20, 25, 30):        # the caps of the deep rows within the seed's rounding
+        assert abs(rows[d].batch_cap - PUZZLE8_SEED[d][0]) <= 3
+        # the seed's fleet kW is 40 x P(n_max): ours within its rounding of the cap
+        assert 40 * curve.power_w(rows[d].batch_cap) / 1000 == pytest.approx(PUZZLE8_SEED[d][1], abs=0.6)
+    assert g.max_safe_depth_sustained == 30.0                               # the seed's analytic 30 %
+    # what the per-GPU cap delivers on the draw: under 1 % at 30 % (the fleet runs about 8 sequences a unit)
+    assert 0 <= rows[30].delivered_reduction < 0.01
+
+
+def test_puzzle8_delivered_depth_is_delivered(puzzle8):
+    g = gridflex(puzzle8, "0-8192:h100x40", (30, 50), event=False)
+    plans, base = fixed_pools(puzzle8, "0-8192:h100x40")
+    best = g.safe_row("sustained")
+    assert best is not None and best.depth == g.max_safe_depth_sustained >= 50.0
+    # re-evaluated independently on the evaluate path with the row's levers: the draw falls by at least the depth,
+    # in kW, and the SLO holds
+    p = best.pools[0]
+    again = evaluate_plans(puzzle8, [replace(plans[0], replicas=40 - p.replicas_out, max_num_seqs=p.batch_cap)])
+    assert best.uncurtailed_draw_kw == pytest.approx(base.power_kw, rel=1e-12)
+    assert again.power_kw == pytest.approx(best.power_kw, rel=1e-12)
+    assert base.power_kw - again.power_kw >= best.depth / 100 * base.power_kw
+    assert again.slo_met and best.verdict == "met"
+
+
+@pytest.mark.slow
+def test_puzzle8_delivered_event(puzzle8):
+    g = gridflex(puzzle8, "0-8192:h100x40", (30,), event_s=60.0, replications=2)
+    r = g.depths[1]
+    assert r.event_verdict == "met" and r.ttft_p99_ci_ms_event[1] <= 500
+    # the simulated draw falls by about the analytic share (same streams as depth 0)
+    assert r.event_delivered_reduction == pytest.approx(r.delivered_reduction, abs=0.02)
+    assert r.event_delivered_reduction >= 0.28

@@ -459,6 +459,13 @@ class _Solution(Fleet):
     routing: dict | None
 
 
+class _Candidates(_Open):
+    generated: int
+    feasible: int
+    after_pruning: int
+    dropped: list[str]
+
+
 class SolveDocument(Document):
     """``fleetopt solve``: the chosen plan's fleet at top level (null without a plan), every solution."""
 
@@ -486,6 +493,14 @@ class SolveDocument(Document):
     solutions: list[_Solution]
     verified: bool | None = Field(description="null without --verify-top")
     provenance: dict
+    candidates: _Candidates | None = Field(None, description="the candidate pools generated, feasible and kept")
+    cost_per_hr: float | None = Field(None, description="deprecated alias of analytic.cost_per_hr (null without a plan)")
+    cost_per_year: float | None = Field(None, description="deprecated alias of analytic.cost_per_year")
+    total_replicas: int | None = Field(None, description="deprecated alias of analytic.total_replicas")
+    total_gpus: int | None = Field(None, description="deprecated alias of analytic.total_gpus")
+    power_kw: Figure = Field(None, description="deprecated alias of analytic.power_kw")
+    tok_per_watt: Figure = Field(None, description="deprecated alias of analytic.tok_per_watt")
+    ttft_p99_ms: Figure = Field(None, description="deprecated alias of analytic.ttft_p99_ms")
 
 
 class SimulateDocument(Document):
@@ -670,8 +685,24 @@ class WhatIfDocument(Document):
     scenarios: list[_Scenario]
 
 
+class _DepthEvent(_Open):
+    delivered_reduction: Figure
+    draw_kw: Figure
+    uncurtailed_draw_kw: Figure
+    source: Literal["simulated"]
+    verdict: Literal["met", "breach", "undecided"] | None
+    undecided_pools: list[str]
+
+
 class _Depth(_Open):
     depth: float
+    lever: str
+    delivered_reduction: Figure
+    draw_kw: Figure
+    uncurtailed_draw_kw: Figure
+    source: Literal["analytic"]
+    verdict: Literal["met", "breach"]
+    event: _DepthEvent
     power_kw: Figure
     ttft_p99_ms_analytic: Figure
     ttft_p99_ms_event: Figure
@@ -681,11 +712,14 @@ class _Depth(_Open):
 
 
 class GridFlexDocument(Document):
-    """``fleetopt gridflex``: the fleet at each power-curtailment depth."""
+    """``fleetopt gridflex``: the fleet at each curtailment depth, a depth read as ``convention`` (``delivered``:
+    the fleet's draw reduction; ``seed``: the reference scenarios' per-GPU peak-power cap)."""
 
     command: Literal["gridflex"]
     instance: str
     fleet: str
+    convention: Literal["delivered", "seed"]
+    undecided_pools: list[str]
     depths: list[_Depth]
     max_safe_depth_sustained: float | None
     max_safe_depth_event: float | None
