@@ -167,6 +167,9 @@ class _Commands(click.Group):
         except BrokenPipeError:
             _silence_stdout()
             raise click.exceptions.Exit(EXIT_CODES["broken_pipe"]) from None
+        except KeyboardInterrupt:  # Ctrl-C / SIGINT: the documented 130 (128 + SIGINT), not click's "Aborted!" 1
+            click.echo("interrupted", err=True)
+            raise click.exceptions.Exit(EXIT_CODES["interrupted"]) from None
 
     def main(self, *args, **kwargs):
         try:

@@ -7,7 +7,12 @@ list of them on a :class:`Backend` and yields ``(key, result)`` pairs *as they f
 * ``Backend()``: in this process, one after the other (the reference: no pickling, no other process);
 * ``Backend(workers=N)``: on N local processes (:class:`concurrent.futures.ProcessPoolExecutor`, started with
   ``spawn``: a caller that has run HiGHS has its thread pool, and a child *forked* from it inherits the pool
-  without its threads and can wait on it forever); the function and its arguments are pickled to the workers;
+  without its threads and can wait on it forever); the function and its arguments are pickled to the workers.
+  The workers die with their parent (:func:`_worker_init`): on Linux the kernel kills them when it dies
+  (``prctl(PR_SET_PDEATHSIG, SIGKILL)``), elsewhere a watchdog thread in each ends it when its parent changes,
+  so a parent killed with SIGKILL leaves no process behind (multiprocessing's resource tracker ends by itself
+  once the last process holding its pipe is gone). They ignore SIGINT: a Ctrl-C reaches the parent, which stops
+  the workers (:meth:`Session.close` with ``abort``) rather than wait for their tasks;
 * ``Backend(scheduler=ADDRESS)``: on a Dask distributed cluster (``dask.distributed.Client(ADDRESS)``; a
   ``Client`` object is taken as it is). Dask is imported only here, so it is needed only when asked for
   (``pip install 'fleetopt[scale]'``). Every worker must be able to import ``fleetopt``.
@@ -30,6 +35,10 @@ from __future__ import annotations
 import json
 import multiprocessing
 import os
+import signal
+import sys
+import threading
+import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
@@ -41,10 +50,14 @@ from typing import Any
 from fleetopt.optimizer.errors import InstanceError
 
 __all__ = ["Task", "Backend", "iter_results", "run_tasks", "map_ordered", "Session", "open_session", "ResultLog",
-           "DASK_CONNECT_TIMEOUT_S"]
+           "DASK_CONNECT_TIMEOUT_S", "PARENT_POLL_S"]
 
 DASK_CONNECT_TIMEOUT_S = 30.0
 """How long :func:`iter_results` waits for a Dask scheduler to answer before giving up (s)."""
+PARENT_POLL_S = 0.5
+"""How often a worker's watchdog thread (where ``PR_SET_PDEATHSIG`` is not available) checks its parent (s)."""
+_PR_SET_PDEATHSIG = 1
+"""``PR_SET_PDEATHSIG`` of ``<linux/prctl.h>``."""
 
 
 @dataclass(frozen=True)
@@ -155,7 +168,8 @@ class Session:
             self.slots = max(1, sum(self._client.nthreads().values()))
         elif backend.workers > 1:
             self.slots = backend.workers if size_hint is None else max(1, min(backend.workers, size_hint))
-            self._pool = ProcessPoolExecutor(max_workers=self.slots, mp_context=multiprocessing.get_context("spawn"))
+            self._pool = ProcessPoolExecutor(max_workers=self.slots, mp_context=multiprocessing.get_context("spawn"),
+                                             initializer=_worker_init, initargs=(os.getpid(),))
         else:
             self.slots = 1
 
@@ -171,8 +185,17 @@ class Session:
             for t in tasks:
                 yield t.key, t.fn(*t.args)
 
-    def close(self) -> None:
+    def close(self, abort: bool = False) -> None:
+        """Shut the backend down: wait for the running tasks, or with ``abort`` (an interrupt or an error ended
+        the run) terminate the worker processes first, so the caller need not wait for tasks nobody will read."""
         if self._pool is not None:
+            if abort:
+                # no public way before Python 3.14 (terminate_workers); the pool's process table is long stable
+                for proc in list((getattr(self._pool, "_processes", None) or {}).values()):
+                    try:
+                        proc.terminate()
+                    except (OSError, ValueError):
+                        pass
             self._pool.shutdown(wait=True, cancel_futures=True)
             self._pool = None
         if self._client is not None and self._own_client:
@@ -193,8 +216,44 @@ def open_session(backend: Backend = Backend(), size_hint: int | None = None) -> 
     session = Session(backend, size_hint)
     try:
         yield session
-    finally:
+    except BaseException:
+        session.close(abort=True)
+        raise
+    else:
         session.close()
+
+
+def _linux_pdeathsig() -> bool:
+    """Ask the kernel to SIGKILL this process when its parent dies (Linux ``prctl``); whether that took."""
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        return libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+def _watch_parent(parent_pid: int) -> None:
+    """A worker's watchdog: end the process as soon as its parent is no longer ``parent_pid`` (it died and the
+    worker was re-parented)."""
+    while os.getppid() == parent_pid:
+        time.sleep(PARENT_POLL_S)
+    os._exit(1)
+
+
+def _worker_init(parent_pid: int) -> None:
+    """Initializer of every local worker process: ignore SIGINT (the parent handles a Ctrl-C and stops the
+    workers) and die with the parent ``parent_pid`` (module docstring): ``PR_SET_PDEATHSIG`` on Linux, else a
+    watchdog thread; a parent already gone by now ends the worker at once."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if not _linux_pdeathsig():
+        threading.Thread(target=_watch_parent, args=(parent_pid,), name="fleetopt-parent-watchdog",
+                         daemon=True).start()
+    if os.getppid() != parent_pid:     # the parent died before the request above took effect
+        os._exit(1)
 
 
 def _process_results(tasks: list[Task], pool: ProcessPoolExecutor) -> Iterator[tuple[str, Any]]:
