@@ -547,9 +547,9 @@ def test_overrides_add_a_missing_section():
     ("pools.boundaries.5=3", "--set pools.boundaries.5", "no item '5'"),
     ("slo..x=1", "--set slo..x", "is not a dotted path"),
     ("slo.ttft_p99_ms=[1", "--set slo.ttft_p99_ms", "is not valid YAML"),
-    ("slo.unknown=3", "slo.unknown", "unknown key; allowed: ttft_p99_ms"),
-    ("bogus=3", "bogus", "unknown key; allowed: name"),
-    ("gpus.a100.max_count=0", "gpus[0].max_count", "must be >= 1"),
+    ("slo.unknown=3", "--set slo.unknown", "unknown key; allowed: ttft_p99_ms"),
+    ("bogus=3", "--set bogus", "unknown key; allowed: name"),
+    ("gpus.a100.max_count=0", "--set gpus.a100.max_count", "must be >= 1"),
 ])
 def test_bad_overrides_are_rejected(tmp_path: Path, override: str, field: str, phrase: str):
     data = copy.deepcopy(BASE)

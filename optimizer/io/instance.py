@@ -48,7 +48,7 @@ from fleetopt.models.workload import LengthDistribution, RequestTrace
 from fleetopt.optimizer.errors import InstanceError
 from fleetopt.optimizer.io.contract import replica_unit, served_model
 from fleetopt.optimizer.io.gpu_options import check_context_fits, resolve_gpus
-from fleetopt.optimizer.io.overrides import apply_overrides, overridden_copy
+from fleetopt.optimizer.io.overrides import apply_overrides, attributed_field, overridden_copy
 from fleetopt.optimizer.io.schema import (
     DEFAULT_MAX_UTILIZATION,
     Problems,
@@ -439,10 +439,15 @@ def _printable(text: str) -> str:
 
 class _OneLineProblems(Problems):
     """:class:`Problems` whose lines stay one line whatever keys and values a file holds (a key ``"a\\nb"`` is
-    shown escaped)."""
+    shown escaped); a problem in a value a ``--set`` flag gave names that flag (``overridden``: field -> flag,
+    :func:`fleetopt.optimizer.io.overrides.attributed_field`)."""
+
+    def __init__(self, path) -> None:
+        super().__init__(path)
+        self.overridden: dict[str, str] = {}
 
     def add(self, field: str, message: str) -> None:
-        super().add(_printable(field), _printable(message))
+        super().add(_printable(attributed_field(field, self.overridden)), _printable(message))
 
 
 def instance_from_dict(data: Mapping, path: str | Path | None = None, overrides: Sequence[str] = (), *,
@@ -476,7 +481,7 @@ def instance_from_dict(data: Mapping, path: str | Path | None = None, overrides:
     if not isinstance(data, Mapping):
         problems.add("", f"the top level must be a mapping of keys ({allowed_keys(())}); got {show_value(data)}")
         problems.raise_if_any()
-    data = overridden_copy(data, overrides, problems)
+    data = overridden_copy(data, overrides, problems, problems.overridden)
     instance = _resolve(data, path, problems)
     problems.raise_if_any()
     return replace(instance, overrides=tuple(str(text) for text in overrides))
