@@ -61,6 +61,21 @@ def _gpu_and_count(word: str, known: dict[str, str]) -> tuple[str, int | None]:
     return (m["name"], int(m["n"])) if m else (word, None)
 
 
+def _bad_count(word: str, known: dict[str, str]) -> tuple[str, str] | None:
+    """``(name, count text)`` when ``word`` is a known option's name, an ``x`` and a count that is not a whole
+    number (``a100x-1``, ``a100x1.5``, ``a100x``); None otherwise (the longest such name wins).
+
+    Examples
+    --------
+    >>> _bad_count("a100x-1", {"a100": "a100"}), _bad_count("zz", {"a100": "a100"})
+    (('a100', '-1'), None)
+    """
+    for i in range(len(word) - 1, 0, -1):
+        if word[i] in "xX" and word[:i].lower() in known:
+            return known[word[:i].lower()], word[i + 1:]
+    return None
+
+
 def _glued(gpu: str, n: int, known: dict[str, str]) -> str:
     """``gpu`` with ``n`` replicas as a spec writes it: ``h100x3``, or ``h100 x3`` (with a space) when
     ``h100x3`` is itself the name of an option (:func:`_gpu_and_count` would read it as that option)."""
@@ -110,11 +125,17 @@ def parse_fleet(text: str, instance: Instance, field: str = "--fleet") -> FleetS
         gamma = 1.0 if m["gamma"] is None else float(m["gamma"])
         seqs = None if m["seqs"] is None else int(m["seqs"])
         pools.append((_tokens(m["lo"]), _tokens(m["hi"]), gpu, n, gamma, seqs))
-    expected = 0
+    expected, top = 0, instance.pools.max_context_tokens
     for k, (lo, hi, gpu, n, gamma, seqs) in enumerate(pools):
+        if hi > top:
+            problems.append(f"pool {lo}-{hi} ends beyond pools.max_context ({top}); pools tile 0..{top}")
         if gpu.lower() not in known:
-            problems.append(f"unknown gpu '{gpu}'; the instance defines: {', '.join(known.values())}")
-        elif seqs is not None and hi > lo and not 1 <= seqs <= int(instance.gpu(known[gpu.lower()]).profile.n_slots(hi)):
+            glued = _bad_count(gpu, known)
+            problems.append(f"unknown gpu '{gpu}'; the instance defines: {', '.join(known.values())}"
+                            if glued is None else
+                            f"pool {lo}-{hi}: the replica count {glued[1]!r} after '{glued[0]}x' is not a whole "
+                            f"number >= 1; write e.g. {glued[0]}x3")
+        elif seqs is not None and lo < hi <= top and not 1 <= seqs <= int(instance.gpu(known[gpu.lower()]).profile.n_slots(hi)):
             held = int(instance.gpu(known[gpu.lower()]).profile.n_slots(hi))
             problems.append(f"pool {lo}-{hi}#{seqs}: the batch cap must lie in [1, {held}] (sequences a "
                             f"{hi}-token window holds on {known[gpu.lower()]})")
