@@ -28,7 +28,7 @@ from fleetopt.models.workload import DEFAULT_INPUT_FRACTION, LengthDistribution,
 
 from fleetopt.optimizer.io.catalog import BUILTIN_WORKLOADS, data_dir
 from fleetopt.optimizer.io.files import json_position, parse_text, read_text
-from fleetopt.optimizer.io.schema import Problems, RawWorkload, show_value
+from fleetopt.optimizer.io.schema import MAX_CONTEXT_LIMIT_TOKENS, Problems, RawWorkload, show_value
 
 __all__ = ["read_instance_file", "load_workload", "LoadedWorkload", "TRACE_COLUMNS", "SUFFIXES", "BUILTIN_PREFIX"]
 
@@ -179,6 +179,10 @@ def _parse_trace_rows(reader: csv.DictReader) -> tuple[list[tuple[float, int, in
         elif prompt is None or prompt < 0 or output is None or output < 0:
             bad.append(f"row {number} (line {number + 1}): token counts {cells[1]!r}, {cells[2]!r} "
                        "are not whole numbers >= 0")
+        elif prompt + output > MAX_CONTEXT_LIMIT_TOKENS:
+            bad.append(f"row {number} (line {number + 1}): token counts {cells[1][:30]!r}, {cells[2][:30]!r} "
+                       f"add up to more than {MAX_CONTEXT_LIMIT_TOKENS:,} tokens, the largest context fleetopt "
+                       "reads")
         else:
             rows.append((arrived, prompt, output))
     return rows, bad
