@@ -435,6 +435,12 @@ def _checked(instance: Instance, pools: list[PoolPlan], options: SimOptions, rou
     if options.arrivals == "trace" and trace is None:
         problems.append(f"--arrivals: 'trace' replays a trace's instants, but the workload of {instance.name} is a "
                         "length CDF; use poisson, mmpp or diurnal")
+    elif options.arrivals == "trace" and not math.isfinite(trace.mean_rate_req_per_s):
+        # a replay rescales the trace's own rate to workload.arrival_rate; rows at one instant have no rate
+        problems.append(f"--arrivals: 'trace' replays the trace's instants at workload.arrival_rate, but all "
+                        f"{len(trace.arrived_at_s)} of its rows arrive at one instant (it spans no time), so it has no "
+                        "rate to rescale; use --arrivals poisson (its lengths at workload.arrival_rate) or give the "
+                        "rows their own arrival instants")
     if options.router in ("length", "spillover") and any(p.compress_gamma > 1 for p in pools):
         problems.append("--router: the plan has @gamma (compress-and-route) pools; simulate them with "
                         "--router compress")
