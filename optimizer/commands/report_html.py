@@ -12,9 +12,12 @@ import json
 from pathlib import Path
 
 import click
+from pydantic import ValidationError
 
 from fleetopt.optimizer.commands.workflows import CONTEXT_SETTINGS, _guard
 from fleetopt.optimizer.errors import InstanceError
+from fleetopt.optimizer.io.contract import DOCUMENTS, validate_document
+from fleetopt.optimizer.io.schema import pydantic_field_path, pydantic_message
 from fleetopt.optimizer.io.files import read_text
 from fleetopt.optimizer.workflows.html_report import build_html, detect_kind
 from fleetopt.optimizer.workflows.plots import write_atomic
@@ -35,7 +38,37 @@ def load_result(path: str, flag: str = "RESULT") -> dict:
     except json.JSONDecodeError as err:
         raise InstanceError(f"{flag}: {path}: not JSON: line {err.lineno} column {err.colno}: {err.msg}") from None
     detect_kind(data, f"{flag}: {path}")
+    _check_contract(data, f"{flag}: {path}")
     return data
+
+
+def _present(data, loc: tuple) -> tuple:
+    """The part of a pydantic error location that lies in ``data`` (a union's branch names dropped)."""
+    out, node = [], data
+    for part in loc:
+        if isinstance(node, dict) and part in node or isinstance(node, list) and isinstance(part, int) \
+                and 0 <= part < len(node):
+            out.append(part)
+            node = node[part]
+    return tuple(out)
+
+
+def _check_contract(data: dict, where: str) -> None:
+    """Each key of the JSON contract (:mod:`fleetopt.optimizer.io.contract`) that the document holds has its
+    contract's type, so the page renders what the command wrote: one :class:`InstanceError` line naming the first
+    field that does not. A missing key is left to the page (:func:`detect_kind`'s checks name the keys it needs),
+    which renders documents of earlier contract versions too."""
+    if data.get("command") not in DOCUMENTS:
+        return  # a legacy tpw table without a command
+    try:
+        validate_document(data)
+    except ValidationError as err:
+        for error in err.errors():
+            if error["type"] == "missing" or error["loc"][:1] == ("schema_version",):
+                continue
+            loc = _present(data, error["loc"])
+            raise InstanceError(f"{where}: {pydantic_field_path(loc) or 'the top level'}: "
+                                f"{pydantic_message({**error, 'loc': loc}, lambda _loc: '')}") from None
 
 
 @click.command(context_settings=CONTEXT_SETTINGS)
