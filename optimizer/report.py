@@ -605,7 +605,7 @@ def verification_json(v, instance) -> dict:
                           for t in z.trials]} for z in v.sizings]
     return {"rule": v.rule, "rounds": v.rounds, "cuts": list(v.cuts), "plans": plans, "reason": v.reason,
             "pool_sizing": sizing, "solves": v.solves, "plan_simulations": v.plan_simulations,
-            "pool_simulations": v.pool_simulations,
+            "pool_simulations": v.pool_simulations, "pool_runs": v.pool_runs,
             "engine": v.plans[0].sim.engine.to_json() if v.plans else None, "options": v.options.to_json(),
             "outcome": v.outcome, "verdict": None if v.chosen is None else v.chosen.verdict(),
             "chosen_rank": None if v.chosen is None else v.chosen.rank,
@@ -814,7 +814,7 @@ def saving_claim(inst, fleet: FleetResult, base: FleetResult, fleet_broken=(), b
     >>> class F: cost_per_hr, power_kw, slo_met, feasible = 12.0, 3.0, True, True
     >>> class B: cost_per_hr, power_kw, slo_met, feasible = 10.0, 4.0, True, True
     >>> print(saving_claim(I, F, B))
-    saves 25.0 % of power against the homogeneous baseline; its cost is 20.0 % above the baseline's
+    saves 25.0% of power against the homogeneous baseline; its cost is 20.0% above the baseline's
     """
     if not fleet.slo_met or not fleet.feasible or fleet_broken:
         why = "; ".join((["it misses the SLO"] if not fleet.slo_met else [])
@@ -839,7 +839,7 @@ def saving_claim(inst, fleet: FleetResult, base: FleetResult, fleet_broken=(), b
     if what != "cost" and base.cost_per_hr > 0:
         cost = fleet.cost_per_hr / base.cost_per_hr - 1
         text += f"; its cost is {abs(cost):.1%} {'above' if cost > 0 else 'below'} the baseline's"
-    return text.replace("%", " %")
+    return text
 
 
 def violations_lines(r: FleetResult, violations, label: str = "fleet") -> list[str]:

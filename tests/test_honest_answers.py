@@ -74,3 +74,58 @@ def test_the_price_ceiling_solves_to_optimality(repo_root):
     res, r = run(*args)
     assert res.exit_code == 0 and r["status"] == "optimal"
     assert r["cost_per_hr"] == pytest.approx(1e6 * r["total_gpus"])
+
+
+# --- claims: no saving for a fleet that misses; each names the quantity it is about ------------------------------
+
+QUICK = "0-3072:h100x1,3072-65536:h100x3"
+"""The quickstart's cost optimum: it meets the SLO within every limit."""
+OVERLOADED = "0-3072:h100x1,3072-65536:h100x1"
+"""One replica for the long pool: its offered load is about twice its capacity."""
+
+
+def evaluate(repo_root, fleet, *extra):
+    res = CliRunner().invoke(main, ["evaluate", str(repo_root / "instances" / "quickstart.yaml"), "--fleet", fleet,
+                                    "--format", "plain", *extra])
+    _, data = run("evaluate", repo_root / "instances" / "quickstart.yaml", "--fleet", fleet, *extra)
+    assert res.exit_code == (0 if data["feasible"] else 5)  # 5: the fleet misses its SLO or breaks a limit
+    (claim,) = [x for x in res.output.splitlines() if x.startswith(f"fleet {fleet}:")]
+    return claim, res.output, data
+
+
+def test_a_fleet_that_misses_claims_no_saving(repo_root):
+    claim, _, data = evaluate(repo_root, OVERLOADED)
+    assert data["slo_met"] is False and data["feasible"] is False
+    assert data["cost_per_hr"] < data["baseline"]["cost_per_hr"]  # cheaper, but it does not do the job
+    assert "no saving is claimed" in claim and "misses the SLO" in claim and "saves" not in claim
+
+
+def test_a_fleet_that_meets_its_slo_claims_its_cost_saving(repo_root):
+    claim, _, data = evaluate(repo_root, QUICK)
+    assert data["feasible"] is True
+    share = 1 - data["cost_per_hr"] / data["baseline"]["cost_per_hr"]
+    assert f"saves {share:.1%} of cost against the homogeneous baseline" in claim
+
+
+def test_an_overloaded_pool_shows_its_load_not_inf(repo_root):
+    _, text, data = evaluate(repo_root, OVERLOADED)
+    long = data["pools"][1]
+    # an unstable queue: no finite utilisation, a flag, and the offered load over capacity (above 1)
+    assert long["utilization"] is None and long["overloaded"] is True and 1 < long["capacity_load"] < 1e6
+    assert data["pools"][0]["overloaded"] is False and 0 < data["pools"][0]["utilization"] < 1
+    row = [x for x in text.splitlines() if x.lstrip().startswith("3,072-65,536")]
+    assert any(f"{long['capacity_load']:.2f} overloaded" in x for x in row)
+    assert not any(" inf " in x.split("h100", 1)[-1].split("overloaded")[0] for x in row)
+
+
+@pytest.mark.parametrize("objective", ["power", "tok_per_watt"])
+def test_a_power_solve_claims_its_saving_on_power(repo_root, objective):
+    args = ["solve", str(repo_root / "instances" / "quickstart.yaml"), "--objective", objective]
+    text = CliRunner().invoke(main, args).output
+    _, r = run(*args)
+    share = 1 - r["power_kw"] / r["baseline"]["power_kw"]
+    (line,) = [x for x in text.splitlines() if x.startswith("homogeneous baseline (analytic)")]
+    assert f"plan 1 saves {share:.1%} of power against the homogeneous baseline" in line
+    assert "of cost" not in line  # the cost comparison is named as cost, never as a saving of the objective
+    cost = r["cost_per_hr"] / r["baseline"]["cost_per_hr"] - 1
+    assert f"its cost is {abs(cost):.1%} {'above' if cost > 0 else 'below'} the baseline's" in line
