@@ -101,7 +101,11 @@ def render_whatif(c, w: WhatIf) -> None:
 @click.option("--scheduler", metavar="ADDRESS", help="Solve on the Dask cluster at ADDRESS (tcp://HOST:8786; "
               "needs pip install 'fleetopt[scale]').")
 @click.option("--out", "log_out", metavar="FILE.jsonl", help="Stream each finished scenario to this JSONL file.")
-@click.option("--resume", is_flag=True, help="Continue --out FILE.jsonl: skip the scenarios it holds.")
+@click.option("--resume", is_flag=True, help="Continue --out FILE.jsonl: skip the scenarios it holds that were "
+              "solved from the same inputs. A log of other --set/--verify/--time-limit flags is refused (exit 2); "
+              "when an input's content changed since (the instance, workload, catalogue, profile or model config "
+              "file, or the fleetopt version), its stale records are dropped and solved again, said in one line "
+              "on stderr naming the file.")
 @click.option("--quiet", is_flag=True, help=QUIET_HELP)
 @click.option("--json", "json_out", metavar="FILE", help="Also write the result as JSON ('-' = stdout).")
 @click.option("--csv", "csv_out", metavar="FILE", help="Also write the scenarios as CSV ('-' = stdout).")
@@ -124,7 +128,7 @@ def whatif(instance, sweeps, overrides, verify, sim_requests, sim_replications, 
     with reporter(quiet) as shown:
         result = run_whatif(instance, overrides, sweeps, backend=Backend(workers=workers, scheduler=scheduler),
                             sim_options=options, time_limit_s=time_limit, out=log_out, resume=resume,
-                            on_step=shown.step)
+                            on_step=shown.step, on_warning=lambda line: click.echo(f"warning: {line}", err=True))
     if "-" not in (json_out, csv_out):
         render_whatif(_console(fmt), result)
     if json_out:

@@ -312,16 +312,21 @@ class ResultLog:
     def __init__(self, path: Path, handle) -> None:
         self.path = path
         self._handle = handle
+        self.stale_header: dict | None = None
+        """The header of the log this one replaced because it differed in ``stale_keys`` (:meth:`open`)."""
 
     @classmethod
-    def open(cls, path: str | Path, header: Mapping, *, resume: bool = False,
-             flag: str = "--out") -> tuple["ResultLog", dict[str, dict]]:
+    def open(cls, path: str | Path, header: Mapping, *, resume: bool = False, flag: str = "--out",
+             stale_keys: Sequence[str] = ()) -> tuple["ResultLog", dict[str, dict]]:
         """Open ``path`` for a run described by ``header`` (a JSON-able mapping) and return the log with the
         records already finished (``{key: record}``; empty unless resuming).
 
         Without ``resume`` the file must not exist or be empty; with it, a missing file starts a new log, and
         an existing one must start with the same header. A last line without its newline or not valid JSON
-        (a write cut short) is cut off the file before appending.
+        (a write cut short) is cut off the file before appending. ``stale_keys`` name header keys that record
+        what the inputs held rather than which run it is (their content hashes): an existing log whose header
+        differs *only* in them holds stale records, so it is started anew (its records dropped, the new header
+        written) and its header is kept as :attr:`stale_header` for the caller to report.
 
         Raises
         ------
@@ -337,17 +342,18 @@ class ResultLog:
         exists = path.exists() and path.stat().st_size > 0
         if exists and not resume:
             raise InstanceError(f"{flag}: {path} exists; give --resume to continue it, or remove it")
+        stale = None
         if exists:
-            finished, keep_bytes = _read_log(path, header)
-            with open(path, "r+b") as f:
-                f.truncate(keep_bytes)
-            handle = open(path, "a", encoding="utf-8")
-        else:
-            handle = open(path, "w", encoding="utf-8")
-            log = cls(path, handle)
-            log._write({"header": header})
-            return log, finished
-        return cls(path, handle), finished
+            finished, keep_bytes, old = _read_log(path, header, tuple(stale_keys))
+            if old == header:
+                with open(path, "r+b") as f:
+                    f.truncate(keep_bytes)
+                return cls(path, open(path, "a", encoding="utf-8")), finished
+            stale, finished = old, {}
+        log = cls(path, open(path, "w", encoding="utf-8"))
+        log.stale_header = stale
+        log._write({"header": header})
+        return log, finished
 
     def append(self, key: str, record: Mapping) -> None:
         """Write ``{"key": key, **record}`` as one line, flush and fsync it."""
@@ -368,11 +374,12 @@ class ResultLog:
         self.close()
 
 
-def _read_log(path: Path, header: dict) -> tuple[dict[str, dict], int]:
-    """The finished records of an existing log and the byte length of its whole lines (a torn tail excluded)."""
+def _read_log(path: Path, header: dict, stale_keys: tuple[str, ...] = ()) -> tuple[dict[str, dict], int, dict]:
+    """The finished records of an existing log, the byte length of its whole lines (a torn tail excluded) and
+    its header, which differs from ``header`` at most in ``stale_keys`` (else it is another run's: refused)."""
     data = path.read_bytes()
     finished: dict[str, dict] = {}
-    offset, number, keep = 0, 0, 0
+    offset, number, keep, old = 0, 0, 0, header
     while offset < len(data):
         end = data.find(b"\n", offset)
         last = end < 0 or end == len(data) - 1
@@ -387,10 +394,12 @@ def _read_log(path: Path, header: dict) -> tuple[dict[str, dict], int]:
                 break
             raise InstanceError(f"--resume: {path}: line {number} is not a JSON record of a fleetopt log")
         if number == 1:
-            if "header" not in obj:
+            if not isinstance(obj.get("header"), dict):
                 raise InstanceError(f"--resume: {path}: line 1 is not a fleetopt log header")
-            if obj["header"] != header:
-                diff = sorted(k for k in set(obj["header"]) | set(header) if obj["header"].get(k) != header.get(k))
+            old = obj["header"]
+            diff = sorted(k for k in set(old) | set(header) if old.get(k) != header.get(k))
+            if any(k not in stale_keys for k in diff):
+                diff = [k for k in diff if k not in stale_keys]
                 raise InstanceError(f"--resume: {path}: was written by another run (it differs in "
                                     f"{', '.join(diff)}); give the same instance and flags, or another --out file")
         else:
@@ -399,4 +408,4 @@ def _read_log(path: Path, header: dict) -> tuple[dict[str, dict], int]:
             finished[obj["key"]] = obj
         keep = end + 1
         offset = end + 1
-    return finished, keep
+    return finished, keep, old

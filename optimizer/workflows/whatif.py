@@ -38,13 +38,35 @@ P99 is the fleet's and couples the pools, and split routing's pools share segmen
 is not determined (said so). Fleet-wide limits *at their bound* (``gpus.NAME.max_count``,
 ``gpus.NAME.max_pools``, ``pools.max_pools``, ``constraints.max_total_gpus``, ``max_cost_per_hr``,
 ``max_power_kw``, within :data:`LIMIT_TOLERANCE`) are listed too: active, which a limit must be to bind.
+
+The log and ``--resume``
+------------------------
+With ``--out FILE.jsonl`` every record is streamed to a log (:class:`~fleetopt.optimizer.workflows.executor
+.ResultLog`) as it finishes; ``--resume`` reads the finished records back and solves only the rest. A record
+is reused only when it was solved from the same inputs, by content:
+
+* the log's header (:func:`log_header`) holds the run's flags (``--set``, the simulation options, the time
+  limit: a log of other flags is refused, exit 2) and the SHA-256 of every input file it names
+  (:func:`input_files`: the instance file, each scenario's workload file, builtin ones included, the ``--catalog``
+  files and those of the instance's ``catalog:`` key, each GPU option's ``profile_file`` / ``model_config``)
+  with the fleetopt version. When one of those differs on resume, every record of the log is stale: the log
+  is started anew, one line on stderr names the changed file, and every scenario is solved again;
+* each record also holds the SHA-256 of the resolved instance it was solved from (:func:`instance_digest`:
+  the workload's lengths, each GPU option's profile as the catalogue built it, every field after the
+  overrides), so a record whose scenario now resolves otherwise (a ``config.json`` a catalogue names, a file a
+  ``--set`` points to) is solved again too, and said so.
+
+The swept values are in each record's key, so a resumed run may add values to a sweep and reuses the records
+of the values it had.
 """
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 import json
 import math
+import pickle
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -67,7 +89,8 @@ from fleetopt.optimizer.workflows.executor import Backend, ResultLog, Task, iter
 
 __all__ = ["SCHEMA_VERSION", "MAX_SCENARIOS", "LIMIT_TOLERANCE", "RECORD_KEYS", "Sweep", "Scenario", "WhatIf",
            "parse_sweep", "split_values", "build_scenarios", "solve_scenario", "binding", "deltas", "run_whatif",
-           "log_header", "bench_whatif_sweep", "BASE_KEY"]
+           "log_header", "input_files", "instance_digest", "bench_whatif_sweep", "BASE_KEY",
+           "STALE_KEYS"]
 
 from fleetopt.optimizer.io.contract import SCHEMA_VERSION  # noqa: E402 (one contract version)
 """Version of the JSON contract of :meth:`WhatIf.to_json` and of the JSONL records."""
@@ -207,7 +230,14 @@ def _attributed(err: InstanceError, path, label: str) -> list[str]:
 
 def load_scenarios(path: str | Path, sets: Sequence[str], sweeps: Sequence[Sweep]) \
         -> tuple[Instance, list[Scenario], dict[str, Instance]]:
-    """The base instance, the scenarios, and each scenario's validated instance by key.
+    """The base instance, the scenarios, and each scenario's validated instance by key (:func:`_load`)."""
+    return _load(path, sets, sweeps)[1:]
+
+
+def _load(path: str | Path, sets: Sequence[str], sweeps: Sequence[Sweep]) \
+        -> tuple[dict, Instance, list[Scenario], dict[str, Instance]]:
+    """The instance file's parsed content, the base instance, the scenarios, and each scenario's validated
+    instance by key.
 
     Every ``--set`` and every swept value is checked on its own first (after the ``--set`` before it), so a
     problem is one line naming its flag and path: ``<file>: --set PATH: ...`` or ``<file>: --sweep PATH=VALUE:
@@ -256,7 +286,7 @@ def load_scenarios(path: str | Path, sets: Sequence[str], sweeps: Sequence[Sweep
             lines += _attributed(err, path, "--sweep " + ", ".join(sc.overrides))
     if lines:
         raise InstanceError(lines)
-    return base, scenarios, instances
+    return data, base, scenarios, instances
 
 
 # --------------------------------------------------------------------------------------------
@@ -470,46 +500,144 @@ def _normalized(record: Any) -> dict:
     return json.loads(json.dumps(to_jsonable(record), allow_nan=False))
 
 
-def log_header(instance_file: str | Path, sets: Sequence[str], sim_options: SimOptions | None,
-               time_limit_s: float | None) -> dict:
-    """What a JSONL log's records depend on besides their own key: the instance file's bytes (SHA-256), the
-    ``--set`` overrides, the simulation options and the time limit."""
-    import hashlib
+def _sha256_file(path: Path) -> str | None:
+    """The SHA-256 of the file's bytes, or None when it cannot be read (then the loader has said why)."""
+    digest = hashlib.sha256()
+    try:
+        with open(path, "rb") as f:
+            for chunk in iter(lambda: f.read(1 << 20), b""):
+                digest.update(chunk)
+    except (OSError, ValueError):
+        return None
+    return digest.hexdigest()
 
-    digest = hashlib.sha256(Path(instance_file).read_bytes()).hexdigest()
-    return {"schema_version": SCHEMA_VERSION, "command": "whatif", "instance_sha256": digest, "sets": list(sets),
-            "sim_options": None if sim_options is None else sim_options.to_json(), "time_limit_s": time_limit_s}
+
+def _workload_file(source: str) -> Path | None:
+    """The file a resolved workload's ``source`` was read from (:class:`~fleetopt.optimizer.io.instance
+    .WorkloadSpec`: ``builtin:NAME``, the resolved path, ``inline`` or ``synthetic: ...``)."""
+    from fleetopt.optimizer.io.catalog import BUILTIN_WORKLOADS, data_dir
+    from fleetopt.optimizer.io.workloads import BUILTIN_PREFIX
+
+    if source == "inline" or source.startswith("synthetic:"):
+        return None
+    if source.startswith(BUILTIN_PREFIX):
+        name = source[len(BUILTIN_PREFIX):]
+        return data_dir() / BUILTIN_WORKLOADS[name] if name in BUILTIN_WORKLOADS else None
+    return Path(source)
+
+
+def input_files(path: str | Path, data: Mapping, instances: Sequence[Instance]) -> list[Path]:
+    """The files the ``instances`` of the instance file ``path`` (its parsed content ``data``) are built from,
+    each once, absolute: the instance file, each instance's workload file (a builtin one's shipped file), the
+    ``--catalog`` files in effect, the files of the instance's ``catalog:`` key and each ``gpus`` entry's
+    ``profile_file`` / ``model_config`` (relative ones against the instance file's folder, as the loader reads
+    them). What this list misses (a ``config.json`` a catalogue names, a file only a ``--set`` names) is caught by
+    :func:`instance_digest`."""
+    from fleetopt.optimizer.io.catalog import active_catalog_files
+
+    folder = Path(path).absolute().parent
+    out: list[Path] = [Path(path)]
+    out += [f for f in (_workload_file(inst.workload.source) for inst in instances) if f is not None]
+    out += [Path(f).expanduser() for f in active_catalog_files()]
+    section = data.get("catalog")
+    named = [section] if isinstance(section, str) else section if isinstance(section, list) else []
+    named += [g.get(key) for g in data.get("gpus") or [] if isinstance(g, Mapping)
+              for key in ("profile_file", "model_config")]
+    out += [folder / Path(f).expanduser() for f in named if isinstance(f, str) and f.strip()]
+    unique: dict[str, Path] = {}
+    for f in out:
+        unique.setdefault(str(f.absolute()), f.absolute())
+    return list(unique.values())
+
+
+def instance_digest(instance: Instance) -> str:
+    """The SHA-256 of a resolved instance (its pickle: the workload's lengths, every GPU option's profile, every
+    field after the overrides): what a scenario's record was solved from."""
+    return hashlib.sha256(pickle.dumps(instance, protocol=4)).hexdigest()
+
+
+def _fleetopt_version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("fleetopt")
+    except PackageNotFoundError:
+        return "unknown"
+
+
+STALE_KEYS = ("inputs", "fleetopt_version")
+"""The keys of :func:`log_header` that say what the inputs held, not which run it is: a log that differs only
+in them is stale, and is started anew on ``--resume`` (module docstring)."""
+
+
+def log_header(instance_file: str | Path, sets: Sequence[str], sim_options: SimOptions | None,
+               time_limit_s: float | None, inputs: Sequence[Path] | None = None) -> dict:
+    """What a JSONL log's records depend on besides their own key: the ``--set`` overrides, the simulation
+    options and the time limit (the run), and the SHA-256 of each of the ``inputs`` files (default: the
+    instance file alone) by absolute path, with the fleetopt version (:data:`STALE_KEYS`)."""
+    files = [Path(instance_file)] if inputs is None else list(inputs)
+    return {"schema_version": SCHEMA_VERSION, "command": "whatif", "sets": list(sets),
+            "sim_options": None if sim_options is None else sim_options.to_json(), "time_limit_s": time_limit_s,
+            "inputs": {str(f.absolute()): _sha256_file(f) for f in files},
+            "fleetopt_version": _fleetopt_version()}
+
+
+def _changed_inputs(old: Mapping, new: Mapping) -> str:
+    """The inputs that differ between two headers, in words (for the one stderr line)."""
+    before, now = old.get("inputs") or {}, new.get("inputs") or {}
+    changed = [f for f in now if f in before and before[f] != now[f]]
+    added = [f for f in now if f not in before]
+    gone = [f for f in before if f not in now]
+    parts = [f"{f} changed" for f in changed] + [f"{f} is new" for f in added] + \
+            [f"{f} is no longer read" for f in gone]
+    if old.get("fleetopt_version") != new.get("fleetopt_version"):
+        parts.append(f"fleetopt {old.get('fleetopt_version')} -> {new.get('fleetopt_version')}")
+    return "; ".join(parts) or "its inputs changed"
 
 
 def run_whatif(path: str | Path, sets: Sequence[str], sweep_texts: Sequence[str], *, backend: Backend = Backend(),
                sim_options: SimOptions | None = None, time_limit_s: float | None = None,
                out: str | Path | None = None, resume: bool = False,
-               on_step: Callable[[str], None] | None = None) -> WhatIf:
+               on_step: Callable[[str], None] | None = None,
+               on_warning: Callable[[str], None] | None = None) -> WhatIf:
     """Load and check the grid (:func:`load_scenarios`), solve the base and every scenario on ``backend``
     (:mod:`fleetopt.optimizer.workflows.executor`), streaming each record to the JSONL log ``out`` as it finishes;
-    with ``resume`` the records already in ``out`` are read back, not solved again. ``on_step(message)``, if
-    given, hears of each finished scenario (``scenario 3/100 done: ...``).
+    with ``resume`` the records already in ``out`` that were solved from the same inputs are read back, not solved
+    again, and the others are solved again (module docstring, "The log and --resume"). ``on_step(message)``, if
+    given, hears of each finished scenario (``scenario 3/100 done: ...``); ``on_warning(line)`` of records
+    dropped on resume because their inputs changed (one line naming the changed file).
 
     Raises
     ------
     InstanceError
         Bad ``--sweep`` / ``--set`` (one line each, naming the flag and path), no sweep, a bad ``--out`` or
-        ``--resume`` (:meth:`ResultLog.open`), an unreachable ``--scheduler``.
+        ``--resume`` (:meth:`ResultLog.open`: a log of other flags), an unreachable ``--scheduler``.
     """
     if not sweep_texts:
         raise InstanceError("--sweep: give at least one --sweep PATH=v1,v2,...")
     if resume and out is None:
         raise InstanceError("--resume: continues the log of --out FILE.jsonl; give --out")
     sweeps = [parse_sweep(t) for t in sweep_texts]
-    base, scenarios, instances = load_scenarios(path, sets, sweeps)
+    data, base, scenarios, instances = _load(path, sets, sweeps)
     todo = [(BASE_KEY, base)] + [(sc.key, instances[sc.key]) for sc in scenarios]
     settings = {sc.key: sc.settings_map for sc in scenarios}
     settings[BASE_KEY] = {}
     records: dict[str, dict] = {}
     log = None
     if out is not None:
-        log, finished = ResultLog.open(out, log_header(path, sets, sim_options, time_limit_s), resume=resume)
-        records.update({k: _normalized(v["result"]) for k, v in finished.items() if k in settings})
+        header = log_header(path, sets, sim_options, time_limit_s, input_files(path, data, [i for _, i in todo]))
+        log, finished = ResultLog.open(out, header, resume=resume, stale_keys=STALE_KEYS)
+        if log.stale_header is not None and on_warning is not None:
+            on_warning(f"--resume: {out}: {_changed_inputs(log.stale_header, header)} since the log was written; "
+                       "its records are dropped and every scenario is solved again")
+        digests = {key: instance_digest(inst) for key, inst in todo}
+        fresh = {k: v for k, v in finished.items() if k in settings and v.get("instance_sha256") == digests[k]}
+        stale = sorted(k for k in finished if k in settings and k not in fresh)
+        if stale and on_warning is not None:
+            on_warning(f"--resume: {out}: {len(stale)} records were solved from other inputs than their scenarios "
+                       f"now resolve to (e.g. {stale[0]}; a file the instance or catalogue refers to changed); "
+                       "solving them again")
+        records.update({k: _normalized(v["result"]) for k, v in fresh.items()})
     resumed = len(records)
     try:
         tasks = [Task(key, solve_scenario, (inst, sim_options, time_limit_s)) for key, inst in todo
@@ -519,7 +647,7 @@ def run_whatif(path: str | Path, sets: Sequence[str], sweep_texts: Sequence[str]
             if on_step is not None:
                 on_step(f"scenario {done}/{len(tasks)} solved: {key} ({rec.get('status', '?')})")
             if log is not None:
-                log.append(key, {"overrides": settings[key], "result": rec})
+                log.append(key, {"overrides": settings[key], "instance_sha256": digests[key], "result": rec})
             records[key] = rec
     finally:
         if log is not None:
