@@ -1,12 +1,13 @@
-"""Fuzzing the input edge (hypothesis): instance files, ``--fleet`` specs, solve JSON plan files, profile files
-and Hugging Face ``config.json`` files, each mutated at random (wrong types, missing and unknown keys,
+"""Fuzzing the input edge (hypothesis): instance files, ``--fleet`` specs, ``--set`` overrides, solve JSON plan
+files and result files for ``report``, profile files, Hugging Face ``config.json`` files, CDF JSON files, trace
+CSV files and user catalogues, each mutated at random (wrong types, missing and unknown keys,
 out-of-range numbers, random strings, nested junk).
 
 Whatever the input, the loader returns a result or raises :class:`InstanceError` whose every line names the
 file (and the CLI exits 0 or 2, one ``error:`` line each); never another exception, a traceback or exit 1.
 
 The default set runs a fixed, derandomised budget per target (a few seconds in all); the ``slow`` tests run
-1,600 examples per target (a third for plan files), 10,133 in all (``FLEETOPT_FUZZ_EXAMPLES`` for more).
+1,600 examples per target (a third for plan and result files; ``FLEETOPT_FUZZ_EXAMPLES`` for more).
 """
 
 from __future__ import annotations
@@ -27,8 +28,8 @@ from fleetopt.optimizer.errors import InstanceError
 
 DEFAULT_EXAMPLES = 25
 SLOW_EXAMPLES = int(__import__("os").environ.get("FLEETOPT_FUZZ_EXAMPLES", 1_600))
-"""Per target in the slow set: 6 targets x 1,600 + plan files 533 (a third) = 10,133 inputs in all (the issue's
-10,000); set FLEETOPT_FUZZ_EXAMPLES for a longer run."""
+"""Per target in the slow set (a third of it for plan and result files); set FLEETOPT_FUZZ_EXAMPLES for a longer
+run."""
 REPO = Path(__file__).resolve().parents[1]
 
 BASE_INSTANCE = {
@@ -184,7 +185,7 @@ def _fleet_check(inst):
 FLEET_TEXT = st.one_of(
     st.text(alphabet="0123456789-:,x@#.a1h ", max_size=40),
     st.text(max_size=30),
-    st.lists(st.tuples(st.integers(-5, 2**40), st.integers(-5, 2**40), st.sampled_from(["a100", "h100x8", "zz", ""]),
+    st.lists(st.tuples(st.integers(-5, 2**70), st.integers(-5, 2**70), st.sampled_from(["a100", "h100x8", "zz", ""]),
                        st.sampled_from(["", "x0", "x3", "x-1", "x99999999999", "@1.5", "@0", "@nan", "#0", "#24",
                                         "#1e9", "x2@2#4"])),
              min_size=1, max_size=4).map(lambda ps: ",".join(f"{a}-{b}:{g}{s}" for a, b, g, s in ps)),
@@ -250,11 +251,99 @@ def _profile_doc():
     return yaml.safe_load((REPO / "data" / "profiles" / "h100_llama31_8b.yaml").read_text())
 
 
+SET_PATHS = ["workload.arrival_rate", "slo.ttft_p99_ms", "gpus.a100.max_count", "gpus[0].profile", "gpus[1]",
+             "gpus[9].tp", "gpus.zz.x", "pools.compress.gammas[0]", "pools.max_context", "pools[0]", "a..b", "gpus[",
+             "constraints", "objective", "name", "workload"]
+SET_TEXT = st.one_of(
+    st.tuples(st.sampled_from(SET_PATHS) | st.text(max_size=12),
+              st.sampled_from(["-1", "0", "1e+7", "1e7", "2024-02-30", "2024-02-03", "nan", ".inf", "[1", "{a: 1}",
+                               "99999999999999999999999", "", "~", "!!python/name:os.system", "&a [*a]"])
+              | st.text(max_size=12)).map(lambda pv: f"{pv[0]}={pv[1]}"),
+    st.text(max_size=20))
+
+
+def _set_check(workdir):
+    from fleetopt.optimizer.io.instance import instance_from_dict
+
+    path = workdir / "set.yaml"
+
+    def check(overrides):
+        try:
+            instance_from_dict(BASE_INSTANCE, path, overrides)
+        except InstanceError as err:
+            _named(err, str(path))
+    return check
+
+
+def _cdf_check(workdir):
+    def check(doc):
+        (workdir / "cdf.json").write_text(json.dumps(doc, allow_nan=True))
+        inst = {**BASE_INSTANCE, "workload": {"cdf": "cdf.json", "arrival_rate": 5}}
+        _load_as(workdir / "with_cdf.yaml", _dump(inst))
+    return check
+
+
+TRACE_ROWS = st.lists(st.tuples(st.sampled_from(["0", "0.5", "1", "1", "-1", "nan", "inf", "1e309", "x", ""])
+                                | st.floats(0, 1e6).map(repr),
+                                *[st.sampled_from(["0", "1", "100", "-5", "1.5", "2.0", "99999999999999999999999",
+                                                   "1e30", "", "x"]) | st.integers(0, 2**40).map(str)] * 2),
+                      max_size=6)
+
+
+def _trace_check(workdir):
+    def check(args):
+        header, rows, rate = args
+        (workdir / "trace.csv").write_text("\n".join([header] + [",".join(r) for r in rows]) + "\n")
+        workload = {"trace": "trace.csv", **({} if rate is None else {"arrival_rate": rate})}
+        inst = {**BASE_INSTANCE, "workload": workload, "pools": {"max_pools": 2, "max_context": 8192}}
+        _load_as(workdir / "with_trace.yaml", _dump(inst))
+    return check
+
+
+TRACE_TEXT = st.tuples(st.sampled_from(["arrived_at,num_prefill_tokens,num_decode_tokens",
+                                        "arrived_at,num_prefill_tokens", "a,b,c", ""]),
+                       TRACE_ROWS, st.none() | st.sampled_from([5, 0, -1]))
+
+
+def _catalog_check(workdir):
+    from fleetopt.optimizer.io.instance import load_instance
+
+    def check(doc):
+        (workdir / "catalog.yaml").write_text(_dump(doc))
+        inst = yaml.safe_load((REPO / "instances" / "user_catalog.yaml").read_text())
+        inst["catalog"] = "catalog.yaml"
+        inst["workload"]["cdf"] = "builtin:lmsys"
+        path = workdir / "with_catalog.yaml"
+        path.write_text(_dump(inst))
+        try:
+            load_instance(path)
+        except InstanceError as err:  # a line names the instance or the catalogue file it points to
+            for line in err.problems:
+                _named(InstanceError(line), str(path) if line.startswith(str(path)) else str(workdir / "catalog.yaml"))
+    return check
+
+
+def _report_check(workdir):
+    from fleetopt.optimizer.cli import main
+
+    def check(doc):
+        path = workdir / "result.json"
+        path.write_text(json.dumps(doc, allow_nan=True))
+        res = CliRunner().invoke(main, ["report", str(path), "-o", str(workdir / "result.html")])
+        assert res.exit_code in (0, 2), res.output
+        assert "Traceback" not in res.output and "internal error" not in res.output, res.output
+        if res.exit_code == 2:
+            lines = [line for line in res.stderr.splitlines() if line.strip()]
+            assert len(lines) == 1 and lines[0].startswith(f"error: RESULT: {path}"), lines
+    return check
+
+
 # --------------------------------------------------------------------------------------------
 # The default budget and the slow one
 # --------------------------------------------------------------------------------------------
 
-TARGETS = ["instance", "instance_json", "yaml_text", "fleet", "plan", "profile", "config"]
+TARGETS = ["instance", "instance_json", "yaml_text", "fleet", "plan", "profile", "config", "set", "cdf", "trace",
+           "catalog", "report"]
 
 
 def _run(target: str, n: int, request) -> None:
@@ -275,18 +364,32 @@ def _run(target: str, n: int, request) -> None:
         _fuzz(_profile_check(workdir), mutated(_profile_doc()), n)
     elif target == "config":
         _fuzz(_config_check(workdir), mutated(CONFIG_8B), n)
+    elif target == "set":
+        _fuzz(_set_check(workdir), st.lists(SET_TEXT, min_size=1, max_size=3), n)
+    elif target == "cdf":
+        cdf = json.loads((REPO / "data" / "workloads" / "lmsys_cdf.json").read_text())
+        _fuzz(_cdf_check(workdir), mutated({"points": cdf}).map(lambda d: d.get("points", d)) | JUNK, n)
+    elif target == "trace":
+        _fuzz(_trace_check(workdir), TRACE_TEXT, n)
+    elif target == "catalog":
+        doc = yaml.safe_load((REPO / "instances" / "catalogs" / "catalog_example.yaml").read_text())
+        _fuzz(_catalog_check(workdir), mutated(doc), n)
+    elif target == "report":
+        _fuzz(_report_check(workdir), mutated(request.getfixturevalue("solve_json")), n)
 
 
 @pytest.mark.parametrize("target", TARGETS)
 def test_fuzz(target, request):
-    # a plan file that survives its mutation is re-evaluated analytically on load (~0.2 s): fewer of them
-    _run(target, DEFAULT_EXAMPLES // 3 if target == "plan" else DEFAULT_EXAMPLES, request)
+    # a plan file that survives its mutation is re-evaluated analytically on load (~0.2 s), and a result that
+    # passes the report's checks is rendered with its figures (~0.4 s): fewer of them
+    _run(target, {"plan": DEFAULT_EXAMPLES // 3, "report": DEFAULT_EXAMPLES // 5}.get(target, DEFAULT_EXAMPLES),
+         request)
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("target", TARGETS)
 def test_fuzz_long(target, request):
-    _run(target, SLOW_EXAMPLES // 3 if target == "plan" else SLOW_EXAMPLES, request)
+    _run(target, SLOW_EXAMPLES // 3 if target in ("plan", "report") else SLOW_EXAMPLES, request)
 
 
 def test_cli_on_junk_exits_2_with_one_line_per_problem(workdir):
