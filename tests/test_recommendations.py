@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 
 import click
@@ -61,11 +62,70 @@ def _check_frontier_recommendation(path, tmp_path, extra=()):
 
 
 def test_frontier_recommends_the_cheapest_point_meeting_the_slo_not_the_knee(repo_root, tmp_path):
-    doc = _check_frontier_recommendation(repo_root / "instances" / "quickstart.yaml", tmp_path, ["--points", "4"])
-    assert len(doc["points"]) == 4
+    doc = _check_frontier_recommendation(repo_root / "instances" / "quickstart.yaml", tmp_path, ["--points", "3"])
+    assert len(doc["points"]) == 3
 
 
 @pytest.mark.slow
 def test_lmsys_mixed_recommends_its_cheapest_point_meeting_500_ms(repo_root, tmp_path):
     doc = _check_frontier_recommendation(repo_root / "instances" / "lmsys_mixed.yaml", tmp_path)
     assert doc["points"][doc["recommended_index"]]["cost_per_year"] < doc["points"][doc["knee_index"]]["cost_per_year"]
+
+
+# --------------------------------------------------------------------------------------------
+# pareto --split-table: every row checked against the instance's limits
+# --------------------------------------------------------------------------------------------
+
+SPLIT = ["--boundaries", "1536,2048,4096"]
+"""Three rows of lmsys_a100 (default TTFT model): 1,536 and 2,048 meet the SLO at the same least cost ($19.89/hr,
+9 A100s), 1,536 drawing more power; 4,096 misses the SLO, cheaper still."""
+
+
+@functools.lru_cache(maxsize=None)
+def _evaluated_power_kw(path: str, fleet: str) -> float:
+    """The row's fleet as ``fleetopt evaluate`` prices it on the instance file (the evaluate path, not the
+    table; the cap does not change a fleet's power)."""
+    from fleetopt.optimizer import api
+
+    return api.evaluate_report(api.load(path), fleet).fleets[0][1].power_kw
+
+
+@pytest.mark.parametrize("cap_kw", [2.8, 2.0])
+def test_split_table_recommends_only_rows_within_a_power_cap(repo_root, tmp_path, cap_kw):
+    path, out = repo_root / "instances" / "lmsys_a100.yaml", tmp_path / "t.json"
+    res = _cli(pareto_cmd, [path, "--split-table", *SPLIT, "--set", f"constraints.max_power_kw={cap_kw}",
+                            "--json", out])
+    assert res.exit_code == 0, res.output
+    doc = json.loads(out.read_text())
+    rows = doc["rows"]
+    powers = [_evaluated_power_kw(str(path), r["fleet"]) for r in rows]
+    for r, kw in zip(rows, powers):
+        breaks = [v for v in r["violations"] if v.startswith("constraints.max_power_kw:")]
+        assert bool(breaks) == (kw > cap_kw) and r["limits_ok"] == (not r["violations"]), (r, kw)
+    ok = [k for k, r in enumerate(rows) if r["slo_met"] and powers[k] <= cap_kw]
+    want = min(ok, key=lambda k: (rows[k]["cost_per_hr"], rows[k]["total_gpus"], rows[k]["boundary_tokens"]),
+               default=None)
+    assert doc["recommended"] == want
+    if want is None:       # 2 kW: every row meeting the SLO draws more; nothing is recommended
+        assert all(not r["limits_ok"] for r in rows if r["slo_met"])
+        assert "nothing to recommend" in res.stdout
+    else:                  # 2.8 kW: the least-cost row at the smaller boundary breaks the cap, so not it
+        assert powers[want] <= cap_kw and rows[want]["boundary_tokens"] == 2048
+        assert not rows[0]["limits_ok"] and rows[0]["cost_per_hr"] == rows[want]["cost_per_hr"]
+    assert not rows[-1]["slo_met"] and doc["recommended"] != len(rows) - 1
+
+
+def test_split_table_flags_an_inventory_cap_and_keeps_slo_met_about_the_slo(repo_root):
+    from fleetopt.optimizer import api
+    from fleetopt.optimizer.workflows.split_table import split_table
+
+    inst = api.load(repo_root / "instances" / "lmsys_a100.yaml", ["gpus.a100.max_count=8"])
+    t = split_table(inst, None, (1536, 2048, 4096))
+    for r in t.rows:
+        over = r.replicas_short + r.replicas_long > 8          # one GPU per A100 unit
+        assert any(v.startswith("gpus.a100.max_count:") for v in r.violations) == over
+        assert r.slo_met == all(ms <= 500 for ms in (r.ttft_p99_ms_short, r.ttft_p99_ms_long))
+    within = [k for k, r in enumerate(t.rows) if r.replicas_short + r.replicas_long <= 8
+              and max(r.ttft_p99_ms_short, r.ttft_p99_ms_long) <= 500]
+    assert t.recommended == (min(within, key=lambda k: t.rows[k].cost_per_hr) if within else None) is None
+

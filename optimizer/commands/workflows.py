@@ -58,29 +58,35 @@ def render_split_table(c: Console, t: SplitTable) -> None:
                         f"utilisation cap {t.max_utilization:g}]", title_justify="left")
     for name, justify in (("B tokens", "right"), ("short %", "right"), ("n_short", "right"), ("n_long", "right"),
                           ("GPUs", "right"), ("$/yr", "right"), ("saving", "right"), ("P99 short ms", "right"),
-                          ("P99 long ms", "right"), ("SLO", "left"), ("Pareto", "left"), ("", "left")):
+                          ("P99 long ms", "right"), ("SLO", "left"), ("limits", "left"), ("Pareto", "left"),
+                          ("", "left")):
         table.add_column(name, justify=justify, no_wrap=True)
     for k, r in enumerate(t.rows):
         table.add_row(f"{r.boundary_tokens:,}", f"{100 * r.share_short:.1f}", str(r.replicas_short),
                       str(r.replicas_long), str(r.total_gpus), f"${r.cost_per_year / 1e3:,.0f}K",
                       f"{r.saving_pct:+.1f}%", _ms(r.ttft_p99_ms_short), _ms(r.ttft_p99_ms_long),
-                      "met" if r.slo_met else "MISSED", "*" if r.pareto else "",
+                      "met" if r.slo_met else "MISSED", "ok" if r.limits_ok else f"BREAKS {len(r.violations)}",
+                      "*" if r.pareto else "",
                       "<- recommended" if k == t.recommended else "")
     c.print(table)
     c.print(f"homogeneous baseline (analytic): {b.fleet}, {b.total_gpus} GPUs, ${b.cost_per_year / 1e3:,.0f}K/yr, "
-            f"P99 {_ms(b.ttft_p99_ms)} ms, SLO {'met' if b.slo_met else 'MISSED'}", markup=False)
+            f"P99 {_ms(b.ttft_p99_ms)} ms, SLO {'met' if b.slo_met else 'MISSED'}"
+            + (f", breaks {'; '.join(b.violations)}" if b.violations else ""), markup=False)
     c.print("every number analytic: each pool sized to its least count meeting the SLO and the utilisation cap "
             "(as 'fleetopt evaluate' sizes a pool without xN); Pareto: meets the SLO, not dominated in "
             "($/yr, worst P99)", markup=False)
     if t.recommended is None:
-        c.print("no row meets the SLO: nothing to recommend", markup=False)
+        c.print("no row meets the SLO within the instance's limits: nothing to recommend", markup=False)
     else:
         r = t.rows[t.recommended]
-        c.print(f"recommended: B = {r.boundary_tokens:,} (least cost among rows meeting the SLO; ties: fewer GPUs, "
-                f"then smaller B): fleetopt evaluate INSTANCE --fleet '{r.fleet}'", markup=False)
+        c.print(f"recommended: B = {r.boundary_tokens:,} (least cost among rows meeting the SLO within the "
+                f"instance's limits; ties: fewer GPUs, then smaller B): fleetopt evaluate INSTANCE --fleet "
+                f"'{r.fleet}'", markup=False)
     for r in t.rows:
         if not r.slo_met and r.miss_reason:
             c.print(f"B = {r.boundary_tokens:,} misses: {r.miss_reason}", markup=False)
+        for v in r.violations:
+            c.print(f"B = {r.boundary_tokens:,} breaks {v}", markup=False)
 
 
 @click.command(context_settings=CONTEXT_SETTINGS)

@@ -618,6 +618,8 @@ class _SplitRow(_Open):
     slo_met: bool
     pareto: bool
     fleet: str
+    limits_ok: bool = Field(description="the row's fleet breaks no limit of the instance")
+    violations: list[str] = Field(description="every instance limit the row's fleet breaks (as evaluate's)")
 
 
 class ParetoDocument(Document):

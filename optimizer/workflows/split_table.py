@@ -15,12 +15,17 @@ Columns of a row:
 * ``saving_pct``: :math:`100\,(C_0 - C_B)/C_0`, with :math:`C_0` the cost of the homogeneous baseline, one pool
   ``(0, B_{max}]`` of the same GPU option sized the same way;
 * ``ttft_p99_ms_short``, ``ttft_p99_ms_long``: each pool's analytic P99 TTFT at its count;
-* ``slo_met``: both pools meet the SLO (and the utilisation cap; a pool no count can make meet the SLO is sized
-  by the cap alone and misses);
-* ``pareto``: the row meets the SLO and no other such row dominates it in (cost, worst P99) (:func:`dominates`).
+* ``slo_met``: the row's fleet meets the SLO (P99 TTFT, and TPOT if given, in the SLO's scope; a pool no count
+  can make meet it is sized by the utilisation cap alone and misses); the utilisation cap is a limit, reported in
+  ``violations``;
+* ``pareto``: the row meets the SLO and no other such row dominates it in (cost, worst P99) (:func:`dominates`);
+* ``violations``: every limit of the instance the row's fleet breaks, as ``fleetopt evaluate`` reports them
+  (:func:`fleetopt.optimizer.plan.evaluate.limit_violations`: ``gpus[].max_count``/``min_count`` and pool counts,
+  ``pools.max_pools``, ``constraints.max_total_gpus``/``max_power_kw``/``max_cost_per_hr``/``max_utilization``);
+  ``limits_ok``: the list is empty. ``slo_met`` says nothing about these.
 
-The recommended row (:func:`recommended_index`) is the cost optimum among the rows that meet the SLO; ties go to
-fewer GPUs, then to the smaller boundary. Every number is analytic.
+The recommended row (:func:`recommended_index`) is the cost optimum among the rows that meet the SLO *and* break
+no limit; ties go to fewer GPUs, then to the smaller boundary. None when no row does. Every number is analytic.
 """
 
 from __future__ import annotations
@@ -34,7 +39,7 @@ from fleetopt.models.units import MS_PER_S
 
 from fleetopt.optimizer.errors import InstanceError
 from fleetopt.optimizer.io.instance import GpuOption, Instance
-from fleetopt.optimizer.plan.evaluate import evaluate_plans
+from fleetopt.optimizer.plan.evaluate import evaluate_plans, limit_violations
 
 __all__ = ["SCHEMA_VERSION", "CSV_COLUMNS", "SplitRow", "SplitBaseline", "SplitTable", "split_table",
            "parse_boundaries", "choose_gpu", "dominates", "pareto_marks", "recommended_index"]
@@ -42,7 +47,8 @@ __all__ = ["SCHEMA_VERSION", "CSV_COLUMNS", "SplitRow", "SplitBaseline", "SplitT
 from fleetopt.optimizer.io.contract import SCHEMA_VERSION  # noqa: E402 (one contract version)
 """Version of the JSON contract of :meth:`SplitTable.to_json` (raised when a key changes meaning or goes)."""
 CSV_COLUMNS = ("boundary_tokens", "share_short", "replicas_short", "replicas_long", "total_gpus", "cost_per_year",
-               "saving_pct", "ttft_p99_ms_short", "ttft_p99_ms_long", "slo_met", "pareto", "recommended", "fleet")
+               "saving_pct", "ttft_p99_ms_short", "ttft_p99_ms_long", "slo_met", "pareto", "recommended", "fleet",
+               "limits_ok", "violations")
 """Columns of :meth:`SplitTable.to_csv`, in order."""
 _COST_DIGITS = 6
 """Costs ($/hr) are compared rounded to this many decimals: sums of the same prices in another order tie."""
@@ -69,6 +75,13 @@ class SplitRow:
     """The row's fleet as a ``--fleet`` spec (``fleetopt evaluate`` / ``simulate`` take it back)."""
     miss_reason: str = ""
     """Why a pool misses (empty when the row meets the SLO)."""
+    violations: tuple[str, ...] = ()
+    """Every limit of the instance the row's fleet breaks (module docstring); empty: within every limit."""
+
+    @property
+    def limits_ok(self) -> bool:
+        """The row breaks no limit of the instance."""
+        return not self.violations
 
     @property
     def worst_ttft_p99_ms(self) -> float:
@@ -81,7 +94,8 @@ class SplitRow:
                 "total_gpus": self.total_gpus, "cost_per_hr": self.cost_per_hr, "cost_per_year": self.cost_per_year,
                 "saving_pct": self.saving_pct, "ttft_p99_ms_short": self.ttft_p99_ms_short,
                 "ttft_p99_ms_long": self.ttft_p99_ms_long, "slo_met": self.slo_met, "pareto": self.pareto,
-                "fleet": self.fleet, "miss_reason": self.miss_reason}
+                "fleet": self.fleet, "miss_reason": self.miss_reason, "limits_ok": self.limits_ok,
+                "violations": list(self.violations)}
 
 
 @dataclass(frozen=True)
@@ -95,11 +109,13 @@ class SplitBaseline:
     ttft_p99_ms: float
     slo_met: bool
     fleet: str
+    violations: tuple[str, ...] = ()
+    """Every limit of the instance the baseline breaks."""
 
     def to_json(self) -> dict:
         return {"replicas": self.replicas, "total_gpus": self.total_gpus, "cost_per_hr": self.cost_per_hr,
                 "cost_per_year": self.cost_per_year, "ttft_p99_ms": self.ttft_p99_ms, "slo_met": self.slo_met,
-                "fleet": self.fleet}
+                "fleet": self.fleet, "violations": list(self.violations)}
 
 
 @dataclass(frozen=True)
@@ -116,7 +132,7 @@ class SplitTable:
     baseline: SplitBaseline
     rows: tuple[SplitRow, ...]
     recommended: int | None
-    """Index into :attr:`rows` of the recommended row; None when no row meets the SLO."""
+    """Index into :attr:`rows` of the recommended row; None when no row meets the SLO within the limits."""
     overrides: tuple[str, ...] = ()
 
     def to_json(self) -> dict:
@@ -140,6 +156,8 @@ class SplitTable:
 def _csv_cell(value) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
+    if isinstance(value, list):
+        value = "; ".join(value)
     if isinstance(value, float):
         return "" if not math.isfinite(value) else repr(value)
     text = str(value)
@@ -227,9 +245,9 @@ def pareto_marks(rows) -> tuple[bool, ...]:
 
 
 def recommended_index(rows) -> int | None:
-    """The cost optimum among rows meeting the SLO: least cost, then fewer GPUs, then the smaller boundary;
-    None when no row meets the SLO."""
-    met = [k for k, r in enumerate(rows) if r.slo_met]
+    """The cost optimum among rows meeting the SLO and breaking no limit of the instance (``violations``): least
+    cost, then fewer GPUs, then the smaller boundary; None when no row qualifies."""
+    met = [k for k, r in enumerate(rows) if r.slo_met and not r.violations]
     if not met:
         return None
     return min(met, key=lambda k: (_cost_key(rows[k].cost_per_hr), rows[k].total_gpus, rows[k].boundary_tokens))
@@ -255,7 +273,8 @@ def split_table(instance: Instance, gpu: str | None = None, boundaries=None) -> 
     ----------
     instance : Instance
         Its workload, arrival rate, SLO (``ttft_model``, ``scope``), utilisation cap and ``pools.max_context``
-        are used; its ``max_pools`` and objective are not (the table is two pools by construction).
+        size the rows; its limits (inventories, pool counts, GPU, power and budget caps) are checked on each row
+        (``violations``) and bound the recommendation; its objective is not used.
     gpu : str, optional
         The GPU option's name; None: the instance's only option.
     boundaries : sequence of int, optional
@@ -277,7 +296,7 @@ def split_table(instance: Instance, gpu: str | None = None, boundaries=None) -> 
         raise InstanceError("--boundaries: no boundary inside (0, pools.max_context) to split at")
     homo = evaluate_plans(instance, [_plan(g, 0, top)])
     base = SplitBaseline(homo.total_replicas, homo.total_gpus, homo.cost_per_hr, homo.cost_per_year,
-                         homo.pools[0].ttft_p99_ms, homo.feasible, _spec(homo))
+                         homo.pools[0].ttft_p99_ms, homo.slo_met, _spec(homo), limit_violations(instance, homo))
     rows = []
     for b in inner:
         r = evaluate_plans(instance, [_plan(g, 0, b), _plan(g, b, top)])
@@ -287,8 +306,8 @@ def split_table(instance: Instance, gpu: str | None = None, boundaries=None) -> 
             boundary_tokens=int(b), share_short=short.routing_share, replicas_short=short.replicas,
             replicas_long=long_.replicas, total_gpus=r.total_gpus, cost_per_hr=r.cost_per_hr,
             cost_per_year=r.cost_per_year, saving_pct=saving, ttft_p99_ms_short=short.ttft_p99_ms,
-            ttft_p99_ms_long=long_.ttft_p99_ms, slo_met=r.feasible, pareto=False, fleet=_spec(r),
-            miss_reason=_miss(r)))
+            ttft_p99_ms_long=long_.ttft_p99_ms, slo_met=r.slo_met, pareto=False, fleet=_spec(r),
+            miss_reason=_miss(r), violations=limit_violations(instance, r)))
     marks = pareto_marks(rows)
     rows = [replace(r, pareto=m) for r, m in zip(rows, marks)]
     return SplitTable(
