@@ -129,3 +129,32 @@ def test_split_table_flags_an_inventory_cap_and_keeps_slo_met_about_the_slo(repo
               and max(r.ttft_p99_ms_short, r.ttft_p99_ms_long) <= 500]
     assert t.recommended == (min(within, key=lambda k: t.rows[k].cost_per_hr) if within else None) is None
 
+
+# --------------------------------------------------------------------------------------------
+# headroom --fleet: a fleet over a cap is flagged and exits 6
+# --------------------------------------------------------------------------------------------
+
+HEADROOM = ["--fleet", "0-65536:a100x13", "--set", "slo.ttft_model=mean-prefill"]
+"""Thirteen A100 units in one pool on lmsys_a100 (inventory 64, no other cap), 100 req/s: 13 x $2.21/hr."""
+CAPS = {"gpus.a100.max_count": 12, "constraints.max_total_gpus": 12, "constraints.max_cost_per_hr": 28.0,
+        "constraints.max_power_kw": 1.0}
+"""Caps the fleet breaks: 13 GPUs > 12, $28.73/hr > $28, and far more than 1 kW."""
+
+
+def test_headroom_flags_a_fleet_over_every_cap_and_exits_6(repo_root, tmp_path):
+    out = tmp_path / "h.json"
+    sets = [a for k, v in CAPS.items() for a in ("--set", f"{k}={v}")]
+    res = _cli(headroom_cmd, [repo_root / "instances" / "lmsys_a100.yaml", *HEADROOM, *sets, "--json", out])
+    assert res.exit_code == EXIT_CODES["limits_broken"] == 6, res.output
+    doc = json.loads(out.read_text())
+    assert sorted(v.split(":", 1)[0] for v in doc["violations"]) == sorted(CAPS) and not doc["limits_ok"]
+    assert f"warning: at 100 req/s the fleet breaks {len(CAPS)} limit(s)" in res.stdout
+    assert all(f"breaks {field}:" in res.stdout for field in CAPS)
+
+
+def test_headroom_of_a_fleet_within_the_caps_exits_0_without_warning(repo_root, tmp_path):
+    out = tmp_path / "h.json"
+    res = _cli(headroom_cmd, [repo_root / "instances" / "lmsys_a100.yaml", *HEADROOM, "--json", out])
+    doc = json.loads(out.read_text())
+    assert res.exit_code == 0 and doc["violations"] == [] and doc["limits_ok"], res.output
+    assert "warning" not in res.stdout

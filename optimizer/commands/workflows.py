@@ -19,7 +19,7 @@ from fleetopt.optimizer.commands import CONTEXT_SETTINGS, format_option as _form
 from fleetopt.optimizer.commands import output as _console
 from fleetopt.optimizer.commands.progress import QUIET_HELP, reporter
 from fleetopt.optimizer.io.output import write_text as _write_text
-from fleetopt.optimizer.errors import InstanceError
+from fleetopt.optimizer.errors import EXIT_CODES, InstanceError
 from fleetopt.optimizer.io.instance import load_instance
 from fleetopt.optimizer.io.output import write_json
 from fleetopt.optimizer.simulation.options import SimOptions, SimOptionsError
@@ -176,6 +176,11 @@ def render_headroom(c: Console, h: Headroom) -> None:
             f"@max+ one {h.tolerance_req_per_s:g} req/s step above it; {h.evaluations} analytic evaluations", markup=False)
     if h.fleet_p99_limit is not None:
         c.print(f"fleet-wide P99 TTFT (slo.scope fleet) holds up to {_rate(h.fleet_p99_limit)} req/s", markup=False)
+    if h.violations:
+        c.print(f"warning: at {h.arrival_rate:g} req/s the fleet breaks {len(h.violations)} limit(s) of the instance "
+                "(exit 6); its headroom is that of a fleet the instance does not allow", markup=False)
+        for v in h.violations:
+            c.print(f"  breaks {v}", markup=False)
     if h.sim is not None:
         s, o = h.sim, h.sim.options
         binding = "-" if s.binding_pool is None else s.pools[s.binding_pool].label
@@ -225,7 +230,7 @@ def render_steps(c: Console, s: StepSchedule) -> None:
 def headroom(instance, fleet, verify, rate_range, sim_requests, sim_replications, seed, sim_tolerance, overrides,
              json_out, plot_out, quiet, fmt):
     """The largest arrival rate a fleet carries within its SLO (--fleet), or where the optimal fleet steps
-    up over a range of rates (--range LO:HI)."""
+    up over a range of rates (--range LO:HI). Exit 6 when the --fleet breaks a limit of the instance."""
     if rate_range is None and fleet is None:
         raise InstanceError("--fleet: give the fleet to test (or --range LO:HI for the steps of the optimal fleet)")
     bounds = None if rate_range is None else parse_range(rate_range)
@@ -256,3 +261,5 @@ def headroom(instance, fleet, verify, rate_range, sim_requests, sim_replications
         write_json(result.to_json(), json_out, (inst.path,))
     if plot_out:
         plots.plot_headroom(result, plot_out)
+    if isinstance(result, Headroom) and result.violations:
+        raise click.exceptions.Exit(EXIT_CODES["limits_broken"])  # as evaluate: the fleet breaks an instance limit

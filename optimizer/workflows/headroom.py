@@ -25,6 +25,12 @@ bisects on the grid index (:func:`fleetopt.models.numerics.bisect_boundary` over
 fleet-scope SLO (``slo.scope: fleet``) the pools' conditions are stability and the cap, and the fleet-wide P99 is
 one more limit, searched the same way on the whole fleet.
 
+The fleet is also checked against the instance's limits at the instance's own rate, as ``fleetopt evaluate``
+checks a given fleet (:func:`fleetopt.optimizer.plan.evaluate.limit_violations`: GPU inventories
+``max_count``/``min_count`` and pool counts, ``constraints.max_total_gpus``/``max_power_kw``/
+``max_cost_per_hr``/``max_utilization``). A fleet that breaks one is flagged (``violations``; the command exits
+6, ``limits_broken``): its headroom is that of a fleet the instance does not allow.
+
 Simulated limit (``--verify``, :func:`simulated_limit`)
 --------------------------------------------------------
 Each pool is simulated *alone* at its share of the fleet rate, as the per-pool simulated sizing does
@@ -67,7 +73,7 @@ from fleetopt.models.units import MS_PER_S
 
 from fleetopt.optimizer.errors import InstanceError
 from fleetopt.optimizer.io.instance import Instance
-from fleetopt.optimizer.plan.evaluate import evaluate_plans, parse_fleet
+from fleetopt.optimizer.plan.evaluate import evaluate_plans, limit_violations, parse_fleet
 from fleetopt.optimizer.plan.solve import SolveOptions, solve_instance
 from fleetopt.optimizer.simulation.options import SimOptions
 
@@ -218,6 +224,11 @@ class Headroom:
     """Analytic evaluations of the fleet the search made."""
     sim: SimLimit | None = None
     overrides: tuple[str, ...] = ()
+    violations: tuple[str, ...] = ()
+    """Every limit of the instance the fleet breaks at the instance's rate
+    (:func:`fleetopt.optimizer.plan.evaluate.limit_violations`); empty: within every limit."""
+    slo_met: bool = True
+    """The fleet meets its SLO at the instance's rate (its limit is at or above that rate)."""
 
     @property
     def binding_label(self) -> str | None:
@@ -233,7 +244,8 @@ class Headroom:
                "binding_pool": self.binding_label, "binding_pool_index": self.binding_pool,
                "limited_by": self.limited_by, "fleet_p99_limit": self.fleet_p99_limit,
                "tolerance_req_per_s": self.tolerance_req_per_s, "evaluations": self.evaluations,
-               "pools": [p.to_json() for p in self.pools], "overrides": list(self.overrides)}
+               "pools": [p.to_json() for p in self.pools], "overrides": list(self.overrides),
+               "slo_met": self.slo_met, "limits_ok": not self.violations, "violations": list(self.violations)}
         if self.sim is not None:
             out["max_arrival_rate_sim"] = self.sim.max_arrival_rate_sim
             out["sim"] = self.sim.to_json()
@@ -417,7 +429,8 @@ def headroom(instance: Instance, fleet: str, *, tolerance_req_per_s: float = RAT
     spec = ",".join(q.label for q in limits)
     return Headroom(instance.name, spec, start, slo_ms, instance.slo.ttft_model, scope,
                     instance.constraints.max_utilization, tuple(limits), best, binding, why, fleet_limit,
-                    tolerance_req_per_s, len(cache), None, tuple(instance.overrides))
+                    tolerance_req_per_s, len(cache), None, tuple(instance.overrides), limit_violations(instance, now),
+                    bool(now.slo_met))
 
 
 # --------------------------------------------------------------------------------------------
