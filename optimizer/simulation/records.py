@@ -22,9 +22,9 @@ from fleetopt.solvers.des.metrics import Estimate, batch_means_ci, percentile, q
 from fleetopt.optimizer.io.instance import Instance
 from fleetopt.optimizer.simulation.options import SimOptions
 
-__all__ = ["CONFIDENCE", "N_BATCHES", "MIN_POOL_REQUESTS", "P99_SOURCES", "ANALYTIC_POOL_KEYS", "Latency",
-           "SimPoolReport", "SimReport", "RequestLatencies", "Replication", "p99_estimate", "build_report",
-           "with_dedicated_latency", "rejudged"]
+__all__ = ["CONFIDENCE", "N_BATCHES", "MIN_POOL_REQUESTS", "OUTCOMES", "P99_SOURCES", "ANALYTIC_POOL_KEYS",
+           "Latency", "SimPoolReport", "SimReport", "RequestLatencies", "Replication", "p99_estimate", "build_report",
+           "with_dedicated_latency", "rejudged", "interval_outcome"]
 
 CONFIDENCE = 0.95
 """Confidence level of every interval in a report."""
@@ -35,6 +35,8 @@ MIN_POOL_REQUESTS = 500
 its :math:`n/100` slowest ones (5 at this floor); below it a pool's verdict is flagged ``too_few_requests`` and
 never shown as met (:attr:`SimPoolReport.too_few_requests`; the verification re-simulates with more requests,
 :mod:`fleetopt.optimizer.simulation.verify`)."""
+OUTCOMES = ("pass", "fail", "undecided")
+"""What an interval says about a limit (:func:`interval_outcome`)."""
 P99_SOURCES = ("main run", "dedicated run")
 """Where a pool row's latency statistics and verdict come from (:attr:`SimPoolReport.p99_source`): the run of the
 whole stream, or the pool's dedicated run of the requests routed to it (a thin pool,
@@ -246,7 +248,7 @@ class SimReport(_Measured):
         slo, out = self.slo_ttft_p99_ms, []
         for p in self.pools:
             lo, hi = p.ttft_p99_ci_ms
-            if p.too_few_requests or not (lo <= slo < hi):
+            if p.too_few_requests or not (lo <= slo and interval_outcome(lo, hi, slo) == "undecided"):
                 continue
             q, point = p.analytic, p.ttft_p99_ms_sim
             if not (math.isfinite(point) and point > 0):
@@ -451,6 +453,22 @@ def _meets(value_s: float, limit_s: float | None, measured: bool = True) -> bool
     r"""Whether a P99 in seconds meets ``limit_s``, :math:`x \le T (1 + 10^{-12})`; without a limit, or with
     nothing ``measured``, it cannot miss (a NaN ``value_s`` of something measured misses)."""
     return bool(limit_s is None or not measured or value_s <= limit_s * (1 + 1e-12))
+
+
+def interval_outcome(low: float, high: float, limit: float) -> str:
+    r"""What the interval :math:`[a, b]` of a P99 says about a limit :math:`s` (one of :data:`OUTCOMES`):
+    ``"pass"`` when :math:`b \le s` (the whole interval is within it, the tolerance of :func:`_meets`),
+    ``"fail"`` when :math:`a > s` (a miss the interval supports), else ``"undecided"`` (it straddles the limit;
+    a NaN or infinite end leaves it so). Any unit, the same for all three.
+
+    >>> [interval_outcome(a, b, 500.0) for a, b in ((400.0, 480.0), (510.0, 600.0), (300.0, 547.0))]
+    ['pass', 'fail', 'undecided']
+    """
+    if high <= limit * (1 + 1e-12):
+        return "pass"
+    if low > limit:
+        return "fail"
+    return "undecided"
 
 
 def _within(e: Estimate, limit_s: float | None, upper: bool) -> bool:
