@@ -242,10 +242,11 @@ def test_solve_verify_top_on_a_split_instance(repo_root, tmp_path):
 
 
 def a10g_data() -> dict:
-    """One range, three GPU types at 20 req/s: the cheapest split plan fills an A10G exactly to the SLO, which
-    misses in simulation."""
+    """One range, three GPU types at 20 req/s: the cheapest split plans put requests on A10Gs, whose simulated
+    P99 TTFT (over 400 ms, the lower end of its interval included) misses the 300 ms SLO. (At 500 ms the A10G
+    sits at the SLO: its interval straddles it however long the run, which is undecided, never a cut.)"""
     return {"workload": {"cdf": "builtin:azure", "arrival_rate": 20},
-            "slo": {"ttft_p99_ms": 500, "ttft_model": "mean-prefill"},
+            "slo": {"ttft_p99_ms": 300, "ttft_model": "mean-prefill"},
             "gpus": [{"name": "a10g", "profile": "A10G"}, {"name": "a100", "profile": "A100-80GB"},
                      {"name": "h100", "profile": "H100-80GB"}],
             "pools": {"max_pools": 2, "max_context": 8192, "boundaries": [], "routing": "split"},

@@ -36,6 +36,23 @@ failed) is infeasible alone: with that many replicas JSQ gives nearly every requ
 what remains is its prefill under continuous batching, which no count shortens. The sizing says so with
 the pool's P99 wait and TTFT at :math:`N_{cap}` as the reason.
 
+Undecided verdicts
+------------------
+Under the ``ci-upper`` rule one run has three outcomes (:func:`pool_outcome`): *pass* (the P99 TTFT interval
+is within the SLO), *fail* (its lower end is above the SLO: a miss the interval supports) and *undecided* (it
+straddles the SLO). An undecided count is run again with :data:`ESCALATION_STEP` times the requests, up to the
+pool's share of :func:`escalation_cap` (:data:`ESCALATION_FACTOR` times the verification's requests, at most
+:data:`ESCALATION_MAX_REQUESTS`), until it is decided; the search moves on only then. A count still undecided at
+the cap is *settled* by its point estimate (:func:`settled_outcome`): within the SLO it is accepted (outcome
+``"undecided"``, ``passed``), above it the longest run's point misses and the count fails. So the search's
+answer is the least count that passes or is undecided at the cap with its point within the SLO: the least
+count not shown failing. Only a failing count moves the search up; the cut never rests on a short run whose
+interval merely reaches above the SLO (on ``lmsys_a100`` split at 2,048 tokens, runs of about 4,000 requests
+of the long window cut it to 34 units on point estimates near 340 ms whose intervals reached above 500 ms, while
+8 units measure 424 ms [420, 430] over 2 million requests). Each escalation is another look at that count, so
+several looks raise the chance that noise passes it (sequential testing): by default the cap allows three
+(x1, x4, x16).
+
 Assumptions and limits: requests are independent of the other pools (length routing, a pool-scope SLO; not
 compress-and-route, whose pools exchange a band of requests, nor split routing, whose shares are free) and
 the verdict is monotone in the count.
@@ -54,10 +71,11 @@ from fleetopt.models.workload import LengthDistribution, RequestTrace
 
 from fleetopt.optimizer.io.instance import Instance
 from fleetopt.optimizer.simulation.options import MIN_REQUESTS_PER_REPLICATION, SimOptions
-from fleetopt.optimizer.simulation.records import MIN_POOL_REQUESTS
+from fleetopt.optimizer.simulation.records import MIN_POOL_REQUESTS, interval_outcome
 
-__all__ = ["CAP_FACTOR", "CAP_REPLICAS", "MAX_DOUBLINGS", "PoolCandidate", "PoolVerdict", "PoolSizing",
-           "PoolSizer", "pool_instance", "window_lengths", "pool_misses", "least_passing"]
+__all__ = ["CAP_FACTOR", "CAP_REPLICAS", "MAX_DOUBLINGS", "ESCALATION_STEP", "ESCALATION_FACTOR",
+           "ESCALATION_MAX_REQUESTS", "PoolCandidate", "PoolVerdict", "PoolSizing", "PoolSizer", "pool_instance",
+           "window_lengths", "pool_misses", "pool_outcome", "settled_outcome", "escalation_cap", "least_passing"]
 
 CAP_FACTOR = 8
 """A candidate missing at this many times its analytic minimum (or its failing count) is infeasible alone."""
@@ -65,6 +83,13 @@ CAP_REPLICAS = 256
 """... unless that is above this count, which is then the cap (but always above the failing count)."""
 MAX_DOUBLINGS = 4
 """Times a pool's request count doubles until it holds :data:`MIN_POOL_REQUESTS` measured requests."""
+ESCALATION_STEP = 4
+"""An undecided verdict (rule ``ci-upper``) is run again with this many times the requests (module docstring,
+"Undecided verdicts")."""
+ESCALATION_FACTOR = 16
+"""... up to this many times the verification's requests (:func:`escalation_cap`) ..."""
+ESCALATION_MAX_REQUESTS = 2_000_000
+"""... and no more than this many requests of a whole plan (unless the verification's own are more)."""
 
 
 @dataclass(frozen=True)
@@ -96,7 +121,12 @@ class PoolCandidate:
 @dataclass(frozen=True)
 class PoolVerdict:
     """One simulated verdict of a candidate at ``replicas``: ``source`` ``"alone"`` (:class:`PoolSizer`'s run) or
-    ``"plan"`` (a plan's simulation missed in this pool)."""
+    ``"plan"`` (a plan's simulation missed in this pool).
+
+    ``outcome`` is what the last run said (:data:`~fleetopt.optimizer.simulation.records.OUTCOMES`, after any
+    escalation: ``"undecided"`` only when the interval still straddles the SLO at the cap, or the pool measured
+    too few requests); ``passed`` is whether the search accepts the count: ``"pass"``, or ``"undecided"`` at the
+    cap with the point estimate within the SLO (:func:`settled_outcome`), and enough measured requests."""
 
     replicas: int
     passed: bool
@@ -106,6 +136,14 @@ class PoolVerdict:
     requests: int
     """Measured requests of the pool."""
     source: str = "alone"
+    outcome: str = ""
+    """``"pass"``, ``"fail"`` or ``"undecided"``; empty: read from ``passed`` (``"pass"`` or ``"fail"``)."""
+    requests_simulated: int = 0
+    """Requests of the last run (the pool's stream alone; 0 for a plan's miss)."""
+
+    def __post_init__(self) -> None:
+        if not self.outcome:
+            object.__setattr__(self, "outcome", "pass" if self.passed else "fail")
 
 
 @dataclass(frozen=True)
@@ -145,21 +183,48 @@ def least_passing(passes_at, hi: int, floor: int) -> int:
     return hi
 
 
-def pool_misses(pool, rule: str, slo_ms: float, tpot_ms: float | None = None) -> bool:
-    """A simulated pool (:class:`~fleetopt.optimizer.simulation.records.SimPoolReport`) misses under ``rule``.
+def pool_outcome(pool, rule: str, slo_ms: float, tpot_ms: float | None = None) -> str:
+    """What one run says of a simulated pool (:class:`~fleetopt.optimizer.simulation.records.SimPoolReport`)
+    under ``rule``: ``"pass"``, ``"fail"`` or ``"undecided"``.
 
-    ``ci-upper``: the upper end of its P99 TTFT interval exceeds ``slo_ms`` (judged by the point estimate when
-    too few requests leave the bound infinite); ``point``: the P99 point estimate does; ``attainment``: fewer
-    than 99 % of its requests meet the SLO. With ``tpot_ms`` its P99 TPOT must also be within it. A pool without
-    a measured request cannot miss.
+    ``ci-upper``: its P99 TTFT interval against ``slo_ms``
+    (:func:`~fleetopt.optimizer.simulation.records.interval_outcome`: pass when the upper end is within it, fail
+    when the lower end exceeds it, else undecided; judged pass or fail by the point estimate when too few requests
+    leave the upper end infinite); ``point``: the P99 point estimate; ``attainment``: at least 99 % of its requests
+    meet the SLO. Only ``ci-upper`` can leave a run undecided. With ``tpot_ms`` a P99 TPOT point estimate above it
+    fails. A pool without a measured request cannot miss.
     """
     if rule == "ci-upper" and math.isfinite(pool.ttft_p99_ci_ms[1]):
-        miss = pool.ttft_p99_ci_ms[1] > slo_ms
+        out = interval_outcome(*pool.ttft_p99_ci_ms, slo_ms)
     elif rule in ("ci-upper", "point"):
-        miss = bool(pool.ttft_p99_ms_sim > slo_ms)  # False for NaN (no measured request)
+        out = "fail" if pool.ttft_p99_ms_sim > slo_ms else "pass"  # pass for NaN (no measured request)
     else:
-        miss = bool(pool.slo_attainment < P99)
-    return bool(miss or (tpot_ms is not None and pool.tpot_p99_ms_sim > tpot_ms))
+        out = "fail" if pool.slo_attainment < P99 else "pass"
+    return "fail" if tpot_ms is not None and pool.tpot_p99_ms_sim > tpot_ms else out
+
+
+def settled_outcome(outcome: str, point_ms: float, slo_ms: float) -> str:
+    """The outcome of the last run an undecided verdict gets (module docstring, "Undecided verdicts"): still
+    ``"undecided"`` when the P99 point estimate ``point_ms`` is within ``slo_ms`` (accepted, reported as
+    undecided, never cut), ``"fail"`` when it is not (the point of the longest run misses: cut); a decided
+    ``outcome`` stays."""
+    return "fail" if outcome == "undecided" and point_ms > slo_ms else outcome
+
+
+def pool_misses(pool, rule: str, slo_ms: float, tpot_ms: float | None = None) -> bool:
+    """A simulated pool does not pass under ``rule`` in this run (:func:`pool_outcome` is ``"fail"`` or
+    ``"undecided"``): for ``ci-upper``, the upper end of its P99 TTFT interval exceeds ``slo_ms``."""
+    return pool_outcome(pool, rule, slo_ms, tpot_ms) != "pass"
+
+
+def escalation_cap(requests: int) -> int:
+    """Most requests of a whole plan an undecided verdict is run with: :data:`ESCALATION_FACTOR` times the
+    verification's ``requests``, at most :data:`ESCALATION_MAX_REQUESTS` (never fewer than ``requests``).
+
+    >>> escalation_cap(100_000), escalation_cap(20_000), escalation_cap(4_000_000)
+    (1600000, 320000, 4000000)
+    """
+    return max(int(requests), min(ESCALATION_FACTOR * int(requests), ESCALATION_MAX_REQUESTS))
 
 
 def window_lengths(lengths: LengthDistribution | RequestTrace, lo: float, hi: float
@@ -242,7 +307,9 @@ class PoolSizer:
     verdicts : dict
         ``(PoolCandidate, replicas) -> PoolVerdict``, every verdict so far (alone or from a plan).
     simulations : int
-        Simulations run (each (candidate, count) at most once).
+        Verdicts simulated (each (candidate, count) at most once).
+    runs : int
+        Runs of the simulator behind them (a verdict's doublings and escalations each count).
     """
 
     def __init__(self, instance: Instance, options: SimOptions, rule: str, progress=None, *, on_step=None) -> None:
@@ -253,6 +320,7 @@ class PoolSizer:
         self.on_step = on_step
         self.verdicts: dict[tuple[PoolCandidate, int], PoolVerdict] = {}
         self.simulations = 0
+        self.runs = 0
         self.sized: dict[PoolCandidate, tuple[int | None, int | None]] = {}
         """``candidate -> (least count, analytic minimum)`` of every feasible sizing (for :meth:`guess`)."""
         self._windows: dict[tuple[int, int], tuple[Instance, float]] = {}
@@ -270,7 +338,7 @@ class PoolSizer:
         :class:`~fleetopt.optimizer.simulation.records.SimPoolReport`)."""
         self.verdicts[(candidate, int(replicas))] = PoolVerdict(
             int(replicas), False, float(pool.ttft_p99_ms_sim), tuple(pool.ttft_p99_ci_ms),
-            float(pool.wait.p99_ms), int(pool.requests), "plan")
+            float(pool.wait.p99_ms), int(pool.requests), "plan", "fail")
 
     def size(self, candidate: PoolCandidate, failing_replicas: int, analytic_replicas: int | None = None,
              guess: int | None = None) -> PoolSizing:
@@ -347,19 +415,38 @@ class PoolSizer:
         o = self.options
         least = MIN_REQUESTS_PER_REPLICATION * (1 if o.arrivals == "trace" else o.replications)
         requests = max(math.ceil(o.requests * share), least)
-        for _ in range(MAX_DOUBLINGS + 1):
-            run = replace(o, requests=requests, max_requests=max(o.max_requests, requests))
-            if self.on_step is not None:
-                self.on_step(f"sizing {candidate.label()} alone at x{replicas}, {requests:,} requests")
-            sim = simulate_plan(inst, plan, run, progress=self.progress)
-            self.simulations += 1
-            pool = sim.pools[0]
-            trace = inst.workload.lengths if o.arrivals == "trace" else None
-            if pool.requests >= MIN_POOL_REQUESTS or (trace is not None and requests >= len(trace.arrived_at_s)):
+        cap = max(requests, math.ceil(escalation_cap(o.requests) * share))
+        trace = inst.workload.lengths if o.arrivals == "trace" else None
+        self.simulations += 1
+
+        def run(requests: int, why: str = ""):
+            if self.on_step is not None:   # one "sizing" line per verdict, one "again" line per longer run of it
+                self.on_step(f"again {candidate.label()} alone at x{replicas}, {requests:,} requests ({why})" if why
+                             else f"sizing {candidate.label()} alone at x{replicas}, {requests:,} requests")
+            sim = simulate_plan(inst, plan, replace(o, requests=requests, max_requests=max(o.max_requests, requests)),
+                                progress=self.progress)
+            self.runs += 1
+            return sim.pools[0], sim.requests_simulated
+
+        for k in range(MAX_DOUBLINGS + 1):
+            pool, done = run(requests, "too few measured requests" if k else "")
+            out = done < requests or (trace is not None and requests >= len(trace.arrived_at_s))   # a trace ran out
+            if pool.requests >= MIN_POOL_REQUESTS or out:
                 break
             requests *= 2
         slo = self.instance.slo
+        slo_ms = slo.ttft_p99_s * 1000.0
         tpot_ms = None if slo.tpot_p99_s is None else slo.tpot_p99_s * 1000.0
-        ok = not pool_misses(pool, self.rule, slo.ttft_p99_s * 1000.0, tpot_ms) and not pool.too_few_requests
+        outcome = pool_outcome(pool, self.rule, slo_ms, tpot_ms)
+        while outcome == "undecided" and requests < cap and not out and o.precision is None:   # "Undecided verdicts"
+            requests = min(requests * ESCALATION_STEP, cap)
+            lo, hi = pool.ttft_p99_ci_ms
+            pool, done = run(requests, f"undecided: P99 interval [{lo:,.1f}, {hi:,.1f}] ms straddles the SLO")
+            out = done < requests
+            outcome = pool_outcome(pool, self.rule, slo_ms, tpot_ms)
+        if pool.too_few_requests and outcome != "fail":
+            outcome = "undecided"
+        outcome = settled_outcome(outcome, float(pool.ttft_p99_ms_sim), slo_ms)
+        ok = outcome != "fail" and not pool.too_few_requests
         return PoolVerdict(int(replicas), ok, float(pool.ttft_p99_ms_sim), tuple(pool.ttft_p99_ci_ms),
-                           float(pool.wait.p99_ms), int(pool.requests))
+                           float(pool.wait.p99_ms), int(pool.requests), "alone", outcome, int(done))

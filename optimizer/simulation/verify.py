@@ -19,6 +19,31 @@ Under a pool-scope SLO a pool with traffic but fewer than
 flagged ``too few requests``, never ``ok``, and the plan is simulated once more with its requests scaled so
 that the pool should reach them (up to ``max_requests``); a plan with a thin pool does not pass.
 
+Undecided verdicts
+------------------
+Under ``ci-upper`` a simulated pool (a fleet, under a fleet-scope SLO) has three outcomes
+(:func:`~fleetopt.optimizer.simulation.pool_sizing.pool_outcome`): *pass* (its P99 TTFT interval is within the
+SLO), *fail* (the interval's lower end is above it: a miss the interval supports) and *undecided* (it straddles
+the SLO). A plan with no failing pool and an undecided one is simulated again with
+:data:`~fleetopt.optimizer.simulation.pool_sizing.ESCALATION_STEP` times the requests, until it is decided or
+its requests reach :func:`~fleetopt.optimizer.simulation.pool_sizing.escalation_cap` (16 times
+``sim_options.requests``, at most 2 million unless those are more; :func:`simulate_plan_checked`; not with a
+``precision`` target, whose own loop sets the run's length). Only a failing pool is cut, so an interval
+too wide to decide never becomes replicas. A pool still undecided at the cap is settled by its point estimate
+(:func:`~fleetopt.optimizer.simulation.pool_sizing.settled_outcome`): above the SLO it fails (and is cut); within
+it the plan is *accepted undecided*: it may be chosen like a passing plan (the analytic model and the point of
+the longest run both meet the SLO, and more requests than the cap would be needed to tell), with
+``VerifiedPlan.outcome == "undecided"``, ``passed`` False and the verdict "undecided in simulation at N
+requests" in the table and the JSON (``verification.outcome``, ``verification.verdict``, each plan's
+``outcome``). ``solve`` then exits 0, as for a passing plan (:mod:`fleetopt.optimizer.errors`: a plan was found;
+the verdict says how far simulation confirms it); no error code fits a plan that no evidence rejects. Pool-alone
+sizing uses the same three outcomes (:mod:`fleetopt.optimizer.simulation.pool_sizing`, "Undecided verdicts").
+Measured on ``lmsys_a100`` split at 2,048 tokens (``--verify-top 1``): the long pool's 7 units straddle the SLO
+at 100,000 requests (389 ms [300, 547]) and used to be cut to 34 units (13 homogeneous units, $28.73/hr, or exit
+4 when the rounds ran out); now seed 0 passes at 400,000 requests (418 ms [349, 486], 17 s), seeds 1 and 2 are
+accepted undecided at 1.6 million (466 ms [423, 516]), seed 3 passes there, each 1 + 7 units ($17.68/hr) in
+70-80 s on the shared 2-core machine.
+
 Per-pool cuts (``cuts="pool"``, the default)
 --------------------------------------------
 Under length routing and a pool-scope SLO a pool's verdict depends only on its own traffic and replica
@@ -68,6 +93,7 @@ availability inflation (``Candidates.min_replicas_analytic``): every candidate p
 :math:`(b', b_{hi}, g)` with :math:`b' \\le b_{lo}` needs at least :math:`\\lceil f N^*_{(b', b_{hi}, g)} \\rceil`
 replicas. Plan-level cuts are heuristics, not proofs: they may exclude a cheaper plan that would pass,
 and the loop may end after ``max_rounds`` without a verified plan (``solve`` exits 4: a limit, not a proof).
+A plan-level cut, too, follows only a failing pool (above, "Undecided verdicts").
 
 Measured
 --------
@@ -103,11 +129,13 @@ from fleetopt.optimizer.plan.candidates import WindowCut
 from fleetopt.optimizer.io.instance import Instance
 from fleetopt.optimizer.plan.solve import Plan, SolveOptions, SolveReport, solve_instance
 from fleetopt.optimizer.simulation.options import SimOptions
-from fleetopt.optimizer.simulation.pool_sizing import PoolCandidate, PoolSizer, PoolSizing, pool_misses
-from fleetopt.optimizer.simulation.records import MIN_POOL_REQUESTS
+from fleetopt.optimizer.simulation.pool_sizing import (ESCALATION_STEP, PoolCandidate, PoolSizer, PoolSizing,
+                                                       escalation_cap, pool_misses, pool_outcome, settled_outcome)
+from fleetopt.optimizer.simulation.records import MIN_POOL_REQUESTS, interval_outcome
 from fleetopt.optimizer.simulation.simulate import simulate_solved_plan
 
-__all__ = ["RULES", "CUTS", "VerifiedPlan", "Verification", "verify", "analytic_minima", "plan_verdict"]
+__all__ = ["RULES", "CUTS", "VerifiedPlan", "Verification", "PlanVerdict", "verify", "analytic_minima",
+           "plan_verdict", "judge_plan", "simulate_plan_checked"]
 
 RULES = ("ci-upper", "point", "attainment")
 CUTS = ("pool", "count", "window")
@@ -134,6 +162,28 @@ class VerifiedPlan:
     keep the plan from passing without counting as misses)."""
     cached: bool = False
     """The plan was judged in an earlier round; its verdict and simulation are that round's (not re-simulated)."""
+    undecided_pools: tuple[tuple[int, int, str], ...] = ()
+    """``(lo, hi, gpu)`` of the pools whose interval still straddles the SLO at the escalation cap with the point
+    estimate within it (module docstring, "Undecided verdicts"): they keep the plan from passing, not from being
+    accepted."""
+
+    @property
+    def outcome(self) -> str:
+        """``"pass"`` (every pool's interval within the SLO), ``"fail"`` (a pool misses: the cuts' evidence) or
+        ``"undecided"`` (no pool misses; a pool is undecided at the cap, or has too few requests)."""
+        return "pass" if self.passed else "fail" if self.failing_pools else "undecided"
+
+    @property
+    def accepted(self) -> bool:
+        """The plan may be the answer: it passes, or it is undecided at the cap with every point estimate within
+        the SLO (no pool with too few requests)."""
+        return self.passed or (bool(self.undecided_pools) and not self.failing_pools and not self.thin_pools)
+
+    def verdict(self) -> str:
+        """One line: ``passes``, ``misses`` or ``undecided in simulation at N requests``."""
+        if self.outcome == "undecided" and self.accepted:
+            return f"undecided in simulation at {self.sim.requests_simulated:,} requests"
+        return {"pass": "passes", "fail": "misses", "undecided": "too few requests"}[self.outcome]
 
 
 @dataclass(frozen=True)
@@ -154,11 +204,13 @@ class Verification:
     sizings: tuple[PoolSizing, ...] = ()
     """Every per-pool simulated sizing (``cuts="pool"``; :mod:`fleetopt.optimizer.simulation.pool_sizing`)."""
     pool_simulations: int = 0
-    """Simulations of single pools the sizings ran."""
+    """Single-pool verdicts the sizings simulated (each candidate and count once)."""
     plan_simulations: int = 0
     """Simulations of whole plans (a plan judged before is not simulated again)."""
     solves: int = 0
     """Solves of the MIP (a round may re-solve after screening, module docstring)."""
+    pool_runs: int = 0
+    """Simulator runs behind the single-pool verdicts (a verdict run again with more requests counts each run)."""
 
     @property
     def verified(self) -> bool:
@@ -169,34 +221,84 @@ class Verification:
         """No plan is left: the solver had none once the cuts were in (``reason`` says why)."""
         return self.chosen is None and self.reason is not None
 
+    @property
+    def outcome(self) -> str | None:
+        """The chosen plan's outcome: ``"pass"``, or ``"undecided"`` (accepted undecided at the cap; module
+        docstring, "Undecided verdicts"); None without a chosen plan."""
+        return None if self.chosen is None else self.chosen.outcome
+
+
+@dataclass(frozen=True)
+class PlanVerdict:
+    """What one simulated plan says under a rule (:func:`judge_plan`); pools as ``(lo, hi, gpu)``."""
+
+    failing: tuple[tuple[int, int, str], ...]
+    """Pools that miss: the interval's lower end above the SLO (or, settled, the point estimate above it)."""
+    thin: tuple[tuple[int, int, str], ...]
+    """Pools that do not miss but measured fewer than :data:`MIN_POOL_REQUESTS` requests."""
+    undecided: tuple[tuple[int, int, str], ...]
+    """Pools whose interval straddles the SLO (pool scope; under a fleet-scope SLO every pool when the fleet's
+    interval straddles it)."""
+
+    @property
+    def passed(self) -> bool:
+        return not (self.failing or self.thin or self.undecided)
+
+    @property
+    def outcome(self) -> str:
+        """``"pass"``, ``"fail"`` or ``"undecided"`` (undecided or thin pools, none failing)."""
+        return "pass" if self.passed else "fail" if self.failing else "undecided"
+
 
 def plan_verdict(sim, instance: Instance, rule: str) -> tuple[bool, tuple, tuple]:
-    """Verdict on one simulated plan: ``(passed, failing pools, thin pools)``, pools as ``(lo, hi, gpu)``.
+    """Verdict on one run of a plan: ``(passed, failing pools, thin pools)``, pools as ``(lo, hi, gpu)``
+    (:func:`judge_plan` of this run alone; an undecided pool is neither passing nor failing)."""
+    v = judge_plan(sim, instance, rule)
+    return v.passed, v.failing, v.thin
 
-    Pool scope: a pool fails when it misses under ``rule``
-    (:func:`~fleetopt.optimizer.simulation.pool_sizing.pool_misses`, TPOT included when the SLO sets one); a pool
-    that does not miss but holds fewer than :data:`MIN_POOL_REQUESTS` measured requests is *thin* and keeps the
-    plan from passing. Fleet scope: the fleet's P99 (or attainment) decides; when it misses and no pool misses on
-    its own, the pool with the worst attainment is the failing one (for the cuts).
+
+def judge_plan(sim, instance: Instance, rule: str, settled: bool = False) -> PlanVerdict:
+    """The three-way verdict on one simulated plan (module docstring, "Undecided verdicts").
+
+    Pool scope: each pool's outcome under ``rule``
+    (:func:`~fleetopt.optimizer.simulation.pool_sizing.pool_outcome`, TPOT included when the SLO sets one); a pool
+    that does not fail but holds fewer than :data:`MIN_POOL_REQUESTS` measured requests is *thin* and keeps the
+    plan from passing. Fleet scope: the fleet's P99 interval (or point, or attainment) decides; when it fails, the
+    pools that do not pass on their own fail (none: the one with the worst attainment, for the cuts), and when it
+    is undecided, so are they (none: every pool). ``settled=True``: this run is the last
+    (:func:`simulate_plan_checked` escalated it to the cap), so an undecided pool whose P99 point estimate is
+    above the SLO fails (:func:`~fleetopt.optimizer.simulation.pool_sizing.settled_outcome`).
     """
     slo_ms = instance.slo.ttft_p99_s * 1000.0
     key = lambda p: (p.min_tokens, p.max_tokens, p.gpu)  # noqa: E731
     if instance.slo.scope == "fleet":
-        failing = tuple(key(p) for p in sim.pools if pool_misses(p, rule, slo_ms))
+        low, high = sim.ttft_p99_ci_ms
         if rule == "ci-upper":
-            ok = sim.ttft_p99_ci_ms[1] <= slo_ms
+            out = interval_outcome(low, high, slo_ms)
         elif rule == "point":
-            ok = sim.ttft_p99_ms <= slo_ms
+            out = "pass" if sim.ttft_p99_ms <= slo_ms else "fail"
         else:
-            ok = sim.slo_attainment >= P99
-        if not ok and not failing:  # no pool misses on its own: cut the one with the worst attainment
+            out = "pass" if sim.slo_attainment >= P99 else "fail"
+        if settled:
+            out = settled_outcome(out, sim.ttft_p99_ms, slo_ms)
+        if out == "pass":
+            return PlanVerdict((), (), ())
+        pools = tuple(dict.fromkeys(key(p) for p in sim.pools if pool_misses(p, rule, slo_ms)))
+        if out == "undecided":
+            return PlanVerdict((), (), pools or tuple(dict.fromkeys(key(p) for p in sim.pools)))
+        if not pools:  # no pool misses on its own: cut the one with the worst attainment
             judged = [p for p in sim.pools if not math.isnan(p.slo_attainment)] or list(sim.pools)
-            failing = (key(min(judged, key=lambda p: p.slo_attainment)),)
-        return bool(ok), (() if ok else failing), ()
+            pools = (key(min(judged, key=lambda p: p.slo_attainment)),)
+        return PlanVerdict(pools, (), ())
     tpot_ms = None if instance.slo.tpot_p99_s is None else instance.slo.tpot_p99_s * 1000.0
-    failing = tuple(dict.fromkeys(key(p) for p in sim.pools if pool_misses(p, rule, slo_ms, tpot_ms)))
-    thin = tuple(dict.fromkeys(key(p) for p in sim.pools if p.too_few_requests and key(p) not in failing))
-    return not failing and not thin, failing, thin
+    outs = []
+    for p in sim.pools:
+        out = pool_outcome(p, rule, slo_ms, tpot_ms)
+        outs.append((key(p), settled_outcome(out, p.ttft_p99_ms_sim, slo_ms) if settled else out, p))
+    failing = tuple(dict.fromkeys(k for k, out, _ in outs if out == "fail"))
+    thin = tuple(dict.fromkeys(k for k, _, p in outs if p.too_few_requests and k not in failing))
+    undecided = tuple(dict.fromkeys(k for k, out, _ in outs if out == "undecided" and k not in failing + thin))
+    return PlanVerdict(failing, thin, undecided)
 
 
 def verify(instance: Instance, options: SolveOptions = SolveOptions(), sim_options: SimOptions = SimOptions(), *,
@@ -245,14 +347,14 @@ def verify(instance: Instance, options: SolveOptions = SolveOptions(), sim_optio
     factors: dict = {}  # (lo, hi, gpu) -> the largest derating factor of its window cuts
     minima = None
     sizings: dict = {}
-    judged: dict = {}   # plan key -> (sim, passed, failing, thin)
+    judged: dict = {}   # plan key -> (sim, PlanVerdict)
     verified, cut_lines = [], []
     report, plan_sims = None, [0]
 
     def simulate_all(plans: list[Plan]) -> list:
-        args = [(instance, plan, sim_options) for plan in plans]
+        args = [(instance, plan, sim_options, None, rule) for plan in plans]
         if map_plans is None or len(plans) < 2:
-            done = [simulate_plan_checked(*a, progress) for a in args]
+            done = [simulate_plan_checked(*a[:3], progress, rule) for a in args]
         else:                                         # other processes: no progress callback crosses over
             done = map_plans(simulate_plan_checked, args)
         plan_sims[0] += sum(n for _, n in done)
@@ -290,7 +392,7 @@ def verify(instance: Instance, options: SolveOptions = SolveOptions(), sim_optio
                                 sim_options, progress=progress, on_step=on_step)
         return report, Verification(rule, rounds, tuple(verified), chosen, tuple(cut_lines), trimmed,
                                     sim_options, None, tuple(sizings.values()), _sims(sizer), plan_sims[0],
-                                    solves[0])
+                                    solves[0], 0 if sizer is None else sizer.runs)
 
     def beats(plan) -> bool:
         return incumbent is None or plan.fleet.cost_per_hr < incumbent.plan.fleet.cost_per_hr * (1 - 1e-9)
@@ -331,18 +433,19 @@ def verify(instance: Instance, options: SolveOptions = SolveOptions(), sim_optio
                      f"{sum(p.replicas for p in plan.fleet.pools)} replicas)")
                 fresh[key] = plan
         for key, sim in zip(fresh, simulate_all(list(fresh.values()))):
-            judged[key] = (sim, *plan_verdict(sim, instance, rule))
+            judged[key] = (sim, judge_plan(sim, instance, rule, settled=True))
         for plan in candidates:
             key = _plan_key(plan)
-            sim, ok, failing, thin = judged[key]
-            this_round.append(VerifiedPlan(round_, plan.rank, plan, sim, ok, failing, thin, key not in fresh))
+            sim, got = judged[key]
+            this_round.append(VerifiedPlan(round_, plan.rank, plan, sim, got.passed, got.failing, got.thin,
+                                           key not in fresh, got.undecided))
         verified += this_round
-        passing = [v for v in this_round if v.passed]
+        passing = [v for v in this_round if v.accepted]      # passed, or undecided at the cap (module docstring)
         if passing:
             best = min(passing, key=lambda v: (v.plan.fleet.cost_per_hr, v.rank))
             if beats(best.plan):
                 incumbent = best
-        cheaper_failed = [v for v in this_round if not v.passed and beats(v.plan)]
+        cheaper_failed = [v for v in this_round if not v.accepted and beats(v.plan)]
         if incumbent is not None and (not cheaper_failed or sizer is None or round_ == max_rounds):
             return finish(incumbent, round_)
         if (window_cuts or sizer is not None) and minima is None:
@@ -378,23 +481,41 @@ def verify(instance: Instance, options: SolveOptions = SolveOptions(), sim_optio
         reason = "; ".join(why + [str(report.explanation)]) if why else str(report.explanation)
     return report, Verification(rule, len({v.round for v in verified}), tuple(verified), None, tuple(cut_lines),
                                 options=sim_options, reason=reason, sizings=tuple(sizings.values()),
-                                pool_simulations=_sims(sizer), plan_simulations=plan_sims[0], solves=solves[0])
+                                pool_simulations=_sims(sizer), plan_simulations=plan_sims[0], solves=solves[0],
+                                pool_runs=0 if sizer is None else sizer.runs)
 
 
-def simulate_plan_checked(instance: Instance, plan: Plan, sim_options: SimOptions, progress=None) -> tuple:
+def simulate_plan_checked(instance: Instance, plan: Plan, sim_options: SimOptions, progress=None,
+                          rule: str | None = None) -> tuple:
     """One plan's verification run: :func:`~fleetopt.optimizer.simulation.simulate.simulate_solved_plan`, run again
     with more requests when a pool that decides the verdict measured too few of its own (pool-scope SLO, no
-    ``--precision``; module docstring, "Per-pool statistics"). Returns ``(report, simulations run)``; a
-    module-level function, so an executor can run it in another process."""
+    ``--precision``; module docstring, "Per-pool statistics"), then, with a ``rule``, while no pool fails and one
+    is undecided (:func:`judge_plan`), with :data:`~fleetopt.optimizer.simulation.pool_sizing.ESCALATION_STEP`
+    times the requests, up to :func:`~fleetopt.optimizer.simulation.pool_sizing.escalation_cap` (module docstring,
+    "Undecided verdicts"; no ``--precision``, whose own loop sets the run's length). Returns ``(report,
+    simulations run)``; the report is the last run's. A module-level function, so an executor can run it in
+    another process."""
+    requests = sim_options.requests
     sim = simulate_solved_plan(instance, plan, sim_options, progress=progress)
     runs = 1
     thin = [p for p in sim.pools if p.too_few_requests]
     if thin and instance.slo.scope == "pool" and sim_options.precision is None:
         scale = THIN_MARGIN * max(MIN_POOL_REQUESTS / max(p.requests, 1) for p in thin)
-        requests = min(math.ceil(sim_options.requests * scale), max(sim_options.max_requests, sim_options.requests))
-        if requests > sim_options.requests:
+        more = min(math.ceil(requests * scale), max(sim_options.max_requests, requests))
+        if more > requests:
+            requests = more
             sim = simulate_solved_plan(instance, plan, replace(sim_options, requests=requests), progress=progress)
             runs += 1
+    if rule is None or sim_options.precision is not None:
+        return sim, runs
+    cap = escalation_cap(sim_options.requests)
+    while requests < cap and sim.requests_simulated >= requests:     # (fewer: a trace ran out)
+        got = judge_plan(sim, instance, rule)
+        if got.failing or not got.undecided:
+            break
+        requests = min(requests * ESCALATION_STEP, cap)
+        sim = simulate_solved_plan(instance, plan, replace(sim_options, requests=requests), progress=progress)
+        runs += 1
     return sim, runs
 
 
@@ -449,8 +570,10 @@ def _size_cut(round_: int, sizer: PoolSizer, cand: PoolCandidate, pool, minima: 
     below = trials.get(least - 1)
     at = trials[sizing.least_replicas]
     miss = "" if below is None else (f"; misses with {least - 1}, P99 {below.ttft_p99_ms_sim:,.1f} ms"
-                                     + (" in the plan" if below.source == "plan" else ""))
-    return (f"round {round_}: {cand.label()} needs at least {least} replicas (simulated alone: passes with "
+                                     + (f" [{below.ttft_p99_ci_ms[0]:,.1f}, {below.ttft_p99_ci_ms[1]:,.1f}] on "
+                                        f"{below.requests:,} requests" if below.source == "alone" else " in the plan"))
+    verb = "passes" if at.outcome == "pass" else "undecided at the cap, point within the SLO,"
+    return (f"round {round_}: {cand.label()} needs at least {least} replicas (simulated alone: {verb} with "
             f"{sizing.least_replicas}, P99 {at.ttft_p99_ms_sim:,.1f} ms [{at.ttft_p99_ci_ms[0]:,.1f}, "
             f"{at.ttft_p99_ci_ms[1]:,.1f}] on {at.requests:,} requests{miss})")
 
