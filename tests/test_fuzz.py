@@ -1,6 +1,6 @@
 """Fuzzing the input edge (hypothesis): instance files, ``--fleet`` specs, ``--set`` overrides, solve JSON plan
 files and result files for ``report``, profile files, Hugging Face ``config.json`` files, CDF JSON files, trace
-CSV files and user catalogues, each mutated at random (wrong types, missing and unknown keys,
+CSV files, user catalogues and the measurement files ``profile fit`` reads, each mutated at random (wrong types, missing and unknown keys,
 out-of-range numbers, random strings, nested junk).
 
 Whatever the input, the loader returns a result or raises :class:`InstanceError` whose every line names the
@@ -338,12 +338,48 @@ def _report_check(workdir):
     return check
 
 
+MEASUREMENTS = REPO / "data" / "measurements"
+_DECODE_LINES = (MEASUREMENTS / "h100_llama31_8b_decode.csv").read_text().splitlines()
+MEASUREMENT_CELL = (st.sampled_from(["", "nan", "inf", "-1", "0", "1e309", "99999999999999999999999", "bf16", "x",
+                                     "H100-SXM-80GB", "Llama-3.1-8B", '"', "1,2"])
+                    | st.integers(-(2**70), 2**70).map(str) | st.floats().map(repr) | st.text(max_size=6))
+MEASUREMENT_CSV = st.tuples(
+    st.sampled_from([_DECODE_LINES[0], _DECODE_LINES[0].replace(",power_w", ""), "a,b,c", ""]),
+    st.lists(st.sampled_from(_DECODE_LINES[1:]), min_size=0, max_size=12),
+    st.lists(st.tuples(st.integers(0, 11), st.integers(0, 8), MEASUREMENT_CELL), max_size=4))
+"""A decode measurement CSV: a header (the real one, one short, junk or none), real rows, and cells replaced."""
+
+
+def _measurement_check(workdir):
+    """``profile fit`` on a mutated decode CSV and meta file beside the real prefill CSV: exit 0 or 2, never 1;
+    every error line names one of the files."""
+    from fleetopt.optimizer.cli import main
+
+    def check(example):
+        (header, rows, edits), meta = example
+        rows = [row.split(",") for row in rows]
+        for r, c, cell in edits:
+            if r < len(rows) and c < len(rows[r]):
+                rows[r][c] = cell
+        (workdir / "decode.csv").write_text("\n".join([header, *(",".join(row) for row in rows)]) + "\n")
+        (workdir / "meta.json").write_text(json.dumps(meta, allow_nan=True))
+        files = [workdir / "decode.csv", MEASUREMENTS / "h100_llama31_8b_prefill.csv", workdir / "meta.json"]
+        res = CliRunner().invoke(main, ["profile", "fit", *map(str, files), "-o", str(workdir / "fitted.yaml")])
+        assert res.exit_code in (0, 2), res.output
+        assert "Traceback" not in res.output and "internal error" not in res.output, res.output
+        if res.exit_code == 2:
+            lines = [line for line in res.stderr.splitlines() if line.startswith("error:")]
+            assert lines and all(any(str(f) in line for f in files) for line in lines), lines
+        (workdir / "fitted.yaml").unlink(missing_ok=True)
+    return check
+
+
 # --------------------------------------------------------------------------------------------
 # The default budget and the slow one
 # --------------------------------------------------------------------------------------------
 
 TARGETS = ["instance", "instance_json", "yaml_text", "fleet", "plan", "profile", "config", "set", "cdf", "trace",
-           "catalog", "report"]
+           "catalog", "report", "measurement"]
 
 
 def _run(target: str, n: int, request) -> None:
@@ -376,20 +412,25 @@ def _run(target: str, n: int, request) -> None:
         _fuzz(_catalog_check(workdir), mutated(doc), n)
     elif target == "report":
         _fuzz(_report_check(workdir), mutated(request.getfixturevalue("solve_json")), n)
+    elif target == "measurement":
+        meta = json.loads((MEASUREMENTS / "h100_llama31_8b_meta.json").read_text())
+        _fuzz(_measurement_check(workdir), st.tuples(MEASUREMENT_CSV, mutated(meta) | JUNK), n)
 
 
 @pytest.mark.parametrize("target", TARGETS)
 def test_fuzz(target, request):
     # a plan file that survives its mutation is re-evaluated analytically on load (~0.2 s), and a result that
-    # passes the report's checks is rendered with its figures (~0.4 s): fewer of them
-    _run(target, {"plan": DEFAULT_EXAMPLES // 3, "report": DEFAULT_EXAMPLES // 5}.get(target, DEFAULT_EXAMPLES),
+    # passes the report's checks is rendered with its figures (~0.4 s), and a measurement set that reads is fitted
+    # (~0.4 s): fewer of them
+    _run(target, {"plan": DEFAULT_EXAMPLES // 3, "report": DEFAULT_EXAMPLES // 5,
+                  "measurement": DEFAULT_EXAMPLES // 5}.get(target, DEFAULT_EXAMPLES),
          request)
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("target", TARGETS)
 def test_fuzz_long(target, request):
-    _run(target, SLOW_EXAMPLES // 3 if target in ("plan", "report") else SLOW_EXAMPLES, request)
+    _run(target, SLOW_EXAMPLES // 3 if target in ("plan", "report", "measurement") else SLOW_EXAMPLES, request)
 
 
 def test_cli_on_junk_exits_2_with_one_line_per_problem(workdir):
