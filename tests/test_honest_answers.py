@@ -129,3 +129,53 @@ def test_a_power_solve_claims_its_saving_on_power(repo_root, objective):
     assert "of cost" not in line  # the cost comparison is named as cost, never as a saving of the objective
     cost = r["cost_per_hr"] / r["baseline"]["cost_per_hr"] - 1
     assert f"its cost is {abs(cost):.1%} {'above' if cost > 0 else 'below'} the baseline's" in line
+
+
+# --- max_count: GPUs as the option prices them (README) -----------------------------------------------------------
+
+ONE_OPTION = """name: one-option
+workload: {{cdf: {cdf}, arrival_rate: 100}}
+slo: {{ttft_p99_ms: 500}}
+gpus:
+  - {gpu}
+pools: {{max_pools: 2, max_context: 8192}}
+"""
+SEED_UNIT = "{name: h100, profile: H100-80GB}"
+"""The seeds' calibrated unit: one replica is a TP=8 server of 8 physical GPUs, priced as one."""
+TP8 = "{name: h100, hardware: H100-SXM-80GB, model: Llama-3.1-70B, tp: 8}"
+"""A computed TP=8 option: one replica is 8 physical GPUs, priced as 8."""
+
+
+@pytest.fixture
+def one_option(tmp_path, repo_root):
+    def write(gpu: str):
+        path = tmp_path / "one.yaml"
+        path.write_text(ONE_OPTION.format(cdf=repo_root / "data" / "workloads" / "lmsys_cdf.json", gpu=gpu))
+        return path
+    return write
+
+
+def test_max_count_of_a_computed_tp8_option_counts_physical_gpus(one_option):
+    path = one_option(TP8)
+    _, free = run("solve", path)
+    assert free["total_replicas"] > 2 and free["physical_gpus"] == 8 * free["total_replicas"]
+    # 16 physical GPUs are two 8-GPU replicas: fewer than the optimum needs
+    res, r = run("solve", path, "--set", "gpus.0.max_count=16")
+    assert res.exit_code == 3 and r["status"] == "infeasible"
+    assert "max_count 16) hold 16 GPUs, below the" in r["explanation"]
+    res, r = run("solve", path, "--set", f"gpus.0.max_count={free['physical_gpus']}")
+    assert res.exit_code == 0 and r["total_replicas"] == free["total_replicas"]
+
+
+def test_max_count_of_a_seed_unit_counts_its_replicas_and_validate_says_so(one_option):
+    path = one_option(SEED_UNIT)
+    _, free = run("solve", path)
+    n = free["total_replicas"]
+    assert n >= 2 and free["physical_gpus"] == 8 * n
+    # max_count n admits n servers of 8 GPUs (8n physical GPUs); n - 1 does not
+    res, r = run("solve", path, "--set", f"gpus.0.max_count={n}")
+    assert res.exit_code == 0 and r["total_replicas"] == n and r["physical_gpus"] == 8 * n
+    res, r = run("solve", path, "--set", f"gpus.0.max_count={n - 1}")
+    assert res.exit_code == 3 and r["status"] == "infeasible"
+    _, summary = run("validate", path, "--set", f"gpus.0.max_count={n}")
+    assert any(f"max_count {n} allows {n} replicas = {8 * n} physical GPUs" in w for w in summary["warnings"])

@@ -27,8 +27,10 @@ Every problem of both passes is collected, then one
 modules needs to re-check an :class:`Instance`.
 
 Units: rates in requests per second, latencies in seconds inside (ms in the
-file), lengths in tokens, counts of physical GPUs for ``max_count`` and
-``min_count``.
+file), lengths in tokens; ``max_count``, ``min_count`` and ``max_total_gpus``
+count GPUs as the option prices them (replicas x ``gpus_per_replica``): physical
+GPUs for computed and fitted options, one per replica for the seeds' calibrated
+TP=8 units (8 physical GPUs each; :func:`gpu_warnings` says so).
 """
 
 from __future__ import annotations
@@ -104,8 +106,9 @@ another order (``docs/models.md``), which no margin of a few percent repairs."""
 class GpuOption:
     """One GPU option the planner may buy.
 
-    ``max_count`` and ``min_count`` count physical GPUs (a replica of ``profile``
-    uses ``profile.gpus_per_replica`` of them); ``max_count`` None means unlimited.
+    ``max_count`` and ``min_count`` count the GPUs the option prices: a replica of ``profile`` counts
+    ``profile.gpus_per_replica`` (its physical GPUs for computed and fitted profiles, 1 for the seeds'
+    calibrated TP=8 units of 8 physical GPUs); ``max_count`` None means unlimited.
     ``availability`` is the share of time a GPU is up, in (0, 1]. ``kind`` is
     ``"calibrated"`` or ``"computed"``.
     """
@@ -381,6 +384,13 @@ def gpu_warnings(instance: Instance) -> list[str]:
                    f"physical GPU: {', '.join(units['gpu'])}; one objective compares them, so their costs, power "
                    "and GPU counts follow different conventions (the tables show physical GPUs)")
     for i, g in enumerate(instance.gpus):
+        unit = replica_unit(g.profile.gpus_per_replica, g.profile.model_name)
+        k = unit.physical_gpus_per_replica
+        counts = [f"{name} {v} {verb} {v} replicas = {v * k:,} physical GPUs" for name, v, verb in
+                  (("max_count", g.max_count, "allows"), ("min_count", g.min_count, "asks for")) if v]
+        if unit.unit == "seed_unit" and counts:  # the seeds' units count a server of k GPUs as one
+            out.append(f"gpus[{i}] {g.name}: its counts are replicas of a calibrated unit of {k} physical GPUs "
+                       f"priced as one: {'; '.join(counts)}; for an inventory of physical GPUs, divide it by {k}")
         if served_model(g.profile.model_name) is None:
             out.append(f"gpus[{i}] {g.name}: profile {g.profile.name} names no model; fleetopt cannot check that "
                        "it serves the same model as the other options")

@@ -93,6 +93,13 @@ def explain_infeasible(instance: Instance, allc: Candidates, problem: FleetProbl
         low = _minimum(free, kind) * scale
         if low > cap * scale * (1 + 1e-9):
             return text.format(cap=cap * scale, low=low)
+    caps = problem.gpu_max_gpus
+    if all(cap is not None for cap in caps):  # every option limited: any plan fits in their inventories together
+        low = _minimum(free, "gpus")
+        if low > sum(caps):
+            each = ", ".join(f"{n}.max_count {cap:,}" for n, cap in zip(problem.gpu_names, caps))
+            return (f"the inventories ({each}) hold {sum(caps):,} GPUs, below the {low:,.0f}-GPU minimum of any "
+                    "plan (GPUs as each option prices them: replicas x gpus_per_replica)")
     for g, cap in enumerate(problem.gpu_max_gpus):
         if cap is not None and problem.gpu_min_gpus[g] > cap:
             return f"gpus[{g}] ({problem.gpu_names[g]}): min_count {problem.gpu_min_gpus[g]} exceeds max_count {cap}"
