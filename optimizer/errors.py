@@ -25,16 +25,20 @@ code  key                meaning
 6     ``limits_broken``  ``evaluate``: a given fleet meets its SLO but breaks a limit of the
                          instance (GPU inventory ``max_count``/``min_count``, pool counts,
                          ``constraints.max_total_gpus``/``max_power_kw``/``max_cost_per_hr``/
-                         ``max_utilization``); the JSON's ``violations`` names each (5 wins when both)
-130   ``interrupted``    the solve was interrupted before it found a plan (status ``interrupted``;
-                         128 + SIGINT, the shell's code for Ctrl-C; :class:`SolveInterruptedError`)
+                         ``max_utilization``); the JSON's ``violations`` names each (5 wins when both).
+                         ``headroom --fleet``: the fleet breaks such a limit at the instance's rate
+                         (JSON ``violations``, ``limits_ok: false``)
+130   ``interrupted``    any command stopped by Ctrl-C (SIGINT; one line ``interrupted`` on stderr, local
+                         workers stop too), or a solve interrupted before it found a plan (status
+                         ``interrupted``; :class:`SolveInterruptedError`); 128 + SIGINT, the shell's code
 141   ``broken_pipe``    the reader closed the output pipe early (``fleetopt solve ... | head -1``):
                          the command stops quietly, as a Unix tool SIGPIPE stops (128 + SIGPIPE)
 ====  =================  ==============================================================================
 
 Only the pipeline turns a solve status into one of these errors
 (:func:`fleetopt.optimizer.plan.solve.require_plan`); codes 5 and 6 judge a fleet, not a solve
-(:func:`fleetopt.optimizer.api.fleet_exit_code`), and 141 comes from the command group
+(:func:`fleetopt.optimizer.api.fleet_exit_code`; ``headroom --fleet`` raises 6 itself,
+:mod:`fleetopt.optimizer.commands.workflows`), and 141 and a Ctrl-C's 130 come from the command group
 (:mod:`fleetopt.optimizer.cli`).
 """
 

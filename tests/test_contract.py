@@ -219,3 +219,19 @@ def test_docs_list_every_documents_fields(repo_root):
         section = text.split(f"**{kind} (schema_version {SCHEMA_VERSION}")[1].split("\n\n")[1]
         for name, *_ in top_level_fields(kind):
             assert f"| {name} |" in section, (kind, name)
+
+
+@pytest.mark.slow
+def test_headroom_contract_holds_its_verdicts(repo_root, monkeypatch):
+    """A headroom fleet over an instance limit exits 6, and its document's ``slo_met``, ``limits_ok`` and
+    ``violations`` are contract: a document without one of them is rejected."""
+    monkeypatch.chdir(repo_root)
+    res = CliRunner().invoke(main, ["headroom", QUICK, "--fleet", FLEET, "--set", "constraints.max_total_gpus=1",
+                                    "--json", "-"])
+    assert res.exit_code == EXIT_CODES["limits_broken"], res.output
+    doc = json.loads(res.stdout)
+    validate_document(doc)
+    assert doc["limits_ok"] is False and any("max_total_gpus" in v for v in doc["violations"])
+    for key in ("slo_met", "limits_ok", "violations"):
+        with pytest.raises(ValidationError):
+            validate_document({k: v for k, v in doc.items() if k != key})

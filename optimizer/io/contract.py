@@ -656,6 +656,11 @@ class HeadroomDocument(Document):
     binding_pool: str | None
     limited_by: str
     pools: list[_HeadroomPool]
+    slo_met: bool = Field(description="the fleet meets its SLO at the instance's arrival_rate")
+    limits_ok: bool = Field(description="the fleet breaks no limit of the instance at its arrival_rate "
+                                        "(false: exit code 6)")
+    violations: list[str] = Field(description="every instance limit the fleet breaks at its arrival_rate "
+                                              "(as evaluate's)")
 
 
 class HeadroomRangeDocument(Document):
