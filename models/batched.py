@@ -413,8 +413,8 @@ def occupancy_dispersion(traffic: BatchedTraffic, replicas) -> tuple[np.ndarray 
     **Unequal requests.** A request whose work exceeds its share of the mean slows its replica beyond what
     its place in the count says. The prompt's compute :math:`\ell` is the stalls' above, so the excess is that
     of the rest of the work, :math:`Y_d = Y - \ell` (its moments :attr:`BatchedTraffic.decode_work_total_sq`,
-    :attr:`BatchedTraffic.iterations_decode_work`; counting :math:`\ell` in both terms overstated :math:`F` by 16 %
-    on a prefill-heavy pool). In a linear-noise view the count relaxes at
+    :attr:`BatchedTraffic.iterations_decode_work`; counting :math:`\ell` in both terms would count the stalls
+    twice). In a linear-noise view the count relaxes at
     :math:`\kappa = \lambda_r (1 - x)/E[J_r]` and is driven by that excess, a shot noise of spectral density
     :math:`\lambda_r \bar t^2 E[Z^2]` at low frequency, :math:`Z = Y_d - \bar y_d I`,
     :math:`\bar y_d = E[Y_d]/E[I]`, which adds
@@ -427,10 +427,10 @@ def occupancy_dispersion(traffic: BatchedTraffic, replicas) -> tuple[np.ndarray 
     **From the requests' transforms.** Where the traffic carries its requests' mean transforms
     (:attr:`BatchedTraffic.count_spectra`, which segment statistics always do) :math:`F` is instead
     :func:`fleetopt.models.dispersion.count_dispersion`: the count's second moment on the clock of iterations,
-    exact for one replica without a cap, and a closure for what arrivals see (within 3 % of the exact value on 94 %
-    of the agreement draw's pools, where the closed form above is a median 7 % low and 14-24 % low on the pools
-    it left optimistic). The closed form stays for the unequal-request part that clusters a full pool's arrivals,
-    and for traffic built without the transforms.
+    exact for one replica without a cap, and a closure for what arrivals see (its accuracy against the exact
+    oracle, and the closed form's: ``docs/models.md``, "The count's exact second moment"). The closed form stays
+    for the unequal-request part that clusters a full pool's arrivals, and for traffic built without the
+    transforms.
 
     **A full pool's departures.** With every place taken a replica is a server whose requests each need
     :math:`S' = W I / n + Y` of its time (the iteration's fixed part shared by the :math:`n` places, plus the
@@ -438,12 +438,8 @@ def occupancy_dispersion(traffic: BatchedTraffic, replicas) -> tuple[np.ndarray 
     :math:`c^2_{S'}` (a renewal-reward argument over the places), returned here; :func:`operating_point` takes
     it over the queue's relaxation time (:func:`departure_dispersion`) into the wait's decay.
 
-    Measured against the simulator's occupancy (the variance of the count at arrivals over the chain's, 150,000
-    to 1 million requests; ``docs/models.md``): four 8B pools with :math:`\rho_p` = 0.35-0.63 and near-equal
-    residences 1.50-2.67 (:math:`F` = 1.44-2.30); a prefill-heavy pool with geometric outputs
-    (:math:`\rho_p = 0.76`) 2.32 (:math:`F` = 2.45; 2.68 with :math:`\ell` in :math:`Z`); LMSYS windows of
-    6K-49K on the seeds' units 1.45-2.05 (:math:`F` = 1.24-1.69: the filter takes out too much, and such pools
-    stay optimistic about a full pool).
+    How :math:`F` compares with the simulator's occupancy, pool by pool: ``docs/models.md``, "Occupancy
+    dispersion" and "Measurement history".
 
     Examples
     --------
@@ -539,20 +535,13 @@ def departure_dispersion(cv2, mu, lam, period_s) -> np.ndarray:
 
     Only work spread over a residence keeps a place's stream off the work clock: the compute of a prompt,
     :math:`E[\ell]`, is done in a lump when its request takes the place, so it is never in progress across a
-    window's ends. :func:`operating_point` therefore passes :math:`R\,(1 - E[\ell]/E[S'])` as the time scale
-    (measured: a pool whose :math:`S'` is 85 % prompt compute, ``tests/test_compute_terms.py``, stays within
-    8 % of the simulator with it and is 18 % pessimistic with :math:`R`). Near
-    the stability limit :math:`\tau \gg R` and :math:`I \to c^2`; a pool far from it, with near-equal
+    window's ends. :func:`operating_point` therefore passes :math:`R\,(1 - E[\ell]/E[S'])` as the time scale.
+    Near the stability limit :math:`\tau \gg R` and :math:`I \to c^2`; a pool far from it, with near-equal
     requests (:math:`c^2 \ll 1`), waits on the locally Poisson stream and :math:`I` approaches 1, where
-    :math:`c^2` alone gave waits that decay too fast (Azure 6,144-49,152 on seven A100 units,
-    :math:`c^2` = 0.024: the P99 was 2.5 s analytic against 3.5 s simulated; the fixed point :math:`I` = 0.55
-    is within 10 % of the simulator). Where :math:`c^2 \ge 1` the index is kept at :math:`c^2`: the
-    superposition argument would lower it, but there a replica's heavy sequences slow all its places together,
-    and on the pools measured when this was written the simulated waits decayed as slowly as :math:`c^2` says or
-    more (``docs/models.md``, "A full pool's departures"). It is not right either way: on near-cap agreement
-    pools the simulated wait given full implies an index of about 4.1 where :math:`c^2` is 8.3 (six replicas of
-    14 places), and about 2.3 where :math:`c^2` is 1.22 (two B200 units of 167 places); applying the fixed point
-    above :math:`c^2 = 1` as well made the agreement worse (``docs/models.md``, "Where it errs").
+    :math:`c^2` alone gives waits that decay too fast. Where :math:`c^2 \ge 1` the index is kept at :math:`c^2`:
+    the superposition argument would lower it, but there a replica's heavy sequences slow all its places
+    together. Neither limit is exact; the pools that show it, and the figures behind both choices, are in
+    ``docs/models.md``, "A full pool's departures", "Where it errs" and "Measurement history".
 
     Parameters
     ----------
@@ -787,7 +776,7 @@ def prefill_lumps(traffic: BatchedTraffic, op: OperatingPoint) -> tuple[np.ndarr
 
     (:math:`\\lambda_r E[k]` chunk iterations a second, each lasting :math:`W + \\bar C + \\ell`; Poisson
     overlap): the residual is :math:`U(W + C)` with probability :math:`1 - f_L` and :math:`U(W + C + \\ell)`
-    with :math:`f_L`. Measured on ``instances/h100_8b_fitted.yaml`` (``docs/models.md``).
+    with :math:`f_L`. Measured against the simulator: ``docs/models.md``, "Prefill lumps".
     """
     S = traffic.arrival_rate.shape
     if traffic.prefill_compute_s is None or not np.any(traffic.prefill_compute_s > 0):
@@ -866,8 +855,7 @@ def own_prefill_context(traffic: BatchedTraffic, op: OperatingPoint) -> tuple[np
             + f(k, \tau) \frac{\ell^2 \mathrm{Var}[n_P]}{N^2}
             + f(k, E[k]) \left(\ell^2 E[p] (1 - 1/N) + E[p] \mathrm{Var}[\ell_i]\right)\right).
 
-    Measured against the simulator on the agreement draw (``docs/models.md``): a 70B pool whose prefill runs
-    6-15x its idle time went from 25 % optimistic to within 3 %, and every pinned pool is within 10 %.
+    Measured against the simulator: ``docs/models.md``, "Concurrent prefill".
 
     References
     ----------
