@@ -26,8 +26,8 @@ from fleetopt.optimizer.commands import (CONTEXT_SETTINGS, OUTPUT_PARAMS, catalo
 from fleetopt.optimizer.errors import EXIT_CODES, InstanceError
 from fleetopt.optimizer.io.files import input_scope
 from fleetopt.optimizer.io.output import write_json
-from fleetopt.optimizer.simulation.options import (DEFAULT_SPILL_BOUND, DISPATCHES, EngineOptions, SimOptions,
-                                                   SimOptionsError, parse_precision)
+from fleetopt.optimizer.commands.sim_flags import sim_options
+from fleetopt.optimizer.simulation.options import DEFAULT_SPILL_BOUND, DISPATCHES, EngineOptions, parse_precision
 
 _json_opt = click.option("--json", "json_out", metavar="FILE", help="Also write the result as JSON ('-' = stdout).")
 _set_opt = click.option("--set", "overrides", multiple=True, metavar="PATH=VALUE",
@@ -60,14 +60,6 @@ class _Lazy:
 api = _Lazy("fleetopt.optimizer.api")
 report = _Lazy("fleetopt.optimizer.report")
 contract = _Lazy("fleetopt.optimizer.io.contract")
-
-
-def _sim_options(flags: dict[str, str], **settings) -> SimOptions:
-    """One :class:`SimOptions` from a command's flags; each bad setting is one line naming its flag."""
-    try:
-        return SimOptions(**settings)
-    except SimOptionsError as err:
-        raise InstanceError([f"{flags.get(field, field)}: {text}" for field, text in err.by_field]) from None
 
 
 def _inputs(inst, *files) -> tuple:
@@ -282,8 +274,8 @@ def solve(instance, top, max_pools, objective, time_limit, mip_gap, threads, met
     tee = [sys.stderr] if (verbose and json_out == "-") else verbose
     kwargs = dict(time_limit_s=time_limit, mip_gap=mip_gap, threads=threads, method=method, verbose=tee)
     if verify_top:
-        sim = _sim_options(_VERIFY_FLAGS, requests=sim_requests, replications=sim_replications, seed=seed,
-                           engine=EngineOptions(kv=sim_kv, availability=sim_availability))
+        sim = sim_options(_VERIFY_FLAGS, requests=sim_requests, replications=sim_replications, seed=seed,
+                          engine=EngineOptions(kv=sim_kv, availability=sim_availability))
         from fleetopt.optimizer.commands.progress import reporter
 
         with reporter(quiet) as shown:
@@ -410,10 +402,10 @@ def simulate(instance, fleets, plan_file, rank, n_requests, seed, router, spill_
                                  dispatch=dispatch, arrivals=arrivals, peak_to_mean=peak_to_mean,
                                  precision=parse_precision(precision), max_requests=max_requests,
                                  engine=EngineOptions(kv, max_num_seqs, max_batched_tokens, availability))
-    options = _sim_options(_SIMULATE_FLAGS, requests=n_requests, replications=replications, seed=seed, mode=mode,
-                           router=router, dispatch=dispatch, arrivals=arrivals, peak_to_mean=peak_to_mean,
-                           spill_bound=spill_bound, precision=parse_precision(precision), max_requests=max_requests,
-                           engine=EngineOptions(kv, max_num_seqs, max_batched_tokens, availability))
+    options = sim_options(_SIMULATE_FLAGS, requests=n_requests, replications=replications, seed=seed, mode=mode,
+                          router=router, dispatch=dispatch, arrivals=arrivals, peak_to_mean=peak_to_mean,
+                          spill_bound=spill_bound, precision=parse_precision(precision), max_requests=max_requests,
+                          engine=EngineOptions(kv, max_num_seqs, max_batched_tokens, availability))
     with progress_bar(sys.stderr.isatty()) as progress:
         rep = api.simulate_report(inst, fleet, options, plan_file=plan_file, rank=rank, progress=progress)
     _emit(lambda c: render_simulation(c, rep), rep.to_json(), json_out, _inputs(inst, plan_file), fmt)
@@ -427,7 +419,7 @@ def _simulate_routers(inst, fleet, plan_file, router, routers, spill_bound, json
     if plan_file is not None or fleet is None or router != "auto":
         raise InstanceError("--routers: compares routers on one --fleet SPEC; give --fleet (not --plan) and no "
                             "--router")
-    cmp = compare_routers(inst, fleet, parse_routers(routers), _sim_options(_SIMULATE_FLAGS, **settings),
+    cmp = compare_routers(inst, fleet, parse_routers(routers), sim_options(_SIMULATE_FLAGS, **settings),
                           spill_bound=spill_bound)
     _emit(lambda c: report.render_routers(c, cmp), contract.with_envelope(cmp.to_json(), "simulate --routers", inst.name),
           json_out, _inputs(inst), fmt)

@@ -15,7 +15,7 @@ from fleetopt.optimizer.commands.progress import QUIET_HELP, reporter
 from fleetopt.optimizer.commands.workflows import CONTEXT_SETTINGS, PLOT_HELP, _console, _format_opt, _guard, _write_text
 from fleetopt.optimizer.errors import InstanceError
 from fleetopt.optimizer.io.output import write_json
-from fleetopt.optimizer.simulation.options import SimOptions, SimOptionsError
+from fleetopt.optimizer.commands.sim_flags import VERIFY_FLAGS, sim_options
 from fleetopt.optimizer.workflows import plots
 from fleetopt.optimizer.workflows.executor import Backend
 from fleetopt.optimizer.workflows.whatif import WhatIf, binding_text, run_whatif
@@ -121,10 +121,7 @@ def whatif(instance, sweeps, overrides, verify, sim_requests, sim_replications, 
         plots.check_target(plot_out, "--plot", (instance,))
     options = None
     if verify:
-        try:
-            options = SimOptions(requests=sim_requests, replications=sim_replications, seed=seed)
-        except SimOptionsError as err:
-            raise InstanceError([f"--sim-{f}: {t}" for f, t in err.by_field]) from None
+        options = sim_options(VERIFY_FLAGS, requests=sim_requests, replications=sim_replications, seed=seed)
     with reporter(quiet) as shown:
         result = run_whatif(instance, overrides, sweeps, backend=Backend(workers=workers, scheduler=scheduler),
                             sim_options=options, time_limit_s=time_limit, out=log_out, resume=resume,

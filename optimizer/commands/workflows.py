@@ -22,7 +22,7 @@ from fleetopt.optimizer.io.output import write_text as _write_text
 from fleetopt.optimizer.errors import EXIT_CODES, InstanceError
 from fleetopt.optimizer.io.instance import load_instance
 from fleetopt.optimizer.io.output import write_json
-from fleetopt.optimizer.simulation.options import SimOptions, SimOptionsError
+from fleetopt.optimizer.commands.sim_flags import VERIFY_FLAGS, sim_options
 from fleetopt.optimizer.workflows import plots
 from fleetopt.optimizer.workflows.headroom import (Headroom, StepSchedule, fleet_steps, headroom as find_headroom,
                                                    parse_range, simulated_limit)
@@ -245,10 +245,7 @@ def headroom(instance, fleet, verify, rate_range, sim_requests, sim_replications
     else:
         result = find_headroom(inst, fleet)
         if verify:
-            try:
-                options = SimOptions(requests=sim_requests, replications=sim_replications, seed=seed)
-            except SimOptionsError as err:
-                raise InstanceError([f"--sim-{f}: {t}" for f, t in err.by_field]) from None
+            options = sim_options(VERIFY_FLAGS, requests=sim_requests, replications=sim_replications, seed=seed)
             with reporter(quiet) as shown:
                 step = None if shown.step is None else (
                     lambda pool, rate: shown.step(f"headroom: simulating pool {pool} at {rate:g} req/s"))
