@@ -138,8 +138,16 @@ def test_fleet_scope_mip_equals_enumeration(seed):
 
 @pytest.mark.parametrize("seed", range(3000, 3030))
 def test_fleet_scope_never_costs_more_than_pool_scope(seed):
-    pool = solve_instance(random_instance(seed, caps=False, scope="pool"), SolveOptions(method="mip"))
-    fleet = solve_instance(random_instance(seed, caps=False, scope="fleet"), SolveOptions(method="mip"))
+    pool_inst = random_instance(seed, caps=False, scope="pool")
+    fleet_inst = random_instance(seed, caps=False, scope="fleet")
+    pool = solve_instance(pool_inst, SolveOptions(method="mip"))
+    fleet = solve_instance(fleet_inst, SolveOptions(method="mip"))
+    for inst, rep in ((pool_inst, pool), (fleet_inst, fleet)):
+        if rep.plans:
+            assert rep.status == "optimal"
+        else:   # a claim of infeasibility is checked by brute force
+            assert rep.status == "infeasible"
+            assert enumerate_fleets(build_problem(inst, generate_candidates(inst))) is None
     if pool.plans:
         assert fleet.plans and fleet.best.objective <= pool.best.objective * (1 + 1e-9) + 1e-12
     if fleet.plans:
@@ -169,23 +177,46 @@ def test_top_n_are_distinct_and_ordered():
     assert objectives == sorted(objectives)
 
 
+def _problem(seed: int, caps: bool):
+    inst = random_instance(seed, caps=caps)
+    return inst, build_problem(inst, generate_candidates(inst))
+
+
 def test_mip_reports_gap_and_bound():
-    inst = random_instance(11, caps=True)
-    res = solve_mip(build_problem(inst, generate_candidates(inst)))
-    if res.termination == Termination.OPTIMAL:
-        assert res.rel_gap is not None and res.rel_gap <= 1e-6
-        assert res.bound == pytest.approx(res.best.objective, rel=1e-6)
+    """Seed 1011's caps bind (its capped optimum, found by enumeration, is dearer than its uncapped one): the
+    solve is proven optimal at the enumerated value, with a bound that meets it and a gap of zero."""
+    _, capped = _problem(1011, caps=True)
+    _, free = _problem(1011, caps=False)
+    ref, ref_free = enumerate_fleets(capped), enumerate_fleets(free)
+    assert ref is not None and ref_free is not None and ref[0] > ref_free[0] * (1 + 1e-6)   # the caps bind
+    res = solve_mip(capped)
+    assert res.termination == Termination.OPTIMAL
+    assert res.best.objective == pytest.approx(ref[0], rel=1e-6)
+    assert res.rel_gap is not None and res.rel_gap <= 1e-6
+    assert res.bound == pytest.approx(ref[0], rel=1e-6)
+
+
+def test_mip_proves_a_cost_cap_below_the_least_cost_infeasible():
+    """Seed 11 minimises cost under a cost cap below its least uncapped cost (by enumeration): no fleet can
+    meet the cap, so the solve must prove infeasibility and report no incumbent and no gap."""
+    inst, capped = _problem(11, caps=True)
+    _, free = _problem(11, caps=False)
+    least = enumerate_fleets(free)
+    assert inst.objective == "cost" and least is not None and inst.constraints.max_cost_per_hr < least[0]
+    assert enumerate_fleets(capped) is None
+    res = solve_mip(capped)
+    assert res.termination == Termination.INFEASIBLE
+    assert res.best is None and res.rel_gap is None
 
 
 def test_solves_with_different_thread_counts_in_one_process():
     """HiGHS keeps one thread pool per process; a later solve asking for another size used to end "unknown"
-    with no solution. Every solve of the same problem must reach the same optimum whatever the order."""
-    inst = random_instance(11, caps=True)
-    problem = build_problem(inst, generate_candidates(inst))
+    with no solution. Every solve of the same problem must reach the same (enumerated) optimum whatever the order."""
+    _, problem = _problem(1011, caps=True)
+    ref = enumerate_fleets(problem)
     got = [solve_mip(problem, threads=t, tie_break=False) for t in (None, 1, 1, None, 2)]
-    assert all(r.termination is got[0].termination for r in got)
-    if got[0].best is not None:
-        assert {round(r.best.objective, 9) for r in got} == {round(got[0].best.objective, 9)}
+    assert [r.termination for r in got] == [Termination.OPTIMAL] * len(got)
+    assert [r.best.objective for r in got] == pytest.approx([ref[0]] * len(got), rel=1e-6)
 
 
 # ------------------------------------------------------------ properties
@@ -215,18 +246,28 @@ def test_another_gpu_type_never_costs_more(rate):
     assert _cost(more) <= _cost(fewer) + 1e-9
 
 
-@pytest.mark.parametrize("field,values", [("max_power_kw", [4.0, 3.0, 2.5]), ("max_total_gpus", [12, 8, 6]),
-                                          ("max_cost_per_hr", [40.0, 25.0, 18.0])])
+# Without caps the optimum of _base(100) is 5 GPUs, 1.81 kW, $14.67/h (3 A100 + 2 H100); each sequence starts
+# slack, then binds, then cuts below every fleet.
+@pytest.mark.parametrize("field,values", [("max_power_kw", [2.0, 1.8, 1.6]), ("max_total_gpus", [6, 4, 3]),
+                                          ("max_cost_per_hr", [20.0, 15.0, 14.0])])
 def test_tighter_caps_never_cost_less(field, values):
-    previous = -1.0
+    """Each cap tightened in turn: the cost never falls, and each status (optimal at the enumerated value, or
+    infeasible where enumeration finds no fleet) is checked by brute force."""
+    costs = []
     for v in values:
         data = _base(100)
         data["constraints"] = {field: v}
-        cost = _cost(data)
-        if cost is None:
-            break
-        assert cost >= previous - 1e-9
-        previous = cost
+        inst = instance_from_dict(data)
+        ref = enumerate_fleets(build_problem(inst, generate_candidates(inst)))
+        rep = solve_instance(inst, SolveOptions(method="mip"))
+        if ref is None:
+            assert rep.status == "infeasible" and not rep.plans
+            costs.append(float("inf"))
+        else:
+            assert rep.status == "optimal" and rep.best.objective == pytest.approx(ref[0], rel=1e-6)
+            costs.append(rep.best.objective)
+    assert costs == sorted(costs)
+    assert len(set(costs)) > 1      # the sequence reaches a binding cap, so the property is tested
 
 
 def test_more_pools_never_cost_more(repo_root):
@@ -253,10 +294,23 @@ def test_split_routing_never_dearer_and_meets_the_slo_exactly(seed):
     inner = sorted(set(np.asarray(bounds[1:-1])[np.linspace(0, len(bounds) - 3, min(keep, len(bounds) - 2))
                                                .round().astype(int)].tolist())) if len(bounds) > 2 else []
     pools = dataclasses.replace(inst.pools, boundaries=(0, *inner, bounds[-1]))
-    length = solve_instance(dataclasses.replace(inst, pools=pools), SolveOptions(method="mip"))
+    length_inst = dataclasses.replace(inst, pools=pools)
+    length = solve_instance(length_inst, SolveOptions(method="mip"))
     split = solve_instance(dataclasses.replace(inst, pools=dataclasses.replace(pools, routing="split")))
-    if not length.plans:
+    cons = inst.constraints
+    if enumerate_fleets(build_problem(length_inst, generate_candidates(length_inst))) is None:
+        # No length-routed fleet exists (brute force). Split routing may still find one; if it does, the exact
+        # model must confirm it within the caps.
+        assert length.status == "infeasible" and not length.plans
+        assert split.status in ("infeasible", "optimal")
+        if split.plans:
+            fleet = split.best.fleet
+            assert fleet.feasible
+            assert cons.max_power_kw is None or fleet.power_kw <= cons.max_power_kw * (1 + 1e-9)
+            assert cons.max_cost_per_hr is None or fleet.cost_per_hr <= cons.max_cost_per_hr * (1 + 1e-9)
+            assert cons.max_total_gpus is None or fleet.total_gpus <= cons.max_total_gpus
         return
+    assert length.status == "optimal"
     assert split.plans and split.status == "optimal"
     fleet = split.best.fleet
     assert fleet.feasible, [(p.min_tokens, p.max_tokens, p.ttft_p99_ms, p.utilization) for p in fleet.pools]
