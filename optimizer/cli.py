@@ -2,11 +2,11 @@
 
 Exit codes: 0 success, 2 invalid input, 3 infeasible, 4 time or iteration limit
 without a plan, 5 the evaluated or simulated fleet misses its SLO (``evaluate``,
-``simulate``), 6 the evaluated fleet meets its SLO but breaks a limit of the
-instance (``evaluate``), 130 interrupted without a plan, 141 the reader closed
-the output pipe early (``| head``: the command stops quietly, as a Unix tool
-killed by SIGPIPE), 1 internal or solver error (:mod:`fleetopt.optimizer.errors`,
-README).
+``simulate``), 6 the given fleet meets its SLO but breaks a limit of the
+instance (``evaluate``, ``headroom --fleet``), 130 interrupted (Ctrl-C, any
+command), 141 the reader closed the output pipe early (``| head``: the command
+stops quietly, as a Unix tool killed by SIGPIPE), 1 internal or solver error
+(:mod:`fleetopt.optimizer.errors`, README).
 
 Every command takes ``--format table|plain|markdown|csv``
 (:data:`fleetopt.optimizer.report.FORMATS`); ``table`` never shortens a cell: a
