@@ -159,27 +159,30 @@ class BatchedTraffic:
         return np.arange(self.chunk_probs.shape[1], dtype=float)
 
     @staticmethod
-    def from_stats(stats, arrival_rate, cap=None) -> "BatchedTraffic":
-        """From segment statistics (``stats.n_slots`` is the cap unless ``cap`` is given)."""
+    def from_stats(stats, arrival_rate, *, cap=None) -> "BatchedTraffic":
+        """From segment statistics (``stats.n_slots`` is the cap unless ``cap`` is given); every field by name."""
         lam = np.atleast_1d(np.asarray(arrival_rate, dtype=float))
         n = np.asarray(stats.n_slots if cap is None else cap, dtype=float)
         fix = lambda a: np.broadcast_to(np.nan_to_num(np.asarray(a, dtype=float)), lam.shape)  # noqa: E731
+        optional = lambda a: None if a is None else fix(a)  # noqa: E731
         probs = np.nan_to_num(np.atleast_2d(stats.ttft_probs))
         own = np.broadcast_to(np.nan_to_num(np.atleast_2d(stats.own_prefill_s)), probs.shape)
-        return BatchedTraffic(lam, np.broadcast_to(n, lam.shape), fix(stats.mean_iterations),
-                              fix(stats.cv2_iterations), fix(stats.mean_time_work),
-                              fix(stats.mean_time_work_sq), probs, own, float(stats.iteration_base_s),
-                              fix(stats.context_s_per_token * np.asarray(stats.mean_context_work, dtype=float)),
-                              fix(stats.mean_prefill_compute_s), np.asarray(stats.ttft_chunks, dtype=float),
-                              None if stats.mean_time_work_total_sq is None else fix(stats.mean_time_work_total_sq),
-                              None if stats.mean_iterations_time_work is None else fix(stats.mean_iterations_time_work),
-                              None if stats.mean_prefill_compute_sq is None else fix(stats.mean_prefill_compute_sq),
-                              None if stats.mean_decode_work_sq is None else fix(stats.mean_decode_work_sq),
-                              None if stats.mean_iterations_decode_work is None
-                              else fix(stats.mean_iterations_decode_work),
-                              None if stats.count_spectra is None
-                              else np.nan_to_num(np.broadcast_to(stats.count_spectra,
-                                                                 lam.shape + stats.count_spectra.shape[-2:])))
+        spectra = stats.count_spectra
+        return BatchedTraffic(
+            arrival_rate=lam, cap=np.broadcast_to(n, lam.shape), mean_iterations=fix(stats.mean_iterations),
+            cv2_iterations=fix(stats.cv2_iterations), mean_work=fix(stats.mean_time_work),
+            mean_work_sq=fix(stats.mean_time_work_sq), chunk_probs=probs, own_prefill_s=own,
+            W_s=float(stats.iteration_base_s),
+            mean_kv_work=fix(stats.context_s_per_token * np.asarray(stats.mean_context_work, dtype=float)),
+            prefill_compute_s=fix(stats.mean_prefill_compute_s),
+            column_chunks=np.asarray(stats.ttft_chunks, dtype=float),
+            mean_work_total_sq=optional(stats.mean_time_work_total_sq),
+            mean_iterations_work=optional(stats.mean_iterations_time_work),
+            prefill_compute_sq=optional(stats.mean_prefill_compute_sq),
+            decode_work_total_sq=optional(stats.mean_decode_work_sq),
+            iterations_decode_work=optional(stats.mean_iterations_decode_work),
+            count_spectra=None if spectra is None else np.nan_to_num(
+                np.broadcast_to(spectra, lam.shape + spectra.shape[-2:])))
 
     def take(self, idx) -> "BatchedTraffic":
         """The pools at ``idx`` (every per-pool array indexed; ``W_s`` and ``column_chunks`` are shared)."""
