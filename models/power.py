@@ -17,6 +17,7 @@ For :math:`b \\to 0` the curve tends to :math:`P_{idle}`; :math:`P(0)` is define
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import overload
 
 import numpy as np
 
@@ -66,7 +67,11 @@ class PowerCurve:
         if self.quality not in QUALITIES:
             raise ValueError(f"power quality must be one of {QUALITIES}; got {self.quality!r}")
 
-    def power_w(self, batch):
+    @overload
+    def power_w(self, batch: float) -> float: ...
+    @overload
+    def power_w(self, batch: np.ndarray) -> np.ndarray: ...
+    def power_w(self, batch: float | np.ndarray) -> float | np.ndarray:
         """Power in watts at ``batch`` sequences in flight (array-aware, batch >= 0)."""
         b = np.asarray(batch, dtype=float)
         if np.any(b < 0):

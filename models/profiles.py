@@ -21,7 +21,7 @@ elsewhere, e.g. the seeds' A100/H100 units) and ``ComputedProfile`` in
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
+from typing import Protocol, overload, runtime_checkable
 
 import numpy as np
 
@@ -51,7 +51,10 @@ class ServingProfile(Protocol):
     prefill_a_s: float
     prefill_b_s: float
 
-    def n_slots(self, ctx_tokens): ...
+    @overload
+    def n_slots(self, ctx_tokens: float) -> int: ...
+    @overload
+    def n_slots(self, ctx_tokens: np.ndarray) -> np.ndarray: ...
 
 
 def quality_label(profile: ServingProfile) -> str:
@@ -117,7 +120,11 @@ class CalibratedProfile:
         if self.latency_quality not in LATENCY_QUALITIES:
             raise ValueError(f"profile {self.name}: latency_quality must be one of {LATENCY_QUALITIES}")
 
-    def n_slots(self, ctx_tokens):
+    @overload
+    def n_slots(self, ctx_tokens: float) -> int: ...
+    @overload
+    def n_slots(self, ctx_tokens: np.ndarray) -> np.ndarray: ...
+    def n_slots(self, ctx_tokens: float | np.ndarray) -> int | np.ndarray:
         """Sequences held at context window ``ctx_tokens`` (array-aware)."""
         ctx = np.asarray(ctx_tokens, dtype=np.int64)
         if np.any(ctx < 1):

@@ -55,7 +55,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Mapping
+from typing import Mapping, overload
 
 import numpy as np
 
@@ -237,7 +237,11 @@ class ComputedProfile:
         out = self.total_kv_blocks // blocks_per_seq
         return out if out.ndim else int(out)
 
-    def n_slots(self, ctx_tokens):
+    @overload
+    def n_slots(self, ctx_tokens: float) -> int: ...
+    @overload
+    def n_slots(self, ctx_tokens: np.ndarray) -> np.ndarray: ...
+    def n_slots(self, ctx_tokens: float | np.ndarray) -> int | np.ndarray:
         """Sequences held at context window ``ctx_tokens``: KV limit, capped by ``concurrency_cap_seqs`` (array-aware)."""
         out = np.asarray(self.kv_slots(ctx_tokens))
         if self.concurrency_cap_seqs is not None:
@@ -278,7 +282,7 @@ class MoELatencyTable:
     0.24
     """
 
-    curves: tuple[tuple[tuple[int, int, int, int], float, tuple[tuple[float, float], ...]], ...]
+    curves: tuple[tuple[tuple[int, ...], float, tuple[tuple[float, float], ...]], ...]   # key: moe_table_key
     reference_bandwidth_bytes_per_s: float
     bandwidth_exponent: float
     decode_reference_tokens: int
@@ -536,7 +540,7 @@ def _weight_stream_s(hardware: HardwareSpec, model: ModelSpec, dtype: str, tp: i
     Streamed weights :math:`P_s`: :func:`matmul_params` (``physical``: the input-embedding table is
     gathered, not streamed) or the official ``active_params`` (``seeds``).
     """
-    if model.is_moe and moe_w == "layer-table":
+    if model.is_moe and moe_w == "layer-table" and moe_table is not None:   # _config_problems: never None here
         return _moe_layer_table_stream_s(hardware, model, dtype, tp, moe_table, defaults)
     streamed = model.active_params if defaults.convention == "seeds" else matmul_params(model)
     streamed_bytes = streamed * WEIGHT_BYTES_BY_DTYPE[dtype] / tp

@@ -107,7 +107,7 @@ def _accumulate(boundaries, L_idx, weights, values: dict, k, k_max, chunk_tokens
     q = _prompt_bin(values["P1"], chunk_tokens)
     prompt = np.zeros((m, k_max * (int(chunk_tokens) // prompt_bin_tokens(chunk_tokens)) + 1, 3))
     for p, v in enumerate((weights, weights * values["P1"], weights * values["P2"])):
-        np.add.at(prompt, (L_idx, q, p), v)
+        np.add.at(prompt, (L_idx, q, p), v)   # pyright: ignore[reportArgumentType]  # stubs: no index tuples
     spectra = binned_spectra(np.minimum(L_idx, m - 1), m, np.where(L_idx < m, weights, 0.0), k, values["P1"],
                              values["out"], chunk_tokens)
     return prefix, np.cumsum(grid, axis=0), np.cumsum(prompt, axis=0), np.cumsum(spectra, axis=0)
@@ -365,8 +365,8 @@ class RawSums:
         """Concatenate components (prefill histograms padded to a common width)."""
         parts = [p._full() for p in parts]
         width = {f: max(getattr(p, f).shape[1] for p in parts) for f in _HIST_FIELDS}
-        spectra = (None if any(p.spectra is None for p in parts)
-                   else np.concatenate([p.spectra for p in parts]))
+        known = [p.spectra for p in parts if p.spectra is not None]
+        spectra = np.concatenate(known) if len(known) == len(parts) else None
         return RawSums(*(np.concatenate([_pad(getattr(p, f), width[f]) if f in _HIST_FIELDS else getattr(p, f)
                                          for p in parts]) for f in _RAW_FIELDS), spectra=spectra)
 
@@ -608,6 +608,7 @@ def stats_from_raw(raw: RawSums, lo_tokens, window_tokens, profile: ServingProfi
     prefill_compute = np.zeros(hi.shape)
     if a or b:                  # prompt bins: the own compute varies within a chunk count
         bins = raw._full().prompt_bins
+        assert bins is not None     # _full fills it
         width = prompt_bin_tokens(profile.chunk_tokens)
         class_k = np.ceil(np.arange(bins.shape[1]) * width / c_tok)
         with np.errstate(divide="ignore", invalid="ignore"):
@@ -626,6 +627,7 @@ def stats_from_raw(raw: RawSums, lo_tokens, window_tokens, profile: ServingProfi
         y2 = iy = wp2 = yd2 = iyd = None
     if g or a or b:
         full = raw._full()
+        assert full.compute is not None     # _full fills it
         Xd, P1, P2, Q1, Q2, R11, R12, R22 = full.compute.T[:len(_COMPUTE_NAMES)]
         with np.errstate(divide="ignore", invalid="ignore"):
             time_work = (h0 * raw.X + g * raw.out + a * P1 + b * P2) / mass

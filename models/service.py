@@ -137,7 +137,7 @@ class DecodePower:
 
     activity: ActivityPower
     weights_s: float
-    kv_per_seq_s: float
+    kv_per_seq_s: float | np.ndarray      # an array: one value per context (power_w answers per context)
     compute_per_seq_s: float
 
     @property
@@ -148,7 +148,7 @@ class DecodePower:
     def idle_w(self) -> float:
         return self.activity.idle_w
 
-    def power_w(self, batch):
+    def power_w(self, batch: float | np.ndarray) -> float | np.ndarray:
         """Power in W at ``batch`` decoding sequences (array-aware)."""
         b = np.asarray(batch, dtype=float)
         out = np.where(b > 0, self.activity.iteration_power_w(self.weights_s + 0.0 * b, self.kv_per_seq_s * b,
