@@ -1,8 +1,9 @@
 """Deployment files from a solve's JSON: vLLM command lines, Kubernetes manifests and a router configuration.
 
 :func:`read_plan` reads one plan of a ``fleetopt solve --json`` file (the selected plan at the top level, or
-``solutions[N-1]``) into an :class:`ExportPlan`, checking every field it uses (one line naming the file and the
-field per problem). The renderers are pure functions of that record:
+``solutions[N-1]``; :func:`fleetopt.optimizer.io.solve_json.read_solve_plan`, the reader ``simulate --plan``
+shares) into an :class:`ExportPlan`, checking every field it uses (one line naming the file and the field per
+problem). The renderers are pure functions of that record:
 
 * :func:`vllm_script`: one ``vllm serve MODEL --max-model-len B --max-num-seqs n --tensor-parallel-size tp``
   line per pool, the replica count, GPU type and pool bounds as comments;
@@ -22,7 +23,6 @@ files), the replicas the plan's ``replicas`` (availability inflation included), 
 
 from __future__ import annotations
 
-import json
 import math
 import re
 import shlex
@@ -31,11 +31,10 @@ from pathlib import Path
 
 import yaml
 
-from fleetopt.optimizer.errors import InstanceError, format_problem
 from fleetopt.optimizer.io.catalog import catalog_documents
-from fleetopt.optimizer.io.files import read_text
 from fleetopt.optimizer.io.output import TEXT_MODE
 from fleetopt.optimizer.io.output import write_text as _write
+from fleetopt.optimizer.io.solve_json import json_kind, read_solve_plan, whole_number
 
 __all__ = ["ExportPool", "ExportPlan", "RouteBand", "read_plan", "vllm_args", "vllm_script", "k8s_documents",
            "router_config", "yaml_documents", "write_text", "dns_label", "DEFAULT_IMAGE", "SERVICE_PORT",
@@ -110,18 +109,12 @@ def dns_label(text: str, limit: int = 63) -> str:
     return out[:limit].rstrip("-")
 
 
-def _kind(value) -> str:
-    names = {dict: "a mapping", list: "a list", str: "a string", bool: "a boolean", type(None): "null"}
-    return names.get(type(value), f"the number {value!r}" if isinstance(value, (int, float)) else repr(value))
+_kind = json_kind
 
 
 def _whole(value, low: int) -> int | None:
-    """``value`` as an int when it is a whole number >= ``low`` (an integral float counts; booleans do not)."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    if isinstance(value, float) and not (math.isfinite(value) and value.is_integer()):
-        return None
-    return int(value) if low <= value < _MAX_WHOLE else None
+    """``value`` as an int when it is a whole number in ``[low, 2**31)`` (:func:`whole_number`)."""
+    return whole_number(value, low, _MAX_WHOLE - 1)
 
 
 def _hf_ids() -> dict[str, str]:
@@ -154,45 +147,12 @@ def read_plan(path: str | Path, plan: int | None = None, models: dict[str, str] 
     Raises :class:`InstanceError`, one line naming the file and the field, for anything else than a solve
     result with that plan.
     """
-    path = Path(path)
-
-    def fail(field: str, message: str) -> InstanceError:
-        return InstanceError(format_problem(path, field, message))
-
-    text, reason = read_text(path)
-    if text is None:
-        raise fail("", f"cannot read it: {reason}; give the JSON file 'fleetopt solve --json' wrote")
-    try:
-        data = json.loads(text)
-    except RecursionError:
-        raise fail("", "JSON nested too deeply to read") from None
-    except json.JSONDecodeError as err:
-        raise fail("", f"not JSON (line {err.lineno}: {err.msg})") from None
-    if not isinstance(data, dict) or data.get("command") != "solve":
-        raise fail("command", "not the JSON output of 'fleetopt solve' (write one with fleetopt solve INSTANCE "
-                              "--json FILE)")
-    if plan is None:
-        chosen, field, label = data, "", "the selected plan"
-        if not data.get("pools"):
-            raise fail("pools", f"the solve found no plan (status {data.get('status')!r}); nothing to export")
-    else:
-        solutions = data.get("solutions")
-        if not isinstance(solutions, list):
-            raise fail("solutions", f"must be a list of solutions; got {_kind(solutions)}")
-        if not 1 <= plan <= len(solutions):
-            raise fail("solutions", f"--plan {plan}: the file holds {len(solutions)} solution(s) "
-                                    "(solve with --top N for more)")
-        chosen, field, label = solutions[plan - 1], f"solutions[{plan - 1}].", f"plan {plan}"
-        if not isinstance(chosen, dict):
-            raise fail(field[:-1], f"must be a mapping with pools; got {_kind(chosen)}")
-    raw_pools = chosen.get("pools")
-    if not isinstance(raw_pools, list) or not raw_pools:
-        raise fail(f"{field}pools", f"must be a non-empty list of pools; got {_kind(raw_pools)}")
-    instance = data.get("instance") if isinstance(data.get("instance"), str) else path.stem
+    read = read_solve_plan(path, plan, flag="--plan")
+    path, fail, field, label, chosen, instance = read.path, read.problem, read.field, read.label, read.plan, read.instance
     prefix = dns_label(name or instance, 40)
     hf_ids, models = _hf_ids(), {k.lower(): v for k, v in (models or {}).items()}
     pools, warnings = [], []
-    for k, p in enumerate(raw_pools):
+    for k, p in enumerate(read.pools):
         pool, notes = _pool(p, k, f"{field}pools[{k}]", prefix, hf_ids, models, fail)
         pools.append(pool)
         warnings.extend(n for n in notes if n not in warnings)

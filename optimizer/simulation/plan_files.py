@@ -17,7 +17,6 @@ evaluate it: a length plan's pools must tile ``(0, pools.max_context]``
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 
@@ -25,7 +24,7 @@ from fleetopt.models.fleet import PoolPlan
 
 from fleetopt.optimizer.errors import InstanceError, format_problem
 from fleetopt.optimizer.plan.evaluate import MAX_FLEET_REPLICAS, evaluate_plans
-from fleetopt.optimizer.io.files import read_text
+from fleetopt.optimizer.io.solve_json import json_kind, read_solve_plan, whole_number
 from fleetopt.optimizer.io.instance import Instance
 from fleetopt.optimizer.io.overrides import override_settings, set_flags
 from fleetopt.optimizer.io.schema import MAX_CONTEXT_LIMIT_TOKENS
@@ -53,62 +52,19 @@ class SolvedPlan:
 
 
 def load_solved_plan(path: str | Path, instance: Instance, rank: int | None = None) -> SolvedPlan:
-    """Read plan ``rank`` (1-based; None: the top-level plan) of a ``solve --json`` file for ``instance``."""
-    path = Path(path)
-
-    def fail(field: str, message: str) -> InstanceError:
-        return InstanceError(format_problem(path, field, message))
-
-    text, reason = read_text(path)
-    if text is None:
-        raise fail("", f"cannot read it: {reason}")
-    try:
-        data = json.loads(text)
-    except RecursionError:
-        raise fail("", "JSON nested too deeply to read") from None
-    except json.JSONDecodeError as err:
-        raise fail("", f"not JSON (line {err.lineno}: {err.msg})") from None
-    if not isinstance(data, dict) or data.get("command") != "solve":
-        raise fail("command", "not the JSON output of 'fleetopt solve'")
-    if data.get("instance") != instance.name:
-        raise fail("instance", f"the plan was solved for instance '{data.get('instance')}', not '{instance.name}'")
-    _check_overrides(data.get("overrides", []), instance, fail)
-    if rank is None:
-        plan, field = data, ""
-        if not data.get("pools"):
-            raise fail("pools", f"the solve found no plan (status {data.get('status')})")
-    else:
-        solutions = data.get("solutions", [])
-        if not isinstance(solutions, list):
-            raise fail("solutions", f"must be a list of solutions; got {_kind(solutions)}")
-        if not 1 <= rank <= len(solutions):
-            raise fail("solutions", f"--rank {rank}: the file holds {len(solutions)} solution(s)")
-        plan, field = solutions[rank - 1], f"solutions[{rank - 1}]."
-        if not isinstance(plan, dict):
-            raise fail(field[:-1], f"must be a mapping with pools (and routing); got {_kind(plan)}")
-    raw = plan.get("pools")
-    if not isinstance(raw, list) or not raw:
-        raise fail(f"{field}pools", f"must be a non-empty list of pools; got {_kind(raw) if raw != [] else 'none'}")
+    """Read plan ``rank`` (1-based; None: the top-level plan) of a ``solve --json`` file for ``instance``
+    (:func:`fleetopt.optimizer.io.solve_json.read_solve_plan`, the reader ``export`` shares, then the checks
+    against the instance)."""
+    read = read_solve_plan(path, rank, flag="--rank", instance=instance.name)
+    path, fail, field, raw = read.path, read.problem, read.field, read.pools
+    _check_overrides(read.document.get("overrides", []), instance, fail)
     pools = [_pool(p, f"{field}pools[{k}]", instance, fail) for k, p in enumerate(raw)]
-    routing = _routing(plan.get("routing"), f"{field}routing", fail)
+    routing = _routing(read.plan.get("routing"), f"{field}routing", fail)
     _check_plan(instance, pools, routing, field, path)
     return SolvedPlan(pools, routing, rank)
 
 
-def _kind(value) -> str:
-    """How a problem line names a JSON value's type."""
-    names = {dict: "a mapping", list: "a list", str: "a string", bool: "a boolean", type(None): "null"}
-    return names.get(type(value), f"the number {value!r}" if isinstance(value, (int, float)) else repr(value))
-
-
-def _whole(value, low: int, high: int) -> int | None:
-    """``value`` as an int when it is a whole number in ``[low, high]`` (an integral float counts; a boolean,
-    a fraction, inf and NaN do not), else None."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    if isinstance(value, float) and not (math.isfinite(value) and value.is_integer()):
-        return None
-    return int(value) if low <= value <= high else None
+_kind, _whole = json_kind, whole_number
 
 
 def _check_overrides(recorded, instance: Instance, fail) -> None:
