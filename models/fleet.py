@@ -20,23 +20,42 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
+from functools import singledispatch
 
 import numpy as np
 
 from fleetopt.models.profiles import ServingProfile, quality_label
-from fleetopt.models.batched import (BatchedTraffic, batched_miss_function, batched_miss_prob, batched_min_replicas,
-                                     batched_ttft_p99_s, mean_activity_power_w, mean_power_w, mean_prefill_s,
-                                     operating_point, prefill_limit_s)
+from fleetopt.models.batched import mean_activity_power_w, mean_power_w, mean_prefill_s, operating_point
 from fleetopt.models.numerics import bisect_boundary
-from fleetopt.models.queueing import min_replicas, prefill_p99_s, ttft_miss_prob, ttft_p99_s
+from fleetopt.models.queueing import prefill_p99_s, ttft_miss_prob, ttft_p99_s
 from fleetopt.models.segments import compressed_band, raw_between, segment_basis, stats_from_raw
 from fleetopt.models.power import ActivityPower
 from fleetopt.models.service import decode_power_curve, tpot_batch_cap, tpot_bound_s
+from fleetopt.models.ttft import BatchedModel, SlotModel, TTFTModel, ttft_model
 from fleetopt.models.units import HOURS_PER_YEAR, MS_PER_S, P99_TAIL
 from fleetopt.models.workload import LengthDistribution, RequestTrace
 
 __all__ = ["PoolPlan", "PoolResult", "FleetResult", "ServiceLevel", "evaluate_fleet", "evaluate_traffic",
-           "sizing_target_s"]
+           "sizing_target_s", "inflate_for_availability"]
+
+AVAILABILITY_SLACK = 1e-9
+""":func:`inflate_for_availability` rounds :math:`N / A` up only when it exceeds an integer by more than this."""
+
+
+def inflate_for_availability(replicas, availability: float):
+    r"""Replicas to deploy so that ``replicas`` are up while a share :math:`1 - A` of them is down:
+    :math:`\lceil N / A \rceil` (array-aware; an ``int`` for a scalar).
+
+    With :math:`M` deployed and each up with probability :math:`A`, :math:`A M` are up on average; the least whole
+    :math:`M` with :math:`A M \ge N` is the ceiling. A ratio within :data:`AVAILABILITY_SLACK` above an integer
+    is that integer: :math:`N / A` computed in floating point can land a rounding error above an exact quotient
+    (21 / 0.7 gives 30.000000000000004), which must not buy a replica more. ``replicas`` 0 stays 0.
+
+    >>> inflate_for_availability(7, 0.99), inflate_for_availability(10, 1.0), inflate_for_availability(21, 0.7)
+    (8, 10, 30)
+    """
+    n = np.ceil(np.asarray(replicas, dtype=float) / availability - AVAILABILITY_SLACK).astype(np.int64)
+    return int(n) if n.ndim == 0 else n
 
 
 def sizing_target_s(ttft_p99_s: float, margin: float) -> float:
@@ -63,6 +82,11 @@ class ServiceLevel:
     ttft_margin: float = 0.0
     """Share of ``ttft_p99_s`` a pool sized here (``PoolPlan.replicas`` None) keeps free: it is sized to
     :attr:`ttft_sizing_s` and judged against ``ttft_p99_s``."""
+
+    @property
+    def model(self) -> TTFTModel:
+        """The implementation of ``ttft_model`` (:func:`fleetopt.models.ttft.ttft_model`)."""
+        return ttft_model(self.ttft_model)
 
     @property
     def ttft_sizing_s(self) -> float:
@@ -180,12 +204,10 @@ def evaluate_traffic(raws: list, pools: list[PoolPlan], arrival_rate: float, lev
     results = [r for r, _ in evaluated]
     if not fleet_p99:
         p99 = math.nan
-    elif level.ttft_model == "batched":
-        live = [(r, q) for r, q in evaluated if r.arrival_rate > 0]
-        p99 = _mixture_p99_s([r.arrival_rate for r, _ in live], [q for _, q in live],
-                             [r.ttft_p99_ms / MS_PER_S for r, _ in live])
     else:
-        p99 = fleet_ttft_p99_s([q for _, q in evaluated], level)
+        live = [(r, tail) for r, tail in evaluated if r.arrival_rate > 0]
+        p99 = _mixture_p99_s([r.arrival_rate for r, _ in live], [miss for _, (miss, _) in live],
+                             [p99_s for _, (_, p99_s) in live])
     return summarize(results, p99, level)
 
 
@@ -299,7 +321,8 @@ def summarize(results: list[PoolResult], fleet_p99_s: float = math.nan,
 
 
 def _evaluate_pool(raw, plan: PoolPlan, arrival_rate: float, level: ServiceLevel):
-    """One pool's result and its queue parameters (for the fleet-wide P99)."""
+    """One pool's result and, for the fleet-wide P99, its miss function :math:`t \\mapsto P(T > t)` and its P99
+    TTFT in seconds (:func:`_evaluate_under`)."""
     full = int(plan.profile.n_slots(plan.hi_tokens))
     cap = full if plan.max_num_seqs is None else min(full, int(plan.max_num_seqs))
     if plan.max_num_seqs is None and level.tpot_p99_s is not None:
@@ -308,31 +331,46 @@ def _evaluate_pool(raw, plan: PoolPlan, arrival_rate: float, level: ServiceLevel
     tpot = float(tpot_bound_s(plan.profile, max(cap, 1), plan.hi_tokens))
     tpot_ok = level.tpot_p99_s is None or (cap >= 1 and tpot <= level.tpot_p99_s * (1 + 1e-12))
     lam = float(arrival_rate * s.rate_share[0])
-    if level.ttft_model == "batched":
-        return _evaluate_pool_batched(s, plan, lam, cap, full, tpot, tpot_ok, level)
+    return _evaluate_under(level.model, s, plan, lam, cap, full, tpot, tpot_ok, level)
+
+
+@singledispatch
+def _evaluate_under(model: TTFTModel, s, plan: PoolPlan, lam: float, cap: int, full: int, tpot: float,
+                    tpot_ok: bool, level: ServiceLevel):
+    """One pool under ``model`` (:func:`_evaluate_pool`): one registered implementation per kind of model."""
+    raise NotImplementedError(f"no pool evaluation for the TTFT model {model!r}")
+
+
+def _replicas(model: TTFTModel, traffic, plan: PoolPlan, level: ServiceLevel) -> int:
+    """The plan's count, or with ``replicas`` None the least count meeting the first target of
+    :func:`_sizing_targets` any count meets, inflated for availability (:func:`inflate_for_availability`).
+
+    When no count meets the SLO the utilisation cap alone sizes the pool, so that its cost is still meaningful;
+    it is then reported as missing the SLO with its reason."""
+    if plan.replicas is not None:
+        return int(plan.replicas)
+    for target in _sizing_targets(level):
+        z = model.min_replicas(traffic, target, level.max_utilization)
+        if z.feasible[0]:
+            break
+    return inflate_for_availability(int(z.replicas[0]), plan.availability)
+
+
+@_evaluate_under.register
+def _evaluate_pool_slots(model: SlotModel, s, plan: PoolPlan, lam: float, cap: int, full: int, tpot: float,
+                         tpot_ok: bool, level: ServiceLevel):
+    """One pool under a slot model (:class:`fleetopt.models.ttft.SlotModel`)."""
     n = int(s.n_slots[0])
-    args = (lam, s.mean_service_s, s.cv2_service)
+    traffic = model.traffic(s, [lam])
     sized = plan.replicas is None
-    if sized:
-        # No count meets the target: the SLO itself, then the utilisation cap alone, so the cost is still
-        # meaningful; such a pool is reported as missing the SLO with its reason.
-        for target in _sizing_targets(level):
-            z = min_replicas(*args, n, target, s.prefill_times_s, s.prefill_probs, s.mean_prefill_s,
-                             level.max_utilization, level.ttft_model)
-            if z.feasible[0]:
-                break
-        base = int(z.replicas[0])
-        replicas = math.ceil(base / plan.availability - 1e-9) if base > 0 else 0
-    else:
-        replicas = int(plan.replicas)
+    replicas = _replicas(model, traffic, plan, level)
     es = float(s.mean_service_s[0]) if lam > 0 else 0.0
     servers = replicas * n
-    queue = (servers, lam, es if lam > 0 else 1.0, s.cv2_service, s.prefill_times_s, s.prefill_probs,
-             s.mean_prefill_s)
-    ttft = float(np.atleast_1d(ttft_p99_s(*queue, model=level.ttft_model))[0]) if lam > 0 else 0.0
-    miss = float(ttft_miss_prob(level.ttft_p99_s, *queue, model=level.ttft_model)[0]) if lam > 0 else 0.0
+    ttft = float(model.p99_ttft_s(traffic, [replicas])[0]) if lam > 0 else 0.0
+    miss = float(model.miss_probability(level.ttft_p99_s, traffic, [replicas])[0]) if lam > 0 else 0.0
     pf99 = prefill_p99_s(s.prefill_times_s, s.prefill_probs[0]) if lam > 0 else 0.0
     util = lam * es / servers if servers > 0 else (0.0 if lam == 0 else math.inf)
+    floor = float(model.prefill_floor_s(traffic)[0]) if lam > 0 else 0.0
     batch = lam * es / replicas if replicas > 0 else 0.0
     curve = decode_power_curve(plan.profile, plan.hi_tokens / 2)
     power = replicas * float(curve.power_w(min(batch, n))) if replicas > 0 else 0.0
@@ -355,11 +393,10 @@ def _evaluate_pool(raw, plan: PoolPlan, arrival_rate: float, level: ServiceLevel
         power_w=power, output_tok_per_s=out_tps, tok_per_watt=out_tps / power if power > 0 else 0.0,
         cost_per_hr=replicas * plan.profile.cost_usd_per_hr, slo_met=slo_met and util < 1.0 and tpot_ok,
         utilization_ok=util_ok,
-        miss_reason=(_miss_reason(full, lam, util, ttft, pf99, float(np.nan_to_num(s.mean_prefill_s[0])), level)
-                     if cap >= 1 or full < 1 else "")
+        miss_reason=(_miss_reason(full, lam, util, ttft, floor, level) if cap >= 1 or full < 1 else "")
         or ("" if tpot_ok else f"TPOT bound {tpot * MS_PER_S:,.1f} ms at batch cap {max(cap, 1)} "
                                f"exceeds the {level.tpot_p99_s * MS_PER_S:,.0f} ms SLO"),
-    ), queue
+    ), (_first(model.miss_function(traffic, [replicas])), ttft)
 
 
 def _sizing_targets(level: ServiceLevel) -> tuple[float, ...]:
@@ -368,28 +405,24 @@ def _sizing_targets(level: ServiceLevel) -> tuple[float, ...]:
     return (level.ttft_sizing_s, *((level.ttft_p99_s,) if level.ttft_margin else ()), math.inf)
 
 
-def _evaluate_pool_batched(s, plan: PoolPlan, lam: float, cap: int, full: int, tpot: float, tpot_ok: bool,
-                           level: ServiceLevel):
-    """One pool under the batched replica model (:mod:`fleetopt.models.batched`): its result and its
-    miss function :math:`t \\mapsto P(T > t)` (for the fleet-wide P99)."""
-    traffic = BatchedTraffic.from_stats(s, [lam], cap=[max(cap, 0)])
+def _first(miss_of):
+    """A one-pool miss function as a scalar one."""
+    return lambda t: float(miss_of(t)[0])
+
+
+@_evaluate_under.register
+def _evaluate_pool_batched(model: BatchedModel, s, plan: PoolPlan, lam: float, cap: int, full: int, tpot: float,
+                           tpot_ok: bool, level: ServiceLevel):
+    """One pool under the batched replica model (:mod:`fleetopt.models.batched`)."""
+    traffic = model.traffic(s, [lam], cap=[max(cap, 0)])
     sized = plan.replicas is None
-    if sized:
-        for target in _sizing_targets(level):
-            z = batched_min_replicas(traffic, target, level.max_utilization)
-            if z.feasible[0]:
-                break
-        base = int(z.replicas[0])
-        replicas = math.ceil(base / plan.availability - 1e-9) if base > 0 else 0
-    else:
-        replicas = int(plan.replicas)
+    replicas = _replicas(model, traffic, plan, level)
     live = lam > 0 and replicas > 0 and cap >= 1
     op = operating_point(traffic, [replicas])
     if live:
-        ttft = float(batched_ttft_p99_s(traffic, [replicas])[0])
-        miss = float(batched_miss_prob(level.ttft_p99_s, traffic, [replicas], op)[0])
-        limit = prefill_limit_s(traffic)[0]
-        pf99 = prefill_p99_s(limit, traffic.chunk_probs[0])
+        ttft = float(model.p99_ttft_s(traffic, [replicas])[0])
+        miss = float(model.miss_probability(level.ttft_p99_s, traffic, [replicas])[0])
+        pf99 = float(model.prefill_floor_s(traffic)[0])
         mean_pf = float(mean_prefill_s(traffic, op)[0])
         util = float(op.utilization[0]) if op.stable[0] else math.inf
         batch = float(min(op.mean_batch[0], cap)) if op.stable[0] else float(cap)
@@ -423,33 +456,31 @@ def _evaluate_pool_batched(s, plan: PoolPlan, lam: float, cap: int, full: int, t
         cv2_service=float(traffic.cv2_iterations[0]), mean_batch=batch, power_w=power, output_tok_per_s=out_tps,
         tok_per_watt=out_tps / power if power > 0 else 0.0, cost_per_hr=replicas * plan.profile.cost_usd_per_hr,
         slo_met=slo_met and util < 1.0 and tpot_ok, utilization_ok=util_ok,
-        miss_reason=(_miss_reason(full, lam, util, ttft, pf99, mean_pf, level, load) if cap >= 1 or full < 1 else "")
+        miss_reason=(_miss_reason(full, lam, util, ttft, pf99, level, load) if cap >= 1 or full < 1 else "")
         or ("" if tpot_ok else f"TPOT bound {tpot * MS_PER_S:,.1f} ms at batch cap {max(cap, 1)} "
                                f"exceeds the {level.tpot_p99_s * MS_PER_S:,.0f} ms SLO"))
     reps = [replicas]
     if live and op.stable[0]:
         result = replace(result, relaxation_s=float(op.residence_s[0] * (1.0 + traffic.cv2_iterations[0])
                                                      / (1.0 - op.context_load[0])))
-    miss_of = batched_miss_function(traffic, reps)
-    return result, (lambda t: float(miss_of(t)[0]))
+    return result, (_first(model.miss_function(traffic, reps)), ttft)
 
 
-def _miss_reason(n, lam, util, ttft, pf99, mean_pf, level: ServiceLevel, load: float | None = None) -> str:
-    """Why a pool misses; ``load`` is its capacity load where it differs from the utilisation (batched model)."""
+def _miss_reason(n, lam, util, ttft, prefill_floor_s, level: ServiceLevel, load: float | None = None) -> str:
+    """Why a pool misses; ``prefill_floor_s`` is the model's prefill figure (:meth:`TTFTModel.prefill_floor_s`),
+    ``load`` its capacity load where it differs from the utilisation (batched model)."""
     load = util if load is None else load
     slo_ms = level.ttft_p99_s * MS_PER_S
     if n < 1:
         return "no KV slot: the context window does not fit this GPU's KV cache"
     if lam > 0 and util >= 1.0:
-        return f"overloaded: utilisation {util:.2f} >= 1, the queue grows without bound"
+        if not math.isfinite(load):
+            return "overloaded: no replica serves its traffic"
+        return f"overloaded: runs at {load:.2f} of its capacity, the queue grows without bound"
     if ttft <= level.ttft_p99_s * (1 + 1e-12):
         if load > level.max_utilization * (1 + 1e-12):
             what = "utilisation" if load == util else "full-batch load"
             return f"{what} {load:.2f} above the cap {level.max_utilization:.2f}"
         return ""
-    if level.ttft_model in ("tail", "batched") and pf99 >= level.ttft_p99_s:
-        return (f"prefill of its longest prompts: P99 prefill alone is {pf99 * MS_PER_S:,.0f} ms "
-                f"> SLO {slo_ms:,.0f} ms at any replica count")
-    if level.ttft_model == "mean-prefill" and mean_pf >= level.ttft_p99_s:
-        return f"mean prefill {mean_pf * MS_PER_S:,.0f} ms alone exceeds the SLO {slo_ms:,.0f} ms"
-    return f"queueing: P99 TTFT {ttft * MS_PER_S:,.0f} ms > SLO {slo_ms:,.0f} ms with these replicas"
+    return (level.model.pool_miss_reason(prefill_floor_s, level.ttft_p99_s)
+            or f"queueing: P99 TTFT {ttft * MS_PER_S:,.0f} ms > SLO {slo_ms:,.0f} ms with these replicas")
