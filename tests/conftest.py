@@ -36,3 +36,20 @@ def h100_8b():
                                  prefill_a_s=26.5e-6, prefill_b_s=7.4e-10)
 
     return make
+
+
+@pytest.fixture(scope="session")
+def h100(catalog):
+    """The bundled H100-80GB profile (``data/calibrated_profiles.yaml``)."""
+    return catalog.profiles["H100-80GB"]
+
+
+@pytest.fixture(scope="session")
+def azure(repo_root):
+    """The Azure conversation prompt-length distribution (``data/workloads/azure_cdf.json``)."""
+    import json
+
+    from fleetopt.models.workload import LengthDistribution
+
+    points = json.loads((repo_root / "data" / "workloads" / "azure_cdf.json").read_text())
+    return LengthDistribution.from_cdf(points)

@@ -9,7 +9,6 @@ are pinned. Every simulation run here also passes :func:`assert_books_balance`
 from __future__ import annotations
 
 import heapq
-import json
 import math
 from collections import deque
 
@@ -75,17 +74,6 @@ def mmc_pool(c: int) -> SimPool:
 
 def exp_requests(rng, lam: float, n: int, service) -> Requests:
     return Requests(poisson_arrivals(lam, n, rng), np.ones(n, int), np.ones(n, int), service)
-
-
-@pytest.fixture(scope="module")
-def h100(catalog):
-    return catalog.profiles["H100-80GB"]
-
-
-@pytest.fixture(scope="module")
-def azure(repo_root):
-    points = json.loads((repo_root / "data" / "workloads" / "azure_cdf.json").read_text())
-    return LengthDistribution.from_cdf(points)
 
 
 # --- slot mode: exact sample paths and queueing theory -------------------------------------------------------

@@ -8,7 +8,6 @@ instants.
 
 from __future__ import annotations
 
-import math
 from collections import deque
 
 import numpy as np
@@ -21,7 +20,7 @@ from fleetopt.solvers.des.state import SimPool
 from fleetopt.solvers.des.engine import simulate
 from fleetopt.solvers.des.metrics import steady_mask, ttft_s
 from fleetopt.solvers.des.routing import LengthRouter, Requests, RoundRobin, poisson_arrivals, poisson_requests
-from tests.test_des import ONE_POOL, assert_books_balance, assert_replicas_match, azure, h100, kv_profile  # noqa: F401
+from tests.test_des import ONE_POOL, assert_books_balance, assert_replicas_match, kv_profile
 
 SMALL = CalibratedProfile("small", "toy", 0.01, 0.004, 512, 64, 16, 1 << 16, 512, 1.0, 1,
                           PowerCurve(50.0, 100.0, 1.0, 2.0, "none"))

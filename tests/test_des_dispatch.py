@@ -18,7 +18,7 @@ from fleetopt.solvers.des.records import Outcome
 from fleetopt.solvers.des.routing import (Dispatch, JoinShortestQueue, LeastQueue, Requests, RoundRobin,
                                           poisson_arrivals, poisson_requests)
 from fleetopt.solvers.des.state import SimPool
-from tests.test_des import ONE_POOL, TOY, assert_books_balance, azure, h100, kv_profile  # noqa: F401 (fixtures)
+from tests.test_des import ONE_POOL, TOY, assert_books_balance, kv_profile
 from tests.test_des_budget import SMALL
 
 

@@ -18,7 +18,7 @@ from fleetopt.solvers.des.engine import simulate
 from fleetopt.solvers.des.metrics import percentile, steady_mask, ttft_s
 from fleetopt.solvers.des.routers import SpilloverRouter
 from fleetopt.solvers.des.routing import LengthRouter, LiveRouter, Requests, poisson_requests
-from tests.test_des import TOY, assert_books_balance, azure, h100  # noqa: F401 (fixtures)
+from tests.test_des import TOY, assert_books_balance
 
 FIELDS = ("arrival_at_s", "start_at_s", "first_token_at_s", "end_at_s", "prompt_tokens", "output_tokens", "pool",
           "replica", "outcome", "pool_mean_in_system", "pool_busy_slot_s", "replica_mean_batch", "replica_energy_j",
