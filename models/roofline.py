@@ -69,6 +69,7 @@ __all__ = [
     "weight_bytes_per_gpu",
     "kv_bytes_per_token_per_gpu",
     "kv_budget_bytes",
+    "kv_capacity_tokens",
     "peak_flops_per_s",
     "matmul_params",
     "decode_compute_s_per_seq",
@@ -373,16 +374,56 @@ def kv_bytes_per_token_per_gpu(model: ModelSpec, kv_dtype: str, tp: int, kv_layo
     return whole if kv_layout == "replicated" else whole / _kv_shards(model, tp)
 
 
+def _kv_cache_bytes(memory_bytes: float, weights_bytes: float, reserve_bytes: float,
+                    gpu_memory_utilization: float) -> float:
+    """The memory left to the KV cache, :math:`u M - M_w - r` (:func:`kv_capacity_tokens`); may be negative."""
+    return gpu_memory_utilization * memory_bytes - weights_bytes - reserve_bytes
+
+
 def kv_budget_bytes(hardware: HardwareSpec, weight_bytes: float, tp: int, gpu_memory_utilization: float,
                     defaults: RooflineDefaults) -> int:
     """KV-cache bytes per GPU, :math:`\\lfloor u \\, M - w - r_{nccl}(tp) \\rfloor`; may be negative.
 
     :math:`u` is the memory utilisation (vLLM's ``--gpu-memory-utilization``),
     :math:`M` the capacity, :math:`w` the resident weight bytes per GPU and
-    :math:`r_{nccl}` the NCCL workspace: the profile builder's convention, which
-    reproduces the paper's KV budgets (156 GB on B200, 60 GB on H100 for 70B TP=8).
+    :math:`r_{nccl}` the NCCL workspace (``defaults.nccl_bytes``): the convention of
+    :func:`kv_capacity_tokens`, per GPU, which reproduces the paper's KV budgets
+    (156 GB on B200, 60 GB on H100 for 70B TP=8).
     """
-    return math.floor(gpu_memory_utilization * hardware.memory_bytes - weight_bytes - defaults.nccl_bytes(tp))
+    return math.floor(_kv_cache_bytes(hardware.memory_bytes, weight_bytes, defaults.nccl_bytes(tp),
+                                      gpu_memory_utilization))
+
+
+def kv_capacity_tokens(memory_bytes: float, weights_bytes: float, kv_bytes_per_token: float, *,
+                       gpu_memory_utilization: float, reserve_bytes: float) -> int:
+    """KV-cache tokens that fit in what is left of the memory share after the weights and the NCCL workspace.
+
+    .. math:: N_{kv} = \\left\\lfloor \\frac{u\\,M - M_w - r}{k} \\right\\rfloor,
+              \\qquad k = 2 \\cdot \\ell \\cdot h_{kv} \\cdot d \\cdot s
+
+    with :math:`M` the memory, :math:`u` = ``gpu_memory_utilization`` (vLLM's ``--gpu-memory-utilization``,
+    the share weights + KV may use), :math:`M_w` the weights, :math:`r` = ``reserve_bytes`` the NCCL workspace
+    and :math:`k` the KV bytes per token (K and V, :math:`\\ell` layers, :math:`h_{kv}` KV heads of dimension
+    :math:`d`, :math:`s` bytes per element), all for the same scope: one GPU (:func:`kv_budget_bytes`,
+    :math:`r = r_{nccl}(tp)`) or one replica of ``tp`` GPUs (the measured profiles,
+    :math:`r = tp \\cdot r_{nccl}(tp)`; the same tokens for a sharded cache). The reserve is
+    ``RooflineDefaults.nccl_bytes``: the catalogue's ``memory_reserves.nccl_bytes_by_tp``, the profile builder of
+    vllm-sr-sim (0 at TP=1, 342 MiB per GPU at TP=2, 392 MiB at TP=4 and 8): vLLM's memory profiling counts
+    the NCCL buffers of a tensor-parallel group as memory the KV cache cannot use. Activation workspace and CUDA
+    graphs are neglected (vLLM reserves them inside :math:`u\\,M`; on an H100 with an 8B model about 1-2 GB,
+    under 3 % of the KV).
+
+    Examples
+    --------
+    Llama-3.1-8B (32 layers, 8 KV heads of 128, bf16: 131,072 bytes per token) at TP=1 on 79.18 GiB with
+    15.01 GB of weights: (0.9 x 79.18 x 2^30 - 15.01e9 - 0) / 131072 = 469,261.9, i.e. 469,261 tokens.
+
+    >>> kv_capacity_tokens(79.18 * 2**30, 15.01e9, 2 * 32 * 8 * 128 * 2, gpu_memory_utilization=0.9,
+    ...                    reserve_bytes=0)
+    469261
+    """
+    return int(math.floor(_kv_cache_bytes(memory_bytes, weights_bytes, reserve_bytes, gpu_memory_utilization)
+                          / kv_bytes_per_token))
 
 
 def peak_flops_per_s(hardware: HardwareSpec, dtype: str) -> float:

@@ -44,6 +44,7 @@ from fleetopt.models.calibration import (DEFAULT_MAX_REL_ERROR, MIN_DECODE_POINT
 from fleetopt.models.hardware import HardwareSpec
 from fleetopt.models.power import QUALITIES, ActivityPower, PowerCurve
 from fleetopt.models.profiles import LATENCY_QUALITIES, CalibratedProfile
+from fleetopt.models.roofline import kv_capacity_tokens as roofline_kv_capacity_tokens
 
 from fleetopt.optimizer.io.files import parse_text, read_bytes, read_text
 from fleetopt.optimizer.io.output import write_text
@@ -102,26 +103,22 @@ def vllm_batch_defaults(memory_bytes: float, hardware_name: str) -> tuple[int, i
 
 
 def kv_capacity_tokens(memory_bytes: float, weights_bytes: float, kv_bytes_per_token: float,
-                       memory_utilization: float = GPU_MEMORY_UTILIZATION) -> int:
-    """KV-cache tokens a replica holds: what is left of its memory share after the weights.
-
-    .. math:: N_{kv} = \\left\\lfloor \\frac{u\\,M - M_w}{k} \\right\\rfloor,
-              \\qquad k = 2 \\cdot \\ell \\cdot h_{kv} \\cdot d \\cdot s
-
-    with :math:`M` the replica's memory (all its GPUs), :math:`u` = ``memory_utilization``, :math:`M_w` the
-    weights, :math:`k` the KV bytes per token (K and V, :math:`\\ell` layers, :math:`h_{kv}` KV heads of
-    dimension :math:`d`, :math:`s` bytes per element). Activation workspace and CUDA graphs are neglected
-    (vLLM reserves them inside :math:`u\\,M`; on an H100 with an 8B model about 1-2 GB, under 3 % of the KV).
+                       reserve_bytes: float, memory_utilization: float = GPU_MEMORY_UTILIZATION) -> int:
+    """KV-cache tokens a replica holds: :func:`fleetopt.models.roofline.kv_capacity_tokens` (the one convention,
+    computed profiles' included) of the replica's memory, weights and NCCL workspace ``reserve_bytes``
+    (:attr:`Measurements.nccl_reserve_bytes`: ``tp`` x the catalogue's per-GPU reserve, 0 at TP=1), at vLLM's
+    default ``memory_utilization``.
 
     Examples
     --------
-    Llama-3.1-8B (32 layers, 8 KV heads of 128, bf16: 131,072 bytes per token) on 79.18 GiB with 15.01 GB of
-    weights: (0.9 x 79.18 x 2^30 - 15.01e9) / 131072 = 469,261.9, i.e. 469,261 tokens.
+    Llama-3.1-8B bf16 (131,072 bytes per token) at TP=1 on 79.18 GiB with 15.01 GB of weights, no reserve:
+    (0.9 x 79.18 x 2^30 - 15.01e9) / 131072 = 469,261.9, i.e. 469,261 tokens.
 
-    >>> kv_capacity_tokens(79.18 * 2**30, 15.01e9, 2 * 32 * 8 * 128 * 2)
+    >>> kv_capacity_tokens(79.18 * 2**30, 15.01e9, 2 * 32 * 8 * 128 * 2, 0)
     469261
     """
-    return int(math.floor((memory_utilization * memory_bytes - weights_bytes) / kv_bytes_per_token))
+    return roofline_kv_capacity_tokens(memory_bytes, weights_bytes, kv_bytes_per_token,
+                                       gpu_memory_utilization=memory_utilization, reserve_bytes=reserve_bytes)
 
 
 # --------------------------------------------------------------------------------------------
@@ -163,6 +160,9 @@ class Measurements:
     measured_on: str | None
     value_sources: tuple[tuple[str, str], ...]
     """(quantity, where it came from) for idle_w, limit_w, memory_bytes, weights_bytes, kv_bytes_per_token."""
+    nccl_reserve_bytes: float = 0.0
+    """The replica's NCCL workspace: ``tp`` x the catalogue's per-GPU reserve at ``tp`` (0 at TP=1), which the
+    KV cache cannot use (:func:`kv_capacity_tokens`)."""
 
 
 class _Collector:
@@ -523,12 +523,14 @@ def _resolve_measurements(identity: _Identity, decode, prefill, sources, meta: d
                                                            "meta JSON with idle_power_w (and board_power_limit_w)"))
     if lines:
         raise InstanceError(lines)
-    if kv_capacity_tokens(memory, weights, kv) < BLOCK_TOKENS:
+    reserve = tp * catalog.defaults.nccl_bytes(tp)
+    if kv_capacity_tokens(memory, weights, kv, reserve) < BLOCK_TOKENS:
         raise InstanceError(format_problem(where, "weights_gb", f"{weights / _BYTES_PER_GB:g} GB of weights leave no "
                                            f"room for a KV cache in {GPU_MEMORY_UTILIZATION:g} x "
-                                           f"{memory / _BYTES_PER_GIB:g} GiB"))
+                                           f"{memory / _BYTES_PER_GIB:g} GiB less {reserve / _BYTES_PER_GIB:g} GiB "
+                                           "of NCCL workspace"))
     return Measurements(hardware, model, dtype, tp, tuple(decode), tuple(prefill), tuple(sources), idle, limit,
-                        memory, weights, kv, meta.get("measured_on"), tuple(origin.items()))
+                        memory, weights, kv, meta.get("measured_on"), tuple(origin.items()), reserve)
 
 
 def fit_measurements(m: Measurements, max_rel_error: float = DEFAULT_MAX_REL_ERROR) -> ProfileFit:
@@ -553,7 +555,7 @@ def build_profile(m: Measurements, fit: ProfileFit, *, chunk_tokens: int | None 
     Without a power fit the catalogue's logistic curve of the hardware (times ``tp``) is used.
     """
     default_chunk, default_slots = vllm_batch_defaults(m.memory_bytes / m.tp, m.hardware.name)
-    tokens = kv_capacity_tokens(m.memory_bytes, m.weights_bytes, m.kv_bytes_per_token)
+    tokens = kv_capacity_tokens(m.memory_bytes, m.weights_bytes, m.kv_bytes_per_token, m.nccl_reserve_bytes)
     power = fit.power
     if power is None:
         if m.hardware.power is None:
@@ -639,7 +641,9 @@ def profile_document(m: Measurements, fit: ProfileFit, profile: CalibratedProfil
             "sources": [{"file": s.path, "kind": s.kind, "sha256": s.sha256, "rows": s.rows} for s in m.sources],
             "kv_capacity": {"memory_bytes": int(m.memory_bytes), "gpu_memory_utilization": GPU_MEMORY_UTILIZATION,
                             "weights_bytes": int(m.weights_bytes), "kv_bytes_per_token": m.kv_bytes_per_token,
-                            "tokens": kv_capacity_tokens(m.memory_bytes, m.weights_bytes, m.kv_bytes_per_token)},
+                            "nccl_reserve_bytes": int(m.nccl_reserve_bytes),
+                            "tokens": kv_capacity_tokens(m.memory_bytes, m.weights_bytes, m.kv_bytes_per_token,
+                                                         m.nccl_reserve_bytes)},
             "value_sources": dict(m.value_sources),
             "serving_defaults": "chunk_tokens and max_slots: vLLM V1 OpenAI-server defaults max_num_batched_tokens "
                                 "and max_num_seqs for this GPU unless given; blk_size_tokens: vLLM block_size 16; "
