@@ -3,11 +3,14 @@ install of this checkout); the checkout gives only its instance files and data."
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
+FLEETOPT_SCRIPT = Path(sys.executable).parent / "fleetopt"
+"""Where pip puts the ``fleetopt`` console script ([project.scripts] in pyproject.toml): beside the interpreter."""
 
 
 @pytest.fixture(scope="session")
@@ -53,3 +56,11 @@ def azure(repo_root):
 
     points = json.loads((repo_root / "data" / "workloads" / "azure_cdf.json").read_text())
     return LengthDistribution.from_cdf(points)
+
+
+@pytest.fixture(scope="session")
+def fleetopt_script() -> Path:
+    """The installed ``fleetopt`` console script. The package declares it, so an install without it is broken:
+    the tests that need it fail (at setup), they are not skipped."""
+    assert FLEETOPT_SCRIPT.is_file(), f"the fleetopt console script is not installed at {FLEETOPT_SCRIPT}"
+    return FLEETOPT_SCRIPT

@@ -18,7 +18,6 @@ import re
 import select
 import struct
 import subprocess
-import sys
 import termios
 import time
 from pathlib import Path
@@ -32,7 +31,6 @@ from fleetopt.optimizer.cli import main
 from fleetopt.optimizer.errors import EXIT_CODES
 from fleetopt.optimizer.report import FORMATS, Output
 
-FLEETOPT = Path(sys.executable).parent / "fleetopt"
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 ELLIPSIS = "\u2026"
 QUICK_PLAN = "0-1536:a100x1,1536-8192:h100x1,8192-65536:h100x2"   # what `solve` returns
@@ -122,15 +120,14 @@ TERMINAL_COMMANDS = {
 (1-5 s on a loaded machine): solve runs in the default set, the others are marked slow."""
 
 
-@pytest.mark.skipif(not FLEETOPT.exists(), reason="the fleetopt console script is not installed next to python")
 @pytest.mark.parametrize("columns", [80, 100])
 @pytest.mark.parametrize("command", [k if k == "solve" else pytest.param(k, marks=pytest.mark.slow)
                                      for k in TERMINAL_COMMANDS])
-def test_no_cell_is_elided_in_a_terminal(repo_root, tmp_path, command, columns):
+def test_no_cell_is_elided_in_a_terminal(repo_root, tmp_path, command, columns, fleetopt_script):
     """Issue 12, item 1: on an 80- or 100-column TTY no cell is shortened to an ellipsis, no line is wider than
     the terminal's table width, and the numbers of the JSON (the same run) are all on the screen."""
     out = tmp_path / "r.json"
-    code, text, raw = run_in_terminal([FLEETOPT, *TERMINAL_COMMANDS[command], "--json", out], columns, repo_root)
+    code, text, raw = run_in_terminal([fleetopt_script, *TERMINAL_COMMANDS[command], "--json", out], columns, repo_root)
     assert code in (0, EXIT_CODES["slo_missed"], EXIT_CODES["limits_broken"]), text
     assert "\x1b[" in raw, "stdout was not treated as a terminal"
     assert ELLIPSIS not in text, text
@@ -408,13 +405,12 @@ def test_baseline_without_limits_still_claims_its_saving(repo_root):
 # --- 10. broken pipes, paths, utilisation-cap breaches --------------------------------------------------------
 
 
-@pytest.mark.skipif(not FLEETOPT.exists(), reason="the fleetopt console script is not installed next to python")
-def test_closed_pipe_exits_quietly(repo_root):
+def test_closed_pipe_exits_quietly(repo_root, fleetopt_script):
     """``fleetopt solve ... | head -0``: the reader is gone before the first write; the command stops quietly
     with 141 (128 + SIGPIPE), nothing on stderr."""
     read, write = os.pipe()
     os.close(read)
-    proc = subprocess.run([str(FLEETOPT), "solve", "instances/quickstart.yaml"], stdout=write,
+    proc = subprocess.run([str(fleetopt_script), "solve", "instances/quickstart.yaml"], stdout=write,
                           stderr=subprocess.PIPE, cwd=repo_root, timeout=120)
     os.close(write)
     assert proc.returncode == EXIT_CODES["broken_pipe"] == 141
