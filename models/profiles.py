@@ -11,7 +11,8 @@ profile answers the same questions (:class:`ServingProfile`):
   token) and ``prefill_b_s`` (per token squared, causal attention), and the prefill
   chunk, used by :mod:`fleetopt.models.service` (the seeds' calibrated profiles have
   ``g_s = prefill_a_s = prefill_b_s = 0``: their convention);
-* price, power curve and GPU count per replica, with quality labels.
+* price, power curve and GPU count per replica (``gpus_per_replica``, what it is priced and counted
+  as; ``physical_gpus_per_replica``, the GPUs its constants describe), with quality labels.
 
 Two kinds exist: :class:`CalibratedProfile` (constants measured or fitted
 elsewhere, e.g. the seeds' A100/H100 units) and ``ComputedProfile`` in
@@ -45,6 +46,7 @@ class ServingProfile(Protocol):
     blk_size_tokens: int
     cost_usd_per_hr: float
     gpus_per_replica: int
+    physical_gpus_per_replica: int
     power: PowerCurve | ActivityPower
     latency_quality: str
     g_s: float
@@ -105,8 +107,13 @@ class CalibratedProfile:
     g_s: float = 0.0
     prefill_a_s: float = 0.0
     prefill_b_s: float = 0.0
+    physical_gpus_per_replica: int | None = None
+    """Physical GPUs one replica's constants describe (its tensor-parallel group): ``gpus_per_replica`` when
+    not given; 8 for the seeds' calibrated TP=8 units, which count (price and power) as one GPU."""
 
     def __post_init__(self) -> None:
+        if self.physical_gpus_per_replica is None:
+            object.__setattr__(self, "physical_gpus_per_replica", self.gpus_per_replica)
         for attr in ("W_s", "H_s"):
             if not getattr(self, attr) > 0:
                 raise ValueError(f"profile {self.name}: {attr} must be > 0; got {getattr(self, attr)}")
@@ -117,6 +124,9 @@ class CalibratedProfile:
                      "max_slots", "gpus_per_replica"):
             if not getattr(self, attr) >= 1:
                 raise ValueError(f"profile {self.name}: {attr} must be >= 1; got {getattr(self, attr)}")
+        if not self.physical_gpus_per_replica >= self.gpus_per_replica:
+            raise ValueError(f"profile {self.name}: physical_gpus_per_replica must be >= gpus_per_replica "
+                             f"{self.gpus_per_replica}; got {self.physical_gpus_per_replica}")
         if self.latency_quality not in LATENCY_QUALITIES:
             raise ValueError(f"profile {self.name}: latency_quality must be one of {LATENCY_QUALITIES}")
 

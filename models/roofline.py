@@ -220,6 +220,11 @@ class ComputedProfile:
     """Power of the replica for any iteration from its time components (``physical``); None (``seeds``)."""
 
     @property
+    def physical_gpus_per_replica(self) -> int:
+        """Physical GPUs of one replica: its ``tp`` (a computed replica is priced and counted per GPU too)."""
+        return self.tp
+
+    @property
     def kv_block_bytes(self) -> int:
         """Bytes of one KV block of ``blk_size_tokens`` tokens on one GPU."""
         return int(math.ceil(self.kv_bytes_per_token_per_gpu * self.blk_size_tokens))

@@ -60,7 +60,7 @@ def summarize_instance(inst: Instance) -> dict:
                 "tpot_p99_ms": None if inst.slo.tpot_p99_s is None else inst.slo.tpot_p99_s * MS_PER_S,
                 "ttft_margin": inst.slo.ttft_margin, "ttft_sizing_ms": inst.slo.ttft_sizing_s * MS_PER_S},
         "gpus": [{"name": g.name, "profile": g.profile.name, "kind": g.kind, "model": g.profile.model_name,
-                  **replica_unit(g.profile.gpus_per_replica, g.profile.model_name).to_json(),
+                  **replica_unit(g.profile).to_json(),
                   "cost_per_hr": g.profile.cost_usd_per_hr,
                   "n_slots_at_max_context": int(g.profile.n_slots(top)), "max_count": g.max_count,
                   "availability": g.availability, "quality": f"latency {g.profile.latency_quality} / "

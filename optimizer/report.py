@@ -27,7 +27,7 @@ from fleetopt.models.service import ContextPoint
 from fleetopt.models.units import P99_TAIL
 
 from fleetopt.optimizer.io.contract import (envelope, fleet_analytic, physical_gpus, pool_analytic, pool_identity,
-                                             served_model)
+                                             replica_unit, served_model)
 from fleetopt.optimizer.io.instance import gpu_warnings
 from fleetopt.optimizer.io.output import FORMATS
 from fleetopt.optimizer.plan.evaluate import fleet_name_ambiguities, fleet_spec, limit_violations
@@ -45,19 +45,21 @@ _POOL_KEYS = ("min_tokens", "max_tokens", "gpu", "replicas", "gpus", "arrival_ra
               "power_w", "slo_met")
 
 
-def _per_replica(instance) -> dict[str, int]:
-    """Each GPU option's ``gpus_per_replica`` by name (empty without an instance: read from the pools)."""
-    return {} if instance is None else {g.name: int(g.profile.gpus_per_replica) for g in instance.gpus}
+def _per_replica(instance) -> dict:
+    """Each GPU option's :func:`~fleetopt.optimizer.io.contract.replica_unit` by name (empty without an
+    instance: read from the pools)."""
+    return {} if instance is None else {g.name: replica_unit(g.profile) for g in instance.gpus}
 
 
-def pool_json(p: PoolResult, source: str = ANALYTIC, gpus_per_replica: int | None = None) -> dict:
+def pool_json(p: PoolResult, source: str = ANALYTIC, unit=None) -> dict:
     """The contract keys first (:class:`fleetopt.optimizer.io.contract.Pool`: what it serves and what a replica
     is, the ``analytic`` sub-object, no ``simulated`` one), then the details; the flat figures are the
-    deprecated 1.0 aliases of ``analytic``'s. ``gpus_per_replica``: the pool's profile's, when known."""
+    deprecated 1.0 aliases of ``analytic``'s. ``unit``: the pool's profile's
+    :func:`~fleetopt.optimizer.io.contract.replica_unit`, when known."""
     d = asdict(p)
     out = {k: d.pop(k) for k in _POOL_KEYS}
     d.pop("model")
-    out.update(pool_identity(p, gpus_per_replica))
+    out.update(pool_identity(p, unit))
     out.update(analytic=pool_analytic(p), simulated=None)
     out.update(d)
     out["overloaded"] = not math.isfinite(p.utilization)  # utilization null: an unstable queue; capacity_load says by how much

@@ -9,6 +9,7 @@ fitted profiles count physical GPUs. Tables show physical GPUs and say what a re
 from __future__ import annotations
 
 import json
+from types import SimpleNamespace
 
 import pytest
 import yaml
@@ -37,12 +38,12 @@ def run(*args):
 
 def test_replica_unit_of_each_kind(catalog):
     h100 = catalog.profiles["H100-80GB"]
-    seed = replica_unit(h100.gpus_per_replica, h100.model_name)
+    seed = replica_unit(h100)
     assert (seed.unit, seed.gpus_per_replica, seed.physical_gpus_per_replica) == ("seed_unit", 1, 8)
     assert seed.text.startswith(SEED_TEXT)
     a10g = catalog.profiles["A10G"]    # a 7B-class model on one GPU: a counted GPU is a physical one
-    assert replica_unit(a10g.gpus_per_replica, a10g.model_name).unit == "gpu"
-    tp8 = replica_unit(8, "Llama-3.1-70B")
+    assert replica_unit(a10g).unit == "gpu"
+    tp8 = replica_unit(SimpleNamespace(gpus_per_replica=8, physical_gpus_per_replica=8))
     assert (tp8.unit, tp8.physical_gpus_per_replica, tp8.text) == ("gpu", 8, "1 replica = 8 physical GPUs (TP=8)")
 
 

@@ -186,6 +186,8 @@ def _profile(name: str, d: dict, model_name: str | None = None, source: str | No
         # price, so its per-GPU equivalent is used to keep the units comparable.
         cost_usd_per_hr=float(per_gpu if per_gpu is not None else d["cost_per_hr"]),
         gpus_per_replica=1,
+        # The physical GPUs the constants describe (8 for the seeds' TP=8 units counted as one GPU); default 1.
+        physical_gpus_per_replica=int(d.get("physical_gpus_per_replica", 1)),
         power=_power(d["power"], power_q),
         latency_quality=latency_q,
         source=str(d.get("source", "")) if source is None else source,

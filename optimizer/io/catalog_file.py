@@ -219,6 +219,8 @@ class RawCatalogProfile(_Entry):
 
     model: _Text | None = None
     """What the unit serves (e.g. ``Llama-3-70B-class (TP=8 unit)``); shown in reports, default unspecified."""
+    physical_gpus_per_replica: _int(1, 1024) | None = None
+    """Physical GPUs the unit's constants describe (e.g. 8 for a TP=8 server priced as one GPU); default 1."""
     unit_note: _Text | None = None
     W: _float(1e3)
     H: _float(1e3)

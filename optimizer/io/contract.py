@@ -20,7 +20,8 @@ A figure is a JSON number, or null where it is infinite (an unstable queue) or u
 What a replica is
 -----------------
 ``gpus`` counts the GPUs a replica is priced and powered as, and the limits (``max_count``,
-``max_total_gpus``) count the same. For most profiles that is its physical GPUs (``gpus_per_replica`` = TP).
+``max_total_gpus``) count the same. For most profiles that is its physical GPUs (``gpus_per_replica`` = TP); a profile states both
+(``gpus_per_replica``, ``physical_gpus_per_replica``).
 The seeds' calibrated A100/H100/B200 profiles are the exception: their latency and KV constants describe a
 TP=8 server, priced and powered as ONE GPU (``data/catalog/calibrated_profiles.yaml``). :func:`replica_unit`
 tells them apart (``unit``: ``gpu`` or ``seed_unit``), and every pool states ``physical_gpus`` as well.
@@ -58,7 +59,6 @@ UNITS = ("gpu", "seed_unit")
 profiles); ``seed_unit``, the seeds' calibrated convention: a TP=N server priced and powered as fewer GPUs
 (one)."""
 
-_TP_RE = re.compile(r"\bTP\s*=\s*(\d+)", re.IGNORECASE)
 _UNKNOWN_MODELS = ("", "unspecified", "unknown")
 
 
@@ -90,23 +90,21 @@ class ReplicaUnit:
                 "unit_note": self.text}
 
 
-def replica_unit(gpus_per_replica: int, model_name: str) -> ReplicaUnit:
-    """What one replica is, from the GPUs a profile counts per replica and its model label.
-
-    A label that states a tensor-parallel degree above the counted GPUs (the seeds' calibrated profiles:
-    ``Llama-3-70B-class (TP=8 unit)`` with ``gpus_per_replica`` 1) makes the replica a ``seed_unit`` of that
-    many physical GPUs; otherwise a counted GPU is a physical one.
+def replica_unit(profile) -> ReplicaUnit:
+    """What one replica of ``profile`` is: the GPUs it counts per replica and the physical GPUs its constants
+    describe, both fields of the profile (:class:`fleetopt.models.profiles.ServingProfile`): a replica that
+    describes more physical GPUs than it counts (the seeds' calibrated TP=8 units, counted as one GPU) is a
+    ``seed_unit``; otherwise a counted GPU is a physical one.
 
     Examples
     --------
-    >>> replica_unit(1, "Llama-3-70B-class (TP=8 unit)").unit, replica_unit(8, "Llama-3.1-70B").unit
-    ('seed_unit', 'gpu')
-    >>> replica_unit(1, "Llama-3-70B-class (TP=8 unit)").physical_gpus_per_replica
-    8
+    >>> from types import SimpleNamespace as P
+    >>> replica_unit(P(gpus_per_replica=1, physical_gpus_per_replica=8)).unit
+    'seed_unit'
+    >>> replica_unit(P(gpus_per_replica=8, physical_gpus_per_replica=8)).unit
+    'gpu'
     """
-    m = _TP_RE.search(model_name or "")
-    stated = int(m[1]) if m else 0
-    return ReplicaUnit(int(gpus_per_replica), max(int(gpus_per_replica), stated))
+    return ReplicaUnit(int(profile.gpus_per_replica), int(profile.physical_gpus_per_replica))
 
 
 def served_model(model_name: str) -> str | None:
@@ -123,29 +121,32 @@ def served_model(model_name: str) -> str | None:
     return None if name.lower() in _UNKNOWN_MODELS else name
 
 
-def _pool_unit(p: PoolResult, gpus_per_replica: int | None) -> ReplicaUnit:
-    """A pool's :class:`ReplicaUnit`; without ``gpus_per_replica`` (its profile's) read from its GPUs over its
-    replicas, or from its model label when it has no replica."""
-    if gpus_per_replica is None:
-        if p.replicas > 0:
-            gpus_per_replica = p.gpus // p.replicas
-        else:
-            gpus_per_replica = replica_unit(1, p.model).physical_gpus_per_replica
-    return replica_unit(gpus_per_replica, p.model)
+def _pool_unit(p: PoolResult, unit: ReplicaUnit | None) -> ReplicaUnit:
+    """A pool's :class:`ReplicaUnit`: ``unit`` (its profile's, when the caller has it), else that of the catalogue
+    profile the pool names, else its GPUs over its replicas (one GPU without a replica), each a physical one."""
+    if unit is not None:
+        return unit
+    from fleetopt.optimizer.io.catalog import load_catalog
+
+    profile = load_catalog().profiles.get(p.profile)
+    if profile is not None:
+        return replica_unit(profile)
+    n = p.gpus // p.replicas if p.replicas > 0 else 1
+    return ReplicaUnit(n, n)
 
 
-def pool_identity(p: PoolResult, gpus_per_replica: int | None = None) -> dict:
+def pool_identity(p: PoolResult, unit: ReplicaUnit | None = None) -> dict:
     """The keys of a pool that say what it serves and what its replicas are: ``model`` (the profile's model
     label), ``gpus_per_replica``, ``physical_gpus_per_replica``, ``physical_gpus``, ``unit``, ``unit_note``
-    (``gpus_per_replica``: the pool's profile's, when the caller has it)."""
-    u = _pool_unit(p, gpus_per_replica)
+    (``unit``: the pool's profile's :func:`replica_unit`, when the caller has it)."""
+    u = _pool_unit(p, unit)
     return {"model": p.model, **u.to_json(), "physical_gpus": int(p.replicas) * u.physical_gpus_per_replica}
 
 
-def physical_gpus(r: FleetResult, gpus_per_replica: Mapping[str, int] | None = None) -> int:
+def physical_gpus(r: FleetResult, units: Mapping[str, ReplicaUnit] | None = None) -> int:
     """The physical GPUs of a fleet: per pool, replicas x the physical GPUs of one (:func:`replica_unit`);
-    ``gpus_per_replica`` maps a pool's ``gpu`` to its profile's, when the caller has them."""
-    per = gpus_per_replica or {}
+    ``units`` maps a pool's ``gpu`` to its profile's :func:`replica_unit`, when the caller has them."""
+    per = units or {}
     return sum(int(p.replicas) * _pool_unit(p, per.get(p.gpu)).physical_gpus_per_replica for p in r.pools)
 
 Figure = Annotated[float | None, Field(description="null: infinite (an unstable queue) or undefined")]

@@ -377,14 +377,14 @@ def gpu_warnings(instance: Instance) -> list[str]:
     out = []
     units: dict[str, list[str]] = {}
     for g in instance.gpus:
-        units.setdefault(replica_unit(g.profile.gpus_per_replica, g.profile.model_name).unit, []).append(g.name)
+        units.setdefault(replica_unit(g.profile).unit, []).append(g.name)
     if len(units) > 1:
         out.append(f"gpus: the options count a replica two ways: the seeds' calibrated units (a TP=8 server "
                    f"priced and powered as one GPU): {', '.join(units['seed_unit'])}; priced and powered per "
                    f"physical GPU: {', '.join(units['gpu'])}; one objective compares them, so their costs, power "
                    "and GPU counts follow different conventions (the tables show physical GPUs)")
     for i, g in enumerate(instance.gpus):
-        unit = replica_unit(g.profile.gpus_per_replica, g.profile.model_name)
+        unit = replica_unit(g.profile)
         k = unit.physical_gpus_per_replica
         counts = [f"{name} {v} {verb} {v} replicas = {v * k:,} physical GPUs" for name, v, verb in
                   (("max_count", g.max_count, "allows"), ("min_count", g.min_count, "asks for")) if v]
