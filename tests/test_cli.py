@@ -47,7 +47,7 @@ def test_tpw_errors_are_one_line(args, phrase):
     assert res.exit_code == 2 and phrase in res.stderr and "Traceback" not in res.output
 
 
-def test_validate_json(repo_root):
+def test_validate_json(repo_root, tmp_path):
     res = run("validate", repo_root / "instances" / "lmsys_mixed.yaml", "--json", "-")
     assert res.exit_code == 0
     s = json.loads(res.stdout)
@@ -55,8 +55,11 @@ def test_validate_json(repo_root):
     assert s["slo"]["ttft_margin"] == 0.03                 # the batched model's default
     text = run("validate", repo_root / "instances" / "lmsys_mixed.yaml", "--format", "plain").stdout
     assert "SLO: P99 TTFT 500 ms (batched, scope pool); plans sized to 485 ms (ttft_margin 3 %)" in text
-    mean = run("validate", repo_root / "instances" / "lmsys_mixed.yaml", "--set", "slo.ttft_model=mean-prefill")
-    assert "plans sized to" not in mean.stdout
+    mean = run("validate", repo_root / "instances" / "lmsys_mixed.yaml", "--set", "slo.ttft_model=mean-prefill",
+               "--json", tmp_path / "mean.json")
+    slo = json.loads((tmp_path / "mean.json").read_text())["slo"]
+    assert (slo["ttft_margin"], slo["ttft_sizing_ms"]) == (0.0, 500.0)   # mean-prefill: no margin, sized to the SLO
+    assert "plans sized to" not in mean.stdout                            # so the table claims none
 
 
 def test_evaluate_is_deterministic(repo_root, tmp_path):

@@ -277,7 +277,7 @@ def test_cli_is_deterministic_per_seed(repo_root, tmp_path):
         assert data.pop("wall_seconds") >= 0
         out.append(data)
     assert out[0] == out[1] and out[0] != out[2]
-    assert "simulated: 3,000 requests" in run(*args).stdout
+    assert out[0]["requests_simulated"] == 3000 and out[0]["replications"] == 2
 
 
 @pytest.mark.parametrize("extra,phrase", [
