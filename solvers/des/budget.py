@@ -28,13 +28,15 @@ from __future__ import annotations
 
 import heapq
 import math
+from typing import TYPE_CHECKING
 
-from fleetopt.solvers.des.state import Replicas
+if TYPE_CHECKING:
+    from fleetopt.solvers.des.engine import IterationStation
 
 __all__ = ["budget_handlers"]
 
 
-def budget_handlers(x: Replicas):
+def budget_handlers(x: IterationStation):
     """``arrive(now, i, r)`` and ``serve(at, r)`` of budgeted replicas (:mod:`fleetopt.solvers.des.engine`, "Token budget").
 
     ``serve`` is called for a replica's boundary event that is still current
@@ -46,7 +48,7 @@ def budget_handlers(x: Replicas):
     start, first, end, lin, lout, chunk, tokens, M = x.start, x.first, x.end, x.lin, x.lout, x.chunk, x.tokens, x.M
     heap, counter, BOUNDARY, after, boundary_at = x.heap, x.counter, x.boundary_kind, x.after, x.boundary_at
     batch_to, system_to = x.batch_to, x.system_to
-    d0, d1, gd, credit, ab = x.d0, x.d1, x.gd, x.credit, x.prefill_ab
+    d0, d1, gd, credit, ab = x.d0, x.d1, x.gd, x.credit if x.metered else None, x.prefill_ab
     push, pop, inf = heapq.heappush, heapq.heappop, math.inf
     R = len(it)
     prefills = [[] for _ in range(R)]   # [request, prompt tokens in its KV cache, tokens per iteration], oldest first

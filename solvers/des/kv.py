@@ -85,7 +85,10 @@ from __future__ import annotations
 
 import heapq
 import itertools
-from fleetopt.solvers.des.state import Replicas
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from fleetopt.solvers.des.engine import IterationStation
 
 __all__ = ["kv_handlers"]
 
@@ -95,7 +98,7 @@ an overcommitted replica (``held``/``needed``: each running sequence's blocks an
 needs). None in normal runs."""
 
 
-def kv_handlers(x: Replicas):
+def kv_handlers(x: IterationStation):
     """``arrive(now, i, r)`` and ``serve(at, r)`` of overcommitted replicas (module docstring).
 
     ``serve`` is called for a replica's boundary event that is still current
@@ -108,7 +111,8 @@ def kv_handlers(x: Replicas):
     chunk, blk, blocks, preempt_count = x.chunk, x.blk, x.blocks, x.preemptions
     after, boundary_at = x.after, x.boundary_at
     batch_to, system_to = x.batch_to, x.system_to
-    d0, d1, alpha, beta, gd, credit, terms = x.d0, x.d1, x.alpha, x.beta, x.gd, x.credit, x.prefill_terms
+    d0, d1, alpha, beta, gd, terms = x.d0, x.d1, x.alpha, x.beta, x.gd, x.prefill_terms
+    credit = x.credit if x.metered else None
     push, pop = heapq.heappush, heapq.heappop
     R = len(it)
     heap, counter, BOUNDARY, token = x.heap, x.counter, x.boundary_kind, x.token

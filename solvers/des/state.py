@@ -2,10 +2,10 @@
 
 :class:`SimPool` is a pool's configuration (frozen, validated when built);
 :class:`_State` is the run-time state that every station shares (heap, record
-columns, time integrals); :class:`Replicas` is the per-replica state of the
-iteration-mode station that its handler modules (budget, KV) read and mutate.
-Keeping them here lets the engine and the stations import them without
-importing each other.
+columns, time integrals). The iteration-mode station's own per-replica state is
+documented on :class:`fleetopt.solvers.des.engine.IterationStation`. Keeping
+these here lets the engine and the stations import them without importing each
+other.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import itertools
 import math
 from dataclasses import dataclass
 from enum import IntEnum
-from typing import Callable
+from typing import TYPE_CHECKING, cast
 
 import numpy as np
 
@@ -22,7 +22,10 @@ from fleetopt.models.power import ActivityPower
 from fleetopt.models.profiles import ServingProfile
 from fleetopt.solvers.des.records import Outcome, SimResult
 
-__all__ = ["MODES", "QUEUES", "EventKind", "SimPool", "CapChange", "Replicas"]
+if TYPE_CHECKING:
+    from fleetopt.solvers.des.routing import Requests
+
+__all__ = ["MODES", "QUEUES", "EventKind", "SimPool", "CapChange"]
 
 MODES = ("slot", "iteration")
 QUEUES = ("pool", "replica")
@@ -113,13 +116,13 @@ class SimPool:
     @property
     def overcommitted(self) -> bool:
         """True when ``max_num_seqs`` sequences at the full window need more KV blocks than a replica has."""
-        return self.max_num_seqs > int(self.profile.n_slots(self.window_tokens))
+        return cast(int, self.max_num_seqs) > int(self.profile.n_slots(self.window_tokens))
 
     @property
     def budget_binds(self) -> bool:
         """True when ``max_batched_tokens`` can limit an iteration: it is below ``max_num_seqs`` x ``chunk_tokens``."""
         budget = self.max_batched_tokens
-        return budget is not None and budget < self.max_num_seqs * int(self.profile.chunk_tokens)
+        return budget is not None and budget < cast(int, self.max_num_seqs) * int(self.profile.chunk_tokens)
 
 
 @dataclass(frozen=True)
@@ -152,85 +155,6 @@ class CapChange:
         object.__setattr__(self, "max_num_seqs", int(n))
 
 
-@dataclass(frozen=True, slots=True)
-class Replicas:
-    """The live per-replica state of :func:`fleetopt.solvers.des.engine._iteration_station` that its handler modules share.
-
-    The budgeted handlers (:func:`budget_handlers`) and the KV-tracking handlers
-    (:func:`fleetopt.solvers.des.kv.kv_handlers`) both read it; fields only one of them
-    uses say so. Lists are indexed by global replica ``r`` and are the engine's
-    own (mutated in place); ``start``, ``first``, ``end``, ``lin``, ``kch`` and
-    ``lout`` are per-request memoryviews. ``after(r, m)`` is the instant of
-    boundary ``it[r] + m`` and ``boundary_at(r, now)`` the number of iterations
-    from the anchor to the first boundary at or after ``now``.
-    """
-
-    it: list
-    ref: list
-    c0: list
-    g: list
-    seqs: list
-    waiting: list
-    token: list
-    run: list
-    cap: list
-    outstanding: list
-    replica_pool: list
-    start: memoryview
-    first: memoryview
-    end: memoryview
-    lin: memoryview
-    kch: memoryview
-    """Prefill chunks per request (KV path: a preemption rewrites a request's ``lin``, ``kch`` and ``lout``)."""
-    lout: memoryview
-    chunk: list
-    tokens: list
-    """Token budget :math:`K` per replica (0 where the replica is not budgeted; budget path only)."""
-    blk: list
-    """KV block size in tokens per replica (KV path only)."""
-    blocks: list
-    """KV blocks per replica (0 where the replica is not overcommitted; KV path only)."""
-    preemptions: list
-    """KV-cache preemptions per replica, counted in place (KV path only)."""
-    deferred: list
-    """Per replica, the requests at the head of ``waiting[r]`` that wait only for the admissions of the replica's
-    next boundary, because it is an event (the plain path would admit them at that boundary; a live router does
-    not count them as queued); reset when the replica's event is handled."""
-    M: int
-    heap: list
-    counter: object
-    boundary_kind: object
-    """The heap entries' event kind of a replica boundary (``fleetopt.solvers.des.state.EventKind.BOUNDARY``)."""
-    after: Callable[[int, int], float]
-    boundary_at: Callable[[int, float], int]
-    reschedule: Callable[[int], None]
-    """Push replica ``r``'s next boundary, the head of its key heap ``seqs[r]`` (KV path only; the budget
-    path schedules its own allocation changes)."""
-    batch_to: Callable[[int, float], None]
-    system_to: Callable[[int, float, int], None]
-    d0: list = None
-    """Compute seconds of the anchor iteration per replica (the decode sequences' ``g`` and the prefill chunks'
-    :math:`\alpha + \beta j`; :func:`fleetopt.models.service.compute_coefficients`); 0.0 without compute terms."""
-    d1: list = None
-    """Their growth per iteration (the prefilling sequences' :math:`\beta`)."""
-    alpha: memoryview = None
-    """Per request, the compute of its first prefill chunk (s); KV path: rewritten when a preemption changes the
-    prefill to recompute."""
-    beta: memoryview = None
-    """Per request, the growth of its chunk compute per further chunk (s)."""
-    gd: list = None
-    """Per replica, the compute of one decode step of one sequence (s)."""
-    credit: Callable[[int, int], None] | None = None
-    """Credit the energy of the next ``m`` iterations from replica ``r``'s anchor (activity power; None where no
-    replica has activity power)."""
-    prefill_ab: list = None
-    """Per replica, the profile's prefill compute :math:`(a, b)`: seconds per prompt token and per token squared
-    (the budget path's pieces: :math:`a x + b((p + x)^2 - p^2)` for :math:`x` tokens at prefix :math:`p`)."""
-    prefill_terms: Callable[[int, int], tuple[float, float]] | None = None
-    """``prefill_terms(r, tokens)``: :math:`(\alpha, \beta)` of a prefill of ``tokens`` on replica ``r``'s profile
-    (the KV path's recomputed prefills)."""
-
-
 class _State:
     """Run-time state shared by both modes: the heap, the record columns and the time integrals."""
 
@@ -243,20 +167,21 @@ class _State:
         self.first_at = np.full(n, math.nan)
         self.end_at = np.full(n, math.nan)
         self.replica = np.full(n, -1, dtype=np.int64)
-        self.start, self.first, self.end, self.rep = (memoryview(a) for a in (
+        self.start, self.first, self.end, self.rep = (a.data for a in (
             self.start_at, self.first_at, self.end_at, self.replica))
         self.ranges, self.replica_pool, self.cap, self.power = [], [], [], []
         r = 0
+        caps = [cast(int, p.max_num_seqs) for p in pools]        # ints once the pools are built
         for k, p in enumerate(pools):
             self.ranges.append(range(r, r + p.replicas))
             power = p.profile.power
             if isinstance(power, ActivityPower):     # busy energy is credited per iteration by the engine
-                table = [float(power.idle_w)] + [0.0] * p.max_num_seqs
+                table = [float(power.idle_w)] + [0.0] * caps[k]
             else:
-                table = np.asarray(power.power_w(np.arange(p.max_num_seqs + 1)), dtype=float).tolist()
+                table = np.asarray(power.power_w(np.arange(caps[k] + 1)), dtype=float).tolist()
             for _ in range(p.replicas):
                 self.replica_pool.append(k)
-                self.cap.append(p.max_num_seqs)
+                self.cap.append(caps[k])
                 self.power.append(table)
             r += p.replicas
         R, P = r, len(pools)
@@ -269,7 +194,7 @@ class _State:
         self.in_system = [0] * P
         self.system_last = [lo_s] * P
         self.system_area = [0.0] * P
-        self.slots = [p.replicas * p.max_num_seqs for p in pools]
+        self.slots = [p.replicas * c for p, c in zip(pools, caps, strict=True)]
         self.preempt = [0] * R                       # KV-cache preemptions per replica
         self.spilled = [0] * P                       # requests a live router moved out of each pool
         self.finish = []                             # the stations' end-of-run hooks, called with the end instant
@@ -310,16 +235,16 @@ class _State:
         with np.errstate(divide="ignore", invalid="ignore"):
             mean_in_system = np.array(self.system_area) / window
             mean_batch = np.array(self.batch_area) / window
-        columns = [requests.arrival_at_s.copy(), start, first, end, requests.prompt_tokens.copy(),
-                   requests.output_tokens.copy(), pool_of, self.replica, outcome]
-        pools = [mean_in_system, np.bincount(self.replica_pool, self.batch_area, len(names)),
+        columns = (requests.arrival_at_s.copy(), start, first, end, requests.prompt_tokens.copy(),
+                   requests.output_tokens.copy(), pool_of, self.replica, outcome)
+        pools = (mean_in_system, np.bincount(self.replica_pool, self.batch_area, len(names)),
                  np.array(self.slots, dtype=np.int64), np.array(self.replica_pool, dtype=np.int64),
-                 mean_batch, np.array(self.energy)]
+                 mean_batch, np.array(self.energy))
         for a in columns + pools:
             a.flags.writeable = False
         rp = np.array(self.preempt, dtype=np.int64)
-        pre = [np.bincount(self.replica_pool, rp, len(names)).astype(np.int64), rp,
-               np.array(self.spilled, dtype=np.int64)]
+        pre = (np.bincount(self.replica_pool, rp, len(names)).astype(np.int64), rp,
+               np.array(self.spilled, dtype=np.int64))
         for a in pre:
             a.flags.writeable = False
         return SimResult(mode, names, *columns, self.lo_s, end_s, *pools, events, *pre)
