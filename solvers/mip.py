@@ -79,6 +79,7 @@ def build_model(problem: FleetProblem) -> pyo.ConcreteModel:
     """The Pyomo model of ``problem`` (pure: no solver is called)."""
     m = pyo.ConcreteModel(name="fleet")
     m.problem = problem
+    assert problem.n_nodes is not None     # FleetProblem.__post_init__ fills it
     m.NODES = pyo.RangeSet(0, problem.n_nodes - 1)
     m.POOLS = pyo.RangeSet(0, problem.n_pools - 1)
     m.CHOICES = pyo.RangeSet(0, problem.n_choices - 1)
@@ -96,7 +97,9 @@ def build_model(problem: FleetProblem) -> pyo.ConcreteModel:
     m.power_cap = pyo.Constraint(rule=power_cap_rule)
     m.fleet_slo = pyo.Constraint(rule=fleet_slo_rule)
     weights = problem.choice_objective()
-    m.objective = pyo.Objective(expr=pyo.quicksum(float(weights[c]) * m.z[c] for c in m.CHOICES))
+    # Pyomo's inferred types: an indexed Var's item does not multiply, a RangeSet does not iterate
+    m.objective = pyo.Objective(expr=pyo.quicksum(float(weights[c]) * m.z[c]  # pyright: ignore[reportOperatorIssue]
+                                                  for c in m.CHOICES))  # pyright: ignore[reportGeneralTypeIssues]
     m.cuts = pyo.ConstraintList()
     return m
 
@@ -104,6 +107,8 @@ def build_model(problem: FleetProblem) -> pyo.ConcreteModel:
 def _index(m, problem: FleetProblem) -> None:
     """Precomputed index lists so every rule is a single sparse sum."""
     cp = problem.choice_pool
+    # FleetProblem.__post_init__ fills the node arrays
+    assert problem.pool_from_node is not None and problem.pool_to_node is not None and problem.n_nodes is not None
     starts = problem.pool_from_node[cp]
     ends = problem.pool_to_node[cp]
     m._leaving = [np.flatnonzero(starts == v) for v in range(problem.n_nodes)]
@@ -280,8 +285,8 @@ def _solve_once(m, solver, opts) -> tuple[Outcome, tuple[int, ...]]:
     out = outcome_of(res)
     chosen = ()
     if out.has_solution:
-        res.solution_loader.load_vars()
-        chosen = tuple(int(c) for c in m.CHOICES if pyo.value(m.z[c]) > 0.5)
+        res.solution_loader.load_vars()     # pyo.value raises on an unset value: it never returns None here
+        chosen = tuple(int(c) for c in m.CHOICES if pyo.value(m.z[c]) > 0.5)  # pyright: ignore[reportOptionalOperand]
     return out, chosen
 
 
@@ -350,7 +355,8 @@ def _tie_break(m, problem, solver, opts, chosen, weights, budget_s: float):
 def lp_bound(problem: FleetProblem) -> float | None:
     """Objective of the LP relaxation (the root bound before cuts)."""
     m = build_model(problem)
-    pyo.TransformationFactory("core.relax_integer_vars").apply_to(m)
+    # a registered name: the factory returns None only for unknown ones
+    pyo.TransformationFactory("core.relax_integer_vars").apply_to(m)  # pyright: ignore[reportOptionalMemberAccess]
     solver, opts = _highs(None, 0.0, None, False)
     res = _highs_solve(solver, m, opts)
     return res.incumbent_objective

@@ -26,6 +26,7 @@ class NoFleetError(nx.NetworkXNoPath):
 def _best_choice_per_segment(problem: FleetProblem) -> dict[tuple[int, int], tuple[float, int, int]]:
     """Per (tail node, head node), the choice with the least (objective, physical GPUs, index)."""
     w = problem.choice_objective()
+    assert problem.pool_from_node is not None and problem.pool_to_node is not None   # filled by __post_init__
     best: dict[tuple[int, int], tuple[float, int, int]] = {}
     for c in range(problem.n_choices):
         p = problem.choice_pool[c]
@@ -53,7 +54,7 @@ def _tight_subgraph(g: nx.DiGraph, weight: str) -> nx.DiGraph:
     """Edges on some shortest (0,0) -> end path for ``weight``."""
     src = nx.single_source_dijkstra_path_length(g, (0, 0), weight=weight)
     dst = nx.single_source_dijkstra_path_length(g.reverse(copy=False), "end", weight=weight)
-    best = src["end"]
+    best = src["end"]  # pyright: ignore[reportArgumentType]  # nodes are any hashable; the stubs take the source's type
     tol = 1e-9 * max(1.0, abs(best))
     keep = [(u, v) for u, v, w in g.edges(data=weight)
             if u in src and v in dst and src[u] + w + dst[v] <= best + tol]
@@ -82,6 +83,9 @@ def shortest_fleet(problem: FleetProblem) -> tuple[float, tuple[int, ...]]:
 def fleet_is_feasible(problem: FleetProblem, choices) -> bool:
     """Check every constraint family of the MIP in plain Python (path, counts, inventories, caps)."""
     ch = np.asarray(list(choices), dtype=int)
+    # filled by FleetProblem.__post_init__
+    assert problem.pool_from_node is not None and problem.pool_to_node is not None
+    assert problem.gpu_min_pools is not None and problem.gpu_max_pools is not None
     pools = problem.choice_pool[ch]
     if len(set(pools.tolist())) != len(pools) or len(ch) > problem.max_pools or len(ch) == 0:
         return False
@@ -116,9 +120,11 @@ def enumerate_fleets(problem: FleetProblem, time_limit_s: float | None = None) -
     """
     deadline = None if time_limit_s is None else time.perf_counter() + time_limit_s
     w = problem.choice_objective()
+    from_node, to_node = problem.pool_from_node, problem.pool_to_node
+    assert from_node is not None and to_node is not None   # filled by FleetProblem.__post_init__
     leaving: dict[int, list[int]] = {}
     for c in range(problem.n_choices):
-        leaving.setdefault(int(problem.pool_from_node[problem.choice_pool[c]]), []).append(c)
+        leaving.setdefault(int(from_node[problem.choice_pool[c]]), []).append(c)
     best: list = [None]
     path: list[int] = []
 
@@ -134,7 +140,7 @@ def enumerate_fleets(problem: FleetProblem, time_limit_s: float | None = None) -
             return
         for c in leaving.get(node, ()):
             path.append(c)
-            walk(int(problem.pool_to_node[problem.choice_pool[c]]))
+            walk(int(to_node[problem.choice_pool[c]]))
             path.pop()
 
     walk(0)

@@ -108,6 +108,7 @@ class FleetProblem:
     @property
     def separable(self) -> bool:
         """True when only the tiling and the pool count bind: the graph oracle solves it exactly."""
+        assert self.gpu_min_pools is not None and self.gpu_max_pools is not None     # __post_init__ fills them
         return (all(v is None for v in self.gpu_max_gpus) and not any(self.gpu_min_gpus)
                 and all(v is None for v in self.gpu_max_pools) and not any(self.gpu_min_pools)
                 and self.max_total_gpus is None and self.max_cost_per_hr is None and self.max_power_w is None

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import pyomo.environ as pyo
@@ -120,8 +121,10 @@ def build_split_model(problem: SplitProblem) -> pyo.ConcreteModel:
     m.gpu_inventory = pyo.Constraint(m.GPUS, rule=gpu_inventory_rule)
     m.caps = pyo.ConstraintList()
     _caps(m)
-    cost = pyo.quicksum(float(problem.choice_cost_per_hr[c]) * m.z[c] for c in m.CHOICES)
-    power = pyo.quicksum(m.power_kw[c] for c in m.CHOICES)
+    # Pyomo's inferred types: an indexed Var's item does not multiply, a RangeSet does not iterate
+    cost = pyo.quicksum(float(problem.choice_cost_per_hr[c]) * m.z[c]  # pyright: ignore[reportOperatorIssue]
+                        for c in m.CHOICES)  # pyright: ignore[reportGeneralTypeIssues]
+    power = pyo.quicksum(m.power_kw[c] for c in m.CHOICES)  # pyright: ignore[reportGeneralTypeIssues]
     if problem.objective == "cost":
         m.objective = pyo.Objective(expr=cost + 1e-7 * power)  # power breaks ties only
     elif problem.objective in ("power", "tok_per_watt"):
@@ -238,7 +241,7 @@ def solve_split(problem: SplitProblem, *, top: int = 1, time_limit_s: float | No
     (:func:`fleetopt.solvers.outcome.outcome_of`); a limit with an incumbent returns the incumbent.
     """
     t0 = time.perf_counter()
-    m = build_split_model(problem)
+    m: Any = build_split_model(problem)     # Any: its components are run-time attributes (build_split_model)
     solver, opts = _highs(time_limit_s, mip_gap, threads, verbose, presolve="on")
     name = f"highs {'.'.join(map(str, solver.version()))}"
     options = {"time_limit_s": time_limit_s, "mip_gap": mip_gap, "threads": threads, "top": top}
@@ -250,8 +253,8 @@ def solve_split(problem: SplitProblem, *, top: int = 1, time_limit_s: float | No
     while True:
         rates = np.zeros(len(problem.link_pool))
         for n, (l, _) in enumerate(m._pairs):
-            rates[l] += max(0.0, pyo.value(m.g[n]))
-        plans.append(SplitPlan(chosen, rates, float(pyo.value(m.objective))))
+            rates[l] += max(0.0, pyo.value(m.g[n]))  # pyright: ignore[reportArgumentType]  # value raises, never None
+        plans.append(SplitPlan(chosen, rates, float(pyo.value(m.objective))))  # pyright: ignore[reportArgumentType]
         if len(plans) >= top:
             break
         s = set(chosen)

@@ -39,16 +39,20 @@ def slot_station(st: _State, pools, requests: Requests, pool_of, accepted, queue
     ``slot_freed`` the heap entries' event kind of a slot freed (``fleetopt.solvers.des.state.EventKind.SLOT_FREED``).
     """
     n = len(requests)
-    service = np.zeros(n) if requests.service_s is None else requests.service_s.copy()
-    prefill = np.zeros(n)
+    service_a = np.zeros(n) if requests.service_s is None else requests.service_s.copy()
+    prefill_a = np.zeros(n)
     for k, p in enumerate(pools):
         sel = accepted & (pool_of == k)
         l_in, l_out = requests.prompt_tokens[sel], requests.output_tokens[sel]
         if requests.service_s is None:
-            service[sel] = _slot_service_s(p, l_in, l_out)
-        prefill[sel] = prefill_time_s(p.profile, l_in)
-    prefill = np.minimum(prefill, service)   # a given service time shorter than the prefill ends with it
-    service, prefill, rpool = (memoryview(np.ascontiguousarray(a)) for a in (service, prefill, pool_of))
+            service_a[sel] = _slot_service_s(p, l_in, l_out)
+        prefill_a[sel] = prefill_time_s(p.profile, l_in)
+    prefill_a = np.minimum(prefill_a, service_a)   # a given service time shorter than the prefill ends with it
+    # memoryviews: fast scalar reads and writes in the event loop. (An ndarray is a buffer; numpy's stubs
+    # say so for Python 3.12+ only, hence the ignores.)
+    service: memoryview[float] = memoryview(np.ascontiguousarray(service_a))  # pyright: ignore[reportArgumentType]
+    prefill: memoryview[float] = memoryview(np.ascontiguousarray(prefill_a))  # pyright: ignore[reportArgumentType]
+    rpool: memoryview[int] = memoryview(np.ascontiguousarray(pool_of))  # pyright: ignore[reportArgumentType]
     heap, counter, push = st.heap, st.counter, heapq.heappush
     start, first, end, rep, busy, cap = st.start, st.first, st.end, st.rep, st.batch, st.cap
     batch_to, system_to = st.batch_to, st.system_to

@@ -57,8 +57,10 @@ def spill_arrivals(arrive: Callable[[float, int], None], queued: Callable[[int],
     result column) is set to :math:`q`, ``reroute(i, q)`` recomputes the
     station's per-request columns and ``spilled[p]`` counts it. One hop only.
     """
-    rpool = memoryview(pool_of)
-    total = memoryview(np.ascontiguousarray(total_tokens, dtype=np.int64))
+    # an ndarray is a buffer; numpy's stubs say so for Python 3.12+ only, hence the ignores
+    rpool: memoryview[int] = memoryview(pool_of)  # pyright: ignore[reportArgumentType]
+    total_a = np.ascontiguousarray(total_tokens, dtype=np.int64)
+    total: memoryview[int] = memoryview(total_a)  # pyright: ignore[reportArgumentType]
     bound = int(bound)
 
     def arrive_live(now: float, i: int) -> None:
