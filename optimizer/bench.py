@@ -21,9 +21,8 @@ import numpy as np
 from rich.console import Console
 from rich.table import Table
 
-from fleetopt.models.queueing import min_replicas
-from fleetopt.models.batched import BatchedTraffic, batched_min_replicas
 from fleetopt.models.segments import segment_basis, segment_stats
+from fleetopt.models.ttft import ttft_model
 from fleetopt.models.workload import LengthDistribution
 
 from fleetopt.optimizer.io.catalog import instances_dir, load_catalog
@@ -61,15 +60,11 @@ def bench_sizing(n_pairs: int = 20_000, repeats: int = 5) -> dict:
     ii, jj = ii[:per_profile], jj[:per_profile]
     bases = {p.chunk_tokens: segment_basis(dist, b, p.chunk_tokens, 0.8) for p in profiles}
 
-    def run(model: str):
+    def run(name: str):
+        model = ttft_model(name)
         for p in profiles:
             s = segment_stats(bases[p.chunk_tokens], ii, jj, p)
-            lam = 100.0 * s.rate_share
-            if model == "batched":
-                batched_min_replicas(BatchedTraffic.from_stats(s, lam), 0.5, 0.85)
-            else:
-                min_replicas(lam, s.mean_service_s, s.cv2_service, s.n_slots, 0.5, s.prefill_times_s,
-                             s.prefill_probs, s.mean_prefill_s, 0.85, model)
+            model.min_replicas(model.traffic(s, 100.0 * s.rate_share), 0.5, 0.85)
 
     basis_s = _median_s(lambda: [segment_basis(dist, b, c, 0.8) for c in bases], repeats)
     median = _median_s(lambda: run("batched"), repeats)

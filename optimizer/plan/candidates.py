@@ -27,12 +27,10 @@ from functools import partial
 
 import numpy as np
 
-from fleetopt.models.batched import (BatchedTraffic, batched_min_replicas, batched_miss_prob, mean_activity_power_w,
-                                     mean_power_w,
-                                     operating_point, prefill_limit_s)
-from fleetopt.models.queueing import Sizing, min_replicas, prefill_p99_s, ttft_miss_prob
-from fleetopt.models.power import ActivityPower
+from fleetopt.models.fleet import inflate_for_availability
+from fleetopt.models.queueing import Sizing
 from fleetopt.models.service import decode_power_curve, tpot_batch_cap, tpot_bound_s
+from fleetopt.models.ttft import TTFTModel, ttft_model
 from fleetopt.models.units import MS_PER_S, P99_TAIL
 
 from fleetopt.optimizer.io.instance import Instance
@@ -96,7 +94,7 @@ class Dropped:
         return self.why if isinstance(self.why, str) else self.why()
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(frozen=True, eq=False, kw_only=True)
 class Candidates:
     """Candidate pools and their replica choices as parallel arrays.
 
@@ -181,7 +179,8 @@ class Candidates:
                                                            "min_replicas_analytic")}
         choice_fields = {f: getattr(self, f)[keep] for f in ("choice_replicas", "choice_gpus", "choice_cost_per_hr",
                                                              "choice_power_w", "choice_miss_rate")}
-        return Candidates(self.boundaries, self.gpu_names, choice_pool=renumber[self.choice_pool[keep]],
+        return Candidates(boundaries=self.boundaries, gpu_names=self.gpu_names,
+                          choice_pool=renumber[self.choice_pool[keep]],
                           dropped=self.dropped, generated=self.generated, gammas=self.gammas,
                           unsized_gpus=self.unsized_gpus, **pool_fields,
                           **choice_fields)
@@ -228,13 +227,16 @@ def generate_candidates(instance: Instance, deadline: Deadline | None = None,
     P = {k: empty for k in ("i", "j", "gpu", "arrival_rate", "output_tok_per_s", "state_in", "state_out", "cap",
                             "load_erlangs", "min_replicas")} | pools.arrays()
     C = {k: empty for k in ("pool", "replicas", "gpus", "cost", "power", "miss")} | choices.arrays()
-    return Candidates(b, tuple(g.name for g in instance.gpus), P["i"].astype(np.int64), P["j"].astype(np.int64),
-                      P["gpu"].astype(np.int64), P["arrival_rate"], P["output_tok_per_s"],
-                      C["pool"].astype(np.int64), C["replicas"].astype(np.int64), C["gpus"].astype(np.int64),
-                      C["cost"], C["power"], C["miss"], tuple(dropped),
-                      len(rows[0]) * (len(instance.gpus) - len(unsized)),
-                      P["state_in"].astype(np.int64), P["state_out"].astype(np.int64), P["cap"].astype(np.int64),
-                      P["load_erlangs"], P["min_replicas"].astype(np.int64), gammas, tuple(unsized))
+    return Candidates(boundaries=b, gpu_names=tuple(g.name for g in instance.gpus), i=P["i"].astype(np.int64),
+                      j=P["j"].astype(np.int64), gpu=P["gpu"].astype(np.int64), arrival_rate=P["arrival_rate"],
+                      output_tok_per_s=P["output_tok_per_s"], choice_pool=C["pool"].astype(np.int64),
+                      choice_replicas=C["replicas"].astype(np.int64), choice_gpus=C["gpus"].astype(np.int64),
+                      choice_cost_per_hr=C["cost"], choice_power_w=C["power"], choice_miss_rate=C["miss"],
+                      dropped=tuple(dropped), generated=len(rows[0]) * (len(instance.gpus) - len(unsized)),
+                      state_in=P["state_in"].astype(np.int64), state_out=P["state_out"].astype(np.int64),
+                      cap=P["cap"].astype(np.int64), load_erlangs=P["load_erlangs"],
+                      min_replicas_analytic=P["min_replicas"].astype(np.int64), gammas=gammas,
+                      unsized_gpus=tuple(unsized))
 
 
 class SizingCache:
@@ -275,11 +277,12 @@ class SizingCache:
         elif key != self._key:
             raise ValueError("SizingCache: the instance differs from the cached one in more than slo.ttft_p99_ms")
 
-    def size(self, g_idx: int, traffic: BatchedTraffic, slo_s: float, rho_max: float) -> Sizing:
-        """The batched model's least counts of option ``g_idx``'s candidates at ``slo_s`` (class docstring)."""
+    def size(self, model: TTFTModel, g_idx: int, traffic, slo_s: float, rho_max: float) -> Sizing:
+        """The least counts of option ``g_idx``'s candidates at ``slo_s`` under ``model`` (one that takes a lower
+        bound, :attr:`fleetopt.models.ttft.TTFTModel.warm_start`; class docstring)."""
         looser = [(t, n) for t, n in self._counts.get(g_idx, ()) if t >= slo_s]
         start = min(looser, key=lambda tn: tn[0])[1] if looser else None
-        z = batched_min_replicas(traffic, slo_s, rho_max, at_least=start)
+        z = model.min_replicas(traffic, slo_s, rho_max, at_least=start)
         # a candidate no count serves here is served by none at a tighter SLO: its search starts at the cap
         self._counts.setdefault(g_idx, []).append((float(slo_s), np.where(z.feasible, z.replicas, _NO_COUNT)))
         return z
@@ -312,8 +315,10 @@ class TighteningCandidates:
     """
 
     def __init__(self, instance: Instance):
-        if instance.slo.scope != "pool" or instance.slo.ttft_model != "batched":
-            raise ValueError("TighteningCandidates: needs slo.scope pool and ttft_model batched")
+        self.model = ttft_model(instance.slo.ttft_model)
+        if instance.slo.scope != "pool" or not self.model.warm_start:
+            raise ValueError("TighteningCandidates: needs slo.scope pool and a ttft_model that sizes from a lower "
+                             "bound (batched)")
         self.instance = instance
         self.slo_s = float(instance.slo.ttft_sizing_s)
         self._cache = SizingCache()
@@ -363,8 +368,8 @@ class TighteningCandidates:
             t = todo[gpu[todo] == g]
             opt, inputs = inst.gpus[int(g)], self._cache.inputs[int(g)]
             rows = self._row_of[t]
-            z = batched_min_replicas(inputs[5].take(rows), self.slo_s, inst.constraints.max_utilization,
-                                     at_least=self._cols["min_replicas_analytic"][t])
+            z = self.model.min_replicas(inputs[5].take(rows), self.slo_s, inst.constraints.max_utilization,
+                                        at_least=self._cols["min_replicas_analytic"][t])
             self._exact_at[t] = self.slo_s
             self.alive[t[~z.feasible]] = False
             moved = z.feasible & (z.replicas != self._cols["min_replicas_analytic"][t])
@@ -442,7 +447,8 @@ def _traffic(instance: Instance, basis, grid: np.ndarray, b: np.ndarray, gammas,
 
 def _option_inputs(instance: Instance, opt, raw, b, rows) -> tuple:
     """What sizing one GPU option's candidates reads that no TTFT SLO changes: rows and batch caps, the rows too
-    slow for the TPOT SLO, segment statistics, arrival rates and the batched model's traffic."""
+    slow for the TPOT SLO, segment statistics, arrival rates, the TTFT model's view of the traffic and the model
+    (:class:`fleetopt.models.ttft.TTFTModel`)."""
     from fleetopt.models.segments import stats_from_raw
 
     ii, jj = rows[0], rows[1]
@@ -450,8 +456,8 @@ def _option_inputs(instance: Instance, opt, raw, b, rows) -> tuple:
     idx, caps, slow = batch_caps(instance, prof, b[jj])
     s = stats_from_raw(raw.take(idx), b[ii[idx]], b[jj[idx]], prof, n_slots=caps)
     lam = instance.workload.arrival_rate_req_per_s * s.rate_share
-    traffic = BatchedTraffic.from_stats(s, lam) if instance.slo.ttft_model == "batched" else None
-    return idx, caps, slow, s, lam, traffic
+    model = ttft_model(instance.slo.ttft_model)
+    return idx, caps, slow, s, lam, model.traffic(s, lam), model
 
 
 def _size_option(instance: Instance, g_idx: int, opt, inputs, b, rows, pools, choices, dropped,
@@ -459,15 +465,16 @@ def _size_option(instance: Instance, g_idx: int, opt, inputs, b, rows, pools, ch
     """Sizing and replica choices of one GPU option's candidates (appended to the columns)."""
     ii, jj, sin, sout = rows
     prof = opt.profile
-    idx, caps, slow, s, lam, traffic = inputs
+    idx, caps, slow, s, lam, traffic, model = inputs
     for k in np.flatnonzero(slow & (sin == 0) & (sout == 0)):
         dropped.append(Dropped(int(b[ii[k]]), int(b[jj[k]]), opt.name, _tpot_reason(instance, prof, b[jj[k]])))
     if instance.slo.scope == "fleet":
         counts, ok, reasons = fleet_counts(instance, s, lam)
     else:
         sized = None
-        if cache is not None and traffic is not None:
-            sized = cache.size(g_idx, traffic, instance.slo.ttft_sizing_s, instance.constraints.max_utilization)
+        if cache is not None and model.warm_start:
+            sized = cache.size(model, g_idx, traffic, instance.slo.ttft_sizing_s,
+                               instance.constraints.max_utilization)
         counts, ok, reasons = pool_counts(instance, s, lam, traffic, sized)
     largest_cap = np.r_[idx[1:] != idx[:-1], True]  # rows are sorted by (row, cap)
     for k in np.flatnonzero(~ok & largest_cap):
@@ -484,14 +491,11 @@ def _size_option(instance: Instance, g_idx: int, opt, inputs, b, rows, pools, ch
 
 def _pool_columns(g_idx: int, inputs, rows, keep: np.ndarray, least_n: np.ndarray) -> dict:
     """The pool columns of option ``g_idx``'s sized rows ``keep`` (positions in ``inputs``' arrays) with least
-    counts ``least_n`` (:class:`Candidates`)."""
+    counts ``least_n`` (:class:`Candidates`); the offered load is the model's at the least count (restrict
+    re-prices with it)."""
     ii, jj, sin, sout = rows
-    idx, caps, _, s, lam, traffic = inputs
-    if traffic is not None:  # offered load at the realised occupancy of the least count (restrict re-prices with it)
-        n_min = np.maximum(least_n, 1).astype(float)
-        load = lam[keep] * np.nan_to_num(operating_point(traffic.take(keep), n_min).residence_s, posinf=0.0)
-    else:
-        load = lam[keep] * np.nan_to_num(s.mean_service_s[keep])
+    idx, caps, _, s, lam, traffic, model = inputs
+    load = model.load_erlangs(traffic.take(keep), least_n)
     return dict(i=ii[idx[keep]], j=jj[idx[keep]], gpu=np.full(len(keep), g_idx), arrival_rate=lam[keep],
                 output_tok_per_s=lam[keep] * np.nan_to_num(s.mean_output_tokens[keep]),
                 state_in=sin[idx[keep]], state_out=sout[idx[keep]], cap=caps[keep], load_erlangs=load,
@@ -502,18 +506,9 @@ def _choice_columns(opt, inputs, row: np.ndarray, counts: np.ndarray, miss: np.n
     """The choice columns (replicas after availability inflation, GPUs, $/hr, W, misses/s) of ``counts`` replicas
     of sized rows ``row`` of ``opt``."""
     prof = opt.profile
-    _, _, _, s, lam, traffic = inputs
-    n = np.ceil(np.asarray(counts) / opt.availability - 1e-9).astype(np.int64)
-    if traffic is not None:  # the batched model's power at the realised occupancy of n replicas
-        sub = traffic.take(row)
-        op = operating_point(sub, n)
-        if isinstance(prof.power, ActivityPower):
-            power = n * mean_activity_power_w(prof.power, sub, op)
-        else:
-            power = n * mean_power_w(prof.power.power_w, op, sub.cap)
-    else:
-        batch = lam[row] * np.nan_to_num(s.mean_service_s[row]) / n
-        power = n * decode_power_curve(prof, s.hi_tokens[row] / 2).power_w(np.minimum(batch, s.n_slots[row]))
+    _, _, _, s, lam, traffic, model = inputs
+    n = inflate_for_availability(np.asarray(counts), opt.availability)
+    power = model.power_w(prof, traffic.take(row), n)
     return dict(replicas=n, gpus=n * prof.gpus_per_replica, cost=n * prof.cost_usd_per_hr, power=power,
                 miss=lam[row] * miss)
 
@@ -570,41 +565,22 @@ class _Columns:
         return {k: np.concatenate(v) if v else np.zeros(0) for k, v in self._cols.items()}
 
 
-def _sizing_args(instance, s, lam):
-    return (lam, s.mean_service_s, s.cv2_service, s.n_slots)
-
-
 def pool_counts(instance: Instance, s, lam, traffic=None, sized: Sizing | None = None):
     """Pool scope: the minimum count meeting the pool's own P99 (one choice, no misses counted).
 
-    ``traffic``: the batched model's :class:`~fleetopt.models.batched.BatchedTraffic` of ``s`` if built already;
+    ``traffic``: the TTFT model's view of ``s`` (:meth:`fleetopt.models.ttft.TTFTModel.traffic`) if built already;
     ``sized``: its :class:`~fleetopt.models.queueing.Sizing` if sized already (:class:`SizingCache`). Returns the
     counts of the feasible candidates, the feasible mask and the reasons of the others (a mapping, each reason
     written when read).
     """
     slo = instance.slo
-    if sized is not None:
-        z = sized
-    elif slo.ttft_model == "batched":
-        traffic = BatchedTraffic.from_stats(s, lam) if traffic is None else traffic
-        z = batched_min_replicas(traffic, slo.ttft_sizing_s, instance.constraints.max_utilization)
-    else:
-        z = min_replicas(lam, s.mean_service_s, s.cv2_service, s.n_slots, slo.ttft_sizing_s, s.prefill_times_s,
-                         s.prefill_probs, s.mean_prefill_s, instance.constraints.max_utilization, slo.ttft_model)
+    model = ttft_model(slo.ttft_model)
+    traffic = model.traffic(s, lam) if traffic is None else traffic
+    z = sized if sized is not None else model.min_replicas(traffic, slo.ttft_sizing_s,
+                                                           instance.constraints.max_utilization)
     counts = _OneCount(np.asarray(z.replicas, dtype=np.int64), np.asarray(z.feasible, dtype=bool))
-
     bad = np.flatnonzero(~z.feasible)
-    limits: dict[int, np.ndarray] = {}
-
-    def reason(k: int) -> str:
-        if slo.ttft_model != "batched" or z.reason[k] != "prefill":
-            return _reason(z.reason[k], s, k, slo)
-        if not limits:  # the idle-replica prefill times of every such candidate, in one evaluation
-            rows = bad[z.reason[bad] == "prefill"]
-            limits.update(zip(rows.tolist(), prefill_limit_s(traffic.take(rows))))
-        return _reason(z.reason[k], s, k, slo, limits)
-
-    return counts, z.feasible, _Reasons(bad, reason)
+    return counts, z.feasible, _Reasons(bad, _reason_writer(model, traffic, z.reason, bad, s, slo))
 
 
 class _OneCount(Mapping):
@@ -664,24 +640,17 @@ def fleet_counts(instance: Instance, s, lam):
     """Fleet scope: counts from the utilisation floor until the miss probability reaches its limit."""
     slo = instance.slo
     total = instance.workload.arrival_rate_req_per_s
-    batched = slo.ttft_model == "batched"
-    traffic = BatchedTraffic.from_stats(s, lam) if batched else None
-    if batched:
-        floor = batched_min_replicas(traffic, np.inf, instance.constraints.max_utilization)
-    else:
-        floor = min_replicas(lam, s.mean_service_s, s.cv2_service, s.n_slots, np.inf, s.prefill_times_s,
-                             s.prefill_probs, s.mean_prefill_s, instance.constraints.max_utilization, slo.ttft_model)
-    if batched:
-        limit = np.sum(np.where(prefill_limit_s(traffic) > slo.ttft_sizing_s, traffic.chunk_probs, 0.0), axis=1)
-    elif slo.ttft_model == "tail":
-        limit = np.sum(np.where(s.prefill_times_s[None, :] >= slo.ttft_sizing_s, s.prefill_probs, 0.0), axis=1)
-    else:
-        limit = np.where(np.nan_to_num(s.mean_prefill_s) < slo.ttft_sizing_s, 0.0, 1.0)
+    model = ttft_model(slo.ttft_model)
+    traffic = model.traffic(s, lam)
+    floor = model.min_replicas(traffic, np.inf, instance.constraints.max_utilization)
+    limit = model.prefill_miss_share(traffic, slo.ttft_sizing_s)
     ok = floor.feasible & (lam * limit <= P99_TAIL * total * (1 + 1e-12))
     reasons = {}
+    infeasible = np.flatnonzero(~floor.feasible)
+    floor_reason = _reason_writer(model, traffic, floor.reason, infeasible, s, slo)
     for k in np.flatnonzero(~ok):
         if not floor.feasible[k]:
-            reasons[int(k)] = _reason(floor.reason[k], s, k, slo, prefill_limit_s(traffic) if batched else None)
+            reasons[int(k)] = floor_reason(int(k))
         else:
             reasons[int(k)] = (f"requests whose prefill alone exceeds {slo.sizing_text()} are "
                                f"{lam[k] * limit[k] / total:.2%} "
@@ -693,13 +662,7 @@ def fleet_counts(instance: Instance, s, lam):
         if not len(active):
             break
         n = floor.replicas[active] + extra
-        if batched:
-            miss = batched_miss_prob(slo.ttft_sizing_s, traffic.take(active), n)
-        else:
-            miss = ttft_miss_prob(slo.ttft_sizing_s, n * s.n_slots[active], lam[active],
-                              np.where(lam[active] > 0, s.mean_service_s[active], 1.0), s.cv2_service[active],
-                                  s.prefill_times_s, s.prefill_probs[active], s.mean_prefill_s[active],
-                                  slo.ttft_model)
+        miss = model.miss_probability(slo.ttft_sizing_s, traffic.take(active), n)
         miss = np.where(lam[active] > 0, miss, 0.0)
         for k, nk, mk in zip(active, n, miss):
             per[int(k)][0].append(int(nk))
@@ -710,22 +673,24 @@ def fleet_counts(instance: Instance, s, lam):
     return counts, ok, reasons
 
 
-def _reason(code: str, s, k: int, slo, idle_prefill_s=None) -> str:
-    """Why candidate ``k`` is dropped (``idle_prefill_s``: the batched model's prefill times per chunk count on an
-    idle replica, :func:`fleetopt.models.batched.prefill_limit_s`)."""
-    target = slo.sizing_text()
-    if code == "no-slots":
-        return f"the {int(s.hi_tokens[k]):,}-token context window does not fit the KV cache"
-    if code == "prefill":
-        if slo.ttft_model == "mean-prefill":
-            return f"mean prefill {s.mean_prefill_s[k] * MS_PER_S:,.0f} ms alone exceeds {target}"
-        if slo.ttft_model == "batched":
-            tau = prefill_p99_s(idle_prefill_s[k], s.ttft_probs[k])
-            return (f"P99 prefill alone on an idle replica is {tau * MS_PER_S:,.0f} ms, above {target}, "
-                    "at any replica count")
-        tau = prefill_p99_s(s.prefill_times_s, s.prefill_probs[k])
-        return f"P99 prefill alone is {tau * MS_PER_S:,.0f} ms, above {target}, at any replica count"
-    return f"no replica count up to the search cap meets {slo.sizing_text()}"
+def _reason_writer(model: TTFTModel, traffic, codes: np.ndarray, bad: np.ndarray, s, slo) -> Callable[[int], str]:
+    """Why candidate ``k`` (one of ``bad``, with sizing reason ``codes[k]``) is dropped. The prefill floors
+    (:meth:`fleetopt.models.ttft.TTFTModel.prefill_floor_s`) of every candidate dropped for its prefill are
+    computed together, the first time one is asked for."""
+    floors: dict[int, float] = {}
+
+    def reason(k: int) -> str:
+        code = codes[k]
+        if code == "no-slots":
+            return f"the {int(s.hi_tokens[k]):,}-token context window does not fit the KV cache"
+        if code == "prefill":
+            if not floors:
+                rows = bad[codes[bad] == "prefill"]
+                floors.update(zip(rows.tolist(), model.prefill_floor_s(traffic.take(rows)).tolist()))
+            return model.drop_reason(floors[k], slo.sizing_text())
+        return f"no replica count up to the search cap meets {slo.sizing_text()}"
+
+    return reason
 
 
 @dataclass(frozen=True)
@@ -790,9 +755,7 @@ def restrict(c: Candidates, instance: Instance, min_replicas: dict, forbidden: s
         cost[ch] = low * prof.cost_usd_per_hr
         curve = decode_power_curve(prof, c.boundaries[c.j[p]] / 2)
         power[ch] = low * float(curve.power_w(min(c.load_erlangs[p] / low, c.cap[p])))
-    raised = Candidates(c.boundaries, c.gpu_names, c.i, c.j, c.gpu, c.arrival_rate, c.output_tok_per_s, c.choice_pool,
-                        replicas, gpus, cost, power, c.choice_miss_rate, c.dropped, c.generated, c.state_in,
-                        c.state_out, c.cap, c.load_erlangs, c.min_replicas_analytic, c.gammas, c.unsized_gpus)
+    raised = replace(c, choice_replicas=replicas, choice_gpus=gpus, choice_cost_per_hr=cost, choice_power_w=power)
     return raised.keep_choices(keep)
 
 

@@ -26,11 +26,12 @@ from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 
-from fleetopt.models.fleet import FleetResult, PoolPlan, evaluate_traffic
+from fleetopt.models.fleet import FleetResult, PoolPlan, evaluate_traffic, inflate_for_availability
 from fleetopt.models.power import pool_power_secant
 from fleetopt.models.service import decode_power_curve
 from fleetopt.models.queueing import erlang_c, max_load_erlangs, miss_coefficients
 from fleetopt.models.segments import raw_between, segment_basis, stats_from_raw
+from fleetopt.models.ttft import ttft_model
 
 from fleetopt.optimizer.plan.candidates import batch_caps, least_counts, pool_counts
 from fleetopt.optimizer.errors import InstanceError
@@ -80,7 +81,7 @@ def build_split_problem(instance: Instance) -> SplitModel:
     # The operating points are linear in the routed rates only under the slot models; under ``batched`` the
     # ladder's capacities and SLO coefficients come from the slot model with the exact prefill tail (module
     # docstring), and the decoded plan is evaluated under the batched model.
-    point_model = "tail" if slo.ttft_model == "batched" else slo.ttft_model
+    point_model = ttft_model(slo.ttft_model).split_point_model
     ii, jj = np.triu_indices(len(b), k=1)
     seg_rate = None
     cols = {k: [] for k in ("gpu", "i", "j", "cap", "n_star")}
@@ -127,7 +128,7 @@ def build_split_problem(instance: Instance) -> SplitModel:
             A = max_load_erlangs(servers.astype(float), es, cv2, tau, nominal.prefill_probs[k],
                                  nominal.mean_prefill_s[k], slo_s=slo.ttft_sizing_s, rho_max=rho, model=point_model)
             usable = A > 0
-            replicas = np.ceil(n_base / opt.availability - 1e-9).astype(np.int64)
+            replicas = inflate_for_availability(n_base, opt.availability)
             C = erlang_c(servers.astype(float), np.minimum(A, servers - 1e-9))
             theta = 2 * (servers - A) / resid_nom
             for n_rep, a_c, c_c, th in zip(replicas[usable], A[usable], C[usable], theta[usable]):

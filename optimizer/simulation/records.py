@@ -16,6 +16,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from fleetopt.models.fleet import FleetResult, PoolResult
+from fleetopt.models.ttft import ttft_model
 from fleetopt.models.units import MS_PER_S
 from fleetopt.solvers.des.metrics import Estimate, batch_means_ci, percentile, quantile_ci
 
@@ -596,9 +597,8 @@ def _notes(instance: Instance, options: SimOptions, routing_source: str | None, 
                    "whole span; requests of a pool with none up are rejected (SLO misses)")
     else:
         out.append("all replicas up: availability is not simulated (--availability sampled draws them)")
-    if instance.slo.ttft_model == "mean-prefill":
-        out.append("analytic P99 TTFT uses the 'mean-prefill' model (P99 wait + mean prefill); the simulated one is "
-                   "the true P99 of wait + prefill")
+    if ttft_model(instance.slo.ttft_model).simulation_note:
+        out.append(ttft_model(instance.slo.ttft_model).simulation_note)
     if any(r.warmup_cut for r in runs):
         out.append(f"the service times' start-up scale E[S^2]/E[S] = {relaxation_s:,.0f} s is long against a "
                    f"replication ({np.mean([r.span_s for r in runs]):,.0f} s): warm-up cut to half the span, so the "

@@ -58,6 +58,7 @@ from typing import Callable
 
 import numpy as np
 
+from fleetopt.models.fleet import inflate_for_availability
 from fleetopt.optimizer.io.instance import Instance
 from fleetopt.optimizer.plan.solve import Plan
 from fleetopt.optimizer.simulation.options import SimOptions
@@ -249,7 +250,8 @@ def _planner_counts(instance: Instance, base, up: tuple[int, ...], verified: tup
                     ) -> tuple[int, ...]:
     """Replicas to buy for ``up`` replicas up (module docstring, step 5): inflated by availability when the
     simulation had every replica up, raised to each GPU option's ``min_count``, never above ``verified``."""
-    counts = [min(v, math.ceil(n / p.availability - 1e-9) if inflate else n) for p, n, v in zip(base, up, verified)]
+    counts = [min(v, inflate_for_availability(n, p.availability) if inflate else n)
+              for p, n, v in zip(base, up, verified)]
     for g in instance.gpus:
         if not g.min_count:
             continue

@@ -100,6 +100,7 @@ from typing import Callable
 import numpy as np
 
 from fleetopt.models.fleet import FleetResult, PoolPlan
+from fleetopt.models.ttft import ttft_model
 from fleetopt.models.units import MS_PER_S
 from fleetopt.solvers.mip import solve as solve_mip
 from fleetopt.solvers.oracle import NoFleetError, shortest_fleet
@@ -567,7 +568,7 @@ def frontier(instance: Instance, axis: Axis | str, *, points: int | None = None,
     step = on_step if on_step is not None else (lambda message: None)
     with open_session(backend) as session:
         solver = _Solver(instance, threads, time_limit_s,
-                         tightening=axis.name == "ttft" and instance.slo.ttft_model == "batched")
+                         tightening=axis.name == "ttft" and ttft_model(instance.slo.ttft_model).warm_start)
         base = {"objective": "cost"}
         first = solver.solve(base)
         if first is None:
