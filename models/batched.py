@@ -379,7 +379,7 @@ def _place_time_s(traffic: BatchedTraffic, mean_iterations) -> np.ndarray:
 
 
 def _per_iteration_work(traffic: BatchedTraffic, live):
-    """Mean :math:`\bar y = E[Y]/E[I]` and variance :math:`E[Y_2]/E[I] - \bar y^2` of the work a running
+    r"""Mean :math:`\bar y = E[Y]/E[I]` and variance :math:`E[Y_2]/E[I] - \bar y^2` of the work a running
     sequence adds to an iteration (iteration-weighted over requests; 0 where not ``live``)."""
     EI = np.where(live, traffic.mean_iterations, 1.0)
     ybar = np.where(live, traffic.mean_work / EI, 0.0)

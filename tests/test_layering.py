@@ -153,6 +153,39 @@ def test_sources_compile_without_warnings(module):
         compile(f.read_text(), str(f), "exec")
 
 
+LETTER_ESCAPES = {"\a", "\b", "\f", "\v"}   # what ``\\alpha``, ``\\beta``, ``\\frac``, ``\\vec`` turn into
+
+
+def _control_characters(source: str) -> list[tuple[int, str]]:
+    """(line, character) of every bell, backspace, form feed or vertical tab in the value of a string literal of
+    ``source``, f-strings' literal parts included: LaTeX (``\\alpha``, ``\\beta``, ``\\frac``, ``\\vec``) in a
+    non-raw string. A deliberate control character (``"\\0"`` in a file-name check) is none of these."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            value = node.value
+            found += [(node.lineno + value[:value.index(ch)].count("\n"), ch) for ch in sorted(set(value))
+                      if ch in LETTER_ESCAPES]
+    return sorted(found)
+
+
+def test_the_scan_finds_control_characters():
+    assert _control_characters('x = 1\ny = "a\\bc"\n') == [(2, "\b")]
+    assert _control_characters('def f():\n    """\n    \\alpha \\vec \\frac\n    """\n') == [
+        (3, "\x07"), (3, "\x0b"), (3, "\x0c")]
+    assert _control_characters('y = r"\\beta"  # raw\nz = "\\\\beta"  # escaped\nw = "a\\tb\\n\\0"\n') == []
+    assert _control_characters('x = 2\nf"{x}\\f{x}"\n') == [(2, "\x0c")]
+
+
+@pytest.mark.parametrize("module", sorted(MODULES))
+def test_string_literals_hold_no_control_characters(module):
+    """A valid escape in a non-raw string (``\\b`` of ``\\beta``, ``\\v`` of ``\\vec``) compiles without a warning,
+    so the compile check above misses it: the docstring then holds a backspace or a vertical tab."""
+    f = MODULES[module]
+    found = _control_characters(f.read_text())
+    assert not found, f"{f.relative_to(REPO)}: " + ", ".join(f"line {line}: {ch!r}" for line, ch in found)
+
+
 def test_cli_start_up_leaves_the_solver_and_simulator_pipeline_unloaded(tmp_path):
     """Every command pays for what ``fleetopt.optimizer.cli`` imports at start-up: the MIP (Pyomo) and the
     simulation pipeline (scipy.stats via its metrics) load only in the commands that use them. Run from an

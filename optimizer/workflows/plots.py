@@ -277,7 +277,7 @@ FRONTIER_AXIS_LABELS = {"power": "fleet power (kW, analytic)",
 
 
 def frontier_figure(result):
-    """The exact trade-off curve: least cost (thousand US$/yr) against the second axis, one point per frontier
+    r"""The exact trade-off curve: least cost (thousand US$/yr) against the second axis, one point per frontier
     point (an optimal re-solve, analytic), joined by the least-cost step function
     :math:`C(\varepsilon)` (the cost of the cheapest point with axis value at most :math:`\varepsilon`); the
     homogeneous baseline is a star, the recommended point a ring. The points series is labelled
