@@ -23,11 +23,11 @@ from fleetopt.optimizer.simulation.agreement import (
 
 @pytest.fixture(scope="module")
 def drawn():
-    return sample_pools(np.random.default_rng(11), 8)
+    return sample_pools(np.random.default_rng(11), 3)
 
 
 def test_sampler_is_reproducible_per_seed(drawn):
-    again = sample_pools(np.random.default_rng(11), 8)
+    again = sample_pools(np.random.default_rng(11), 3)
     assert [p.describe() for p in again] == [p.describe() for p in drawn]
     other = sample_pools(np.random.default_rng(12), 2)
     assert [p.describe() for p in other] != [p.describe() for p in drawn[:2]]

@@ -130,7 +130,7 @@ def test_moments_match_a_direct_simulation_of_the_iteration_clock(lam):
     assert m.arrival_variance > 1.08 * m.variance
 
 
-@pytest.mark.parametrize("lam", [6.0, 12.0])
+@pytest.mark.parametrize("lam", [6.0, pytest.param(12.0, marks=pytest.mark.slow)])
 def test_the_even_mix_is_the_batched_models_chain(lam):
     """With every request's work spread evenly the replica is a symmetric queue, whose count is insensitive to how
     the iterations a request runs are distributed: the chain of models.batched, negative binomial of mean
@@ -147,6 +147,7 @@ def test_the_even_mix_is_the_batched_models_chain(lam):
     assert even.variance < 0.95 * (A + x) / (1 - x) ** 2
 
 
+@pytest.mark.slow
 def test_the_transform_is_long_enough():
     """Four times the points give the same moments: the clusters fit in the transform."""
     marks = _mix(np.random.default_rng(4), 500)
@@ -206,6 +207,7 @@ def _mixes(catalog, h100_8b):
             (h100_8b(), short, 10 * short, None, 0.6)]
 
 
+@pytest.mark.slow
 def test_the_models_dispersion_follows_the_oracle(catalog, h100_8b):
     """models.dispersion's F (closed-form transforms on 16 frequencies, a closure for what arrivals see) within 3 %
     of the oracle's on three mixes (measured: 0.7, 0.4 and 0.2 % low, F 1.24, 1.51 and 0.94; the even mix is
@@ -227,6 +229,7 @@ def test_the_models_dispersion_follows_the_oracle(catalog, h100_8b):
         assert F == pytest.approx(oracle.dispersion, rel=0.03), (profile.name, F, oracle.dispersion)
 
 
+@pytest.mark.slow
 def test_the_batched_models_dispersion_is_the_oracles(catalog, h100_8b):
     """Through the segments (a length distribution's Gauss-Legendre nodes, a trace's requests) the batched model's
     F for one replica is the oracle's within 3 % (measured: 1.242 against 1.251 on the agent-like trace, 1.515

@@ -63,7 +63,7 @@ def test_serial_curves_have_points_to_solve_ahead(serial):
         assert costs == sorted(costs)
 
 
-@pytest.mark.parametrize("axes, extra", AXES_RUNS)
+@pytest.mark.parametrize("axes, extra", [pytest.param(*AXES_RUNS[0], marks=pytest.mark.slow), AXES_RUNS[1]])
 def test_processes_give_the_serial_curve(serial, inst_file, axes, extra):
     got = run_json(inst_file, axes, extra, "--workers", 2)
     assert got["backend"] == "2 local processes"

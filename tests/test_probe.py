@@ -196,6 +196,7 @@ def test_params_are_the_catalogue_models_weights(catalog):
     assert shape.kv_bytes_per_token(2) == catalog.models["Llama-3.1-8B"].kv_bytes_per_token_fp16
 
 
+@pytest.mark.slow
 def test_measure_on_the_numpy_decoder_writes_files_the_fit_reads(tmp_path):
     opened = []
 

@@ -120,7 +120,7 @@ TERMINAL_COMMANDS = {
 (1-5 s on a loaded machine): solve runs in the default set, the others are marked slow."""
 
 
-@pytest.mark.parametrize("columns", [80, 100])
+@pytest.mark.parametrize("columns", [80, pytest.param(100, marks=pytest.mark.slow)])
 @pytest.mark.parametrize("command", [k if k == "solve" else pytest.param(k, marks=pytest.mark.slow)
                                      for k in TERMINAL_COMMANDS])
 def test_no_cell_is_elided_in_a_terminal(repo_root, tmp_path, command, columns, fleetopt_script):

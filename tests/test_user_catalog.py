@@ -287,14 +287,14 @@ JUNK = st.recursive(SCALARS, lambda inner: st.lists(inner, max_size=3)
                     | st.dictionaries(st.text(max_size=8), inner, max_size=3), max_leaves=6)
 
 def test_fuzz_catalogue_files(tmp_path):
-    """200 mutated catalogue files (derandomised): loaded alone and under an instance that uses their names."""
+    """60 mutated catalogue files (derandomised): loaded alone and under an instance that uses their names."""
     (tmp_path / "config.json").write_text(json.dumps(CONFIG_8B))
     path, inst = tmp_path / "fuzz.yaml", tmp_path / "inst.yaml"
     gpus = [{"name": "a", "hardware": "g1", "model": "fz-cfg", "tp": 1}, {"name": "b", "profile": "fz-unit"},
             {"name": "c", "hardware": "h100", "model": "fz-moe", "tp": 4}]
     _write(inst, _instance(gpus, catalog="fuzz.yaml", allow_mixed_models=True))
 
-    @settings(max_examples=200, deadline=None, derandomize=True, database=None,
+    @settings(max_examples=60, deadline=None, derandomize=True, database=None,
               suppress_health_check=list(HealthCheck))
     @given(mutated(BASE_CATALOG, JUNK) | JUNK)
     def check(doc):
