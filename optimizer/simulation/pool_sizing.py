@@ -74,8 +74,8 @@ from fleetopt.optimizer.simulation.options import MIN_REQUESTS_PER_REPLICATION, 
 from fleetopt.optimizer.simulation.records import MIN_POOL_REQUESTS, interval_outcome
 
 __all__ = ["CAP_FACTOR", "CAP_REPLICAS", "MAX_DOUBLINGS", "ESCALATION_STEP", "ESCALATION_FACTOR",
-           "ESCALATION_MAX_REQUESTS", "PoolCandidate", "PoolVerdict", "PoolSizing", "PoolSizer", "pool_instance",
-           "window_lengths", "pool_misses", "pool_outcome", "settled_outcome", "escalation_cap", "least_passing"]
+           "ESCALATION_MAX_REQUESTS", "SIZING_BUDGET", "PoolCandidate", "PoolVerdict", "PoolSizing", "PoolSizer",
+           "pool_instance", "window_lengths", "pool_misses", "pool_outcome", "settled_outcome", "escalation_cap", "least_passing"]
 
 CAP_FACTOR = 8
 """A candidate missing at this many times its analytic minimum (or its failing count) is infeasible alone."""
@@ -90,6 +90,9 @@ ESCALATION_FACTOR = 16
 """... up to this many times the verification's requests (:func:`escalation_cap`) ..."""
 ESCALATION_MAX_REQUESTS = 2_000_000
 """... and no more than this many requests of a whole plan (unless the verification's own are more)."""
+SIZING_BUDGET = 2
+"""Requests one sizing (:meth:`PoolSizer.size`) may spend on escalation, in units of the pool's share of
+:func:`escalation_cap` (one count run to the cap spends 1.25: x4 then x16)."""
 
 
 @dataclass(frozen=True)
@@ -140,6 +143,10 @@ class PoolVerdict:
     """``"pass"``, ``"fail"`` or ``"undecided"``; empty: read from ``passed`` (``"pass"`` or ``"fail"``)."""
     requests_simulated: int = 0
     """Requests of the last run (the pool's stream alone; 0 for a plan's miss)."""
+    settled: bool = True
+    """The outcome is final: decided, or undecided after running to the cap (then settled by the point
+    estimate). False: an undecided run not (yet) escalated, accepted by the search as not shown failing (module
+    docstring, "Undecided verdicts")."""
 
     def __post_init__(self) -> None:
         if not self.outcome:
@@ -324,10 +331,23 @@ class PoolSizer:
         self.sized: dict[PoolCandidate, tuple[int | None, int | None]] = {}
         """``candidate -> (least count, analytic minimum)`` of every feasible sizing (for :meth:`guess`)."""
         self._windows: dict[tuple[int, int], tuple[Instance, float]] = {}
+        self._asked: dict[tuple[PoolCandidate, int], tuple[int, bool]] = {}
+        """``(candidate, count) -> (requests asked of its last run, a trace ran out)``: where escalation resumes."""
 
-    def verdict(self, candidate: PoolCandidate, replicas: int) -> PoolVerdict:
-        """The verdict of ``candidate`` at ``replicas`` (simulated alone once, then cached; a recorded plan miss
-        at that count wins: the count is known to fail)."""
+    def verdict(self, candidate: PoolCandidate, replicas: int, budget: list | None = None) -> PoolVerdict:
+        """The settled verdict of ``candidate`` at ``replicas``: :meth:`short`, escalated while undecided (module
+        docstring, "Undecided verdicts"; ``budget``, a one-element list of requests left, bounds the escalation,
+        which stops unsettled when it is spent). Cached; a recorded plan miss at that count wins."""
+        key = (candidate, int(replicas))
+        v = self.short(candidate, replicas)
+        if not v.settled:
+            v = self.verdicts[key] = self._escalate(candidate, v, budget)
+        return v
+
+    def short(self, candidate: PoolCandidate, replicas: int) -> PoolVerdict:
+        """The verdict of ``candidate`` at ``replicas`` on the pool's share of the verification's requests
+        (simulated alone once, then cached, escalated or not): ``passed`` unless it fails (or measures too few
+        requests), so an undecided run passes unsettled. A recorded plan miss at that count wins."""
         key = (candidate, int(replicas))
         if key not in self.verdicts:
             self.verdicts[key] = self._simulate(candidate, int(replicas))
@@ -346,32 +366,42 @@ class PoolSizer:
         "The search"); ``failing_replicas`` is a count known to fail (a plan's), ``analytic_replicas`` the
         analytic minimum :math:`N^*` (for the cap; None: the failing count) and ``guess`` a count to try first
         (:meth:`guess`; None: gallop from the failing count)."""
-        known = [n for (c, n), v in self.verdicts.items() if c == candidate and not v.passed]
         failing = int(failing_replicas)
-        failed = max(known + [failing])
         n_star = int(analytic_replicas) if analytic_replicas else failing
         cap = max(failing + 1, min(CAP_FACTOR * max(n_star, failing), CAP_REPLICAS))
-        if failed >= cap and (candidate, failed) in self.verdicts:
-            return PoolSizing(candidate, None, failed, self._trials(candidate), self._reason(candidate, failed))
-        passes = [n for (c, n), v in self.verdicts.items() if c == candidate and v.passed and n > failed]
-        hi = min(passes) if passes else None
-        if hi is None and guess is not None and failed < guess < cap:
-            if self.verdict(candidate, guess).passed:
-                hi = guess
-            else:
-                failed = guess
-        step = max(1, failed // 4)
-        while hi is None:
-            n = min(failed + step, cap)
-            if self.verdict(candidate, n).passed:
-                hi = n
-            elif n >= cap:
-                return PoolSizing(candidate, None, cap, self._trials(candidate), self._reason(candidate, cap))
-            else:
-                failed, step = n, 2 * step
-        least = least_passing(lambda n: self.verdict(candidate, n).passed, hi, failed + 1)
+        budget = [self.budget(candidate)]
+        while True:
+            known = [n for (c, n), v in self.verdicts.items() if c == candidate and not v.passed]
+            failed = max(known + [failing])
+            if failed >= cap and (candidate, failed) in self.verdicts:
+                return PoolSizing(candidate, None, failed, self._trials(candidate), self._reason(candidate, failed))
+            passes = [n for (c, n), v in self.verdicts.items() if c == candidate and v.passed and n > failed]
+            hi = min(passes) if passes else None
+            if hi is None and guess is not None and failed < guess < cap:
+                if self.short(candidate, guess).passed:
+                    hi = guess
+                else:
+                    failed = guess
+            step = max(1, failed // 4)
+            while hi is None:
+                n = min(failed + step, cap)
+                if self.short(candidate, n).passed:
+                    hi = n
+                elif n >= cap:
+                    return PoolSizing(candidate, None, cap, self._trials(candidate), self._reason(candidate, cap))
+                else:
+                    failed, step = n, 2 * step
+            least = least_passing(lambda n: self.short(candidate, n).passed, hi, failed + 1)
+            # only the count the cut rests on is run longer: undecided there, it decides the cut
+            if self.verdict(candidate, least, budget).passed:
+                break
         self.sized[candidate] = (least, int(analytic_replicas) if analytic_replicas else None)
         return PoolSizing(candidate, least, cap, self._trials(candidate))
+
+    def budget(self, candidate: PoolCandidate) -> int:
+        """Requests one sizing or screen of ``candidate`` may spend on escalation (:data:`SIZING_BUDGET`)."""
+        _, share = self._window(candidate)
+        return SIZING_BUDGET * math.ceil(escalation_cap(self.options.requests) * share)
 
     def guess(self, candidate: PoolCandidate, analytic_replicas: int | None) -> int | None:
         """A first count to try for ``candidate``: its analytic minimum times the ratio least / analytic of the
@@ -404,49 +434,83 @@ class PoolSizer:
         return self._windows[key]
 
     def _simulate(self, candidate: PoolCandidate, replicas: int) -> PoolVerdict:
-        from fleetopt.optimizer.simulation.simulate import simulate_plan
-
+        """The short verdict of ``candidate`` at ``replicas``: one run of the pool's share of the verification's
+        requests (doubled while it measures too few), not escalated (``settled`` False when it is undecided)."""
         if candidate.gamma_in != 1.0 or candidate.gamma_out != 1.0:
             raise ValueError(f"candidate {candidate.label()}: compress-and-route pools cannot be sized alone")
         inst, share = self._window(candidate)
-        g = inst.gpu(candidate.gpu)
-        plan = [PoolPlan(0, candidate.hi_tokens, g.name, g.profile, int(replicas), g.availability, 1.0,
-                         int(candidate.max_num_seqs))]
         o = self.options
         least = MIN_REQUESTS_PER_REPLICATION * (1 if o.arrivals == "trace" else o.replications)
         requests = max(math.ceil(o.requests * share), least)
-        cap = max(requests, math.ceil(escalation_cap(o.requests) * share))
         trace = inst.workload.lengths if o.arrivals == "trace" else None
         self.simulations += 1
-
-        def run(requests: int, why: str = ""):
-            if self.on_step is not None:   # one "sizing" line per verdict, one "again" line per longer run of it
-                self.on_step(f"again {candidate.label()} alone at x{replicas}, {requests:,} requests ({why})" if why
-                             else f"sizing {candidate.label()} alone at x{replicas}, {requests:,} requests")
-            sim = simulate_plan(inst, plan, replace(o, requests=requests, max_requests=max(o.max_requests, requests)),
-                                progress=self.progress)
-            self.runs += 1
-            return sim.pools[0], sim.requests_simulated
-
         for k in range(MAX_DOUBLINGS + 1):
-            pool, done = run(requests, "too few measured requests" if k else "")
+            pool, done = self._run(candidate, replicas, requests, "too few measured requests" if k else "")
             out = done < requests or (trace is not None and requests >= len(trace.arrived_at_s))   # a trace ran out
             if pool.requests >= MIN_POOL_REQUESTS or out:
                 break
             requests *= 2
+        return self._judge(candidate, replicas, pool, done, requests, out)
+
+    def _escalate(self, candidate: PoolCandidate, v: PoolVerdict, budget: list | None = None) -> PoolVerdict:
+        """``v`` run again with :data:`ESCALATION_STEP` times the requests while it is undecided, up to the pool's
+        share of :func:`escalation_cap` (then settled by its point estimate, :func:`settled_outcome`) or until
+        ``budget[0]`` (requests left to the sizing; None: no limit) cannot pay for the next run (module docstring,
+        "Undecided verdicts")."""
+        o = self.options
+        if v.settled or o.precision is not None:
+            return v
+        inst, share = self._window(candidate)
+        requests, out = self._asked[(candidate, v.replicas)]
+        cap = max(requests, math.ceil(escalation_cap(o.requests) * share))
+        slo_ms = self.instance.slo.ttft_p99_s * 1000.0
+        while v.outcome == "undecided" and requests < cap and not out:
+            more = min(requests * ESCALATION_STEP, cap)
+            if budget is not None and more > budget[0]:
+                break                                     # the sizing's budget is spent: the point settles it
+            if budget is not None:
+                budget[0] -= more
+            lo, hi = v.ttft_p99_ci_ms
+            pool, done = self._run(candidate, v.replicas, more,
+                                   f"undecided: P99 interval [{lo:,.1f}, {hi:,.1f}] ms straddles the SLO")
+            requests, out = more, done < more
+            v = self._judge(candidate, v.replicas, pool, done, requests, out)
+            if v.settled:
+                return v
+        outcome = v.outcome if v.outcome != "undecided" else settled_outcome(v.outcome, v.ttft_p99_ms_sim, slo_ms)
+        return replace(v, outcome=outcome, passed=v.passed and outcome != "fail", settled=True)
+
+    def _run(self, candidate: PoolCandidate, replicas: int, requests: int, why: str = ""):
+        from fleetopt.optimizer.simulation.simulate import simulate_plan
+
+        inst, _ = self._window(candidate)
+        g = inst.gpu(candidate.gpu)
+        plan = [PoolPlan(0, candidate.hi_tokens, g.name, g.profile, int(replicas), g.availability, 1.0,
+                         int(candidate.max_num_seqs))]
+        if self.on_step is not None:   # one "sizing" line per verdict, one "again" line per longer run of it
+            self.on_step(f"again {candidate.label()} alone at x{replicas}, {requests:,} requests ({why})" if why
+                         else f"sizing {candidate.label()} alone at x{replicas}, {requests:,} requests")
+        o = self.options
+        sim = simulate_plan(inst, plan, replace(o, requests=requests, max_requests=max(o.max_requests, requests)),
+                            progress=self.progress)
+        self.runs += 1
+        return sim.pools[0], sim.requests_simulated
+
+    def _judge(self, candidate: PoolCandidate, replicas: int, pool, done: int, requests: int, out: bool
+               ) -> PoolVerdict:
+        """The verdict of one run of ``candidate`` (``requests`` asked, ``done`` simulated; ``out``: a trace ran
+        out, so no longer run is possible), settled unless it is undecided and a longer run is possible."""
         slo = self.instance.slo
         slo_ms = slo.ttft_p99_s * 1000.0
         tpot_ms = None if slo.tpot_p99_s is None else slo.tpot_p99_s * 1000.0
         outcome = pool_outcome(pool, self.rule, slo_ms, tpot_ms)
-        while outcome == "undecided" and requests < cap and not out and o.precision is None:   # "Undecided verdicts"
-            requests = min(requests * ESCALATION_STEP, cap)
-            lo, hi = pool.ttft_p99_ci_ms
-            pool, done = run(requests, f"undecided: P99 interval [{lo:,.1f}, {hi:,.1f}] ms straddles the SLO")
-            out = done < requests
-            outcome = pool_outcome(pool, self.rule, slo_ms, tpot_ms)
-        if pool.too_few_requests and outcome != "fail":
+        thin = bool(pool.too_few_requests)
+        if thin and outcome != "fail":
             outcome = "undecided"
-        outcome = settled_outcome(outcome, float(pool.ttft_p99_ms_sim), slo_ms)
-        ok = outcome != "fail" and not pool.too_few_requests
+        settled = outcome != "undecided" or out or self.options.precision is not None
+        if settled and not thin:
+            outcome = settled_outcome(outcome, float(pool.ttft_p99_ms_sim), slo_ms)
+        ok = outcome != "fail" and not thin
+        self._asked[(candidate, int(replicas))] = (int(requests), bool(out))
         return PoolVerdict(int(replicas), ok, float(pool.ttft_p99_ms_sim), tuple(pool.ttft_p99_ci_ms),
-                           float(pool.wait.p99_ms), int(pool.requests), "alone", outcome, int(done))
+                           float(pool.wait.p99_ms), int(pool.requests), "alone", outcome, int(done), settled)

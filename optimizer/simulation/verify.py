@@ -383,6 +383,9 @@ def verify(instance: Instance, options: SolveOptions = SolveOptions(), sim_optio
 
     incumbent = None    # the cheapest plan that passed so far (module docstring, "Optimality")
 
+    def screen_budget(cand: PoolCandidate) -> int:
+        return sizer.budget(cand)
+
     def finish(chosen, rounds: int):
         trimmed = None
         if trim:
@@ -411,8 +414,8 @@ def verify(instance: Instance, options: SolveOptions = SolveOptions(), sim_optio
                     if _plan_key(plan) in judged:
                         screened.append(plan)
                         continue
-                    misses = [k for k, pool in _sizable(plan) if not sizer.verdict(_candidate(plan, k),
-                                                                                  pool.replicas).passed]
+                    misses = [k for k, pool in _sizable(plan) if not sizer.verdict(
+                        _candidate(plan, k), pool.replicas, [screen_budget(_candidate(plan, k))]).passed]
                     for k in misses:
                         cut_alone(round_, plan, k)
                     if not misses:
@@ -572,7 +575,7 @@ def _size_cut(round_: int, sizer: PoolSizer, cand: PoolCandidate, pool, minima: 
     miss = "" if below is None else (f"; misses with {least - 1}, P99 {below.ttft_p99_ms_sim:,.1f} ms"
                                      + (f" [{below.ttft_p99_ci_ms[0]:,.1f}, {below.ttft_p99_ci_ms[1]:,.1f}] on "
                                         f"{below.requests:,} requests" if below.source == "alone" else " in the plan"))
-    verb = "passes" if at.outcome == "pass" else "undecided at the cap, point within the SLO,"
+    verb = "passes" if at.outcome == "pass" else "undecided, point within the SLO,"
     return (f"round {round_}: {cand.label()} needs at least {least} replicas (simulated alone: {verb} with "
             f"{sizing.least_replicas}, P99 {at.ttft_p99_ms_sim:,.1f} ms [{at.ttft_p99_ci_ms[0]:,.1f}, "
             f"{at.ttft_p99_ci_ms[1]:,.1f}] on {at.requests:,} requests{miss})")
