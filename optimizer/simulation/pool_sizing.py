@@ -40,9 +40,12 @@ Undecided verdicts
 ------------------
 Under the ``ci-upper`` rule one run has three outcomes (:func:`pool_outcome`): *pass* (the P99 TTFT interval
 is within the SLO), *fail* (its lower end is above the SLO: a miss the interval supports) and *undecided* (it
-straddles the SLO). An undecided count is run again with :data:`ESCALATION_STEP` times the requests, up to the
-pool's share of :func:`escalation_cap` (:data:`ESCALATION_FACTOR` times the verification's requests, at most
-:data:`ESCALATION_MAX_REQUESTS`), until it is decided; the search moves on only then. A count still undecided at
+straddles the SLO). The search brackets the least count not shown failing with short runs (an undecided short
+run passes unsettled, :meth:`PoolSizer.short`); only that count, where the outcome decides the cut, is run again
+with :data:`ESCALATION_STEP` times the requests, up to the pool's share of :func:`escalation_cap`
+(:data:`ESCALATION_FACTOR` times the verification's requests, at most :data:`ESCALATION_MAX_REQUESTS`), until it
+is decided (a fail moves the search up). One sizing, or one screened pool, spends at most :data:`SIZING_BUDGET`
+pool caps of requests on escalation; once that is spent, the longest run's point estimate settles the count. A count still undecided at
 the cap is *settled* by its point estimate (:func:`settled_outcome`): within the SLO it is accepted (outcome
 ``"undecided"``, ``passed``), above it the longest run's point misses and the count fails. So the search's
 answer is the least count that passes or is undecided at the cap with its point within the SLO: the least
