@@ -55,7 +55,8 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Mapping, overload
+from typing import overload
+from collections.abc import Mapping
 
 import numpy as np
 
@@ -248,7 +249,8 @@ class ComputedProfile:
     @overload
     def n_slots(self, ctx_tokens: np.ndarray) -> np.ndarray: ...
     def n_slots(self, ctx_tokens: float | np.ndarray) -> int | np.ndarray:
-        """Sequences held at context window ``ctx_tokens``: KV limit, capped by ``concurrency_cap_seqs`` (array-aware)."""
+        """Sequences held at context window ``ctx_tokens``: KV limit, capped by ``concurrency_cap_seqs``
+        (array-aware)."""
         out = np.asarray(self.kv_slots(ctx_tokens))
         if self.concurrency_cap_seqs is not None:
             out = np.minimum(out, self.concurrency_cap_seqs)
@@ -304,7 +306,7 @@ class MoELatencyTable:
 
     @classmethod
     def from_mapping(cls, tables: Mapping, reference_bandwidth_bytes_per_s: float,
-                     bandwidth_exponent: float, decode_reference_tokens: int) -> "MoELatencyTable":
+                     bandwidth_exponent: float, decode_reference_tokens: int) -> MoELatencyTable:
         """Build from ``{key: {dtype_bytes: [(tokens, ms), ...]}}`` (the catalogue's layout)."""
         curves = tuple(
             (tuple(int(k) for k in key), float(dtype_bytes), tuple((float(t), float(ms)) for t, ms in points))
@@ -779,7 +781,8 @@ def computed_profile(hardware: HardwareSpec, model: ModelSpec, *, tp: int = 1, d
     >>> p = computed_profile(h100, m70, tp=8, defaults=RooflineDefaults())
     >>> round(p.W_s * 1e3, 2), round(p.g_s * 1e6, 2), p.n_slots(8192), p.gpus_per_replica, p.cost_usd_per_hr
     (7.16, 29.28, 176, 8, 32.16)
-    >>> seeds = computed_profile(h100, m70, tp=8, kv_layout="replicated", defaults=RooflineDefaults().seeds_convention())
+    >>> seeds = computed_profile(h100, m70, tp=8, kv_layout="replicated",
+    ...                          defaults=RooflineDefaults().seeds_convention())
     >>> round(seeds.W_s * 1e3, 2), seeds.g_s, seeds.n_slots(8192), seeds.name
     (6.82, 0.0, 22, 'H100/70B/tp8/fp16/kv-replicated/seeds')
     """

@@ -339,14 +339,15 @@ class RawSums:
     """Shape (S, 8): :math:`E[\\cdot\\, 1_{comp}]` of the sums of :func:`compute_work`; ``None`` reads as zeros
     (components built by hand for profiles without compute terms)."""
     prompt_bins: np.ndarray | None = None
-    """Shape (S, Q, 3): mass, :math:`l_{in}` and :math:`l_{in}^2` of each prompt bin (:attr:`SegmentBasis.prompt_bin_prefix`);
+    """Shape (S, Q, 3): mass, :math:`l_{in}` and :math:`l_{in}^2` of each prompt bin
+    (:attr:`SegmentBasis.prompt_bin_prefix`);
     ``None`` reads as zeros."""
     spectra: np.ndarray | None = None
     """Shape (S, len(OMEGA), N_SPECTRA): :math:`E[\\cdot\\, 1_{comp}]` of the requests' transforms
     (:attr:`SegmentBasis.spectra_prefix`); ``None`` where unknown, and then in every sum it enters: the model
     falls back to the closed-form dispersion."""
 
-    def _full(self) -> "RawSums":
+    def _full(self) -> RawSums:
         """The same sums with ``compute`` and ``prompt_bins`` as arrays."""
         if self.compute is not None and self.prompt_bins is not None:
             return self
@@ -354,14 +355,14 @@ class RawSums:
         return replace(self, compute=np.zeros((S, len(_SUM_NAMES))) if self.compute is None else self.compute,
                        prompt_bins=np.zeros((S, 1, 3)) if self.prompt_bins is None else self.prompt_bins)
 
-    def take(self, idx) -> "RawSums":
+    def take(self, idx) -> RawSums:
         """The components at ``idx`` (array of row indices)."""
         full = self._full()
         return RawSums(*(getattr(full, f)[idx] for f in _RAW_FIELDS),
                        spectra=None if self.spectra is None else self.spectra[idx])
 
     @staticmethod
-    def stack(parts: list["RawSums"]) -> "RawSums":
+    def stack(parts: list[RawSums]) -> RawSums:
         """Concatenate components (prefill histograms padded to a common width)."""
         parts = [p._full() for p in parts]
         width = {f: max(getattr(p, f).shape[1] for p in parts) for f in _HIST_FIELDS}
@@ -370,21 +371,21 @@ class RawSums:
         return RawSums(*(np.concatenate([_pad(getattr(p, f), width[f]) if f in _HIST_FIELDS else getattr(p, f)
                                          for p in parts]) for f in _RAW_FIELDS), spectra=spectra)
 
-    def total(self) -> "RawSums":
+    def total(self) -> RawSums:
         """One component holding the sum of all components."""
         full = self._full()
         return RawSums(*(getattr(full, f).sum(axis=0)[None, ...] if f in _HIST_FIELDS + ("compute",)
                          else np.array([getattr(full, f).sum()]) for f in _RAW_FIELDS),
                        spectra=None if self.spectra is None else self.spectra.sum(axis=0)[None])
 
-    def scaled(self, w) -> "RawSums":
+    def scaled(self, w) -> RawSums:
         w = np.asarray(w, dtype=float)
         full = self._full()
         shape = {"k_hist": w[:, None], "compute": w[:, None], "prompt_bins": w[:, None, None]}
         return RawSums(*(getattr(full, f) * shape.get(f, w) for f in _RAW_FIELDS),
                        spectra=None if self.spectra is None else self.spectra * w[:, None, None])
 
-    def __add__(self, other: "RawSums") -> "RawSums":
+    def __add__(self, other: RawSums) -> RawSums:
         a, b = self._full(), other._full()
         width = {f: max(getattr(a, f).shape[1], getattr(b, f).shape[1]) for f in _HIST_FIELDS}
         spectra = None if a.spectra is None or b.spectra is None else a.spectra + b.spectra
@@ -435,12 +436,14 @@ def compressed_band(workload: LengthDistribution | RequestTrace, window_tokens: 
         out = workload.output_tokens.astype(float)
         sel = (L > B) & (L <= top)
         if np.any(out[sel] >= B):
-            raise ValueError(f"the trace has requests in ({B:g}, {top:g}] whose output alone fills the {B:g}-token window")
+            raise ValueError(f"the trace has requests in ({B:g}, {top:g}] whose output alone fills the "
+                             f"{B:g}-token window")
         w = np.full(int(sel.sum()), 1.0 / len(L))
         return _band_sums(w, out[sel], B, chunk_tokens)
     f = input_fraction
     if gamma * (1 - f) >= 1:
-        raise ValueError(f"gamma {gamma} with input fraction {f}: outputs would fill the window; need gamma < {1 / (1 - f):g}")
+        raise ValueError(f"gamma {gamma} with input fraction {f}: outputs would fill the window; "
+                         f"need gamma < {1 / (1 - f):g}")
     d = workload
     pieces = (d.hi_tokens > d.lo_tokens) & (d.prob > 0)
     # breakpoints of ceil((B - (1 - f) L) / chunk) inside (B, top]
@@ -561,7 +564,8 @@ def segment_stats(basis: SegmentBasis, i, j, profile: ServingProfile) -> Segment
     Segments without traffic get zero share and NaN moments.
     """
     if basis.chunk_tokens != profile.chunk_tokens:
-        raise ValueError(f"basis built for chunk {basis.chunk_tokens}, profile {profile.name} uses {profile.chunk_tokens}")
+        raise ValueError(f"basis built for chunk {basis.chunk_tokens}, profile {profile.name} uses "
+                         f"{profile.chunk_tokens}")
     i = np.atleast_1d(np.asarray(i, dtype=np.int64))
     j = np.atleast_1d(np.asarray(j, dtype=np.int64))
     if np.any(j <= i):

@@ -26,7 +26,8 @@ from fleetopt.optimizer.simulation.options import EngineOptions, SimOptions
 
 __all__ = ["load", "summarize_instance", "evaluate_report", "EvaluationReport", "solve", "verify", "exit_code",
            "fleet_exit_code", "evaluation_exit_code", "simulation_exit_code", "tpw_rows", "simulate_report",
-           "simulate_plan", "SimOptions", "EngineOptions", "VERIFY_SIM_OPTIONS", "VerifyReport", "DICT_LABEL", "prefill_warnings"]
+           "simulate_plan", "SimOptions", "EngineOptions", "VERIFY_SIM_OPTIONS", "VerifyReport", "DICT_LABEL",
+           "prefill_warnings"]
 
 DEFAULT_CONTEXTS = "2048,4096,8192,16384,32768,65536,131072"
 VERIFY_SIM_OPTIONS = SimOptions(requests=100_000)
@@ -214,11 +215,13 @@ def verify(inst: Instance, sim_options: SimOptions = VERIFY_SIM_OPTIONS, *, veri
            rule: str = "ci-upper", max_rounds: int = 3, time_limit_s: float | None = None, mip_gap: float = 0.0,
            threads: int | None = None, method: str = "auto", verbose=False, cuts: str = "pool", trim: bool = False,
            progress=None, on_step=None, workers: int = 1, scheduler=None):
-    """Solve for the ``verify_top`` best plans and verify them by simulation (see :mod:`fleetopt.optimizer.simulation.verify`);
+    """Solve for the ``verify_top`` best plans and verify them by simulation (see
+    :mod:`fleetopt.optimizer.simulation.verify`);
     returns (solve report, verification). ``sim_options`` (:class:`~fleetopt.optimizer.simulation.options.SimOptions`)
     are the settings of every simulation: requests, replications, seed, the engine's KV admission, token budget and
     availability, ... (default :data:`VERIFY_SIM_OPTIONS`); ``cuts`` is ``pool`` (per-pool simulated sizing),
-    ``count`` or ``window`` (:mod:`fleetopt.optimizer.simulation.verify`, "Cuts"); ``trim`` lowers the chosen plan's counts while its simulation
+    ``count`` or ``window`` (:mod:`fleetopt.optimizer.simulation.verify`, "Cuts"); ``trim`` lowers the chosen
+    plan's counts while its simulation
     passes (:mod:`fleetopt.optimizer.simulation.trim`). ``progress(done, total)`` and ``on_step(message)``
     report progress (:func:`fleetopt.optimizer.simulation.verify.verify`). ``workers`` local processes or the Dask
     cluster at ``scheduler`` simulate the plans of a round side by side (:mod:`fleetopt.optimizer.workflows.executor`;
@@ -284,7 +287,7 @@ class VerifyReport(NamedTuple):
                           v.reason or "")
 
 
-def simulate_report(inst: Instance, fleet: str | None = None, options: SimOptions = SimOptions(), *, plan_file=None,
+def simulate_report(inst: Instance, fleet: str | None = None, options: SimOptions = SimOptions(), *, plan_file=None,  # noqa: B008 frozen dataclass default
                     rank: int | None = None, progress=None, keep_requests: bool = False):
     """Simulate one fleet spec (``"0-4096:a100x3,4096-65536:a100"``; no ``xN`` = sized analytically first) or a
     plan of a ``solve --json`` file (``plan_file``, solution ``rank``; :mod:`fleetopt.optimizer.simulation.plan_files`).
@@ -311,7 +314,7 @@ def simulate_report(inst: Instance, fleet: str | None = None, options: SimOption
                          keep_requests=keep_requests)
 
 
-def simulate_plan(inst: Instance, pools, options: SimOptions = SimOptions(), **per_call):
+def simulate_plan(inst: Instance, pools, options: SimOptions = SimOptions(), **per_call):  # noqa: B008 frozen dataclass default
     """Simulate pools (``fleetopt.models.fleet.PoolPlan``) of a plan with ``options``; ``per_call`` are ``routing``,
     ``split_shares`` and ``progress`` (see :func:`fleetopt.optimizer.simulation.simulate.simulate_plan`)."""
     from fleetopt.optimizer.simulation.simulate import simulate_plan as run

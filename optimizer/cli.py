@@ -220,7 +220,8 @@ def evaluate(instance, fleets, overrides, json_out, fmt):
 
 @main.command()
 @_instance_arg
-@click.option("--top", type=click.IntRange(1, 100), default=1, show_default=True, help="Return the N best distinct fleets.")
+@click.option("--top", type=click.IntRange(1, 100), default=1, show_default=True,
+              help="Return the N best distinct fleets.")
 @click.option("--max-pools", type=click.IntRange(1, 64), help="Override pools.max_pools.")
 @click.option("--objective", type=click.Choice(["cost", "power", "tok_per_watt", "cost+power"]),
               help="Override the objective (cost+power needs an energy section).")
@@ -421,7 +422,8 @@ def _simulate_routers(inst, fleet, plan_file, router, routers, spill_bound, json
                             "--router")
     cmp = compare_routers(inst, fleet, parse_routers(routers), sim_options(_SIMULATE_FLAGS, **settings),
                           spill_bound=spill_bound)
-    _emit(lambda c: report.render_routers(c, cmp), contract.with_envelope(cmp.to_json(), "simulate --routers", inst.name),
+    _emit(lambda c: report.render_routers(c, cmp),
+          contract.with_envelope(cmp.to_json(), "simulate --routers", inst.name),
           json_out, _inputs(inst), fmt)
     raise click.exceptions.Exit(0 if any(r.report.slo_met for r in cmp.runs) else EXIT_CODES["slo_missed"])
 

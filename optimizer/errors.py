@@ -68,7 +68,7 @@ class InstanceError(FleetoptError):
         super().__init__("\n".join(self.problems))
 
     @classmethod
-    def at(cls, path, field: str, message: str) -> "InstanceError":
+    def at(cls, path, field: str, message: str) -> InstanceError:
         return cls(format_problem(path, field, message))
 
 

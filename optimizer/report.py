@@ -62,7 +62,8 @@ def pool_json(p: PoolResult, source: str = ANALYTIC, unit=None) -> dict:
     out.update(pool_identity(p, unit))
     out.update(analytic=pool_analytic(p), simulated=None)
     out.update(d)
-    out["overloaded"] = not math.isfinite(p.utilization)  # utilization null: an unstable queue; capacity_load says by how much
+    # utilization null: an unstable queue; capacity_load says by how much
+    out["overloaded"] = not math.isfinite(p.utilization)
     out["source"] = source
     return out
 
@@ -214,7 +215,8 @@ def fleet_notes(r: FleetResult, ttft_model: str) -> list[str]:
 
 def tpw_json(rows: list[ContextPoint]) -> dict:
     """The ``tpw`` document (:class:`fleetopt.optimizer.io.contract.TpwDocument`)."""
-    return {**envelope("tpw", None), "rows": [{"profile": r.profile, "model": r.model, "context": r.context_tokens, "n_slots": r.n_slots,
+    return {**envelope("tpw", None),
+            "rows": [{"profile": r.profile, "model": r.model, "context": r.context_tokens, "n_slots": r.n_slots,
                       "iter_latency_ms": r.iter_latency_ms, "tok_per_s": r.tok_per_s, "power_w": r.power_w,
                       "tok_per_watt": r.tok_per_watt, "quality": r.quality, "source": ANALYTIC} for r in rows]}
 
@@ -559,7 +561,8 @@ def _sim_pools(vp) -> list:
 
 
 def trim_json(trim, plan, instance) -> dict | None:
-    """The ``trim`` block of a verification (:mod:`fleetopt.optimizer.simulation.trim`); every count in it is simulated."""
+    """The ``trim`` block of a verification (:mod:`fleetopt.optimizer.simulation.trim`); every count in it is
+    simulated."""
     if trim is None:
         return None
     pools = []
@@ -616,8 +619,9 @@ def verification_json(v, instance) -> dict:
 
 
 def routing_json(routing) -> dict | None:
-    """A split-routing plan's routing (:class:`fleetopt.optimizer.plan.split_candidates.SplitRouting`): per elementary length segment, the
-    rate in req/s sent to each pool (columns in the order of the plan's pools); None under length routing."""
+    """A split-routing plan's routing (:class:`fleetopt.optimizer.plan.split_candidates.SplitRouting`): per
+    elementary length segment, the rate in req/s sent to each pool (columns in the order of the plan's pools);
+    None under length routing."""
     if routing is None:
         return None
     return {"boundaries_tokens": list(routing.boundaries_tokens),
@@ -712,7 +716,8 @@ def render_verification(c: Console, v, slo_ms: float, instance=None) -> None:
                        else "undecided" if key in vp.undecided_pools else "ok")
             rank = f"{vp.rank} (judged before)" if vp.cached else str(vp.rank)
             t.add_row(str(vp.round) if k == 0 else "", rank if k == 0 else "",
-                      f"{vp.plan.fleet.cost_per_hr:,.2f}" if k == 0 else "", f"{p.min_tokens:,}-{p.max_tokens:,} {p.gpu}",
+                      f"{vp.plan.fleet.cost_per_hr:,.2f}" if k == 0 else "",
+                      f"{p.min_tokens:,}-{p.max_tokens:,} {p.gpu}",
                       str(p.replicas), fmt_ms(p.ttft_p99_ms), sim_txt, verdict)
     c.print(t)
     _say(c, f"simulated with {sim_options_line(v.options)}")
@@ -737,7 +742,8 @@ _ENGINE_DEFAULTS = EngineOptions().to_json()
 
 
 def render_trim(c: Console, trim, plan, instance=None) -> None:
-    """The chosen plan trimmed by simulation (:mod:`fleetopt.optimizer.simulation.trim`): counts, P99s and the confirmation."""
+    """The chosen plan trimmed by simulation (:mod:`fleetopt.optimizer.simulation.trim`): counts, P99s and the
+    confirmation."""
     pools = ", ".join(f"{p.min_tokens:,}-{p.max_tokens:,} {p.gpu} {v} -> {n}" + (f" ({u} up)" if u != n else "")
                       for p, v, n, u in zip(plan.fleet.pools, trim.verified_counts, trim.counts, trim.up_counts))
     if trim.counts == trim.verified_counts:
@@ -768,7 +774,8 @@ def render_trim(c: Console, trim, plan, instance=None) -> None:
         sets = set_flags(instance.overrides)
         c.print(f"check the trimmed plan: fleetopt simulate {shlex.quote(str(instance.path or instance.name))} "
                 + (f"{sets} " if sets else "")
-                + f"--fleet '{spec}'{flags} --requests {trim.sim.requests_simulated} --seed {trim.confirmation.seed + 1}",
+                + f"--fleet '{spec}'{flags} --requests {trim.sim.requests_simulated} "
+                f"--seed {trim.confirmation.seed + 1}",
                 soft_wrap=True, highlight=False)
 
 
@@ -885,7 +892,8 @@ def render_solve(c: Console, report, verification=None) -> None:
         broken = limit_violations(inst, b)
         why = "; ".join((["misses the SLO"] if not b.slo_met else [])
                         + ([f"breaks {', '.join(v.split(':', 1)[0] for v in broken)}"] if broken else []))
-        c.print(f"homogeneous baseline (analytic): {b.pools[0].gpu} x {b.total_replicas} on 0-{b.pools[0].max_tokens:,}, "
+        c.print(f"homogeneous baseline (analytic): {b.pools[0].gpu} x {b.total_replicas} "
+                f"on 0-{b.pools[0].max_tokens:,}, "
                 f"${b.cost_per_year:,.0f}/yr, {b.power_kw:,.1f} kW, {b.tok_per_watt:.2f} tok/W"
                 + (f" -> plan 1 {saving_claim(inst, best, b, limit_violations(inst, best))}" if not why else "")
                 + (f" - infeasible: {why}; no single pool meets the SLO within the instance's limits, so no saving "
@@ -909,7 +917,8 @@ def render_solve(c: Console, report, verification=None) -> None:
 
 
 def render_simulation(c: Console, rep) -> None:
-    """Print an :class:`fleetopt.optimizer.simulation.records.SimReport`: per pool, analytic next to simulated, then provenance."""
+    """Print an :class:`fleetopt.optimizer.simulation.records.SimReport`: per pool, analytic next to simulated,
+    then provenance."""
 
     def ms(x: float) -> str:
         """A time in ms: ``-`` when nothing was measured (NaN), ``inf`` when unbounded."""
@@ -930,7 +939,8 @@ def render_simulation(c: Console, rep) -> None:
     rows = []
     for p in rep.pools:
         q = p.analytic
-        rows.append((f"{q.min_tokens:,}-{q.max_tokens:,}" + (f" (+@{q.compress_gamma:g})" if q.compress_gamma > 1 else ""),
+        rows.append((f"{q.min_tokens:,}-{q.max_tokens:,}"
+                     + (f" (+@{q.compress_gamma:g})" if q.compress_gamma > 1 else ""),
                      q.gpu, str(q.replicas), f"{q.utilization:.2f} / {p.utilization_sim:.2f}",
                      f"{q.mean_batch:,.1f} / {p.mean_batch:,.1f}", ms(q.ttft_p99_ms),
                      ms(p.ttft_p99_ms_sim) + ci(p.ttft_p99_ci_ms),
@@ -1053,7 +1063,6 @@ def _ms_cell(x: float) -> str:
 
 def render_gridflex(c, g) -> None:
     """Print a :class:`fleetopt.optimizer.workflows.gridflex.GridFlex`: one row per depth, then provenance."""
-    one = len(g.depths[0].pools) == 1 if g.depths else True
     seed = g.convention == "seed"
     t = Table(title=f"{g.instance}: demand response of {g.fleet} at {g.arrival_rate:g} req/s  [P99 TTFT SLO "
                     f"{g.slo_ttft_p99_ms:,.0f} ms, scope {g.scope}, ttft_model {g.ttft_model}]", title_justify="left")
@@ -1066,7 +1075,8 @@ def render_gridflex(c, g) -> None:
         return "-" if math.isnan(x) else f"{100 * x:,.1f}"
 
     for r in g.depths:
-        ci = "" if not r.simulated else f" [{_ms_cell(r.ttft_p99_ci_ms_event[0])}, {_ms_cell(r.ttft_p99_ci_ms_event[1])}]"
+        ci = ("" if not r.simulated
+              else f" [{_ms_cell(r.ttft_p99_ci_ms_event[0])}, {_ms_cell(r.ttft_p99_ci_ms_event[1])}]")
         t.add_row(f"{r.depth:g}", r.lever, f"{r.power_kw:,.2f}", pct(r.delivered_reduction),
                   _ms_cell(r.ttft_p99_ms_analytic), _ms_cell(r.ttft_p99_ms_event) + ci,
                   "-" if math.isnan(r.power_kw_event) else f"{r.power_kw_event:,.2f}", pct(r.event_delivered_reduction),
@@ -1080,7 +1090,8 @@ def render_gridflex(c, g) -> None:
         if x is None:
             return "none (the shallowest depth already breaches)"
         r = g.safe_row(which)
-        got = "" if r is None else f", delivering {100 * r.delivered_reduction:,.1f} % ({r.uncurtailed_draw_kw - r.power_kw:,.2f} kW)"
+        got = ("" if r is None else f", delivering {100 * r.delivered_reduction:,.1f} % "
+               f"({r.uncurtailed_draw_kw - r.power_kw:,.2f} kW)")
         return f"{x:g} %{got}"
 
     c.print(f"convention: {g.convention_label}", markup=False)
@@ -1162,7 +1173,8 @@ def render_routers(c, cmp) -> None:
         for r in cmp.runs:
             q = r.report.pools[k]
             row += [_ms_cell(q.ttft_p99_ms_sim),
-                    "-" if math.isnan(q.slo_attainment) else f"{100 * q.slo_attainment:.2f}", f"{q.utilization_sim:.3f}"]
+                    "-" if math.isnan(q.slo_attainment) else f"{100 * q.slo_attainment:.2f}",
+                    f"{q.utilization_sim:.3f}"]
         t.add_row(*row)
     row = ["fleet"]
     for r in cmp.runs:

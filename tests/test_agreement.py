@@ -99,8 +99,9 @@ def test_agreement_summary_subsets():
 @pytest.mark.slow
 def test_slot_mode_utilisation_is_the_closed_form():
     """In slot mode the simulator is the M/G/c queue of the analytic model, whose utilisation is
-    lambda E[S] / (N c) (the slot model ``tail``). Pools whose start-up scale E[S](1 + c_s^2) is short against the run (under 1/50 of
-    the expected span n / lambda) are taken, so the warm-up transient does not bias the time average."""
+    lambda E[S] / (N c) (the slot model ``tail``). Pools whose start-up scale E[S](1 + c_s^2) is short against the
+    run (under 1/50 of the expected span n / lambda) are taken, so the warm-up transient does not bias the time
+    average."""
     n = 30_000
     pools = [p for p in sample_pools(np.random.default_rng(3), 30, ttft_model="tail")
              if p.analytic.mean_service_s * (1 + p.analytic.cv2_service) * 50 < n / p.arrival_rate_req_per_s][:3]

@@ -136,7 +136,7 @@ def test_latencies_are_the_measured_requests(small):
                             keep_requests=True)
     lat = sim.latencies()
     assert list(lat) == ["0-8192:a100", "8192-65536:a100"]
-    for (label, v), pool in zip(lat.items(), sim.pools):
+    for (_label, v), pool in zip(lat.items(), sim.pools):
         assert len(v["ttft_ms"]) == pool.requests
         assert not np.isnan(v["tpot_ms"]).any()
     ttft = np.concatenate([v["ttft_ms"] for v in lat.values()])

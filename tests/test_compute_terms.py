@@ -182,7 +182,8 @@ def test_without_compute_terms_the_work_is_the_context_work():
 
 @pytest.mark.parametrize("lo, hi, lam, replicas, cap, n, chunk", [(0, 4096, 12.0, 2, 64, 60_000, 512),
                                                                   (4096, 32768, 0.6, 5, 12, 20_000, 512),
-                                                                  pytest.param(0, 4096, 12.0, 2, 64, 60_000, 8192, marks=pytest.mark.slow),
+                                                                  pytest.param(0, 4096, 12.0, 2, 64, 60_000, 8192,
+                                                                               marks=pytest.mark.slow),
                                                                   (4096, 32768, 0.6, 5, 12, 20_000, 8192)])
 def test_batched_model_agrees_with_the_simulator_under_compute_terms(lo, hi, lam, replicas, cap, n, chunk):
     """Pools of the measured 8B profile, with 512-token chunks and with vLLM's 8,192-token budget (whose chunk

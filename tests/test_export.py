@@ -22,7 +22,8 @@ DNS1123_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-
 DNS1123_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
 LABEL_VALUE = r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$"
 LABELS = {"type": "object", "additionalProperties": {"type": "string", "pattern": LABEL_VALUE, "maxLength": 63}}
-QUANTITY = {"anyOf": [{"type": "integer", "minimum": 0}, {"type": "string", "pattern": r"^[0-9]+(\.[0-9]+)?[a-zA-Z]*$"}]}
+QUANTITY = {"anyOf": [{"type": "integer", "minimum": 0},
+                      {"type": "string", "pattern": r"^[0-9]+(\.[0-9]+)?[a-zA-Z]*$"}]}
 
 DEPLOYMENT_SCHEMA = {
     "type": "object",

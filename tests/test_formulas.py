@@ -37,7 +37,8 @@ def erlang_c_sum(c: int, a: float) -> float:
 
 
 def ttft_miss_closed(t: float, c: int, a: float, es: float, cv2: float, tau, probs) -> float:
-    """:math:`P(W + T_{pf} > t)` with :math:`P(W > x) = C e^{-\\theta x}`, :math:`\\theta = 2(c - a)/(E[S](1 + c_s^2))`."""
+    """:math:`P(W + T_{pf} > t)` with :math:`P(W > x) = C e^{-\\theta x}`,
+    :math:`\\theta = 2(c - a)/(E[S](1 + c_s^2))`."""
     C = erlang_c_sum(c, a)
     theta = 2.0 * (c - a) / (es * (1.0 + cv2))
     return sum(p * (1.0 if tk > t else min(1.0, C * math.exp(-theta * (t - tk)))) for tk, p in zip(tau, probs))

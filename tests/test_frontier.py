@@ -91,7 +91,8 @@ def _check(tmp_path, seed, axis):
         plans = _plans(inst, extra=3)
         c_min = min(p[0] for p in plans)
         # any plan costing at most c_min + 3 * (cheapest replica) adds at most 3 replicas to a pool (module docstring)
-        one = min(r for r in (evaluate_report(inst, f"0-{inst.pools.boundaries[-1]}:{g.name}x1").fleets[0][1].cost_per_hr
+        one = min(r for r in (evaluate_report(inst, f"0-{inst.pools.boundaries[-1]}:{g.name}x1")
+                              .fleets[0][1].cost_per_hr
                               for g in inst.gpus))
         cap = c_min + 3 * one * (1 - 1e-9)
         want = _front([(p[0], p[2]) for p in plans if p[0] <= cap])

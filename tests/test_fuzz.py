@@ -1,7 +1,7 @@
 """Fuzzing the input edge (hypothesis): instance files, ``--fleet`` specs, ``--set`` overrides, solve JSON plan
 files and result files for ``report``, profile files, Hugging Face ``config.json`` files, CDF JSON files, trace
-CSV files, user catalogues and the measurement files ``profile fit`` reads, each mutated at random (wrong types, missing and unknown keys,
-out-of-range numbers, random strings, nested junk).
+CSV files, user catalogues and the measurement files ``profile fit`` reads, each mutated at random (wrong types,
+missing and unknown keys, out-of-range numbers, random strings, nested junk).
 
 Whatever the input, the loader returns a result or raises :class:`InstanceError` whose every line names the
 file (and the CLI exits 0 or 2, one ``error:`` line each); never another exception, a traceback or exit 1.

@@ -143,7 +143,7 @@ def test_drain_is_when_each_batch_falls_within_its_cap(repo_root):
     for r in range(3):
         s, e = res.start_at_s[res.replica == r], res.end_at_s[res.replica == r]
 
-        def running(t):
+        def running(t, s=s, e=e):
             return int(np.sum((s <= t) & (e > t)))
 
         assert all(running(t) <= cap for t in instants[instants >= t0 + d[r]])

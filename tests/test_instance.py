@@ -12,7 +12,8 @@ import json
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
+from collections.abc import Callable
 
 import numpy as np
 import pytest
@@ -153,7 +154,8 @@ CASES = [
     Case("negative-energy-price", setting("energy", {"usd_per_kwh": -1}), "energy.usd_per_kwh", "must be >= 0"),
     Case("min-pools-above-max", edited(lambda d: d["gpus"][0].update(min_pools=3, max_pools=1)), "gpus[0].min_pools",
          "exceeds max_pools"),
-    Case("split-with-fleet-scope", edited(lambda d: (d["pools"].update(routing="split"), d["slo"].update(scope="fleet"))),
+    Case("split-with-fleet-scope",
+         edited(lambda d: (d["pools"].update(routing="split"), d["slo"].update(scope="fleet"))),
          "pools.routing", "'split' routing works with slo.scope 'pool' only"),
     Case("bad-gpu-name", setting("gpus", 0, "name", "a 100"), "gpus[0].name", "'a 100' is not a valid name"),
     Case("bad-tp", with_gpus({"name": "x", "hardware": "h100", "model": "Llama-3.1-8B", "tp": 3}),

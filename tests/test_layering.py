@@ -120,7 +120,8 @@ def test_imports_run_downward(module):
         assert target is not None, f"{where}: no such module in the project"
         other = _layer(target)
         other_rank = LAYERS[other][0]
-        assert other_rank < rank or other == layer, f"{where}: {layer} (rank {rank}) imports {other} (rank {other_rank})"
+        assert other_rank < rank or other == layer, (f"{where}: {layer} (rank {rank}) imports {other} "
+                                                     f"(rank {other_rank})")
 
 
 def test_the_project_has_no_import_cycle():

@@ -45,7 +45,8 @@ def _measure(profile, prompts, outs, lam, replicas, window):
 
 
 @pytest.mark.parametrize("case", [pytest.param("stalls, equal residences", marks=pytest.mark.slow),
-                                  "stalls, geometric outputs", pytest.param("unequal requests", marks=pytest.mark.slow)])
+                                  "stalls, geometric outputs",
+                                  pytest.param("unequal requests", marks=pytest.mark.slow)])
 def test_occupancy_variance_matches_the_simulator(catalog, h100_8b, case):
     rng = np.random.default_rng(23)
     n = 150_000

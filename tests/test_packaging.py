@@ -68,7 +68,8 @@ def test_installed_wheel_works_beside_foreign_models_and_solvers_packages(wheel,
         (work / pkg / "__init__.py").write_text("raise ImportError('the user project, not fleetopt')\n")
     env = {"PYTHONPATH": str(target), "PATH": "/usr/bin:/bin"}
     code = ("import fleetopt, fleetopt.api, sys; assert fleetopt.__file__.startswith(sys.argv[1]), fleetopt.__file__; "
-            "from fleetopt.optimizer.cli import main; sys.argv = ['fleetopt', 'solve', sys.argv[2], '--json', '-']; main()")
+            "from fleetopt.optimizer.cli import main; "
+            "sys.argv = ['fleetopt', 'solve', sys.argv[2], '--json', '-']; main()")
     quickstart = repo_root / "instances" / "quickstart.yaml"
     res = subprocess.run([sys.executable, "-c", code, str(target), str(quickstart)], cwd=work, env=env,
                          capture_output=True, text=True)

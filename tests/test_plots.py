@@ -26,7 +26,8 @@ from fleetopt.optimizer.workflows.split_table import SplitBaseline, SplitRow, Sp
 def _row(b, cost_hr, p99_short, p99_long, met, pareto, n_s=1, n_l=2):
     return SplitRow(boundary_tokens=b, share_short=0.9, replicas_short=n_s, replicas_long=n_l, total_gpus=n_s + n_l,
                     cost_per_hr=cost_hr, cost_per_year=cost_hr * 8760.0, saving_pct=0.0, ttft_p99_ms_short=p99_short,
-                    ttft_p99_ms_long=p99_long, slo_met=met, pareto=pareto, fleet=f"0-{b}:a100x{n_s},{b}-65536:a100x{n_l}")
+                    ttft_p99_ms_long=p99_long, slo_met=met, pareto=pareto,
+                    fleet=f"0-{b}:a100x{n_s},{b}-65536:a100x{n_l}")
 
 
 SPLIT = SplitTable(

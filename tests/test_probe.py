@@ -23,7 +23,8 @@ from click.testing import CliRunner
 from fleetopt.optimizer.cli import main
 from fleetopt.optimizer.errors import InstanceError
 from fleetopt.optimizer.io.measurements import fit_measurements, read_measurements
-from fleetopt.optimizer.io.probe import (DECODE_REPEATS, IDLE_WINDOW_S, POWER_WINDOW_S, ModelShape, NumpyBackend, ProbeGrid,
+from fleetopt.optimizer.io.probe import (DECODE_REPEATS, IDLE_WINDOW_S, POWER_WINDOW_S, ModelShape, NumpyBackend,
+                                         ProbeGrid,
                                          ProbeSettings, decoder_weights, measure, numpy_attention, numpy_forward,
                                          probe_files, probe_grid, probe_stem, run_probe, write_probe_files)
 

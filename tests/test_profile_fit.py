@@ -124,7 +124,8 @@ def test_coefficients_are_near_the_measurement_readme(shipped_fit):
 def test_plain_least_squares_misses_prefill_so_the_bound_matters():
     """Without the tolerance (tau = 100 %) the decode points pull W up and the 512-token prompt is > 10 % off:
     the constraint is what keeps prefill within 10 % (a fact about the data, docs/profile_fit.md)."""
-    dec = [DecodePoint(int(r["batch"]), int(r["context_tokens"]), float(r["iteration_s_median"])) for r in _rows(DECODE)]
+    dec = [DecodePoint(int(r["batch"]), int(r["context_tokens"]), float(r["iteration_s_median"]))
+           for r in _rows(DECODE)]
     pre = [PrefillPoint(int(r["prompt_tokens"]), float(r["time_s_median"])) for r in _rows(PREFILL)]
     it = fit_profile_coefficients(dec, pre, max_rel_error=1.0).iteration
     _, pre_err = _time_errors({"W_s": it.W_s, "h_s_per_token": it.h_s_per_token, "g_s": it.g_s,
@@ -133,7 +134,8 @@ def test_plain_least_squares_misses_prefill_so_the_bound_matters():
 
 
 def test_a_tolerance_below_the_chebyshev_error_is_reported_not_met():
-    dec = [DecodePoint(int(r["batch"]), int(r["context_tokens"]), float(r["iteration_s_median"])) for r in _rows(DECODE)]
+    dec = [DecodePoint(int(r["batch"]), int(r["context_tokens"]), float(r["iteration_s_median"]))
+           for r in _rows(DECODE)]
     pre = [PrefillPoint(int(r["prompt_tokens"]), float(r["time_s_median"])) for r in _rows(PREFILL)]
     fit = fit_profile_coefficients(dec, pre, max_rel_error=0.05)
     it = fit.iteration

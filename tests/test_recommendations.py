@@ -81,7 +81,7 @@ SPLIT = ["--boundaries", "1536,2048,4096"]
 9 A100s), 1,536 drawing more power; 4,096 misses the SLO, cheaper still."""
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _evaluated_power_kw(path: str, fleet: str) -> float:
     """The row's fleet as ``fleetopt evaluate`` prices it on the instance file (the evaluate path, not the
     table; the cap does not change a fleet's power)."""

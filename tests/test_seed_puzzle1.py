@@ -84,7 +84,8 @@ def test_tail_model_rejects_the_a100_long_pool(repo_root):
 
 def test_cli_json_contract(repo_root, tmp_path):
     out = tmp_path / "r.json"
-    res = CliRunner().invoke(main, ["evaluate", str(repo_root / "instances" / "lmsys_a100.yaml"), "--set", SEED_CONVENTION,
+    res = CliRunner().invoke(main, ["evaluate", str(repo_root / "instances" / "lmsys_a100.yaml"),
+                                    "--set", SEED_CONVENTION,
                                     "--fleet", "0-8192:a100,8192-65536:a100", "--json", str(out)])
     assert res.exit_code == 0, res.output
     r = json.loads(out.read_text())
@@ -101,7 +102,8 @@ def test_cli_json_contract(repo_root, tmp_path):
 
 
 def test_several_fleets_and_stdout_json(repo_root):
-    res = CliRunner().invoke(main, ["evaluate", str(repo_root / "instances" / "lmsys_a100.yaml"), "--set", SEED_CONVENTION,
+    res = CliRunner().invoke(main, ["evaluate", str(repo_root / "instances" / "lmsys_a100.yaml"),
+                                    "--set", SEED_CONVENTION,
                                     "--fleet", "0-8192:a100,8192-65536:a100", "--fleet", "0-64k:a100x14",
                                     "--json", "-"])
     assert res.exit_code == 0, res.output
@@ -117,6 +119,7 @@ def test_several_fleets_and_stdout_json(repo_root):
     ("zero-4096", "is not LO-HI:GPU"),
 ])
 def test_bad_fleet_specs(repo_root, fleet, phrase):
-    res = CliRunner().invoke(main, ["evaluate", str(repo_root / "instances" / "lmsys_a100.yaml"), "--set", SEED_CONVENTION,
+    res = CliRunner().invoke(main, ["evaluate", str(repo_root / "instances" / "lmsys_a100.yaml"),
+                                    "--set", SEED_CONVENTION,
                                     "--fleet", fleet])
     assert res.exit_code == 2 and phrase in res.stderr and "Traceback" not in res.output

@@ -124,7 +124,7 @@ def test_compressed_band_is_exact(catalog, dist, window, gamma):
         pre = lambda L: float(prefill_time_s(p, window - 0.2 * L))  # noqa: E731
         m0 += dens * (v - u)
         m1 += dens * integrate.quad(S, u, v, limit=500, epsrel=1e-11)[0]
-        m2 += dens * integrate.quad(lambda L: S(L) ** 2, u, v, limit=500, epsrel=1e-11)[0]
+        m2 += dens * integrate.quad(lambda L, S=S: S(L) ** 2, u, v, limit=500, epsrel=1e-11)[0]
         pf += dens * integrate.quad(pre, u, v, limit=500, epsrel=1e-11)[0]
     assert s.rate_share[0] == pytest.approx(m0, rel=1e-12)
     assert s.mean_service_s[0] == pytest.approx(m1 / m0, rel=1e-8)
@@ -138,7 +138,8 @@ def test_compress_and_route_conserves_traffic(catalog, dist):
 
     p = catalog.profiles["H100-80GB"]
     for p_c in (0.0, 0.4, 1.0):
-        r = evaluate_fleet([PoolPlan(0, 1000, "h", p, compress_gamma=2.0), PoolPlan(1000, 4096, "h", p, compress_gamma=1.5),
+        r = evaluate_fleet([PoolPlan(0, 1000, "h", p, compress_gamma=2.0),
+                            PoolPlan(1000, 4096, "h", p, compress_gamma=1.5),
                             PoolPlan(4096, 20000, "h", p)], dist, 50.0, ServiceLevel(1.0), 0.8, p_c)
         assert sum(x.routing_share for x in r.pools) == pytest.approx(1.0, rel=1e-12)
         moved = p_c * (float(dist.cdf(2000)) - float(dist.cdf(1000)))

@@ -93,7 +93,8 @@ def test_diurnal_arrivals_keep_the_mean_and_follow_the_sinusoid():
 
 @pytest.mark.parametrize("call", [
     lambda rng: mmpp_arrivals(0.0, 2.0, 10, rng), lambda rng: mmpp_arrivals(1.0, 0.5, 10, rng),
-    lambda rng: mmpp_arrivals(1.0, 2.0, 10, rng, mean_dwell_s=-1), lambda rng: diurnal_arrivals(1.0, 10, rng, 1.5, 10.0),
+    lambda rng: mmpp_arrivals(1.0, 2.0, 10, rng, mean_dwell_s=-1),
+    lambda rng: diurnal_arrivals(1.0, 10, rng, 1.5, 10.0),
     lambda rng: diurnal_arrivals(1.0, -1, rng, 0.5, 10.0), lambda rng: diurnal_arrivals(1.0, 10, rng, 0.5, 0.0),
 ])
 def test_arrival_processes_reject_bad_parameters(call):
@@ -387,8 +388,8 @@ def test_spill_bound_default_and_misuse(repo_root, quick_inst):
     plans = plans_from_spec(quick_inst, "0-2048:a100x1#40,2048-65536:h100x6")
     from fleetopt.optimizer.simulation.simulate import DEFAULT_SPILL_BOUND
 
-    assert simulate_plan(quick_inst, plans,
-                         SimOptions(requests=400, replications=2, router="spillover")).spill_bound == DEFAULT_SPILL_BOUND
+    spilled = simulate_plan(quick_inst, plans, SimOptions(requests=400, replications=2, router="spillover"))
+    assert spilled.spill_bound == DEFAULT_SPILL_BOUND
     with pytest.raises(InstanceError, match="spill_bound: 4 applies to router 'spillover' only"):
         simulate_plan(quick_inst, plans, SimOptions(requests=400, replications=2, router="length", spill_bound=4))
     r = run("simulate", repo_root / "instances" / "quickstart.yaml", "--fleet", "0-65536:h100x8", "--spill-bound", 4)

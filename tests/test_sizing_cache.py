@@ -117,7 +117,8 @@ def _same_pools(a: Candidates, b: Candidates) -> None:
             np.testing.assert_allclose(x, y, rtol=1e-12, atol=0, err_msg=name)
 
 
-@pytest.mark.parametrize("name, sets", [pytest.param("stress_60x8.yaml", ["slo.ttft_p99_ms=2000"], marks=pytest.mark.slow),
+@pytest.mark.parametrize("name, sets", [pytest.param("stress_60x8.yaml", ["slo.ttft_p99_ms=2000"],
+                                                     marks=pytest.mark.slow),
                                         ("quickstart.yaml", [])])
 def test_power_grows_with_the_count_from_the_least_count_on(repo_root, name, sets):
     """What makes a table of lower-bound counts a relaxation (TighteningCandidates): from a candidate's least

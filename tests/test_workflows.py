@@ -169,7 +169,8 @@ def test_pareto_cli_json_and_csv(lmsys_path, tmp_path):
                             "--json", out, "--csv", table])
     assert res.exit_code == 0, res.output
     data = json.loads(out.read_text())
-    assert (data["schema_version"], data["command"], data["instance"]) == (SCHEMA_VERSION, "pareto --split-table", "lmsys-a100")
+    assert ((data["schema_version"], data["command"], data["instance"])
+            == (SCHEMA_VERSION, "pareto --split-table", "lmsys-a100"))
     keys = ("boundary_tokens", "share_short", "replicas_short", "replicas_long", "total_gpus", "cost_per_year",
             "saving_pct", "ttft_p99_ms_short", "ttft_p99_ms_long", "slo_met", "pareto")
     assert [r["boundary_tokens"] for r in data["rows"]] == [2048, 4096, 8192]

@@ -42,7 +42,7 @@ def simulate(instance: Instance, fleet: str | None = None, *, plan_file: str | P
              replications: int = SimOptions.replications, seed: int = SimOptions.seed,
              mode: str = SimOptions.mode, router: str = SimOptions.router, dispatch: str = SimOptions.dispatch,
              arrivals: str = SimOptions.arrivals, precision: float | None = SimOptions.precision,
-             engine: EngineOptions = EngineOptions(), keep_requests: bool = False,
+             engine: EngineOptions = EngineOptions(), keep_requests: bool = False,  # noqa: B008 frozen dataclass default
              progress: Callable[[int, int], None] | None = None):
     """Simulate a fleet spec or a plan of a ``solve --json`` file (``plan_file``, solution ``rank``):
     :func:`fleetopt.optimizer.api.simulate_report` (``fleetopt simulate``) with these settings of

@@ -86,7 +86,7 @@ def guard(fn):
         except FleetoptError as err:
             for line in str(err).splitlines():
                 click.echo(f"error: {line}", err=True)
-            raise click.exceptions.Exit(err.exit_code)
+            raise click.exceptions.Exit(err.exit_code) from err
         except (KeyboardInterrupt, click.exceptions.Exit, click.ClickException, BrokenPipeError):
             raise
         except Exception as err:  # a bug: say so in one line unless debugging
@@ -94,7 +94,7 @@ def guard(fn):
                 raise
             click.echo(f"error: internal error: {type(err).__name__}: {err} (set FLEETOPT_DEBUG=1 for details)",
                        err=True)
-            raise click.exceptions.Exit(1)
+            raise click.exceptions.Exit(1) from err
 
     return wrapper
 

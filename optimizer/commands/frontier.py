@@ -52,7 +52,8 @@ def render_frontier(c: Console, f: Frontier) -> None:
     if f.baseline is not None:
         b = f.baseline
         c.print(f"homogeneous baseline (analytic): {b.fleet}, ${b.cost_per_year / 1e3:,.0f}K/yr, "
-                f"{_num(b.axis_value, a.unit)} {a.unit}, {'dominated by the frontier' if f.baseline_dominated else 'not dominated'}",
+                f"{_num(b.axis_value, a.unit)} {a.unit}, "
+                f"{'dominated by the frontier' if f.baseline_dominated else 'not dominated'}",
                 markup=False)
     if f.recommended is not None:
         c.print(f"recommended: point {f.recommended + 1} ({f.recommended_reason}): {f.points[f.recommended].fleet}",
@@ -69,7 +70,7 @@ def render_frontier(c: Console, f: Frontier) -> None:
 
 
 def run_axes(instance: str, axes: str, points: int | None, overrides, json_out: str | None, csv_out: str | None,
-             console: Console, write_text, *, plot_out: str | None = None, backend: Backend = Backend(),
+             console: Console, write_text, *, plot_out: str | None = None, backend: Backend = Backend(),  # noqa: B008 frozen dataclass default
              quiet: bool = False) -> Frontier:
     """``pareto --axes``: parse, load, sweep on ``backend`` (progress on stderr unless ``quiet``), render (unless
     JSON or CSV goes to stdout), write, plot (:func:`fleetopt.optimizer.workflows.plots.plot_frontier`).

@@ -38,14 +38,16 @@ __all__ = ["gridflex"]
 @click.option("--replications", type=click.IntRange(1, 100), default=3, show_default=True,
               help="Independent event simulations per depth (the same streams at every depth).")
 @click.option("--seed", type=click.IntRange(0), default=0, show_default=True, help="Root of the replications' seeds.")
-@click.option("--set", "overrides", multiple=True, metavar="PATH=VALUE", help="Override an instance field (repeatable).")
+@click.option("--set", "overrides", multiple=True, metavar="PATH=VALUE",
+              help="Override an instance field (repeatable).")
 @click.option("--json", "json_out", metavar="FILE", help="Also write the result as JSON ('-' = stdout).")
 @click.option("--csv", "csv_out", metavar="FILE", help="Also write the depth rows as CSV ('-' = stdout).")
 @click.option("--format", "fmt", type=click.Choice(FORMATS), default="table", show_default=True, help="Text layout.")
 @click.option("--plot", "plot_out", metavar="FILE", help="Also draw power and P99 TTFT against the depth to FILE "
               "(.png or .svg; needs pip install 'fleetopt[plot]').")
 @_guard
-def gridflex(instance, fleet, depths, convention, event_minutes, analytic_only, replications, seed, overrides, json_out, csv_out, fmt, plot_out):
+def gridflex(instance, fleet, depths, convention, event_minutes, analytic_only, replications, seed, overrides,
+             json_out, csv_out, fmt, plot_out):
     """Demand response: the deepest reduction of the fleet's draw that keeps the SLO, sustained (analytic) and
     per event (simulated from the loaded steady state), with the levers that deliver each depth."""
     if json_out == "-" and csv_out == "-":

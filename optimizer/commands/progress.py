@@ -20,7 +20,8 @@ import sys
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Callable, Iterator, TextIO
+from typing import TextIO
+from collections.abc import Callable, Iterator
 
 __all__ = ["Reporter", "reporter", "QUIET_HELP"]
 

@@ -12,7 +12,8 @@ import click
 from rich.table import Table
 
 from fleetopt.optimizer.commands.progress import QUIET_HELP, reporter
-from fleetopt.optimizer.commands.workflows import CONTEXT_SETTINGS, PLOT_HELP, _console, _format_opt, _guard, _write_text
+from fleetopt.optimizer.commands.workflows import (CONTEXT_SETTINGS, PLOT_HELP, _console, _format_opt, _guard,
+                                                   _write_text)
 from fleetopt.optimizer.errors import InstanceError
 from fleetopt.optimizer.io.output import write_json
 from fleetopt.optimizer.commands.sim_flags import VERIFY_FLAGS, sim_options

@@ -173,7 +173,8 @@ def render_headroom(c: Console, h: Headroom) -> None:
     c.print(table)
     c.print(f"max arrival rate (analytic): {_rate(h.max_arrival_rate)} req/s, binding pool {h.binding_label or '-'}"
             f" ({h.limited_by or 'no limit found'}); max req/s: the largest rate each pool carries (analytic), "
-            f"@max+ one {h.tolerance_req_per_s:g} req/s step above it; {h.evaluations} analytic evaluations", markup=False)
+            f"@max+ one {h.tolerance_req_per_s:g} req/s step above it; {h.evaluations} analytic evaluations",
+            markup=False)
     if h.fleet_p99_limit is not None:
         c.print(f"fleet-wide P99 TTFT (slo.scope fleet) holds up to {_rate(h.fleet_p99_limit)} req/s", markup=False)
     if h.violations:

@@ -326,7 +326,8 @@ def _names(name: str, record) -> set[str]:
 def _spec_document(spec: ModelSpec) -> dict:
     """A model built from a config.json as a ``models.yaml`` entry (the fields ``catalog list`` shows)."""
     doc = {"family": spec.family, "attention": spec.attention, "layers": spec.layers,
-           "hidden_size": spec.hidden_size, "params_computed": spec.params, "active_params_computed": spec.active_params,
+           "hidden_size": spec.hidden_size, "params_computed": spec.params,
+           "active_params_computed": spec.active_params,
            "kv_bytes_per_token_fp16": spec.kv_bytes_per_token_fp16,
            "max_position_embeddings": spec.max_position_embeddings}
     if spec.moe is not None:

@@ -20,7 +20,8 @@ A figure is a JSON number, or null where it is infinite (an unstable queue) or u
 What a replica is
 -----------------
 ``gpus`` counts the GPUs a replica is priced and powered as, and the limits (``max_count``,
-``max_total_gpus``) count the same. For most profiles that is its physical GPUs (``gpus_per_replica`` = TP); a profile states both
+``max_total_gpus``) count the same. For most profiles that is its physical GPUs (``gpus_per_replica`` = TP); a
+profile states both
 (``gpus_per_replica``, ``physical_gpus_per_replica``).
 The seeds' calibrated A100/H100/B200 profiles are the exception: their latency and KV constants describe a
 TP=8 server, priced and powered as ONE GPU (``data/catalog/calibrated_profiles.yaml``). :func:`replica_unit`
@@ -495,7 +496,8 @@ class SolveDocument(Document):
     verified: bool | None = Field(description="null without --verify-top")
     provenance: dict
     candidates: _Candidates | None = Field(None, description="the candidate pools generated, feasible and kept")
-    cost_per_hr: float | None = Field(None, description="deprecated alias of analytic.cost_per_hr (null without a plan)")
+    cost_per_hr: float | None = Field(None,
+                                      description="deprecated alias of analytic.cost_per_hr (null without a plan)")
     cost_per_year: float | None = Field(None, description="deprecated alias of analytic.cost_per_year")
     total_replicas: int | None = Field(None, description="deprecated alias of analytic.total_replicas")
     total_gpus: int | None = Field(None, description="deprecated alias of analytic.total_gpus")

@@ -148,7 +148,8 @@ def read_plan(path: str | Path, plan: int | None = None, models: dict[str, str] 
     result with that plan.
     """
     read = read_solve_plan(path, plan, flag="--plan")
-    path, fail, field, label, chosen, instance = read.path, read.problem, read.field, read.label, read.plan, read.instance
+    path, fail, field, label = read.path, read.problem, read.field, read.label
+    chosen, instance = read.plan, read.instance
     prefix = dns_label(name or instance, 40)
     hf_ids, models = _hf_ids(), {k.lower(): v for k, v in (models or {}).items()}
     pools, warnings = [], []
@@ -218,7 +219,8 @@ def _pool(p, k: int, where: str, prefix: str, hf_ids: dict[str, str], models: di
 
 def _length_bands(pools: list[ExportPool]) -> list[RouteBand]:
     """A length plan: each pool's window is one band with one backend."""
-    return [RouteBand(p.min_tokens, p.max_tokens, ((p.service, 1.0),)) for p in sorted(pools, key=lambda q: q.min_tokens)]
+    return [RouteBand(p.min_tokens, p.max_tokens, ((p.service, 1.0),))
+            for p in sorted(pools, key=lambda q: q.min_tokens)]
 
 
 def _split_bands(routing, pools: list[ExportPool], where: str, fail) -> list[RouteBand]:
@@ -270,7 +272,8 @@ def _header(plan: ExportPlan, comment: str = "#") -> list[str]:
     lines = [f"{comment} fleetopt export: {plan.plan} of {plan.source} (instance {plan.instance}, "
              f"{plan.policy} routing, {len(plan.pools)} pool(s))",
              f"{comment} --max-model-len = pool window (tokens, prompt + output), --max-num-seqs = pool batch cap, "
-             "--tensor-parallel-size = physical GPUs per replica (the plan's physical_gpus_per_replica; before schema 2.1: gpus / replicas)"]
+             "--tensor-parallel-size = physical GPUs per replica (the plan's physical_gpus_per_replica; "
+             "before schema 2.1: gpus / replicas)"]
     return lines + [f"{comment} warning: {w}" for w in plan.warnings]
 
 
@@ -375,6 +378,7 @@ def yaml_documents(docs: list[dict]) -> str:
 
 def write_text(text: str, target: str | Path, protect: tuple[Path, ...] = (), flag: str = "-o",
                mode: int = TEXT_MODE) -> None:
-    """Write ``text`` atomically, never over the plan file being exported (:func:`fleetopt.optimizer.io.output.write_text`);
+    """Write ``text`` atomically, never over the plan file being exported
+    (:func:`fleetopt.optimizer.io.output.write_text`);
     ``mode``: a new file's mode before the umask (:data:`fleetopt.optimizer.io.output.SCRIPT_MODE` for a script)."""
     _write(text, target, flag, protect, mode)

@@ -5,7 +5,8 @@ An entry names exactly one of: a calibrated ``profile`` from the catalogue, a
 relative to the instance file's folder: :mod:`fleetopt.optimizer.io.measurements`),
 or ``hardware`` + ``model`` (a catalogue model) or ``hardware`` + ``model_config`` (a Hugging Face
 ``config.json``, resolved relative to the instance file's folder: :mod:`fleetopt.optimizer.io.hf_config`)
-with a serving config, from which a roofline profile is built. Catalogue names are looked up case-insensitively and never replaced
+with a serving config, from which a roofline profile is built. Catalogue names are looked up case-insensitively
+and never replaced
 by a default; a price override, the GPU counts and the context window are
 checked against the profile. Every problem is added to a
 :class:`~fleetopt.optimizer.io.schema.Problems`; :mod:`fleetopt.optimizer.io.instance` turns the
@@ -90,7 +91,8 @@ def _computed_profile(raw: RawGpu, catalog: Catalog, prefix: str, problems: Prob
                "kv_layout": raw.kv_layout, "chunk_tokens": raw.chunk, "moe_w": raw.moe_w}
     if raw.moe_w == "layer-table":
         if not model.is_moe:
-            problems.add(f"{prefix}.moe_w", f"'layer-table' applies to a mixture-of-experts model; {model.name} is dense")
+            problems.add(f"{prefix}.moe_w",
+                         f"'layer-table' applies to a mixture-of-experts model; {model.name} is dense")
             return None
         options["moe_table"] = catalog.moe_latency_table
     try:

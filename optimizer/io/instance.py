@@ -167,7 +167,7 @@ class SLO:
         return (f"{self.ttft_sizing_s * MS_PER_S:,.0f} ms (the {slo_ms:,.0f} ms SLO less its "
                 f"{100 * self.ttft_margin:g} % margin)")
 
-    def without_margin(self) -> "SLO":
+    def without_margin(self) -> SLO:
         """This SLO sized to its own value (``ttft_margin`` 0): what a plan checked in simulation is sized to."""
         return replace(self, ttft_margin=0.0)
 
@@ -336,7 +336,8 @@ def _cross_field_problems(data: dict, workload, problems: Problems) -> None:
         for k, g in enumerate(comp.gammas):
             if g >= limit:
                 problems.add(f"pools.compress.gammas[{k}]", f"{g:g} is too large: with input_fraction "
-                             f"{workload.input_fraction:g} the outputs alone would fill the window; allowed: < {limit:g}")
+                             f"{workload.input_fraction:g} the outputs alone would fill the window; "
+                             f"allowed: < {limit:g}")
     for k, g in enumerate(raw.gpus):
         if g.max_pools is not None and g.min_pools > g.max_pools:
             problems.add(f"gpus[{k}].min_pools", f"{g.min_pools} exceeds max_pools {g.max_pools}")

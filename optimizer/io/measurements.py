@@ -379,7 +379,8 @@ def _check_identity(path: Path, row: int, get: dict, identity: _Identity, catalo
         identity.check("dtype", dtype, where, lambda m: problems.cell(path, row, "dtype", m))
     tp = _number(get["tp"], whole=True)
     if tp not in _TP_VALUES:
-        problems.cell(path, row, "tp", f"{get['tp'].strip()!r} is not allowed; choose {', '.join(map(str, _TP_VALUES))}")
+        problems.cell(path, row, "tp",
+                      f"{get['tp'].strip()!r} is not allowed; choose {', '.join(map(str, _TP_VALUES))}")
     else:
         identity.check("tp", tp, where, lambda m: problems.cell(path, row, "tp", m))
 

@@ -188,8 +188,8 @@ def apply_overrides(data: Mapping, overrides: Sequence[str], path=None) -> dict:
 
     The value is parsed as YAML, so ``8``, ``0.5``, ``true`` and ``[1, 2]`` keep
     their types. Items of ``gpus`` are addressed by their ``name``, items of
-    other lists by index (``gpus.0.profile`` or ``gpus[0].profile``). A new key is allowed here; validation later rejects
-    it if the schema does not know it.
+    other lists by index (``gpus.0.profile`` or ``gpus[0].profile``). A new key is allowed here; validation later
+    rejects it if the schema does not know it.
 
     Raises
     ------

@@ -68,7 +68,8 @@ from fleetopt.optimizer.io.measurements import DECODE_COLUMNS, DECODE_OPTIONAL, 
 from fleetopt.optimizer.io.output import write_text
 
 __all__ = ["PROBE_CONTEXTS", "PROBE_PROMPTS", "DECODE_REPEATS", "PREFILL_REPEATS", "WARMUP_REPLAYS",
-           "POWER_WARMUP_S", "POWER_WINDOW_S", "IDLE_WINDOW_S", "IDLE_SETTLE_S", "DTYPE_BYTES", "ModelShape", "ProbeGrid",
+           "POWER_WARMUP_S", "POWER_WINDOW_S", "IDLE_WINDOW_S", "IDLE_SETTLE_S", "DTYPE_BYTES", "ModelShape",
+           "ProbeGrid",
            "ProbeSettings", "DecodeRecord", "PrefillRecord", "ProbeResult", "ProbeBackend", "NumpyBackend",
            "probe_grid", "run_probe", "measure", "probe_stem", "probe_files", "write_probe_files", "decoder_shapes",
            "decoder_weights", "numpy_attention", "numpy_forward"]
@@ -117,7 +118,7 @@ class ModelShape:
             raise ValueError(f"model shape: heads ({self.heads}) must be a multiple of kv_heads ({self.kv_heads})")
 
     @classmethod
-    def of(cls, model: ModelSpec) -> "ModelShape":
+    def of(cls, model: ModelSpec) -> ModelShape:
         """The shape of a catalogue model (its ``config.json`` figures)."""
         return cls(model.layers, model.hidden_size, model.attention_heads, model.kv_heads, model.head_dim,
                    model.intermediate_size, model.vocab_size)
@@ -380,7 +381,7 @@ def run_probe(backend: ProbeBackend, settings: ProbeSettings, grid: ProbeGrid, s
               progress: Callable[[str], None] | None = None, clock=time.perf_counter, sleep=time.sleep, *,
               warn: Callable[[str], None] | None = None, meta: dict | None = None,
               done: tuple[Sequence[DecodeRecord], Sequence[PrefillRecord]] = ((), ()),
-              on_update: Callable[["ProbeResult"], None] | None = None) -> ProbeResult:
+              on_update: Callable[[ProbeResult], None] | None = None) -> ProbeResult:
     """Measure the points of ``grid`` on ``backend`` (module docstring, "Protocol"); ``progress(message)`` after
     each point.
 

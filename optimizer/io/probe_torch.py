@@ -103,7 +103,7 @@ class TorchBackend:
     def forward(self, x, caches: list, pos: int):
         """:func:`fleetopt.optimizer.io.probe.numpy_forward` in torch: ``x`` (B, T, d), caches of (B, H_kv, Tmax,
         dh); returns the last token's logits."""
-        torch, F = self.torch, self.torch.nn.functional
+        F = self.torch.nn.functional
         s = self.shape
         h, kv, dh = s.heads, s.kv_heads, s.head_dim
         B, T, d = x.shape

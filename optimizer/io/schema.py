@@ -123,7 +123,8 @@ _Utilization = Annotated[float, Field(ge=MIN_MAX_UTILIZATION, le=1, allow_inf_na
 _Availability = Annotated[float, Field(ge=MIN_AVAILABILITY, le=1, allow_inf_nan=False)]
 _GpuPrice = Annotated[float, Field(gt=0, le=MAX_COST_PER_HR, allow_inf_nan=False)]
 _RANGES = {
-    ("constraints", "max_utilization"): f"allowed: {MIN_MAX_UTILIZATION:g} to 1 (a share of capacity, not a percentage)",
+    ("constraints", "max_utilization"): (f"allowed: {MIN_MAX_UTILIZATION:g} to 1 "
+                                         "(a share of capacity, not a percentage)"),
     ("gpus", "availability"): f"allowed: {MIN_AVAILABILITY:g} to 1 (the share of time a GPU is up)",
     ("gpus", "cost_per_hr"): f"allowed: above 0, up to {MAX_COST_PER_HR:,.0f} $/hr per GPU",
 }

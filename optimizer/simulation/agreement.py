@@ -43,7 +43,7 @@ import math
 import tempfile
 import time
 from dataclasses import dataclass, replace
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 
 import numpy as np
@@ -220,7 +220,7 @@ class RatioSummary:
 # --------------------------------------------------------------------------------------------
 
 
-@lru_cache(maxsize=None)
+@cache
 def _workload_lengths(workload: str) -> LengthDistribution | RequestTrace:
     """The bundled workload's lengths (read once per process), untruncated."""
     from fleetopt.optimizer.io.schema import Problems, RawWorkload
@@ -353,7 +353,8 @@ def draw_pool(rng: np.random.Generator, workloads=WORKLOADS, gpu_choices=GPU_CHO
     lo_u, hi_u = UTILIZATION_BAND
     if not (lo_u <= analytic.utilization <= hi_u and math.isfinite(analytic.ttft_p99_ms)):
         return None
-    return SampledPool(workload, inst.gpus[0].profile.name, lo, hi, replicas, float(inst.workload.arrival_rate_req_per_s),
+    return SampledPool(workload, inst.gpus[0].profile.name, lo, hi, replicas,
+                       float(inst.workload.arrival_rate_req_per_s),
                        float(analytic.utilization), share, sim_seed, spec, inst, analytic)
 
 
@@ -429,7 +430,7 @@ def _metric(analytic: float, simulated: float, ci=None) -> MetricAgreement:
     return MetricAgreement(float(analytic), float(simulated), ci, _ratio(float(analytic), float(simulated)))
 
 
-def measure_pool(pool: SampledPool, options: SimOptions = agreement_options()) -> PoolAgreement:
+def measure_pool(pool: SampledPool, options: SimOptions = agreement_options()) -> PoolAgreement:  # noqa: B008 frozen dataclass default
     """Simulate one drawn pool (seed: the pool's own ``sim_seed``) and set its four metrics side by side.
 
     Parameters
@@ -457,7 +458,7 @@ def measure_pool(pool: SampledPool, options: SimOptions = agreement_options()) -
                          time.perf_counter() - t0)
 
 
-def run_agreement(n_pools: int, rng: np.random.Generator, options: SimOptions = agreement_options(), *,
+def run_agreement(n_pools: int, rng: np.random.Generator, options: SimOptions = agreement_options(), *,  # noqa: B008 frozen dataclass default
                   workloads=WORKLOADS, gpu_choices=GPU_CHOICES, progress=None,
                   workers: int = 1) -> tuple[PoolAgreement, ...]:
     """Draw ``n_pools`` pools (:func:`sample_pools`) and measure each (:func:`measure_pool`).

@@ -266,7 +266,7 @@ class SimOptions:
         return asdict(self)
 
     @classmethod
-    def from_json(cls, data: dict) -> "SimOptions":
+    def from_json(cls, data: dict) -> SimOptions:
         """The record of :meth:`to_json`'s mapping (missing fields take their defaults; unknown ones are an error)."""
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(data) - known)

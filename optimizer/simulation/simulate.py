@@ -131,7 +131,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass, replace
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 
@@ -219,7 +219,8 @@ _DISPATCH = {"jsq": JoinShortestQueue, "round-robin": RoundRobin, "least-queue":
 
 
 def plans_from_spec(instance: Instance, text: str, field: str = "--fleet") -> list[PoolPlan]:
-    """The pools of a ``--fleet`` spec (:func:`fleetopt.optimizer.plan.evaluate.parse_fleet`); no ``xN`` = sized later."""
+    """The pools of a ``--fleet`` spec (:func:`fleetopt.optimizer.plan.evaluate.parse_fleet`); no ``xN`` = sized
+    later."""
     out = []
     for lo, hi, gpu, replicas, gamma, seqs in parse_fleet(text, instance, field).pools:
         g = instance.gpu(gpu)
@@ -275,7 +276,7 @@ class _RunSpec:
     """A thin pool's dedicated run (module docstring, "Thin pools"): simulate only the requests routed to it."""
 
 
-def simulate_plan(instance: Instance, pools: list[PoolPlan], options: SimOptions = SimOptions(), *,
+def simulate_plan(instance: Instance, pools: list[PoolPlan], options: SimOptions = SimOptions(), *,  # noqa: B008 frozen dataclass default
                   routing: SplitRouting | None = None, split_shares=None,
                   progress: Callable[[int, int], None] | None = None, keep_requests: bool = False) -> SimReport:
     """Simulate a fleet plan and report simulated latencies, SLO attainment and power with 95 % intervals.
@@ -600,7 +601,8 @@ def _replication(spec: _RunSpec, n: int, rng: np.random.Generator) -> Replicatio
         unfinished=(res.outcome == Outcome.UNFINISHED)[keep], rejected=(res.outcome == Outcome.REJECTED)[keep],
         utilization=res.pool_utilization * live, mean_batch=res.pool_mean_batch * live,
         power_w=res.pool_mean_power_w * live,
-        preemptions=res.preemptions, spilled=res.spilled, replicas_up=up, batch_cap=np.array([p.max_num_seqs for p in pools]),
+        preemptions=res.preemptions, spilled=res.spilled, replicas_up=up,
+        batch_cap=np.array([p.max_num_seqs for p in pools]),
         energy_j=np.bincount(res.replica_pool, res.replica_energy_j, len(spec.pools)) * live,
         output_tokens_done=np.bincount(res.pool[in_window], res.output_tokens[in_window], len(spec.pools)),
         tokens_done=np.bincount(res.pool[in_window], res.prompt_tokens[in_window] + res.output_tokens[in_window],
@@ -697,7 +699,8 @@ def _thin_pool_runs(spec: _RunSpec, report: SimReport, replications: int) -> Sim
             continue
         own_spec = replace(spec, only_pool=k, warmup_floor_s=2.0 * a.relaxation_s)
         seed = int(np.random.SeedSequence([int(o.seed), _THIN_SEED_KEY, k]).generate_state(1)[0])
-        runs = replicate(lambda rng: _replication(own_spec, per_rep, rng), seed, replications).results
+        runs = replicate(lambda rng, own_spec=own_spec, per_rep=per_rep: _replication(own_spec, per_rep, rng), seed,
+                         replications).results
         own = build_report(spec.instance, spec.analytic, runs, p99_estimate([r.ttft_s for r in runs]), o,
                            replications=replications, stopped_by="requests", requests_simulated=0,
                            relaxation_s=0.0, routing_source=None, wall_s=0.0).pools[k]
@@ -716,14 +719,14 @@ def _thin_pool_runs(spec: _RunSpec, report: SimReport, replications: int) -> Sim
     return rejudged(report, tuple(pools), tuple(notes), spec.instance.slo)
 
 
-def simulate_solved_plan(instance: Instance, plan, options: SimOptions = SimOptions(), *,
+def simulate_solved_plan(instance: Instance, plan, options: SimOptions = SimOptions(), *,  # noqa: B008 frozen dataclass default
                          progress: Callable[[int, int], None] | None = None) -> SimReport:
     """Simulate a plan of :func:`fleetopt.optimizer.plan.solve.solve_instance` (its pools and, for a split plan, its
     routing ``plan.routing``); with ``options.router="auto"`` (default) under the router it was planned for."""
     return simulate_pools(instance, plans_from_fleet(instance, plan.fleet), plan.routing, options, progress=progress)
 
 
-def simulate_pools(instance: Instance, pools: list, routing=None, options: SimOptions = SimOptions(), *,
+def simulate_pools(instance: Instance, pools: list, routing=None, options: SimOptions = SimOptions(), *,  # noqa: B008 frozen dataclass default
                    progress: Callable[[int, int], None] | None = None) -> SimReport:
     """Simulate pools (``fleetopt.models.fleet.PoolPlan`` with replica counts) and a split plan's ``routing`` (or
     None); with ``options.router="auto"`` (default) under the router they were planned for

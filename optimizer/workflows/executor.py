@@ -317,7 +317,7 @@ class ResultLog:
 
     @classmethod
     def open(cls, path: str | Path, header: Mapping, *, resume: bool = False, flag: str = "--out",
-             stale_keys: Sequence[str] = ()) -> tuple["ResultLog", dict[str, dict]]:
+             stale_keys: Sequence[str] = ()) -> tuple[ResultLog, dict[str, dict]]:
         """Open ``path`` for a run described by ``header`` (a JSON-able mapping) and return the log with the
         records already finished (``{key: record}``; empty unless resuming).
 
@@ -367,7 +367,7 @@ class ResultLog:
     def close(self) -> None:
         self._handle.close()
 
-    def __enter__(self) -> "ResultLog":
+    def __enter__(self) -> ResultLog:
         return self
 
     def __exit__(self, *exc) -> None:

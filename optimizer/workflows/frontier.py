@@ -95,7 +95,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 
@@ -527,7 +527,7 @@ def _cap_text(axis: Axis, cap: float) -> str:
 
 
 def frontier(instance: Instance, axis: Axis | str, *, points: int | None = None, threads: int | None = None,
-             time_limit_s: float | None = None, backend: Backend = Backend(),
+             time_limit_s: float | None = None, backend: Backend = Backend(),  # noqa: B008 frozen dataclass default
              on_step: Callable[[str], None] | None = None) -> Frontier:
     """The exact trade-off curve of ``instance``'s least cost against ``axis`` (module docstring).
 

@@ -69,9 +69,11 @@ One simulator run per replication (:func:`event_replication`, :func:`fleetopt.so
 
 1. *Warm-up*: the uncapped fleet (under the delivered convention: without the row's replicas out of service,
    which are absent from the whole run, so the pool is at least as loaded at :math:`t_0` as when they leave at
-   :math:`t_0`; their own drain is not simulated) serves the instance's Poisson stream from empty on :math:`[0, t_0)`, length
+   :math:`t_0`; their own drain is not simulated) serves the instance's Poisson stream from empty on
+   :math:`[0, t_0)`, length
    routing, JSQ dispatch (:math:`t_0 = \max(` :data:`WARMUP_RELAXATIONS` :math:`\tau,` :data:`WARMUP_MIN_S`
-   :math:`)`, :math:`\tau` the largest pool relaxation time of the rows' uncapped warm-up fleets, ``PoolResult.relaxation_s``):
+   :math:`)`, :math:`\tau` the largest pool relaxation time of the rows' uncapped warm-up fleets,
+   ``PoolResult.relaxation_s``):
    the loaded steady state.
 2. *Event*: at :math:`t_0` every replica of pool :math:`p` gets the batch cap :math:`n_p(d)`
    (:class:`fleetopt.solvers.des.state.CapChange`), in the same run. As in vLLM's scheduler, the cap gates
@@ -134,7 +136,8 @@ from fleetopt.optimizer.simulation.options import EngineOptions, engine_pools
 from fleetopt.optimizer.simulation.records import p99_estimate
 from fleetopt.optimizer.workflows.headroom import fixed_pools
 
-__all__ = ["SCHEMA_VERSION", "DEFAULT_DEPTHS_PCT", "CONVENTIONS", "DELIVERED_LABEL", "SEED_LABEL", "WARMUP_RELAXATIONS", "WARMUP_MIN_S", "TAIL_SLOS", "EVENT_MODEL",
+__all__ = ["SCHEMA_VERSION", "DEFAULT_DEPTHS_PCT", "CONVENTIONS", "DELIVERED_LABEL", "SEED_LABEL", "WARMUP_RELAXATIONS",
+           "WARMUP_MIN_S", "TAIL_SLOS", "EVENT_MODEL",
            "PoolDepth", "DepthRow", "GridFlex", "cap_under", "parse_depths", "drain_s", "event_replication", "gridflex"]
 
 from fleetopt.optimizer.io.contract import SCHEMA_VERSION  # noqa: E402 (one contract version)

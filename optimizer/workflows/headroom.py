@@ -63,7 +63,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass, replace
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 
@@ -78,7 +78,8 @@ from fleetopt.optimizer.plan.solve import SolveOptions, solve_instance
 from fleetopt.optimizer.simulation.options import SimOptions
 
 __all__ = ["SCHEMA_VERSION", "RATE_TOLERANCE_REQ_PER_S", "MAX_RATE_REQ_PER_S", "SIM_BRACKET_FACTOR",
-           "SIM_BRACKET_STEPS", "SIM_RULE", "PoolLimit", "SimProbe", "PoolSimLimit", "SimLimit", "Headroom", "RangePoint",
+           "SIM_BRACKET_STEPS", "SIM_RULE", "PoolLimit", "SimProbe", "PoolSimLimit", "SimLimit", "Headroom",
+           "RangePoint",
            "FleetStep", "StepSchedule", "at_rate", "fixed_pools", "headroom", "simulated_limit", "fleet_steps",
            "parse_range", "MAX_RANGE_POINTS"]
 
@@ -563,7 +564,7 @@ def _point(instance: Instance, lam: float, options: SolveOptions) -> RangePoint:
                       tuple((p.min_tokens, p.max_tokens, p.gpu, p.replicas) for p in f.pools))
 
 
-def fleet_steps(instance: Instance, lo: float, hi: float, options: SolveOptions = SolveOptions()) -> StepSchedule:
+def fleet_steps(instance: Instance, lo: float, hi: float, options: SolveOptions = SolveOptions()) -> StepSchedule:  # noqa: B008 frozen dataclass default
     """The steps of the least-cost fleet over the rates ``lo + k`` in ``[lo, hi]`` and ``hi`` (module docstring).
 
     Raises

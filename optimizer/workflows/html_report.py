@@ -25,7 +25,7 @@ from __future__ import annotations
 import html
 import math
 import re
-from typing import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from fleetopt.optimizer.errors import InstanceError
 
@@ -337,7 +337,8 @@ def _solve(q: Mapping, sim: Mapping | None, figs: _Figures, prov: list) -> str:
         out.append("<h2>Homogeneous baseline</h2>")
         bp = (b.get("pools") or [{}])
         rows = [f'<td>{_e(", ".join(_pool_name(p) for p in bp if p))}</td>' + _td(b.get("total_replicas"), ",d")
-                + _td(b.get("cost_per_year"), ",.0f") + _td(b.get("power_kw"), ",.2f") + _td(b.get("tok_per_watt"), ",.2f")
+                + _td(b.get("cost_per_year"), ",.0f") + _td(b.get("power_kw"), ",.2f")
+                + _td(b.get("tok_per_watt"), ",.2f")
                 + _td(b.get("ttft_p99_ms"), ",.1f", none="unbounded") + _verdict(b.get("slo_met"))
                 + _td(None if not b.get("cost_per_year") else
                       100 * (1 - q["cost_per_year"] / b["cost_per_year"]), "+.1f")]
@@ -425,7 +426,8 @@ def _simulate(s: Mapping, figs: _Figures, prov: list, heading: bool = True) -> s
     out.append(_table(["tokens", "gpu", "replicas", "P99 TTFT ms analytic", "P50 ms sim", "P90 ms sim",
                        "P99 ms sim", "95 % interval ms", "attain %", "power W sim", "requests", "SLO sim",
                        "profile quality"], rows,
-                      f"'analytic' columns: the analytic model (ttft_model {s.get('ttft_model', '?')}); the rest {src}"))
+                      f"'analytic' columns: the analytic model (ttft_model {s.get('ttft_model', '?')}); "
+                      f"the rest {src}"))
     for note in s.get("notes") or []:
         out.append(f'<p class="src">note: {_e(note)}</p>')
     out.append(figs.add("simulated TTFT per pool (quantiles P50/P90/P99 and the P99 interval; the JSON holds no "
@@ -442,7 +444,8 @@ def _split_table(t: Mapping, figs: _Figures, prov: list) -> str:
     for k, r in enumerate(t["rows"]):
         rec = k == t.get("recommended")
         rows.append(_td(r.get("boundary_tokens"), ",d") + _td(100 * _num(r.get("share_short")), ".1f")
-                    + _td(r.get("replicas_short"), "d") + _td(r.get("replicas_long"), "d") + _td(r.get("total_gpus"), "d")
+                    + _td(r.get("replicas_short"), "d") + _td(r.get("replicas_long"), "d")
+                    + _td(r.get("total_gpus"), "d")
                     + _td(r.get("cost_per_year"), ",.0f") + _td(r.get("saving_pct"), "+.1f")
                     + _td(r.get("ttft_p99_ms_short"), ",.1f", none="unbounded")
                     + _td(r.get("ttft_p99_ms_long"), ",.1f", none="unbounded") + _verdict(r.get("slo_met"))

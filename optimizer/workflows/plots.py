@@ -51,7 +51,8 @@ import math
 import os
 import sys
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any
+from collections.abc import Callable, Mapping, Sequence
 
 from fleetopt.optimizer.errors import InstanceError
 from fleetopt.optimizer.io.output import check_target as output_target
@@ -604,7 +605,7 @@ def ttft_figure(result, samples_ms: Mapping[str, Sequence[float]] | None = None)
         return fig
     entries = [(_pool_label(p), p) for p in pools] + [("fleet", s)]
     q_style = (("p50", "o", "#9ecae1"), ("p90", "s", "#4292c6"), ("p99", "D", _MET))
-    for k, (label, p) in enumerate(entries):
+    for k, (_label, p) in enumerate(entries):
         t = ((p.get("latency_ms") or {}).get("ttft") or {})
         xs = [_inf(t.get(q)) for q, _, _ in q_style]
         for (q, marker, color), x in zip(q_style, xs):

@@ -94,7 +94,7 @@ class RhoPoint:
     slo_met: bool
 
     @classmethod
-    def of(cls, rho, fleet_rate: float, p: PoolResult) -> "RhoPoint":
+    def of(cls, rho, fleet_rate: float, p: PoolResult) -> RhoPoint:
         return cls(rho, fleet_rate, p.arrival_rate, p.utilization, p.mean_batch, p.power_w, p.output_tok_per_s,
                    p.tok_per_watt, usd_per_mtok(p.cost_per_hr, p.output_tok_per_s), p.cost_per_hr, p.ttft_p99_ms,
                    bool(p.slo_met))

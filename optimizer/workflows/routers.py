@@ -108,7 +108,7 @@ def stream_digest(instance: Instance, options: SimOptions, requests_per_replicat
     return h.hexdigest()
 
 
-def compare_routers(instance: Instance, fleet: str, routers, options: SimOptions = SimOptions(), *,
+def compare_routers(instance: Instance, fleet: str, routers, options: SimOptions = SimOptions(), *,  # noqa: B008 frozen dataclass default
                     spill_bound: int | None = None, progress=None) -> RouterComparison:
     """Simulate ``fleet`` once per router of ``routers`` with ``options`` (its ``router`` is replaced; module
     docstring); ``spill_bound`` is the spillover run's (None: the default). ``progress(router)`` is called

@@ -595,7 +595,7 @@ def _changed_inputs(old: Mapping, new: Mapping) -> str:
     return "; ".join(parts) or "its inputs changed"
 
 
-def run_whatif(path: str | Path, sets: Sequence[str], sweep_texts: Sequence[str], *, backend: Backend = Backend(),
+def run_whatif(path: str | Path, sets: Sequence[str], sweep_texts: Sequence[str], *, backend: Backend = Backend(),  # noqa: B008 frozen dataclass default
                sim_options: SimOptions | None = None, time_limit_s: float | None = None,
                out: str | Path | None = None, resume: bool = False,
                on_step: Callable[[str], None] | None = None,
