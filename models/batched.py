@@ -501,6 +501,7 @@ def _spectral_dispersion(traffic: BatchedTraffic, lam_r, use, fallback) -> np.nd
     idx = np.flatnonzero(use)
     if not idx.size:
         return fallback
+    assert traffic.count_spectra is not None     # the caller's condition
     G, R, Wh, Q, P = np.moveaxis(traffic.count_spectra[idx], 1, 0)
     F = count_dispersion(G, R.real, Wh, Q, P.real, lam_r[idx], traffic.W_s, traffic.mean_iterations[idx],
                          traffic.mean_work[idx])
@@ -971,6 +972,7 @@ def _miss_block(t, probs, k, own, T_busy, T_full, p_idle, p_full, theta, W_s: fl
     lumpy = np.flatnonzero(lump_share > 0) if lump_share is not None else np.zeros(0, dtype=int)
     busy = (1.0 - np.clip((tt - start) / T_busy[:, None, :], 0.0, 1.0)) @ weights
     if lumpy.size:
+        assert lump is not None and lump_share is not None and lam_r is not None   # lumpy is empty without them
         # The residual iteration may carry a prefill lump (prefill_lumps), and the requests that arrive during
         # the residual join the first iteration with theirs (coarrival_exceed_prob).
         x0 = tt[lumpy] - start[lumpy]
@@ -990,7 +992,7 @@ def _miss_block(t, probs, k, own, T_busy, T_full, p_idle, p_full, theta, W_s: fl
         th = theta[waits][:, None, None]
         sw = 1.0 if scv is None else scv[waits][:, None, None]
         full = waited_exceed_prob(tt[waits], k[None, :, None] * T + own[waits][:, :, None], g * T, th, sw) @ weights
-        if lumpy.size and np.any(lump_share[waits] > 0):
+        if lumpy.size and lump is not None and lump_share is not None and np.any(lump_share[waits] > 0):
             f = lump_share[waits][:, None]
             full_lump = waited_exceed_prob(tt[waits], k[None, :, None] * T + own[waits][:, :, None],
                                            g * (T + lump[waits][:, None, None]), th, sw) @ weights
@@ -1109,6 +1111,7 @@ def mean_activity_power_w(power, traffic: BatchedTraffic, op: OperatingPoint) ->
     lam_r = traffic.arrival_rate / np.maximum(op.replicas, 1.0)
     work = lam_r * traffic.mean_work
     kv = lam_r * (traffic.mean_work if traffic.mean_kv_work is None else traffic.mean_kv_work)
+    assert op.busy_fraction is not None, "mean_activity_power_w needs an operating point with busy_fraction"
     fb = np.clip(op.busy_fraction, 0.0, 1.0)
     pf = lam_r * traffic.prompt_compute_s
     decode_compute = np.maximum(work - kv - pf, 0.0)

@@ -19,6 +19,7 @@ Every number here is *analytic*; the report layer labels it so.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from functools import singledispatch
 
@@ -336,7 +337,7 @@ def _evaluate_pool(raw, plan: PoolPlan, arrival_rate: float, level: ServiceLevel
 
 @singledispatch
 def _evaluate_under(model: TTFTModel, s, plan: PoolPlan, lam: float, cap: int, full: int, tpot: float,
-                    tpot_ok: bool, level: ServiceLevel):
+                    tpot_ok: bool, level: ServiceLevel) -> tuple[PoolResult, tuple[Callable[[float], float], float]]:
     """One pool under ``model`` (:func:`_evaluate_pool`): one registered implementation per kind of model."""
     raise NotImplementedError(f"no pool evaluation for the TTFT model {model!r}")
 
@@ -353,7 +354,7 @@ def _replicas(model: TTFTModel, traffic, plan: PoolPlan, level: ServiceLevel) ->
         z = model.min_replicas(traffic, target, level.max_utilization)
         if z.feasible[0]:
             break
-    return inflate_for_availability(int(z.replicas[0]), plan.availability)
+    return int(inflate_for_availability(int(z.replicas[0]), plan.availability))
 
 
 @_evaluate_under.register
@@ -394,8 +395,9 @@ def _evaluate_pool_slots(model: SlotModel, s, plan: PoolPlan, lam: float, cap: i
         cost_per_hr=replicas * plan.profile.cost_usd_per_hr, slo_met=slo_met and util < 1.0 and tpot_ok,
         utilization_ok=util_ok,
         miss_reason=(_miss_reason(full, lam, util, ttft, floor, level) if cap >= 1 or full < 1 else "")
-        or ("" if tpot_ok else f"TPOT bound {tpot * MS_PER_S:,.1f} ms at batch cap {max(cap, 1)} "
-                               f"exceeds the {level.tpot_p99_s * MS_PER_S:,.0f} ms SLO"),
+        or ("" if tpot_ok or level.tpot_p99_s is None
+            else f"TPOT bound {tpot * MS_PER_S:,.1f} ms at batch cap {max(cap, 1)} "
+                 f"exceeds the {level.tpot_p99_s * MS_PER_S:,.0f} ms SLO"),
     ), (_first(model.miss_function(traffic, [replicas])), ttft)
 
 
@@ -457,8 +459,9 @@ def _evaluate_pool_batched(model: BatchedModel, s, plan: PoolPlan, lam: float, c
         tok_per_watt=out_tps / power if power > 0 else 0.0, cost_per_hr=replicas * plan.profile.cost_usd_per_hr,
         slo_met=slo_met and util < 1.0 and tpot_ok, utilization_ok=util_ok,
         miss_reason=(_miss_reason(full, lam, util, ttft, pf99, level, load) if cap >= 1 or full < 1 else "")
-        or ("" if tpot_ok else f"TPOT bound {tpot * MS_PER_S:,.1f} ms at batch cap {max(cap, 1)} "
-                               f"exceeds the {level.tpot_p99_s * MS_PER_S:,.0f} ms SLO"))
+        or ("" if tpot_ok or level.tpot_p99_s is None
+            else f"TPOT bound {tpot * MS_PER_S:,.1f} ms at batch cap {max(cap, 1)} "
+                 f"exceeds the {level.tpot_p99_s * MS_PER_S:,.0f} ms SLO"))
     reps = [replicas]
     if live and op.stable[0]:
         result = replace(result, relaxation_s=float(op.residence_s[0] * (1.0 + traffic.cv2_iterations[0])

@@ -124,6 +124,7 @@ class CalibratedProfile:
                      "max_slots", "gpus_per_replica"):
             if not getattr(self, attr) >= 1:
                 raise ValueError(f"profile {self.name}: {attr} must be >= 1; got {getattr(self, attr)}")
+        assert self.physical_gpus_per_replica is not None     # set above
         if not self.physical_gpus_per_replica >= self.gpus_per_replica:
             raise ValueError(f"profile {self.name}: physical_gpus_per_replica must be >= gpus_per_replica "
                              f"{self.gpus_per_replica}; got {self.physical_gpus_per_replica}")

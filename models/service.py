@@ -156,7 +156,7 @@ class DecodePower:
         return out if out.ndim else float(out)
 
 
-def decode_power_curve(profile: ServingProfile, context_tokens: float):
+def decode_power_curve(profile: ServingProfile, context_tokens: float | np.ndarray):
     """The profile's power as a function of the batch: its :class:`~fleetopt.models.power.PowerCurve`, or for an
     activity power model (:class:`~fleetopt.models.power.ActivityPower`) the power of decode steps at
     ``context_tokens`` of context per sequence (:class:`DecodePower`). For the places that know only a batch

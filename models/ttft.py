@@ -42,48 +42,62 @@ class TTFTModel(Protocol):
     warm_start: bool
     """:meth:`min_replicas` honours ``at_least`` (a search started at a known lower bound), which
     :class:`fleetopt.optimizer.plan.candidates.SizingCache` and a tightening frontier rely on."""
-    split_point_model: str
-    """The slot model (:data:`fleetopt.models.queueing.TTFT_MODELS`) whose Erlang-C operating points, linear in
-    the routed rates, stand in for this model in the split-routing MIP."""
+    @property
+    def split_point_model(self) -> str:
+        """The slot model (:data:`fleetopt.models.queueing.TTFT_MODELS`) whose Erlang-C operating points,
+        linear in the routed rates, stand in for this model in the split-routing MIP."""
+        ...
+
     simulation_note: str
     """A line for a simulation report where the model's P99 is not the simulated quantity ('' if it is)."""
 
-    def traffic(self, stats, arrival_rate, cap=None):
+    def traffic(self, stats, arrival_rate, cap=None) -> SlotTraffic | BatchedTraffic:
         """The model's view of pools with segment statistics ``stats`` and arrival rates ``arrival_rate``
         (req/s); ``cap``: batch cap per replica (default ``stats.n_slots``)."""
+        ...
 
     def min_replicas(self, traffic, slo_s, rho_max: float, at_least=None) -> Sizing:
         """Least replica counts meeting the P99 target ``slo_s`` under the utilisation cap ``rho_max`` (a pool
         without traffic needs one)."""
+        ...
 
     def miss_probability(self, t_s, traffic, replicas) -> np.ndarray:
         """:math:`P(T > t)` per pool at ``replicas`` (1 where unstable, 0 without traffic)."""
+        ...
 
     def miss_function(self, traffic, replicas) -> Callable[[float], np.ndarray]:
         """:math:`t \\mapsto P(T > t)` per pool at ``replicas``, for a search over :math:`t`."""
+        ...
 
     def p99_ttft_s(self, traffic, replicas) -> np.ndarray:
         """P99 TTFT per pool at ``replicas`` (s; inf where unstable)."""
+        ...
 
     def prefill_miss_share(self, traffic, slo_s) -> np.ndarray:
         """Share of each pool's requests that miss ``slo_s`` at any replica count (prefill alone)."""
+        ...
 
     def prefill_floor_s(self, traffic) -> np.ndarray:
         """The prefill figure the model's P99 never goes below, per pool (s)."""
+        ...
 
     def drop_reason(self, floor_s: float, target: str) -> str:
         """Why a candidate whose :meth:`prefill_floor_s` is ``floor_s`` is dropped (``target``: the SLO in
         words)."""
+        ...
 
     def pool_miss_reason(self, floor_s: float, slo_s: float) -> str:
         """Why a pool whose :meth:`prefill_floor_s` is ``floor_s`` misses ``slo_s`` ('' if prefill does not
         explain it)."""
+        ...
 
     def load_erlangs(self, traffic, replicas) -> np.ndarray:
         """Offered load per pool at ``replicas`` (busy batch places on average)."""
+        ...
 
     def power_w(self, profile, traffic, replicas) -> np.ndarray:
         """Power per pool of ``replicas`` replicas of ``profile`` carrying the traffic (W)."""
+        ...
 
 
 @dataclass(frozen=True, eq=False)
@@ -115,7 +129,8 @@ class SlotTraffic:
         return replace(self, **{f.name: np.asarray(getattr(self, f.name))[idx] for f in fields(self)
                                 if f.name != "prefill_times_s"})
 
-    def queue(self, replicas) -> tuple:
+    def queue(self, replicas) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray,
+                                       np.ndarray]:
         """The arguments of :func:`fleetopt.models.queueing.ttft_miss_prob` after ``t`` at ``replicas``."""
         lam = self.arrival_rate
         return (np.asarray(replicas) * self.n_slots, lam, np.where(lam > 0, self.mean_service_s, 1.0),
@@ -180,6 +195,19 @@ class SlotModel:
         n = np.asarray(replicas)
         batch = self.load_erlangs(traffic, n) / n
         return n * decode_power_curve(profile, traffic.hi_tokens / 2).power_w(np.minimum(batch, traffic.n_slots))
+
+    # How the prefill enters: each subclass's own (TailModel, MeanPrefillModel).
+    def prefill_miss_share(self, traffic: SlotTraffic, slo_s) -> np.ndarray:
+        raise NotImplementedError
+
+    def prefill_floor_s(self, traffic: SlotTraffic) -> np.ndarray:
+        raise NotImplementedError
+
+    def drop_reason(self, floor_s: float, target: str) -> str:
+        raise NotImplementedError
+
+    def pool_miss_reason(self, floor_s: float, slo_s: float) -> str:
+        raise NotImplementedError
 
 
 class TailModel(SlotModel):
