@@ -63,7 +63,8 @@ def test_least_passing_search_finds_the_answer_in_logarithmic_trials():
         for floor in range(1, hi + 1):
             for answer in range(floor, hi + 1):
                 calls = []
-                assert _least_passing(lambda n: calls.append(n) or n >= answer, hi, floor) == answer
+                assert _least_passing(lambda n, calls=calls, answer=answer: calls.append(n) or n >= answer,
+                                      hi, floor) == answer
                 assert len(calls) <= 2 * (hi - floor).bit_length() + 1
                 assert all(n >= answer - (hi - answer) - 1 for n in calls)    # never far below the answer
 
@@ -147,7 +148,8 @@ def test_cli_trim(repo_root, tmp_path):
 
 def test_context_work_is_what_the_engine_charges(repo_root):
     """The work floor's X is exactly the context the engine bills: a request alone on a replica takes
-    S = (m + l_out) W + h X (fleetopt.solvers.des.engine), so X from the simulated service times equals the formula, and the
+    S = (m + l_out) W + h X (fleetopt.solvers.des.engine), so X from the simulated service times equals the formula,
+    and the
     floor is floor(0.95 lambda h E[X]) + 1 with E[X] over the pool's requests."""
     from fleetopt.models.fleet import PoolPlan
     from fleetopt.solvers.des.state import SimPool
@@ -177,7 +179,8 @@ def _work_mean(inst, c: int) -> float:
     """E[X] over the whole workload, from an independent sample (another seed, more requests)."""
     from fleetopt.solvers.des.routing import sample_lengths
 
-    lin, lout = sample_lengths(inst.workload.lengths, 1_000_000, np.random.default_rng(99), inst.workload.input_fraction)
+    lin, lout = sample_lengths(inst.workload.lengths, 1_000_000, np.random.default_rng(99),
+                               inst.workload.input_fraction)
     lin, lout = lin.astype(float), lout.astype(float)
     m = np.ceil(lin / c)
     x = c * m * (m - 1) / 2 + lout * lin + lout * (lout - 1) / 2

@@ -93,7 +93,7 @@ def test_split_choices_honour_window_cuts(repo_root):
     keys = [(int(b[i]), int(b[j]), pr.gpu_names[g]) for i, j, g in zip(model.pool_i, model.pool_j, pr.pool_gpu)]
     factor = 1.5
     cut = restrict_split(model, inst, {}, set(), (WindowCut(2048, 65536, "h100", factor),))
-    for p, (lo, hi, gpu) in enumerate(keys):
+    for p, (lo, hi, _gpu) in enumerate(keys):
         old = pr.choice_replicas[pr.choice_pool == p]
         new = cut.problem.choice_replicas[cut.problem.choice_pool == p]
         if hi == 65536 and lo <= 2048:
@@ -139,7 +139,7 @@ def test_window_cuts_bind_in_later_rounds(repo_root):
         plans = [vp for vp in v.plans if vp.round == r]
         assert all(_honours(vp.plan, cuts, minima) for vp in plans)
         best = next(vp for vp in plans if vp.rank == 1)
-        for k, p in enumerate(best.plan.fleet.pools):
+        for p in best.plan.fleet.pools:
             if (p.min_tokens, p.max_tokens, p.gpu) in best.failing_pools:
                 raised = max(p.replicas + 1, math.ceil(1.1 * p.replicas))
                 n_star = minima[(p.min_tokens, p.max_tokens, p.gpu, p.max_num_seqs, 1.0, 1.0)]

@@ -65,7 +65,7 @@ class Deadline:
     clock: Callable[[], float] = field(default=time.perf_counter, repr=False, compare=False)
 
     @classmethod
-    def after(cls, seconds: float | None, clock: Callable[[], float] = time.perf_counter) -> "Deadline | None":
+    def after(cls, seconds: float | None, clock: Callable[[], float] = time.perf_counter) -> Deadline | None:
         """The deadline ``seconds`` from now on ``clock``; None when ``seconds`` is None or inf (no limit)."""
         if seconds is None or seconds == float("inf"):
             return None
@@ -86,7 +86,7 @@ class Dropped:
     lo_tokens: int
     hi_tokens: int
     gpu: str
-    why: "str | Callable[[], str]" = field(repr=False, compare=False)
+    why: str | Callable[[], str] = field(repr=False, compare=False)
     """The reason, or a function that writes it (most dropped candidates are never reported)."""
 
     @property
@@ -168,7 +168,7 @@ class Candidates:
         return (f"{int(b[self.i[p]]):,}-{int(b[self.j[p]]):,}:{self.gpu_names[self.gpu[p]]}"
                 + (f"@{gamma:g}" if gamma > 1 else ""))
 
-    def keep_choices(self, keep: np.ndarray) -> "Candidates":
+    def keep_choices(self, keep: np.ndarray) -> Candidates:
         """Only the selected choices, and the candidates that still have one (indices renumbered)."""
         keep = np.asarray(keep, dtype=bool)
         pools = np.unique(self.choice_pool[keep])
@@ -187,7 +187,7 @@ class Candidates:
 
 
 def generate_candidates(instance: Instance, deadline: Deadline | None = None,
-                        cache: "SizingCache | None" = None) -> Candidates:
+                        cache: SizingCache | None = None) -> Candidates:
     """Size every (segment, GPU option, compression states, batch cap) candidate of the instance.
 
     With a ``deadline``, it is checked before each GPU option is sized; once it has passed, the remaining
@@ -438,7 +438,8 @@ def _traffic(instance: Instance, basis, grid: np.ndarray, b: np.ndarray, gammas,
     zero = raw_between(basis, [0], [0])
     for s in range(1, len(gammas)):
         # row j + 1: the p_c share of (b_j, gamma_s b_j] compressed to b_j; row 0: nothing
-        bands = RawSums.stack([zero] + [compressed_band(w.lengths, b[j], gammas[s], chunk, w.input_fraction).scaled([p_c])
+        bands = RawSums.stack([zero] + [compressed_band(w.lengths, b[j], gammas[s], chunk, w.input_fraction)
+                                        .scaled([p_c])
                                         if 0 < j < top and gammas[s] * b[j] <= b[-1] else zero
                                         for j in range(len(b))])
         raw = raw + bands.take(np.where(sout == s, jj + 1, 0))

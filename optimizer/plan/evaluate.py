@@ -135,7 +135,8 @@ def parse_fleet(text: str, instance: Instance, field: str = "--fleet") -> FleetS
                             if glued is None else
                             f"pool {lo}-{hi}: the replica count {glued[1]!r} after '{glued[0]}x' is not a whole "
                             f"number >= 1; write e.g. {glued[0]}x3")
-        elif seqs is not None and lo < hi <= top and not 1 <= seqs <= int(instance.gpu(known[gpu.lower()]).profile.n_slots(hi)):
+        elif seqs is not None and lo < hi <= top \
+                and not 1 <= seqs <= int(instance.gpu(known[gpu.lower()]).profile.n_slots(hi)):
             held = int(instance.gpu(known[gpu.lower()]).profile.n_slots(hi))
             problems.append(f"pool {lo}-{hi}#{seqs}: the batch cap must lie in [1, {held}] (sequences a "
                             f"{hi}-token window holds on {known[gpu.lower()]})")

@@ -34,7 +34,6 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-import numpy as np
 
 from fleetopt.solvers.oracle import NoFleetError, shortest_fleet
 from fleetopt.solvers.outcome import Termination
@@ -83,10 +82,12 @@ def explain_infeasible(instance: Instance, allc: Candidates, problem: FleetProbl
     except NoFleetError:
         return f"no tiling of 0-{int(b[-1]):,} tokens uses at most {problem.max_pools} feasible pools"
     # 3. each cap on its own, against its own minimum
-    checks = [("power", problem.max_power_w, 1e-3, "kW", "the power cap of {cap:,.2f} kW is below the {low:,.2f} kW minimum"),
+    checks = [("power", problem.max_power_w, 1e-3, "kW",
+               "the power cap of {cap:,.2f} kW is below the {low:,.2f} kW minimum"),
               ("cost", problem.max_cost_per_hr, 1.0, "$/hr",
                "the budget of ${cap:,.2f}/hr is below the ${low:,.2f}/hr minimum"),
-              ("gpus", problem.max_total_gpus, 1.0, "GPUs", "the limit of {cap:,.0f} GPUs is below the {low:,.0f}-GPU minimum")]
+              ("gpus", problem.max_total_gpus, 1.0, "GPUs",
+               "the limit of {cap:,.0f} GPUs is below the {low:,.0f}-GPU minimum")]
     for kind, cap, scale, _unit, text in checks:
         if cap is None:
             continue

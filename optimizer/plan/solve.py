@@ -367,7 +367,8 @@ def _solve_split(instance: Instance, options: SolveOptions) -> SolveReport:
         explanation = (f"no split-routing plan satisfies the instance (solver: {result.message})"
                        if status is SolveStatus.INFEASIBLE else explain_stop(result))
     return SolveReport(
-        instance=instance, status=status, method="mip (split routing)", plans=decoded, baseline=baseline(instance) if options.compute_baseline else None,
+        instance=instance, status=status, method="mip (split routing)", plans=decoded,
+        baseline=baseline(instance) if options.compute_baseline else None,
         explanation=explanation, solve_seconds=time.perf_counter() - t0, mip_gap=result.rel_gap, bound=result.bound,
         solver=result.solver, candidates_generated=model.generated, candidates_feasible=len(model.problem.pool_gpu),
         candidates_after_pruning=len(model.problem.pool_gpu), dropped_reasons=model.dropped,

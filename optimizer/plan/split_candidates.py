@@ -22,7 +22,8 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -217,10 +218,11 @@ class SplitRouting:
     rate_req_per_s: tuple[tuple[float, ...], ...]
 
     @classmethod
-    def from_array(cls, boundaries_tokens, rate_req_per_s) -> "SplitRouting":
+    def from_array(cls, boundaries_tokens, rate_req_per_s) -> SplitRouting:
         """From a boundary sequence and a (segments x pools) array."""
         return cls(tuple(int(x) for x in boundaries_tokens),
-                   tuple(tuple(float(v) for v in row) for row in np.atleast_2d(np.asarray(rate_req_per_s, dtype=float))))
+                   tuple(tuple(float(v) for v in row)
+                         for row in np.atleast_2d(np.asarray(rate_req_per_s, dtype=float))))
 
     def as_array(self) -> np.ndarray:
         """The rates as a (segments x pools) float array (req/s)."""

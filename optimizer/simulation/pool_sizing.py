@@ -45,7 +45,8 @@ run passes unsettled, :meth:`PoolSizer.short`); only that count, where the outco
 with :data:`ESCALATION_STEP` times the requests, up to the pool's share of :func:`escalation_cap`
 (:data:`ESCALATION_FACTOR` times the verification's requests, at most :data:`ESCALATION_MAX_REQUESTS`), until it
 is decided (a fail moves the search up). One sizing, or one screened pool, spends at most :data:`SIZING_BUDGET`
-pool caps of requests on escalation; once that is spent, the longest run's point estimate settles the count. A count still undecided at
+pool caps of requests on escalation; once that is spent, the longest run's point estimate settles the count. A count
+still undecided at
 the cap is *settled* by its point estimate (:func:`settled_outcome`): within the SLO it is accepted (outcome
 ``"undecided"``, ``passed``), above it the longest run's point misses and the count fails. So the search's
 answer is the least count that passes or is undecided at the cap with its point within the SLO: the least
@@ -78,7 +79,8 @@ from fleetopt.optimizer.simulation.records import MIN_POOL_REQUESTS, interval_ou
 
 __all__ = ["CAP_FACTOR", "CAP_REPLICAS", "MAX_DOUBLINGS", "ESCALATION_STEP", "ESCALATION_FACTOR",
            "ESCALATION_MAX_REQUESTS", "SIZING_BUDGET", "PoolCandidate", "PoolVerdict", "PoolSizing", "PoolSizer",
-           "pool_instance", "window_lengths", "pool_misses", "pool_outcome", "settled_outcome", "escalation_cap", "least_passing"]
+           "pool_instance", "window_lengths", "pool_misses", "pool_outcome", "settled_outcome", "escalation_cap",
+           "least_passing"]
 
 CAP_FACTOR = 8
 """A candidate missing at this many times its analytic minimum (or its failing count) is infeasible alone."""

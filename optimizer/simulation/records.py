@@ -1,6 +1,7 @@
 r"""The records of ``fleetopt simulate`` and how they are built from the replications.
 
-:class:`Replication` is what one replication of :func:`fleetopt.optimizer.simulation.simulate.simulate_plan` leaves (its measured
+:class:`Replication` is what one replication of :func:`fleetopt.optimizer.simulation.simulate.simulate_plan` leaves
+(its measured
 requests and the window's time averages). :func:`build_report` pools the replications into a :class:`SimReport`
 (the fleet) with one :class:`SimPoolReport` per pool and their :class:`Latency` percentiles, next to the analytic
 evaluation of the same pools. :func:`p99_estimate` gives a P99 with its 95 % interval, from independent
@@ -184,9 +185,11 @@ class SimPoolReport(_Measured):
 
 @dataclass(frozen=True)
 class SimReport(_Measured):
-    """What :func:`fleetopt.optimizer.simulation.simulate.simulate_plan` measured, with the analytic evaluation of the same pools beside it.
+    """What :func:`fleetopt.optimizer.simulation.simulate.simulate_plan` measured, with the analytic evaluation of the
+    same pools beside it.
 
-    Times in ms, pooled over the replications' measured requests (:mod:`fleetopt.optimizer.simulation.simulate`); a statistic is NaN
+    Times in ms, pooled over the replications' measured requests (:mod:`fleetopt.optimizer.simulation.simulate`); a
+    statistic is NaN
     when no measured request has it (written as null in JSON, like inf).
     """
 
@@ -227,7 +230,7 @@ class SimReport(_Measured):
     """``router="split"``: where the router's weights came from, ``"plan"`` (a split plan's own routing, req/s
     per length segment and pool from the split MIP) or ``"shares"`` (per-segment shares over a tiled plan's
     pools; default each segment to its own pool); None for the other routers."""
-    request_latencies: "RequestLatencies | None" = field(default=None, repr=False, compare=False)
+    request_latencies: RequestLatencies | None = field(default=None, repr=False, compare=False)
     """The measured requests' latencies, kept only when asked (``keep_requests=True``); :meth:`latencies`."""
     energy_per_token_j: float = math.nan
     """Energy over the window divided by all tokens (prompt and output) of the requests completed in it: the
@@ -358,7 +361,7 @@ class RequestLatencies:
     tpot_s: np.ndarray
 
     @classmethod
-    def from_runs(cls, analytic: FleetResult, runs: list["Replication"]) -> "RequestLatencies":
+    def from_runs(cls, analytic: FleetResult, runs: list[Replication]) -> RequestLatencies:
         labels = tuple(f"{p.min_tokens}-{p.max_tokens}:{p.gpu}" for p in analytic.pools)
         return cls(labels, np.concatenate([r.pool for r in runs]), np.concatenate([r.ttft_s for r in runs]),
                    np.concatenate([r.tpot_s for r in runs]))
@@ -497,7 +500,7 @@ def with_dedicated_latency(main: SimPoolReport, own: SimPoolReport) -> SimPoolRe
                    wait=own.wait, e2e=own.e2e, p99_requests=own.requests, p99_source=P99_SOURCES[1])
 
 
-def rejudged(report: "SimReport", pools: tuple[SimPoolReport, ...], notes: tuple[str, ...], slo) -> "SimReport":
+def rejudged(report: SimReport, pools: tuple[SimPoolReport, ...], notes: tuple[str, ...], slo) -> SimReport:
     """``report`` with new pool rows and notes; under a pool-scope ``slo`` (the instance's) its verdicts
     (``slo_met``, ``slo_met_point``) judged again from the rows. The fleet's figures (P99, attainment, counts,
     power) stay."""

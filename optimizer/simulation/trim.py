@@ -8,8 +8,10 @@ as the simulated SLO still holds:
 
 1. **Long enough runs.** A pool below its stability limit still looks fine in a simulation shorter than
    the time its queue takes to build up. The trials therefore run at least :data:`RELAXATION_SPANS`
-   times the plan's start-up scale :math:`\\max_p \\tau_p` (``PoolResult.relaxation_s``) per replication (the measurement
-   protocol of :mod:`fleetopt.optimizer.simulation.simulate`): the request count of the verification is raised as needed,
+   times the plan's start-up scale :math:`\\max_p \\tau_p` (``PoolResult.relaxation_s``) per replication (the
+   measurement
+   protocol of :mod:`fleetopt.optimizer.simulation.simulate`): the request count of the verification is raised as
+   needed,
    up to :data:`MAX_TRIAL_REQUESTS`.
 2. **Floors.** Pool :math:`k` never goes below the count that can keep up with its context work (below),
    a physical stability bound. Under length routing that is its only floor: its traffic is its own, so the
@@ -54,7 +56,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 
@@ -70,7 +72,8 @@ __all__ = ["MAX_BACKOFFS", "TrimStep", "Trim", "trim_plan"]
 MAX_BACKOFFS = 3
 """Times the trimmed pools get one replica back when the independent confirmation misses."""
 RELAXATION_SPANS = 4.0
-"""A trial's replication lasts at least this many start-up scales :math:`\\max_p \\tau_p` (``PoolResult.relaxation_s``)."""
+"""A trial's replication lasts at least this many start-up scales :math:`\\max_p \\tau_p`
+(``PoolResult.relaxation_s``)."""
 MAX_TRIAL_REQUESTS = 2_000_000
 """Cap on the requests of one trial when raising them for the run length."""
 WORK_SAMPLES = 200_000
@@ -103,7 +106,8 @@ class Trim:
     up_counts: tuple[int, ...]
     """Replicas per pool the simulations ran (the trimmed, confirmed counts)."""
     sim: object
-    """The simulation of ``up_counts`` with the verification's seed (a :class:`fleetopt.optimizer.simulation.records.SimReport`)."""
+    """The simulation of ``up_counts`` with the verification's seed (a
+    :class:`fleetopt.optimizer.simulation.records.SimReport`)."""
     confirmation: object
     """Their simulation with the independent seed (the one that decides)."""
     confirmed: bool
@@ -121,7 +125,8 @@ class Trim:
         return 1.0 - self.cost_per_hr / self.verified_cost_per_hr if self.verified_cost_per_hr else 0.0
 
 
-def trim_plan(instance: Instance, plan: Plan, passes: Callable[[object], bool], options: SimOptions = SimOptions(),
+def trim_plan(instance: Instance, plan: Plan, passes: Callable[[object], bool],
+              options: SimOptions = SimOptions(),  # noqa: B008 frozen dataclass default
               *, progress=None, relaxation_spans: float = RELAXATION_SPANS,
               on_step: Callable[[str], None] | None = None) -> Trim:
     """Lower the replica counts of a verified ``plan`` while its simulation ``passes`` (module docstring).
@@ -174,7 +179,7 @@ def trim_plan(instance: Instance, plan: Plan, passes: Callable[[object], bool], 
     counts = list(verified)
     per_replica = [p.profile.cost_usd_per_hr for p in base]
     for k in sorted(range(len(base)), key=lambda k: (-per_replica[k], -counts[k], k)):
-        counts[k] = _least_passing(lambda n: trial(k, tuple(counts[:k] + [n] + counts[k + 1:]), seed),
+        counts[k] = _least_passing(lambda n, k=k: trial(k, tuple(counts[:k] + [n] + counts[k + 1:]), seed),
                                    counts[k], min(floors[k], counts[k]))
     confirm_seed = seed + 1
     trimmed = tuple(counts)
@@ -195,7 +200,8 @@ def _trial_requests(instance: Instance, fleet, requests: int, replications: int,
     """Requests per trial so that a replication lasts ``spans`` start-up scales :math:`\\max_p \\tau_p`
     and the pool with the least traffic gets four times :data:`MIN_POOL_REQUESTS` (its verdict needs them, and the
     warm-up may take half a replication and the cool-down a quarter); ``spans = 0`` keeps ``requests`` as it is
-    (the scale of :mod:`fleetopt.optimizer.simulation.simulate`, from the analytic pools; a replication of :math:`n` requests
+    (the scale of :mod:`fleetopt.optimizer.simulation.simulate`, from the analytic pools; a replication of :math:`n`
+    requests
     spans about :math:`n / \\lambda`): at least ``requests``, at most :data:`MAX_TRIAL_REQUESTS`."""
     relax_s = max((p.relaxation_s for p in fleet.pools if p.arrival_rate > 0), default=0.0)
     lam = instance.workload.arrival_rate_req_per_s

@@ -122,7 +122,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
-from typing import Callable
+from collections.abc import Callable
 
 from fleetopt.models.units import P99
 from fleetopt.optimizer.plan.candidates import WindowCut
@@ -301,7 +301,8 @@ def judge_plan(sim, instance: Instance, rule: str, settled: bool = False) -> Pla
     return PlanVerdict(failing, thin, undecided)
 
 
-def verify(instance: Instance, options: SolveOptions = SolveOptions(), sim_options: SimOptions = SimOptions(), *,
+def verify(instance: Instance, options: SolveOptions = SolveOptions(),  # noqa: B008 frozen dataclass default
+           sim_options: SimOptions = SimOptions(), *,  # noqa: B008 frozen dataclass default
            top: int = 3, rule: str = "ci-upper", max_rounds: int = 3, progress=None, cuts: str = "pool",
            trim: bool = False, on_step: Callable[[str], None] | None = None,
            map_plans: Callable[[Callable, list], list] | None = None) -> tuple[SolveReport, Verification]:
