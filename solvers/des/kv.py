@@ -370,8 +370,10 @@ def kv_handlers(x: IterationStation):
             probe(r)
 
     def probe(r: int) -> None:
+        hook = _block_probe
+        assert hook is not None                   # called only while a test has set it
         settle(r, it[r])                          # the blocks as every crossing up to now had taken them
-        _block_probe(r, used[r], blocks[r], [held[i] for i in live[r]],
-                     [need(i, it[r] - adm[i], blk[r], chunk[r]) for i in live[r]])
+        hook(r, used[r], blocks[r], [held[i] for i in live[r]],
+             [need(i, it[r] - adm[i], blk[r], chunk[r]) for i in live[r]])
 
     return arrive_tracked, serve_tracked
