@@ -71,10 +71,24 @@ def _layer(module: str) -> str:
     return max(match, key=len)
 
 
-def _imports(module: str, path: Path):
-    """(imported name, line) of every import in the file, relative ones resolved."""
+def _type_checking_only(tree: ast.Module) -> set[int]:
+    """The ids of the import nodes under ``if TYPE_CHECKING:`` (read by type checkers, never run)."""
+    ids = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            ids |= {id(n) for stmt in node.body for n in ast.walk(stmt) if isinstance(n, (ast.Import, ast.ImportFrom))}
+    return ids
+
+
+def _imports(module: str, path: Path, runtime_only: bool = False):
+    """(imported name, line) of every import in the file, relative ones resolved; ``runtime_only``: not those
+    under ``if TYPE_CHECKING:``, which no run executes (an annotation may name a module that imports this one)."""
     package = module if path.stem == "__init__" else module.rpartition(".")[0]
-    for node in ast.walk(ast.parse(path.read_text())):
+    tree = ast.parse(path.read_text())
+    skip = _type_checking_only(tree) if runtime_only else set()
+    for node in ast.walk(tree):
+        if id(node) in skip:
+            continue
         if isinstance(node, ast.Import):
             for alias in node.names:
                 yield alias.name, node.lineno
@@ -128,7 +142,7 @@ def test_the_project_has_no_import_cycle():
     graph = nx.DiGraph()
     for module, path in MODULES.items():
         graph.add_node(module)
-        for name, _ in _imports(module, path):
+        for name, _ in _imports(module, path, runtime_only=True):
             target = _project_target(name) if name.startswith("fleetopt") else None
             if target and target != module and not module.startswith(target + "."):
                 graph.add_edge(module, target)
