@@ -33,7 +33,8 @@ LAYERS = {
     "fleetopt.solvers.des": (1, SCIENCE),
     "fleetopt.optimizer.errors": (2, set()),
     "fleetopt.optimizer.io": (3, PIPELINE),
-    "fleetopt.optimizer.io.probe_torch": (4, PIPELINE | PROBE),   # above io: the probe harness it plugs into
+    "fleetopt.optimizer.profiling": (4, PIPELINE),     # measures a GPU, fits a profile: reads the catalogue
+    "fleetopt.optimizer.profiling.probe_torch": (5, PIPELINE | PROBE),   # above the probe harness it plugs into
     "fleetopt.optimizer.plan": (4, PIPELINE | FRAMES),
     "fleetopt.optimizer.simulation": (5, PIPELINE | FRAMES),
     "fleetopt.optimizer.report": (6, PIPELINE),

@@ -19,7 +19,7 @@ from fleetopt.models.roofline import computed_profile, kv_capacity_tokens
 from fleetopt.optimizer.cli import main
 from fleetopt.optimizer.commands.sim_flags import VERIFY_FLAGS, sim_options
 from fleetopt.optimizer.errors import InstanceError
-from fleetopt.optimizer.io import measurements
+from fleetopt.optimizer.profiling import measurements
 from fleetopt.optimizer.io.catalog import bundled_catalog
 from fleetopt.optimizer.io.contract import replica_unit
 from fleetopt.optimizer.io.solve_json import read_solve_plan

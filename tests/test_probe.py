@@ -22,8 +22,8 @@ from click.testing import CliRunner
 
 from fleetopt.optimizer.cli import main
 from fleetopt.optimizer.errors import InstanceError
-from fleetopt.optimizer.io.measurements import fit_measurements, read_measurements
-from fleetopt.optimizer.io.probe import (DECODE_REPEATS, IDLE_WINDOW_S, POWER_WINDOW_S, ModelShape, NumpyBackend,
+from fleetopt.optimizer.profiling.measurements import fit_measurements, read_measurements
+from fleetopt.optimizer.profiling.probe import (DECODE_REPEATS, IDLE_WINDOW_S, POWER_WINDOW_S, ModelShape, NumpyBackend,
                                          ProbeGrid,
                                          ProbeSettings, decoder_weights, measure, numpy_attention, numpy_forward,
                                          probe_files, probe_grid, probe_stem, run_probe, write_probe_files)
@@ -227,7 +227,7 @@ def test_measure_on_the_numpy_decoder_writes_files_the_fit_reads(tmp_path):
 def test_torch_decoder_computes_the_numpy_reference():
     import torch
 
-    from fleetopt.optimizer.io.probe_torch import TorchBackend
+    from fleetopt.optimizer.profiling.probe_torch import TorchBackend
 
     w = decoder_weights(TINY, 3)
     tb = TorchBackend(TINY, "fp32", "cpu", weights=w)
@@ -277,7 +277,7 @@ def test_probe_without_torch_says_so_in_one_line(tmp_path):
 
 # --- NVML: the names the GPU backend calls are the real module's -------------------------------------------------
 
-PROBE_TORCH = Path(__file__).resolve().parents[1] / "optimizer" / "io" / "probe_torch.py"
+PROBE_TORCH = Path(__file__).resolve().parents[1] / "optimizer" / "profiling" / "probe_torch.py"
 
 
 def test_every_nvml_name_the_backend_uses_is_in_nvidia_ml_py():
@@ -285,7 +285,7 @@ def test_every_nvml_name_the_backend_uses_is_in_nvidia_ml_py():
     # installs without a GPU) is the reference for every name the source calls.
     import pynvml
 
-    from fleetopt.optimizer.io.probe_torch import NVML_FUNCTIONS
+    from fleetopt.optimizer.profiling.probe_torch import NVML_FUNCTIONS
 
     used = set(re.findall(r"\.(nvml[A-Z]\w*)\b", PROBE_TORCH.read_text()))
     assert "nvmlDeviceGetTotalEnergyConsumption" in used and "nvmlDeviceGetEnforcedPowerLimit" in used
@@ -310,7 +310,7 @@ NVML_OK = {"nvmlInit": lambda: None, "nvmlDeviceGetHandleByIndex": lambda i: ("g
 
 
 def test_nvml_reads_energy_and_limit_through_the_real_names(monkeypatch):
-    from fleetopt.optimizer.io.probe_torch import _Nvml
+    from fleetopt.optimizer.profiling.probe_torch import _Nvml
 
     monkeypatch.setitem(sys.modules, "pynvml", _fake_pynvml(**NVML_OK))
     nvml = _Nvml(0)
@@ -322,7 +322,7 @@ def test_torch_backend_metadata_that_cannot_be_read_is_null_and_a_warning(monkey
     # No torch here: the describe() of a CUDA backend over a stand-in torch, with NVML's limit failing.
     import pynvml as real
 
-    from fleetopt.optimizer.io.probe_torch import TorchBackend, _Nvml
+    from fleetopt.optimizer.profiling.probe_torch import TorchBackend, _Nvml
 
     def refuse(handle):
         raise real.NVMLError(real.NVML_ERROR_NOT_SUPPORTED)

@@ -1,4 +1,4 @@
-"""``fleetopt profile fit``: measured serving profiles (models/calibration.py, optimizer/io/measurements.py,
+"""``fleetopt profile fit``: measured serving profiles (models/calibration.py, optimizer/profiling/measurements.py,
 optimizer/commands/profile.py) and instances that name a profile file.
 
 Predictions are recomputed here from the closed forms (decode W + h n L + g n, prefill W + a P + b P^2, power as

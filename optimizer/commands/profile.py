@@ -1,10 +1,10 @@
 """``fleetopt profile``: serving profiles from measurements.
 
 ``fleetopt profile probe --hardware NAME --model NAME [-o DIR] [--resume]`` measures this machine's GPU into the
-files that ``fit`` reads, writing each point as it is measured (:mod:`fleetopt.optimizer.io.probe`; the ``probe``
+files that ``fit`` reads, writing each point as it is measured (:mod:`fleetopt.optimizer.profiling.probe`; the ``probe``
 extra: PyTorch and a CUDA GPU).
 ``fleetopt profile fit MEASUREMENTS... [-o FILE] [--json FILE|-]`` reads decode and prefill CSVs and an optional
-meta JSON (:mod:`fleetopt.optimizer.io.measurements`), fits the iteration-time and power coefficients
+meta JSON (:mod:`fleetopt.optimizer.profiling.measurements`), fits the iteration-time and power coefficients
 (:mod:`fleetopt.models.calibration`), prints every measured point next to the fit's prediction and writes the
 profile YAML that instances name as ``gpus[i].profile_file``. Exit codes as for ``fleetopt``
 (:mod:`fleetopt.optimizer.errors`): 2 for invalid measurement files.
@@ -24,10 +24,10 @@ from fleetopt.models.power import ActivityPower
 
 from fleetopt.optimizer.commands import guard as _guard
 from fleetopt.optimizer.commands.progress import QUIET_HELP, reporter
-from fleetopt.optimizer.io.measurements import (build_profile, fit_measurements, profile_document, read_measurements,
-                                                write_profile_file)
+from fleetopt.optimizer.profiling.measurements import (build_profile, fit_measurements, profile_document,
+                                                       read_measurements, write_profile_file)
 from fleetopt.optimizer.io.contract import envelope
-from fleetopt.optimizer.io.probe import IDLE_SETTLE_S
+from fleetopt.optimizer.profiling.probe import IDLE_SETTLE_S
 from fleetopt.optimizer.io.output import write_json
 from fleetopt.optimizer.report import console
 
@@ -163,12 +163,12 @@ def probe(hardware, model, dtype, tp, folder, max_context, no_power, idle_settle
 
     Times a model-shaped decoder with random weights as the shipped measurements were: decode iterations over
     batch x context, whole-prompt prefills, and board power from the NVML energy counter
-    (fleetopt.optimizer.io.probe has the protocol).
+    (fleetopt.optimizer.profiling.probe has the protocol).
     """
-    from fleetopt.optimizer.io.probe import ProbeSettings, measure
+    from fleetopt.optimizer.profiling.probe import ProbeSettings, measure
 
     def gpu(shape, dtype_name):
-        from fleetopt.optimizer.io.probe_torch import open_backend     # needs PyTorch: loaded only here
+        from fleetopt.optimizer.profiling.probe_torch import open_backend     # needs PyTorch: loaded only here
 
         return open_backend(shape, dtype_name)
 

@@ -2,7 +2,7 @@
 
 An entry names exactly one of: a calibrated ``profile`` from the catalogue, a
 ``profile_file`` (a profile YAML written by ``fleetopt profile fit``, resolved
-relative to the instance file's folder: :mod:`fleetopt.optimizer.io.measurements`),
+relative to the instance file's folder: :mod:`fleetopt.optimizer.io.profile_file`),
 or ``hardware`` + ``model`` (a catalogue model) or ``hardware`` + ``model_config`` (a Hugging Face
 ``config.json``, resolved relative to the instance file's folder: :mod:`fleetopt.optimizer.io.hf_config`)
 with a serving config, from which a roofline profile is built. Catalogue names are looked up case-insensitively
@@ -24,7 +24,7 @@ from fleetopt.models.profiles import ServingProfile
 
 from fleetopt.optimizer.io.catalog import Catalog, instance_catalog
 from fleetopt.optimizer.io.hf_config import model_config_problems
-from fleetopt.optimizer.io.measurements import profile_file_problems
+from fleetopt.optimizer.io.profile_file import profile_file_problems
 from fleetopt.optimizer.io.schema import Problems, RawGpu, validate_section
 
 __all__ = ["ResolvedGpu", "resolve_gpus", "check_context_fits"]

@@ -341,7 +341,7 @@ def _pydantic_message(error: dict, allowed: Callable[[Sequence], str] = allowed_
 
 def pydantic_field_path(loc: Sequence) -> str:
     """A pydantic error location as a field path, e.g. ``('gpus', 1, 'profile')`` -> ``gpus[1].profile`` (for other
-    files read with pydantic, such as profile files: :mod:`fleetopt.optimizer.io.measurements`)."""
+    files read with pydantic, such as profile files: :mod:`fleetopt.optimizer.io.profile_file`)."""
     return _field_path(loc)
 
 

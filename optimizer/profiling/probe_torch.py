@@ -4,7 +4,7 @@ The method of the shipped measurements (``data/measurements/README.md``): the mo
 weights in bf16 (RMSNorm, fused QKV, attention by ``scaled_dot_product_attention`` over a contiguous KV cache,
 output projection, SwiGLU MLP; final norm and LM head), the new token's K/V written into the cache each
 iteration, one CUDA graph per decode point; prefill runs the same layers over the whole prompt with causal
-attention. The arithmetic is that of :func:`fleetopt.optimizer.io.probe.numpy_forward` (the tests compare the
+attention. The arithmetic is that of :func:`fleetopt.optimizer.profiling.probe.numpy_forward` (the tests compare the
 two on the CPU where PyTorch is installed). Importing this module needs PyTorch; :func:`open_backend` says in one
 line what is missing.
 """
@@ -17,7 +17,7 @@ from collections.abc import Callable
 import numpy as np
 
 from fleetopt.optimizer.errors import InstanceError
-from fleetopt.optimizer.io.probe import ModelShape, _reason, decoder_shapes
+from fleetopt.optimizer.profiling.probe import ModelShape, _reason, decoder_shapes
 
 __all__ = ["KV_RESERVE_FRACTION", "NVML_FUNCTIONS", "TorchBackend", "open_backend"]
 
@@ -70,7 +70,7 @@ class _Nvml:
 
 
 class TorchBackend:
-    """:class:`fleetopt.optimizer.io.probe.ProbeBackend` on ``device`` (``"cuda"``; ``"cpu"`` runs the same
+    """:class:`fleetopt.optimizer.profiling.probe.ProbeBackend` on ``device`` (``"cuda"``; ``"cpu"`` runs the same
     arithmetic without CUDA graphs or energy, for checks against the numpy reference)."""
 
     def __init__(self, shape: ModelShape, dtype: str = "bf16", device: str = "cuda", seed: int = 0,
@@ -101,7 +101,7 @@ class TorchBackend:
     # ---- the decoder -------------------------------------------------------------------------
 
     def forward(self, x, caches: list, pos: int):
-        """:func:`fleetopt.optimizer.io.probe.numpy_forward` in torch: ``x`` (B, T, d), caches of (B, H_kv, Tmax,
+        """:func:`fleetopt.optimizer.profiling.probe.numpy_forward` in torch: ``x`` (B, T, d), caches of (B, H_kv, Tmax,
         dh); returns the last token's logits."""
         F = self.torch.nn.functional
         s = self.shape

@@ -5,9 +5,9 @@ one decode iteration of ``batch`` sequences that all sit at ``context_tokens`` c
 prefill of one sequence, and the board's mean power from its energy counter. This module is the harness around
 a *backend* that runs such a decoder (:class:`ProbeBackend`): the grid of points (:func:`probe_grid`), the timing
 and power protocol (:func:`run_probe`) and the files that ``fleetopt profile fit`` reads
-(:func:`write_probe_files`, the layout of :mod:`fleetopt.optimizer.io.measurements`). Backends:
+(:func:`write_probe_files`, the layout of :mod:`fleetopt.optimizer.profiling.measurements`). Backends:
 
-* :class:`fleetopt.optimizer.io.probe_torch.TorchBackend` (the ``probe`` extra: PyTorch and a CUDA GPU, energy
+* :class:`fleetopt.optimizer.profiling.probe_torch.TorchBackend` (the ``probe`` extra: PyTorch and a CUDA GPU, energy
   from NVML): what ``fleetopt profile probe`` runs;
 * :class:`NumpyBackend`: the same decoder in numpy on the CPU, without power. It is the reference the torch
   backend's arithmetic is checked against, and lets the harness run end to end where there is no GPU (tests).
@@ -64,7 +64,7 @@ import numpy as np
 from fleetopt.models.hardware import ModelSpec
 
 from fleetopt.optimizer.errors import InstanceError
-from fleetopt.optimizer.io.measurements import DECODE_COLUMNS, DECODE_OPTIONAL, PREFILL_COLUMNS, PREFILL_OPTIONAL
+from fleetopt.optimizer.profiling.measurements import DECODE_COLUMNS, DECODE_OPTIONAL, PREFILL_COLUMNS, PREFILL_OPTIONAL
 from fleetopt.optimizer.io.output import write_text
 
 __all__ = ["PROBE_CONTEXTS", "PROBE_PROMPTS", "DECODE_REPEATS", "PREFILL_REPEATS", "WARMUP_REPLAYS",
@@ -567,7 +567,7 @@ def measure(settings: ProbeSettings, folder: str | Path, open_backend: Callable[
     ``settings.hardware`` and ``settings.model`` must be catalogue names (aliases allowed; the files carry the
     canonical ones); the model must be dense. The output folder and file names are checked *before* the backend
     is opened (a probe takes minutes). ``open_backend(shape, dtype)`` gives the device
-    (:func:`fleetopt.optimizer.io.probe_torch.open_backend` for the GPU, which says in one line what is missing);
+    (:func:`fleetopt.optimizer.profiling.probe_torch.open_backend` for the GPU, which says in one line what is missing);
     ``shape`` defaults to the catalogue model's. The files are written as the run goes (module docstring,
     "Files"); ``resume``: files that exist are a run to finish (same settings, else one line per difference),
     not a refusal. ``warn(line)``: metadata that could not be read.

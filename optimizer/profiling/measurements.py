@@ -1,4 +1,4 @@
-"""Measured serving profiles: measurement files in, a fitted profile file out, and profile files read back.
+"""Measured serving profiles: measurement files in, a fitted profile file out.
 
 Measurement files (format in ``docs/profile_fit.md``; the shipped example is ``data/measurements/``):
 
@@ -20,7 +20,8 @@ The profile built from a fit (:func:`build_profile`) is a
 (:func:`vllm_batch_defaults`, :data:`GPU_MEMORY_UTILIZATION`, :data:`BLOCK_TOKENS`). It is written as a
 profile YAML file (:func:`profile_document`, :func:`write_profile_file`; format version
 :data:`PROFILE_FORMAT`) with its provenance: source files and their sha256, the fit date and the fit quality.
-:func:`read_profile` reads one back (instances name it as ``gpus[i].profile_file``).
+:func:`fleetopt.optimizer.io.profile_file.read_profile` reads one back (instances name it as
+``gpus[i].profile_file``).
 """
 
 from __future__ import annotations
@@ -34,28 +35,27 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Any
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from fleetopt.models.calibration import (DEFAULT_MAX_REL_ERROR, MIN_DECODE_POINTS, MIN_PREFILL_POINTS, DecodePoint,
                                          PrefillPoint, ProfileFit, fit_profile_coefficients)
 from fleetopt.models.hardware import HardwareSpec
-from fleetopt.models.power import QUALITIES, ActivityPower, PowerCurve
-from fleetopt.models.profiles import LATENCY_QUALITIES, CalibratedProfile
+from fleetopt.models.power import ActivityPower
+from fleetopt.models.profiles import CalibratedProfile
 from fleetopt.models.roofline import kv_capacity_tokens as roofline_kv_capacity_tokens
 
-from fleetopt.optimizer.io.files import parse_text, read_bytes, read_text
+from fleetopt.optimizer.io.files import read_bytes
 from fleetopt.optimizer.io.output import write_text
 from fleetopt.optimizer.errors import InstanceError, format_problem
 from fleetopt.optimizer.io.catalog import Catalog, load_catalog
-from fleetopt.optimizer.io.schema import pydantic_field_path, pydantic_message
+from fleetopt.optimizer.io.profile_file import PROFILE_FORMAT
 
 __all__ = ["DECODE_COLUMNS", "DECODE_OPTIONAL", "PREFILL_COLUMNS", "PREFILL_OPTIONAL", "META_FIELDS",
            "GPU_MEMORY_UTILIZATION", "BLOCK_TOKENS", "CALIBRATION_CTX_TOKENS", "PROFILE_FORMAT", "SourceFile",
            "Measurements", "read_measurements", "fit_measurements", "vllm_batch_defaults", "kv_capacity_tokens",
-           "build_profile", "profile_document", "write_profile_file", "read_profile", "profile_file_problems"]
+           "build_profile", "profile_document", "write_profile_file"]
 
 DECODE_COLUMNS = ("hardware", "model", "dtype", "tp", "batch", "context_tokens", "iteration_s_median")
 """Columns a decode CSV must have."""
@@ -75,8 +75,6 @@ BLOCK_TOKENS = 16
 """KV block size in tokens: vLLM's default ``block_size`` on CUDA."""
 CALIBRATION_CTX_TOKENS = 8192
 """Context at which the profile states ``H_s`` (:math:`H = h \\cdot 8192`), as the catalogue's profiles do."""
-PROFILE_FORMAT = 1
-"""Version of the profile YAML format (key ``fleetopt_profile``)."""
 
 _KV_BYTES_PER_ELEMENT = {"fp16": 2, "bf16": 2, "fp8": 1}
 """Bytes per cached K or V element by dtype (the KV cache is kept in the model's dtype)."""
@@ -665,136 +663,3 @@ def write_profile_file(document: dict, target: str | Path, protect: Sequence[str
     write_text("# fleetopt serving profile, written by `fleetopt profile fit`; format: docs/profile_fit.md\n"
                + yaml.safe_dump(document, sort_keys=False, default_flow_style=False, width=110), target, "-o",
                protect)
-
-
-# --------------------------------------------------------------------------------------------
-# Reading a profile file
-# --------------------------------------------------------------------------------------------
-
-_Pos = Annotated[float, Field(gt=0, allow_inf_nan=False)]
-_NonNeg = Annotated[float, Field(ge=0, allow_inf_nan=False)]
-_Count = Annotated[int, Field(ge=1)]
-
-
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True)
-
-
-class _Latency(_Strict):
-    quality: Literal[LATENCY_QUALITIES]  # type: ignore[valid-type]
-    W_s: _Pos
-    H_s: _Pos
-    calibration_ctx_tokens: _Count
-    g_s: _NonNeg = 0.0
-    prefill_a_s: _NonNeg = 0.0
-    prefill_b_s: _NonNeg = 0.0
-
-
-class _Serving(_Strict):
-    chunk_tokens: _Count
-    blk_size_tokens: _Count
-    total_kv_blocks: _Count
-    max_slots: _Count
-    gpus_per_replica: _Count
-    cost_usd_per_hr: _Pos
-
-
-class _ActivityBlock(_Strict):
-    form: Literal["activity"]
-    quality: Literal[QUALITIES]  # type: ignore[valid-type]
-    idle_w: _NonNeg
-    limit_w: _Pos
-    weights_w: _NonNeg
-    kv_w: _NonNeg
-    compute_w: _NonNeg
-
-
-class _LogisticBlock(_Strict):
-    form: Literal["logistic"]
-    quality: Literal[QUALITIES]  # type: ignore[valid-type]
-    idle_w: _NonNeg
-    nominal_w: _Pos
-    logistic_k: _Pos
-    logistic_x0: float
-
-
-class _ProfileFile(_Strict):
-    fleetopt_profile: Literal[PROFILE_FORMAT]  # type: ignore[valid-type]
-    name: Annotated[str, Field(min_length=1)]
-    model_name: str = ""
-    hardware: str | None = None
-    model: str | None = None
-    dtype: str | None = None
-    tp: _Count | None = None
-    latency: _Latency
-    serving: _Serving
-    power: Annotated[_ActivityBlock | _LogisticBlock, Field(discriminator="form")]
-    provenance: dict = Field(default_factory=dict)
-
-
-_SECTIONS = {(): _ProfileFile, ("latency",): _Latency, ("serving",): _Serving, ("power",): None}
-
-
-def _message(error: dict) -> str:
-    if error["type"] == "extra_forbidden":
-        names = tuple(p for p in error["loc"][:-1] if isinstance(p, str))
-        model = _SECTIONS.get(names[:1] if names else ())
-        allowed = ", ".join(model.model_fields) if model is not None else "see docs/profile_fit.md"
-        return f"unknown key; allowed: {allowed}"
-    if error["type"] == "union_tag_invalid":
-        return f"{error.get('input')!r} is not allowed; choose activity or logistic"
-    return pydantic_message(error)
-
-
-def profile_file_problems(path: str | Path) -> tuple[CalibratedProfile | None, list[str]]:
-    """The profile in the profile YAML at ``path``, or None and ``field: problem`` lines (the file not named)."""
-    path = Path(path)
-    text, reason = read_text(path)
-    if reason is not None:
-        return None, [f"cannot read: {reason}"]
-    data, message = parse_text(text, ".yaml")
-    if message is not None:
-        return None, [message]
-    if not isinstance(data, dict):
-        return None, ["the top level must be a mapping (a profile file written by fleetopt profile fit)"]
-    try:
-        raw = _ProfileFile.model_validate(data)
-    except ValidationError as err:
-        lines = []
-        for e in err.errors(include_url=False):
-            loc = tuple(p for p in e["loc"] if p not in ("activity", "logistic"))
-            lines.append(f"{pydantic_field_path(loc) or 'file'}: {_message(e)}")
-        return None, lines
-    p = raw.power
-    try:
-        power = (ActivityPower(p.idle_w, p.limit_w, p.weights_w, p.kv_w, p.compute_w, p.quality)
-                 if p.form == "activity" else PowerCurve(p.idle_w, p.nominal_w, p.logistic_k, p.logistic_x0, p.quality))
-    except ValueError as err:
-        return None, [f"power: {err}"]
-    lat, srv = raw.latency, raw.serving
-    sources = raw.provenance.get("sources") if isinstance(raw.provenance, dict) else None
-    sources = sources if isinstance(sources, list) else []      # a file may say "sources: null" (fuzzing found it)
-    files = ", ".join(str(s.get("file")) for s in sources if isinstance(s, dict))
-    profile = CalibratedProfile(
-        name=raw.name, model_name=raw.model_name or (raw.model or "unspecified"), W_s=lat.W_s, H_s=lat.H_s,
-        calibration_ctx_tokens=lat.calibration_ctx_tokens, chunk_tokens=srv.chunk_tokens,
-        blk_size_tokens=srv.blk_size_tokens, total_kv_blocks=srv.total_kv_blocks, max_slots=srv.max_slots,
-        cost_usd_per_hr=srv.cost_usd_per_hr, gpus_per_replica=srv.gpus_per_replica, power=power,
-        latency_quality=lat.quality, source=f"profile file {path}" + (f" (fit of {files})" if files else ""),
-        note=str(raw.provenance.get("fitted_at", "")) if isinstance(raw.provenance, dict) else "",
-        g_s=lat.g_s, prefill_a_s=lat.prefill_a_s, prefill_b_s=lat.prefill_b_s)
-    return profile, []
-
-
-def read_profile(path: str | Path) -> CalibratedProfile:
-    """The profile in the profile YAML at ``path``.
-
-    Raises
-    ------
-    InstanceError
-        One line per problem: ``FILE: field: problem``.
-    """
-    profile, lines = profile_file_problems(path)
-    if lines:
-        raise InstanceError([format_problem(path, "", line) for line in lines])
-    return profile
