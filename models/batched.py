@@ -81,7 +81,8 @@ from fleetopt.models.numerics import bisect_boundary
 from fleetopt.models.queueing import Sizing
 from fleetopt.models.units import P99_TAIL
 
-__all__ = ["CONTEXT_NODES", "BatchedTraffic", "OperatingPoint", "operating_point", "occupancy_dispersion", "cluster_size",
+__all__ = ["CONTEXT_NODES", "BatchedTraffic", "OperatingPoint", "operating_point", "occupancy_dispersion",
+           "cluster_size",
            "waited_exceed_prob", "batched_miss_prob", "batched_miss_function", "batched_ttft_p99_s",
            "batched_min_replicas", "prefill_limit_s", "departure_dispersion",
            "mean_prefill_s", "mean_power_w", "mean_activity_power_w", "prefill_lumps", "coarrival_exceed_prob",
@@ -159,7 +160,7 @@ class BatchedTraffic:
         return np.arange(self.chunk_probs.shape[1], dtype=float)
 
     @staticmethod
-    def from_stats(stats, arrival_rate, *, cap=None) -> "BatchedTraffic":
+    def from_stats(stats, arrival_rate, *, cap=None) -> BatchedTraffic:
         """From segment statistics (``stats.n_slots`` is the cap unless ``cap`` is given); every field by name."""
         lam = np.atleast_1d(np.asarray(arrival_rate, dtype=float))
         n = np.asarray(stats.n_slots if cap is None else cap, dtype=float)
@@ -184,7 +185,7 @@ class BatchedTraffic:
             count_spectra=None if spectra is None else np.nan_to_num(
                 np.broadcast_to(spectra, lam.shape + spectra.shape[-2:])))
 
-    def take(self, idx) -> "BatchedTraffic":
+    def take(self, idx) -> BatchedTraffic:
         """The pools at ``idx`` (every per-pool array indexed; ``W_s`` and ``column_chunks`` are shared)."""
         return replace(self, **{f.name: getattr(self, f.name)[idx] for f in fields(self)
                                 if f.name not in ("W_s", "column_chunks") and getattr(self, f.name) is not None})

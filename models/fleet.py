@@ -221,7 +221,8 @@ def _pool_traffic(pools: list[PoolPlan], workload, input_fraction: float, p_c: f
     edges = [pools[0].lo_tokens]
     for p in pools:
         if p.lo_tokens != edges[-1] or p.hi_tokens <= p.lo_tokens:
-            raise ValueError(f"pools must tile the length range in order; {p.lo_tokens}-{p.hi_tokens} does not follow {edges[-1]}")
+            raise ValueError(f"pools must tile the length range in order; {p.lo_tokens}-{p.hi_tokens} does not "
+                             f"follow {edges[-1]}")
         edges.append(p.hi_tokens)
     if edges[0] != 0:
         raise ValueError("the first pool must start at 0 tokens")
@@ -239,7 +240,8 @@ def _pool_traffic(pools: list[PoolPlan], workload, input_fraction: float, p_c: f
             tops.append(top)
     grid = np.unique(np.asarray(edges + tops, dtype=float))
     index = {float(x): n for n, x in enumerate(grid)}
-    bases = {c: segment_basis(workload, grid, c, input_fraction) for c in sorted({p.profile.chunk_tokens for p in pools})}
+    bases = {c: segment_basis(workload, grid, c, input_fraction)
+             for c in sorted({p.profile.chunk_tokens for p in pools})}
     raws = []
     for k, p in enumerate(pools):
         basis = bases[p.profile.chunk_tokens]
@@ -441,7 +443,8 @@ def _evaluate_pool_batched(model: BatchedModel, s, plan: PoolPlan, lam: float, c
         pf99 = mean_pf = 0.0
         util = 0.0 if lam == 0 else math.inf
         batch = 0.0
-        power = replicas * float(decode_power_curve(plan.profile, plan.hi_tokens / 2).power_w(0)) if replicas > 0 else 0.0
+        power = (replicas * float(decode_power_curve(plan.profile, plan.hi_tokens / 2).power_w(0))
+                 if replicas > 0 else 0.0)
     # served output: the whole offered rate when stable (an unstable pool's tok/W would describe load it drops)
     out_tps = lam * float(np.nan_to_num(s.mean_output_tokens[0])) if math.isfinite(util) else 0.0
     es = float(op.residence_s[0]) if live and op.stable[0] else 0.0

@@ -90,7 +90,7 @@ class RooflineDefaults:
         if problems:
             raise ValueError("roofline defaults: " + "; ".join(problems))
 
-    def seeds_convention(self) -> "RooflineDefaults":
+    def seeds_convention(self) -> RooflineDefaults:
         """These constants under the seeds' convention (bandwidth efficiency 0.80, no compute terms).
 
         The 1/W-law paper's Tables 2 and 5 reproduce only this way: its roofline is

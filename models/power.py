@@ -114,7 +114,7 @@ class PowerCurve:
             n += 1
         return n
 
-    def scaled(self, factor: float) -> "PowerCurve":
+    def scaled(self, factor: float) -> PowerCurve:
         """The same curve for ``factor`` identical GPUs working in lockstep (TP)."""
         return PowerCurve(self.idle_w * factor, self.nominal_w * factor, self.k, self.x0, self.quality)
 
@@ -199,7 +199,7 @@ class ActivityPower:
         out = np.minimum(self.limit_w, mean)
         return out if out.ndim else float(out)
 
-    def scaled(self, factor: float) -> "ActivityPower":
+    def scaled(self, factor: float) -> ActivityPower:
         """The same power for ``factor`` identical GPUs working in lockstep (TP): every wattage times ``factor``."""
         return ActivityPower(self.idle_w * factor, self.limit_w * factor, self.weights_w * factor,
                              self.kv_w * factor, self.compute_w * factor, self.quality)

@@ -32,8 +32,9 @@ import numpy as np
 from fleetopt.models.power import ActivityPower
 from fleetopt.models.profiles import ServingProfile, quality_label
 
-__all__ = ["DecodePower", "decode_power_curve", "iteration_latency_s", "iteration_coefficients", "compute_coefficients", "prefill_compute_terms", "iteration_work_s", "service_time_s", "prefill_time_s", "ContextPoint", "context_point",
-           "tpot_bound_s", "tpot_batch_cap"]
+__all__ = ["DecodePower", "decode_power_curve", "iteration_latency_s", "iteration_coefficients", "compute_coefficients",
+           "prefill_compute_terms", "iteration_work_s", "service_time_s", "prefill_time_s", "ContextPoint",
+           "context_point", "tpot_bound_s", "tpot_batch_cap"]
 
 
 def iteration_latency_s(profile: ServingProfile, n_active, seq_tokens):

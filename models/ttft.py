@@ -118,13 +118,13 @@ class SlotTraffic:
     """Context window (tokens): decode power is priced at half of it."""
 
     @staticmethod
-    def from_stats(stats, arrival_rate, cap=None) -> "SlotTraffic":
+    def from_stats(stats, arrival_rate, cap=None) -> SlotTraffic:
         lam = np.atleast_1d(np.asarray(arrival_rate, dtype=float))
         n = stats.n_slots if cap is None else np.broadcast_to(np.asarray(cap, dtype=float), lam.shape)
         return SlotTraffic(lam, stats.mean_service_s, stats.cv2_service, n, stats.prefill_times_s,
                            stats.prefill_probs, stats.mean_prefill_s, stats.hi_tokens)
 
-    def take(self, idx) -> "SlotTraffic":
+    def take(self, idx) -> SlotTraffic:
         """The pools at ``idx`` (the prefill atoms are shared)."""
         return replace(self, **{f.name: np.asarray(getattr(self, f.name))[idx] for f in fields(self)
                                 if f.name != "prefill_times_s"})

@@ -45,7 +45,7 @@ class LengthDistribution:
     prob: np.ndarray
 
     @classmethod
-    def from_cdf(cls, points) -> "LengthDistribution":
+    def from_cdf(cls, points) -> LengthDistribution:
         """Build from ``[(tokens, cumulative_fraction), ...]``.
 
         Raises ``ValueError`` naming the offending entry when tokens are not
@@ -80,10 +80,13 @@ class LengthDistribution:
 
     @classmethod
     def from_lognormal_mixture(cls, weights, median_tokens, sigmas, max_tokens: float = 131072,
-                               points: int = 256) -> "LengthDistribution":
+                               points: int = 256) -> LengthDistribution:
         """A synthetic workload: a mixture of lognormal total lengths, tabulated as a CDF.
 
-        .. math:: F(x) = \\frac{\\sum_i w_i \\Phi((\\ln x - \\ln m_i)/\\sigma_i)}{\\sum_i w_i \\Phi((\\ln x_{max} - \\ln m_i)/\\sigma_i)}
+        .. math::
+
+            F(x) = \\frac{\\sum_i w_i \\Phi((\\ln x - \\ln m_i)/\\sigma_i)}
+                        {\\sum_i w_i \\Phi((\\ln x_{max} - \\ln m_i)/\\sigma_i)}
 
         on ``points`` geometric breakpoints from 1 to ``max_tokens`` (the mixture is truncated
         there and renormalised). Between breakpoints the length is uniform, as for any CDF table,
@@ -133,7 +136,7 @@ class LengthDistribution:
                             np.clip((x - self.lo_tokens) / np.where(atom, 1.0, width), 0.0, 1.0))
         return np.sum(self.prob * frac, axis=-1)
 
-    def truncated(self, max_tokens: float) -> tuple["LengthDistribution", float]:
+    def truncated(self, max_tokens: float) -> tuple[LengthDistribution, float]:
         """Requests longer than ``max_tokens`` are cut to ``max_tokens`` (an atom there).
 
         Returns the new distribution and the share of requests that were cut.
@@ -209,7 +212,7 @@ class RequestTrace:
         n = len(self.arrived_at_s)
         return (n - 1) / self.duration_s if n > 1 and self.duration_s > 0 else float("nan")
 
-    def truncated(self, max_tokens: float) -> tuple["RequestTrace", float]:
+    def truncated(self, max_tokens: float) -> tuple[RequestTrace, float]:
         """Cut requests longer than ``max_tokens``: the prompt is shortened first, then the output."""
         total = self.total_tokens
         over = total > max_tokens

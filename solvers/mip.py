@@ -65,7 +65,8 @@ class SolveResult:
     options: dict
     message: str = ""
     tie_break: str = "skipped"
-    """Lexicographic tie-break (fewest GPUs, then pools): ``proven``, ``best-effort`` (budget ran out) or ``skipped``."""
+    """Lexicographic tie-break (fewest GPUs, then pools): ``proven``, ``best-effort`` (budget ran out) or
+    ``skipped``."""
     condition: str = ""
 
     @property

@@ -195,10 +195,12 @@ def slo_rule(m, c):
 
 
 def power_rule(m, c):
-    """Pool power over-estimate at count :math:`c` (kW): :math:`\\pi_c \\ge \\beta_c z_c + s_c \\sum_l m_{1,l} g_{lc}`."""
+    """Pool power over-estimate at count :math:`c` (kW):
+    :math:`\\pi_c \\ge \\beta_c z_c + s_c \\sum_l m_{1,l} g_{lc}`."""
     pr = m.problem
     expr, _ = _flow_sum(m, c, pr.link_load)
-    return m.power_kw[c] >= float(pr.choice_power_base_w[c]) / 1000.0 * m.z[c] + float(pr.choice_power_slope_w[c]) / 1000.0 * expr
+    return (m.power_kw[c] >= float(pr.choice_power_base_w[c]) / 1000.0 * m.z[c]
+            + float(pr.choice_power_slope_w[c]) / 1000.0 * expr)
 
 
 def gpu_inventory_rule(m, g):
@@ -207,7 +209,8 @@ def gpu_inventory_rule(m, g):
     expr = pyo.quicksum(int(pr.choice_gpus[c]) * m.z[int(c)] for c in m._of_gpu[g])
     low, high = pr.gpu_min_gpus[g], pr.gpu_max_gpus[g]
     if isinstance(expr, (int, float)):
-        return pyo.Constraint.Feasible if (expr >= low and (high is None or expr <= high)) else pyo.Constraint.Infeasible
+        within = expr >= low and (high is None or expr <= high)
+        return pyo.Constraint.Feasible if within else pyo.Constraint.Infeasible
     if not low and high is None:
         return pyo.Constraint.Skip
     return (low or None, expr, high)

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import heapq
 import math
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 if TYPE_CHECKING:
     from fleetopt.solvers.des.engine import IterationStation
@@ -37,7 +37,8 @@ __all__ = ["budget_handlers"]
 
 
 def budget_handlers(x: IterationStation):
-    """``arrive(now, i, r)`` and ``serve(at, r)`` of budgeted replicas (:mod:`fleetopt.solvers.des.engine`, "Token budget").
+    """``arrive(now, i, r)`` and ``serve(at, r)`` of budgeted replicas (:mod:`fleetopt.solvers.des.engine`,
+    "Token budget").
 
     ``serve`` is called for a replica's boundary event that is still current
     (the engine checks the heap entry's sequence number first); ``arrive`` after
@@ -153,7 +154,7 @@ def budget_handlers(x: IterationStation):
         reschedule(r)
 
     def serve(at: float, r: int) -> None:
-        e = next_event(r)
+        e = cast(int, next_event(r))    # the event being served is due: a whole iteration, not the inf sentinel
         if credit is not None:
             credit(r, e - it[r])
         advance(r, e - it[r])

@@ -676,9 +676,11 @@ class IterationStation:
         self.after, self.boundary_at, self.credit, self.advance = _anchor_functions(self)
         self.arrive_tracked = self.serve_tracked = self.arrive_budget = self.serve_budget = _unused
         if _TRACKED in self.path:
-            self.arrive_tracked, self.serve_tracked = kv_handlers(self)
+            # the handlers' annotation names this class through the installed package's path, which pyright reads
+            # as a second module when it checks the source tree; it is this class
+            self.arrive_tracked, self.serve_tracked = kv_handlers(self)  # pyright: ignore[reportArgumentType]
         if _BUDGETED in self.path:
-            self.arrive_budget, self.serve_budget = budget_handlers(self)
+            self.arrive_budget, self.serve_budget = budget_handlers(self)  # pyright: ignore[reportArgumentType]
         self.arrive, self.serve, self.admit, self.reschedule = _plain_handlers(self)
 
     def set_cap(self, p: int, n: int, now: float) -> None:
@@ -745,7 +747,7 @@ def _anchor_functions(s: IterationStation):
     ref, W, h, c0, g, d0, d1, it = s.ref, s.W, s.h, s.c0, s.g, s.d0, s.d1, s.it
     act, energy, lo_s, hi_s, metered = s.act, s.energy, s.lo_s, s.hi_s, s.metered
 
-    def after(r: int, m: int) -> float:
+    def after(r: int, m: float) -> float:
         """Instant of boundary ``it + m``: :math:`ref + T(m)`."""
         return ref[r] + m * (W[r] + h[r] * c0[r] + d0[r]) + (h[r] * g[r] + d1[r]) * (m * (m - 1) // 2)
 
@@ -763,7 +765,7 @@ def _anchor_functions(s: IterationStation):
             m -= 1
         return m
 
-    def credit(r: int, m: int) -> None:
+    def credit(r: int, m: float) -> None:
         """Energy of the next ``m`` iterations from the anchor on an activity-power replica (module docstring,
         "Power"): weights, KV-scan and compute seconds summed in closed form, the board limit on their mean,
         the part inside the observation window."""

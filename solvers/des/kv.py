@@ -304,8 +304,8 @@ def kv_handlers(x: IterationStation):
             key = pop(sq)
             i = (key % M) >> 2
             kind = key & 3
-            # This handler mirrors the plain one (fleetopt.solvers.des.engine) plus block bookkeeping; the plain path stays
-            # separate so pools that cannot run out of blocks pay nothing for it (hot loop).
+            # This handler mirrors the plain one (fleetopt.solvers.des.engine) plus block bookkeeping; the plain path
+            # stays separate so pools that cannot run out of blocks pay nothing for it (hot loop).
             if kind == 3:                         # wake-up after a preemption: admissions only
                 continue
             li, lo = lin[i], lout[i]

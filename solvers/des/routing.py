@@ -33,7 +33,8 @@ object that holds no state of the run.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Protocol, Sequence, runtime_checkable
+from typing import Protocol, runtime_checkable
+from collections.abc import Callable, Sequence
 
 import numpy as np
 

@@ -167,8 +167,10 @@ class _State:
         self.first_at = np.full(n, math.nan)
         self.end_at = np.full(n, math.nan)
         self.replica = np.full(n, -1, dtype=np.int64)
-        self.start, self.first, self.end, self.rep = (a.data for a in (
-            self.start_at, self.first_at, self.end_at, self.replica))
+        # the views of float64 columns hold floats (typeshed's memoryview defaults to int items)
+        self.start, self.first, self.end = (cast("memoryview[float]", a.data)
+                                            for a in (self.start_at, self.first_at, self.end_at))
+        self.rep = self.replica.data
         self.ranges, self.replica_pool, self.cap, self.power = [], [], [], []
         r = 0
         caps = [cast(int, p.max_num_seqs) for p in pools]        # ints once the pools are built
