@@ -21,6 +21,7 @@ elsewhere, e.g. the seeds' A100/H100 units) and ``ComputedProfile`` in
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Protocol, overload, runtime_checkable
 
@@ -28,7 +29,8 @@ import numpy as np
 
 from fleetopt.models.power import ActivityPower, PowerCurve
 
-__all__ = ["ServingProfile", "CalibratedProfile", "quality_label"]
+__all__ = ["ServingProfile", "CalibratedProfile", "quality_label", "UNITS", "ReplicaUnit", "replica_unit",
+           "served_model"]
 
 LATENCY_QUALITIES = ("measured", "calibrated", "one-anchor", "projected", "roofline")
 
@@ -144,3 +146,70 @@ class CalibratedProfile:
         kv_cap = self.total_kv_blocks // _ceil_div(ctx, self.blk_size_tokens)
         out = np.minimum(compute_cap, kv_cap)
         return out if out.ndim else int(out)
+
+
+UNITS = ("gpu", "seed_unit")
+"""What one replica is priced and powered as: ``gpu``, its physical GPUs (computed, fitted and most calibrated
+profiles); ``seed_unit``, the seeds' calibrated convention: a TP=N server priced and powered as fewer GPUs
+(one)."""
+
+_UNKNOWN_MODELS = ("", "unspecified", "unknown")
+
+
+@dataclass(frozen=True)
+class ReplicaUnit:
+    """What one replica of a profile is: the GPUs it is priced, powered and counted as (``gpus_per_replica``,
+    what ``gpus`` and the limits count) and the physical GPUs its constants describe."""
+
+    gpus_per_replica: int
+    physical_gpus_per_replica: int
+
+    @property
+    def unit(self) -> str:
+        """``gpu`` when a counted GPU is a physical one, else ``seed_unit`` (:data:`UNITS`)."""
+        return "gpu" if self.physical_gpus_per_replica == self.gpus_per_replica else "seed_unit"
+
+    @property
+    def text(self) -> str:
+        """One replica in words, e.g. ``1 replica = 8 physical GPUs (TP=8)``."""
+        n, b = self.physical_gpus_per_replica, self.gpus_per_replica
+        if self.unit == "gpu":
+            return f"1 replica = {n} physical GPU" + (f"s (TP={n})" if n > 1 else "")
+        return (f"1 replica = {b} billing unit{'s' if b > 1 else ''} = {n} physical GPUs (the seeds' calibrated "
+                f"TP={n} server, priced and powered as {b} GPU{'s' if b > 1 else ''})")
+
+    def to_json(self) -> dict:
+        return {"gpus_per_replica": self.gpus_per_replica,
+                "physical_gpus_per_replica": self.physical_gpus_per_replica, "unit": self.unit,
+                "unit_note": self.text}
+
+
+def replica_unit(profile) -> ReplicaUnit:
+    """What one replica of ``profile`` is: the GPUs it counts per replica and the physical GPUs its constants
+    describe, both fields of the profile (:class:`fleetopt.models.profiles.ServingProfile`): a replica that
+    describes more physical GPUs than it counts (the seeds' calibrated TP=8 units, counted as one GPU) is a
+    ``seed_unit``; otherwise a counted GPU is a physical one.
+
+    Examples
+    --------
+    >>> from types import SimpleNamespace as P
+    >>> replica_unit(P(gpus_per_replica=1, physical_gpus_per_replica=8)).unit
+    'seed_unit'
+    >>> replica_unit(P(gpus_per_replica=8, physical_gpus_per_replica=8)).unit
+    'gpu'
+    """
+    return ReplicaUnit(int(profile.gpus_per_replica), int(profile.physical_gpus_per_replica))
+
+
+def served_model(model_name: str) -> str | None:
+    """The model a profile serves, as compared between GPU options: its label without a trailing
+    parenthesis (the serving details: ``Llama-3.1-8B (bf16, TP=1)`` serves ``Llama-3.1-8B``); None when the
+    label names no model (``unspecified``).
+
+    Examples
+    --------
+    >>> served_model("Llama-3-70B-class (TP=8 unit)"), served_model("Llama-3.1-70B"), served_model("unspecified")
+    ('Llama-3-70B-class', 'Llama-3.1-70B', None)
+    """
+    name = re.sub(r"\s*\([^()]*\)\s*$", "", str(model_name or "")).strip()
+    return None if name.lower() in _UNKNOWN_MODELS else name

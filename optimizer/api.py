@@ -20,8 +20,8 @@ from fleetopt.optimizer.io.catalog import load_catalog
 from fleetopt.optimizer.errors import EXIT_CODES, FleetoptError, InstanceError
 from fleetopt.optimizer.plan.evaluate import baseline, context_sweep, evaluate, limit_violations, parse_fleet
 from fleetopt.optimizer.io.instance import Instance, instance_from_dict, load_instance
-from fleetopt.optimizer.io.contract import replica_unit
-from fleetopt.optimizer.report import fleet_json, instance_warnings
+from fleetopt.models.profiles import replica_unit
+from fleetopt.optimizer.output.documents import fleet_json, instance_warnings
 from fleetopt.optimizer.simulation.options import EngineOptions, SimOptions
 
 __all__ = ["load", "summarize_instance", "evaluate_report", "EvaluationReport", "solve", "verify", "exit_code",
@@ -113,10 +113,10 @@ class EvaluationReport:
         return self.violations[k] if k < len(self.violations) else ()
 
     def to_json(self) -> dict:
-        """The stable JSON contract (:class:`fleetopt.optimizer.io.contract.EvaluateDocument`): always a
+        """The stable JSON contract (:class:`fleetopt.optimizer.output.contract.EvaluateDocument`): always a
         ``fleets`` list; with one fleet its keys also sit at top level (the deprecated 1.0 layout). ``feasible``
         is true when the fleet meets its SLO and breaks no limit, ``violations`` names each limit it breaks."""
-        from fleetopt.optimizer.io.contract import envelope
+        from fleetopt.optimizer.output.contract import envelope
 
         inst = self.instance
         head = {**envelope("evaluate", inst.name), "ttft_model": inst.slo.ttft_model,
@@ -251,8 +251,8 @@ class VerifyReport(NamedTuple):
     """The :class:`fleetopt.optimizer.simulation.verify.Verification` (``chosen`` is the verified plan, if any)."""
 
     def to_json(self) -> dict:
-        """The JSON of ``solve --verify-top`` (:func:`fleetopt.optimizer.report.solve_json`)."""
-        from fleetopt.optimizer.report import solve_json
+        """The JSON of ``solve --verify-top`` (:func:`fleetopt.optimizer.output.documents.solve_json`)."""
+        from fleetopt.optimizer.output.documents import solve_json
 
         return solve_json(self.report, self.verification)
 

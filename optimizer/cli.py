@@ -9,7 +9,7 @@ stops quietly, as a Unix tool killed by SIGPIPE), 1 internal or solver error
 (:mod:`fleetopt.optimizer.errors`, README).
 
 Every command takes ``--format table|plain|markdown|csv``
-(:data:`fleetopt.optimizer.report.FORMATS`); ``table`` never shortens a cell: a
+(:data:`fleetopt.optimizer.output.tables.FORMATS`); ``table`` never shortens a cell: a
 table wider than the terminal is printed in column groups, or stacked.
 """
 
@@ -25,7 +25,7 @@ from fleetopt.optimizer.commands import (CONTEXT_SETTINGS, OUTPUT_PARAMS, catalo
                                          guard, output)
 from fleetopt.optimizer.errors import EXIT_CODES, InstanceError
 from fleetopt.optimizer.io.files import input_scope
-from fleetopt.optimizer.io.output import write_json
+from fleetopt.optimizer.output.writes import write_json
 from fleetopt.optimizer.commands.sim_flags import sim_options
 from fleetopt.optimizer.simulation.options import DEFAULT_SPILL_BOUND, DISPATCHES, EngineOptions, parse_precision
 
@@ -58,8 +58,9 @@ class _Lazy:
 
 
 api = _Lazy("fleetopt.optimizer.api")
-report = _Lazy("fleetopt.optimizer.report")
-contract = _Lazy("fleetopt.optimizer.io.contract")
+documents = _Lazy("fleetopt.optimizer.output.documents")
+rendering = _Lazy("fleetopt.optimizer.output.render")
+contract = _Lazy("fleetopt.optimizer.output.contract")
 
 
 def _inputs(inst, *files) -> tuple:
@@ -72,7 +73,7 @@ def _inputs(inst, *files) -> tuple:
 
 def _emit(table_fn, data: dict, json_out: str | None, protect=(), fmt: str = "table") -> None:
     """Print the table unless the JSON goes to stdout; write ``data`` (a document of the contract,
-    :mod:`fleetopt.optimizer.io.contract`) atomically to ``json_out``, never over a file in ``protect``."""
+    :mod:`fleetopt.optimizer.output.contract`) atomically to ``json_out``, never over a file in ``protect``."""
     if json_out != "-":
         table_fn(output(fmt))
     if json_out:
@@ -196,8 +197,8 @@ def validate(instance, overrides, json_out, fmt):
     """Check INSTANCE and summarize what it asks for."""
     inst = api.load(instance, overrides)
     summary = api.summarize_instance(inst)
-    _emit(lambda c: report.render_summary(c, summary), contract.with_envelope(summary, "validate", inst.name), json_out,
-          _inputs(inst), fmt)
+    _emit(lambda c: rendering.render_summary(c, summary), contract.with_envelope(summary, "validate", inst.name),
+          json_out, _inputs(inst), fmt)
 
 
 @main.command()
@@ -214,7 +215,7 @@ def evaluate(instance, fleets, overrides, json_out, fmt):
     Exits 5 when a fleet misses its SLO, 6 when one meets it but breaks a limit of the instance."""
     inst = api.load(instance, overrides)
     result = api.evaluate_report(inst, fleets)
-    _emit(lambda c: report.render_evaluation(c, result), result.to_json(), json_out, _inputs(inst), fmt)
+    _emit(lambda c: rendering.render_evaluation(c, result), result.to_json(), json_out, _inputs(inst), fmt)
     raise click.exceptions.Exit(api.evaluation_exit_code(result))
 
 
@@ -287,14 +288,14 @@ def solve(instance, top, max_pools, objective, time_limit, mip_gap, threads, met
         if trim:
             raise InstanceError("--trim: trims the plan --verify-top N chose; give --verify-top")
         rep, ver = api.solve(inst, top=top, **kwargs), None
-    doc = report.solve_json(rep, ver)
-    render = lambda c: report.render_solve(c, rep, ver)  # noqa: E731
+    doc = documents.solve_json(rep, ver)
+    render = lambda c: rendering.render_solve(c, rep, ver)  # noqa: E731
     if explain and rep.plans:
         from fleetopt.optimizer.commands.explain_render import explain_with_headroom, render_explanation
 
         why = explain_with_headroom(inst, rep)
         doc["explain"] = why.to_json()
-        render = lambda c: (report.render_solve(c, rep, ver), render_explanation(c, why))  # noqa: E731
+        render = lambda c: (rendering.render_solve(c, rep, ver), render_explanation(c, why))  # noqa: E731
     _emit(render, doc, json_out, _inputs(inst), fmt)
     raise click.exceptions.Exit(api.exit_code(rep, ver))  # no (verified) plan: its code (the report explains it)
 
@@ -324,7 +325,7 @@ def tpw(instance, profiles, hardware, models, tp, dtype, kv_layout, contexts, fl
     --fleet SPEC --rho-sweep, of a fleet's pools against utilisation."""
     if instance is None and not (rho_sweep or fleet or rhos or overrides):
         rows = api.tpw_rows(profiles, hardware, models, tp, dtype, kv_layout, contexts)
-        _emit(lambda c: c.print(report.tpw_table(rows)), report.tpw_json(rows), json_out, (), fmt)
+        _emit(lambda c: c.print(rendering.tpw_table(rows)), documents.tpw_json(rows), json_out, (), fmt)
         return
     from fleetopt.optimizer.workflows.rho_sweep import parse_rhos, rho_sweep as sweep
 
@@ -333,7 +334,7 @@ def tpw(instance, profiles, hardware, models, tp, dtype, kv_layout, contexts, fl
                             "--rho-sweep (the utilisation sweep)")
     inst = api.load(instance, overrides)
     result = sweep(inst, fleet, parse_rhos(rhos))
-    _emit(lambda c: report.render_rho_sweep(c, result), result.to_json(), json_out, _inputs(inst), fmt)
+    _emit(lambda c: rendering.render_rho_sweep(c, result), result.to_json(), json_out, _inputs(inst), fmt)
 
 
 @main.command()
@@ -390,7 +391,8 @@ def simulate(instance, fleets, plan_file, rank, n_requests, seed, router, spill_
     """Simulate a fleet (--fleet SPEC, or --plan of a solve's JSON) next to its analytic numbers.
 
     Exits 5 when the simulated fleet misses its SLO (with --routers: when every router misses it)."""
-    from fleetopt.optimizer.report import progress_bar, render_simulation
+    from fleetopt.optimizer.commands.progress import progress_bar
+    from fleetopt.optimizer.output.render import render_simulation
 
     if len(fleets) > 1:
         raise InstanceError(f"--fleet: given {len(fleets)} times; simulate runs one fleet (run it once per fleet, "
@@ -422,7 +424,7 @@ def _simulate_routers(inst, fleet, plan_file, router, routers, spill_bound, json
                             "--router")
     cmp = compare_routers(inst, fleet, parse_routers(routers), sim_options(_SIMULATE_FLAGS, **settings),
                           spill_bound=spill_bound)
-    _emit(lambda c: report.render_routers(c, cmp),
+    _emit(lambda c: rendering.render_routers(c, cmp),
           contract.with_envelope(cmp.to_json(), "simulate --routers", inst.name),
           json_out, _inputs(inst), fmt)
     raise click.exceptions.Exit(0 if any(r.report.slo_met for r in cmp.runs) else EXIT_CODES["slo_missed"])
@@ -478,7 +480,7 @@ def schema(command, fields, json_out, fmt):
         raise InstanceError(f"COMMAND: unknown command {name!r}; known: {known}")
     if fields:
         kinds = COMMANDS.get(name, (name,)) if name else tuple(DOCUMENTS)
-        report.render_fields(output(fmt), {kind: contract.top_level_fields(kind) for kind in kinds},
+        rendering.render_fields(output(fmt), {kind: contract.top_level_fields(kind) for kind in kinds},
                              contract.SCHEMA_VERSION)
         return
     write_json(contract.schema_for(name), json_out)

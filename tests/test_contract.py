@@ -1,5 +1,5 @@
 """The JSON contract (issue 12, "What to build" 1): every command's ``--json`` document carries the envelope and
-validates against its pydantic model (:mod:`fleetopt.optimizer.io.contract`); ``fleetopt schema`` prints the
+validates against its pydantic model (:mod:`fleetopt.optimizer.output.contract`); ``fleetopt schema`` prints the
 models' JSON Schema; ``evaluate`` always lists ``fleets``; pools and fleets carry explicit ``analytic`` and
 ``simulated`` sub-objects next to the deprecated 1.0 keys; ``--json`` never writes over a file the run read.
 
@@ -18,7 +18,7 @@ from pydantic import ValidationError
 
 from fleetopt.optimizer.cli import main
 from fleetopt.optimizer.errors import EXIT_CODES
-from fleetopt.optimizer.io.contract import COMMANDS, DOCUMENTS, SCHEMA_VERSION, schema_for, validate_document
+from fleetopt.optimizer.output.contract import COMMANDS, DOCUMENTS, SCHEMA_VERSION, schema_for, validate_document
 
 QUICK = "instances/quickstart.yaml"
 FLEET = "0-4096:a100x2,4096-65536:a100x3"
@@ -211,7 +211,7 @@ def test_json_never_overwrites_an_input(repo_root, tmp_path, monkeypatch):
 def test_docs_list_every_documents_fields(repo_root):
     """docs/json.md has a table per document kind naming each of its top-level contract fields, and the
     changelog of the current version."""
-    from fleetopt.optimizer.io.contract import top_level_fields
+    from fleetopt.optimizer.output.contract import top_level_fields
 
     text = (repo_root / "docs" / "json.md").read_text()
     assert f"### {SCHEMA_VERSION} (this contract)" in text

@@ -208,7 +208,7 @@ def base_instance(workdir):
 @pytest.fixture(scope="module")
 def solve_json(base_instance):
     from fleetopt.optimizer.plan.solve import SolveOptions, solve_instance
-    from fleetopt.optimizer.report import solve_json as to_json
+    from fleetopt.optimizer.output.documents import solve_json as to_json
 
     return json.loads(json.dumps(to_json(solve_instance(base_instance, SolveOptions(top=2, method="mip"))),
                                  default=str))

@@ -33,18 +33,20 @@ LAYERS = {
     "fleetopt.solvers.des": (1, SCIENCE),
     "fleetopt.optimizer.errors": (2, set()),
     "fleetopt.optimizer.io": (3, PIPELINE),
-    "fleetopt.optimizer.profiling": (4, PIPELINE),     # measures a GPU, fits a profile: reads the catalogue
-    "fleetopt.optimizer.profiling.probe_torch": (5, PIPELINE | PROBE),   # above the probe harness it plugs into
-    "fleetopt.optimizer.plan": (4, PIPELINE | FRAMES),
-    "fleetopt.optimizer.simulation": (5, PIPELINE | FRAMES),
-    "fleetopt.optimizer.report": (6, PIPELINE),
-    "fleetopt.optimizer.workflows": (6, PIPELINE | SCALE_OUT),
-    "fleetopt.optimizer.api": (7, PIPELINE | FRAMES),
-    "fleetopt.optimizer.bench": (7, PIPELINE),
-    "fleetopt.optimizer.commands": (8, PIPELINE | SCALE_OUT),
-    "fleetopt.optimizer.cli": (9, PIPELINE),        # the entry point: loads the commands' modules on first use
-    "fleetopt.optimizer": (10, set()),      # the package's own __init__ (a docstring)
-    "fleetopt": (11, set()),                # the root __init__ and the api facade
+    "fleetopt.optimizer.output": (4, PIPELINE),     # the contract, safe writes, deployment files, table layout
+    "fleetopt.optimizer.profiling": (5, PIPELINE),  # measures a GPU, fits a profile: reads the catalogue, writes
+    "fleetopt.optimizer.profiling.probe_torch": (6, PIPELINE | PROBE),   # above the probe harness it plugs into
+    "fleetopt.optimizer.plan": (5, PIPELINE | FRAMES),
+    "fleetopt.optimizer.simulation": (6, PIPELINE | FRAMES),
+    "fleetopt.optimizer.output.documents": (7, PIPELINE),   # a result's JSON: above the stages it reports
+    "fleetopt.optimizer.workflows": (7, PIPELINE | SCALE_OUT),
+    "fleetopt.optimizer.output.render": (8, PIPELINE),      # a result as tables: its documents' notes and warnings
+    "fleetopt.optimizer.api": (8, PIPELINE | FRAMES),
+    "fleetopt.optimizer.bench": (8, PIPELINE),
+    "fleetopt.optimizer.commands": (9, PIPELINE | SCALE_OUT),
+    "fleetopt.optimizer.cli": (10, PIPELINE),        # the entry point: loads the commands' modules on first use
+    "fleetopt.optimizer": (11, set()),      # the package's own __init__ (a docstring)
+    "fleetopt": (12, set()),                # the root __init__ and the api facade
 }
 
 
@@ -149,6 +151,20 @@ def test_the_project_has_no_import_cycle():
                 graph.add_edge(module, target)
     cycles = list(nx.simple_cycles(graph))
     assert not cycles, "import cycles: " + "; ".join(" -> ".join(c + [c[0]]) for c in cycles[:5])
+
+
+MAX_FLAT_MODULES = 12
+NOT_YET_REGROUPED = {"models": 15}     # a ceiling until the folder is regrouped: it may shrink, never grow
+
+
+def test_no_package_folder_holds_more_than_twelve_modules():
+    """A folder is one stage; one that outgrows a dozen modules holds more than one (``optimizer/io/`` once held
+    sixteen, the profiling probe and the output documents among them)."""
+    for folder in SOURCE_ROOTS:
+        for d in [REPO / folder, *(p for p in (REPO / folder).rglob("*") if p.is_dir())]:
+            flat = [f.name for f in d.glob("*.py") if f.name != "__init__.py"]
+            cap = NOT_YET_REGROUPED.get(d.relative_to(REPO).as_posix(), MAX_FLAT_MODULES)
+            assert len(flat) <= cap, f"{d.relative_to(REPO)} holds {len(flat)} modules: {sorted(flat)}"
 
 
 def test_models_do_no_io_or_printing():

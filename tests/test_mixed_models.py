@@ -17,7 +17,7 @@ from click.testing import CliRunner
 from fleetopt.optimizer import api
 from fleetopt.optimizer.cli import main
 from fleetopt.optimizer.errors import EXIT_CODES, InstanceError
-from fleetopt.optimizer.io.contract import served_model
+from fleetopt.models.profiles import served_model
 from fleetopt.optimizer.io.instance import instance_from_dict
 
 

@@ -21,7 +21,7 @@ from fleetopt.optimizer.commands.sim_flags import VERIFY_FLAGS, sim_options
 from fleetopt.optimizer.errors import InstanceError
 from fleetopt.optimizer.profiling import measurements
 from fleetopt.optimizer.io.catalog import bundled_catalog
-from fleetopt.optimizer.io.contract import replica_unit
+from fleetopt.models.profiles import replica_unit
 from fleetopt.optimizer.io.solve_json import read_solve_plan
 
 MEMORY = 85_899_345_920

@@ -178,7 +178,7 @@ def test_a_pool_with_few_requests_is_flagged_never_ok(repo_root):
     assert not ok and ((8192, 65536, "a100") in thin or (8192, 65536, "a100") in failing)
     from rich.console import Console
 
-    from fleetopt.optimizer.report import render_simulation
+    from fleetopt.optimizer.output.render import render_simulation
 
     c = Console(width=200, record=True)
     render_simulation(c, sim)

@@ -169,7 +169,7 @@ def test_a_missing_output_folder_is_reported_before_the_work(tmp_path: Path):
 def test_a_read_only_output_folder_is_reported(tmp_path: Path):
     """As root a mode cannot forbid a write, so a child process drops to an unprivileged user first."""
     from fleetopt.optimizer.errors import InstanceError
-    from fleetopt.optimizer.io.output import check_target
+    from fleetopt.optimizer.output.writes import check_target
 
     import tempfile
 

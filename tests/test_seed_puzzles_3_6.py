@@ -57,12 +57,12 @@ def test_azure_optimum_is_the_seed_a10g_two_pool(repo_root):
 def test_reports_say_when_pools_serve_different_models(repo_root):
     inst = api.load(repo_root / "instances" / "lmsys_mixed.yaml")
     rep = api.evaluate_report(inst, "0-2048:a10g,2048-65536:h100")
-    from fleetopt.optimizer.report import fleet_notes
+    from fleetopt.optimizer.output.render import fleet_notes
 
     notes = "\n".join(fleet_notes(rep.fleets[0][1], inst.slo.ttft_model))
     assert "serve different models" in notes
     solved = api.solve(inst)
-    from fleetopt.optimizer.report import solve_json
+    from fleetopt.optimizer.output.documents import solve_json
 
     warnings = solve_json(solved)["warnings"]
     assert any("7B-class" in w and "70B-class" in w for w in warnings)  # plan (A10G) vs baseline (H100)

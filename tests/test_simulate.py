@@ -492,7 +492,7 @@ def test_a_thin_pool_gets_its_latency_from_a_dedicated_run(thin_run):
                for n in rep.notes)
     from rich.console import Console
 
-    from fleetopt.optimizer.report import render_simulation
+    from fleetopt.optimizer.output.render import render_simulation
 
     c = Console(width=200, record=True)
     render_simulation(c, rep)

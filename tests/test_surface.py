@@ -29,7 +29,7 @@ from rich.table import Table
 
 from fleetopt.optimizer.cli import main
 from fleetopt.optimizer.errors import EXIT_CODES
-from fleetopt.optimizer.report import FORMATS, Output
+from fleetopt.optimizer.output.tables import FORMATS, Output
 
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 ELLIPSIS = "\u2026"
@@ -185,7 +185,7 @@ def test_group_widths_are_rich_measurements():
     rich's own measure of the group's table, for every group of the key column and some others."""
     import itertools
 
-    from fleetopt.optimizer.report import _group_width, _sub_table, table_grid, table_width
+    from fleetopt.optimizer.output.tables import _group_width, _sub_table, table_grid, table_width
 
     c = Console(file=io.StringIO(), width=80)
     t = _wide_table()

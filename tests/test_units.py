@@ -17,7 +17,8 @@ from click.testing import CliRunner
 
 from fleetopt.optimizer import api
 from fleetopt.optimizer.cli import main
-from fleetopt.optimizer.io.contract import replica_unit, validate_document
+from fleetopt.models.profiles import replica_unit
+from fleetopt.optimizer.output.contract import validate_document
 
 SEED_TEXT = "1 replica = 1 billing unit = 8 physical GPUs"
 MIXED = {

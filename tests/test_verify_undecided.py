@@ -18,7 +18,7 @@ from click.testing import CliRunner
 
 from fleetopt.optimizer import api
 from fleetopt.optimizer.cli import main
-from fleetopt.optimizer.report import verification_json
+from fleetopt.optimizer.output.documents import verification_json
 from fleetopt.optimizer.simulation.options import SimOptions
 from fleetopt.optimizer.simulation.pool_sizing import (
     PoolCandidate,
@@ -178,7 +178,7 @@ def test_undecided_at_the_cap_is_reported_undecided(lmsys_2048):
     assert row["pools"][0]["outcome"] == "undecided" and row["pools"][0]["slo_met_sim"] is False
     from rich.console import Console
 
-    from fleetopt.optimizer.report import render_verification
+    from fleetopt.optimizer.output.render import render_verification
 
     c = Console(width=220, record=True)
     render_verification(c, v, SLO_MS, window)

@@ -19,7 +19,7 @@ from click.testing import CliRunner
 
 from fleetopt.models.units import HOURS_PER_YEAR
 from fleetopt.optimizer import api
-from fleetopt.optimizer.io.contract import SCHEMA_VERSION
+from fleetopt.optimizer.output.contract import SCHEMA_VERSION
 from fleetopt.optimizer.commands.workflows import headroom as headroom_cmd
 from fleetopt.optimizer.commands.workflows import pareto as pareto_cmd
 from fleetopt.optimizer.workflows.headroom import fleet_steps, headroom, simulated_limit

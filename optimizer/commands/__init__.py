@@ -10,7 +10,7 @@ import os
 import click
 
 from fleetopt.optimizer.errors import FleetoptError
-from fleetopt.optimizer.io.output import FORMATS
+from fleetopt.optimizer.output.tables import FORMATS
 
 __all__ = ["CONTEXT_SETTINGS", "CATALOG_ENV", "OUTPUT_PARAMS", "catalog_option", "format_option", "guard", "output",
            "check_outputs"]
@@ -51,7 +51,7 @@ OUTPUT_PARAMS = ("json_out", "csv_out", "plot_out", "output", "router", "log_out
 def check_outputs(ctx: click.Context) -> None:
     """Check every output file a command was given before its work (a long solve, a fit, a sweep) starts: the
     folder exists and is writable, the target is no folder and is not one of the command's input paths
-    (:func:`fleetopt.optimizer.io.output.check_target`; an ``-o`` whose metavar says ``DIR`` may be a folder).
+    (:func:`fleetopt.optimizer.output.writes.check_target`; an ``-o`` whose metavar says ``DIR`` may be a folder).
     What the command reads later (a workload, a catalogue) is checked again when the file is written.
 
     Raises
@@ -59,7 +59,7 @@ def check_outputs(ctx: click.Context) -> None:
     InstanceError
         One line naming the flag and the file.
     """
-    from fleetopt.optimizer.io.output import check_target
+    from fleetopt.optimizer.output.writes import check_target
 
     params = [p for p in ctx.command.params if p.name in ctx.params]
     inputs = [ctx.params[p.name] for p in params if isinstance(p.type, click.Path) and ctx.params[p.name]]
@@ -100,7 +100,8 @@ def guard(fn):
 
 
 def output(fmt: str = "table"):
-    """Where a command's text goes, in the layout ``--format`` names (:class:`fleetopt.optimizer.report.Output`)."""
-    from fleetopt.optimizer.report import Output
+    """Where a command's text goes, in the layout ``--format`` names
+    (:class:`fleetopt.optimizer.output.tables.Output`)."""
+    from fleetopt.optimizer.output.tables import Output
 
     return Output(fmt)

@@ -15,9 +15,9 @@ from rich.table import Table
 
 from fleetopt.optimizer.commands import catalog_option, guard
 from fleetopt.optimizer.io.catalog import CATALOG_KINDS, catalog_listing
-from fleetopt.optimizer.io.contract import envelope
-from fleetopt.optimizer.io.output import write_json
-from fleetopt.optimizer.report import FORMATS, Output
+from fleetopt.optimizer.output.contract import envelope
+from fleetopt.optimizer.output.writes import write_json
+from fleetopt.optimizer.output.tables import FORMATS, Output
 
 __all__ = ["catalog", "list_catalog"]
 
@@ -65,7 +65,7 @@ def _render(out: Output, listing: dict) -> None:
 
 
 def list_catalog(kind: str | None) -> dict:
-    """The ``--json`` document of ``catalog list`` (:class:`fleetopt.optimizer.io.contract.CatalogDocument`): the
+    """The ``--json`` document of ``catalog list`` (:class:`fleetopt.optimizer.output.contract.CatalogDocument`): the
     envelope, ``kinds`` and the listing."""
     kinds = CATALOG_KINDS if kind is None else (kind,)
     return {**envelope("catalog list", None), "kinds": list(kinds), **catalog_listing(kinds)}

@@ -1,7 +1,7 @@
 """``fleetopt export RESULT.json --format vllm|k8s [-o FILE|DIR]``: deployment files from a solve's JSON.
 
 The plan (the selected one, or ``--plan N`` of ``solutions``) is read and checked by
-:func:`fleetopt.optimizer.io.export.read_plan`; the files are rendered by :mod:`fleetopt.optimizer.io.export`
+:func:`fleetopt.optimizer.output.export.read_plan`; the files are rendered by :mod:`fleetopt.optimizer.output.export`
 (docs/export.md). Output: without ``-o`` the vLLM script or the Kubernetes YAML on stdout; ``-o DIR`` (an existing
 folder) writes ``vllm.sh`` or ``k8s.yaml`` and ``router.yaml`` into it; ``-o FILE`` writes FILE and the router
 configuration beside it as ``FILE-STEM.router.yaml``; ``--router FILE|-`` puts the router configuration elsewhere.
@@ -18,9 +18,9 @@ import click
 
 from fleetopt.optimizer.commands import guard
 from fleetopt.optimizer.errors import InstanceError
-from fleetopt.optimizer.io.export import (DEFAULT_IMAGE, FORMATS, k8s_documents, read_plan, router_config,
+from fleetopt.optimizer.output.export import (DEFAULT_IMAGE, FORMATS, k8s_documents, read_plan, router_config,
                                           vllm_script, write_text, yaml_documents)
-from fleetopt.optimizer.io.output import SCRIPT_MODE, TEXT_MODE
+from fleetopt.optimizer.output.writes import SCRIPT_MODE, TEXT_MODE
 
 __all__ = ["export"]
 

@@ -14,7 +14,7 @@ from rich.table import Table
 from fleetopt.optimizer.commands.progress import reporter
 from fleetopt.optimizer.errors import InstanceError
 from fleetopt.optimizer.io.instance import load_instance
-from fleetopt.optimizer.io.output import write_json
+from fleetopt.optimizer.output.writes import write_json
 from fleetopt.optimizer.workflows import plots
 from fleetopt.optimizer.workflows.executor import Backend
 from fleetopt.optimizer.workflows.frontier import Frontier, frontier, parse_axes

@@ -12,11 +12,13 @@ from __future__ import annotations
 import click
 
 from fleetopt.optimizer.commands import CONTEXT_SETTINGS, guard as _guard
-from fleetopt.optimizer.io.output import write_text as _write_text
+from fleetopt.optimizer.output.writes import write_text as _write_text
 from fleetopt.optimizer.errors import InstanceError
 from fleetopt.optimizer.io.instance import load_instance
-from fleetopt.optimizer.io.output import write_json
-from fleetopt.optimizer.report import FORMATS, Output, gridflex_csv, render_gridflex
+from fleetopt.optimizer.output.writes import write_json
+from fleetopt.optimizer.output.tables import FORMATS, Output
+from fleetopt.optimizer.output.documents import gridflex_csv
+from fleetopt.optimizer.output.render import render_gridflex
 from fleetopt.optimizer.workflows import plots
 from fleetopt.optimizer.workflows.gridflex import CONVENTIONS, gridflex as sweep, parse_depths
 

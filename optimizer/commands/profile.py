@@ -26,16 +26,16 @@ from fleetopt.optimizer.commands import guard as _guard
 from fleetopt.optimizer.commands.progress import QUIET_HELP, reporter
 from fleetopt.optimizer.profiling.measurements import (build_profile, fit_measurements, profile_document,
                                                        read_measurements, write_profile_file)
-from fleetopt.optimizer.io.contract import envelope
+from fleetopt.optimizer.output.contract import envelope
 from fleetopt.optimizer.profiling.probe import IDLE_SETTLE_S
-from fleetopt.optimizer.io.output import write_json
-from fleetopt.optimizer.report import console
+from fleetopt.optimizer.output.writes import write_json
+from fleetopt.optimizer.output.tables import console
 
 __all__ = ["profile", "fit", "fit_report", "probe"]
 
 
 def fit_report(fit: ProfileFit, document: dict) -> dict:
-    """The ``--json`` document (:class:`fleetopt.optimizer.io.contract.ProfileFitDocument`): the envelope, the
+    """The ``--json`` document (:class:`fleetopt.optimizer.output.contract.ProfileFitDocument`): the envelope, the
     coefficients, every point, the summaries and the profile file's content."""
     it = fit.iteration
     points = []

@@ -18,12 +18,12 @@ from __future__ import annotations
 
 import sys
 import time
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from typing import TextIO
 from collections.abc import Callable, Iterator
 
-__all__ = ["Reporter", "reporter", "QUIET_HELP"]
+__all__ = ["Reporter", "reporter", "QUIET_HELP", "progress_bar"]
 
 QUIET_HELP = "No progress on stderr (by default: a status line on a terminal, else one line per step)."
 
@@ -71,3 +71,24 @@ def reporter(quiet: bool = False, *, stream: TextIO | None = None, terminal: boo
             shown.update(task, completed=done, total=total)
 
         yield Reporter(step=step, requests=requests)
+
+
+def progress_bar(enabled: bool):
+    """A rich progress bar on stderr yielding ``progress(done, total)`` (the requests of ``simulate``'s one run),
+    or None when not ``enabled``.
+
+    A context manager: ``with progress_bar(sys.stderr.isatty()) as progress: ...``.
+    """
+    if not enabled:
+        return nullcontext(None)
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    @contextmanager
+    def bar():
+        with Progress(TextColumn("simulating"), BarColumn(), MofNCompleteColumn(), TextColumn("requests"),
+                      TimeElapsedColumn(), console=Console(stderr=True), transient=True) as shown:
+            task = shown.add_task("simulate", total=None)
+            yield lambda done, total: shown.update(task, completed=done, total=total)
+
+    return bar()

@@ -16,7 +16,7 @@ from pydantic import ValidationError
 
 from fleetopt.optimizer.commands.workflows import CONTEXT_SETTINGS, _guard
 from fleetopt.optimizer.errors import InstanceError
-from fleetopt.optimizer.io.contract import DOCUMENTS, validate_document
+from fleetopt.optimizer.output.contract import DOCUMENTS, validate_document
 from fleetopt.optimizer.io.schema import pydantic_field_path, pydantic_message
 from fleetopt.optimizer.io.files import read_text
 from fleetopt.optimizer.workflows.html_report import build_html, detect_kind
@@ -54,7 +54,7 @@ def _present(data, loc: tuple) -> tuple:
 
 
 def _check_contract(data: dict, where: str) -> None:
-    """Each key of the JSON contract (:mod:`fleetopt.optimizer.io.contract`) that the document holds has its
+    """Each key of the JSON contract (:mod:`fleetopt.optimizer.output.contract`) that the document holds has its
     contract's type, so the page renders what the command wrote: one :class:`InstanceError` line naming the first
     field that does not. A missing key is left to the page (:func:`detect_kind`'s checks name the keys it needs),
     which renders documents of earlier contract versions too."""

@@ -15,7 +15,7 @@ from fleetopt.optimizer.commands.progress import QUIET_HELP, reporter
 from fleetopt.optimizer.commands.workflows import (CONTEXT_SETTINGS, PLOT_HELP, _console, _format_opt, _guard,
                                                    _write_text)
 from fleetopt.optimizer.errors import InstanceError
-from fleetopt.optimizer.io.output import write_json
+from fleetopt.optimizer.output.writes import write_json
 from fleetopt.optimizer.commands.sim_flags import VERIFY_FLAGS, sim_options
 from fleetopt.optimizer.workflows import plots
 from fleetopt.optimizer.workflows.executor import Backend

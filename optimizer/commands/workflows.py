@@ -18,10 +18,10 @@ from rich.table import Table
 from fleetopt.optimizer.commands import CONTEXT_SETTINGS, format_option as _format_opt, guard as _guard
 from fleetopt.optimizer.commands import output as _console
 from fleetopt.optimizer.commands.progress import QUIET_HELP, reporter
-from fleetopt.optimizer.io.output import write_text as _write_text
+from fleetopt.optimizer.output.writes import write_text as _write_text
 from fleetopt.optimizer.errors import EXIT_CODES, InstanceError
 from fleetopt.optimizer.io.instance import load_instance
-from fleetopt.optimizer.io.output import write_json
+from fleetopt.optimizer.output.writes import write_json
 from fleetopt.optimizer.commands.sim_flags import VERIFY_FLAGS, sim_options
 from fleetopt.optimizer.workflows import plots
 from fleetopt.optimizer.workflows.headroom import (Headroom, StepSchedule, fleet_steps, headroom as find_headroom,

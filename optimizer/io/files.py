@@ -28,7 +28,7 @@ _READ: contextvars.ContextVar[set[Path] | None] = contextvars.ContextVar("fleeto
 @contextlib.contextmanager
 def input_scope() -> Iterator[set[Path]]:
     """Within the block, every file :func:`read_bytes` reads is recorded (resolved), so that no output of the
-    same command is written over it (:func:`fleetopt.optimizer.io.output.check_target`). The command group opens
+    same command is written over it (:func:`fleetopt.optimizer.output.writes.check_target`). The command group opens
     one scope per command; outside a scope (a notebook calling the API) nothing is recorded."""
     token = _READ.set(set())
     try:

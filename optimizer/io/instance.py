@@ -48,7 +48,7 @@ from fleetopt.models.units import MS_PER_S
 from fleetopt.models.workload import LengthDistribution, RequestTrace
 
 from fleetopt.optimizer.errors import InstanceError
-from fleetopt.optimizer.io.contract import replica_unit, served_model
+from fleetopt.models.profiles import replica_unit, served_model
 from fleetopt.optimizer.io.gpu_options import check_context_fits, resolve_gpus
 from fleetopt.optimizer.io.overrides import apply_overrides, attributed_field, overridden_copy
 from fleetopt.optimizer.io.schema import (
@@ -348,7 +348,7 @@ def _cross_field_problems(data: dict, workload, problems: Problems) -> None:
 
 
 def _models_by_option(options: Sequence[GpuOption]) -> dict[str, list[str]]:
-    """The options serving each known model (:func:`~fleetopt.optimizer.io.contract.served_model`), in order."""
+    """The options serving each known model (:func:`~fleetopt.models.profiles.served_model`), in order."""
     out: dict[str, list[str]] = {}
     for o in options:
         model = served_model(o.profile.model_name)
@@ -373,7 +373,7 @@ def _mixed_model_problems(data: dict, options: Sequence[GpuOption], problems: Pr
 def gpu_warnings(instance: Instance) -> list[str]:
     """Caveats about the GPU options, one line each: options that count a replica differently (the seeds'
     calibrated TP=8 units priced as one GPU next to options priced per physical GPU,
-    :func:`~fleetopt.optimizer.io.contract.replica_unit`), options whose profile names no model (not checked
+    :func:`~fleetopt.models.profiles.replica_unit`), options whose profile names no model (not checked
     against the others), and, with ``allow_mixed_models``, the models the options serve."""
     out = []
     units: dict[str, list[str]] = {}

@@ -1,5 +1,5 @@
 """One plan of a ``fleetopt solve --json`` file, read and checked once for every command that reads one back:
-``export`` (:func:`fleetopt.optimizer.io.export.read_plan`) and ``simulate --plan``
+``export`` (:func:`fleetopt.optimizer.output.export.read_plan`) and ``simulate --plan``
 (:func:`fleetopt.optimizer.simulation.plan_files.load_solved_plan`).
 
 :func:`read_solve_plan` checks what every reader needs, in this order, each problem one

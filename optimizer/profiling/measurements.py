@@ -47,7 +47,7 @@ from fleetopt.models.profiles import CalibratedProfile
 from fleetopt.models.roofline import kv_capacity_tokens as roofline_kv_capacity_tokens
 
 from fleetopt.optimizer.io.files import read_bytes
-from fleetopt.optimizer.io.output import write_text
+from fleetopt.optimizer.output.writes import write_text
 from fleetopt.optimizer.errors import InstanceError, format_problem
 from fleetopt.optimizer.io.catalog import Catalog, load_catalog
 from fleetopt.optimizer.io.profile_file import PROFILE_FORMAT

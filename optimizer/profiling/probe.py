@@ -65,7 +65,7 @@ from fleetopt.models.hardware import ModelSpec
 
 from fleetopt.optimizer.errors import InstanceError
 from fleetopt.optimizer.profiling.measurements import DECODE_COLUMNS, DECODE_OPTIONAL, PREFILL_COLUMNS, PREFILL_OPTIONAL
-from fleetopt.optimizer.io.output import write_text
+from fleetopt.optimizer.output.writes import write_text
 
 __all__ = ["PROBE_CONTEXTS", "PROBE_PROMPTS", "DECODE_REPEATS", "PREFILL_REPEATS", "WARMUP_REPLAYS",
            "POWER_WARMUP_S", "POWER_WINDOW_S", "IDLE_WINDOW_S", "IDLE_SETTLE_S", "DTYPE_BYTES", "ModelShape",

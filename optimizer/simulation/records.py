@@ -151,9 +151,9 @@ class SimPoolReport(_Measured):
     slo_met = property(lambda self: self.analytic.slo_met)
 
     def to_json(self) -> dict:
-        """The pool's contract (:class:`fleetopt.optimizer.io.contract.SimulatedPool`): its ``analytic`` and
+        """The pool's contract (:class:`fleetopt.optimizer.output.contract.SimulatedPool`): its ``analytic`` and
         ``simulated`` figures; the flat keys are the deprecated 1.0 aliases (analytic, ``*_sim`` simulated)."""
-        from fleetopt.optimizer.io.contract import pool_analytic, pool_identity, pool_simulated
+        from fleetopt.optimizer.output.contract import pool_analytic, pool_identity, pool_simulated
 
         a = self.analytic
         simulated = pool_simulated(
@@ -267,10 +267,10 @@ class SimReport(_Measured):
         return out
 
     def to_json(self) -> dict:
-        """The stable JSON contract (:class:`fleetopt.optimizer.io.contract.SimulateDocument`): the envelope,
+        """The stable JSON contract (:class:`fleetopt.optimizer.output.contract.SimulateDocument`): the envelope,
         the keys of the issue, then provenance and details. The fleet's figures are in ``analytic`` and
         ``simulated``; the top-level ones are the deprecated 1.0 aliases of ``simulated``'s."""
-        from fleetopt.optimizer.io.contract import envelope, fleet_analytic, fleet_simulated
+        from fleetopt.optimizer.output.contract import envelope, fleet_analytic, fleet_simulated
 
         a = self.analytic
         simulated = fleet_simulated(

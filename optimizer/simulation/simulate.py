@@ -11,9 +11,8 @@ simulated latencies next to the analytic numbers.
 This module holds the pipeline (options and plan checked at the edge, the
 replications, the stopping rule); the report records and their assembly from
 the replications are in :mod:`fleetopt.optimizer.simulation.records`; the CLI's table and
-progress bar (:func:`fleetopt.optimizer.report.render_simulation`,
-:func:`fleetopt.optimizer.report.progress_bar`) sit above this stage, in
-:mod:`fleetopt.optimizer.report`.
+progress bar (:func:`fleetopt.optimizer.output.render.render_simulation`,
+:func:`fleetopt.optimizer.commands.progress.progress_bar`) sit above this stage.
 
 Measurement protocol
 --------------------

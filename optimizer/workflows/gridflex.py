@@ -140,7 +140,7 @@ __all__ = ["SCHEMA_VERSION", "DEFAULT_DEPTHS_PCT", "CONVENTIONS", "DELIVERED_LAB
            "WARMUP_MIN_S", "TAIL_SLOS", "EVENT_MODEL",
            "PoolDepth", "DepthRow", "GridFlex", "cap_under", "parse_depths", "drain_s", "event_replication", "gridflex"]
 
-from fleetopt.optimizer.io.contract import SCHEMA_VERSION  # noqa: E402 (one contract version)
+from fleetopt.optimizer.output.contract import SCHEMA_VERSION  # noqa: E402 (one contract version)
 """Version of the JSON contract of :meth:`GridFlex.to_json`."""
 DEFAULT_DEPTHS_PCT = tuple(range(0, 55, 5))
 """Depths of ``--depths`` by default, in % of the uncurtailed power: 0, 5, ..., 50."""

@@ -83,7 +83,7 @@ __all__ = ["SCHEMA_VERSION", "RATE_TOLERANCE_REQ_PER_S", "MAX_RATE_REQ_PER_S", "
            "FleetStep", "StepSchedule", "at_rate", "fixed_pools", "headroom", "simulated_limit", "fleet_steps",
            "parse_range", "MAX_RANGE_POINTS"]
 
-from fleetopt.optimizer.io.contract import SCHEMA_VERSION  # noqa: E402 (one contract version)
+from fleetopt.optimizer.output.contract import SCHEMA_VERSION  # noqa: E402 (one contract version)
 """Version of the JSON contracts of :meth:`Headroom.to_json` and :meth:`StepSchedule.to_json`."""
 RATE_TOLERANCE_REQ_PER_S = 0.01
 r"""Grid :math:`\delta` of the analytic limit (req/s): the limit is carried, the limit plus :math:`\delta` is not."""

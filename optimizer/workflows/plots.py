@@ -55,8 +55,8 @@ from typing import Any
 from collections.abc import Callable, Mapping, Sequence
 
 from fleetopt.optimizer.errors import InstanceError
-from fleetopt.optimizer.io.output import check_target as output_target
-from fleetopt.optimizer.io.output import to_jsonable, write_bytes
+from fleetopt.optimizer.output.writes import check_target as output_target
+from fleetopt.optimizer.output.writes import to_jsonable, write_bytes
 
 __all__ = ["FORMATS", "FIGSIZE_IN", "DPI", "SVG_HASHSALT", "check_target", "require_matplotlib", "as_json",
            "render", "write_figure", "write_atomic", "plot_split_table", "plot_frontier", "plot_whatif",
@@ -172,7 +172,7 @@ def write_figure(fig, path: str | os.PathLike) -> Path:
 
 
 def write_atomic(path: str | os.PathLike, data: bytes, flag: str = "-o") -> Path:
-    """Write ``data`` to ``path`` by :func:`fleetopt.optimizer.io.output.write_bytes`: atomically over a regular
+    """Write ``data`` to ``path`` by :func:`fleetopt.optimizer.output.writes.write_bytes`: atomically over a regular
     file (its mode kept), through a device or FIFO, never over a file the command read."""
     return write_bytes(data, path, flag)
 

@@ -50,7 +50,7 @@ from fleetopt.optimizer.workflows.headroom import at_rate, fixed_pools
 __all__ = ["SCHEMA_VERSION", "DEFAULT_RHOS", "RHO_TOLERANCE", "SECONDS_PER_HOUR", "TOKENS_PER_MTOK", "RhoPoint",
            "PoolSweep", "FleetPoint", "RhoSweep", "parse_rhos", "usd_per_mtok", "rho_sweep"]
 
-from fleetopt.optimizer.io.contract import SCHEMA_VERSION  # noqa: E402 (one contract version)
+from fleetopt.optimizer.output.contract import SCHEMA_VERSION  # noqa: E402 (one contract version)
 DEFAULT_RHOS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)
 RHO_TOLERANCE = 1e-9
 """The root's utilisation is within this of the target (checked after the search)."""

@@ -44,7 +44,7 @@ from fleetopt.optimizer.plan.evaluate import evaluate_plans, limit_violations
 __all__ = ["SCHEMA_VERSION", "CSV_COLUMNS", "SplitRow", "SplitBaseline", "SplitTable", "split_table",
            "parse_boundaries", "choose_gpu", "dominates", "pareto_marks", "recommended_index"]
 
-from fleetopt.optimizer.io.contract import SCHEMA_VERSION  # noqa: E402 (one contract version)
+from fleetopt.optimizer.output.contract import SCHEMA_VERSION  # noqa: E402 (one contract version)
 """Version of the JSON contract of :meth:`SplitTable.to_json` (raised when a key changes meaning or goes)."""
 CSV_COLUMNS = ("boundary_tokens", "share_short", "replicas_short", "replicas_long", "total_gpus", "cost_per_year",
                "saving_pct", "ttft_p99_ms_short", "ttft_p99_ms_long", "slo_met", "pareto", "recommended", "fleet",

@@ -77,7 +77,7 @@ from fleetopt.models.units import MS_PER_S
 
 from fleetopt.optimizer.errors import InstanceError, format_problem
 from fleetopt.optimizer.io.instance import Instance, instance_from_dict
-from fleetopt.optimizer.io.output import to_jsonable
+from fleetopt.optimizer.output.writes import to_jsonable
 from fleetopt.optimizer.io.overrides import override_settings
 from fleetopt.optimizer.io.schema import Problems
 from fleetopt.optimizer.io.workloads import read_instance_file
@@ -92,7 +92,7 @@ __all__ = ["SCHEMA_VERSION", "MAX_SCENARIOS", "LIMIT_TOLERANCE", "RECORD_KEYS", 
            "log_header", "input_files", "instance_digest", "bench_whatif_sweep", "BASE_KEY",
            "STALE_KEYS"]
 
-from fleetopt.optimizer.io.contract import SCHEMA_VERSION  # noqa: E402 (one contract version)
+from fleetopt.optimizer.output.contract import SCHEMA_VERSION  # noqa: E402 (one contract version)
 """Version of the JSON contract of :meth:`WhatIf.to_json` and of the JSONL records."""
 MAX_SCENARIOS = 100_000
 """Largest grid ``--sweep`` may span."""

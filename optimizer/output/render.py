@@ -1,101 +1,32 @@
-"""Turn results into the stable JSON contract and into readable tables.
-
-Every number carries its provenance: ``source`` says analytic / MIP /
-simulated and ``quality`` the profile quality its inputs rest on.
+"""Each result rendered for people: the fleet tables and notes, ``validate``'s summary, ``evaluate``, ``solve``
+(verification, trim, the objective and the saving it claims), ``simulate``, ``gridflex``, ``tpw --rho-sweep`` and
+``simulate --routers``, laid out by :mod:`fleetopt.optimizer.output.tables`.
 """
 
 from __future__ import annotations
 
-import csv
-import io
 import math
 import shlex
 import textwrap
-from collections.abc import Callable
-from contextlib import contextmanager, nullcontext
-from dataclasses import asdict, dataclass
 
-from rich.cells import cell_len
 from rich.console import Console
-from rich.errors import MarkupError
-from rich.measure import Measurement
 from rich.table import Table
-from rich.text import Text
 
 from fleetopt.models.fleet import FleetResult, PoolResult
+from fleetopt.models.profiles import served_model
 from fleetopt.models.service import ContextPoint
 from fleetopt.models.units import P99_TAIL
 
-from fleetopt.optimizer.io.contract import (envelope, fleet_analytic, physical_gpus, pool_analytic, pool_identity,
-                                             replica_unit, served_model)
-from fleetopt.optimizer.io.instance import gpu_warnings
-from fleetopt.optimizer.io.output import FORMATS
-from fleetopt.optimizer.plan.evaluate import fleet_name_ambiguities, fleet_spec, limit_violations
+from fleetopt.optimizer.output.contract import physical_gpus, pool_identity
+from fleetopt.optimizer.plan.evaluate import fleet_spec, limit_violations
 from fleetopt.optimizer.io.overrides import set_flags
 from fleetopt.optimizer.simulation.options import EngineOptions, SimOptions
+from fleetopt.optimizer.output.documents import ANALYTIC, replica_units, simulated_pools, solve_warnings
 
-__all__ = ["fleet_json", "pool_json", "fleet_table", "fleet_notes", "tpw_json", "tpw_table", "fmt_ms", "solve_json",
-           "render_solve", "render_evaluation", "render_summary", "render_verification", "render_simulation",
-           "sim_options_line", "progress_bar", "FORMATS", "Output", "Grid", "table_grid", "table_width", "layout_table",
-           "objective_line", "violations_lines", "instance_warnings", "unit_lines"]
-
-ANALYTIC = "analytic"
-
-_POOL_KEYS = ("min_tokens", "max_tokens", "gpu", "replicas", "gpus", "arrival_rate", "utilization", "ttft_p99_ms",
-              "power_w", "slo_met")
-
-
-def _per_replica(instance) -> dict:
-    """Each GPU option's :func:`~fleetopt.optimizer.io.contract.replica_unit` by name (empty without an
-    instance: read from the pools)."""
-    return {} if instance is None else {g.name: replica_unit(g.profile) for g in instance.gpus}
-
-
-def pool_json(p: PoolResult, source: str = ANALYTIC, unit=None) -> dict:
-    """The contract keys first (:class:`fleetopt.optimizer.io.contract.Pool`: what it serves and what a replica
-    is, the ``analytic`` sub-object, no ``simulated`` one), then the details; the flat figures are the
-    deprecated 1.0 aliases of ``analytic``'s. ``unit``: the pool's profile's
-    :func:`~fleetopt.optimizer.io.contract.replica_unit`, when known."""
-    d = asdict(p)
-    out = {k: d.pop(k) for k in _POOL_KEYS}
-    d.pop("model")
-    out.update(pool_identity(p, unit))
-    out.update(analytic=pool_analytic(p), simulated=None)
-    out.update(d)
-    # utilization null: an unstable queue; capacity_load says by how much
-    out["overloaded"] = not math.isfinite(p.utilization)
-    out["source"] = source
-    return out
-
-
-def fleet_json(r: FleetResult, source: str = ANALYTIC, violations=None, instance=None) -> dict:
-    """A fleet's contract keys. With ``violations`` (the instance limits it breaks,
-    :func:`fleetopt.optimizer.plan.evaluate.limit_violations`) they are listed under ``violations`` and
-    ``feasible`` is true only when the SLO is met and none is broken. With ``instance``, each pool's
-    ``gpus_per_replica`` is its profile's (else read from the pool)."""
-    per = _per_replica(instance)
-    out = {
-        "cost_per_hr": r.cost_per_hr,
-        "cost_per_year": r.cost_per_year,
-        "total_replicas": r.total_replicas,
-        "total_gpus": r.total_gpus,
-        "physical_gpus": physical_gpus(r, per),
-        "power_kw": r.power_kw,
-        "tok_per_watt": r.tok_per_watt,
-        "slo_met": r.slo_met,
-        "feasible": r.feasible,
-        "scope": r.scope,
-        "ttft_p99_ms": r.ttft_p99_ms,
-        "slo_miss_share": r.slo_miss_share,
-        "pools": [pool_json(p, source, per.get(p.gpu)) for p in r.pools],
-        "analytic": fleet_analytic(r),
-        "simulated": None,
-        "source": source,
-    }
-    if violations is not None:
-        out["feasible"] = bool(r.feasible and not violations)
-        out["violations"] = list(violations)
-    return out
+__all__ = ["fleet_notes", "fleet_table", "fmt_ms", "margin_note", "objective_line", "render_evaluation",
+           "render_fields", "render_gridflex", "render_rho_sweep", "render_routers", "render_simulation",
+           "render_solve", "render_summary", "render_trim", "render_verification", "saving_claim", "sim_options_line",
+           "tpw_table", "unit_lines", "util_text", "violations_lines"]
 
 
 def fmt_ms(x: float) -> str:
@@ -105,7 +36,7 @@ def fmt_ms(x: float) -> str:
 def unit_lines(r: FleetResult, instance=None) -> list[str]:
     """What one replica of each GPU option of a fleet is, one entry per kind of replica, naming its options:
     ``a100, h100: 1 replica = 1 billing unit = 8 physical GPUs (...)``."""
-    per = _per_replica(instance)
+    per = replica_units(instance)
     by_text: dict[str, list[str]] = {}
     for p in r.pools:
         u = pool_identity(p, per.get(p.gpu))
@@ -119,7 +50,7 @@ def fleet_table(title: str, r: FleetResult, slo_ms: float, source: str = ANALYTI
     """A fleet's pools and totals. Its title says what one replica of each GPU option is; ``replicas (GPUs)``
     counts the GPUs priced and powered (what the limits count), ``physical GPUs`` the GPUs the replicas stand
     for (they differ for the seeds' calibrated TP=8 units); ``model`` is the model each pool serves."""
-    per = _per_replica(instance)
+    per = replica_units(instance)
     t = Table(title=f"{title}  [P99 TTFT SLO {slo_ms:,.0f} ms]; " + "; ".join(unit_lines(r, instance)),
               title_justify="left", show_footer=True)
     t.add_column("tokens", footer="fleet", no_wrap=True)
@@ -213,17 +144,9 @@ def fleet_notes(r: FleetResult, ttft_model: str) -> list[str]:
     return lines
 
 
-def tpw_json(rows: list[ContextPoint]) -> dict:
-    """The ``tpw`` document (:class:`fleetopt.optimizer.io.contract.TpwDocument`)."""
-    return {**envelope("tpw", None),
-            "rows": [{"profile": r.profile, "model": r.model, "context": r.context_tokens, "n_slots": r.n_slots,
-                      "iter_latency_ms": r.iter_latency_ms, "tok_per_s": r.tok_per_s, "power_w": r.power_w,
-                      "tok_per_watt": r.tok_per_watt, "quality": r.quality, "source": ANALYTIC} for r in rows]}
-
-
 def render_fields(c: Console, kinds: dict, schema_version: str) -> None:
     """``fleetopt schema --fields``: per document kind, its top-level contract fields
-    (:func:`fleetopt.optimizer.io.contract.top_level_fields`)."""
+    (:func:`fleetopt.optimizer.output.contract.top_level_fields`)."""
     for kind, fields in kinds.items():
         t = Table(title=f"{kind} (schema_version {schema_version}; more keys may follow)", title_justify="left")
         for name in ("field", "type", "required", "meaning"):
@@ -244,243 +167,6 @@ def tpw_table(rows: list[ContextPoint]) -> Table:
         t.add_row(r.profile, r.model, f"{r.context_tokens:,}", str(r.n_slots), f"{r.iter_latency_ms:.3f}",
                   f"{r.tok_per_s:,.1f}", f"{r.power_w:,.1f}", f"{r.tok_per_watt:.3f}", r.quality)
     return t
-
-
-PIPE_COLUMNS = 140
-"""Width of ``table`` output that is not a terminal (a pipe or a file): wide enough for every table unsqueezed."""
-
-
-
-class _Console(Console):
-    """A rich console that lets a closed output pipe surface as :class:`BrokenPipeError` (the command decides the
-    exit: :mod:`fleetopt.optimizer.cli`) instead of rich's own ``SystemExit(1)``."""
-
-    def on_broken_pipe(self) -> None:
-        self.quiet = True
-        raise BrokenPipeError("the reader closed the output pipe")
-
-
-def console() -> Console:
-    """Rich console; output that is not a terminal gets :data:`PIPE_COLUMNS` columns so tables are not squeezed."""
-    import sys
-
-    return _Console(soft_wrap=True, width=None if sys.stdout.isatty() else PIPE_COLUMNS)
-
-
-class Output:
-    """Where a command's text goes, in one of :data:`FORMATS`.
-
-    Renderers call :meth:`print` with a rich :class:`~rich.table.Table` or a line of text, as they would a
-    :class:`~rich.console.Console`; the format decides the layout. In ``table`` format a table that fits the
-    console's width prints boxed as built; a wider one is laid out narrow (:func:`layout_table`), so a cell is
-    never shortened to an ellipsis (rich's own way to squeeze a table).
-    """
-
-    def __init__(self, fmt: str = "table", con: Console | None = None):
-        if fmt not in FORMATS:
-            raise ValueError(f"format: {fmt!r} is not one of {', '.join(FORMATS)}")
-        self.format = fmt
-        self.console = console() if con is None else con
-        self._tables = 0
-
-    @property
-    def width(self) -> int:
-        return self.console.width
-
-    def print(self, obj="", **kwargs) -> None:
-        if isinstance(obj, Table):
-            self._table(obj)
-        elif self.format == "table":
-            self.console.print(obj, **kwargs)
-        else:
-            text = obj.plain if isinstance(obj, Text) else (str(obj) if kwargs.get("markup") is False
-                                                            else _plain_text(obj))
-            prefix = "# " if self.format == "csv" else ""
-            self._write("\n".join(prefix + line for line in text.splitlines() or [""]))
-            if self.format == "markdown":
-                self._write("")  # each print its own paragraph
-
-    def _write(self, line: str) -> None:
-        self.console.file.write(line + "\n")
-
-    def _table(self, t: Table) -> None:
-        grid = table_grid(t)
-        if self.format == "table":
-            for part in layout_table(self.console, t, grid):
-                self.console.print(part)
-            return
-        if self._tables and self.format == "csv":
-            self._write("")
-        self._tables += 1
-        lines = {"plain": _plain_lines, "markdown": _markdown_lines, "csv": _csv_lines}[self.format](grid)
-        for line in lines:
-            self._write(line)
-
-
-@dataclass(frozen=True)
-class Grid:
-    """A table's text: title, headers, justification per column, rows, footer (None without) and caption."""
-
-    title: str
-    headers: tuple[str, ...]
-    justify: tuple[str, ...]
-    rows: tuple[tuple[str, ...], ...]
-    footer: tuple[str, ...] | None
-    caption: str
-
-
-def _plain_text(obj) -> str:
-    """What rich would show of ``obj`` (a str holds markup), without the markup."""
-    if isinstance(obj, Text):
-        return obj.plain
-    if obj is None:
-        return ""
-    if not isinstance(obj, str):
-        return str(obj)
-    try:
-        return Text.from_markup(obj).plain
-    except MarkupError:
-        return obj
-
-
-def table_grid(t: Table) -> Grid:
-    """The text of a rich table (its public ``columns``: header, cells, footer, justification)."""
-    cols = t.columns
-    cells = [[_plain_text(x) for x in c.cells] for c in cols]
-    rows = tuple(tuple(col[k] for col in cells) for k in range(max((len(c) for c in cells), default=0)))
-    return Grid(_plain_text(t.title), tuple(_plain_text(c.header) for c in cols),
-                tuple(c.justify or "left" for c in cols), rows,
-                tuple(_plain_text(c.footer) for c in cols) if t.show_footer else None, _plain_text(t.caption))
-
-
-def table_width(c: Console, t: Table) -> int:
-    """Columns a table needs to show every cell on one line (rich's own measure, borders and padding included)."""
-    return Measurement.get(c, c.options.update(width=10**6), t).maximum
-
-
-def layout_table(c: Console, t: Table, grid: Grid | None = None) -> list:
-    """Renderables showing ``t`` within ``c.width`` with no cell shortened.
-
-    The table as built when it fits; else its columns split into groups, each repeating the first (key) column,
-    greedily in order while a group fits; else (a key and one column do not fit side by side) stacked: per row, its
-    key on a line and one ``header  value`` line per column.
-    """
-    if table_width(c, t) <= c.width:
-        return [t]
-    grid = table_grid(t) if grid is None else grid
-    width = _group_width(c, t, grid)
-    groups = _column_groups(width, len(grid.headers), c.width)
-    if groups is None:
-        return _stacked(grid)
-    low, high = 1, c.width  # the narrowest cap giving as few groups: balanced groups
-    while low < high:
-        mid = (low + high) // 2
-        trial = _column_groups(width, len(grid.headers), mid)
-        if trial is not None and len(trial) <= len(groups):
-            high = mid
-        else:
-            low = mid + 1
-    groups = _column_groups(width, len(grid.headers), high)
-    out = [_sub_table(t, grid, g, grid.title if n == 0 else f"{grid.title} (continued)" if grid.title else "")
-           for n, g in enumerate(groups)]
-    if grid.caption:
-        out.append(Text(grid.caption, style="dim"))
-    return out
-
-
-def _group_width(c: Console, t: Table, grid: Grid) -> Callable[[list[int]], int]:
-    """The width of the sub-table of some columns (:func:`_sub_table`), without building it: its columns'
-    widths (the widest of header, cells and footer) plus the borders and padding, which grow by the same amount
-    per column; that affine part is measured once by rich on the sub-tables of the key column and of the first
-    two columns, so the sum equals :func:`table_width` of the sub-table."""
-    rows = [grid.headers, *grid.rows] + ([grid.footer] if grid.footer else [])
-    col = [max(cell_len(r[k]) for r in rows) for k in range(len(grid.headers))]
-    one = table_width(c, _sub_table(t, grid, [0], "")) - col[0]
-    per = (table_width(c, _sub_table(t, grid, [0, 1], "")) - col[0] - col[1] - one) if len(col) > 1 else 0
-    return lambda columns: sum(col[k] for k in columns) + one + per * (len(columns) - 1)
-
-
-def _column_groups(width: Callable[[list[int]], int], n_columns: int, cap: int) -> list[list[int]] | None:
-    """Column indices per group, each group the key column 0 and the next columns in order while the group fits
-    ``cap`` (``width``: :func:`_group_width`); None when the key and one column do not fit side by side."""
-    groups, current = [], [0]
-    for k in range(1, n_columns):
-        if width(current + [k]) <= cap:
-            current.append(k)
-            continue
-        if len(current) == 1:
-            return None
-        groups.append(current)
-        current = [0, k]
-        if width(current) > cap:
-            return None
-    groups.append(current)
-    return groups
-
-
-def _sub_table(t: Table, grid: Grid, columns: list[int], title: str) -> Table:
-    s = Table(title=Text(title) if title else None, title_justify="left", show_footer=grid.footer is not None,
-              box=t.box, pad_edge=t.pad_edge, show_lines=t.show_lines)
-    for k in columns:
-        s.add_column(Text(grid.headers[k]), footer=Text(grid.footer[k]) if grid.footer else "",
-                     justify=grid.justify[k], no_wrap=True)
-    for row in grid.rows:
-        s.add_row(*(Text(row[k]) for k in columns))
-    return s
-
-
-def _stacked(grid: Grid) -> list:
-    """One block per row: its key column's header and value, then ``header  value`` per other column (the footer
-    row last, under its own key)."""
-    width = max((len(h) for h in grid.headers[1:]), default=0)
-    out = [Text(grid.title, style="italic")] if grid.title else []
-    keyed = [(f"{grid.headers[0]} {row[0]}", row) for row in grid.rows]
-    for key, row in keyed + ([(grid.footer[0], grid.footer)] if grid.footer else []):
-        out.append(Text(key, style="bold"))
-        out += [Text(f"  {h:<{width}}  {v}") for h, v in zip(grid.headers[1:], row[1:]) if v != ""]
-    if grid.caption:
-        out.append(Text(grid.caption, style="dim"))
-    return out
-
-
-def _plain_lines(grid: Grid) -> list[str]:
-    """Aligned columns, two spaces apart, a dashed rule under the header and above the footer; never cut."""
-    rows = [grid.headers, *grid.rows] + ([grid.footer] if grid.footer else [])
-    widths = [max(len(r[k]) for r in rows) for k in range(len(grid.headers))]
-
-    def line(r):
-        return "  ".join(v.rjust(w) if j == "right" else v.center(w) if j == "center" else v.ljust(w)
-                         for v, w, j in zip(r, widths, grid.justify)).rstrip()
-
-    rule = "  ".join("-" * w for w in widths)
-    body = [line(grid.headers), rule] + [line(r) for r in grid.rows]
-    if grid.footer:
-        body += [rule, line(grid.footer)]
-    return ([grid.title] if grid.title else []) + body + ([grid.caption] if grid.caption else []) + [""]
-
-
-def _markdown_lines(grid: Grid) -> list[str]:
-    def cells(r):
-        return "| " + " | ".join(v.replace("|", "\\|") for v in r) + " |"
-
-    align = {"right": "---:", "center": ":---:"}
-    out = [f"**{grid.title}**", ""] if grid.title else []
-    out += [cells(grid.headers), "| " + " | ".join(align.get(j, "---") for j in grid.justify) + " |"]
-    out += [cells(r) for r in grid.rows]
-    if grid.footer:
-        out.append(cells([f"**{v}**" if v else "" for v in grid.footer]))
-    return out + ([""] + [grid.caption] if grid.caption else []) + [""]
-
-
-def _csv_lines(grid: Grid) -> list[str]:
-    buf = io.StringIO()
-    w = csv.writer(buf, lineterminator="\n")
-    w.writerow(grid.headers)
-    w.writerows(grid.rows)
-    if grid.footer:
-        w.writerow(grid.footer)
-    head = [f"# {grid.title}"] if grid.title else []
-    return head + buf.getvalue().splitlines() + ([f"# {grid.caption}"] if grid.caption else [])
 
 
 def render_summary(c: Console, s: dict) -> None:
@@ -547,160 +233,6 @@ def render_evaluation(c: Console, report) -> None:
                 "window and are served truncated to it")
 
 
-def _pool_contract(p: PoolResult, source: str, instance=None) -> dict:
-    d = pool_json(p, source, _per_replica(instance).get(p.gpu))
-    d["routing_share"] = p.routing_share
-    return d
-
-
-def _sim_pools(vp) -> list:
-    """The simulated pools of a verified plan, in the plan's order (a split plan may hold two pools of one range
-    and GPU, so they are matched by position)."""
-    n = len(vp.plan.fleet.pools)
-    return list(vp.sim.pools) if len(vp.sim.pools) == n else [None] * n
-
-
-def trim_json(trim, plan, instance) -> dict | None:
-    """The ``trim`` block of a verification (:mod:`fleetopt.optimizer.simulation.trim`); every count in it is
-    simulated."""
-    if trim is None:
-        return None
-    pools = []
-    for p, n, u, s, conf in zip(plan.fleet.pools, trim.counts, trim.up_counts, trim.sim.pools,
-                                trim.confirmation.pools):
-        pools.append({"min_tokens": p.min_tokens, "max_tokens": p.max_tokens, "gpu": p.gpu, "replicas": n,
-                      "replicas_up": u, "replicas_verified": p.replicas, "ttft_p99_ms_sim": s.ttft_p99_ms_sim,
-                      "ttft_p99_ci_ms": list(s.ttft_p99_ci_ms), "ttft_p99_ms_confirmation": conf.ttft_p99_ms_sim,
-                      "ttft_p99_ms_analytic": s.analytic.ttft_p99_ms, "slo_met_analytic": s.analytic.slo_met})
-    return {"source": "simulated", "confirmed": trim.confirmed, "cost_per_hr": trim.cost_per_hr,
-            "verified_cost_per_hr": trim.verified_cost_per_hr, "savings": trim.savings,
-            "ttft_p99_ms_sim": trim.sim.ttft_p99_ms, "ttft_p99_ms_confirmation": trim.confirmation.ttft_p99_ms,
-            "fleet": fleet_spec(instance, trim.sim.analytic, trim.counts),
-            "fleet_simulated": fleet_spec(instance, trim.sim.analytic), "trials": len(trim.steps),
-            "requests_per_trial": trim.requests_per_trial, "pools": pools, "options": trim.sim.options.to_json()}
-
-
-def verification_json(v, instance) -> dict:
-    """The ``verification`` block of ``solve --verify-top N``: every simulated plan, per round (and the trim)."""
-    plans = []
-    for vp in v.plans:
-        pools = []
-        for p, s in zip(vp.plan.fleet.pools, _sim_pools(vp)):
-            key = (p.min_tokens, p.max_tokens, p.gpu)
-            pools.append({"min_tokens": p.min_tokens, "max_tokens": p.max_tokens, "gpu": p.gpu, "replicas": p.replicas,
-                          "ttft_p99_ms_analytic": p.ttft_p99_ms,
-                          "ttft_p99_ms_sim": None if s is None else s.ttft_p99_ms_sim,
-                          "ttft_p99_ci_ms": None if s is None else list(s.ttft_p99_ci_ms),
-                          "slo_met_sim": key not in vp.failing_pools and key not in vp.undecided_pools,
-                          "outcome": ("fail" if key in vp.failing_pools else "undecided"
-                                      if key in vp.undecided_pools or key in vp.thin_pools else "pass"),
-                          "too_few_requests": (p.min_tokens, p.max_tokens, p.gpu) in vp.thin_pools,
-                          "requests_measured": None if s is None else s.requests,
-                          "preemptions": None if s is None else s.preemptions})
-        plans.append({"round": vp.round, "rank": vp.rank, "cost_per_hr": vp.plan.fleet.cost_per_hr, "passed": vp.passed,
-                      "outcome": vp.outcome, "accepted": vp.accepted, "verdict": vp.verdict(),
-                      "ttft_p99_ms_sim": vp.sim.ttft_p99_ms, "ttft_p99_ci_ms": list(vp.sim.ttft_p99_ci_ms),
-                      "requests_simulated": vp.sim.requests_simulated, "cached": vp.cached, "pools": pools})
-    sizing = [{"min_tokens": z.candidate.lo_tokens, "max_tokens": z.candidate.hi_tokens, "gpu": z.candidate.gpu,
-               "max_num_seqs": z.candidate.max_num_seqs, "least_replicas": z.least_replicas,
-               "cap_replicas": z.cap_replicas, "reason": z.reason,
-               "trials": [{"replicas": t.replicas, "passed": t.passed, "outcome": t.outcome,
-                           "ttft_p99_ms_sim": t.ttft_p99_ms_sim, "ttft_p99_ci_ms": list(t.ttft_p99_ci_ms),
-                           "requests": t.requests, "requests_simulated": t.requests_simulated, "source": t.source}
-                          for t in z.trials]} for z in v.sizings]
-    return {"rule": v.rule, "rounds": v.rounds, "cuts": list(v.cuts), "plans": plans, "reason": v.reason,
-            "pool_sizing": sizing, "solves": v.solves, "plan_simulations": v.plan_simulations,
-            "pool_simulations": v.pool_simulations, "pool_runs": v.pool_runs,
-            "engine": v.plans[0].sim.engine.to_json() if v.plans else None, "options": v.options.to_json(),
-            "outcome": v.outcome, "verdict": None if v.chosen is None else v.chosen.verdict(),
-            "chosen_rank": None if v.chosen is None else v.chosen.rank,
-            "chosen_round": None if v.chosen is None else v.chosen.round,
-            "trim": None if v.chosen is None else trim_json(v.trim, v.chosen.plan, instance)}
-
-
-def routing_json(routing) -> dict | None:
-    """A split-routing plan's routing (:class:`fleetopt.optimizer.plan.split_candidates.SplitRouting`): per
-    elementary length segment, the rate in req/s sent to each pool (columns in the order of the plan's pools);
-    None under length routing."""
-    if routing is None:
-        return None
-    return {"boundaries_tokens": list(routing.boundaries_tokens),
-            "rate_req_per_s": [list(row) for row in routing.rate_req_per_s], "source": "MIP"}
-
-
-def solve_json(report, verification=None) -> dict:
-    """The stable JSON contract of ``fleetopt solve`` (see README); with a verification, its chosen plan heads it."""
-    inst = report.instance
-    unit = OBJECTIVE_UNITS[inst.objective]
-    best = report.best
-    if verification is not None and verification.chosen is not None:
-        best = verification.chosen.plan
-    out = {**envelope("solve", inst.name), "overrides": list(inst.overrides),
-           "status": str(report.status), "method": report.method,
-           "solver": report.solver, "explanation": report.explanation,
-           "objective": {"name": inst.objective, "value": None if best is None else best.objective, "unit": unit,
-                         "bound": report.bound, "lp_bound": report.lp_bound,
-                         "minimizes": OBJECTIVE_MEANINGS[inst.objective]}}
-    fleet = fleet_json(best.fleet, "analytic", instance=inst) if best else {k: None for k in (
-        "cost_per_hr", "cost_per_year", "total_replicas", "total_gpus", "physical_gpus", "power_kw", "tok_per_watt",
-        "slo_met", "feasible", "pools", "analytic", "simulated")}
-    if best:
-        fleet["pools"] = [_pool_contract(p, "analytic", inst) for p in best.fleet.pools]
-    fleet["fleet"] = fleet_spec(inst, best.fleet) if best else None
-    fleet["routing"] = routing_json(best.routing) if best else None
-    out.update(fleet)
-    out["baseline"] = (None if report.baseline is None else
-                       fleet_json(report.baseline, violations=limit_violations(inst, report.baseline), instance=inst))
-    out["warnings"] = solve_warnings(report)
-    out.update({
-        "solve_seconds": report.solve_seconds, "mip_gap": report.mip_gap,
-        "ttft_model": inst.slo.ttft_model, "slo_ttft_p99_ms": inst.slo.ttft_p99_s * 1000.0,
-        "ttft_margin": inst.slo.ttft_margin, "ttft_sizing_ms": inst.slo.ttft_sizing_s * 1000.0,
-        "power_linearization_error_w": report.power_error_w,
-        "candidates": {"generated": report.candidates_generated, "feasible": report.candidates_feasible,
-                       "after_pruning": report.candidates_after_pruning, "dropped": list(report.dropped_reasons)},
-        "solutions": [{"rank": p.rank, "objective": p.objective, **fleet_json(p.fleet, instance=inst),
-                       "fleet": fleet_spec(inst, p.fleet), "routing": routing_json(p.routing)} for p in report.plans],
-        "verified": None if verification is None else verification.verified,
-        **({} if verification is None else {"verification": verification_json(verification, inst)}),
-        "provenance": {"selection": report.method, "numbers": "analytic re-evaluation of the selected pools",
-                       "profiles": sorted({f"{p.gpu}: {p.quality}" for p in (best.fleet.pools if best else ())})},
-    })
-    return out
-
-
-def instance_warnings(inst) -> list[str]:
-    """Caveats about an instance itself, for ``validate`` and ``solve``: GPU options that count a replica
-    differently or serve an unknown model (:func:`fleetopt.optimizer.io.instance.gpu_warnings`), and option
-    names a ``--fleet`` spec reads two ways (:func:`fleetopt.optimizer.plan.evaluate.fleet_name_ambiguities`)."""
-    return gpu_warnings(inst) + fleet_name_ambiguities(inst)
-
-
-def solve_warnings(report) -> list[str]:
-    """Caveats a reader of a plan must see: the instance's own (:func:`instance_warnings`), mixed models,
-    truncated requests, a baseline that misses."""
-    out = instance_warnings(report.instance)
-    best = report.best
-    plan_models = sorted({p.model for p in best.fleet.pools}) if best else []
-    if len(plan_models) > 1:
-        out.append("the plan's pools serve different models: " + "; ".join(plan_models))
-    if best and report.baseline is not None:
-        base_models = sorted({p.model for p in report.baseline.pools})
-        if base_models != plan_models:
-            out.append(f"the plan serves {', '.join(plan_models)} but the baseline serves {', '.join(base_models)}: "
-                       "the saving compares different models")
-        if not report.baseline.slo_met:
-            out.append("the homogeneous baseline misses the SLO")
-        broken = limit_violations(report.instance, report.baseline)
-        if broken:
-            out.append("the homogeneous baseline breaks the instance's limits (" + "; ".join(broken)
-                       + "): no saving against it is claimed")
-    share = report.instance.workload.truncated_share
-    if share > 0:
-        out.append(f"{share:.4%} of requests exceed max_context and are served truncated")
-    return out
-
-
 def render_verification(c: Console, v, slo_ms: float, instance=None) -> None:
     """Analytic vs simulated P99 per pool for every simulated plan, and the verdict."""
     t = Table(title=f"verification (rule {v.rule}): analytic vs simulated P99 TTFT, SLO {slo_ms:,.0f} ms",
@@ -708,7 +240,7 @@ def render_verification(c: Console, v, slo_ms: float, instance=None) -> None:
     for col in ("round", "plan", "$/hr", "pool", "replicas", "analytic ms", "simulated ms (95% CI)", "verdict"):
         t.add_column(col)
     for vp in v.plans:
-        for k, (p, s) in enumerate(zip(vp.plan.fleet.pools, _sim_pools(vp))):
+        for k, (p, s) in enumerate(zip(vp.plan.fleet.pools, simulated_pools(vp))):
             sim_txt = "-" if s is None else (f"{s.ttft_p99_ms_sim:,.1f} ({s.ttft_p99_ci_ms[0]:,.1f}-"
                                              f"{s.ttft_p99_ci_ms[1]:,.1f})")
             key = (p.min_tokens, p.max_tokens, p.gpu)
@@ -777,17 +309,6 @@ def render_trim(c: Console, trim, plan, instance=None) -> None:
                 + f"--fleet '{spec}'{flags} --requests {trim.sim.requests_simulated} "
                 f"--seed {trim.confirmation.seed + 1}",
                 soft_wrap=True, highlight=False)
-
-
-OBJECTIVE_UNITS = {"cost": "usd_per_hr", "power": "kw", "tok_per_watt": "kw", "cost+power": "usd_per_hr"}
-"""Unit of the solver's objective value per objective (the JSON's ``objective.unit``)."""
-OBJECTIVE_MEANINGS = {"cost": "fleet cost in $/hr",
-                      "power": "fleet power in kW",
-                      "tok_per_watt": "fleet power in kW (the served tokens/s are fixed by the workload, so the "
-                                      "least power is the most tokens per watt)",
-                      "cost+power": "fleet cost plus energy in $/hr (usd_per_kwh x PUE x kW)"}
-"""What the solver minimises per objective (the JSON's ``objective.minimizes``): tok_per_watt is solved as least
-power (:meth:`fleetopt.solvers.problem.FleetProblem.choice_objective`)."""
 
 
 def objective_line(inst, value: float, fleet: FleetResult) -> str:
@@ -1031,31 +552,6 @@ def sim_options_line(o: SimOptions) -> str:
     return "options: " + " ".join(f"{k}={v}" for k, v in parts.items())
 
 
-def progress_bar(enabled: bool):
-    """A rich progress bar on stderr yielding ``progress(done, total)``, or None when not ``enabled``.
-
-    A context manager: ``with progress_bar(sys.stderr.isatty()) as progress: ...``.
-    """
-
-    if not enabled:
-        return nullcontext(None)
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-    @contextmanager
-    def bar():
-        with Progress(TextColumn("simulating"), BarColumn(), MofNCompleteColumn(), TextColumn("requests"),
-                      TimeElapsedColumn(), console=Console(stderr=True), transient=True) as shown:
-            task = shown.add_task("simulate", total=None)
-            yield lambda done, total: shown.update(task, completed=done, total=total)
-
-    return bar()
-
-
-# --------------------------------------------------------------------------------------------
-# gridflex, tpw --rho-sweep, simulate --routers (issue 13, commands 5-7)
-# --------------------------------------------------------------------------------------------
-
-
 def _ms_cell(x: float) -> str:
     """A time in ms for a table: ``-`` when not measured (NaN), ``inf`` when unbounded."""
     return "-" if math.isnan(x) else ("inf" if x == math.inf else f"{x:,.1f}")
@@ -1119,16 +615,6 @@ def render_gridflex(c, g) -> None:
             f"{g.warmup_s:,.0f} s uncapped, then {g.event_s:,.0f} s measured + {g.tail_s:,.0f} s tail capped; "
             f"{g.wall_s:,.1f} s wall", markup=False)
     c.print(f"event model: {g.event_model}", markup=False)
-
-
-def gridflex_csv(g) -> str:
-    """The depth rows of a gridflex sweep as CSV (one line per depth)."""
-    buf = io.StringIO()
-    rows = g.to_csv_rows()
-    w = csv.DictWriter(buf, fieldnames=list(rows[0]) if rows else ["depth"], lineterminator="\n")
-    w.writeheader()
-    w.writerows(rows)
-    return buf.getvalue()
 
 
 def render_rho_sweep(c, s) -> None:

@@ -32,8 +32,8 @@ from pathlib import Path
 import yaml
 
 from fleetopt.optimizer.io.catalog import catalog_documents
-from fleetopt.optimizer.io.output import TEXT_MODE
-from fleetopt.optimizer.io.output import write_text as _write
+from fleetopt.optimizer.output.writes import TEXT_MODE
+from fleetopt.optimizer.output.writes import write_text as _write
 from fleetopt.optimizer.io.solve_json import json_kind, read_solve_plan, whole_number
 
 __all__ = ["ExportPool", "ExportPlan", "RouteBand", "read_plan", "vllm_args", "vllm_script", "k8s_documents",
@@ -379,6 +379,6 @@ def yaml_documents(docs: list[dict]) -> str:
 def write_text(text: str, target: str | Path, protect: tuple[Path, ...] = (), flag: str = "-o",
                mode: int = TEXT_MODE) -> None:
     """Write ``text`` atomically, never over the plan file being exported
-    (:func:`fleetopt.optimizer.io.output.write_text`);
-    ``mode``: a new file's mode before the umask (:data:`fleetopt.optimizer.io.output.SCRIPT_MODE` for a script)."""
+    (:func:`fleetopt.optimizer.output.writes.write_text`);
+    ``mode``: a new file's mode before the umask (:data:`fleetopt.optimizer.output.writes.SCRIPT_MODE` for a script)."""
     _write(text, target, flag, protect, mode)

@@ -24,8 +24,9 @@ What a replica is
 profile states both
 (``gpus_per_replica``, ``physical_gpus_per_replica``).
 The seeds' calibrated A100/H100/B200 profiles are the exception: their latency and KV constants describe a
-TP=8 server, priced and powered as ONE GPU (``data/catalog/calibrated_profiles.yaml``). :func:`replica_unit`
-tells them apart (``unit``: ``gpu`` or ``seed_unit``), and every pool states ``physical_gpus`` as well.
+TP=8 server, priced and powered as ONE GPU (``data/catalog/calibrated_profiles.yaml``).
+:func:`~fleetopt.models.profiles.replica_unit` tells them apart (``unit``: ``gpu`` or ``seed_unit``), and every
+pool states ``physical_gpus`` as well.
 
 :func:`schema_for` gives the JSON Schema (``fleetopt schema [COMMAND]``); :func:`validate_document` checks a
 document against its model (strict types: an integer field rejects 3.0, a boolean rejects 1).
@@ -33,20 +34,18 @@ document against its model (strict types: an integer field rejects 3.0, a boolea
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Annotated, Any, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
 from fleetopt.models.fleet import FleetResult, PoolResult
+from fleetopt.models.profiles import ReplicaUnit, replica_unit
 
 __all__ = ["SCHEMA_VERSION", "Document", "PoolAnalytic", "PoolSimulated", "FleetAnalytic", "FleetSimulated", "Pool",
            "Fleet", "DOCUMENTS", "COMMANDS", "envelope", "with_envelope", "pool_analytic", "fleet_analytic",
            "pool_simulated", "fleet_simulated", "document_model", "validate_document", "schema_for",
-           "top_level_fields", "UNITS", "ReplicaUnit", "replica_unit", "served_model", "pool_identity",
-           "physical_gpus"]
+           "top_level_fields", "pool_identity", "physical_gpus"]
 
 SCHEMA_VERSION = "2.1"
 """Version of the JSON contract (``docs/json.md`` has the changelog). 1.0: the documents before this contract
@@ -55,76 +54,10 @@ SCHEMA_VERSION = "2.1"
 (``model``, ``gpus_per_replica``, ``physical_gpus_per_replica``, ``physical_gpus``, ``unit`` per pool and GPU
 option, ``physical_gpus`` per fleet)."""
 
-UNITS = ("gpu", "seed_unit")
-"""What one replica is priced and powered as: ``gpu``, its physical GPUs (computed, fitted and most calibrated
-profiles); ``seed_unit``, the seeds' calibrated convention: a TP=N server priced and powered as fewer GPUs
-(one)."""
-
-_UNKNOWN_MODELS = ("", "unspecified", "unknown")
-
-
-@dataclass(frozen=True)
-class ReplicaUnit:
-    """What one replica of a profile is: the GPUs it is priced, powered and counted as (``gpus_per_replica``,
-    what ``gpus`` and the limits count) and the physical GPUs its constants describe."""
-
-    gpus_per_replica: int
-    physical_gpus_per_replica: int
-
-    @property
-    def unit(self) -> str:
-        """``gpu`` when a counted GPU is a physical one, else ``seed_unit`` (:data:`UNITS`)."""
-        return "gpu" if self.physical_gpus_per_replica == self.gpus_per_replica else "seed_unit"
-
-    @property
-    def text(self) -> str:
-        """One replica in words, e.g. ``1 replica = 8 physical GPUs (TP=8)``."""
-        n, b = self.physical_gpus_per_replica, self.gpus_per_replica
-        if self.unit == "gpu":
-            return f"1 replica = {n} physical GPU" + (f"s (TP={n})" if n > 1 else "")
-        return (f"1 replica = {b} billing unit{'s' if b > 1 else ''} = {n} physical GPUs (the seeds' calibrated "
-                f"TP={n} server, priced and powered as {b} GPU{'s' if b > 1 else ''})")
-
-    def to_json(self) -> dict:
-        return {"gpus_per_replica": self.gpus_per_replica,
-                "physical_gpus_per_replica": self.physical_gpus_per_replica, "unit": self.unit,
-                "unit_note": self.text}
-
-
-def replica_unit(profile) -> ReplicaUnit:
-    """What one replica of ``profile`` is: the GPUs it counts per replica and the physical GPUs its constants
-    describe, both fields of the profile (:class:`fleetopt.models.profiles.ServingProfile`): a replica that
-    describes more physical GPUs than it counts (the seeds' calibrated TP=8 units, counted as one GPU) is a
-    ``seed_unit``; otherwise a counted GPU is a physical one.
-
-    Examples
-    --------
-    >>> from types import SimpleNamespace as P
-    >>> replica_unit(P(gpus_per_replica=1, physical_gpus_per_replica=8)).unit
-    'seed_unit'
-    >>> replica_unit(P(gpus_per_replica=8, physical_gpus_per_replica=8)).unit
-    'gpu'
-    """
-    return ReplicaUnit(int(profile.gpus_per_replica), int(profile.physical_gpus_per_replica))
-
-
-def served_model(model_name: str) -> str | None:
-    """The model a profile serves, as compared between GPU options: its label without a trailing
-    parenthesis (the serving details: ``Llama-3.1-8B (bf16, TP=1)`` serves ``Llama-3.1-8B``); None when the
-    label names no model (``unspecified``).
-
-    Examples
-    --------
-    >>> served_model("Llama-3-70B-class (TP=8 unit)"), served_model("Llama-3.1-70B"), served_model("unspecified")
-    ('Llama-3-70B-class', 'Llama-3.1-70B', None)
-    """
-    name = re.sub(r"\s*\([^()]*\)\s*$", "", str(model_name or "")).strip()
-    return None if name.lower() in _UNKNOWN_MODELS else name
-
-
 def _pool_unit(p: PoolResult, unit: ReplicaUnit | None) -> ReplicaUnit:
-    """A pool's :class:`ReplicaUnit`: ``unit`` (its profile's, when the caller has it), else that of the catalogue
-    profile the pool names, else its GPUs over its replicas (one GPU without a replica), each a physical one."""
+    """A pool's :class:`~fleetopt.models.profiles.ReplicaUnit`: ``unit`` (its profile's, when the caller has it),
+    else that of the catalogue profile the pool names, else its GPUs over its replicas (one GPU without a
+    replica), each a physical one."""
     if unit is not None:
         return unit
     from fleetopt.optimizer.io.catalog import load_catalog
@@ -139,14 +72,15 @@ def _pool_unit(p: PoolResult, unit: ReplicaUnit | None) -> ReplicaUnit:
 def pool_identity(p: PoolResult, unit: ReplicaUnit | None = None) -> dict:
     """The keys of a pool that say what it serves and what its replicas are: ``model`` (the profile's model
     label), ``gpus_per_replica``, ``physical_gpus_per_replica``, ``physical_gpus``, ``unit``, ``unit_note``
-    (``unit``: the pool's profile's :func:`replica_unit`, when the caller has it)."""
+    (``unit``: the pool's profile's :func:`~fleetopt.models.profiles.replica_unit`, when the caller has it)."""
     u = _pool_unit(p, unit)
     return {"model": p.model, **u.to_json(), "physical_gpus": int(p.replicas) * u.physical_gpus_per_replica}
 
 
 def physical_gpus(r: FleetResult, units: Mapping[str, ReplicaUnit] | None = None) -> int:
-    """The physical GPUs of a fleet: per pool, replicas x the physical GPUs of one (:func:`replica_unit`);
-    ``units`` maps a pool's ``gpu`` to its profile's :func:`replica_unit`, when the caller has them."""
+    """The physical GPUs of a fleet: per pool, replicas x the physical GPUs of one
+    (:func:`~fleetopt.models.profiles.replica_unit`); ``units`` maps a pool's ``gpu`` to its profile's
+    :func:`~fleetopt.models.profiles.replica_unit`, when the caller has them."""
     per = units or {}
     return sum(int(p.replicas) * _pool_unit(p, per.get(p.gpu)).physical_gpus_per_replica for p in r.pools)
 

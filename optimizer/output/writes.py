@@ -33,18 +33,12 @@ import sys
 import tempfile
 from pathlib import Path
 
-FORMATS = ("table", "plain", "markdown", "csv")
-"""Values of every command's ``--format``: ``table`` (boxed; a table wider than the terminal is split into
-column groups that each repeat the row's key, or stacked one row per block when even that does not fit: a cell is
-never cut), ``plain`` (aligned columns, no box, colour or markup, never wrapped), ``markdown`` (pipe tables) and
-``csv`` (one CSV block per table, its title and every prose line as a ``#`` comment line)."""
-
 TEXT_MODE = 0o666
 """Mode of a new output file before the umask (0644 under umask 022)."""
 SCRIPT_MODE = 0o777
 """Mode of a new executable script before the umask (0755 under umask 022)."""
 
-__all__ = ["FORMATS", "TEXT_MODE", "SCRIPT_MODE", "to_jsonable", "write_json", "write_text", "write_bytes",
+__all__ = ["TEXT_MODE", "SCRIPT_MODE", "to_jsonable", "write_json", "write_text", "write_bytes",
            "check_target"]
 
 

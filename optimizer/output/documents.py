@@ -1,0 +1,268 @@
+"""A result's JSON document, built on the contract (:mod:`fleetopt.optimizer.output.contract`): fleets, pools,
+``solve`` with its verification, trim and routing, ``tpw``, the gridflex CSV, and the warnings a document carries.
+
+Every number carries its provenance: ``source`` says analytic / MIP / simulated and ``quality`` the profile
+quality its inputs rest on.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+from dataclasses import asdict
+
+from fleetopt.models.fleet import FleetResult, PoolResult
+from fleetopt.models.profiles import replica_unit
+from fleetopt.models.service import ContextPoint
+
+from fleetopt.optimizer.output.contract import envelope, fleet_analytic, physical_gpus, pool_analytic, pool_identity
+from fleetopt.optimizer.io.instance import gpu_warnings
+from fleetopt.optimizer.plan.evaluate import fleet_name_ambiguities, fleet_spec, limit_violations
+
+__all__ = ["ANALYTIC", "fleet_json", "gridflex_csv", "instance_warnings", "pool_json", "replica_units", "routing_json",
+           "simulated_pools", "solve_json", "solve_warnings", "tpw_json", "trim_json", "verification_json"]
+
+ANALYTIC = "analytic"
+
+
+_POOL_KEYS = ("min_tokens", "max_tokens", "gpu", "replicas", "gpus", "arrival_rate", "utilization", "ttft_p99_ms",
+              "power_w", "slo_met")
+
+
+def replica_units(instance) -> dict:
+    """Each GPU option's :func:`~fleetopt.models.profiles.replica_unit` by name (empty without an
+    instance: read from the pools)."""
+    return {} if instance is None else {g.name: replica_unit(g.profile) for g in instance.gpus}
+
+
+def pool_json(p: PoolResult, source: str = ANALYTIC, unit=None) -> dict:
+    """The contract keys first (:class:`fleetopt.optimizer.output.contract.Pool`: what it serves and what a replica
+    is, the ``analytic`` sub-object, no ``simulated`` one), then the details; the flat figures are the
+    deprecated 1.0 aliases of ``analytic``'s. ``unit``: the pool's profile's
+    :func:`~fleetopt.models.profiles.replica_unit`, when known."""
+    d = asdict(p)
+    out = {k: d.pop(k) for k in _POOL_KEYS}
+    d.pop("model")
+    out.update(pool_identity(p, unit))
+    out.update(analytic=pool_analytic(p), simulated=None)
+    out.update(d)
+    # utilization null: an unstable queue; capacity_load says by how much
+    out["overloaded"] = not math.isfinite(p.utilization)
+    out["source"] = source
+    return out
+
+
+def fleet_json(r: FleetResult, source: str = ANALYTIC, violations=None, instance=None) -> dict:
+    """A fleet's contract keys. With ``violations`` (the instance limits it breaks,
+    :func:`fleetopt.optimizer.plan.evaluate.limit_violations`) they are listed under ``violations`` and
+    ``feasible`` is true only when the SLO is met and none is broken. With ``instance``, each pool's
+    ``gpus_per_replica`` is its profile's (else read from the pool)."""
+    per = replica_units(instance)
+    out = {
+        "cost_per_hr": r.cost_per_hr,
+        "cost_per_year": r.cost_per_year,
+        "total_replicas": r.total_replicas,
+        "total_gpus": r.total_gpus,
+        "physical_gpus": physical_gpus(r, per),
+        "power_kw": r.power_kw,
+        "tok_per_watt": r.tok_per_watt,
+        "slo_met": r.slo_met,
+        "feasible": r.feasible,
+        "scope": r.scope,
+        "ttft_p99_ms": r.ttft_p99_ms,
+        "slo_miss_share": r.slo_miss_share,
+        "pools": [pool_json(p, source, per.get(p.gpu)) for p in r.pools],
+        "analytic": fleet_analytic(r),
+        "simulated": None,
+        "source": source,
+    }
+    if violations is not None:
+        out["feasible"] = bool(r.feasible and not violations)
+        out["violations"] = list(violations)
+    return out
+
+
+def tpw_json(rows: list[ContextPoint]) -> dict:
+    """The ``tpw`` document (:class:`fleetopt.optimizer.output.contract.TpwDocument`)."""
+    return {**envelope("tpw", None),
+            "rows": [{"profile": r.profile, "model": r.model, "context": r.context_tokens, "n_slots": r.n_slots,
+                      "iter_latency_ms": r.iter_latency_ms, "tok_per_s": r.tok_per_s, "power_w": r.power_w,
+                      "tok_per_watt": r.tok_per_watt, "quality": r.quality, "source": ANALYTIC} for r in rows]}
+
+
+def _pool_contract(p: PoolResult, source: str, instance=None) -> dict:
+    d = pool_json(p, source, replica_units(instance).get(p.gpu))
+    d["routing_share"] = p.routing_share
+    return d
+
+
+def simulated_pools(vp) -> list:
+    """The simulated pools of a verified plan, in the plan's order (a split plan may hold two pools of one range
+    and GPU, so they are matched by position)."""
+    n = len(vp.plan.fleet.pools)
+    return list(vp.sim.pools) if len(vp.sim.pools) == n else [None] * n
+
+
+def trim_json(trim, plan, instance) -> dict | None:
+    """The ``trim`` block of a verification (:mod:`fleetopt.optimizer.simulation.trim`); every count in it is
+    simulated."""
+    if trim is None:
+        return None
+    pools = []
+    for p, n, u, s, conf in zip(plan.fleet.pools, trim.counts, trim.up_counts, trim.sim.pools,
+                                trim.confirmation.pools):
+        pools.append({"min_tokens": p.min_tokens, "max_tokens": p.max_tokens, "gpu": p.gpu, "replicas": n,
+                      "replicas_up": u, "replicas_verified": p.replicas, "ttft_p99_ms_sim": s.ttft_p99_ms_sim,
+                      "ttft_p99_ci_ms": list(s.ttft_p99_ci_ms), "ttft_p99_ms_confirmation": conf.ttft_p99_ms_sim,
+                      "ttft_p99_ms_analytic": s.analytic.ttft_p99_ms, "slo_met_analytic": s.analytic.slo_met})
+    return {"source": "simulated", "confirmed": trim.confirmed, "cost_per_hr": trim.cost_per_hr,
+            "verified_cost_per_hr": trim.verified_cost_per_hr, "savings": trim.savings,
+            "ttft_p99_ms_sim": trim.sim.ttft_p99_ms, "ttft_p99_ms_confirmation": trim.confirmation.ttft_p99_ms,
+            "fleet": fleet_spec(instance, trim.sim.analytic, trim.counts),
+            "fleet_simulated": fleet_spec(instance, trim.sim.analytic), "trials": len(trim.steps),
+            "requests_per_trial": trim.requests_per_trial, "pools": pools, "options": trim.sim.options.to_json()}
+
+
+def verification_json(v, instance) -> dict:
+    """The ``verification`` block of ``solve --verify-top N``: every simulated plan, per round (and the trim)."""
+    plans = []
+    for vp in v.plans:
+        pools = []
+        for p, s in zip(vp.plan.fleet.pools, simulated_pools(vp)):
+            key = (p.min_tokens, p.max_tokens, p.gpu)
+            pools.append({"min_tokens": p.min_tokens, "max_tokens": p.max_tokens, "gpu": p.gpu, "replicas": p.replicas,
+                          "ttft_p99_ms_analytic": p.ttft_p99_ms,
+                          "ttft_p99_ms_sim": None if s is None else s.ttft_p99_ms_sim,
+                          "ttft_p99_ci_ms": None if s is None else list(s.ttft_p99_ci_ms),
+                          "slo_met_sim": key not in vp.failing_pools and key not in vp.undecided_pools,
+                          "outcome": ("fail" if key in vp.failing_pools else "undecided"
+                                      if key in vp.undecided_pools or key in vp.thin_pools else "pass"),
+                          "too_few_requests": (p.min_tokens, p.max_tokens, p.gpu) in vp.thin_pools,
+                          "requests_measured": None if s is None else s.requests,
+                          "preemptions": None if s is None else s.preemptions})
+        plans.append({"round": vp.round, "rank": vp.rank, "cost_per_hr": vp.plan.fleet.cost_per_hr, "passed": vp.passed,
+                      "outcome": vp.outcome, "accepted": vp.accepted, "verdict": vp.verdict(),
+                      "ttft_p99_ms_sim": vp.sim.ttft_p99_ms, "ttft_p99_ci_ms": list(vp.sim.ttft_p99_ci_ms),
+                      "requests_simulated": vp.sim.requests_simulated, "cached": vp.cached, "pools": pools})
+    sizing = [{"min_tokens": z.candidate.lo_tokens, "max_tokens": z.candidate.hi_tokens, "gpu": z.candidate.gpu,
+               "max_num_seqs": z.candidate.max_num_seqs, "least_replicas": z.least_replicas,
+               "cap_replicas": z.cap_replicas, "reason": z.reason,
+               "trials": [{"replicas": t.replicas, "passed": t.passed, "outcome": t.outcome,
+                           "ttft_p99_ms_sim": t.ttft_p99_ms_sim, "ttft_p99_ci_ms": list(t.ttft_p99_ci_ms),
+                           "requests": t.requests, "requests_simulated": t.requests_simulated, "source": t.source}
+                          for t in z.trials]} for z in v.sizings]
+    return {"rule": v.rule, "rounds": v.rounds, "cuts": list(v.cuts), "plans": plans, "reason": v.reason,
+            "pool_sizing": sizing, "solves": v.solves, "plan_simulations": v.plan_simulations,
+            "pool_simulations": v.pool_simulations, "pool_runs": v.pool_runs,
+            "engine": v.plans[0].sim.engine.to_json() if v.plans else None, "options": v.options.to_json(),
+            "outcome": v.outcome, "verdict": None if v.chosen is None else v.chosen.verdict(),
+            "chosen_rank": None if v.chosen is None else v.chosen.rank,
+            "chosen_round": None if v.chosen is None else v.chosen.round,
+            "trim": None if v.chosen is None else trim_json(v.trim, v.chosen.plan, instance)}
+
+
+def routing_json(routing) -> dict | None:
+    """A split-routing plan's routing (:class:`fleetopt.optimizer.plan.split_candidates.SplitRouting`): per
+    elementary length segment, the rate in req/s sent to each pool (columns in the order of the plan's pools);
+    None under length routing."""
+    if routing is None:
+        return None
+    return {"boundaries_tokens": list(routing.boundaries_tokens),
+            "rate_req_per_s": [list(row) for row in routing.rate_req_per_s], "source": "MIP"}
+
+
+def solve_json(report, verification=None) -> dict:
+    """The stable JSON contract of ``fleetopt solve`` (see README); with a verification, its chosen plan heads it."""
+    inst = report.instance
+    unit = OBJECTIVE_UNITS[inst.objective]
+    best = report.best
+    if verification is not None and verification.chosen is not None:
+        best = verification.chosen.plan
+    out = {**envelope("solve", inst.name), "overrides": list(inst.overrides),
+           "status": str(report.status), "method": report.method,
+           "solver": report.solver, "explanation": report.explanation,
+           "objective": {"name": inst.objective, "value": None if best is None else best.objective, "unit": unit,
+                         "bound": report.bound, "lp_bound": report.lp_bound,
+                         "minimizes": OBJECTIVE_MEANINGS[inst.objective]}}
+    fleet = fleet_json(best.fleet, "analytic", instance=inst) if best else {k: None for k in (
+        "cost_per_hr", "cost_per_year", "total_replicas", "total_gpus", "physical_gpus", "power_kw", "tok_per_watt",
+        "slo_met", "feasible", "pools", "analytic", "simulated")}
+    if best:
+        fleet["pools"] = [_pool_contract(p, "analytic", inst) for p in best.fleet.pools]
+    fleet["fleet"] = fleet_spec(inst, best.fleet) if best else None
+    fleet["routing"] = routing_json(best.routing) if best else None
+    out.update(fleet)
+    out["baseline"] = (None if report.baseline is None else
+                       fleet_json(report.baseline, violations=limit_violations(inst, report.baseline), instance=inst))
+    out["warnings"] = solve_warnings(report)
+    out.update({
+        "solve_seconds": report.solve_seconds, "mip_gap": report.mip_gap,
+        "ttft_model": inst.slo.ttft_model, "slo_ttft_p99_ms": inst.slo.ttft_p99_s * 1000.0,
+        "ttft_margin": inst.slo.ttft_margin, "ttft_sizing_ms": inst.slo.ttft_sizing_s * 1000.0,
+        "power_linearization_error_w": report.power_error_w,
+        "candidates": {"generated": report.candidates_generated, "feasible": report.candidates_feasible,
+                       "after_pruning": report.candidates_after_pruning, "dropped": list(report.dropped_reasons)},
+        "solutions": [{"rank": p.rank, "objective": p.objective, **fleet_json(p.fleet, instance=inst),
+                       "fleet": fleet_spec(inst, p.fleet), "routing": routing_json(p.routing)} for p in report.plans],
+        "verified": None if verification is None else verification.verified,
+        **({} if verification is None else {"verification": verification_json(verification, inst)}),
+        "provenance": {"selection": report.method, "numbers": "analytic re-evaluation of the selected pools",
+                       "profiles": sorted({f"{p.gpu}: {p.quality}" for p in (best.fleet.pools if best else ())})},
+    })
+    return out
+
+
+def instance_warnings(inst) -> list[str]:
+    """Caveats about an instance itself, for ``validate`` and ``solve``: GPU options that count a replica
+    differently or serve an unknown model (:func:`fleetopt.optimizer.io.instance.gpu_warnings`), and option
+    names a ``--fleet`` spec reads two ways (:func:`fleetopt.optimizer.plan.evaluate.fleet_name_ambiguities`)."""
+    return gpu_warnings(inst) + fleet_name_ambiguities(inst)
+
+
+def solve_warnings(report) -> list[str]:
+    """Caveats a reader of a plan must see: the instance's own (:func:`instance_warnings`), mixed models,
+    truncated requests, a baseline that misses."""
+    out = instance_warnings(report.instance)
+    best = report.best
+    plan_models = sorted({p.model for p in best.fleet.pools}) if best else []
+    if len(plan_models) > 1:
+        out.append("the plan's pools serve different models: " + "; ".join(plan_models))
+    if best and report.baseline is not None:
+        base_models = sorted({p.model for p in report.baseline.pools})
+        if base_models != plan_models:
+            out.append(f"the plan serves {', '.join(plan_models)} but the baseline serves {', '.join(base_models)}: "
+                       "the saving compares different models")
+        if not report.baseline.slo_met:
+            out.append("the homogeneous baseline misses the SLO")
+        broken = limit_violations(report.instance, report.baseline)
+        if broken:
+            out.append("the homogeneous baseline breaks the instance's limits (" + "; ".join(broken)
+                       + "): no saving against it is claimed")
+    share = report.instance.workload.truncated_share
+    if share > 0:
+        out.append(f"{share:.4%} of requests exceed max_context and are served truncated")
+    return out
+
+
+OBJECTIVE_UNITS = {"cost": "usd_per_hr", "power": "kw", "tok_per_watt": "kw", "cost+power": "usd_per_hr"}
+"""Unit of the solver's objective value per objective (the JSON's ``objective.unit``)."""
+
+
+OBJECTIVE_MEANINGS = {"cost": "fleet cost in $/hr",
+                      "power": "fleet power in kW",
+                      "tok_per_watt": "fleet power in kW (the served tokens/s are fixed by the workload, so the "
+                                      "least power is the most tokens per watt)",
+                      "cost+power": "fleet cost plus energy in $/hr (usd_per_kwh x PUE x kW)"}
+"""What the solver minimises per objective (the JSON's ``objective.minimizes``): tok_per_watt is solved as least
+power (:meth:`fleetopt.solvers.problem.FleetProblem.choice_objective`)."""
+
+
+def gridflex_csv(g) -> str:
+    """The depth rows of a gridflex sweep as CSV (one line per depth)."""
+    buf = io.StringIO()
+    rows = g.to_csv_rows()
+    w = csv.DictWriter(buf, fieldnames=list(rows[0]) if rows else ["depth"], lineterminator="\n")
+    w.writeheader()
+    w.writerows(rows)
+    return buf.getvalue()

@@ -1,0 +1,262 @@
+"""The table-layout engine of every command's text output: the ``--format`` layouts (:data:`FORMATS`), the
+console, and :class:`Output`, which prints a rich table whole when it fits, else in column groups that each repeat
+the row's key, else stacked one row per block (a cell is never cut); ``plain``, ``markdown`` and ``csv`` lay the
+same grid out as text.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from rich.cells import cell_len
+from rich.console import Console
+from rich.errors import MarkupError
+from rich.measure import Measurement
+from rich.table import Table
+from rich.text import Text
+
+FORMATS = ("table", "plain", "markdown", "csv")
+"""Values of every command's ``--format``: ``table`` (boxed; a table wider than the terminal is split into
+column groups that each repeat the row's key, or stacked one row per block when even that does not fit: a cell is
+never cut), ``plain`` (aligned columns, no box, colour or markup, never wrapped), ``markdown`` (pipe tables) and
+``csv`` (one CSV block per table, its title and every prose line as a ``#`` comment line)."""
+
+__all__ = ["FORMATS", "Grid", "Output", "console", "layout_table", "table_grid", "table_width"]
+
+PIPE_COLUMNS = 140
+"""Width of ``table`` output that is not a terminal (a pipe or a file): wide enough for every table unsqueezed."""
+
+
+class _Console(Console):
+    """A rich console that lets a closed output pipe surface as :class:`BrokenPipeError` (the command decides the
+    exit: :mod:`fleetopt.optimizer.cli`) instead of rich's own ``SystemExit(1)``."""
+
+    def on_broken_pipe(self) -> None:
+        self.quiet = True
+        raise BrokenPipeError("the reader closed the output pipe")
+
+
+def console() -> Console:
+    """Rich console; output that is not a terminal gets :data:`PIPE_COLUMNS` columns so tables are not squeezed."""
+    import sys
+
+    return _Console(soft_wrap=True, width=None if sys.stdout.isatty() else PIPE_COLUMNS)
+
+
+class Output:
+    """Where a command's text goes, in one of :data:`FORMATS`.
+
+    Renderers call :meth:`print` with a rich :class:`~rich.table.Table` or a line of text, as they would a
+    :class:`~rich.console.Console`; the format decides the layout. In ``table`` format a table that fits the
+    console's width prints boxed as built; a wider one is laid out narrow (:func:`layout_table`), so a cell is
+    never shortened to an ellipsis (rich's own way to squeeze a table).
+    """
+
+    def __init__(self, fmt: str = "table", con: Console | None = None):
+        if fmt not in FORMATS:
+            raise ValueError(f"format: {fmt!r} is not one of {', '.join(FORMATS)}")
+        self.format = fmt
+        self.console = console() if con is None else con
+        self._tables = 0
+
+    @property
+    def width(self) -> int:
+        return self.console.width
+
+    def print(self, obj="", **kwargs) -> None:
+        if isinstance(obj, Table):
+            self._table(obj)
+        elif self.format == "table":
+            self.console.print(obj, **kwargs)
+        else:
+            text = obj.plain if isinstance(obj, Text) else (str(obj) if kwargs.get("markup") is False
+                                                            else _plain_text(obj))
+            prefix = "# " if self.format == "csv" else ""
+            self._write("\n".join(prefix + line for line in text.splitlines() or [""]))
+            if self.format == "markdown":
+                self._write("")  # each print its own paragraph
+
+    def _write(self, line: str) -> None:
+        self.console.file.write(line + "\n")
+
+    def _table(self, t: Table) -> None:
+        grid = table_grid(t)
+        if self.format == "table":
+            for part in layout_table(self.console, t, grid):
+                self.console.print(part)
+            return
+        if self._tables and self.format == "csv":
+            self._write("")
+        self._tables += 1
+        lines = {"plain": _plain_lines, "markdown": _markdown_lines, "csv": _csv_lines}[self.format](grid)
+        for line in lines:
+            self._write(line)
+
+
+@dataclass(frozen=True)
+class Grid:
+    """A table's text: title, headers, justification per column, rows, footer (None without) and caption."""
+
+    title: str
+    headers: tuple[str, ...]
+    justify: tuple[str, ...]
+    rows: tuple[tuple[str, ...], ...]
+    footer: tuple[str, ...] | None
+    caption: str
+
+
+def _plain_text(obj) -> str:
+    """What rich would show of ``obj`` (a str holds markup), without the markup."""
+    if isinstance(obj, Text):
+        return obj.plain
+    if obj is None:
+        return ""
+    if not isinstance(obj, str):
+        return str(obj)
+    try:
+        return Text.from_markup(obj).plain
+    except MarkupError:
+        return obj
+
+
+def table_grid(t: Table) -> Grid:
+    """The text of a rich table (its public ``columns``: header, cells, footer, justification)."""
+    cols = t.columns
+    cells = [[_plain_text(x) for x in c.cells] for c in cols]
+    rows = tuple(tuple(col[k] for col in cells) for k in range(max((len(c) for c in cells), default=0)))
+    return Grid(_plain_text(t.title), tuple(_plain_text(c.header) for c in cols),
+                tuple(c.justify or "left" for c in cols), rows,
+                tuple(_plain_text(c.footer) for c in cols) if t.show_footer else None, _plain_text(t.caption))
+
+
+def table_width(c: Console, t: Table) -> int:
+    """Columns a table needs to show every cell on one line (rich's own measure, borders and padding included)."""
+    return Measurement.get(c, c.options.update(width=10**6), t).maximum
+
+
+def layout_table(c: Console, t: Table, grid: Grid | None = None) -> list:
+    """Renderables showing ``t`` within ``c.width`` with no cell shortened.
+
+    The table as built when it fits; else its columns split into groups, each repeating the first (key) column,
+    greedily in order while a group fits; else (a key and one column do not fit side by side) stacked: per row, its
+    key on a line and one ``header  value`` line per column.
+    """
+    if table_width(c, t) <= c.width:
+        return [t]
+    grid = table_grid(t) if grid is None else grid
+    width = _group_width(c, t, grid)
+    groups = _column_groups(width, len(grid.headers), c.width)
+    if groups is None:
+        return _stacked(grid)
+    low, high = 1, c.width  # the narrowest cap giving as few groups: balanced groups
+    while low < high:
+        mid = (low + high) // 2
+        trial = _column_groups(width, len(grid.headers), mid)
+        if trial is not None and len(trial) <= len(groups):
+            high = mid
+        else:
+            low = mid + 1
+    groups = _column_groups(width, len(grid.headers), high)
+    out = [_sub_table(t, grid, g, grid.title if n == 0 else f"{grid.title} (continued)" if grid.title else "")
+           for n, g in enumerate(groups)]
+    if grid.caption:
+        out.append(Text(grid.caption, style="dim"))
+    return out
+
+
+def _group_width(c: Console, t: Table, grid: Grid) -> Callable[[list[int]], int]:
+    """The width of the sub-table of some columns (:func:`_sub_table`), without building it: its columns'
+    widths (the widest of header, cells and footer) plus the borders and padding, which grow by the same amount
+    per column; that affine part is measured once by rich on the sub-tables of the key column and of the first
+    two columns, so the sum equals :func:`table_width` of the sub-table."""
+    rows = [grid.headers, *grid.rows] + ([grid.footer] if grid.footer else [])
+    col = [max(cell_len(r[k]) for r in rows) for k in range(len(grid.headers))]
+    one = table_width(c, _sub_table(t, grid, [0], "")) - col[0]
+    per = (table_width(c, _sub_table(t, grid, [0, 1], "")) - col[0] - col[1] - one) if len(col) > 1 else 0
+    return lambda columns: sum(col[k] for k in columns) + one + per * (len(columns) - 1)
+
+
+def _column_groups(width: Callable[[list[int]], int], n_columns: int, cap: int) -> list[list[int]] | None:
+    """Column indices per group, each group the key column 0 and the next columns in order while the group fits
+    ``cap`` (``width``: :func:`_group_width`); None when the key and one column do not fit side by side."""
+    groups, current = [], [0]
+    for k in range(1, n_columns):
+        if width(current + [k]) <= cap:
+            current.append(k)
+            continue
+        if len(current) == 1:
+            return None
+        groups.append(current)
+        current = [0, k]
+        if width(current) > cap:
+            return None
+    groups.append(current)
+    return groups
+
+
+def _sub_table(t: Table, grid: Grid, columns: list[int], title: str) -> Table:
+    s = Table(title=Text(title) if title else None, title_justify="left", show_footer=grid.footer is not None,
+              box=t.box, pad_edge=t.pad_edge, show_lines=t.show_lines)
+    for k in columns:
+        s.add_column(Text(grid.headers[k]), footer=Text(grid.footer[k]) if grid.footer else "",
+                     justify=grid.justify[k], no_wrap=True)
+    for row in grid.rows:
+        s.add_row(*(Text(row[k]) for k in columns))
+    return s
+
+
+def _stacked(grid: Grid) -> list:
+    """One block per row: its key column's header and value, then ``header  value`` per other column (the footer
+    row last, under its own key)."""
+    width = max((len(h) for h in grid.headers[1:]), default=0)
+    out = [Text(grid.title, style="italic")] if grid.title else []
+    keyed = [(f"{grid.headers[0]} {row[0]}", row) for row in grid.rows]
+    for key, row in keyed + ([(grid.footer[0], grid.footer)] if grid.footer else []):
+        out.append(Text(key, style="bold"))
+        out += [Text(f"  {h:<{width}}  {v}") for h, v in zip(grid.headers[1:], row[1:]) if v != ""]
+    if grid.caption:
+        out.append(Text(grid.caption, style="dim"))
+    return out
+
+
+def _plain_lines(grid: Grid) -> list[str]:
+    """Aligned columns, two spaces apart, a dashed rule under the header and above the footer; never cut."""
+    rows = [grid.headers, *grid.rows] + ([grid.footer] if grid.footer else [])
+    widths = [max(len(r[k]) for r in rows) for k in range(len(grid.headers))]
+
+    def line(r):
+        return "  ".join(v.rjust(w) if j == "right" else v.center(w) if j == "center" else v.ljust(w)
+                         for v, w, j in zip(r, widths, grid.justify)).rstrip()
+
+    rule = "  ".join("-" * w for w in widths)
+    body = [line(grid.headers), rule] + [line(r) for r in grid.rows]
+    if grid.footer:
+        body += [rule, line(grid.footer)]
+    return ([grid.title] if grid.title else []) + body + ([grid.caption] if grid.caption else []) + [""]
+
+
+def _markdown_lines(grid: Grid) -> list[str]:
+    def cells(r):
+        return "| " + " | ".join(v.replace("|", "\\|") for v in r) + " |"
+
+    align = {"right": "---:", "center": ":---:"}
+    out = [f"**{grid.title}**", ""] if grid.title else []
+    out += [cells(grid.headers), "| " + " | ".join(align.get(j, "---") for j in grid.justify) + " |"]
+    out += [cells(r) for r in grid.rows]
+    if grid.footer:
+        out.append(cells([f"**{v}**" if v else "" for v in grid.footer]))
+    return out + ([""] + [grid.caption] if grid.caption else []) + [""]
+
+
+def _csv_lines(grid: Grid) -> list[str]:
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(grid.headers)
+    w.writerows(grid.rows)
+    if grid.footer:
+        w.writerow(grid.footer)
+    head = [f"# {grid.title}"] if grid.title else []
+    return head + buf.getvalue().splitlines() + ([f"# {grid.caption}"] if grid.caption else [])
