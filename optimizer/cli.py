@@ -25,7 +25,7 @@ from fleetopt.optimizer.commands import (CONTEXT_SETTINGS, OUTPUT_PARAMS, catalo
                                          guard, output)
 from fleetopt.optimizer.errors import EXIT_CODES, InstanceError
 from fleetopt.optimizer.io.files import input_scope
-from fleetopt.optimizer.output.writes import write_json
+from fleetopt.optimizer.output.writes import write_document, write_json
 from fleetopt.optimizer.commands.sim_flags import sim_options
 from fleetopt.optimizer.simulation.options import DEFAULT_SPILL_BOUND, DISPATCHES, EngineOptions, parse_precision
 
@@ -73,11 +73,12 @@ def _inputs(inst, *files) -> tuple:
 
 def _emit(table_fn, data: dict, json_out: str | None, protect=(), fmt: str = "table") -> None:
     """Print the table unless the JSON goes to stdout; write ``data`` (a document of the contract,
-    :mod:`fleetopt.optimizer.output.contract`) atomically to ``json_out``, never over a file in ``protect``."""
+    :mod:`fleetopt.optimizer.output.contract`, checked against its model) atomically to ``json_out``, never over
+    a file in ``protect``."""
     if json_out != "-":
         table_fn(output(fmt))
     if json_out:
-        write_json(data, json_out, protect)
+        write_document(data, json_out, protect)
 
 
 def _silence_stdout() -> None:

@@ -19,6 +19,7 @@ from pydantic import ValidationError
 from fleetopt.optimizer.cli import main
 from fleetopt.optimizer.errors import EXIT_CODES
 from fleetopt.optimizer.output.contract import COMMANDS, DOCUMENTS, SCHEMA_VERSION, schema_for, validate_document
+from fleetopt.optimizer.output.writes import write_document
 
 QUICK = "instances/quickstart.yaml"
 FLEET = "0-4096:a100x2,4096-65536:a100x3"
@@ -235,3 +236,21 @@ def test_headroom_contract_holds_its_verdicts(repo_root, monkeypatch):
     for key in ("slo_met", "limits_ok", "violations"):
         with pytest.raises(ValidationError):
             validate_document({k: v for k, v in doc.items() if k != key})
+
+
+def test_a_document_that_breaks_its_contract_is_never_written(tmp_path):
+    """Every command writes its --json through write_document, which checks the document against its model
+    first: a drift from ``fleetopt schema`` fails every test that writes JSON, and no file is written."""
+    target = tmp_path / "tpw.json"
+    row = {"profile": "p", "model": "m", "context": 1024, "n_slots": 4, "iter_latency_ms": 10.0,
+           "tok_per_s": 400.0, "power_w": float("inf"), "tok_per_watt": 1.0, "quality": "q", "source": "analytic"}
+    doc = {"schema_version": SCHEMA_VERSION, "command": "tpw", "instance": None, "rows": [row]}
+    with pytest.raises(ValueError, match=r"'tpw' document breaks its contract: rows\.0\.context"):
+        write_document({**doc, "rows": [{**row, "context": "wide"}]}, str(target))
+    with pytest.raises(ValueError, match="rows.0.source"):
+        write_document({**doc, "rows": [{**row, "source": "guessed"}]}, str(target))
+    with pytest.raises(ValueError, match="no known kind"):
+        write_document({**doc, "command": "tpw --nonsense"}, str(target))
+    assert not target.exists()
+    write_document(doc, str(target))      # JSON values are checked: inf is written (and checked) as null
+    assert json.loads(target.read_text())["rows"][0]["power_w"] is None

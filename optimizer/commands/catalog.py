@@ -16,7 +16,7 @@ from rich.table import Table
 from fleetopt.optimizer.commands import catalog_option, guard
 from fleetopt.optimizer.io.catalog import CATALOG_KINDS, catalog_listing
 from fleetopt.optimizer.output.contract import envelope
-from fleetopt.optimizer.output.writes import write_json
+from fleetopt.optimizer.output.writes import write_document
 from fleetopt.optimizer.output.tables import FORMATS, Output
 
 __all__ = ["catalog", "list_catalog"]
@@ -88,4 +88,4 @@ def list_command(kind, json_out, fmt):
     if json_out != "-":
         _render(Output(fmt), listing)
     if json_out:
-        write_json(listing, json_out)
+        write_document(listing, json_out)

@@ -15,7 +15,7 @@ from fleetopt.optimizer.commands import CONTEXT_SETTINGS, guard as _guard
 from fleetopt.optimizer.output.writes import write_text as _write_text
 from fleetopt.optimizer.errors import InstanceError
 from fleetopt.optimizer.io.instance import load_instance
-from fleetopt.optimizer.output.writes import write_json
+from fleetopt.optimizer.output.writes import write_document
 from fleetopt.optimizer.output.tables import FORMATS, Output
 from fleetopt.optimizer.output.documents import gridflex_csv
 from fleetopt.optimizer.output.render import render_gridflex
@@ -63,7 +63,7 @@ def gridflex(instance, fleet, depths, convention, event_minutes, analytic_only, 
     if "-" not in (json_out, csv_out):
         render_gridflex(Output(fmt), result)
     if json_out:
-        write_json(result.to_json(), json_out, (inst.path,))
+        write_document(result.to_json(), json_out, (inst.path,))
     if csv_out:
         _write_text(gridflex_csv(result), csv_out, "--csv", (inst.path,))
     if plot_out:

@@ -28,7 +28,7 @@ from fleetopt.optimizer.profiling.measurements import (build_profile, fit_measur
                                                        read_measurements, write_profile_file)
 from fleetopt.optimizer.output.contract import envelope
 from fleetopt.optimizer.profiling.probe import IDLE_SETTLE_S
-from fleetopt.optimizer.output.writes import write_json
+from fleetopt.optimizer.output.writes import write_document
 from fleetopt.optimizer.output.tables import console
 
 __all__ = ["profile", "fit", "fit_report", "probe"]
@@ -136,7 +136,7 @@ def fit(measurements, output, json_out, max_rel_error, chunk_tokens, max_slots, 
     if output:
         write_profile_file(document, output, protect=measurements)
     if json_out:
-        write_json(fit_report(result, document), json_out, protect=tuple(measurements))
+        write_document(fit_report(result, document), json_out, protect=tuple(measurements))
 
 
 @profile.command()

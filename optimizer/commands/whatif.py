@@ -15,7 +15,7 @@ from fleetopt.optimizer.commands.progress import QUIET_HELP, reporter
 from fleetopt.optimizer.commands.workflows import (CONTEXT_SETTINGS, PLOT_HELP, _console, _format_opt, _guard,
                                                    _write_text)
 from fleetopt.optimizer.errors import InstanceError
-from fleetopt.optimizer.output.writes import write_json
+from fleetopt.optimizer.output.writes import write_document
 from fleetopt.optimizer.commands.sim_flags import VERIFY_FLAGS, sim_options
 from fleetopt.optimizer.workflows import plots
 from fleetopt.optimizer.workflows.executor import Backend
@@ -130,7 +130,7 @@ def whatif(instance, sweeps, overrides, verify, sim_requests, sim_replications, 
     if "-" not in (json_out, csv_out):
         render_whatif(_console(fmt), result)
     if json_out:
-        write_json(result.to_json(), json_out, (instance,))
+        write_document(result.to_json(), json_out, (instance,))
     if csv_out:
         _write_text(result.to_csv(), csv_out, "--csv", (instance,))
     if plot_out:

@@ -21,7 +21,7 @@ from fleetopt.optimizer.commands.progress import QUIET_HELP, reporter
 from fleetopt.optimizer.output.writes import write_text as _write_text
 from fleetopt.optimizer.errors import EXIT_CODES, InstanceError
 from fleetopt.optimizer.io.instance import load_instance
-from fleetopt.optimizer.output.writes import write_json
+from fleetopt.optimizer.output.writes import write_document
 from fleetopt.optimizer.commands.sim_flags import VERIFY_FLAGS, sim_options
 from fleetopt.optimizer.workflows import plots
 from fleetopt.optimizer.workflows.headroom import (Headroom, StepSchedule, fleet_steps, headroom as find_headroom,
@@ -140,7 +140,7 @@ def pareto(instance, split, boundaries, gpu, overrides, json_out, csv_out, plot_
     if "-" not in (json_out, csv_out):
         render_split_table(_console(fmt), result)
     if json_out:
-        write_json(result.to_json(), json_out, (inst.path,))
+        write_document(result.to_json(), json_out, (inst.path,))
     if csv_out:
         _write_text(result.to_csv(), csv_out, "--csv", (inst.path,))
     if plot_out:
@@ -256,7 +256,7 @@ def headroom(instance, fleet, verify, rate_range, sim_requests, sim_replications
     if json_out != "-":
         render(_console(fmt), result)
     if json_out:
-        write_json(result.to_json(), json_out, (inst.path,))
+        write_document(result.to_json(), json_out, (inst.path,))
     if plot_out:
         plots.plot_headroom(result, plot_out)
     if isinstance(result, Headroom) and result.violations:

@@ -37,14 +37,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Annotated, Any, Literal, Union
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
 from fleetopt.models.fleet import FleetResult, PoolResult
 from fleetopt.models.profiles import ReplicaUnit, replica_unit
 
 __all__ = ["SCHEMA_VERSION", "Document", "PoolAnalytic", "PoolSimulated", "FleetAnalytic", "FleetSimulated", "Pool",
            "Fleet", "DOCUMENTS", "COMMANDS", "envelope", "with_envelope", "pool_analytic", "fleet_analytic",
-           "pool_simulated", "fleet_simulated", "document_model", "validate_document", "schema_for",
+           "pool_simulated", "fleet_simulated", "document_model", "validate_document", "check_document", "schema_for",
            "top_level_fields", "pool_identity", "physical_gpus"]
 
 SCHEMA_VERSION = "2.1"
@@ -732,6 +732,26 @@ def validate_document(document: Mapping) -> Document:
         When a contract key is missing or has the wrong type.
     """
     return document_model(document.get("command")).model_validate(dict(document))
+
+
+def check_document(document: Mapping) -> None:
+    """Check a document about to be written (JSON values: :func:`fleetopt.optimizer.output.writes.to_jsonable`)
+    against its model, so that no command writes a document that drifts from ``fleetopt schema``.
+
+    Raises
+    ------
+    ValueError
+        A bug, not bad input: the document's ``command`` names no document kind, or a contract key is missing
+        or has the wrong type; one ``key: problem`` per broken key.
+    """
+    try:
+        validate_document(document)
+    except KeyError as err:
+        raise ValueError(f"a --json document of no known kind: {err.args[0]}") from None
+    except ValidationError as err:
+        broken = "; ".join(f"{'.'.join(str(p) for p in e['loc']) or 'document'}: {e['msg']}"
+                           for e in err.errors(include_url=False))
+        raise ValueError(f"the {document.get('command')!r} document breaks its contract: {broken}") from None
 
 
 def _union(kinds) -> TypeAdapter:

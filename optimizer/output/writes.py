@@ -38,7 +38,7 @@ TEXT_MODE = 0o666
 SCRIPT_MODE = 0o777
 """Mode of a new executable script before the umask (0755 under umask 022)."""
 
-__all__ = ["TEXT_MODE", "SCRIPT_MODE", "to_jsonable", "write_json", "write_text", "write_bytes",
+__all__ = ["TEXT_MODE", "SCRIPT_MODE", "to_jsonable", "write_json", "write_document", "write_text", "write_bytes",
            "check_target"]
 
 
@@ -59,6 +59,17 @@ def write_json(data: dict, target: str, protect: tuple[Path, ...] = ()) -> None:
     """Write ``data`` as JSON to ``target`` ('-' = stdout) by :func:`write_bytes` (flag ``--json``)."""
     write_text(json.dumps(to_jsonable(data), indent=2, sort_keys=False, allow_nan=False) + "\n", target, "--json",
                protect)
+
+
+def write_document(document: dict, target: str, protect: tuple[Path, ...] = ()) -> None:
+    """Write a command's ``--json`` document like :func:`write_json`, checked first against the model its
+    ``command`` names (:func:`fleetopt.optimizer.output.contract.check_document`): a document that drifts from
+    ``fleetopt schema`` is never written."""
+    from fleetopt.optimizer.output.contract import check_document
+
+    data = to_jsonable(document)
+    check_document(data)
+    write_text(json.dumps(data, indent=2, sort_keys=False, allow_nan=False) + "\n", target, "--json", protect)
 
 
 def write_text(text: str, target: str | Path, flag: str = "-o", protect=(), mode: int = TEXT_MODE) -> None:
