@@ -37,24 +37,26 @@ def test_agent_fleet_is_verified_by_simulation(repo_root):
 @pytest.mark.slow
 def test_failed_plans_are_cut_and_resolved(repo_root):
     # at 45 ms under mean-prefill the analytic plans miss in simulation (continuous batching slows prefill):
-    # every failing pool is sized alone, and a verified plan follows in the second round
+    # every failing pool is sized alone and cut to the least count not shown failing, and a verified plan follows
+    # within the default three rounds (a cut at the edge of the SLO can take a round more than a cut that waited
+    # for an outright pass)
     res, r = solve(repo_root / "instances" / "quickstart.yaml", "--set", "slo.ttft_p99_ms=45", "--set",
-                   "slo.ttft_model=mean-prefill", "--verify-top", 2, "--max-rounds", 2, "--sim-requests", 20000)
+                   "slo.ttft_model=mean-prefill", "--verify-top", 2, "--max-rounds", 3, "--sim-requests", 20000)
     v = r["verification"]
-    assert res.exit_code == 0 and r["verified"] and v["rounds"] <= 2 and v["cuts"]
+    assert res.exit_code == 0 and r["verified"] and v["rounds"] <= 3 and v["cuts"]
     first = [p for p in v["plans"] if p["round"] == 1]
     assert not any(p["passed"] for p in first)
     for p in v["plans"]:
         if not p["passed"]:
             assert any(not q["slo_met_sim"] for q in p["pools"])
     assert all("simulated alone" in c or "is forbidden" in c for c in v["cuts"])
-    for z in v["pool_sizing"]:   # each cut rests on simulated counts: the least passes, the one below misses
+    for z in v["pool_sizing"]:   # each cut rests on simulated counts: the least is not shown failing, the one below is
         trials = {t["replicas"]: t for t in z["trials"]}
         if z["least_replicas"] is not None:
-            assert trials[z["least_replicas"]]["passed"]
-            assert z["least_replicas"] - 1 not in trials or not trials[z["least_replicas"] - 1]["passed"]
+            assert trials[z["least_replicas"]]["outcome"] != "fail"
+            assert z["least_replicas"] - 1 not in trials or trials[z["least_replicas"] - 1]["outcome"] == "fail"
         else:
-            assert z["reason"] and not trials[max(trials)]["passed"]
+            assert z["reason"] and trials[max(trials)]["outcome"] == "fail"
     assert r["cost_per_hr"] >= min(p["cost_per_hr"] for p in first)
     simulated = [tuple((q["min_tokens"], q["max_tokens"], q["gpu"], q["replicas"]) for q in p["pools"])
                  for p in v["plans"] if not p["cached"]]
