@@ -627,7 +627,10 @@ def test_a_number_yaml_reads_as_text_gets_a_hint(tmp_path: Path):
     with pytest.raises(InstanceError) as info:
         load_instance(path)
     (line,) = info.value.problems
-    assert "workload.arrival_rate" in line and "is text to YAML" in line and "5.3e+12" in line
+    # the hint rewrites the user's own value in the form YAML 1.1 reads as a number (a decimal point, a signed
+    # exponent) and as a plain number
+    assert "workload.arrival_rate" in line and "is text to YAML" in line and "write 5.0e+2 or 500" in line
+    assert yaml.safe_load("x: 5.0e+2")["x"] == 500.0
 
 
 def test_an_integer_yaml_reads_as_text_gets_the_hint_too(tmp_path: Path):

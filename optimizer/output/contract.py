@@ -391,7 +391,8 @@ class _Objective(_Open):
 class _Solution(Fleet):
     rank: int
     objective: float
-    fleet: str
+    fleet: str | None = Field(description="the fleet spec, LO-HI:GPUxN,...; null for a split-routing plan, whose "
+                              "pools overlap (its routing says how)")
     routing: dict | None
 
 
