@@ -13,8 +13,10 @@ hardware   GPU and LLM catalogue records
 profiles   serving profiles: calibrated (measured constants) and computed (roofline)
 service    the iteration/service-time model shared by every profile
 workload   request-length distributions, traces and exact segment statistics
-queueing   Erlang-C, waiting-time tails, P99 TTFT and minimum replica counts (the slot models)
 segments   exact service and context-work moments of length segments
-batched    continuous-batching replicas at their realised occupancy (the default TTFT model)
+queueing/  the station models: erlang (Erlang-C, waiting-time tails, P99 TTFT and minimum replica counts:
+           the slot models), batched (continuous-batching replicas at their realised occupancy: the default
+           TTFT model), dispersion (the batched count's variance from its requests' transforms), ttft (one
+           object per ``slo.ttft_model``)
 fleet      analytic evaluation of a fleet of pools (cost, power, tok/W, SLO)
 """

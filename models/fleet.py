@@ -26,13 +26,13 @@ from functools import singledispatch
 import numpy as np
 
 from fleetopt.models.profiles import ServingProfile, quality_label
-from fleetopt.models.batched import mean_activity_power_w, mean_power_w, mean_prefill_s, operating_point
+from fleetopt.models.queueing.batched import mean_activity_power_w, mean_power_w, mean_prefill_s, operating_point
 from fleetopt.models.numerics import bisect_boundary
-from fleetopt.models.queueing import prefill_p99_s, ttft_miss_prob, ttft_p99_s
+from fleetopt.models.queueing.erlang import prefill_p99_s, ttft_miss_prob, ttft_p99_s
 from fleetopt.models.segments import compressed_band, raw_between, segment_basis, stats_from_raw
 from fleetopt.models.power import ActivityPower
 from fleetopt.models.service import decode_power_curve, tpot_batch_cap, tpot_bound_s
-from fleetopt.models.ttft import BatchedModel, SlotModel, TTFTModel, ttft_model
+from fleetopt.models.queueing.ttft import BatchedModel, SlotModel, TTFTModel, ttft_model
 from fleetopt.models.units import HOURS_PER_YEAR, MS_PER_S, P99_TAIL
 from fleetopt.models.workload import LengthDistribution, RequestTrace
 
@@ -86,7 +86,7 @@ class ServiceLevel:
 
     @property
     def model(self) -> TTFTModel:
-        """The implementation of ``ttft_model`` (:func:`fleetopt.models.ttft.ttft_model`)."""
+        """The implementation of ``ttft_model`` (:func:`fleetopt.models.queueing.ttft.ttft_model`)."""
         return ttft_model(self.ttft_model)
 
     @property
@@ -155,7 +155,7 @@ class PoolResult:
     relaxation_s: float = 0.0
     """Time scale over which the pool's occupancy forgets its start (s): :math:`E[S](1 + c_s^2)` for the slot
     models; for the batched model :math:`R (1 + c_I^2) / (1 - x)`, the context feedback slowing the relaxation
-    (:mod:`fleetopt.models.batched`). Simulations warm up and run for multiples of it."""
+    (:mod:`fleetopt.models.queueing.batched`). Simulations warm up and run for multiples of it."""
 
 
 @dataclass(frozen=True)
@@ -262,7 +262,7 @@ def _pool_traffic(pools: list[PoolPlan], workload, input_fraction: float, p_c: f
 def fleet_ttft_p99_s(queues: list[tuple], level: ServiceLevel) -> float:
     r"""99th percentile of TTFT over all requests: solve :math:`\sum_p \lambda_p P_p(T > t) = q \sum_p \lambda_p`.
 
-    ``queues`` holds, per pool, the arguments of :func:`fleetopt.models.queueing.ttft_miss_prob` after ``t``
+    ``queues`` holds, per pool, the arguments of :func:`fleetopt.models.queueing.erlang.ttft_miss_prob` after ``t``
     (servers, rate, E[S], cv2, prefill times, prefill probabilities, mean prefill); :math:`q = 0.01`
     (:data:`fleetopt.models.units.P99_TAIL`). The mixture's miss probability decreases in :math:`t`, and the
     largest pool P99 bounds the root from above, so the root is bisected on :math:`[0, \max_p T_{99,p}]`
@@ -362,7 +362,7 @@ def _replicas(model: TTFTModel, traffic, plan: PoolPlan, level: ServiceLevel) ->
 @_evaluate_under.register
 def _evaluate_pool_slots(model: SlotModel, s, plan: PoolPlan, lam: float, cap: int, full: int, tpot: float,
                          tpot_ok: bool, level: ServiceLevel):
-    """One pool under a slot model (:class:`fleetopt.models.ttft.SlotModel`)."""
+    """One pool under a slot model (:class:`fleetopt.models.queueing.ttft.SlotModel`)."""
     n = int(s.n_slots[0])
     traffic = model.traffic(s, [lam])
     sized = plan.replicas is None
@@ -417,7 +417,7 @@ def _first(miss_of):
 @_evaluate_under.register
 def _evaluate_pool_batched(model: BatchedModel, s, plan: PoolPlan, lam: float, cap: int, full: int, tpot: float,
                            tpot_ok: bool, level: ServiceLevel):
-    """One pool under the batched replica model (:mod:`fleetopt.models.batched`)."""
+    """One pool under the batched replica model (:mod:`fleetopt.models.queueing.batched`)."""
     traffic = model.traffic(s, [lam], cap=[max(cap, 0)])
     sized = plan.replicas is None
     replicas = _replicas(model, traffic, plan, level)

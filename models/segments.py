@@ -30,7 +30,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from fleetopt.models.dispersion import binned_spectra, combine_spectra
+from fleetopt.models.queueing.dispersion import binned_spectra, combine_spectra
 from fleetopt.models.profiles import ServingProfile
 from fleetopt.models.service import compute_coefficients, iteration_coefficients
 from fleetopt.models.workload import LengthDistribution, RequestTrace
@@ -68,7 +68,7 @@ class SegmentBasis:
     :math:`w` = :func:`prompt_bin_tokens` (bin 0: no prompt): the prompt law at a resolution finer than a chunk,
     for the own-prefill compute of the TTFT mixture."""
     spectra_prefix: np.ndarray | None = None
-    """``spectra_prefix[j]``: the sum of :func:`fleetopt.models.dispersion.request_spectra` over requests of
+    """``spectra_prefix[j]``: the sum of :func:`fleetopt.models.queueing.dispersion.request_spectra` over requests of
     :math:`L \\le b_j`, shape (len(boundaries), len(OMEGA), N_SPECTRA): the count's dispersion
     (:attr:`SegmentStats.count_spectra`)."""
 
@@ -527,7 +527,7 @@ class SegmentStats:
     mean_prefill_compute_s: np.ndarray
     """:math:`E[a\\, l_{in} + b\\, l_{in}^2]`: the compute of a request's prompt (0 without prefill compute)."""
     ttft_probs: np.ndarray
-    """Shape (S, Q): the prompt classes of the TTFT mixture (:mod:`fleetopt.models.batched`): the chunk counts
+    """Shape (S, Q): the prompt classes of the TTFT mixture (:mod:`fleetopt.models.queueing.batched`): the chunk counts
     (``prefill_probs``) for a profile without compute terms, else the prompt bins of
     :func:`prompt_bin_tokens` (finer than a chunk, so a long chunk's prompts are not charged their mean)."""
     ttft_chunks: np.ndarray
@@ -549,8 +549,8 @@ class SegmentStats:
     """:math:`E[I Y_d]` (s)."""
     count_spectra: np.ndarray | None = None
     """Shape (S, 5, len(OMEGA)), complex: :math:`(G, R, \\hat W, Q, P)` of
-    :func:`fleetopt.models.dispersion.combine_spectra` for the segment's requests on this profile, from which the
-    batched model takes the count's dispersion (``None`` for sums built without the transforms)."""
+    :func:`fleetopt.models.queueing.dispersion.combine_spectra` for the segment's requests on this profile, from
+    which the batched model takes the count's dispersion (``None`` for sums built without the transforms)."""
 
     @property
     def prefill_times_s(self) -> np.ndarray:

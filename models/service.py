@@ -179,7 +179,7 @@ def iteration_coefficients(profile: ServingProfile) -> tuple[float, float]:
 
     which is :func:`iteration_latency_s` read as a function of the total context :math:`n \\bar x`. The
     simulator (:mod:`fleetopt.solvers.des.engine`) and the batched analytic model
-    (:mod:`fleetopt.models.batched`) both take the iteration time from here. Raises ``ValueError`` if
+    (:mod:`fleetopt.models.queueing.batched`) both take the iteration time from here. Raises ``ValueError`` if
     :func:`iteration_latency_s` is not affine in :math:`n \\bar x`.
 
     Examples

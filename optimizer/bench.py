@@ -22,7 +22,7 @@ from rich.console import Console
 from rich.table import Table
 
 from fleetopt.models.segments import segment_basis, segment_stats
-from fleetopt.models.ttft import ttft_model
+from fleetopt.models.queueing.ttft import ttft_model
 from fleetopt.models.workload import LengthDistribution
 
 from fleetopt.optimizer.io.catalog import instances_dir, load_catalog

@@ -1,5 +1,5 @@
 r"""Exact second-order moments of a continuous-batching replica's count, without a batch cap: a reference for
-the batched model's occupancy dispersion (:func:`fleetopt.models.batched.occupancy_dispersion`).
+the batched model's occupancy dispersion (:func:`fleetopt.models.queueing.batched.occupancy_dispersion`).
 
 On the clock of iterations a replica without a cap is a linear Hawkes process. Iteration :math:`n` takes
 :math:`t_n = W + \sum_i w_i(n - n_i)`, the fixed part plus the work of every running request :math:`i`, which
@@ -72,7 +72,7 @@ The same pool with every request's work spread evenly over its life at the mean 
 :math:`\bar y = E[Y]/E[I]` (:math:`\hat w = \bar y \hat g`) is a symmetric queue whose count seen by arrivals is
 the batched model's chain (its variance agrees with the chain's closed form within the iterations' discreteness, a
 few per cent); the ratio of the two arrival-seen variances is the *dispersion* :math:`F` that
-:func:`fleetopt.models.batched.occupancy_dispersion` estimates in closed form (``docs/models.md``, "The count's
+:func:`fleetopt.models.queueing.batched.occupancy_dispersion` estimates in closed form (``docs/models.md``, "The count's
 exact second moment").
 
 References

@@ -1,4 +1,4 @@
-"""The batched replica model (models/batched.py) against closed forms, brute force and enumeration."""
+"""The batched replica model (models/queueing/batched.py) against closed forms, brute force and enumeration."""
 
 from __future__ import annotations
 
@@ -8,8 +8,9 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from fleetopt.models.batched import (BatchedTraffic, batched_miss_prob, batched_min_replicas, batched_ttft_p99_s,
-                                     mean_power_w, operating_point, prefill_limit_s, waited_exceed_prob)
+from fleetopt.models.queueing.batched import (BatchedTraffic, batched_miss_prob, batched_min_replicas,
+                                              batched_ttft_p99_s, mean_power_w, operating_point, prefill_limit_s,
+                                              waited_exceed_prob)
 from fleetopt.models.power import PowerCurve
 from fleetopt.models.profiles import CalibratedProfile
 from fleetopt.models.segments import context_work, segment_basis, segment_stats
@@ -315,7 +316,7 @@ def test_clustered_count_is_the_chain_solved_state_by_state(x, A, m, q):
     binomial (1 + A/(q xi), xi = 1 - (1 - x)/q) and the full share rho_f S_{m-1}/(1 - rho_f), against the chain's
     stationary law from its generator; without a cap its mean (q x + A)/(1 - x) and the variance of
     _cluster_variance (cluster_size inverts it)."""
-    from fleetopt.models.batched import _cluster_variance, _nb_pmf, cluster_size
+    from fleetopt.models.queueing.batched import _cluster_variance, _nb_pmf, cluster_size
 
     lam = 3.0
     p = 1.0 / q

@@ -15,8 +15,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fleetopt.models.batched import (BatchedTraffic, batched_ttft_p99_s, coarrival_exceed_prob, mean_activity_power_w,
-                                     operating_point, own_prefill_context)
+from fleetopt.models.queueing.batched import (BatchedTraffic, batched_ttft_p99_s, coarrival_exceed_prob,
+                                              mean_activity_power_w, operating_point, own_prefill_context)
 from fleetopt.models.power import ActivityPower, PowerCurve
 from fleetopt.models.profiles import CalibratedProfile
 from fleetopt.models.segments import compute_work, context_work, segment_basis, segment_stats

@@ -15,7 +15,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from fleetopt.models.batched import BatchedTraffic, operating_point
+from fleetopt.models.queueing.batched import BatchedTraffic, operating_point
 from fleetopt.models.segments import compute_work, context_work, segment_basis, segment_stats
 from fleetopt.models.service import compute_coefficients, iteration_coefficients, iteration_work_s
 from fleetopt.models.workload import RequestTrace
@@ -133,7 +133,7 @@ def test_moments_match_a_direct_simulation_of_the_iteration_clock(lam):
 @pytest.mark.parametrize("lam", [6.0, pytest.param(12.0, marks=pytest.mark.slow)])
 def test_the_even_mix_is_the_batched_models_chain(lam):
     """With every request's work spread evenly the replica is a symmetric queue, whose count is insensitive to how
-    the iterations a request runs are distributed: the chain of models.batched, negative binomial of mean
+    the iterations a request runs are distributed: the chain of models.queueing.batched, negative binomial of mean
     (A + x)/(1 - x) and variance (A + x)/(1 - x)^2, A = lam W E[I]. What arrivals see matches it within 3 % (the
     iterations' discreteness; measured 0.1-0.8 %), and the count over iterations does not (11-12 % low)."""
     marks = _mix(np.random.default_rng(0))
@@ -209,10 +209,10 @@ def _mixes(catalog, h100_8b):
 
 @pytest.mark.slow
 def test_the_models_dispersion_follows_the_oracle(catalog, h100_8b):
-    """models.dispersion's F (closed-form transforms on 16 frequencies, a closure for what arrivals see) within 3 %
-    of the oracle's on three mixes (measured: 0.7, 0.4 and 0.2 % low, F 1.24, 1.51 and 0.94; the even mix is
+    """models.queueing.dispersion's F (closed-form transforms on 16 frequencies, a closure for what arrivals see)
+    within 3 % of the oracle's on three mixes (measured: 0.7, 0.4 and 0.2 % low, F 1.24, 1.51 and 0.94; the even mix is
     exact)."""
-    from fleetopt.models.dispersion import combine_spectra, count_dispersion, request_spectra
+    from fleetopt.models.queueing.dispersion import combine_spectra, count_dispersion, request_spectra
 
     for profile, l_in, l_out, weights, lam in _mixes(catalog, h100_8b):
         W, h = iteration_coefficients(profile)
@@ -234,7 +234,7 @@ def test_the_batched_models_dispersion_is_the_oracles(catalog, h100_8b):
     """Through the segments (a length distribution's Gauss-Legendre nodes, a trace's requests) the batched model's
     F for one replica is the oracle's within 3 % (measured: 1.242 against 1.251 on the agent-like trace, 1.515
     against 1.521 on the LMSYS-like distribution), where the closed form it replaces is 8-10 % low (1.132, 1.400)."""
-    from fleetopt.models.batched import occupancy_dispersion
+    from fleetopt.models.queueing.batched import occupancy_dispersion
     from fleetopt.models.workload import LengthDistribution
 
     (p8, agent, agent_out, _, lam8), (unit, lmsys_in, lmsys_out, w, lam_u), _ = _mixes(catalog, h100_8b)

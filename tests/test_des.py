@@ -17,7 +17,7 @@ import pytest
 
 from fleetopt.models.power import PowerCurve
 from fleetopt.models.profiles import CalibratedProfile
-from fleetopt.models.queueing import erlang_c
+from fleetopt.models.queueing.erlang import erlang_c
 from fleetopt.models.service import iteration_latency_s, prefill_time_s, service_time_s
 from fleetopt.models.workload import LengthDistribution, RequestTrace
 from fleetopt.solvers.des.records import Outcome

@@ -35,7 +35,7 @@ def test_module_doctests_pass(name):
 def test_the_walk_finds_every_package_and_their_examples():
     """The walk reaches the simulator subpackage and the stage folders, and there are examples to run."""
     for name in ("fleetopt.solvers.des.engine", "fleetopt.optimizer.io.instance", "fleetopt.optimizer.plan.solve",
-                 "fleetopt.optimizer.simulation.verify", "fleetopt.models.queueing"):
+                 "fleetopt.optimizer.simulation.verify", "fleetopt.models.queueing.erlang"):
         assert name in MODULE_NAMES
     finder = doctest.DocTestFinder()
     examples = {name: sum(len(t.examples) for t in finder.find(importlib.import_module(name)))

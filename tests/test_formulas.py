@@ -19,8 +19,8 @@ from scipy.optimize import brentq
 from fleetopt.models.fleet import ServiceLevel, fleet_ttft_p99_s
 from fleetopt.models.numerics import MAX_HALVINGS, bisect_boundary
 from fleetopt.models.power import PowerCurve, pool_power_secant
-from fleetopt.models.queueing import (max_load_erlangs, miss_coefficients, prefill_p99_s, ttft_p99_s, wait_exceed_prob,
-                                      wait_p99_from_tail_s, wait_p99_s)
+from fleetopt.models.queueing.erlang import (max_load_erlangs, miss_coefficients, prefill_p99_s, ttft_p99_s,
+                                             wait_exceed_prob, wait_p99_from_tail_s, wait_p99_s)
 from fleetopt.models.units import P99, P99_TAIL
 from fleetopt.models.workload import LengthDistribution
 

@@ -154,7 +154,6 @@ def test_the_project_has_no_import_cycle():
 
 
 MAX_FLAT_MODULES = 12
-NOT_YET_REGROUPED = {"models": 15}     # a ceiling until the folder is regrouped: it may shrink, never grow
 
 
 def test_no_package_folder_holds_more_than_twelve_modules():
@@ -163,8 +162,7 @@ def test_no_package_folder_holds_more_than_twelve_modules():
     for folder in SOURCE_ROOTS:
         for d in [REPO / folder, *(p for p in (REPO / folder).rglob("*") if p.is_dir())]:
             flat = [f.name for f in d.glob("*.py") if f.name != "__init__.py"]
-            cap = NOT_YET_REGROUPED.get(d.relative_to(REPO).as_posix(), MAX_FLAT_MODULES)
-            assert len(flat) <= cap, f"{d.relative_to(REPO)} holds {len(flat)} modules: {sorted(flat)}"
+            assert len(flat) <= MAX_FLAT_MODULES, f"{d.relative_to(REPO)} holds {len(flat)} modules: {sorted(flat)}"
 
 
 def test_models_do_no_io_or_printing():

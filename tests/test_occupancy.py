@@ -1,7 +1,7 @@
 """The batched model's occupancy law against the simulator's: the variance of the number of requests in a pool.
 
-The chain of :func:`fleetopt.models.batched.operating_point` is a negative binomial whose variance is the
-mean-field one, :math:`E[J]/(1-x)`. :func:`fleetopt.models.batched.occupancy_dispersion` widens it for prefill
+The chain of :func:`fleetopt.models.queueing.batched.operating_point` is a negative binomial whose variance is the
+mean-field one, :math:`E[J]/(1-x)`. :func:`fleetopt.models.queueing.batched.occupancy_dispersion` widens it for prefill
 stalls (a prompt's compute stalls its replica on arrival) and for unequal requests. Each case simulates one pool
 with a batch cap it rarely reaches (so the count is the law below the cap), counts the requests in the pool at
 each arrival (Poisson arrivals see time averages), and compares that count's variance with the model's, within
@@ -18,8 +18,8 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from fleetopt.models import batched
-from fleetopt.models.batched import BatchedTraffic, batched_ttft_p99_s, departure_dispersion, operating_point
+from fleetopt.models.queueing import batched
+from fleetopt.models.queueing.batched import BatchedTraffic, batched_ttft_p99_s, departure_dispersion, operating_point
 from fleetopt.models.segments import segment_basis, segment_stats
 from fleetopt.models.workload import LengthDistribution, RequestTrace
 from fleetopt.solvers.des.engine import SimPool, simulate

@@ -14,7 +14,7 @@ import json
 import pytest
 from click.testing import CliRunner
 
-from fleetopt.models.batched import BatchedTraffic
+from fleetopt.models.queueing.batched import BatchedTraffic
 from fleetopt.models.roofline import computed_profile, kv_capacity_tokens
 from fleetopt.optimizer.cli import main
 from fleetopt.optimizer.commands.sim_flags import VERIFY_FLAGS, sim_options

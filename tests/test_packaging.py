@@ -44,7 +44,7 @@ def test_wheel_has_one_top_level_package_and_ships_data(wheel):
     names = set(zipfile.ZipFile(wheel).namelist())
     tops = {n.split("/")[0] for n in names if not n.split("/")[0].endswith(".dist-info")}
     assert tops == {"fleetopt"}
-    for path in ("fleetopt/__init__.py", "fleetopt/api.py", "fleetopt/models/queueing.py",
+    for path in ("fleetopt/__init__.py", "fleetopt/api.py", "fleetopt/models/queueing/erlang.py",
                  "fleetopt/solvers/mip.py", "fleetopt/solvers/des/engine.py", "fleetopt/optimizer/cli.py",
                  "fleetopt/optimizer/io/instance.py", "fleetopt/optimizer/plan/solve.py",
                  "fleetopt/optimizer/simulation/verify.py", "fleetopt/data/catalog/hardware.yaml",

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fleetopt.models.queueing import erlang_c, min_replicas, ttft_exceed_prob, ttft_p99_s, wait_p99_s
+from fleetopt.models.queueing.erlang import erlang_c, min_replicas, ttft_exceed_prob, ttft_p99_s, wait_p99_s
 
 
 def erlang_c_exact(c: int, a: Fraction) -> float:

@@ -229,7 +229,7 @@ def test_trace_spectra_are_the_requests_transforms(catalog):
     """The count's transforms a trace segment carries are the mean of its requests' own (request_spectra, one
     request at a time), and a profile combines them into G (the presence) and W-hat (the work) whose values at the
     lowest frequency are E[I] and E[Y]."""
-    from fleetopt.models.dispersion import OMEGA, request_spectra
+    from fleetopt.models.queueing.dispersion import OMEGA, request_spectra
     from fleetopt.models.segments import raw_between
 
     t, prompt, out = _random_trace(11, 3000, 6000, 800)
@@ -254,8 +254,8 @@ def _dense_dispersion(stats, profile, L, w, l_in, l_out, load):
     those of a dense midpoint sum over the lengths ``L`` of weights ``w`` in their place."""
     from dataclasses import replace
 
-    from fleetopt.models.batched import BatchedTraffic, occupancy_dispersion
-    from fleetopt.models.dispersion import binned_spectra, combine_spectra
+    from fleetopt.models.queueing.batched import BatchedTraffic, occupancy_dispersion
+    from fleetopt.models.queueing.dispersion import binned_spectra, combine_spectra
     from fleetopt.models.service import compute_coefficients, iteration_coefficients
 
     spectra = binned_spectra(np.zeros(len(L), dtype=np.int64), 1, w, np.ceil(l_in / profile.chunk_tokens), l_in,

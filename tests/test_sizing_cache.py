@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from fleetopt.models.batched import BatchedTraffic, batched_min_replicas
+from fleetopt.models.queueing.batched import BatchedTraffic, batched_min_replicas
 from fleetopt.models.segments import segment_basis, raw_between, stats_from_raw
 from fleetopt.optimizer import api
 from fleetopt.optimizer.plan.candidates import Candidates, SizingCache, generate_candidates

@@ -1,4 +1,4 @@
-"""TTFT models as one protocol (fleetopt.models.ttft), availability inflation, an overloaded pool's reason.
+"""TTFT models as one protocol (fleetopt.models.queueing.ttft), availability inflation, an overloaded pool's reason.
 
 The closed forms of each model live elsewhere and are not repeated here: ``tail`` and ``mean-prefill`` in
 ``tests/test_formulas.py`` and ``tests/test_queueing.py``, ``batched`` in ``tests/test_batched.py``.
@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from fleetopt.models.fleet import PoolPlan, ServiceLevel, evaluate_fleet, inflate_for_availability
-from fleetopt.models.ttft import TTFT_MODELS, TTFTModel, ttft_model
+from fleetopt.models.queueing.ttft import TTFT_MODELS, TTFTModel, ttft_model
 from fleetopt.models.workload import LengthDistribution
 from fleetopt.optimizer.io.schema import RawSlo
 

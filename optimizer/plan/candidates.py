@@ -28,9 +28,9 @@ from functools import partial
 import numpy as np
 
 from fleetopt.models.fleet import inflate_for_availability
-from fleetopt.models.queueing import Sizing
+from fleetopt.models.queueing.erlang import Sizing
 from fleetopt.models.service import decode_power_curve, tpot_batch_cap, tpot_bound_s
-from fleetopt.models.ttft import TTFTModel, ttft_model
+from fleetopt.models.queueing.ttft import TTFTModel, ttft_model
 from fleetopt.models.units import MS_PER_S, P99_TAIL
 
 from fleetopt.optimizer.io.instance import Instance
@@ -247,7 +247,7 @@ class SizingCache:
     sized (batched model, pool scope) each candidate's least count :math:`N_t`. Sizing at a new SLO :math:`s`
     starts each search at the count of the nearest looser SLO :math:`t \\ge s` sized before:
     :math:`P(T > s \\mid N) \\ge P(T > t \\mid N)`, so :math:`N_t - 1` fails at :math:`s` too
-    (``at_least`` of :func:`fleetopt.models.batched.batched_min_replicas`); the counts are the same as a search
+    (``at_least`` of :func:`fleetopt.models.queueing.batched.batched_min_replicas`); the counts are the same as a search
     from the utilisation floor. :meth:`check` refuses an instance that differs from the first one seen in
     anything the inputs read.
 
@@ -279,7 +279,7 @@ class SizingCache:
 
     def size(self, model: TTFTModel, g_idx: int, traffic, slo_s: float, rho_max: float) -> Sizing:
         """The least counts of option ``g_idx``'s candidates at ``slo_s`` under ``model`` (one that takes a lower
-        bound, :attr:`fleetopt.models.ttft.TTFTModel.warm_start`; class docstring)."""
+        bound, :attr:`fleetopt.models.queueing.ttft.TTFTModel.warm_start`; class docstring)."""
         looser = [(t, n) for t, n in self._counts.get(g_idx, ()) if t >= slo_s]
         start = min(looser, key=lambda tn: tn[0])[1] if looser else None
         z = model.min_replicas(traffic, slo_s, rho_max, at_least=start)
@@ -449,7 +449,7 @@ def _traffic(instance: Instance, basis, grid: np.ndarray, b: np.ndarray, gammas,
 def _option_inputs(instance: Instance, opt, raw, b, rows) -> tuple:
     """What sizing one GPU option's candidates reads that no TTFT SLO changes: rows and batch caps, the rows too
     slow for the TPOT SLO, segment statistics, arrival rates, the TTFT model's view of the traffic and the model
-    (:class:`fleetopt.models.ttft.TTFTModel`)."""
+    (:class:`fleetopt.models.queueing.ttft.TTFTModel`)."""
     from fleetopt.models.segments import stats_from_raw
 
     ii, jj = rows[0], rows[1]
@@ -569,10 +569,10 @@ class _Columns:
 def pool_counts(instance: Instance, s, lam, traffic=None, sized: Sizing | None = None):
     """Pool scope: the minimum count meeting the pool's own P99 (one choice, no misses counted).
 
-    ``traffic``: the TTFT model's view of ``s`` (:meth:`fleetopt.models.ttft.TTFTModel.traffic`) if built already;
-    ``sized``: its :class:`~fleetopt.models.queueing.Sizing` if sized already (:class:`SizingCache`). Returns the
-    counts of the feasible candidates, the feasible mask and the reasons of the others (a mapping, each reason
-    written when read).
+    ``traffic``: the TTFT model's view of ``s`` (:meth:`fleetopt.models.queueing.ttft.TTFTModel.traffic`) if built
+    already; ``sized``: its :class:`~fleetopt.models.queueing.erlang.Sizing` if sized already
+    (:class:`SizingCache`). Returns the counts of the feasible candidates, the feasible mask and the reasons of the
+    others (a mapping, each reason written when read).
     """
     slo = instance.slo
     model = ttft_model(slo.ttft_model)
@@ -676,7 +676,7 @@ def fleet_counts(instance: Instance, s, lam):
 
 def _reason_writer(model: TTFTModel, traffic, codes: np.ndarray, bad: np.ndarray, s, slo) -> Callable[[int], str]:
     """Why candidate ``k`` (one of ``bad``, with sizing reason ``codes[k]``) is dropped. The prefill floors
-    (:meth:`fleetopt.models.ttft.TTFTModel.prefill_floor_s`) of every candidate dropped for its prefill are
+    (:meth:`fleetopt.models.queueing.ttft.TTFTModel.prefill_floor_s`) of every candidate dropped for its prefill are
     computed together, the first time one is asked for."""
     floors: dict[int, float] = {}
 

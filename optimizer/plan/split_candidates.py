@@ -4,13 +4,13 @@ Each candidate pool :math:`p = (i, j, g)` (with a batch cap under a TPOT SLO) ma
 elementary segment inside its range. Its replica counts :math:`n` come from a ladder up to its
 length-routing minimum :math:`N^*_p`; each count gets an operating point from the exact Erlang-C
 curve at the pool's nominal mix: the largest load :math:`A` (Erlangs) meeting the SLO and
-:math:`\\rho_{max}` (:func:`fleetopt.models.queueing.max_load_erlangs`), with :math:`C = C(n s, A)` and
+:math:`\\rho_{max}` (:func:`fleetopt.models.queueing.erlang.max_load_erlangs`), with :math:`C = C(n s, A)` and
 :math:`\\theta = 2(n s - A)/R_p`
-(:math:`R_p = E[S^2]/E[S]`), its SLO coefficients (:func:`fleetopt.models.queueing.miss_coefficients`)
+(:math:`R_p = E[S^2]/E[S]`), its SLO coefficients (:func:`fleetopt.models.queueing.erlang.miss_coefficients`)
 and a power line (:func:`fleetopt.models.power.pool_power_secant`). See :mod:`fleetopt.solvers.split` for the
 constraints.
 
-Under the batched replica model (``ttft_model: batched``, :mod:`fleetopt.models.batched`) the ladder's
+Under the batched replica model (``ttft_model: batched``, :mod:`fleetopt.models.queueing.batched`) the ladder's
 top count :math:`N^*_p` is the batched minimum, but the operating points (capacities, SLO coefficients,
 power lines) still come from the slot model with the exact prefill tail (``tail``): the batched model's
 TTFT is not a function of one linear load in the routed rates. The decoded plan is evaluated, reported
@@ -30,9 +30,9 @@ import numpy as np
 from fleetopt.models.fleet import FleetResult, PoolPlan, evaluate_traffic, inflate_for_availability
 from fleetopt.models.power import pool_power_secant
 from fleetopt.models.service import decode_power_curve
-from fleetopt.models.queueing import erlang_c, max_load_erlangs, miss_coefficients
+from fleetopt.models.queueing.erlang import erlang_c, max_load_erlangs, miss_coefficients
 from fleetopt.models.segments import raw_between, segment_basis, stats_from_raw
-from fleetopt.models.ttft import ttft_model
+from fleetopt.models.queueing.ttft import ttft_model
 
 from fleetopt.optimizer.plan.candidates import batch_caps, least_counts, pool_counts
 from fleetopt.optimizer.errors import InstanceError

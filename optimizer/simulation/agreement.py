@@ -286,7 +286,7 @@ def _rate_for(utilization, target: float, rate: float, at_rate: float) -> float:
 
     Under every TTFT model :math:`1/u` is affine in :math:`1/\\lambda`: the slot models have
     :math:`u = \\lambda E[S]/(N n)`, the batched model :math:`u = \\lambda a / (N - \\lambda b)` with
-    :math:`a = E[I] W / n` and :math:`b = h E[X]` (:func:`fleetopt.models.batched.operating_point`), so
+    :math:`a = E[I] W / n` and :math:`b = h E[X]` (:func:`fleetopt.models.queueing.batched.operating_point`), so
     :math:`1/u = (N/a)(1/\\lambda) - b/a`. Two probes fix the line and the rate follows exactly; an unstable
     probe (:math:`u = \\infty`) is moved down until it is finite.
     """

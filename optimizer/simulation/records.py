@@ -17,7 +17,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from fleetopt.models.fleet import FleetResult, PoolResult
-from fleetopt.models.ttft import ttft_model
+from fleetopt.models.queueing.ttft import ttft_model
 from fleetopt.models.units import MS_PER_S
 from fleetopt.solvers.des.metrics import Estimate, batch_means_ci, percentile, quantile_ci
 

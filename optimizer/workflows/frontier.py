@@ -100,7 +100,7 @@ from collections.abc import Callable
 import numpy as np
 
 from fleetopt.models.fleet import FleetResult, PoolPlan
-from fleetopt.models.ttft import ttft_model
+from fleetopt.models.queueing.ttft import ttft_model
 from fleetopt.models.units import MS_PER_S
 from fleetopt.solvers.mip import solve as solve_mip
 from fleetopt.solvers.oracle import NoFleetError, shortest_fleet

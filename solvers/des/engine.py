@@ -9,7 +9,7 @@ routers, which take an explicit ``numpy.random.Generator``.
 
 Modes
 -----
-``mode="slot"`` - the analytic model's own view (:mod:`fleetopt.models.queueing`).
+``mode="slot"`` - the analytic model's own view (:mod:`fleetopt.models.queueing.erlang`).
 Every request holds one KV slot (a server) for its service time
 
 .. math:: S = \\left(\\lceil l_{in}/c \\rceil + l_{out}\\right) t(n, l_{in} + l_{out})

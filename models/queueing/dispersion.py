@@ -49,7 +49,7 @@ with four profiles that do not depend on the GPU; with :math:`z = e^{-\mathrm{i}
 so a workload's means are kept per basis (:data:`N_SPECTRA` numbers a frequency) and a GPU's coefficients
 :math:`(h, g, a, b)` combine them (:func:`combine_spectra`).
 
-**In the model.** :func:`fleetopt.models.batched.occupancy_dispersion` takes its :math:`F` from
+**In the model.** :func:`fleetopt.models.queueing.batched.occupancy_dispersion` takes its :math:`F` from
 :func:`count_dispersion` wherever the pool's traffic carries the mean spectra: the segments' prefix sums hold
 them per boundary (:attr:`fleetopt.models.segments.SegmentBasis.spectra_prefix`, :func:`binned_spectra` of the
 requests at the Gauss-Legendre nodes or of a trace's requests), and a profile's coefficients combine them per

@@ -5,7 +5,7 @@ least count meeting a P99 target (:meth:`~TTFTModel.min_replicas`), the miss pro
 (:meth:`~TTFTModel.miss_probability`), the P99 (:meth:`~TTFTModel.p99_ttft_s`) and what prefill alone costs
 at any count (:meth:`~TTFTModel.prefill_floor_s`), plus the offered load and power of a sized candidate.
 Each implementation reads its own view of a pool's traffic (:meth:`~TTFTModel.traffic`): the slot models a
-:class:`SlotTraffic`, the batched model a :class:`fleetopt.models.batched.BatchedTraffic`. Arrays run over
+:class:`SlotTraffic`, the batched model a :class:`fleetopt.models.queueing.batched.BatchedTraffic`. Arrays run over
 pools (candidates); ``replicas`` broadcasts over them.
 
 :data:`TTFT_MODELS` maps the instance's ``slo.ttft_model`` to its implementation (:func:`ttft_model`); a new
@@ -21,11 +21,11 @@ from typing import Protocol, runtime_checkable
 
 import numpy as np
 
-from fleetopt.models.batched import (BatchedTraffic, batched_min_replicas, batched_miss_function, batched_miss_prob,
-                                     batched_ttft_p99_s, mean_activity_power_w, mean_power_w, operating_point,
-                                     prefill_limit_s)
+from fleetopt.models.queueing.batched import (BatchedTraffic, batched_min_replicas, batched_miss_function,
+                                              batched_miss_prob, batched_ttft_p99_s, mean_activity_power_w,
+                                              mean_power_w, operating_point, prefill_limit_s)
 from fleetopt.models.power import ActivityPower
-from fleetopt.models.queueing import Sizing, min_replicas, prefill_p99_s, ttft_miss_prob, ttft_p99_s
+from fleetopt.models.queueing.erlang import Sizing, min_replicas, prefill_p99_s, ttft_miss_prob, ttft_p99_s
 from fleetopt.models.service import decode_power_curve
 from fleetopt.models.units import MS_PER_S
 
@@ -44,7 +44,7 @@ class TTFTModel(Protocol):
     :class:`fleetopt.optimizer.plan.candidates.SizingCache` and a tightening frontier rely on."""
     @property
     def split_point_model(self) -> str:
-        """The slot model (:data:`fleetopt.models.queueing.TTFT_MODELS`) whose Erlang-C operating points,
+        """The slot model (:data:`fleetopt.models.queueing.erlang.TTFT_MODELS`) whose Erlang-C operating points,
         linear in the routed rates, stand in for this model in the split-routing MIP."""
         ...
 
@@ -131,14 +131,14 @@ class SlotTraffic:
 
     def queue(self, replicas) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray,
                                        np.ndarray]:
-        """The arguments of :func:`fleetopt.models.queueing.ttft_miss_prob` after ``t`` at ``replicas``."""
+        """The arguments of :func:`fleetopt.models.queueing.erlang.ttft_miss_prob` after ``t`` at ``replicas``."""
         lam = self.arrival_rate
         return (np.asarray(replicas) * self.n_slots, lam, np.where(lam > 0, self.mean_service_s, 1.0),
                 self.cv2_service, self.prefill_times_s, self.prefill_probs, self.mean_prefill_s)
 
 
 class SlotModel:
-    r"""The seeds' slot model: each KV slot is a server of an M/G/c queue (:mod:`fleetopt.models.queueing`).
+    r"""The seeds' slot model: each KV slot is a server of an M/G/c queue (:mod:`fleetopt.models.queueing.erlang`).
 
     A pool of :math:`N` replicas of :math:`n` slots has :math:`c = Nn` servers, offered load
     :math:`a = \lambda E[S]` and utilisation :math:`\rho = a / c`; the wait has the atom :math:`1 - C` at zero
@@ -169,7 +169,8 @@ class SlotModel:
 
     def min_replicas(self, traffic: SlotTraffic, slo_s, rho_max: float, at_least=None) -> Sizing:
         r""":math:`N^* = \min\{N \ge N_\rho : T_{99}(N) \le T_{SLO}\}`,
-        :math:`N_\rho = \lceil \lambda E[S] / (n \rho_{max}) \rceil` (:func:`fleetopt.models.queueing.min_replicas`)."""
+        :math:`N_\rho = \lceil \lambda E[S] / (n \rho_{max}) \rceil`
+        (:func:`fleetopt.models.queueing.erlang.min_replicas`)."""
         if at_least is not None:
             raise ValueError(f"the {self.name!r} model sizes from the utilisation floor only (no at_least)")
         t = traffic
@@ -218,7 +219,7 @@ class TailModel(SlotModel):
 
         P(T > t) = \sum_k p_k \left[ \tau_k > t \; ? \; 1 : \min(1, C e^{-\theta (t - \tau_k)}) \right]
 
-    (:func:`fleetopt.models.queueing.ttft_exceed_prob`; closed forms in ``tests/test_formulas.py``). As
+    (:func:`fleetopt.models.queueing.erlang.ttft_exceed_prob`; closed forms in ``tests/test_formulas.py``). As
     :math:`N \to \infty`, :math:`C \to 0` and only the requests with :math:`\tau_k \ge T_{SLO}` miss; the P99
     never goes below the P99 prefill.
     """
@@ -242,7 +243,7 @@ class TailModel(SlotModel):
 class MeanPrefillModel(SlotModel):
     r"""``mean-prefill``, the seeds' convention: :math:`T_{99} = W_{99} + E[T_{pf}]`, with
     :math:`W_{99} = \ln(C/q)/\theta` for :math:`C > q` and 0 otherwise (:math:`q = 0.01`,
-    :func:`fleetopt.models.queueing.wait_p99_from_tail_s`). Read as a distribution,
+    :func:`fleetopt.models.queueing.erlang.wait_p99_from_tail_s`). Read as a distribution,
     :math:`P(T > t) = P(W_q > t - E[T_{pf}])`, so that its 99th percentile is exactly that sum. It understates
     the P99 of pools whose long prompts dominate it (the simulated P99 is the true one).
     """
@@ -268,16 +269,17 @@ class MeanPrefillModel(SlotModel):
 
 class BatchedModel:
     r"""``batched`` (the default): continuous-batching replicas at their realised occupancy
-    (:mod:`fleetopt.models.batched`, whose docstring derives it; ``docs/models.md``, "The batched replica model").
+    (:mod:`fleetopt.models.queueing.batched`, whose docstring derives it; ``docs/models.md``, "The batched replica
+    model").
 
     A request waits for a batch place only when every one of the pool's :math:`Nn` places is taken, then runs
     its :math:`k` prefill iterations among the other sequences,
     :math:`T = W_q + (k + U)(W + C) + \omega_k`, and
     :math:`P(T > t) = \sum_k p_k E_{C,U}[P(W_q > t - \tau_k(C, U))]`
-    (:func:`fleetopt.models.batched.batched_miss_prob`); the least count
+    (:func:`fleetopt.models.queueing.batched.batched_miss_prob`); the least count
     :math:`N^* = \min\{N \ge N_0 : P(T > T_{SLO} \mid N) \le q\}` with the full-batch load capped
-    (:func:`fleetopt.models.batched.batched_min_replicas`). As :math:`N \to \infty` a request's TTFT tends to its
-    prefill on an idle replica, :math:`kW + \omega_k` (:func:`fleetopt.models.batched.prefill_limit_s`).
+    (:func:`fleetopt.models.queueing.batched.batched_min_replicas`). As :math:`N \to \infty` a request's TTFT tends
+    to its prefill on an idle replica, :math:`kW + \omega_k` (:func:`fleetopt.models.queueing.batched.prefill_limit_s`).
     Closed forms: ``tests/test_batched.py``.
     """
 
@@ -324,8 +326,8 @@ class BatchedModel:
         return traffic.arrival_rate * np.nan_to_num(operating_point(traffic, n).residence_s, posinf=0.0)
 
     def power_w(self, profile, traffic: BatchedTraffic, replicas) -> np.ndarray:
-        """Mean power at the realised occupancy (:func:`fleetopt.models.batched.mean_activity_power_w` or
-        :func:`fleetopt.models.batched.mean_power_w`)."""
+        """Mean power at the realised occupancy (:func:`fleetopt.models.queueing.batched.mean_activity_power_w` or
+        :func:`fleetopt.models.queueing.batched.mean_power_w`)."""
         op = operating_point(traffic, replicas)
         if isinstance(profile.power, ActivityPower):
             return replicas * mean_activity_power_w(profile.power, traffic, op)

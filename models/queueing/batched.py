@@ -1,6 +1,6 @@
 r"""The batched replica model: a continuous-batching replica at its realised occupancy.
 
-The seeds' slot model (:mod:`fleetopt.models.queueing` with ``ttft_model`` ``tail`` or ``mean-prefill``)
+The seeds' slot model (:mod:`fleetopt.models.queueing.erlang` with ``ttft_model`` ``tail`` or ``mean-prefill``)
 charges every request the iteration time of a *full* batch and prices a prefill chunk as if it ran
 alone. A replica of vLLM (and fleetopt's simulator, :mod:`fleetopt.solvers.des.engine`) does neither:
 an iteration carries whatever sequences are running, decodes and prefill chunks together, and takes
@@ -76,9 +76,9 @@ from dataclasses import dataclass, fields, replace
 import numpy as np
 from scipy import special
 
-from fleetopt.models.dispersion import count_dispersion
+from fleetopt.models.queueing.dispersion import count_dispersion
 from fleetopt.models.numerics import bisect_boundary
-from fleetopt.models.queueing import Sizing
+from fleetopt.models.queueing.erlang import Sizing
 from fleetopt.models.units import P99_TAIL
 
 __all__ = ["CONTEXT_NODES", "BatchedTraffic", "OperatingPoint", "operating_point", "occupancy_dispersion",
@@ -430,7 +430,7 @@ def occupancy_dispersion(traffic: BatchedTraffic, replicas) -> tuple[np.ndarray 
 
     **From the requests' transforms.** Where the traffic carries its requests' mean transforms
     (:attr:`BatchedTraffic.count_spectra`, which segment statistics always do) :math:`F` is instead
-    :func:`fleetopt.models.dispersion.count_dispersion`: the count's second moment on the clock of iterations,
+    :func:`fleetopt.models.queueing.dispersion.count_dispersion`: the count's second moment on the clock of iterations,
     exact for one replica without a cap, and a closure for what arrivals see (its accuracy against the exact
     oracle, and the closed form's: ``docs/models.md``, "The count's exact second moment"). The closed form stays
     for the unequal-request part that clusters a full pool's arrivals, and for traffic built without the
@@ -497,8 +497,8 @@ def occupancy_dispersion(traffic: BatchedTraffic, replicas) -> tuple[np.ndarray 
 
 
 def _spectral_dispersion(traffic: BatchedTraffic, lam_r, use, fallback) -> np.ndarray:
-    """:func:`fleetopt.models.dispersion.count_dispersion` from :attr:`BatchedTraffic.count_spectra` on the pools
-    ``use`` (the rest keep ``fallback``)."""
+    """:func:`fleetopt.models.queueing.dispersion.count_dispersion` from :attr:`BatchedTraffic.count_spectra` on
+    the pools ``use`` (the rest keep ``fallback``)."""
     idx = np.flatnonzero(use)
     if not idx.size:
         return fallback
@@ -660,11 +660,12 @@ def batched_miss_prob(t_s, traffic: BatchedTraffic, replicas, op: OperatingPoint
     join = 1.0 + lam_r * lump               # the mean stretch co-arrivals' chunks give a waited-out residual
     miss = np.zeros(S)
     for n, (rows, a, b) in enumerate(blocks):
-        miss[rows] = _miss_block(t[rows], probs[rows, a:b], chunks[a:b],
-                                 traffic.own_prefill_s[rows, a:b], T_busy[rows], T_full[rows], op.idle_prob[rows],
-                                 op.full_prob[rows], op.wait_decay[rows], traffic.W_s, lump[rows], lump_share[rows],
-                                 join[rows], lam_r[rows], None if T_own is None else T_own[n],
-                                 np.broadcast_to(op.wait_scv, S)[rows])
+        miss[rows] = _miss_block(t[rows], probs[rows, a:b], k=chunks[a:b], own=traffic.own_prefill_s[rows, a:b],
+                                 T_busy=T_busy[rows], T_full=T_full[rows], p_idle=op.idle_prob[rows],
+                                 p_full=op.full_prob[rows], theta=op.wait_decay[rows], W_s=traffic.W_s,
+                                 lump=lump[rows], lump_share=lump_share[rows], join=join[rows], lam_r=lam_r[rows],
+                                 T_own=None if T_own is None else T_own[n],
+                                 scv=np.broadcast_to(op.wait_scv, S)[rows])
     live = traffic.arrival_rate > 0
     return np.where(live, np.where(op.stable, miss, 1.0), 0.0)
 
@@ -959,7 +960,7 @@ def coarrival_exceed_prob(x0, spread, ell, rate):
     return np.clip(out, 0.0, 1.0)
 
 
-def _miss_block(t, probs, k, own, T_busy, T_full, p_idle, p_full, theta, W_s: float, lump=None,
+def _miss_block(t, probs, *, k, own, T_busy, T_full, p_idle, p_full, theta, W_s: float, lump=None,
                 lump_share=None, join=None, lam_r=None, T_own=None, scv=None) -> np.ndarray:
     """:math:`\\sum_k p_k [p_0 P_{idle}(k) + p_b E_C P_{busy}(k, C) + p_f E_C P_{full}(k, C)]` for a block.
 

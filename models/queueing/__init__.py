@@ -1,0 +1,9 @@
+"""The station models: how a pool of replicas queues its requests and what its time to first token is.
+
+``erlang`` (the slot models: Erlang-C, waiting-time tails, P99 TTFT and minimum replica counts),
+``batched`` (continuous-batching replicas at their realised occupancy, the default TTFT model),
+``dispersion`` (the batched count's dispersion from its requests' transforms) and ``ttft`` (one object per
+``slo.ttft_model`` answering sizing and evaluation). They read the iteration-time model (``service``) and the
+segments' statistics (``segments``) of :mod:`fleetopt.models`; :mod:`fleetopt.models.fleet` evaluates a fleet
+with them.
+"""
