@@ -618,8 +618,3 @@ def _candidate(plan: Plan, k: int) -> PoolCandidate:
     gamma_in = pools[k - 1].compress_gamma if plan.routing is None and k > 0 else 1.0
     return PoolCandidate(p.min_tokens, p.max_tokens, p.gpu, int(p.max_num_seqs), float(gamma_in),
                          float(p.compress_gamma))
-
-
-def _candidate_key(plan: Plan, k: int) -> tuple:
-    """The :func:`analytic_minima` key of the candidate behind pool ``k`` of a plan."""
-    return _candidate(plan, k).key
