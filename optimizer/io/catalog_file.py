@@ -60,12 +60,27 @@ _Text = Annotated[str, Field(max_length=10_000)]
 _Provenance = Annotated[str, Field(min_length=1, max_length=10_000)]
 
 
-def _int(low: int, high: int):
-    return Annotated[int, Field(ge=low, le=high)]
-
-
-def _float(high: float, low: float = 0.0):
-    return Annotated[float, Field(gt=low, le=high, allow_inf_nan=False)]
+# Bounded numbers, spelled out so type checkers read them as types: an integer in [lo, hi], a finite float in (0, hi].
+_Float1e16 = Annotated[float, Field(gt=0.0, le=1e16, allow_inf_nan=False)]
+_Float1e3 = Annotated[float, Field(gt=0.0, le=1e3, allow_inf_nan=False)]
+_Float1e6 = Annotated[float, Field(gt=0.0, le=1e6, allow_inf_nan=False)]
+_Float1e7 = Annotated[float, Field(gt=0.0, le=1e7, allow_inf_nan=False)]
+_Float2p20 = Annotated[float, Field(gt=0.0, le=2.0**20, allow_inf_nan=False)]
+_Int0To100 = Annotated[int, Field(ge=0, le=100)]
+_Int0To10k = Annotated[int, Field(ge=0, le=10_000)]
+_Int0To2p16 = Annotated[int, Field(ge=0, le=2**16)]
+_Int0To2p20 = Annotated[int, Field(ge=0, le=2**20)]
+_Int0To2p24 = Annotated[int, Field(ge=0, le=2**24)]
+_Int0To2p40 = Annotated[int, Field(ge=0, le=2**40)]
+_Int1To10p15 = Annotated[int, Field(ge=1, le=10**15)]
+_Int1To1024 = Annotated[int, Field(ge=1, le=1024)]
+_Int1To10k = Annotated[int, Field(ge=1, le=10_000)]
+_Int1To2p16 = Annotated[int, Field(ge=1, le=2**16)]
+_Int1To2p20 = Annotated[int, Field(ge=1, le=2**20)]
+_Int1To2p24 = Annotated[int, Field(ge=1, le=2**24)]
+_Int1To2p40 = Annotated[int, Field(ge=1, le=2**40)]
+_Int1To2p50 = Annotated[int, Field(ge=1, le=2**50)]
+_Int1ToMaxContext = Annotated[int, Field(ge=1, le=MAX_CONTEXT_LIMIT_TOKENS)]
 
 
 class _Raw(BaseModel):
@@ -86,23 +101,23 @@ class _Entry(_Raw):
 
 
 class _RawMemory(_Raw):
-    capacity_bytes: _int(1, 2**50)
+    capacity_bytes: _Int1To2p50
     type: _Text | None = None
-    capacity_gib: _float(2.0**20) | None = None
-    driver_visible_bytes: _int(1, 2**50) | None = None
+    capacity_gib: _Float2p20 | None = None
+    driver_visible_bytes: _Int1To2p50 | None = None
     capacity_note: _Text | None = None
 
 
 class _RawPrice(_Raw):
-    usd_per_gpu_hour: _float(1e6)
-    usd_per_8gpu_group_hour: _float(1e7) | None = None
+    usd_per_gpu_hour: _Float1e6
+    usd_per_8gpu_group_hour: _Float1e7 | None = None
     price_source: _Text | None = None
 
 
 class _RawPowerModel(_Raw):
     idle_w: _NonNegative
-    nominal_w: _float(1e6)
-    logistic_k: _float(1e3)
+    nominal_w: _Float1e6
+    logistic_k: _Float1e3
     logistic_x0: Annotated[float, Field(ge=-64, le=64, allow_inf_nan=False)]
     quality: Literal[QUALITIES] = "projected"
     source: _Text | None = None
@@ -116,18 +131,18 @@ class RawCatalogHardware(_Entry):
     form_factor: _Text | None = None
     spec_source: _Text | None = None
     memory: _RawMemory
-    memory_bandwidth_bytes_per_s: _float(1e16)
-    fp16_dense_tflops: _float(1e7)
+    memory_bandwidth_bytes_per_s: _Float1e16
+    fp16_dense_tflops: _Float1e7
     fp16_note: _Text | None = None
-    fp16_dense_tflops_alternatives: dict[str, _float(1e7)] | None = None
-    fp8_dense_tflops: _float(1e7) | None = None
-    tdp_w: _float(1e6)
+    fp16_dense_tflops_alternatives: dict[str, _Float1e7] | None = None
+    fp8_dense_tflops: _Float1e7 | None = None
+    tdp_w: _Float1e6
     tdp_note: _Text | None = None
-    tdp_w_alternative: _float(1e6) | None = None
-    nvlink_bandwidth_bytes_per_s: _float(1e16) | None = None
-    inter_node_bandwidth_bytes_per_s: _float(1e16) | None = None
-    pcie_bandwidth_bytes_per_s: _float(1e16) | None = None
-    sm_version: _int(1, 10_000) | None = None
+    tdp_w_alternative: _Float1e6 | None = None
+    nvlink_bandwidth_bytes_per_s: _Float1e16 | None = None
+    inter_node_bandwidth_bytes_per_s: _Float1e16 | None = None
+    pcie_bandwidth_bytes_per_s: _Float1e16 | None = None
+    sm_version: _Int1To10k | None = None
     price: _RawPrice
     power_model: _RawPowerModel | None = None
     power_model_quality: Literal[QUALITIES] | None = None
@@ -137,24 +152,24 @@ class RawCatalogHardware(_Entry):
 
 
 class _RawMoe(_Raw):
-    routed_experts: _int(1, 2**16)
-    experts_per_token: _int(1, 2**16)
-    shared_experts: _int(0, 2**16) = 0
-    expert_intermediate_size: _int(1, 2**24)
-    expert_groups: _int(1, 2**16) | None = None
-    groups_per_token: _int(1, 2**16) | None = None
+    routed_experts: _Int1To2p16
+    experts_per_token: _Int1To2p16
+    shared_experts: _Int0To2p16 = 0
+    expert_intermediate_size: _Int1To2p24
+    expert_groups: _Int1To2p16 | None = None
+    groups_per_token: _Int1To2p16 | None = None
 
 
 class _RawMla(_Raw):
-    kv_lora_rank: _int(1, 2**20)
-    q_lora_rank: _int(0, 2**20) | None = None
-    qk_nope_head_dim: _int(1, 2**16)
-    qk_rope_head_dim: _int(0, 2**16)
-    v_head_dim: _int(1, 2**16)
+    kv_lora_rank: _Int1To2p20
+    q_lora_rank: _Int0To2p20 | None = None
+    qk_nope_head_dim: _Int1To2p16
+    qk_rope_head_dim: _Int0To2p16
+    v_head_dim: _Int1To2p16
 
 
-_Size = _int(1, 2**24)
-_Params = _int(1, 10**15)
+_Size = _Int1To2p24
+_Params = _Int1To10p15
 
 
 class RawCatalogModel(_Entry):
@@ -163,27 +178,27 @@ class RawCatalogModel(_Entry):
     hf_id: _Text | None = None
     family: Literal["dense", "moe"]
     attention: Literal["GQA", "MHA", "MLA"] = "GQA"
-    layers: _int(1, 10_000)
-    dense_layers: _int(0, 10_000) | None = None
-    moe_layers: _int(0, 10_000) | None = None
+    layers: _Int1To10k
+    dense_layers: _Int0To10k | None = None
+    moe_layers: _Int0To10k | None = None
     hidden_size: _Size
-    attention_heads: _int(1, 2**16)
-    kv_heads: _int(1, 2**16) | None = None
-    head_dim: _int(1, 2**16) | None = None
+    attention_heads: _Int1To2p16
+    kv_heads: _Int1To2p16 | None = None
+    head_dim: _Int1To2p16 | None = None
     mla: _RawMla | None = None
     moe: _RawMoe | None = None
-    intermediate_size: _int(0, 2**24)
+    intermediate_size: _Int0To2p24
     vocab_size: _Size
-    max_position_embeddings: _int(1, MAX_CONTEXT_LIMIT_TOKENS)
+    max_position_embeddings: _Int1ToMaxContext
     tied_embeddings: bool = False
-    multi_token_prediction_modules: _int(0, 100) | None = None
-    params_model_card_b: _float(1e6) | None = None
-    active_params_model_card_b: _float(1e6) | None = None
+    multi_token_prediction_modules: _Int0To100 | None = None
+    params_model_card_b: _Float1e6 | None = None
+    active_params_model_card_b: _Float1e6 | None = None
     params_computed: _Params
     active_params_computed: _Params
     params_peer_formula: _Params | None = None
     active_params_peer_formula: _Params | None = None
-    kv_bytes_per_token_fp16: _int(1, 2**40)
+    kv_bytes_per_token_fp16: _Int1To2p40
     kv_cache: dict[str, int] | None = None
     peer_catalog: dict[str, int] | None = None
 
@@ -199,8 +214,8 @@ class RawCatalogModelConfig(_Entry):
 
 class _RawProfilePower(_Raw):
     idle_w: _NonNegative
-    nominal_w: _float(1e6)
-    logistic_k: _float(1e3)
+    nominal_w: _Float1e6
+    logistic_k: _Float1e3
     logistic_x0: Annotated[float, Field(ge=-64, le=64, allow_inf_nan=False)]
 
 
@@ -211,7 +226,7 @@ class _RawProfileQuality(_Raw):
     """Free text starting with a power quality (measured, one-anchor, projected, none)."""
 
 
-_Tokens = _int(1, MAX_CONTEXT_LIMIT_TOKENS)
+_Tokens = _Int1ToMaxContext
 
 
 class RawCatalogProfile(_Entry):
@@ -219,23 +234,23 @@ class RawCatalogProfile(_Entry):
 
     model: _Text | None = None
     """What the unit serves (e.g. ``Llama-3-70B-class (TP=8 unit)``); shown in reports, default unspecified."""
-    physical_gpus_per_replica: _int(1, 1024) | None = None
+    physical_gpus_per_replica: _Int1To1024 | None = None
     """Physical GPUs the unit's constants describe (e.g. 8 for a TP=8 server priced as one GPU); default 1."""
     unit_note: _Text | None = None
-    W: _float(1e3)
-    H: _float(1e3)
+    W: _Float1e3
+    H: _Float1e3
     calibration_ctx: _Tokens
     chunk: _Tokens
-    blk_size: _int(1, 2**16)
-    total_kv_blks: _int(1, 2**40)
-    max_slots: _int(1, 2**20)
-    cost_per_hr: _float(1e7)
+    blk_size: _Int1To2p16
+    total_kv_blks: _Int1To2p40
+    max_slots: _Int1To2p20
+    cost_per_hr: _Float1e7
     cost_basis: _Text | None = None
-    cost_per_hr_per_gpu_equivalent: _float(1e6) | None = None
+    cost_per_hr_per_gpu_equivalent: _Float1e6 | None = None
     power: _RawProfilePower
     quality: _RawProfileQuality | None = None
     source: _Text | None = None
-    n_slots_at: dict[_Tokens, _int(0, 2**40)] | None = None
+    n_slots_at: dict[_Tokens, _Int0To2p40] | None = None
     """Optional check: the profile's concurrency at these contexts (tokens -> sequences)."""
     kv_budget_ratio_vs_h100: _Positive | None = None
     kv_budget_ratio_derivation: _Text | None = None
