@@ -28,7 +28,9 @@ _Count = Annotated[int, Field(ge=1)]
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True)
+    # protected_namespaces=(): fields named model_* (model_name, model_config_file) are ours; pydantic before 2.10
+    # warns on them
+    model_config = ConfigDict(extra="forbid", strict=True, protected_namespaces=())
 
 
 class _Latency(_Strict):

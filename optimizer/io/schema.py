@@ -136,7 +136,9 @@ _GpuName = Annotated[str, Field(pattern=r"^[A-Za-z0-9_.-]+$")]
 class _Raw(BaseModel):
     """Base of every section: unknown keys and loose types are errors."""
 
-    model_config = ConfigDict(extra="forbid", strict=True)
+    # protected_namespaces=(): fields named model_* (model_name, model_config_file) are ours; pydantic before 2.10
+    # warns on them
+    model_config = ConfigDict(extra="forbid", strict=True, protected_namespaces=())
 
 
 class RawMixtureComponent(_Raw):
