@@ -410,6 +410,7 @@ def test_baseline_without_limits_still_claims_its_saving(repo_root):
 # --- 10. broken pipes, paths, utilisation-cap breaches --------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_closed_pipe_exits_quietly(repo_root, fleetopt_script):
     """``fleetopt solve ... | head -0``: the reader is gone before the first write; the command stops quietly
     with 141 (128 + SIGPIPE), nothing on stderr."""

@@ -45,6 +45,7 @@ def _floors(inst, plan) -> tuple[int, ...]:
     return tuple(work_floors(inst, plans_from_fleet(inst, plan.fleet)))
 
 
+@pytest.mark.slow
 def test_bisection_finds_the_least_counts_of_a_monotone_rule(roomy_plan):
     inst, plan = roomy_plan
     need = (7, 5)
@@ -75,6 +76,7 @@ def test_counts_never_go_below_the_context_work_floor(roomy_plan):
     assert trim.counts == _floors(inst, plan)
 
 
+@pytest.mark.slow
 def test_a_missed_confirmation_backs_off_one_replica_per_trimmed_pool(roomy_plan):
     inst, plan = roomy_plan
     floors, want = _floors(inst, plan), (4, 4)

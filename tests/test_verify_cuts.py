@@ -115,6 +115,7 @@ def _honours(plan, cuts, minima) -> bool:
     return True
 
 
+@pytest.mark.slow
 def test_puzzle2_verification_ends_feasible_without_more_rounds(repo_root):
     inst = api.load(repo_root / "instances" / "agent_h100.yaml")
     runs = {c: verify(inst, sim_options=SimOptions(requests=20_000, seed=0), top=2, cuts=c)[1]

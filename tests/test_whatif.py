@@ -97,6 +97,7 @@ def test_serial_sweep_matches_independent_solves(serial10, inst_file):
     assert set(serial10) >= {"schema_version", "command", "instance", "base", "scenarios"}
 
 
+@pytest.mark.slow
 def test_processes_give_the_serial_result(serial10, inst_file):
     assert run_json(inst_file, "--sweep", rates_flag(10), "--workers", 2) == serial10
 
