@@ -44,9 +44,8 @@ def _measure(profile, prompts, outs, lam, replicas, window):
     return float(count.var()), float(op.occupancy_var[0]), float(op0.occupancy_var[0]), full
 
 
-@pytest.mark.parametrize("case", [pytest.param("stalls, equal residences", marks=pytest.mark.slow),
-                                  "stalls, geometric outputs",
-                                  pytest.param("unequal requests", marks=pytest.mark.slow)])
+@pytest.mark.slow
+@pytest.mark.parametrize("case", ["stalls, equal residences", "stalls, geometric outputs", "unequal requests"])
 def test_occupancy_variance_matches_the_simulator(catalog, h100_8b, case):
     rng = np.random.default_rng(23)
     n = 150_000
@@ -82,7 +81,8 @@ def _rate_at_full_load(stats, replicas, cap, load):
     return lo
 
 
-@pytest.mark.parametrize("cap, replicas", [(16, 4), pytest.param(32, 2, marks=pytest.mark.slow)])
+@pytest.mark.slow
+@pytest.mark.parametrize("cap, replicas", [(16, 4), (32, 2)])
 def test_full_pool_wait_of_near_equal_requests_matches_the_simulator(monkeypatch, h100_8b, cap, replicas):
     """Near-equal requests (prompts 1,500-2,500, outputs 150-250 tokens on the 8B profile) at a full-batch load of
     0.9: a fifth of arrivals find the pool full, and the P99 TTFT is their wait. The analytic P99 within 10 % of
