@@ -117,6 +117,18 @@ def test_report_checks_the_result_against_the_contract(solve_doc, tmp_path, repo
     assert not (tmp_path / "r.html").exists()
 
 
+def test_report_renders_a_solve_document_without_its_sizing_figure(solve_doc, tmp_path, repo_root):
+    """A key the page reads but the contract does not require (the fuzz found ``ttft_sizing_ms``) is left out of
+    the page, not an internal error."""
+    doc = {k: v for k, v in solve_doc.items() if k != "ttft_sizing_ms"}
+    assert doc.get("ttft_margin")
+    path = tmp_path / "r.json"
+    path.write_text(json.dumps(doc))
+    res = CliRunner().invoke(main, ["report", str(path), "-o", str(tmp_path / "r.html")])
+    assert res.exit_code == 0, res.output
+    assert "pools sized to" not in (tmp_path / "r.html").read_text()
+
+
 def test_report_checks_whatif_scenarios(tmp_path, repo_root):
     doc = {"schema_version": "2.1", "command": "whatif", "instance": "q", "slo_ttft_p99_ms": 500.0, "sweeps": [],
            "base": {}, "scenarios": [{"index": 0, "key": "base", "overrides": 5, "status": "optimal"}]}

@@ -623,7 +623,7 @@ def build_html(data: Mapping, *, sim: Mapping | None = None, source: str = "", s
     sub = [f"from <code>{_e(kind)}</code>"]
     if slo is not None:
         sub.append(f"P99 TTFT SLO {_e(_fmt(slo, ',.0f'))} ms")
-    if data.get("ttft_margin"):     # solve: the plans were sized to the SLO less a margin
+    if data.get("ttft_margin") and data.get("ttft_sizing_ms") is not None:   # solve: sized to the SLO less a margin
         sub.append(f"pools sized to {_e(_fmt(data['ttft_sizing_ms'], ',.0f'))} ms (a "
                    f"{_e(_fmt(100 * data['ttft_margin'], 'g'))} % margin)")
     if data.get("ttft_model"):
