@@ -62,6 +62,7 @@ def test_validate_json(repo_root, tmp_path):
     assert "plans sized to" not in mean.stdout                            # so the table claims none
 
 
+@pytest.mark.slow
 def test_evaluate_is_deterministic(repo_root, tmp_path):
     args = ["evaluate", repo_root / "instances" / "azure_trace_h100.yaml", "--fleet", "0-2048:h100,2048-16384:h100"]
     a, b = tmp_path / "a.json", tmp_path / "b.json"

@@ -142,6 +142,7 @@ def test_a_plan_miss_moves_the_search_above_it(p3):
     assert sizer.size(cand, 1, n_star).least_replicas > least
 
 
+@pytest.mark.slow
 def test_a_pool_whose_prefill_alone_breaks_the_slo_is_infeasible(tmp_path, monkeypatch):
     from fleetopt.optimizer.simulation import pool_sizing
 

@@ -267,6 +267,7 @@ def test_option_errors_are_collected(trace_inst, quick_inst):
 # --- the CLI ----------------------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_cli_is_deterministic_per_seed(repo_root, tmp_path):
     args = ["simulate", repo_root / "instances" / "azure_trace_h100.yaml", "--fleet", TRACE_FLEET,
             "--requests", 3000, "--replications", 2]

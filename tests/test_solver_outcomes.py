@@ -190,6 +190,7 @@ def _pyomo_highs(model, **solver_options):
     return outcome_of(SolverFactory("highs").solve(model, **opts))
 
 
+@pytest.mark.slow
 def test_iteration_limits_are_iteration_limits(stress):
     """HiGHS's node limit (``kIterationLimit``) and improving-solution limit (``kSolutionLimit``) both come through
     Pyomo as ``iterationLimit``: reported as ITERATION_LIMIT, never as a time limit, with the incumbent if any."""

@@ -159,6 +159,7 @@ def test_split_cuts_raise_or_forbid_choices(solved):
     assert key not in {(p.min_tokens, p.max_tokens, p.gpu) for p in barred.fleet.pools}
 
 
+@pytest.mark.slow
 def test_verify_accepts_split_instances(solved):
     """Verification runs every plan of every round through the split router with the plan's own routing: its
     own analytic numbers, and each pool's measured requests within Z binomial standard deviations of its
@@ -221,6 +222,7 @@ def test_simulate_pools_runs_each_plan_with_the_router_it_was_planned_for(solved
         assert simulate_pools(inst, pools, routing, SimOptions(requests=400, replications=2)).router == expected
 
 
+@pytest.mark.slow
 def test_solve_verify_top_on_a_split_instance(repo_root, tmp_path):
     path = tmp_path / "split.yaml"
     path.write_text(yaml.safe_dump(split_data(repo_root)))
@@ -253,6 +255,7 @@ def a10g_data() -> dict:
             "allow_mixed_models": True}
 
 
+@pytest.mark.slow
 def test_window_cuts_do_not_apply_under_split_routing():
     """Split routing leaves the routing shares free, so a window cut's superset argument does not hold: with
     cuts="window" the verification makes exactly the count cuts (same rounds, same plans) and says so."""

@@ -72,6 +72,7 @@ def test_rounds_running_out_exit_4(repo_root):
     assert res.exit_code == 4 and r["verified"] is False and r["verification"]["reason"] is None
 
 
+@pytest.mark.slow
 def test_verification_is_deterministic(repo_root):
     args = (repo_root / "instances" / "agent_h100.yaml", "--verify-top", 1, "--sim-requests", 10000, "--seed", 7)
     _, a = solve(*args)
