@@ -117,16 +117,23 @@ def test_report_checks_the_result_against_the_contract(solve_doc, tmp_path, repo
     assert not (tmp_path / "r.html").exists()
 
 
-def test_report_renders_a_solve_document_without_its_sizing_figure(solve_doc, tmp_path, repo_root):
-    """A key the page reads but the contract does not require (the fuzz found ``ttft_sizing_ms``) is left out of
-    the page, not an internal error."""
-    doc = {k: v for k, v in solve_doc.items() if k != "ttft_sizing_ms"}
-    assert doc.get("ttft_margin")
+@pytest.mark.parametrize("drop", ["ttft_sizing_ms", "pools.0.min_tokens"])
+def test_report_refuses_a_current_document_that_lacks_a_key(solve_doc, tmp_path, repo_root, drop):
+    """A document of the current contract with a key deleted (the fuzz found ``ttft_sizing_ms`` and a pool's
+    ``min_tokens``, which the page read unguarded) is one line naming the key, exit 2, and no page."""
+    import copy
+
+    doc = copy.deepcopy(solve_doc)
+    *parents, key = drop.split(".")
+    node = doc
+    for part in parents:
+        node = node[int(part) if part.isdigit() else part]
+    del node[key]
     path = tmp_path / "r.json"
     path.write_text(json.dumps(doc))
-    res = CliRunner().invoke(main, ["report", str(path), "-o", str(tmp_path / "r.html")])
-    assert res.exit_code == 0, res.output
-    assert "pools sized to" not in (tmp_path / "r.html").read_text()
+    line = _one_line(["report", str(path), "-o", str(tmp_path / "r.html")], repo_root)
+    assert line.startswith(f"error: RESULT: {path}: ") and key in line and "missing" in line, line
+    assert not (tmp_path / "r.html").exists()
 
 
 def test_report_checks_whatif_scenarios(tmp_path, repo_root):

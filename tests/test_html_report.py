@@ -180,7 +180,8 @@ def test_bad_input_exits_2_with_one_line(tmp_path, solve_json):
     del q["pools"][1]["replicas"]
     broken.write_text(json.dumps(q))
     other_plan = tmp_path / "sim.json"
-    other_plan.write_text(json.dumps({"command": "simulate", "instance": "quickstart", "ttft_p99_ms": 1.0,
+    other_plan.write_text(json.dumps({"command": "simulate", "schema_version": "2.0",   # an earlier contract's
+                                      "instance": "quickstart", "ttft_p99_ms": 1.0,
                                       "slo_ttft_p99_ms": 500.0, "latency_ms": {},
                                       "pools": [{"min_tokens": 0, "max_tokens": 65536, "gpu": "h100", "replicas": 7}]}))
     cases = [([str(tmp_path / "missing.json"), "-o", out], "no such file"),

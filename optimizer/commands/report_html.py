@@ -53,20 +53,28 @@ def _present(data, loc: tuple) -> tuple:
     return tuple(out)
 
 
+EARLIER_VERSIONS = ("2.0",)
+"""``schema_version`` values of earlier contracts whose documents may lack keys the current one added: the page
+renders what they hold (:func:`detect_kind`'s checks name the keys it cannot do without)."""
+
+
 def _check_contract(data: dict, where: str) -> None:
-    """Each key of the JSON contract (:mod:`fleetopt.optimizer.output.contract`) that the document holds has its
-    contract's type, so the page renders what the command wrote: one :class:`InstanceError` line naming the first
-    field that does not. A missing key is left to the page (:func:`detect_kind`'s checks name the keys it needs),
-    which renders documents of earlier contract versions too."""
+    """Each key of the JSON contract (:mod:`fleetopt.optimizer.output.contract`) is present with its contract's
+    type, so the page renders what the command wrote: one :class:`InstanceError` line naming the first field that
+    is not. A document of an earlier contract (:data:`EARLIER_VERSIONS`) may lack keys; any other document,
+    whatever its ``schema_version`` says, is held to the current contract."""
     if data.get("command") not in DOCUMENTS:
         return  # a legacy tpw table without a command
+    earlier = data.get("schema_version") in EARLIER_VERSIONS
     try:
         validate_document(data)
     except ValidationError as err:
         for error in err.errors():
-            if error["type"] == "missing" or error["loc"][:1] == ("schema_version",):
+            if (error["type"] == "missing" and earlier) or error["loc"][:1] == ("schema_version",):
                 continue
             loc = _present(data, error["loc"])
+            if error["type"] == "missing":      # the key itself is not in the data: name it after its parent
+                loc = _present(data, error["loc"][:-1]) + error["loc"][-1:]
             raise InstanceError(f"{where}: {pydantic_field_path(loc) or 'the top level'}: "
                                 f"{pydantic_message({**error, 'loc': loc}, lambda _loc: '')}") from None
 
@@ -89,7 +97,15 @@ def report(result, output, sim_file):
         raise InstanceError(f"--output: {output}: folder {out.parent} does not exist")
     data = load_result(result)
     sim = None if sim_file is None else load_result(sim_file, "--sim")
-    page = build_html(data, sim=sim, source=f"RESULT: {result}", sim_source=f"--sim: {sim_file}")
+    try:
+        page = build_html(data, sim=sim, source=f"RESULT: {result}", sim_source=f"--sim: {sim_file}")
+    except (KeyError, TypeError, ValueError, IndexError, AttributeError, ZeroDivisionError) as err:
+        # The contract checks each key's type at its declared looseness; an edited document can still hold a
+        # value the page cannot use (a mapping where the baseline's cost is read). Such a file is bad input, not
+        # a crash; what fleetopt writes renders (tests/test_html_report.py renders every kind of document).
+        files = f"RESULT: {result}" + (f" / --sim: {sim_file}" if sim_file else "")
+        raise InstanceError(f"{files}: holds a value the page cannot render ({type(err).__name__}: "
+                            f"{' '.join(str(err).split())[:120]}); give the JSON a fleetopt command wrote") from None
     write_atomic(out, page.encode("utf-8"))
     kind = detect_kind(data)
     click.echo(f"wrote {output} ({len(page.encode('utf-8')) / 1024:,.0f} KiB): the {kind} result {result}"
