@@ -18,17 +18,7 @@ import pytest
 
 pytestmark = pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="follows processes through /proc")
 
-INSTANCE = """\
-name: azure-2gpu
-workload: {cdf: builtin:azure, arrival_rate: 100}
-slo: {ttft_p99_ms: 500, ttft_model: mean-prefill}
-gpus:
-  - {name: a10g, profile: A10G}
-  - {name: h100, profile: H100-80GB}
-pools: {max_pools: 2, max_context: 8192}
-objective: cost
-allow_mixed_models: true
-"""
+INSTANCE = (Path(__file__).parent / "data" / "azure_2gpu.yaml").read_text()
 SWEEP = "workload.arrival_rate=" + ",".join(str(5 * (k + 1)) for k in range(200))
 """Long enough that the sweep is still running when it is stopped."""
 

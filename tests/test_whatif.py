@@ -26,17 +26,7 @@ from fleetopt.optimizer.cli import main
 from fleetopt.optimizer.errors import InstanceError
 from fleetopt.optimizer.workflows.executor import Backend, ResultLog, Task, iter_results, run_tasks
 
-INSTANCE = """\
-name: azure-2gpu
-workload: {cdf: builtin:azure, arrival_rate: 100}
-slo: {ttft_p99_ms: 500, ttft_model: mean-prefill}
-gpus:
-  - {name: a10g, profile: A10G}
-  - {name: h100, profile: H100-80GB}
-pools: {max_pools: 2, max_context: 8192}
-objective: cost
-allow_mixed_models: true
-"""
+INSTANCE = (Path(__file__).parent / "data" / "azure_2gpu.yaml").read_text()
 """A small, fast instance: Azure conversations, two GPU options, two pools, the seeds' TTFT convention."""
 RATE = "workload.arrival_rate"
 
