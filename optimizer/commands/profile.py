@@ -24,6 +24,7 @@ from fleetopt.models.power import ActivityPower
 
 from fleetopt.optimizer.commands import guard as _guard
 from fleetopt.optimizer.commands.progress import QUIET_HELP, reporter
+from fleetopt.optimizer.errors import InstanceError
 from fleetopt.optimizer.profiling.measurements import (build_profile, fit_measurements, profile_document,
                                                        read_measurements, write_profile_file)
 from fleetopt.optimizer.output.contract import envelope
@@ -128,8 +129,13 @@ def profile():
 def fit(measurements, output, json_out, max_rel_error, chunk_tokens, max_slots, name):
     """Fit a serving profile to MEASUREMENTS (decode CSV, prefill CSV, meta JSON)."""
     measured = read_measurements(measurements)
-    result = fit_measurements(measured, max_rel_error)
-    built = build_profile(measured, result, chunk_tokens=chunk_tokens, max_slots=max_slots, name=name)
+    try:
+        result = fit_measurements(measured, max_rel_error)
+        built = build_profile(measured, result, chunk_tokens=chunk_tokens, max_slots=max_slots, name=name)
+    except (ValueError, ZeroDivisionError, OverflowError, FloatingPointError) as err:
+        # measurements that read but fit no physical profile (a zero prefill cost, a degenerate grid)
+        raise InstanceError(f"{measurements[0]}: the measurements fit no usable profile: "
+                            f"{' '.join(str(err).split())}; check the measured times") from None
     document = profile_document(measured, result, built, datetime.date.today().isoformat())
     if json_out != "-":
         _render(console(), result, document)
