@@ -28,15 +28,13 @@ from __future__ import annotations
 
 import heapq
 import math
-from typing import TYPE_CHECKING, cast
+from typing import cast
 
-if TYPE_CHECKING:
-    from fleetopt.solvers.des.engine import IterationStation
 
 __all__ = ["budget_handlers"]
 
 
-def budget_handlers(x: IterationStation):
+def budget_handlers(x):  # x: the engine's IterationStation (not imported: the engine imports this module)
     """``arrive(now, i, r)`` and ``serve(at, r)`` of budgeted replicas (:mod:`fleetopt.solvers.des.engine`,
     "Token budget").
 

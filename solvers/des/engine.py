@@ -676,11 +676,9 @@ class IterationStation:
         self.after, self.boundary_at, self.credit, self.advance = _anchor_functions(self)
         self.arrive_tracked = self.serve_tracked = self.arrive_budget = self.serve_budget = _unused
         if _TRACKED in self.path:
-            # the handlers' annotation names this class through the installed package's path, which pyright reads
-            # as a second module when it checks the source tree; it is this class
-            self.arrive_tracked, self.serve_tracked = kv_handlers(self)  # pyright: ignore[reportArgumentType]
+            self.arrive_tracked, self.serve_tracked = kv_handlers(self)
         if _BUDGETED in self.path:
-            self.arrive_budget, self.serve_budget = budget_handlers(self)  # pyright: ignore[reportArgumentType]
+            self.arrive_budget, self.serve_budget = budget_handlers(self)
         self.arrive, self.serve, self.admit, self.reschedule = _plain_handlers(self)
 
     def set_cap(self, p: int, n: int, now: float) -> None:

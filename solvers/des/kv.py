@@ -85,10 +85,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from fleetopt.solvers.des.engine import IterationStation
 
 __all__ = ["kv_handlers"]
 
@@ -98,7 +95,7 @@ an overcommitted replica (``held``/``needed``: each running sequence's blocks an
 needs). None in normal runs."""
 
 
-def kv_handlers(x: IterationStation):
+def kv_handlers(x):  # x: the engine's IterationStation (not imported: the engine imports this module)
     """``arrive(now, i, r)`` and ``serve(at, r)`` of overcommitted replicas (module docstring).
 
     ``serve`` is called for a replica's boundary event that is still current
