@@ -61,6 +61,19 @@ class RooflineDefaults:
     idle_power_fraction : float
         Fraction of the board power limit a GPU draws with no iteration running (an empty replica).
         Default 0.10: 67.8 W on the 700 W H100 (``data/measurements/h100_llama31_8b_meta.json``).
+    p2p_latency_s : float
+        :math:`\\alpha`, the fixed latency of one collective call between GPUs of a node (the catalogue's
+        ``p2p_latency_s``, 10 us: vllm-sr-sim's GPU-to-GPU base latency). Each tensor-parallel all-reduce pays it
+        once (:func:`fleetopt.models.roofline.tp_allreduce_latency_s`), under the physical convention only.
+    activation_bytes : float
+        Bytes per activation element a tensor-parallel all-reduce moves (2: vLLM reduces in the model's 16-bit
+        activation dtype, also under fp8 or int4 weights).
+    moe_dispatch_s_per_layer : float
+        Fixed cost per MoE layer per iteration of routing a batch's tokens to their experts and back (one
+        dispatch and one combine: two all-to-all-like exchanges, GShard's pattern), added to ``W`` of a
+        mixture-of-experts model under the physical convention
+        (:func:`fleetopt.models.roofline.moe_dispatch_s`). Default 20 us = 2 x ``p2p_latency_s``: each
+        exchange costs at least one GPU-to-GPU latency; ``docs/profiles.md`` shows its effect.
     convention : {"physical", "seeds"}
         ``physical`` (default): the iteration model with the compute terms ``g_s``, ``prefill_a_s``,
         ``prefill_b_s``, no compute cap on concurrency, the busy-power rule. ``seeds``: the reference
@@ -79,12 +92,20 @@ class RooflineDefaults:
     streaming_power_fraction: float = 0.60
     idle_power_fraction: float = 0.10
     convention: str = "physical"
+    p2p_latency_s: float = 10.0e-6
+    activation_bytes: float = 2.0
+    moe_dispatch_s_per_layer: float = 20.0e-6
 
     def __post_init__(self) -> None:
         problems = [f"{name} must be in (0, 1]; got {getattr(self, name)!r}"
                     for name in ("bandwidth_efficiency", "flop_efficiency", "attention_flop_efficiency",
                                  "gpu_memory_utilization", "streaming_power_fraction", "idle_power_fraction")
                     if not 0.0 < getattr(self, name) <= 1.0]
+        problems += [f"{name} must be >= 0 and finite; got {getattr(self, name)!r}"
+                     for name in ("p2p_latency_s", "moe_dispatch_s_per_layer")
+                     if not 0.0 <= getattr(self, name) < float("inf")]
+        if not self.activation_bytes > 0:
+            problems.append(f"activation_bytes must be > 0; got {self.activation_bytes!r}")
         if self.convention not in ROOFLINE_CONVENTIONS:
             problems.append(f"convention must be one of {ROOFLINE_CONVENTIONS}; got {self.convention!r}")
         if problems:
@@ -109,7 +130,13 @@ class RooflineDefaults:
 
 @dataclass(frozen=True)
 class HardwareSpec:
-    """One GPU type."""
+    """One GPU type.
+
+    The link bandwidths are per direction, per GPU, in bytes/s, None where the catalogue gives none:
+    ``nvlink_bandwidth_bytes_per_s`` between GPUs of one node (NVLink/NVSwitch), ``pcie_bandwidth_bytes_per_s``
+    its host link (the intra-node path of a card without NVLink), ``inter_node_bandwidth_bytes_per_s`` between
+    nodes. :func:`fleetopt.models.roofline.tp_link_bandwidth_bytes_per_s` picks the tensor-parallel link.
+    """
 
     name: str
     aliases: tuple[str, ...]
@@ -122,6 +149,9 @@ class HardwareSpec:
     power: PowerCurve | None
     """Per-GPU logistic curve, or None where no source gives one."""
     spec_source: str = "public"
+    nvlink_bandwidth_bytes_per_s: float | None = None
+    inter_node_bandwidth_bytes_per_s: float | None = None
+    pcie_bandwidth_bytes_per_s: float | None = None
 
 
 @dataclass(frozen=True)

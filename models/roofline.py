@@ -36,6 +36,13 @@ sequences at context :math:`L` is :math:`W + h n L + g n`; a :math:`P`-token pro
 chunk is :math:`W + a P + b P^2`. Concurrency is limited by the KV cache left after the weights and
 by ``max_num_seqs``, never by a compute ridge: :math:`n / t` grows with :math:`n` at every context.
 
+Under the ``physical`` convention a replica of ``tp`` > 1 GPUs also pays its tensor-parallel all-reduces
+(:func:`tp_allreduce_s_per_token`, :func:`tp_allreduce_latency_s`): two per layer, each of the iteration's
+tokens x hidden x activation bytes, by a ring over the node's link. Their per-token part joins :math:`g`
+and :math:`a`, their per-call latency joins :math:`W`; a mixture-of-experts model adds its per-layer
+dispatch overhead (:func:`moe_dispatch_s`) to :math:`W`. The queueing models and the simulator read only
+:math:`W, h, g, a, b`, so they need nothing more.
+
 Two conventions (``defaults.convention``): ``physical`` (above, the default; efficiencies checked
 against ``data/measurements/``) and ``seeds``, the reference tool's recipe the 1/W-law paper's Tables 2
 and 5 were computed with (:math:`\\eta_{bw}` = 0.80, :math:`g = a = b = 0`, the ridge-batch cap,
@@ -49,6 +56,12 @@ References
 .. [3] T. Dao, "FlashAttention-2", arXiv:2307.08691 (2023); J. Shah et al., "FlashAttention-3",
    arXiv:2407.08608 (2024): causal attention FLOPs and the ~35 % H100 utilisation of FlashAttention-2.
 .. [4] ``data/measurements/README.md``: Llama-3.1-8B bf16 on one H100-SXM, decode, prefill and power.
+.. [5] M. Shoeybi et al., "Megatron-LM: Training Multi-Billion Parameter Language Models Using Model
+   Parallelism", arXiv:1909.08053 (2019), section 3: two all-reduces per transformer layer in the forward pass.
+.. [6] P. Patarasuk and X. Yuan, "Bandwidth optimal all-reduce algorithms for clusters of workstations",
+   J. Parallel Distrib. Comput. 69(2), 2009; NVIDIA nccl-tests ``doc/PERFORMANCE.md``: a ring all-reduce moves
+   :math:`2 (n-1)/n` of the message over each GPU's link (NCCL's "bus bandwidth" factor).
+.. [7] D. Lepikhin et al., "GShard", arXiv:2006.16668 (2020): a dispatch and a combine all-to-all per MoE layer.
 """
 
 from __future__ import annotations
@@ -77,6 +90,10 @@ __all__ = [
     "prefill_compute_s_per_token",
     "causal_attention_s_per_token_sq",
     "ridge_batch",
+    "tp_link_bandwidth_bytes_per_s",
+    "tp_allreduce_s_per_token",
+    "tp_allreduce_latency_s",
+    "moe_dispatch_s",
     "moe_table_key",
     "activity_power_per_gpu_w",
     "busy_power_per_gpu_w",
@@ -178,6 +195,15 @@ class ComputedProfile:
         times (:func:`busy_power_per_gpu_w`); None under ``seeds``.
     note : str
         Why the profile holds no sequence, when it does not; empty otherwise.
+    tp_allreduce_s_per_token, tp_allreduce_latency_s : float
+        The tensor-parallel all-reduce of one iteration: seconds per token in the iteration (included in
+        ``g_s`` and ``prefill_a_s``) and its fixed latency (included in ``W_s``); 0 at ``tp`` = 1 and under
+        ``seeds`` (:func:`tp_allreduce_s_per_token`, :func:`tp_allreduce_latency_s`).
+    moe_dispatch_s : float
+        A mixture-of-experts model's routing overhead per iteration (included in ``W_s``; 0 for a dense
+        model and under ``seeds``; :func:`moe_dispatch_s`).
+    link_bandwidth_bytes_per_s : float or None
+        The link the all-reduce runs over (:func:`tp_link_bandwidth_bytes_per_s`); None at ``tp`` = 1.
     """
 
     name: str
@@ -219,6 +245,10 @@ class ComputedProfile:
     streaming_power_fraction: float = 0.0
     activity_power: ActivityPower | None = None
     """Power of the replica for any iteration from its time components (``physical``); None (``seeds``)."""
+    tp_allreduce_s_per_token: float = 0.0
+    tp_allreduce_latency_s: float = 0.0
+    moe_dispatch_s: float = 0.0
+    link_bandwidth_bytes_per_s: float | None = None
 
     @property
     def physical_gpus_per_replica(self) -> int:
@@ -529,6 +559,94 @@ def causal_attention_s_per_token_sq(hardware: HardwareSpec, model: ModelSpec, tp
     return flops_per_token_sq / (hardware.fp16_dense_tflops * 1e12 * defaults.attention_flop_efficiency)
 
 
+def tp_link_bandwidth_bytes_per_s(hardware: HardwareSpec) -> float | None:
+    """The per-direction bandwidth of the link a tensor-parallel group of one node all-reduces over.
+
+    NVLink where the catalogue lists it (``nvlink_bandwidth_bytes_per_s``), else PCIe
+    (``pcie_bandwidth_bytes_per_s``, a card without NVLink), else None. A tensor-parallel degree of at most 8
+    (what an instance accepts) stays within one node, so the inter-node link is never used.
+    """
+    if hardware.nvlink_bandwidth_bytes_per_s is not None:
+        return hardware.nvlink_bandwidth_bytes_per_s
+    return hardware.pcie_bandwidth_bytes_per_s
+
+
+def tp_allreduce_s_per_token(hardware: HardwareSpec, model: ModelSpec, tp: int, defaults: RooflineDefaults) -> float:
+    """Tensor-parallel all-reduce time per token in the iteration, seconds (the per-token part).
+
+    .. math::
+
+        r = 2 \\ell \\cdot \\frac{2 (tp - 1)}{tp} \\cdot \\frac{D \\, b_{act}}{B_{link}}
+
+    Megatron-LM's tensor parallelism [5]_ all-reduces the activations twice per layer (after the
+    attention output projection and after the MLP's down projection), each message :math:`D \\, b_{act}`
+    bytes per token (:math:`D` the hidden size, :math:`b_{act}` = ``defaults.activation_bytes``). A ring
+    all-reduce sends and receives :math:`2 (tp - 1)/tp` of the message over each GPU's link [6]_ of
+    per-direction bandwidth :math:`B_{link}` (:func:`tp_link_bandwidth_bytes_per_s`). Adds to the per-decode-
+    sequence :math:`g` (one token per sequence) and to the per-prompt-token :math:`a` (one per prompt token of a
+    chunk); it is not overlapped with compute (vLLM runs them in sequence). The latency of each call is
+    :func:`tp_allreduce_latency_s`. 0 at ``tp`` = 1.
+
+    Raises ``ValueError`` when ``tp`` > 1 and the catalogue gives the GPU no link bandwidth.
+
+    Examples
+    --------
+    Llama-3.1-70B (80 layers, hidden 8,192) at TP=8 over 450 GB/s NVLink: 160 x 1.75 x 16,384 B / 450e9 B/s
+    = 10.19 us per token.
+
+    >>> from fleetopt.models.hardware import HardwareSpec, ModelSpec, RooflineDefaults
+    >>> h = HardwareSpec("H", (), 1, 3.35e12, 989.0, None, 700.0, 1.0, None, nvlink_bandwidth_bytes_per_s=450e9)
+    >>> m = ModelSpec("70B", "dense", 80, 8192, 64, 8, 128, 28672, 128256, 131072, 1, 1, 327680)
+    >>> round(tp_allreduce_s_per_token(h, m, 8, RooflineDefaults()) * 1e6, 2), tp_allreduce_s_per_token(h, m, 1,
+    ...                                                                                 RooflineDefaults())
+    (10.19, 0.0)
+    """
+    if tp <= 1:
+        return 0.0
+    link = tp_link_bandwidth_bytes_per_s(hardware)
+    if link is None:
+        raise ValueError(f"tp={tp} on {hardware.name}: the catalogue gives no link bandwidth for the tensor-parallel "
+                         "all-reduce (nvlink_bandwidth_bytes_per_s or pcie_bandwidth_bytes_per_s)")
+    message_bytes = model.hidden_size * defaults.activation_bytes
+    return 2.0 * model.layers * (2.0 * (tp - 1) / tp) * message_bytes / link
+
+
+def tp_allreduce_latency_s(model: ModelSpec, tp: int, defaults: RooflineDefaults) -> float:
+    """Fixed latency of an iteration's tensor-parallel all-reduces, seconds: :math:`2 \\ell \\alpha` (0 at tp = 1).
+
+    Two all-reduces per layer [5]_, each paying the collective's start-up latency :math:`\\alpha` =
+    ``defaults.p2p_latency_s`` once (the :math:`\\alpha` of the alpha-beta cost model of [6]_; small decode
+    messages are latency-bound: vLLM's one-shot custom all-reduce and NCCL's low-latency protocols take
+    about 10 us on an 8-GPU NVLink node). Adds to :math:`W`.
+
+    Examples
+    --------
+    >>> from fleetopt.models.hardware import ModelSpec, RooflineDefaults
+    >>> m = ModelSpec("70B", "dense", 80, 8192, 64, 8, 128, 28672, 128256, 131072, 1, 1, 327680)
+    >>> d = RooflineDefaults()
+    >>> round(tp_allreduce_latency_s(m, 8, d) * 1e3, 3), tp_allreduce_latency_s(m, 1, d)
+    (1.6, 0.0)
+    """
+    return 0.0 if tp <= 1 else 2.0 * model.layers * defaults.p2p_latency_s
+
+
+def moe_dispatch_s(model: ModelSpec, defaults: RooflineDefaults) -> float:
+    """A mixture-of-experts model's routing overhead per iteration, seconds: :math:`\\ell \\tau_d` (0 if dense).
+
+    Each MoE layer routes the batch's tokens to their experts and back (a dispatch and a combine, the two
+    all-to-alls of GShard [7]_; on one GPU or under tensor-parallel experts, the gate's top-k, the token
+    permutation and its inverse), a cost the active-parameter streaming time leaves out: that time alone is
+    an upper bound on throughput (the 1/W paper, Table 2). :math:`\\tau_d` = ``defaults.moe_dispatch_s_per_layer``
+    (20 us: two exchanges of at least one GPU-to-GPU latency each); every layer is charged (DeepSeek-V3's three
+    dense layers included). Adds to :math:`W` under the physical convention.
+
+    Examples
+    --------
+    Qwen3-30B-A3B (48 layers): 48 x 20 us = 0.96 ms per iteration.
+    """
+    return model.layers * defaults.moe_dispatch_s_per_layer if model.is_moe else 0.0
+
+
 def ridge_batch(peak_flops: float, weight_stream_s: float, active_params: int, tp: int) -> int:
     """The seeds' concurrency cap: the largest batch whose weight matmuls fit in the weight streaming time.
 
@@ -755,6 +873,9 @@ def computed_profile(hardware: HardwareSpec, model: ModelSpec, *, tp: int = 1, d
 
     and ``g_s``, ``prefill_a_s``, ``prefill_b_s`` from :func:`decode_compute_s_per_seq`,
     :func:`prefill_compute_s_per_token`, :func:`causal_attention_s_per_token_sq` (0 under ``seeds``).
+    Under ``physical``, a replica of ``tp`` > 1 adds its all-reduce: :func:`tp_allreduce_s_per_token` to ``g_s``
+    and ``prefill_a_s``, :func:`tp_allreduce_latency_s` to ``W_s``; a MoE adds :func:`moe_dispatch_s` to ``W_s``
+    (the seeds' convention, which reproduces the paper's tables, has neither).
     :math:`P_s` is :func:`matmul_params` (``physical``: the active weights less the gathered embedding
     table) or ``model.active_params`` (``seeds``: the official count, embedding included, which puts
     :math:`W` above the paper's by vocab x hidden x :math:`b_w`/tp: +1.5 % for Llama-3.1-70B, +7 % for
@@ -772,15 +893,22 @@ def computed_profile(hardware: HardwareSpec, model: ModelSpec, *, tp: int = 1, d
 
     Examples
     --------
+    At TP=8 the physical convention streams 69,503,033,344 x 2 / 8 bytes at 0.75 x 3.35 TB/s (6.916 ms), adds
+    80 layers x 3 us (0.24 ms) and 2 x 80 all-reduce latencies of 10 us (1.6 ms): W = 8.76 ms; per sequence the
+    matmuls, 2 x 69,503,033,344 / 8 / (989e12 x 0.60) = 29.28 us, plus the all-reduce, 160 x (2 x 7/8) x 8,192 x 2 B
+    / 450e9 B/s = 10.19 us: g = 39.48 us (without the all-reduce, 7.16 ms and 29.28 us).
+
     >>> from fleetopt.models.hardware import HardwareSpec, ModelSpec, RooflineDefaults
     >>> from fleetopt.models.power import PowerCurve
     >>> h100 = HardwareSpec("H100", (), 85899345920, 3.35e12, 989.0, 1978.0, 700.0, 4.02,
-    ...                     PowerCurve(300.0, 600.0, 1.0, 4.2, "measured"))
+    ...                     PowerCurve(300.0, 600.0, 1.0, 4.2, "measured"), nvlink_bandwidth_bytes_per_s=450e9)
     >>> m70 = ModelSpec("70B", "dense", 80, 8192, 64, 8, 128, 28672, 128256, 131072,
     ...                 70553706496, 70553706496, 327680)
     >>> p = computed_profile(h100, m70, tp=8, defaults=RooflineDefaults())
     >>> round(p.W_s * 1e3, 2), round(p.g_s * 1e6, 2), p.n_slots(8192), p.gpus_per_replica, p.cost_usd_per_hr
-    (7.16, 29.28, 176, 8, 32.16)
+    (8.76, 39.48, 176, 8, 32.16)
+    >>> round((p.W_s - p.tp_allreduce_latency_s) * 1e3, 2), round((p.g_s - p.tp_allreduce_s_per_token) * 1e6, 2)
+    (7.16, 29.28)
     >>> seeds = computed_profile(h100, m70, tp=8, kv_layout="replicated",
     ...                          defaults=RooflineDefaults().seeds_convention())
     >>> round(seeds.W_s * 1e3, 2), seeds.g_s, seeds.n_slots(8192), seeds.name
@@ -798,13 +926,20 @@ def computed_profile(hardware: HardwareSpec, model: ModelSpec, *, tp: int = 1, d
     weights = weight_bytes_per_gpu(model, dtype, tp)
     stream_s = _weight_stream_s(hardware, model, dtype, tp, moe_w, moe_table, defaults)
     W_s = stream_s + model.layers * defaults.per_layer_latency_s
+    link = ar_token_s = ar_latency_s = dispatch_s = 0.0
+    if physical:
+        link = tp_link_bandwidth_bytes_per_s(hardware) if tp > 1 else None
+        ar_token_s = tp_allreduce_s_per_token(hardware, model, tp, defaults)
+        ar_latency_s = tp_allreduce_latency_s(model, tp, defaults)
+        dispatch_s = moe_dispatch_s(model, defaults)
+        W_s += ar_latency_s + dispatch_s
     scan = kv_bytes_per_token_per_gpu(model, kv_dtype, tp, "sharded")
     h_s_per_token = scan / (hardware.memory_bandwidth_bytes_per_s * defaults.bandwidth_efficiency)
     H_s = calibration_ctx_tokens * h_s_per_token
     budget = kv_budget_bytes(hardware, weights, tp, u, defaults)
     if physical:
-        g_s = decode_compute_s_per_seq(hardware, model, dtype, tp, defaults)
-        a_s = prefill_compute_s_per_token(hardware, model, dtype, tp, defaults)
+        g_s = decode_compute_s_per_seq(hardware, model, dtype, tp, defaults) + ar_token_s
+        a_s = prefill_compute_s_per_token(hardware, model, dtype, tp, defaults) + ar_token_s
         b_s = causal_attention_s_per_token_sq(hardware, model, tp, defaults)
         cap = max_num_seqs
         flops_per_seq = 2.0 * matmul_params(model) / tp
@@ -835,6 +970,8 @@ def computed_profile(hardware: HardwareSpec, model: ModelSpec, *, tp: int = 1, d
         bandwidth_efficiency=defaults.bandwidth_efficiency, flop_efficiency=defaults.flop_efficiency,
         attention_flop_efficiency=defaults.attention_flop_efficiency,
         streaming_power_fraction=defaults.streaming_power_fraction, activity_power=activity,
+        tp_allreduce_s_per_token=ar_token_s, tp_allreduce_latency_s=ar_latency_s, moe_dispatch_s=dispatch_s,
+        link_bandwidth_bytes_per_s=link or None,
     )
 
 

@@ -184,7 +184,9 @@ def test_moe_active_params_w_closed_form(cat):
     # physical: the 151,936 x 4,096 embedding table is gathered, not streamed; 0.75 of the bandwidth
     streamed = 22_190_763_520 - 151_936 * 4_096
     physical = build(cat, H100, "Qwen3-235B-A22B", tp=8)
-    assert physical.W_s == pytest.approx(streamed * 2 / 8 / (3.35e12 * 0.75) + 94 * 3e-6, rel=1e-12)
+    # + the TP all-reduce latency (2 x 94 layers x 10 us) + the MoE dispatch (94 layers x 20 us)
+    assert physical.W_s == pytest.approx(streamed * 2 / 8 / (3.35e12 * 0.75) + 94 * 3e-6 + 2 * 94 * 10e-6
+                                         + 94 * 20e-6, rel=1e-12)
     assert physical.name == "H100-SXM-80GB/Qwen3-235B-A22B/tp8/fp16/moe-active-params"
 
 
@@ -193,8 +195,10 @@ def test_moe_layer_table_w_closed_form(cat):
     # attention q,o,k,v: 94 x 2 x (64 + 4) x 128 x 4096 weights x 2 B / 8 GPUs.
     attn_bytes = 94 * 2 * (64 + 4) * 128 * 4096 * 2 / 8
     for gpu, bw, scale in ((H100, 3.35e12, 1.0), (B200, 8.0e12, (3.35 / 8.0) ** 0.7)):
-        for build_fn, eta, suffix in ((build_seeds, 0.80, "/moe-layer-table/seeds"), (build, 0.75, "/moe-layer-table")):
-            expected = 94 * 0.480e-3 * scale + attn_bytes / (bw * eta) + 94 * 3e-6
+        # physical also pays the TP all-reduce latency (2 x 94 x 10 us) and the MoE dispatch (94 x 20 us)
+        for build_fn, eta, suffix, extra in ((build_seeds, 0.80, "/moe-layer-table/seeds", 0.0),
+                                             (build, 0.75, "/moe-layer-table", 2 * 94 * 10e-6 + 94 * 20e-6)):
+            expected = 94 * 0.480e-3 * scale + attn_bytes / (bw * eta) + 94 * 3e-6 + extra
             profile = build_fn(cat, gpu, "Qwen3-235B-A22B", tp=8, moe_w="layer-table", moe_table=cat.moe_latency_table)
             assert profile.W_s == pytest.approx(expected, rel=1e-12)
             assert profile.name.endswith(suffix) and profile.moe_w == "layer-table"
@@ -292,9 +296,10 @@ def test_gpu_without_power_model_gets_tdp_fraction_rule(cat):
 def test_iteration_latency_identity(cat):
     profile = build(cat, B200, "Llama-3.1-70B", tp=8)
     # W + H (L / B_cal) n + g n with H = 8192 x 40,960 B / (8e12 x 0.75),
-    # g = 2 x (70,553,706,496 - 128,256 x 8,192) / 8 / (2,250e12 x 0.60)
+    # g = 2 x (70,553,706,496 - 128,256 x 8,192) / 8 / (2,250e12 x 0.60) + the TP all-reduce per token:
+    #     2 x 80 layers x 2 x 7/8 x 8,192 x 2 B / 900e9 B/s (NVLink 5)
     h = 8192 * 40_960 / (8.0e12 * 0.75)
-    g = 2 * (70_553_706_496 - 128_256 * 8_192) / 8 / (2250e12 * 0.60)
+    g = 2 * (70_553_706_496 - 128_256 * 8_192) / 8 / (2250e12 * 0.60) + 160 * 1.75 * 16_384 / 900e9
     assert profile.H_s == pytest.approx(h, rel=1e-12) and profile.g_s == pytest.approx(g, rel=1e-12)
     assert float(iteration_latency_s(profile, 58, 4096)) == pytest.approx(profile.W_s + h * 0.5 * 58 + g * 58,
                                                                           rel=1e-12)
@@ -430,10 +435,12 @@ def test_compute_coefficients_closed_form_llama_8b_h100(cat, h100_8b):
 
 def test_compute_coefficients_closed_form_70b_fp8_tp8(cat):
     # fp8 matmuls at the FP8 rate (1,978 TFLOPS), split over 8 GPUs; attention at the FP16 rate, heads / 8.
+    # Both also pay the TP all-reduce per token, in 16-bit activations: 2 x 80 x 2 x 7/8 x 8,192 x 2 B / 450e9 B/s.
     p = build(cat, H100, "Llama-3.1-70B", tp=8, dtype="fp8")
     mm = 70_553_706_496 - 128_256 * 8_192
-    assert p.g_s == pytest.approx(2 * mm / 8 / (1978e12 * 0.60), rel=1e-12)
-    assert p.prefill_a_s == pytest.approx(2 * (mm - 128_256 * 8_192) / 8 / (1978e12 * 0.60), rel=1e-12)
+    ar = 2 * 80 * 2 * 7 / 8 * 8_192 * 2 / 450e9
+    assert p.g_s == pytest.approx(2 * mm / 8 / (1978e12 * 0.60) + ar, rel=1e-12)
+    assert p.prefill_a_s == pytest.approx(2 * (mm - 128_256 * 8_192) / 8 / (1978e12 * 0.60) + ar, rel=1e-12)
     assert p.prefill_b_s == pytest.approx(2 * 80 * 64 * 128 / 8 / (989e12 * 0.35), rel=1e-12)
     seeds = build_seeds(cat, H100, "Llama-3.1-70B", tp=8, dtype="fp8")
     assert (seeds.g_s, seeds.prefill_a_s, seeds.prefill_b_s) == (0.0, 0.0, 0.0)

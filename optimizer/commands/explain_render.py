@@ -1,7 +1,8 @@
 """Rendering of ``fleetopt solve --explain`` (:func:`fleetopt.optimizer.plan.explain.explain_plan`): the limits
-that bind and what relaxing each is worth, then each pool's bottleneck and headroom. :func:`explain_with_headroom`
-is the call the ``solve`` command makes (it passes the headroom bisection of the workflows layer down to the plan
-layer)."""
+that bind and what relaxing each is worth, then each pool's bottleneck and headroom, then, for each pool on a
+``gpus`` entry with ``tp``/``dtype`` lists, its configurations compared and why the chosen one wins.
+:func:`explain_with_headroom` is the call the ``solve`` command makes (it passes the headroom bisection of the
+workflows layer down to the plan layer)."""
 
 from __future__ import annotations
 
@@ -53,5 +54,16 @@ def render_explanation(console: Console, explanation: Explanation) -> None:
     for b in e.pools:
         p.add_row(b.pool, b.bottleneck, b.detail, _num(b.max_arrival_rate), b.limited_by or "-")
     console.print(p)
+    for pc in e.configurations:
+        c = Table(title=f"pool {pc.pool}: the tp/dtype configurations of gpus entry {pc.entry} in its place (each "
+                        "sized to its least count on the pool's range; analytic)", title_justify="left")
+        for name in ("configuration", "replicas", "GPUs", "$/hr", "kW", "verdict"):
+            c.add_column(name, justify="left" if name in ("configuration", "verdict") else "right",
+                         no_wrap=name != "verdict")
+        for o in pc.options:
+            c.add_row(o.option + (" *" if o.chosen else ""), _num(o.replicas, 0), _num(o.gpus, 0),
+                      _num(o.cost_per_hr), _num(o.power_kw), o.verdict)
+        console.print(c)
+        console.print(f"  why {pc.chosen}: {pc.why}", markup=False)
     binding = ", ".join(r.limit for r in e.binding) or "none"
     console.print(f"binding limits (relaxing lowers the objective): {binding}", markup=False)

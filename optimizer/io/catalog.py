@@ -141,7 +141,14 @@ def _hardware(name: str, d: dict) -> HardwareSpec:
         usd_per_gpu_hour=float(d["price"]["usd_per_gpu_hour"]),
         power=_power(d.get("power_model")),
         spec_source=str(d.get("spec_source", "public")),
+        nvlink_bandwidth_bytes_per_s=_optional_float(d.get("nvlink_bandwidth_bytes_per_s")),
+        inter_node_bandwidth_bytes_per_s=_optional_float(d.get("inter_node_bandwidth_bytes_per_s")),
+        pcie_bandwidth_bytes_per_s=_optional_float(d.get("pcie_bandwidth_bytes_per_s")),
     )
+
+
+def _optional_float(value) -> float | None:
+    return None if value is None else float(value)
 
 
 def _model(name: str, d: dict) -> ModelSpec:
@@ -220,6 +227,9 @@ def bundled_catalog() -> Catalog:
         nccl_bytes_by_tp=tuple(sorted((int(k), int(v)) for k, v in reserves["nccl_bytes_by_tp"].items())),
         tdp_idle_fraction=float(dd["tdp_fraction_power_rule"]["idle_fraction_of_tdp"]),
         tdp_nominal_fraction=float(dd["tdp_fraction_power_rule"]["nominal_fraction_of_tdp"]),
+        p2p_latency_s=float(dd["p2p_latency_s"]),
+        activation_bytes=float(dd["tensor_parallel"]["activation_bytes"]),
+        moe_dispatch_s_per_layer=float(dd["moe_dispatch_s_per_layer"]),
     )
     moe = pr["moe_layer_latency"]
     tables = {}

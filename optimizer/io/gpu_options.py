@@ -8,7 +8,16 @@ or ``hardware`` + ``model`` (a catalogue model) or ``hardware`` + ``model_config
 with a serving config, from which a roofline profile is built. Catalogue names are looked up case-insensitively
 and never replaced
 by a default; a price override, the GPU counts and the context window are
-checked against the profile. Every problem is added to a
+checked against the profile.
+
+A computed entry may list several ``tp`` and/or ``dtype`` values (:func:`~fleetopt.optimizer.io.schema.gpu_choices`):
+each combination is a candidate configuration, built in the order ``tp`` x ``dtype`` as listed and named
+``NAME/tpT/DTYPE`` (a ``/`` no user name holds, so the names never collide). A combination *fits* when the profile
+builder accepts it (fp8 needs FP8 tensor cores, ``tp`` must divide the heads, ...), the weights leave room for a KV
+cache (at least one KV block per GPU) and ``max_count`` holds one replica of ``tp`` GPUs; the others are kept as
+:class:`Configuration` records with the reason, and when none fits the entry is one problem naming
+``gpus[i].tp``/``dtype``. The entry's ``max_count``/``min_count``/``max_pools``/``min_pools`` bind the sum over its
+configurations (:class:`fleetopt.optimizer.io.instance.GpuInventory`). Every problem is added to a
 :class:`~fleetopt.optimizer.io.schema.Problems`; :mod:`fleetopt.optimizer.io.instance` turns the
 result into :class:`~fleetopt.optimizer.io.instance.GpuOption` records.
 """
@@ -25,20 +34,46 @@ from fleetopt.models.profiles import ServingProfile
 from fleetopt.optimizer.io.catalog import Catalog, instance_catalog
 from fleetopt.optimizer.io.hf_config import model_config_problems
 from fleetopt.optimizer.io.profile_file import profile_file_problems
-from fleetopt.optimizer.io.schema import Problems, RawGpu, validate_section
+from fleetopt.optimizer.io.schema import Problems, RawGpu, gpu_choices, validate_section
 
-__all__ = ["ResolvedGpu", "resolve_gpus", "check_context_fits"]
+__all__ = ["ResolvedGpu", "Configuration", "resolve_gpus", "check_context_fits", "configuration_name"]
 
 _COMPUTED_ONLY = ("tp", "dtype", "memory_utilization", "max_num_seqs", "kv_layout", "chunk", "moe_w")
 """Keys that only apply to a computed (hardware + model) profile."""
 
 
+class Configuration(NamedTuple):
+    """One (``tp``, ``dtype``) combination of a computed ``gpus`` entry that lists several: the GPU option it
+    became (``option``, None when it does not fit) or why it does not fit (``reason``, empty when it does)."""
+
+    tp: int
+    dtype: str
+    option: str | None
+    reason: str
+
+
 class ResolvedGpu(NamedTuple):
-    """A ``gpus`` entry that passed every check, with its profile and kind (``calibrated`` or ``computed``)."""
+    """A GPU option that passed every check: its ``gpus`` entry, profile and kind (``calibrated`` or ``computed``),
+    its name (the entry's, or ``NAME/tpT/DTYPE`` for a configuration of an entry with lists), the entry's position
+    in the file and, for an entry with lists, every configuration considered (empty otherwise)."""
 
     raw: RawGpu
     profile: ServingProfile
     kind: str
+    name: str = ""
+    index: int = 0
+    configurations: tuple[Configuration, ...] = ()
+
+
+def configuration_name(entry: str, tp: int, dtype: str) -> str:
+    """The GPU option name of one configuration of an entry with lists.
+
+    Examples
+    --------
+    >>> configuration_name("h100", 4, "fp8")
+    'h100/tp4/fp8'
+    """
+    return f"{entry}/tp{tp}/{dtype}"
 
 
 def _lookup(catalog: Catalog, kind: str, name: str, field: str, problems: Problems):
@@ -78,13 +113,57 @@ def _config_model(raw: RawGpu, prefix: str, problems: Problems):
     return model
 
 
-def _computed_profile(raw: RawGpu, catalog: Catalog, prefix: str, problems: Problems):
-    """A roofline profile for ``hardware`` x ``model`` (or ``model_config``) under the entry's serving config."""
+class _Reasons(Problems):
+    """A :class:`Problems` that keeps each message alone: why one configuration of an entry with lists does not fit."""
+
+    def __init__(self, path) -> None:
+        super().__init__(path)
+        self.reasons: list[str] = []
+
+    def add(self, field: str, message: str) -> None:
+        super().add(field, message)
+        self.reasons.append(message.removesuffix("; change the serving config or the hardware"))
+
+
+def _computed_profiles(raw: RawGpu, catalog: Catalog, prefix: str, problems: Problems):
+    """``[(tp, dtype, profile or None, reason)]`` for every configuration of a computed entry (one when it lists
+    no more), or None after reporting a problem of the entry itself."""
     hardware = _lookup(catalog, "hardware", raw.hardware, f"{prefix}.hardware", problems)
     model = (_config_model(raw, prefix, problems) if raw.model_config_file is not None
              else _lookup(catalog, "models", raw.model, f"{prefix}.model", problems))
     if hardware is None or model is None:
         return None
+    tps, dtypes, expanded = gpu_choices(raw)
+    if not expanded:
+        profile = _computed_profile(raw, catalog, prefix, problems, hardware, model, tps[0], dtypes[0])
+        return None if profile is None else [(tps[0], dtypes[0], profile, "")]
+    if raw.cost_per_hr is not None and len(tps) > 1:
+        problems.add(f"{prefix}.cost_per_hr", "a replica price cannot apply to several tensor-parallel degrees "
+                                              "(replicas of different sizes); remove cost_per_hr or give one tp")
+        return None
+    out = []
+    for tp in tps:
+        for dtype in dtypes:
+            trial = _Reasons(problems.path)
+            profile = _computed_profile(raw, catalog, prefix, trial, hardware, model, tp, dtype)
+            reason = "; ".join(trial.reasons)
+            if profile is not None and getattr(profile, "total_kv_blocks", 1) < 1:
+                profile, reason = None, profile.note or "no room for a KV cache"
+            if profile is not None and raw.max_count is not None and raw.max_count < tp:
+                profile, reason = None, f"a replica needs {tp} GPUs, more than max_count {raw.max_count}"
+            out.append((tp, dtype, profile, reason))
+    if all(p is None for _, _, p, _ in out):
+        why = "; ".join(f"tp{tp}/{dtype}: {reason}" for tp, dtype, _, reason in out)
+        problems.add(f"{prefix}.tp", f"no combination of tp {list(tps)} and dtype {list(dtypes)} fits ({why}); "
+                                     "list other tp/dtype values or another hardware")
+        return None
+    return out
+
+
+def _computed_profile(raw: RawGpu, catalog: Catalog, prefix: str, problems: Problems, hardware, model, tp: int,
+                      dtype: str):
+    """A roofline profile for ``hardware`` x ``model`` (or ``model_config``) at ``tp`` and ``dtype`` under the
+    entry's serving config, or None after reporting why not."""
     from fleetopt.models.roofline import computed_profile  # written alongside; imported only when needed
 
     options = {"gpu_memory_utilization": raw.memory_utilization, "max_num_seqs": raw.max_num_seqs,
@@ -96,7 +175,7 @@ def _computed_profile(raw: RawGpu, catalog: Catalog, prefix: str, problems: Prob
             return None
         options["moe_table"] = catalog.moe_latency_table
     try:
-        return computed_profile(hardware, model, tp=raw.tp or 1, dtype=raw.dtype or "fp16",
+        return computed_profile(hardware, model, tp=tp, dtype=dtype,
                                 defaults=catalog.defaults, **{k: v for k, v in options.items() if v is not None})
     except ValueError as err:
         problems.add(_builder_field(str(err), prefix), f"{err}; change the serving config or the hardware")
@@ -167,26 +246,45 @@ def _file_profile(raw: RawGpu, prefix: str, problems: Problems):
     return profile
 
 
-def _resolve_gpu(raw: RawGpu, index: int, catalog: Catalog, problems: Problems) -> ResolvedGpu | None:
+def _resolve_gpu(raw: RawGpu, index: int, catalog: Catalog, problems: Problems) -> list[ResolvedGpu] | None:
+    """The GPU options of entry ``index``: one, or one per fitting configuration of an entry with lists."""
     prefix = f"gpus[{index}]"
     kind = _gpu_kind(raw, prefix, problems)
     if kind == "calibrated":
         profile = _lookup(catalog, "profiles", raw.profile, f"{prefix}.profile", problems)
+        built = None if profile is None else [(None, None, profile, "")]
     elif kind == "file":
         profile = _file_profile(raw, prefix, problems)
         kind = "calibrated"    # a CalibratedProfile like the catalogue's, with measured constants
+        built = None if profile is None else [(None, None, profile, "")]
     elif kind == "computed":
-        profile = _computed_profile(raw, catalog, prefix, problems)
+        built = _computed_profiles(raw, catalog, prefix, problems)
     else:
         return None
-    if profile is None:
+    if built is None:
         return None
+    expanded = len(built) > 1
+    configurations = tuple(Configuration(tp, dtype, None if p is None else configuration_name(raw.name, tp, dtype),
+                                         reason) for tp, dtype, p, reason in built) if expanded else ()
     before = len(problems.lines)
-    _count_problems(raw, profile, prefix, problems)
-    profile = _with_cost(profile, raw.cost_per_hr, prefix, problems)
-    if profile is None or len(problems.lines) > before:
+    out = []
+    for tp, dtype, profile, _ in built:
+        if profile is None:
+            continue
+        if not expanded:
+            _count_problems(raw, profile, prefix, problems)
+        profile = _with_cost(profile, raw.cost_per_hr, prefix, problems)
+        if profile is None:
+            return None
+        name = configuration_name(raw.name, tp, dtype) if expanded else raw.name
+        out.append(ResolvedGpu(raw, profile, kind, name, index, configurations))
+    if len(problems.lines) > before:
         return None
-    return ResolvedGpu(raw, profile, kind)
+    if expanded and raw.max_count is not None and raw.min_count > raw.max_count:
+        problems.add(f"{prefix}.min_count", f"{raw.min_count} exceeds max_count {raw.max_count}; "
+                                            "give min_count <= max_count")
+        return None
+    return out
 
 
 def _duplicate_names(raws: list[RawGpu | None], problems: Problems) -> None:
@@ -203,7 +301,8 @@ def _duplicate_names(raws: list[RawGpu | None], problems: Problems) -> None:
 
 
 def resolve_gpus(data: dict, problems: Problems, catalog_section=None) -> list[ResolvedGpu] | None:
-    """Every ``gpus`` entry with its profile, or None when any entry has a problem.
+    """Every GPU option of the ``gpus`` entries (an entry with ``tp``/``dtype`` lists gives one per configuration that
+    fits, in file order), or None when any entry has a problem.
 
     Names resolve in the catalogue in effect (the shipped one and any ``--catalog`` files) extended by the
     instance's own ``catalog:`` value ``catalog_section`` (:func:`fleetopt.optimizer.io.catalog.instance_catalog`);
@@ -216,7 +315,9 @@ def resolve_gpus(data: dict, problems: Problems, catalog_section=None) -> list[R
     raws = [validate_section(RawGpu, item) for item in items]
     _duplicate_names(raws, problems)
     options = [None if raw is None else _resolve_gpu(raw, i, catalog, problems) for i, raw in enumerate(raws)]
-    return None if any(o is None for o in options) else options
+    if any(o is None for o in options):
+        return None
+    return [r for entry in options for r in entry]   # pyright: ignore[reportOptionalIterable] (checked above)
 
 
 def _largest_context_tokens(profile: ServingProfile, upper_tokens: int) -> int:

@@ -49,7 +49,7 @@ from fleetopt.models.workload import LengthDistribution, RequestTrace
 
 from fleetopt.optimizer.errors import InstanceError
 from fleetopt.models.profiles import replica_unit, served_model
-from fleetopt.optimizer.io.gpu_options import check_context_fits, resolve_gpus
+from fleetopt.optimizer.io.gpu_options import Configuration, check_context_fits, resolve_gpus
 from fleetopt.optimizer.io.overrides import apply_overrides, attributed_field, overridden_copy
 from fleetopt.optimizer.io.schema import (
     DEFAULT_MAX_UTILIZATION,
@@ -60,6 +60,7 @@ from fleetopt.optimizer.io.schema import (
     RawSlo,
     RawWorkload,
     allowed_keys,
+    gpu_choices,
     show_value,
     structure_problems,
     validate_section,
@@ -69,6 +70,8 @@ from fleetopt.optimizer.io.workloads import TRACE_COLUMNS, LoadedWorkload, load_
 __all__ = [
     "Instance",
     "GpuOption",
+    "GpuInventory",
+    "Configuration",
     "WorkloadSpec",
     "SLO",
     "PoolsSpec",
@@ -121,6 +124,37 @@ class GpuOption:
     kind: str
     min_pools: int = 0
     max_pools: int | None = None
+    inventory: str = ""
+    """The ``gpus`` entry whose limits this option draws on (:class:`GpuInventory`); empty: its own name. A
+    configuration of an entry with ``tp``/``dtype`` lists (``h100/tp4/fp8``) carries the entry's ``max_count`` and
+    ``max_pools`` (each also holds for one configuration alone) and no lower bound: the entry's limits bind the
+    sum over its configurations, in :attr:`Instance.inventories`."""
+
+    @property
+    def inventory_name(self) -> str:
+        """The ``gpus`` entry this option belongs to (its own name when it is not a configuration of a list)."""
+        return self.inventory or self.name
+
+
+@dataclass(frozen=True)
+class GpuInventory:
+    """One ``gpus`` entry as a set of GPU options sharing its limits.
+
+    ``max_count``/``min_count`` (GPUs as the options price them) and ``max_pools``/``min_pools`` bind the *sum*
+    over ``options``: an entry ``{name: h100, tp: [4, 8], max_count: 16}`` may run one TP=8 and two TP=4 replicas,
+    not 16 GPUs of each. ``index`` is the entry's position in the file's ``gpus`` list; ``configurations`` every
+    (tp, dtype) combination of an entry with lists, with the option it became or why it does not fit (empty for
+    an entry of one configuration).
+    """
+
+    name: str
+    index: int
+    options: tuple[str, ...]
+    max_count: int | None
+    min_count: int
+    min_pools: int = 0
+    max_pools: int | None = None
+    configurations: tuple[Configuration, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -216,6 +250,26 @@ class Instance:
     that re-runs the instance (``fleetopt simulate ...``) or a plan file solved for it must carry the same."""
     allow_mixed_models: bool = False
     """The GPU options may serve different models (the file's ``allow_mixed_models: true``; else rejected)."""
+    inventories: tuple[GpuInventory, ...] = ()
+    """The ``gpus`` entries as groups of options sharing their limits (:meth:`gpu_inventories`)."""
+
+    def gpu_inventories(self) -> tuple[GpuInventory, ...]:
+        """The inventories of the GPU options: :attr:`inventories`, or one per option when it is empty (an instance
+        built by hand)."""
+        if self.inventories:
+            return self.inventories
+        return tuple(GpuInventory(g.name, k, (g.name,), g.max_count, g.min_count, g.min_pools, g.max_pools)
+                     for k, g in enumerate(self.gpus))
+
+    def inventory_of_options(self) -> np.ndarray:
+        """For each GPU option (in :attr:`gpus` order) the index of its inventory in :meth:`gpu_inventories`."""
+        where = {name: k for k, inv in enumerate(self.gpu_inventories()) for name in inv.options}
+        return np.array([where[g.name] for g in self.gpus], dtype=np.int64)
+
+    def inventory(self, option: str) -> GpuInventory:
+        """The inventory GPU option ``option`` belongs to."""
+        name = self.gpu(option).name
+        return next(inv for inv in self.gpu_inventories() if name in inv.options)
 
     def gpu(self, name: str) -> GpuOption:
         """The GPU option called ``name`` (case-insensitive).
@@ -241,15 +295,24 @@ def _workload_spec(loaded: LoadedWorkload, max_context_tokens: int) -> WorkloadS
     return WorkloadSpec(loaded.kind, loaded.source, cut, share, loaded.arrival_rate_req_per_s, fraction)
 
 
-def _gpu_options(data: dict, problems: Problems, catalog_section=None) -> list[GpuOption] | None:
-    """Every GPU option (see :mod:`fleetopt.optimizer.io.gpu_options`), or None when any entry has a problem; names
-    resolve in the catalogue in effect extended by the instance's ``catalog:`` value ``catalog_section``."""
+def _gpu_options(data: dict, problems: Problems, catalog_section=None
+                 ) -> tuple[list[GpuOption], tuple[GpuInventory, ...]] | None:
+    """Every GPU option (see :mod:`fleetopt.optimizer.io.gpu_options`) and the inventories they share, or None when
+    any entry has a problem; names resolve in the catalogue in effect extended by the instance's ``catalog:`` value
+    ``catalog_section``."""
     resolved = resolve_gpus(data, problems, catalog_section)
     if resolved is None:
         return None
-    return [GpuOption(r.raw.name, r.profile, r.raw.max_count, r.raw.min_count, r.raw.availability, r.kind,
-                      r.raw.min_pools, r.raw.max_pools)
-            for r in resolved]
+    options, members = [], {}
+    for r in resolved:
+        raw, alone = r.raw, not r.configurations
+        options.append(GpuOption(r.name, r.profile, raw.max_count, raw.min_count if alone else 0, raw.availability,
+                                 r.kind, raw.min_pools if alone else 0, raw.max_pools, inventory=raw.name))
+        members.setdefault(r.index, (raw, r.configurations, []))[2].append(r.name)
+    inventories = tuple(GpuInventory(raw.name, index, tuple(names), raw.max_count, raw.min_count, raw.min_pools,
+                                     raw.max_pools, configurations)
+                        for index, (raw, configurations, names) in sorted(members.items()))
+    return options, inventories
 
 
 # --------------------------------------------------------------------------------------------
@@ -341,6 +404,12 @@ def _cross_field_problems(data: dict, workload, problems: Problems) -> None:
     for k, g in enumerate(raw.gpus):
         if g.max_pools is not None and g.min_pools > g.max_pools:
             problems.add(f"gpus[{k}].min_pools", f"{g.min_pools} exceeds max_pools {g.max_pools}")
+    for k, g in enumerate(raw.gpus):
+        listed = g.hardware is not None and gpu_choices(g)[2]
+        if raw.pools.routing == "split" and listed and (g.max_count is not None or g.min_count):
+            problems.add(f"gpus[{k}].max_count", "'split' routing cannot yet share one inventory among the tp/dtype "
+                                                 "configurations of an entry; give one tp and dtype, or drop "
+                                                 "max_count/min_count, or use length routing")
     if raw.pools.routing == "split" and raw.slo.scope == "fleet":
         problems.add("pools.routing", "'split' routing works with slo.scope 'pool' only")
     if raw.pools.routing == "split" and comp is not None:
@@ -384,7 +453,10 @@ def gpu_warnings(instance: Instance) -> list[str]:
                    f"priced and powered as one GPU): {', '.join(units['seed_unit'])}; priced and powered per "
                    f"physical GPU: {', '.join(units['gpu'])}; one objective compares them, so their costs, power "
                    "and GPU counts follow different conventions (the tables show physical GPUs)")
-    for i, g in enumerate(instance.gpus):
+    entry_of = instance.inventory_of_options()
+    entries = instance.gpu_inventories()
+    for k, g in enumerate(instance.gpus):
+        i = entries[entry_of[k]].index      # the entry's position in the file (options of a list share it)
         unit = replica_unit(g.profile)
         k = unit.physical_gpus_per_replica
         counts = [f"{name} {v} {verb} {v} replicas = {v * k:,} physical GPUs" for name, v, verb in
@@ -411,7 +483,8 @@ def _resolve(data: dict, path: Path | None, problems: Problems) -> Instance | No
     base_dir = (path.parent if path is not None else Path.cwd()).absolute()
     workload_raw = validate_section(RawWorkload, data.get("workload"))
     workload = None if workload_raw is None else load_workload(workload_raw, base_dir, problems)
-    options = _gpu_options(data, problems, catalog_section)
+    resolved = _gpu_options(data, problems, catalog_section)
+    options, inventories = (None, ()) if resolved is None else resolved
     pools_raw = validate_section(RawPools, data.get("pools"))
     boundaries = None
     if pools_raw is not None:
@@ -440,6 +513,7 @@ def _resolve(data: dict, path: Path | None, problems: Problems) -> Instance | No
         energy_usd_per_kwh=raw.energy.usd_per_kwh if raw.energy else None,
         pue=raw.energy.pue if raw.energy else 1.0,
         allow_mixed_models=raw.allow_mixed_models,
+        inventories=inventories,
     )
 
 

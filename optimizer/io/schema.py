@@ -14,7 +14,8 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
+from pydantic_core import PydanticCustomError
 
 from fleetopt.optimizer.errors import InstanceError, format_problem
 
@@ -40,6 +41,9 @@ __all__ = [
     "MIN_MAX_UTILIZATION",
     "MIN_AVAILABILITY",
     "MAX_COST_PER_HR",
+    "TP_DEGREES",
+    "GPU_DTYPES",
+    "gpu_choices",
 ]
 
 DEFAULT_MAX_UTILIZATION = 0.85
@@ -181,6 +185,63 @@ class RawSlo(_Raw):
     :data:`fleetopt.optimizer.io.instance.DEFAULT_TTFT_MARGIN`)."""
 
 
+TP_DEGREES = (1, 2, 4, 8)
+"""Tensor-parallel degrees a ``gpus`` entry may give (``tp``): one node's GPUs."""
+GPU_DTYPES = ("fp16", "bf16", "fp8", "int4")
+"""Weight dtypes a ``gpus`` entry may give (``dtype``)."""
+
+
+def _choice(allowed: tuple, what: str, noun: str):
+    """A validator of ``tp``/``dtype``: one allowed value or a non-empty list of distinct ones (candidate
+    configurations, :func:`gpu_choices`); a list comes back as a tuple."""
+    spelled = ", ".join(map(str, allowed[:-1])) + f" or {allowed[-1]}"
+
+    def ok(v) -> bool:
+        return not isinstance(v, bool) and type(v) is type(allowed[0]) and v in allowed
+
+    def check(value):
+        if value is None:
+            return None
+        if isinstance(value, list):
+            if not value:
+                raise PydanticCustomError("gpu_choice", f"the list is empty; give {what} ({spelled}) or a list of them")
+            bad = [v for v in value if not ok(v)]
+            if bad:
+                raise PydanticCustomError("gpu_choice", f"{show_value(bad[0])} in the list is not allowed; choose "
+                                                        f"among {spelled}")
+            dup = [v for i, v in enumerate(value) if v in value[:i]]
+            if dup:
+                raise PydanticCustomError("gpu_choice", f"{show_value(dup[0])} is listed twice; list each {noun} once")
+            return tuple(value)
+        if not ok(value):
+            raise PydanticCustomError("gpu_choice", f"{show_value(value)} is not allowed; choose {spelled}, or a "
+                                                    f"list of them to let the planner choose")
+        return value
+
+    return check
+
+
+_Tp = Annotated[Any, AfterValidator(_choice(TP_DEGREES, "a tensor-parallel degree", "degree"))]
+_Dtype = Annotated[Any, AfterValidator(_choice(GPU_DTYPES, "a weight dtype", "dtype"))]
+
+
+def gpu_choices(raw: RawGpu) -> tuple[tuple[int, ...], tuple[str, ...], bool]:
+    """The tensor-parallel degrees and dtypes a computed ``gpus`` entry lets the planner choose among, and whether
+    it names a list (so its configurations are expanded and named ``NAME/tpT/DTYPE``): an absent ``tp`` is 1, an
+    absent ``dtype`` fp16, and a one-element list is a single value.
+
+    Examples
+    --------
+    >>> gpu_choices(RawGpu(name="h", hardware="H100", model="m", tp=[2, 4], dtype="fp8"))
+    ((2, 4), ('fp8',), True)
+    >>> gpu_choices(RawGpu(name="h", hardware="H100", model="m", tp=[8]))
+    ((8,), ('fp16',), False)
+    """
+    tps = raw.tp if isinstance(raw.tp, tuple) else (raw.tp or 1,)
+    dtypes = raw.dtype if isinstance(raw.dtype, tuple) else (raw.dtype or "fp16",)
+    return tps, dtypes, len(tps) * len(dtypes) > 1
+
+
 class RawGpu(_Raw):
     """One ``gpus`` entry: a calibrated ``profile``, a ``profile_file`` (a fitted profile YAML, relative to the
     instance file) or ``hardware`` + ``model`` (a catalogue model) or ``hardware`` + ``model_config`` (a Hugging
@@ -193,8 +254,11 @@ class RawGpu(_Raw):
     model: str | None = None
     model_config_file: str | None = Field(default=None, alias="model_config")
     """``model_config`` in the file (pydantic reserves the attribute name ``model_config``)."""
-    tp: Literal[1, 2, 4, 8] | None = None
-    dtype: Literal["fp16", "bf16", "fp8", "int4"] | None = None
+    tp: _Tp = None
+    """A tensor-parallel degree (1, 2, 4, 8) or a list of them: each combination with ``dtype`` that fits is a
+    candidate configuration (:func:`gpu_choices`, :mod:`fleetopt.optimizer.io.gpu_options`)."""
+    dtype: _Dtype = None
+    """A weight dtype (fp16, bf16, fp8, int4) or a list of them (see ``tp``)."""
     memory_utilization: _Fraction | None = None
     max_num_seqs: Annotated[int, Field(ge=1, le=MAX_NUM_SEQS_LIMIT)] | None = None
     kv_layout: Literal["sharded", "replicated"] | None = None
@@ -310,6 +374,8 @@ def _pydantic_message(error: dict, allowed: Callable[[Sequence], str] = allowed_
     if kind in ("model_type", "dict_type"):
         keys = allowed(loc)
         return f"expected a mapping{' with keys ' + keys if keys else ''}; got {show_value(given)}"
+    if kind == "gpu_choice":   # a gpus entry's tp/dtype (_choice): the message is whole
+        return error["msg"]
     if kind == "list_type":
         return f"expected a list; got {show_value(given)}"
     if kind == "too_short":

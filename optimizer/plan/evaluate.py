@@ -231,8 +231,8 @@ def limit_violations(instance: Instance, fleet: FleetResult) -> tuple[str, ...]:
     """
     out = []
     pools = fleet.pools
-    for g in instance.gpus:
-        mine = [p for p in pools if p.gpu == g.name]
+    for g in instance.gpu_inventories():     # a gpus entry: its limits bind the sum over its configurations
+        mine = [p for p in pools if p.gpu in g.options]
         n_gpus = sum(p.gpus for p in mine)
         if g.max_count is not None and n_gpus > g.max_count:
             out.append(f"gpus.{g.name}.max_count: {n_gpus} GPUs of {g.name}, above its inventory of {g.max_count}")

@@ -27,6 +27,17 @@ the sizing target (the SLO less ``slo.ttft_margin``); ``one
 replica`` when :math:`n = 1`. Its *headroom* is the largest fleet arrival rate at which the pool still carries its
 share at its count (the bisection of :func:`fleetopt.optimizer.workflows.headroom.headroom`, passed in as
 ``headroom``: this module sits below the workflows).
+
+Which configuration a pool runs (:func:`pool_configurations`)
+--------------------------------------------------------------
+A ``gpus`` entry that lists several ``tp``/``dtype`` values gives the MIP one GPU option per configuration that fits.
+For each pool of the plan on such an entry, every configuration is put in the pool's place in turn, sized to its least
+count meeting every condition on the pool's range (the same analytic evaluation as the plan's, the other pools
+unchanged), and priced in the objective's unit: the chosen one wins when it is the cheapest there; a dearer one is
+said to need more replicas or more GPUs, or a dearer GPU-hour; one that cannot serve the range says why (its KV cache
+holds no sequence of the window, the SLO cannot be met at any count); one that does not fit at all keeps the reason it
+was skipped when the instance was loaded. Where an alternative is cheaper on the pool alone, the fleet's shared limits
+(the entry's ``max_count``/``max_pools``, power, budget, a fleet-scope SLO) chose otherwise, and the line says so.
 """
 
 from __future__ import annotations
@@ -42,8 +53,8 @@ from fleetopt.solvers.problem import FleetProblem
 from fleetopt.optimizer.plan.candidates import Candidates
 from fleetopt.optimizer.io.instance import Instance
 
-__all__ = ["explain_infeasible", "explain_stop", "explain_plan", "Explanation", "Relaxation", "PoolBottleneck",
-           "BOTTLENECKS", "BINDING_REL"]
+__all__ = ["explain_infeasible", "explain_stop", "explain_plan", "pool_configurations", "Explanation", "Relaxation",
+           "PoolBottleneck", "PoolConfigurations", "ConfigurationCost", "BOTTLENECKS", "BINDING_REL"]
 
 BOTTLENECKS = ("slots", "utilisation cap", "TPOT", "prefill time", "P99 TTFT", "one replica")
 """Bottleneck labels of :func:`explain_plan`, in the order they are checked."""
@@ -110,10 +121,11 @@ def explain_infeasible(instance: Instance, allc: Candidates, problem: FleetProbl
     limits = [f"{n} <= {v}" for n, v in (("max_power_kw", instance.constraints.max_power_kw),
                                           ("max_cost_per_hr", instance.constraints.max_cost_per_hr),
                                           ("max_total_gpus", instance.constraints.max_total_gpus)) if v is not None]
-    limits += [f"{g.name}.max_count <= {g.max_count}" for g in instance.gpus if g.max_count is not None]
-    limits += [f"{g.name}.min_count >= {g.min_count}" for g in instance.gpus if g.min_count]
-    limits += [f"{g.name}.max_pools <= {g.max_pools}" for g in instance.gpus if g.max_pools is not None]
-    limits += [f"{g.name}.min_pools >= {g.min_pools}" for g in instance.gpus if g.min_pools]
+    entries = instance.gpu_inventories()    # a gpus entry's limits bind the sum over its tp/dtype configurations
+    limits += [f"{g.name}.max_count <= {g.max_count}" for g in entries if g.max_count is not None]
+    limits += [f"{g.name}.min_count >= {g.min_count}" for g in entries if g.min_count]
+    limits += [f"{g.name}.max_pools <= {g.max_pools}" for g in entries if g.max_pools is not None]
+    limits += [f"{g.name}.min_pools >= {g.min_pools}" for g in entries if g.min_pools]
     return ("each limit can be met on its own, but not all together: " + ", ".join(limits)
             + f" (solver: {result.message or result.termination.value})")
 
@@ -213,18 +225,164 @@ class Explanation:
     relaxations: tuple[Relaxation, ...]
     pools: tuple[PoolBottleneck, ...]
     arrival_rate: float
+    configurations: tuple[PoolConfigurations, ...] = ()
+    """Per pool on a ``gpus`` entry with ``tp``/``dtype`` lists: its configurations compared (module docstring)."""
 
     @property
     def binding(self) -> tuple[Relaxation, ...]:
         return tuple(r for r in self.relaxations if r.binding)
 
     def to_json(self) -> dict:
-        return {"instance": self.instance, "objective": self.objective, "objective_unit": self.objective_unit,
-                "objective_value": self.objective_value, "fleet": self.fleet, "arrival_rate": self.arrival_rate,
-                "source": "each relaxation an optimal re-solve; bottlenecks from the analytic evaluation at one "
-                          "replica fewer",
-                "relaxations": [r.to_json() for r in self.relaxations],
-                "binding": [r.limit for r in self.binding], "pools": [p.to_json() for p in self.pools]}
+        out = {"instance": self.instance, "objective": self.objective, "objective_unit": self.objective_unit,
+               "objective_value": self.objective_value, "fleet": self.fleet, "arrival_rate": self.arrival_rate,
+               "source": "each relaxation an optimal re-solve; bottlenecks from the analytic evaluation at one "
+                         "replica fewer",
+               "relaxations": [r.to_json() for r in self.relaxations],
+               "binding": [r.limit for r in self.binding], "pools": [p.to_json() for p in self.pools]}
+        if self.configurations:
+            out["configurations"] = [c.to_json() for c in self.configurations]
+        return out
+
+
+@dataclass(frozen=True)
+class ConfigurationCost:
+    """One tp/dtype configuration of a pool's ``gpus`` entry, in the pool's place (module docstring)."""
+
+    option: str
+    """The GPU option (``h100/tp4/fp8``)."""
+    tp: int
+    dtype: str
+    replicas: int | None
+    """Its least count on the pool's range (the plan's count for the chosen one); None: it cannot serve the range."""
+    gpus: int | None
+    cost_per_hr: float | None
+    power_kw: float | None
+    objective: float | None
+    """Its pool's share of the objective, in the objective's unit."""
+    chosen: bool
+    verdict: str
+
+    def to_json(self) -> dict:
+        return {"option": self.option, "tp": self.tp, "dtype": self.dtype, "replicas": self.replicas,
+                "gpus": self.gpus, "cost_per_hr": self.cost_per_hr, "power_kw": self.power_kw,
+                "objective": self.objective, "chosen": self.chosen, "verdict": self.verdict}
+
+
+@dataclass(frozen=True)
+class PoolConfigurations:
+    """A pool on an entry with ``tp``/``dtype`` lists: every configuration compared, and why the chosen one wins."""
+
+    pool: str
+    entry: str
+    chosen: str
+    why: str
+    options: tuple[ConfigurationCost, ...]
+
+    def to_json(self) -> dict:
+        return {"pool": self.pool, "entry": self.entry, "chosen": self.chosen, "why": self.why,
+                "options": [o.to_json() for o in self.options]}
+
+
+def _pool_objective(instance: Instance, cost_per_hr: float, power_kw: float) -> float:
+    """A pool's share of the objective (:meth:`fleetopt.solvers.problem.FleetProblem.choice_objective`)."""
+    if instance.objective == "cost":
+        return cost_per_hr
+    if instance.objective in ("power", "tok_per_watt"):
+        return power_kw
+    return cost_per_hr + (instance.energy_usd_per_kwh or 0.0) * instance.pue * power_kw
+
+
+def _configuration_cost(instance: Instance, plans, k: int, option: str, chosen: bool) -> ConfigurationCost:
+    """Option ``option`` in pool ``k``'s place (the plan's count when ``chosen``, else sized to its least count)."""
+    from dataclasses import replace
+
+    from fleetopt.optimizer.plan.evaluate import evaluate_plans
+
+    g = instance.gpu(option)
+    tp, dtype = int(getattr(g.profile, "tp", 1)), str(getattr(g.profile, "dtype", ""))
+    hi = plans[k].hi_tokens
+    if int(g.profile.n_slots(hi)) < 1:
+        return ConfigurationCost(option, tp, dtype, None, None, None, None, None, chosen,
+                                 f"cannot serve the range: its KV cache holds no {hi:,}-token sequence")
+    swapped = list(plans)
+    if not chosen:
+        swapped[k] = replace(plans[k], gpu=g.name, profile=g.profile, replicas=None, availability=g.availability,
+                             max_num_seqs=None)
+    p = evaluate_plans(instance, swapped).pools[k]
+    if not (p.slo_met and p.utilization_ok) and not chosen:
+        return ConfigurationCost(option, tp, dtype, None, None, None, None, None, chosen,
+                                 f"cannot meet the SLO on this range at any count ({p.miss_reason or 'unstable'})")
+    kw = p.power_w / 1000.0
+    return ConfigurationCost(option, tp, dtype, p.replicas, p.gpus, p.cost_per_hr, kw,
+                             _pool_objective(instance, p.cost_per_hr, kw), chosen, "")
+
+
+def _verdicts(costs: list[ConfigurationCost], unit: str) -> tuple[list[ConfigurationCost], str]:
+    """Each priced alternative's verdict against the chosen configuration, and the sentence of why it wins."""
+    from dataclasses import replace
+
+    chosen = next(c for c in costs if c.chosen)
+    money = unit == "$/hr"
+
+    def amount(x: float) -> str:
+        return f"${x:,.2f}/hr" if money else f"{x:,.3f} {unit}"
+
+    out, cheaper = [], []
+    for c in costs:
+        if c.chosen or c.objective is None or chosen.objective is None:
+            out.append(replace(c, verdict=c.verdict or ("chosen" if c.chosen else c.verdict)))
+            continue
+        delta = c.objective - chosen.objective
+        if delta < -1e-9 * max(1.0, abs(chosen.objective)):
+            cheaper.append(c)
+            text = (f"{amount(-delta)} cheaper on this pool alone, but the fleet's shared limits (the entry's "
+                    "max_count/max_pools, power, budget, a fleet-scope SLO) rule it out with the other pools")
+        elif abs(delta) <= 1e-9 * max(1.0, abs(chosen.objective)):
+            text = "as cheap; the tie-break prefers fewer GPUs, then fewer pools"
+        else:
+            assert c.replicas is not None and c.gpus is not None and chosen.gpus is not None
+            need = f"needs {c.replicas} replica{'s' if c.replicas != 1 else ''} x {c.tp} = {c.gpus} GPUs"
+            if c.gpus > chosen.gpus:
+                reason = f"{need}, {c.gpus - chosen.gpus} more GPUs"
+            elif c.gpus < chosen.gpus:
+                reason = f"{need}, fewer GPUs but more power" if not money else f"{need}, fewer but dearer GPU-hours"
+            else:
+                reason = f"{need}, the same GPUs at more power" if not money else f"{need} at a dearer price"
+            text = f"{amount(delta)} dearer: {reason}"
+        out.append(replace(c, verdict=text))
+    priced = sorted((c for c in out if not c.chosen and c.objective is not None), key=lambda c: c.objective)
+    at = (f"{chosen.replicas} replica{'s' if chosen.replicas != 1 else ''} x {chosen.tp} = {chosen.gpus} GPUs, "
+          f"{amount(chosen.objective or 0.0)}")
+    if cheaper:
+        why = f"{chosen.option} at {at}: the cheapest the fleet's limits allow on this range"
+    elif priced:
+        nxt = priced[0]
+        why = f"{chosen.option} is the cheapest on this range at {at}; next {nxt.option}: {nxt.verdict}"
+    else:
+        why = f"{chosen.option} ({at}) is the only configuration that serves this range"
+    return out, why
+
+
+def pool_configurations(instance: Instance, plans) -> tuple[PoolConfigurations, ...]:
+    """For each pool of ``plans`` (:class:`~fleetopt.models.fleet.PoolPlan` with the plan's counts) on a ``gpus``
+    entry with ``tp``/``dtype`` lists, every configuration compared in its place (module docstring)."""
+    unit = _UNITS.get(instance.objective, "")
+    out = []
+    for k, plan in enumerate(plans):
+        entry = instance.inventory(plan.gpu)
+        if not entry.configurations:
+            continue
+        costs = []
+        for conf in entry.configurations:
+            if conf.option is None:
+                costs.append(ConfigurationCost(f"{entry.name}/tp{conf.tp}/{conf.dtype}", conf.tp, conf.dtype, None,
+                                               None, None, None, None, False, f"does not fit: {conf.reason}"))
+            else:
+                costs.append(_configuration_cost(instance, plans, k, conf.option, conf.option == plan.gpu))
+        costs, why = _verdicts(costs, unit)
+        label = f"{plan.lo_tokens}-{plan.hi_tokens}:{plan.gpu}x{plan.replicas}"
+        out.append(PoolConfigurations(label, entry.name, plan.gpu, why, tuple(costs)))
+    return tuple(out)
 
 
 _UNITS = {"cost": "$/hr", "power": "kW", "tok_per_watt": "kW", "cost+power": "$/hr"}
@@ -237,7 +395,7 @@ def _relaxations(instance: Instance) -> list[tuple[str, float, float, str]]:
     if cons.max_power_kw is not None:
         v = float(cons.max_power_kw)
         out.append(("constraints.max_power_kw", v, v + 1.0, f"constraints.max_power_kw={v + 1.0!r}"))
-    for g in instance.gpus:
+    for g in instance.gpu_inventories():    # one per gpus entry: the file's name, shared by its configurations
         if g.max_count is not None:
             out.append((f"gpus.{g.name}.max_count", g.max_count, g.max_count + 1,
                         f"gpus.{g.name}.max_count={g.max_count + 1}"))
@@ -345,4 +503,5 @@ def explain_plan(instance: Instance, report, *, resolve, headroom=None) -> Expla
                                     None if lim is None else float(lim.max_arrival_rate),
                                     None if lim is None else lim.limited_by))
     return Explanation(instance.name, instance.objective, _UNITS.get(instance.objective, ""), z, spec,
-                       tuple(relaxations), tuple(pools), instance.workload.arrival_rate_req_per_s)
+                       tuple(relaxations), tuple(pools), instance.workload.arrival_rate_req_per_s,
+                       pool_configurations(instance, plans))

@@ -226,11 +226,15 @@ class SolveReport:
 def build_problem(instance: Instance, c: Candidates) -> FleetProblem:
     """The MIP input of an instance's (pruned) candidates and their replica choices."""
     cons = instance.constraints
-    gpu_max = tuple(g.max_count for g in instance.gpus)
-    gpu_min = tuple(g.min_count for g in instance.gpus)
+    # The MIP's GPU index is the inventory (a gpus entry): the configurations of an entry with tp/dtype lists share
+    # its max_count/min_count/max_pools/min_pools; an entry of one configuration is its own option, as before.
+    inventories = instance.gpu_inventories()
+    gpu_max = tuple(g.max_count for g in inventories)
+    gpu_min = tuple(g.min_count for g in inventories)
     fleet_scope = instance.slo.scope == "fleet"
     return FleetProblem(
-        boundaries=c.boundaries, gpu_names=c.gpu_names, pool_i=c.i, pool_j=c.j, pool_gpu=c.gpu,
+        boundaries=c.boundaries, gpu_names=tuple(g.name for g in inventories), pool_i=c.i, pool_j=c.j,
+        pool_gpu=instance.inventory_of_options()[c.gpu],
         pool_arrival_rate=c.arrival_rate, choice_pool=c.choice_pool, choice_replicas=c.choice_replicas,
         choice_gpus=c.choice_gpus, choice_cost_per_hr=c.choice_cost_per_hr, choice_power_w=c.choice_power_w,
         choice_miss_rate=c.choice_miss_rate,
@@ -238,8 +242,8 @@ def build_problem(instance: Instance, c: Candidates) -> FleetProblem:
         max_pools=instance.pools.max_pools, gpu_max_gpus=gpu_max,
         pool_from_node=c.from_node, pool_to_node=c.to_node, n_nodes=len(c.boundaries) * len(c.gammas),
         sink_node=(len(c.boundaries) - 1) * len(c.gammas),
-        gpu_min_pools=tuple(g.min_pools for g in instance.gpus),
-        gpu_max_pools=tuple(g.max_pools for g in instance.gpus),
+        gpu_min_pools=tuple(g.min_pools for g in inventories),
+        gpu_max_pools=tuple(g.max_pools for g in inventories),
         energy_usd_per_kwh=instance.energy_usd_per_kwh or 0.0, pue=instance.pue,
         gpu_min_gpus=gpu_min, max_total_gpus=cons.max_total_gpus, max_cost_per_hr=cons.max_cost_per_hr,
         max_power_w=None if cons.max_power_kw is None else cons.max_power_kw * 1000.0,
@@ -252,8 +256,9 @@ def _prune(instance: Instance, c: Candidates, top: int) -> Candidates:
         return c
     # a choice may stand in for another only on an option without inventory or pool-count limits (or its own),
     # and no option with a lower bound may lose choices
-    unlimited = np.array([g.max_count is None and g.max_pools is None for g in instance.gpus])
-    protected = np.array([bool(g.min_count) or bool(g.min_pools) for g in instance.gpus])
+    inventories, entry_of = instance.gpu_inventories(), instance.inventory_of_options()
+    unlimited = np.array([inventories[k].max_count is None and inventories[k].max_pools is None for k in entry_of])
+    protected = np.array([bool(inventories[k].min_count) or bool(inventories[k].min_pools) for k in entry_of])
     return prune_dominated(c, unlimited, protected)
 
 

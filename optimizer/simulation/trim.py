@@ -258,10 +258,10 @@ def _planner_counts(instance: Instance, base, up: tuple[int, ...], verified: tup
     simulation had every replica up, raised to each GPU option's ``min_count``, never above ``verified``."""
     counts = [min(v, inflate_for_availability(n, p.availability) if inflate else n)
               for p, n, v in zip(base, up, verified)]
-    for g in instance.gpus:
+    for g in instance.gpu_inventories():     # a gpus entry: its min_count binds the sum over its configurations
         if not g.min_count:
             continue
-        mine = sorted((k for k, p in enumerate(base) if p.gpu == g.name), key=lambda k: counts[k] - verified[k])
+        mine = sorted((k for k, p in enumerate(base) if p.gpu in g.options), key=lambda k: counts[k] - verified[k])
         for k in mine:                          # the most trimmed pool first
             while counts[k] < verified[k] and sum(counts[j] * base[j].profile.gpus_per_replica
                                                   for j in mine) < g.min_count:
