@@ -118,21 +118,31 @@ def _pieces_at_edges(d: LengthDistribution, edges: np.ndarray):
     """The workload's pieces cut at the rule's edges: (lo, hi, prob, segment index), sorted by ``hi``.
 
     A uniform piece :math:`(l, h]` of mass :math:`p` cut at edges inside it becomes parts
-    :math:`(u, v]` of mass :math:`p (v - u) / (h - l)`; an atom stays whole."""
+    :math:`(u, v]` of mass :math:`p (v - u) / (h - l)`; an atom stays whole. The pieces of a
+    :class:`~fleetopt.models.workload.LengthDistribution` are disjoint and ordered, so the piece holding each
+    part is found by one search on the pieces' upper ends."""
     lo, hi, prob = d.lo_tokens, d.hi_tokens, d.prob
     atom = hi <= lo
-    inner = [edges[(edges > lo[i]) & (edges < hi[i])] if not atom[i] else np.empty(0) for i in range(len(lo))]
-    cuts = [np.concatenate(([lo[i]], inner[i], [hi[i]])) for i in range(len(lo))]
-    u = np.concatenate([c[:-1] if len(c) > 1 and not atom[i] else [lo[i]] for i, c in enumerate(cuts)])
-    v = np.concatenate([c[1:] if len(c) > 1 and not atom[i] else [hi[i]] for i, c in enumerate(cuts)])
-    owner = np.concatenate([np.full(max(len(c) - 1, 1) if not atom[i] else 1, i) for i, c in enumerate(cuts)])
-    width = hi[owner] - lo[owner]
-    with np.errstate(divide="ignore", invalid="ignore"):
-        frac = np.where(width > 0, (v - u) / np.where(width > 0, width, 1.0), 1.0)
-    p = prob[owner] * frac
+    piece = ~atom & (prob > 0)
+    plo, phi, pp = lo[piece], hi[piece], prob[piece]
+    if pp.size:
+        grid = np.unique(np.concatenate((plo, phi, edges[(edges > plo.min()) & (edges < phi.max())])))
+        u, v = grid[:-1], grid[1:]
+        mid = (u + v) / 2.0
+        owner = np.minimum(np.searchsorted(phi, mid, side="left"), pp.size - 1)
+        inside = (mid > plo[owner]) & (mid < phi[owner])
+        u, v, owner = u[inside], v[inside], owner[inside]
+        mass = pp[owner] * (v - u) / (phi[owner] - plo[owner])
+    else:
+        u = v = mass = np.empty(0)
+    keep = atom & (prob > 0)
+    u = np.concatenate((u, hi[keep]))
+    v = np.concatenate((v, hi[keep]))
+    mass = np.concatenate((mass, prob[keep]))
+    order = np.lexsort((u < v, v))          # by upper end; an atom before the part that ends where it sits
+    u, v, mass = u[order], v[order], mass[order]
     # the segment of a part: where its upper end lies (right-closed segments; an atom at an edge is in the lower)
-    segment = np.searchsorted(edges, v, side="left")
-    return u, v, p, segment
+    return u, v, mass, np.searchsorted(edges, v, side="left")
 
 
 def _class(role: str, u, v, mass) -> ModelClass:

@@ -124,3 +124,17 @@ def test_bad_rules_are_one_message():
         ShareRule.constant(1.5)
     with pytest.raises(ValueError, match="strictly increasing"):
         ShareRule.step([4096, 2048], [0.1, 0.2, 0.3])
+
+
+def test_truncation_atom_goes_with_its_length():
+    """TWO cut at 2,000 tokens: (0,1000] 0.5, (1000,2000] 0.25, an atom at 2,000 of 0.25. Edge 1,500, all small
+    below: small = 0.5 + 0.125, large = 0.125 + 0.25 with mean (0.125 x 1750 + 0.25 x 2000) / 0.375; with the
+    edge at 2,000 the atom is in the lower segment and the large model gets nothing."""
+    cut, share = TWO.truncated(2000)
+    assert share == pytest.approx(0.25)
+    small, large = split_by_model(cut, ShareRule.step([1500], [1.0, 0.0]))
+    assert small.rate_share == pytest.approx(0.625) and large.rate_share == pytest.approx(0.375)
+    assert large.distribution.mean_tokens == pytest.approx((0.125 * 1750 + 0.25 * 2000) / 0.375)
+    small, large = split_by_model(cut, ShareRule.step([2000], [1.0, 0.0]))
+    assert small.rate_share == pytest.approx(1.0) and large.distribution is None
+    assert small.distribution.mean_tokens == pytest.approx(0.5 * 500 + 0.25 * 1500 + 0.25 * 2000)

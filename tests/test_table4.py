@@ -11,12 +11,12 @@ Semantic small (8B@8K)     Llama-3.1-8B    8K       49     506    6.24
 Semantic large (70B@64K)   Llama-3.1-70B   64K      14     413    1.52
 =========================  ==============  =======  =====  =====  =====
 
-The utilisation's symbol was lost from the paper's text. **It is 85 %, not 60 %**: every cell reproduces within
-3 % (power and tok/W within 2 %) with n = 0.85 n_max (n_max = n_slots at the pool's context), and none of the n cells does at 60 % (77 / 10 /
-34 sequences, 30 % low; ``test_sixty_percent_does_not_reproduce``). 0.85 is the reference tool's default
-utilisation cap (``rho_max`` of its analytic sizing). The n column is the mean in-flight batch
-n = rho n_max (108.8 -> 109, 13.6 -> 14 printed), mean sequence = half the window (the paper's Table-1
-convention), and:
+The utilisation's symbol was lost from the paper's text. **It is 85 %, not 60 %**: every cell reproduces
+within 3 % (power and tok/W within 2 %) with n = 0.85 n_max (n_max = n_slots at the pool's context), and none
+of the n cells does at 60 % (77 / 10 / 34 sequences, 30 % low; ``test_sixty_percent_does_not_reproduce``).
+0.85 is the reference tool's default utilisation cap (``rho_max`` of its analytic sizing). The n column is the
+mean in-flight batch n = rho n_max (108.8 -> 109, 13.6 -> 14 printed), mean sequence = half the window (the
+paper's Table-1 convention), and:
 
 * **70B pools**: the calibrated H100 unit (``H100-80GB``, the "empirically calibrated profile with TP-sharded
   KV" of section 4.1: 128 sequences at 8K, 16 at 64K), its logistic power curve. Its power is **one GPU's**
