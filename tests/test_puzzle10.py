@@ -12,7 +12,7 @@ lmsys   4, rho 0.66, 19.949, 26.5   2, rho 0.40, 3.745, 13.8 ms     6 GPUs, 1.5 
 ======  ==========================  ==============================  ==========================  ============
 
 (GPUs, rho, pool tok/W, P99 TTFT ms.) Its method is fleetopt's: M/G/c per KV slot, P99 wait plus mean
-prefill (``ttft_model: mean-prefill``), fleet tok/W = sum(lambda_i mean_out_i) / sum(N_i P_i(n_i)) with
+prefill (the instances loaded with ``slo.ttft_model=mean-prefill``), fleet tok/W = sum(lambda_i mean_out_i) / sum(N_i P_i(n_i)) with
 n_i = rho_i n_slots. Where its numbers differ, each reason is checked below (docs/multi_model.md):
 
 1. Both of its pools have the 8,192-token window (``--max-ctx``), so its short A10G holds 64 sequences;
@@ -86,7 +86,7 @@ def segment_mean_output(workload: str, lo: float, hi: float, window: float = 819
 def fleets(repo_root):
     out = {}
     for w, b in B_SHORT.items():
-        inst = api.load(repo_root / "instances" / f"ref_puzzle10_{w}.yaml")
+        inst = api.load(repo_root / "instances" / f"ref_puzzle10_{w}.yaml", ["slo.ttft_model=mean-prefill"])
         rep = api.evaluate_report(inst, [f"0-{b}:a10g#64,{b}-8192:h100", f"0-{b}:a10g,{b}-8192:h100", "0-8192:h100"])
         out[w] = [f for _, f in rep.fleets]
     return out
