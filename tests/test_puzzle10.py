@@ -12,8 +12,9 @@ lmsys   4, rho 0.66, 19.949, 26.5   2, rho 0.40, 3.745, 13.8 ms     6 GPUs, 1.5 
 ======  ==========================  ==============================  ==========================  ============
 
 (GPUs, rho, pool tok/W, P99 TTFT ms.) Its method is fleetopt's: M/G/c per KV slot, P99 wait plus mean
-prefill (the instances loaded with ``slo.ttft_model=mean-prefill``), fleet tok/W = sum(lambda_i mean_out_i) / sum(N_i P_i(n_i)) with
-n_i = rho_i n_slots. Where its numbers differ, each reason is checked below (docs/multi_model.md):
+prefill (the instances loaded with ``slo.ttft_model=mean-prefill``), fleet tok/W =
+sum(lambda_i mean_out_i) / sum(N_i P_i(n_i)) with n_i = rho_i n_slots. Where its numbers differ, each reason
+is checked below (docs/multi_model.md):
 
 1. Both of its pools have the 8,192-token window (``--max-ctx``), so its short A10G holds 64 sequences;
    fleetopt's 0-B pool has the window B (128 at 4K). ``#64`` on the fleet spec caps the short pool at 64: the
