@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fleetopt.models.power import PowerCurve
+from fleetopt.models.power import ActivityPower, PowerCurve
 from fleetopt.models.profiles import CalibratedProfile
 from fleetopt.models.queueing.disagg import (DecodeStation, KVTransfer, PhaseTraffic, PrefillStation,
                                              evaluate_pair, kv_bytes_per_token, link_bandwidth_bytes_per_s,
@@ -214,6 +214,19 @@ def test_prefill_power_by_hand():
     assert float(s.pool_cost_usd_per_hr(3)) == pytest.approx(9.0)
 
 
+def test_prefill_busy_power_under_an_activity_model_by_hand():
+    """1,200-token prompts on TOY's iteration: 30 ms of weights at 400 W, 1.536 ms of KV scan at 700 W, 13.44 ms of
+    compute at 1,800 W: (12 + 1.0752 + 24.192) J over 44.976 ms."""
+    power = ActivityPower(idle_w=70.0, limit_w=1000.0, weights_w=400.0, kv_w=700.0, compute_w=1800.0)
+    prof = CalibratedProfile("act", "toy", 0.01, 0.008192, 8192, 512, 16, 1 << 20, 4096, 2.0, 1, power,
+                             prefill_a_s=1e-5, prefill_b_s=1e-9)
+    s = PrefillStation.from_profile(prof, one_request(1200.0, 10.0, 10.0), KVTransfer(model="seed-factor"))
+    assert s.busy_power_w == pytest.approx(37.2672 / 0.044976, rel=1e-12)
+    assert s.idle_power_w == 70.0
+    u = 10.0 * 0.044976 / 2                                        # two replicas
+    assert float(s.power_w(2)) == pytest.approx(2 * ((1 - u) * 70.0 + u * 37.2672 / 0.044976), rel=1e-12)
+
+
 def test_prefill_min_replicas_is_the_least_count_by_enumeration():
     s = station([0.02, 0.05, 0.4], [0.5, 0.4, 0.1], 30.0, transfer_s=[0.001, 0.002, 0.01])
     for slo, rho_max, margin in ((0.6, 0.85, 0.0), (0.6, 0.85, 0.1), (0.45, 0.5, 0.0), (2.0, 0.9, 0.03)):
@@ -328,6 +341,14 @@ def test_size_pair_reports_the_least_counts_and_why_not():
     tight = size_pair(TOY, TOY, traffic, KVTransfer(model="seed-factor"), ttft_slo_s=0.01, tpot_slo_s=0.011)
     assert not tight.feasible
     assert "prefill plus KV transfer alone" in tight.reason and "decodes in" in tight.reason
+
+
+def test_a_segment_without_requests_needs_one_replica_per_phase():
+    d = LengthDistribution.from_cdf([(1000, 1.0)])
+    t = PhaseTraffic.from_distribution(d, 2000, 4096, 50.0)
+    assert t.arrival_rate == 0.0 and t.rate_share == 0.0
+    r = size_pair(TOY, TOY, t, KVTransfer(model="seed-factor"), ttft_slo_s=0.5, tpot_slo_s=0.1)
+    assert r.feasible and (r.prefill_replicas, r.decode_replicas) == (1, 1) and r.output_tok_per_s == 0.0
 
 
 # ---------------------------------------------------------------- the reference convention (Puzzle 7)

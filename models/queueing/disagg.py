@@ -1050,17 +1050,21 @@ def reference_disagg(prefill_profile: ServingProfile, decode_profile: ServingPro
     cost = Np * prefill_profile.cost_usd_per_hr + Nd * decode_profile.cost_usd_per_hr
     slo_met = ttft <= ttft_slo_s and tpot <= tpot_slo_s
     ok = slo_met & (rate >= arrival_rate)
-    common = dict(mean_input_tokens=isl, mean_output_tokens=osl, prefill_rate_per_replica=r_p,
-                  decode_rate_per_replica=r_d, ttft_s=ttft, tpot_s=tpot)
+
+    def answer(best: ReferencePoint | None, reason: str) -> ReferenceDisagg:
+        return ReferenceDisagg(best=best, feasible_points=int(ok.sum()), mean_input_tokens=isl, mean_output_tokens=osl,
+                               prefill_rate_per_replica=r_p, decode_rate_per_replica=r_d, ttft_s=ttft, tpot_s=tpot,
+                               reason=reason)
+
     if not ok.any():
         why = (f"TTFT {_ms(ttft)} / TPOT {tpot * MS_PER_S:,.0f} ms against {_ms(ttft_slo_s)} / "
                f"{tpot_slo_s * MS_PER_S:,.0f} ms" if not slo_met
                else f"at most {rate.max():,.1f} req/s within {max_prefill}P x {max_decode}D")
-        return ReferenceDisagg(best=None, feasible_points=0, reason=why, **common)
+        return answer(None, why)
     i = int(np.argmin(np.where(ok, cost, np.inf)))
     a, b = np.unravel_index(i, cost.shape)
     best = ReferencePoint(prefill_replicas=int(Np[a, b]), decode_replicas=int(Nd[a, b]),
                           rate_req_per_s=float(rate[a, b]), ttft_s=ttft, tpot_s=tpot, cost_usd_per_hr=float(cost[a, b]),
                           gpus=int(Np[a, b] * prefill_profile.gpus_per_replica
                                    + Nd[a, b] * decode_profile.gpus_per_replica), slo_met=True)
-    return ReferenceDisagg(best=best, feasible_points=int(ok.sum()), reason="", **common)
+    return answer(best, "")
