@@ -377,6 +377,9 @@ def test_default_efficiencies_are_the_catalogue_defaults(cat):
     assert (d.streaming_power_fraction, d.idle_power_fraction) == (
         block["power"]["streaming_power_fraction_of_tdp"], block["power"]["idle_power_fraction_of_tdp"])
     assert SEEDS_BANDWIDTH_EFFICIENCY == block["seeds_convention"]["bandwidth_efficiency"] == 0.80
+    # the tensor-parallel all-reduce and MoE dispatch constants (physical convention)
+    assert (d.p2p_latency_s, d.activation_bytes, d.moe_dispatch_s_per_layer) == (
+        block["p2p_latency_s"], block["tensor_parallel"]["activation_bytes"], block["moe_dispatch_s_per_layer"])
     assert cat.defaults == d and d.convention == "physical"
     seeds = d.seeds_convention()
     assert (seeds.bandwidth_efficiency, seeds.convention) == (0.80, "seeds")

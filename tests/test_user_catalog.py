@@ -324,3 +324,25 @@ def test_fuzzed_files_through_the_cli_exit_0_or_2(tmp_path):
         assert all(line.startswith(f"error: {path}: ") for line in _error_lines(result))
 
     check()
+
+
+def test_user_hardware_link_bandwidths_drive_the_tp_all_reduce(tmp_path):
+    """A user GPU's NVLink figure is the tensor-parallel all-reduce link: a copy of the H100 with its NVLink halved
+    pays twice the per-token all-reduce (2 x 32 layers x 2 x 1/2 x 4,096 x 2 B / 225e9 B/s at TP=2); without any
+    link figure TP=2 is refused, naming the field, while TP=1 still works."""
+    fast = _entry("hardware", "H100-SXM-80GB", "my-h100")
+    slow = _entry("hardware", "H100-SXM-80GB", "slow-h100", nvlink_bandwidth_bytes_per_s=225e9)
+    links = ("nvlink_bandwidth_bytes_per_s", "pcie_bandwidth_bytes_per_s", "inter_node_bandwidth_bytes_per_s")
+    bare = {k: v for k, v in _entry("hardware", "H100-SXM-80GB", "bare-h100").items() if k not in links}
+    gpus = [{"name": n, "hardware": n, "model": "Llama-3.1-8B", "tp": 2, "dtype": "bf16"}
+            for n in ("my-h100", "slow-h100")]
+    inst = instance_from_dict(_instance(gpus, catalog={"hardware": [fast, slow, bare]}), tmp_path / "i.yaml")
+    per_token = 2 * 32 * (2 * 1 / 2) * 4_096 * 2
+    assert inst.gpu("my-h100").profile.tp_allreduce_s_per_token == pytest.approx(per_token / 450e9, rel=1e-12)
+    assert inst.gpu("slow-h100").profile.tp_allreduce_s_per_token == pytest.approx(per_token / 225e9, rel=1e-12)
+    with pytest.raises(InstanceError, match=r"gpus\[0\]\.tp: .*no link bandwidth"):
+        instance_from_dict(_instance([{"name": "b", "hardware": "bare-h100", "model": "Llama-3.1-8B", "tp": 2}],
+                                     catalog={"hardware": [bare]}), tmp_path / "i.yaml")
+    one = instance_from_dict(_instance([{"name": "b", "hardware": "bare-h100", "model": "Llama-3.1-8B", "tp": 1}],
+                                       catalog={"hardware": [bare]}), tmp_path / "i.yaml")
+    assert one.gpu("b").profile.tp_allreduce_s_per_token == 0.0

@@ -143,6 +143,8 @@ class RawCatalogHardware(_Entry):
     inter_node_bandwidth_bytes_per_s: _Float1e16 | None = None
     pcie_bandwidth_bytes_per_s: _Float1e16 | None = None
     sm_version: _Int1To10k | None = None
+    gfd_product: _Text | None = None
+    """The node label ``nvidia.com/gpu.product`` of GPU feature discovery (``fleetopt export``)."""
     price: _RawPrice
     power_model: _RawPowerModel | None = None
     power_model_quality: Literal[QUALITIES] | None = None
