@@ -203,6 +203,11 @@ def test_prefill_station_is_monotone_and_vectorised():
     assert s.p99_ttft_s(grid).shape == (2, 2) and s.power_w(grid).shape == (2, 2)
     np.testing.assert_allclose(s.p99_ttft_s(grid).ravel(), s.p99_ttft_s([2, 3, 4, 5]))
     assert float(s.p99_ttft_s(0)) == math.inf and float(s.miss_probability(1.0, 0)) == 1.0
+    np.testing.assert_array_equal(s.miss_function(grid)(0.3), s.miss_probability(0.3, grid))
+    # at its own P99 a count misses at most 1 % of requests, and more just below it
+    for n in (4, 6, 9):
+        p99 = float(s.p99_ttft_s(n))
+        assert float(s.miss_probability(p99, n)) <= 0.01 + 1e-12 < float(s.miss_probability(p99 * (1 - 1e-9), n))
     # below stability (a = 30 x 0.07 = 2.1 Erlangs): unstable, certain miss
     assert float(s.p99_ttft_s(2)) == math.inf and float(s.miss_probability(10.0, 2)) == 1.0
 

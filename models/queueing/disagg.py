@@ -557,6 +557,11 @@ class PrefillStation:
             p = np.where(n.ravel() > 0, p, 1.0)
         return p.reshape(n.shape)
 
+    def miss_function(self, replicas):
+        r""":math:`t \mapsto P(\mathrm{TTFT} > t)` at ``replicas`` (:meth:`miss_probability` with ``replicas`` fixed),
+        for a search over :math:`t` such as the fleet-wide P99."""
+        return lambda t_s: self.miss_probability(t_s, replicas)
+
     def p99_ttft_s(self, replicas) -> np.ndarray:
         """P99 TTFT at each count (s; inf where unstable or without a replica)."""
         n, flat, es, probs = self._queue(replicas)
