@@ -3,9 +3,12 @@
 Sets
 ----
 NODES     path nodes :math:`v` (a boundary, and with compress-and-route a compression state); source 0
-POOLS     candidate pools :math:`p = (i_p, j_p, g_p)`
+POOLS     candidate pools :math:`p = (i_p, j_p, g_p)`, :math:`g_p` the primary GPU option
 CHOICES   replica choices :math:`c` of the pools (:math:`p(c)` their pool)
-GPUS      GPU options :math:`g`
+GPUS      GPU options :math:`g`; choice :math:`c` takes :math:`G_{cg}` physical GPUs of option :math:`g`
+          (:math:`\\sum_g G_{cg} = G_c`; by default all :math:`G_c` of :math:`g_{p(c)}`), and *uses* :math:`g`,
+          :math:`c \\in C_g`, when :math:`G_{cg} > 0` (a prefill/decode pair uses two options)
+GROUPS    inventory groups :math:`k`: options :math:`O_k` that share one physical inventory
 
 Variables
 ---------
@@ -85,6 +88,7 @@ def build_model(problem: FleetProblem) -> pyo.ConcreteModel:
     m.POOLS = pyo.RangeSet(0, problem.n_pools - 1)
     m.CHOICES = pyo.RangeSet(0, problem.n_choices - 1)
     m.GPUS = pyo.RangeSet(0, len(problem.gpu_names) - 1)
+    m.GROUPS = pyo.RangeSet(0, len(problem.inventory_groups) - 1)
     m.z = pyo.Var(m.CHOICES, within=pyo.Binary)
     _index(m, problem)
     m.tiling = pyo.Constraint(m.NODES, rule=tiling_rule)
@@ -93,6 +97,7 @@ def build_model(problem: FleetProblem) -> pyo.ConcreteModel:
     m.gpu_inventory = pyo.Constraint(m.GPUS, rule=gpu_inventory_rule)
     m.gpu_minimum = pyo.Constraint(m.GPUS, rule=gpu_minimum_rule)
     m.gpu_pool_count = pyo.Constraint(m.GPUS, rule=gpu_pool_count_rule)
+    m.inventory_group = pyo.Constraint(m.GROUPS, rule=inventory_group_rule)
     m.total_gpus = pyo.Constraint(rule=total_gpus_rule)
     m.budget = pyo.Constraint(rule=budget_rule)
     m.power_cap = pyo.Constraint(rule=power_cap_rule)
@@ -117,8 +122,17 @@ def _index(m, problem: FleetProblem) -> None:
     order = np.argsort(cp, kind="stable")
     bounds = np.searchsorted(cp[order], np.arange(problem.n_pools + 1))
     m._of_pool = [order[bounds[p]:bounds[p + 1]] for p in range(problem.n_pools)]
-    gpu_of_choice = problem.pool_gpu[cp]
-    m._of_gpu = [np.flatnonzero(gpu_of_choice == g) for g in range(len(problem.gpu_names))]
+    # per option g: the choices C_g that use it and their G_cg
+    m._of_gpu = problem.gpu_use_by_option
+    m._of_group = [_group_use(problem, grp.options) for grp in problem.inventory_groups]
+
+
+def _group_use(problem: FleetProblem, options) -> tuple[np.ndarray, np.ndarray]:
+    """The choices that use any of ``options`` and their GPUs summed over those options."""
+    use = problem.gpu_use
+    mine = np.isin(use.option, np.asarray(options))
+    choices, at = np.unique(use.choice[mine], return_inverse=True)
+    return choices, np.bincount(at, weights=use.gpus[mine], minlength=len(choices)).astype(np.int64)
 
 
 def tiling_rule(m, k):
@@ -169,43 +183,65 @@ def _ge(lhs, rhs):
     return lhs >= rhs
 
 
-def _gpus(m, idx):
-    g = m.problem.choice_gpus
-    return pyo.quicksum(int(g[c]) * m.z[int(c)] for c in idx)
+def _gpus(m, idx, gpus):
+    """:math:`\\sum_{e} G_e z_{c_e}` over choices ``idx`` taking ``gpus`` GPUs each."""
+    return pyo.quicksum(int(n) * m.z[int(c)] for c, n in zip(idx, gpus))
 
 
-def gpu_inventory_rule(m, g):
-    """Inventory of GPU option :math:`g` in physical GPUs: :math:`\\sum_{c:\\, g_{p(c)} = g} G_c z_c \\le \\bar G_g`."""
-    cap = m.problem.gpu_max_gpus[g]
-    if cap is None:
-        return pyo.Constraint.Skip
-    return _le(_gpus(m, m._of_gpu[g]), cap)
-
-
-def gpu_minimum_rule(m, g):
-    """Committed GPUs of option :math:`g`: :math:`\\sum_{c:\\, g_{p(c)} = g} G_c z_c \\ge \\underline G_g`."""
-    low = m.problem.gpu_min_gpus[g]
-    if not low:
-        return pyo.Constraint.Skip
-    return _ge(_gpus(m, m._of_gpu[g]), low)
-
-
-def gpu_pool_count_rule(m, g):
-    """Pools per GPU option: :math:`\\underline K_g \\le \\sum_{c:\\, g_{p(c)} = g} z_c \\le \\bar K_g`."""
-    low, high = m.problem.gpu_min_pools[g], m.problem.gpu_max_pools[g]
-    if not low and high is None:
-        return pyo.Constraint.Skip
-    expr = pyo.quicksum(m.z[int(c)] for c in m._of_gpu[g])
+def _between(expr, low, high):
+    """``low <= expr <= high`` (``high`` None: no upper bound), or Feasible/Infeasible for an empty sum or
+    crossed bounds."""
+    if high is not None and low > high:
+        return pyo.Constraint.Infeasible
     if isinstance(expr, (int, float)):
         ok = expr >= low and (high is None or expr <= high)
         return pyo.Constraint.Feasible if ok else pyo.Constraint.Infeasible
     return (low, expr, high)
 
 
+def gpu_inventory_rule(m, g):
+    """Inventory of GPU option :math:`g` in physical GPUs: :math:`\\sum_{c \\in C_g} G_{cg} z_c \\le \\bar G_g`."""
+    cap = m.problem.gpu_max_gpus[g]
+    if cap is None:
+        return pyo.Constraint.Skip
+    return _le(_gpus(m, *m._of_gpu[g]), cap)
+
+
+def gpu_minimum_rule(m, g):
+    """Committed GPUs of option :math:`g`: :math:`\\sum_{c \\in C_g} G_{cg} z_c \\ge \\underline G_g`."""
+    low = m.problem.gpu_min_gpus[g]
+    if not low:
+        return pyo.Constraint.Skip
+    return _ge(_gpus(m, *m._of_gpu[g]), low)
+
+
+def gpu_pool_count_rule(m, g):
+    """Pools per GPU option: :math:`\\underline K_g \\le \\sum_{c \\in C_g} z_c \\le \\bar K_g`.
+
+    A pool counts once toward every option it uses: a prefill/decode pair on A100 prefill and H100 decode
+    is one A100 pool and one H100 pool (and one pool toward :math:`K`).
+    """
+    low, high = m.problem.gpu_min_pools[g], m.problem.gpu_max_pools[g]
+    if not low and high is None:
+        return pyo.Constraint.Skip
+    return _between(pyo.quicksum(m.z[int(c)] for c in m._of_gpu[g][0]), low, high)
+
+
+def inventory_group_rule(m, k):
+    """Options sharing one physical inventory (the TP/dtype configurations of one hardware entry):
+
+    .. math:: \\underline G_k \\le \\sum_c \\Bigl(\\sum_{g \\in O_k} G_{cg}\\Bigr) z_c \\le \\bar G_k
+    """
+    grp = m.problem.inventory_groups[k]
+    if grp.max_gpus is None and not grp.min_gpus:
+        return pyo.Constraint.Skip
+    return _between(_gpus(m, *m._of_group[k]), grp.min_gpus, grp.max_gpus)
+
+
 def total_gpus_rule(m):
     """Fleet size: :math:`\\sum_c G_c z_c \\le G_{max}`."""
     cap = m.problem.max_total_gpus
-    return pyo.Constraint.Skip if cap is None else _le(_gpus(m, range(m.problem.n_choices)), cap)
+    return pyo.Constraint.Skip if cap is None else _le(_gpus(m, range(m.problem.n_choices), m.problem.choice_gpus), cap)
 
 
 def budget_rule(m):

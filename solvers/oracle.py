@@ -5,6 +5,11 @@ optimum is a shortest path from :math:`b_0` to :math:`b_M` with at most
 :math:`K` edges in the boundary DAG whose edge :math:`(i, j)` weighs the best
 choice for segment :math:`(b_i, b_j]`. The hop limit is enforced by layering:
 node :math:`(k, h)` means "at :math:`b_k` after :math:`h` pools".
+
+An edge reads only each choice's objective weight and total physical GPUs :math:`G_c` (the tie-break),
+never which GPU options the choice takes them from: without per-option or inventory-group limits (what
+``FleetProblem.separable`` requires) the options a choice uses change no constraint, so the search stays
+exact for pools on several options (prefill/decode pairs) and for options in inventory groups.
 """
 
 from __future__ import annotations
@@ -81,7 +86,7 @@ def shortest_fleet(problem: FleetProblem) -> tuple[float, tuple[int, ...]]:
 
 
 def fleet_is_feasible(problem: FleetProblem, choices) -> bool:
-    """Check every constraint family of the MIP in plain Python (path, counts, inventories, caps)."""
+    """Check every constraint family of the MIP in plain Python (path, counts, inventories, groups, caps)."""
     ch = np.asarray(list(choices), dtype=int)
     # filled by FleetProblem.__post_init__
     assert problem.pool_from_node is not None and problem.pool_to_node is not None
@@ -98,13 +103,20 @@ def fleet_is_feasible(problem: FleetProblem, choices) -> bool:
     if at != problem.sink_node or steps != len(pools):
         return False
     gpus = problem.choice_gpus[ch]
+    n_options = len(problem.gpu_names)
+    use = problem.gpu_use
+    built = np.isin(use.choice, ch)     # the entries G_cg of the built choices: a pool counts on each option it uses
+    used = np.bincount(use.option[built], weights=use.gpus[built], minlength=n_options)
+    pools_on = np.bincount(use.option[built], minlength=n_options)
     for g, cap in enumerate(problem.gpu_max_gpus):
-        mine = problem.pool_gpu[pools] == g
-        used = gpus[mine].sum()
-        if (cap is not None and used > cap) or used < problem.gpu_min_gpus[g]:
+        if (cap is not None and used[g] > cap) or used[g] < problem.gpu_min_gpus[g]:
             return False
         high = problem.gpu_max_pools[g]
-        if mine.sum() < problem.gpu_min_pools[g] or (high is not None and mine.sum() > high):
+        if pools_on[g] < problem.gpu_min_pools[g] or (high is not None and pools_on[g] > high):
+            return False
+    for grp in problem.inventory_groups:
+        shared = used[list(grp.options)].sum()
+        if (grp.max_gpus is not None and shared > grp.max_gpus) or shared < grp.min_gpus:
             return False
     checks = ((problem.max_total_gpus, gpus.sum()), (problem.max_cost_per_hr, problem.choice_cost_per_hr[ch].sum()),
               (problem.max_power_w, problem.choice_power_w[ch].sum()),
