@@ -21,7 +21,7 @@ from fleetopt.models.hardware import HardwareSpec
 from fleetopt.models.roofline import computed_profile
 from fleetopt.optimizer.errors import InstanceError
 from fleetopt.optimizer.io.catalog import load_catalog
-from fleetopt.optimizer.io.instance import instance_from_dict
+from fleetopt.optimizer.io.instance import gpu_warnings, instance_from_dict
 from fleetopt.optimizer.plan.candidates import generate_candidates
 from fleetopt.optimizer.plan.explain import pool_configurations
 from fleetopt.optimizer.plan.solve import SolveOptions, solve_instance
@@ -118,6 +118,8 @@ def test_lists_expand_into_named_configurations_and_record_the_skipped():
     assert set(skipped) == {(1, "bf16"), (1, "fp8"), (4, "fp8"), (8, "fp8")}
     assert "no KV cache" in skipped[(1, "bf16")] and "FP8" in skipped[(4, "fp8")]
     assert inst.gpu("a100/tp8/bf16").profile.tp == 8 and inst.inventory("a100/tp4/bf16").name == "a100"
+    said = [w for w in gpu_warnings(inst) if w.startswith("gpus[0] a100: 4 of 6 tp/dtype configurations do not fit")]
+    assert len(said) == 1 and "tp1/bf16 (no KV cache" in said[0] and "tp8/fp8 (dtype 'fp8'" in said[0]
 
 
 def test_an_entry_with_no_fitting_combination_is_one_error_naming_tp():

@@ -443,7 +443,8 @@ def gpu_warnings(instance: Instance) -> list[str]:
     """Caveats about the GPU options, one line each: options that count a replica differently (the seeds'
     calibrated TP=8 units priced as one GPU next to options priced per physical GPU,
     :func:`~fleetopt.models.profiles.replica_unit`), options whose profile names no model (not checked
-    against the others), and, with ``allow_mixed_models``, the models the options serve."""
+    against the others), the tp/dtype configurations of an entry with lists that do not fit (and why), and, with
+    ``allow_mixed_models``, the models the options serve."""
     out = []
     units: dict[str, list[str]] = {}
     for g in instance.gpus:
@@ -467,6 +468,12 @@ def gpu_warnings(instance: Instance) -> list[str]:
         if served_model(g.profile.model_name) is None:
             out.append(f"gpus[{i}] {g.name}: profile {g.profile.name} names no model; fleetopt cannot check that "
                        "it serves the same model as the other options")
+    for inv in entries:
+        skipped = [c for c in inv.configurations if c.option is None]
+        if skipped:
+            out.append(f"gpus[{inv.index}] {inv.name}: {len(skipped)} of {len(inv.configurations)} tp/dtype "
+                       "configurations do not fit and are not candidates: "
+                       + "; ".join(f"tp{c.tp}/{c.dtype} ({c.reason})" for c in skipped))
     models = _models_by_option(instance.gpus)
     if instance.allow_mixed_models and len(models) > 1:
         out.append("gpus: allow_mixed_models: the options serve different models ("

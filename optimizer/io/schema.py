@@ -15,7 +15,6 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
-from pydantic_core import PydanticCustomError
 
 from fleetopt.optimizer.errors import InstanceError, format_problem
 
@@ -191,6 +190,10 @@ GPU_DTYPES = ("fp16", "bf16", "fp8", "int4")
 """Weight dtypes a ``gpus`` entry may give (``dtype``)."""
 
 
+class _GpuChoiceError(ValueError):
+    """A ``gpus`` entry's ``tp``/``dtype`` value or list is not allowed; the message is the whole problem."""
+
+
 def _choice(allowed: tuple, what: str, noun: str):
     """A validator of ``tp``/``dtype``: one allowed value or a non-empty list of distinct ones (candidate
     configurations, :func:`gpu_choices`); a list comes back as a tuple."""
@@ -204,18 +207,17 @@ def _choice(allowed: tuple, what: str, noun: str):
             return None
         if isinstance(value, list):
             if not value:
-                raise PydanticCustomError("gpu_choice", f"the list is empty; give {what} ({spelled}) or a list of them")
+                raise _GpuChoiceError(f"the list is empty; give {what} ({spelled}) or a list of them")
             bad = [v for v in value if not ok(v)]
             if bad:
-                raise PydanticCustomError("gpu_choice", f"{show_value(bad[0])} in the list is not allowed; choose "
-                                                        f"among {spelled}")
+                raise _GpuChoiceError(f"{show_value(bad[0])} in the list is not allowed; choose among {spelled}")
             dup = [v for i, v in enumerate(value) if v in value[:i]]
             if dup:
-                raise PydanticCustomError("gpu_choice", f"{show_value(dup[0])} is listed twice; list each {noun} once")
+                raise _GpuChoiceError(f"{show_value(dup[0])} is listed twice; list each {noun} once")
             return tuple(value)
         if not ok(value):
-            raise PydanticCustomError("gpu_choice", f"{show_value(value)} is not allowed; choose {spelled}, or a "
-                                                    f"list of them to let the planner choose")
+            raise _GpuChoiceError(f"{show_value(value)} is not allowed; choose {spelled}, or a list of them to "
+                                  "let the planner choose")
         return value
 
     return check
@@ -374,8 +376,8 @@ def _pydantic_message(error: dict, allowed: Callable[[Sequence], str] = allowed_
     if kind in ("model_type", "dict_type"):
         keys = allowed(loc)
         return f"expected a mapping{' with keys ' + keys if keys else ''}; got {show_value(given)}"
-    if kind == "gpu_choice":   # a gpus entry's tp/dtype (_choice): the message is whole
-        return error["msg"]
+    if kind == "value_error" and isinstance(ctx.get("error"), _GpuChoiceError):   # a gpus entry's tp/dtype
+        return str(ctx["error"])
     if kind == "list_type":
         return f"expected a list; got {show_value(given)}"
     if kind == "too_short":

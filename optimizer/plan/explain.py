@@ -8,7 +8,8 @@ Each limit of the instance is relaxed on its own and the instance re-solved (an 
 re-loaded with one more ``--set`` override, :mod:`fleetopt.optimizer.io.overrides`):
 
 * ``constraints.max_power_kw`` + 1 kW (when set);
-* ``gpus.NAME.max_count`` + 1 GPU, for every option with a ``max_count``;
+* ``gpus.NAME.max_count`` + 1 GPU, for every ``gpus`` entry with a ``max_count`` (one per entry: its tp/dtype
+  configurations share it);
 * ``constraints.max_cost_per_hr`` x 1.1 (when set);
 * ``slo.ttft_p99_ms`` x 1.1 (a 10 % looser SLO);
 * ``slo.ttft_margin`` to 0 (when set: what the sizing margin costs);
