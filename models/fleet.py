@@ -32,11 +32,12 @@ from fleetopt.models.queueing.erlang import prefill_p99_s, ttft_miss_prob, ttft_
 from fleetopt.models.segments import compressed_band, raw_between, segment_basis, stats_from_raw
 from fleetopt.models.power import ActivityPower
 from fleetopt.models.service import decode_power_curve, tpot_batch_cap, tpot_bound_s
+from fleetopt.models.queueing.disagg import KVTransfer
 from fleetopt.models.queueing.ttft import BatchedModel, SlotModel, TTFTModel, ttft_model
 from fleetopt.models.units import HOURS_PER_YEAR, MS_PER_S, P99_TAIL
 from fleetopt.models.workload import LengthDistribution, RequestTrace
 
-__all__ = ["PoolPlan", "PoolResult", "FleetResult", "ServiceLevel", "evaluate_fleet", "evaluate_traffic",
+__all__ = ["PoolPlan", "DecodeStage", "PHASES", "PoolResult", "FleetResult", "ServiceLevel", "evaluate_fleet", "evaluate_traffic",
            "sizing_target_s", "inflate_for_availability"]
 
 AVAILABILITY_SLACK = 1e-9
@@ -110,6 +111,40 @@ class PoolPlan:
     fit its window, with the fleet's success probability (the rest stay with the pool above)."""
     max_num_seqs: int | None = None
     """Batch cap per replica (None: the profile's slots; with a TPOT SLO, the largest cap meeting it)."""
+    decode: DecodeStage | None = None
+    """Disaggregated prefill/decode: the decode pool of the pair. None: an aggregated pool (every replica both
+    prefills and decodes). When set, ``gpu``, ``profile``, ``replicas`` and ``availability`` describe the
+    prefill pool, ``max_num_seqs`` is ignored (the decode stage carries its own cap) and ``compress_gamma``
+    must be 1."""
+    transfer: KVTransfer | None = None
+    """The KV hand-off of a disaggregated pair (:class:`fleetopt.models.queueing.disagg.KVTransfer`); required
+    with ``decode``."""
+
+    @property
+    def phases(self) -> tuple[str, ...]:
+        """The phases the pool's rows report: ``("both",)``, or ``("prefill", "decode")`` for a pair."""
+        return ("both",) if self.decode is None else PAIR_PHASES
+
+
+PHASES = ("both", "prefill", "decode")
+"""What a pool's replicas do: ``both`` (aggregated: prefill and decode on every replica), ``prefill`` or
+``decode`` (the two pools of a disaggregated pair, which serve the same length segment)."""
+PAIR_PHASES = ("prefill", "decode")
+
+
+@dataclass(frozen=True, kw_only=True)
+class DecodeStage:
+    """The decode pool of a disaggregated prefill/decode pair (:attr:`PoolPlan.decode`).
+
+    ``replicas=None`` sizes it to its minimum count (:class:`fleetopt.models.queueing.disagg.DecodeStation`);
+    ``max_num_seqs=None``: the profile's KV slots at the window, less where the TPOT SLO asks.
+    """
+
+    gpu: str
+    profile: ServingProfile
+    replicas: int | None = None
+    max_num_seqs: int | None = None
+    availability: float = 1.0
 
 
 @dataclass(frozen=True)
@@ -156,6 +191,12 @@ class PoolResult:
     """Time scale over which the pool's occupancy forgets its start (s): :math:`E[S](1 + c_s^2)` for the slot
     models; for the batched model :math:`R (1 + c_I^2) / (1 - x)`, the context feedback slowing the relaxation
     (:mod:`fleetopt.models.queueing.batched`). Simulations warm up and run for multiples of it."""
+    phase: str = "both"
+    """What the pool's replicas do (:data:`PHASES`). A disaggregated pair is two rows over the same segment,
+    ``prefill`` first: the prefill row carries the arrival rate, the TTFT figures (wait + prefill + KV transfer)
+    and the miss probability; the decode row carries the output tokens, the TPOT figures and ``arrival_rate``
+    equal to the prefill row's (each request passes both), and is left out of fleet-wide rate sums
+    (:func:`summarize`)."""
 
 
 @dataclass(frozen=True)
@@ -301,8 +342,9 @@ def summarize(results: list[PoolResult], fleet_p99_s: float = math.nan,
     power_w = sum(r.power_w for r in results)
     out = sum(r.output_tok_per_s for r in results)
     scope = "pool" if level is None else level.scope
-    total = sum(r.arrival_rate for r in results)
-    miss_share = sum(r.arrival_rate * r.slo_miss_prob for r in results) / total if total > 0 else 0.0
+    entry = [r for r in results if r.phase != "decode"]   # each request counted once: at its first pool
+    total = sum(r.arrival_rate for r in entry)
+    miss_share = sum(r.arrival_rate * r.slo_miss_prob for r in entry) / total if total > 0 else 0.0
     if scope == "fleet":
         slo_met = miss_share <= P99_TAIL * (1 + 1e-9) and all(r.utilization < 1.0 for r in results)
     else:
