@@ -1,108 +1,86 @@
-"""``fleetopt export``: vLLM command lines and Kubernetes manifests from a solve's JSON.
+"""``fleetopt export``: vLLM command lines, Kubernetes manifests and router files from a solve's JSON.
 
-The Kubernetes output is checked against a compact JSON Schema of the required parts of an ``apps/v1``
-Deployment, written here from the published Kubernetes API reference (kubernetes.io/docs/reference/kubernetes-api/
-workload-resources/deployment-v1/, .../pod-v1/#Container, and the object-names page for DNS-1123 names and label
-syntax), with a small validator (``jsonschema`` is not a dependency). The vLLM lines are parsed back with shlex.
+The manifests are validated with ``jsonschema`` against the Kubernetes schema shipped in
+``tests/data/k8s_schema.json`` (release-1.36 core/v1 + apps/v1 definitions and the LeaderWorkerSet v1 CRD, strict:
+an unknown field is an error; provenance in the file's ``$comment``). Every vLLM flag written is checked against
+vLLM's own argument parser when the ``vllm`` package is importable, else against the flag list taken from vLLM's
+source (``tests/data/vllm_flags.txt``). Expected values are independent facts: the plan file's own fields, GPU
+feature discovery's product names, vLLM's flag spellings, file hashes computed here.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
-import re
+import os
 import shlex
+import stat
+from importlib.metadata import version
+from pathlib import Path
 
+import jsonschema
 import pytest
 import yaml
 from click.testing import CliRunner
 
 from fleetopt.optimizer.cli import main
 
-DNS1123_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
-DNS1123_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
-LABEL_VALUE = r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$"
-LABELS = {"type": "object", "additionalProperties": {"type": "string", "pattern": LABEL_VALUE, "maxLength": 63}}
-QUANTITY = {"anyOf": [{"type": "integer", "minimum": 0},
-                      {"type": "string", "pattern": r"^[0-9]+(\.[0-9]+)?[a-zA-Z]*$"}]}
-
-DEPLOYMENT_SCHEMA = {
-    "type": "object",
-    "required": ["apiVersion", "kind", "metadata", "spec"],
-    "properties": {
-        "apiVersion": {"const": "apps/v1"},
-        "kind": {"const": "Deployment"},
-        "metadata": {"type": "object", "required": ["name"],
-                     "properties": {"name": {"type": "string", "pattern": DNS1123_SUBDOMAIN, "maxLength": 253},
-                                    "labels": LABELS,
-                                    "annotations": {"type": "object", "additionalProperties": {"type": "string"}}}},
-        "spec": {"type": "object", "required": ["selector", "template"], "properties": {
-            "replicas": {"type": "integer", "minimum": 0},
-            "selector": {"type": "object", "required": ["matchLabels"], "properties": {"matchLabels": LABELS}},
-            "template": {"type": "object", "required": ["metadata", "spec"], "properties": {
-                "metadata": {"type": "object", "required": ["labels"], "properties": {"labels": LABELS}},
-                "spec": {"type": "object", "required": ["containers"], "properties": {
-                    "nodeSelector": {"type": "object", "additionalProperties": {"type": "string"}},
-                    "containers": {"type": "array", "minItems": 1, "items": {
-                        "type": "object", "required": ["name", "image"], "properties": {
-                            "name": {"type": "string", "pattern": DNS1123_LABEL, "maxLength": 63},
-                            "image": {"type": "string", "minLength": 1},
-                            "args": {"type": "array", "items": {"type": "string"}},
-                            "ports": {"type": "array", "items": {"type": "object", "required": ["containerPort"],
-                                                                 "properties": {"containerPort": {
-                                                                     "type": "integer", "minimum": 1,
-                                                                     "maximum": 65535}}}},
-                            "resources": {"type": "object", "required": ["limits"], "properties": {
-                                "limits": {"type": "object", "additionalProperties": QUANTITY}}}}}}}}}}}}},
-}
-
-_TYPES = {"object": dict, "array": list, "string": str, "integer": int, "number": (int, float), "boolean": bool}
+DATA = Path(__file__).parent / "data"
+SCHEMA = json.loads((DATA / "k8s_schema.json").read_text())
+KINDS = {("apps/v1", "Deployment"): "io.k8s.api.apps.v1.Deployment",
+         ("v1", "Service"): "io.k8s.api.core.v1.Service", ("v1", "ConfigMap"): "io.k8s.api.core.v1.ConfigMap",
+         ("leaderworkerset.x-k8s.io/v1", "LeaderWorkerSet"): "io.x-k8s.leaderworkerset.v1.LeaderWorkerSet"}
 
 
-def validate(value, schema, where="$") -> list[str]:
-    """Every violation of ``schema`` (the subset of JSON Schema used above) by ``value``, one line each."""
-    errors = []
-    if "anyOf" in schema:
-        if all(validate(value, s, where) for s in schema["anyOf"]):
-            errors.append(f"{where}: matches none of anyOf")
-        return errors
-    if "const" in schema and value != schema["const"]:
-        return [f"{where}: {value!r} != {schema['const']!r}"]
-    kind = schema.get("type")
-    if kind:
-        ok = isinstance(value, _TYPES[kind]) and not (kind in ("integer", "number") and isinstance(value, bool))
-        if not ok:
-            return [f"{where}: expected {kind}, got {type(value).__name__}"]
-    if isinstance(value, dict):
-        errors += [f"{where}: missing {k}" for k in schema.get("required", ()) if k not in value]
-        for k, v in value.items():
-            sub = schema.get("properties", {}).get(k, schema.get("additionalProperties"))
-            if isinstance(sub, dict):
-                errors += validate(v, sub, f"{where}.{k}")
-    if isinstance(value, list):
-        if len(value) < schema.get("minItems", 0):
-            errors.append(f"{where}: fewer than {schema['minItems']} items")
-        for i, v in enumerate(value):
-            errors += validate(v, schema.get("items", {}), f"{where}[{i}]")
-    if isinstance(value, str):
-        if "pattern" in schema and not re.search(schema["pattern"], value):
-            errors.append(f"{where}: {value!r} does not match {schema['pattern']}")
-        if len(value) > schema.get("maxLength", len(value)) or len(value) < schema.get("minLength", 0):
-            errors.append(f"{where}: length {len(value)} out of range")
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        if value < schema.get("minimum", value) or value > schema.get("maximum", value):
-            errors.append(f"{where}: {value} out of range")
-    return errors
-
-
-def deployment_problems(doc: dict) -> list[str]:
-    """Schema violations plus the API server's cross-field rule: the selector matches the template's labels."""
-    errors = validate(doc, DEPLOYMENT_SCHEMA)
-    if not errors:
+def k8s_problems(doc: dict) -> list[str]:
+    """Schema violations of one manifest, plus the API server's cross-field rule for a Deployment: the selector
+    matches the template's labels."""
+    name = KINDS.get((doc.get("apiVersion"), doc.get("kind")))
+    if name is None:
+        return [f"unknown apiVersion/kind {doc.get('apiVersion')}/{doc.get('kind')}"]
+    validator = jsonschema.Draft7Validator({"$ref": f"#/definitions/{name}", "definitions": SCHEMA["definitions"]})
+    errors = [f"$.{'.'.join(map(str, e.absolute_path))}: {e.message}" for e in validator.iter_errors(doc)]
+    if not errors and doc["kind"] == "Deployment":
         match = doc["spec"]["selector"]["matchLabels"]
         labels = doc["spec"]["template"]["metadata"]["labels"]
         if not match or any(labels.get(k) != v for k, v in match.items()):
             errors.append("$.spec.selector.matchLabels: does not match spec.template.metadata.labels")
     return errors
+
+
+def _vllm_flags() -> dict[str, set[str] | None]:
+    """Flag -> accepted values (None: any), from vLLM's parser when installed, else tests/data/vllm_flags.txt."""
+    try:
+        from vllm.engine.arg_utils import AsyncEngineArgs
+        from vllm.entrypoints.openai.cli_args import make_arg_parser
+        from vllm.utils.argparse_utils import FlexibleArgumentParser
+    except ImportError:
+        flags = {}
+        for line in (DATA / "vllm_flags.txt").read_text().splitlines():
+            if line.strip() and not line.startswith("#"):
+                flag, *values = line.split()
+                flags[flag] = set(values) or None
+        return flags
+    del AsyncEngineArgs
+    parser = make_arg_parser(FlexibleArgumentParser())
+    return {opt: (set(map(str, a.choices)) if a.choices else None) for a in parser._actions
+            for opt in a.option_strings}
+
+
+VLLM_FLAGS = _vllm_flags()
+
+
+def flag_problems(args: list[str]) -> list[str]:
+    """Flags of a vLLM argument list that vLLM does not define, or values it does not accept."""
+    out = []
+    for i, word in enumerate(args):
+        if not word.startswith("--"):
+            continue
+        if word not in VLLM_FLAGS:
+            out.append(f"{word}: not a vLLM flag")
+        elif VLLM_FLAGS[word] and args[i + 1] not in VLLM_FLAGS[word]:
+            out.append(f"{word} {args[i + 1]}: not among {sorted(VLLM_FLAGS[word])}")
+    return out
 
 
 def run(*args):
@@ -118,9 +96,13 @@ def quickstart(tmp_path_factory):
     return path, json.loads(path.read_text())
 
 
-def _pool(lo, hi, gpu, replicas, gpus, seqs, profile, model="Llama-3.1-70B"):
+def _pool(lo, hi, gpu, replicas, gpus, seqs, profile, model="Llama-3.1-70B", **extra):
     return {"min_tokens": lo, "max_tokens": hi, "gpu": gpu, "replicas": replicas, "gpus": gpus, "max_num_seqs": seqs,
-            "profile": profile, "model": model}
+            "profile": profile, "model": model, **extra}
+
+
+def _plan(*pools, instance="gen", **extra):
+    return {"command": "solve", "instance": instance, "status": "optimal", "pools": list(pools), **extra}
 
 
 def _write(tmp_path, data, name="r.json"):
@@ -129,110 +111,248 @@ def _write(tmp_path, data, name="r.json"):
     return path
 
 
-def test_quickstart_k8s_validates_against_the_deployment_schema(quickstart, tmp_path):
+def _docs(text: str) -> list[dict]:
+    return [d for d in yaml.safe_load_all(text) if d is not None]
+
+
+def _serve_args(doc: dict) -> list[str]:
+    """The vLLM arguments of a workload's (leader) container."""
+    spec = doc["spec"]["template"]["spec"] if doc["kind"] == "Deployment" else \
+        doc["spec"]["leaderWorkerTemplate"]["leaderTemplate"]["spec"]
+    container = spec["containers"][0]
+    if container.get("command") == ["sh", "-c"]:
+        words = shlex.split(container["args"][0].split("exec ", 1)[1])    # vllm serve MODEL ARGS...
+        return ["--model", words[2], *words[3:]]
+    return container["args"]
+
+
+def _opts(args: list[str]) -> dict[str, str]:
+    return {a: args[i + 1] for i, a in enumerate(args) if a.startswith("--") and i + 1 < len(args)}
+
+
+def test_quickstart_k8s_validates_and_deploys_as_written(quickstart, tmp_path):
     path, plan = quickstart
     out = tmp_path / "k8s.yaml"
-    res = run("export", path, "--format", "k8s", "-o", out, "--gpu-label", "nvidia.com/gpu.product")
+    res = run("export", path, "--format", "k8s", "-o", out, "--model-cache-pvc", "models", "--hf-token-secret", "hf")
     assert res.exit_code == 0, res.output
-    docs = list(yaml.safe_load_all(out.read_text()))
+    text = out.read_text()
+    assert f"input sha256 {hashlib.sha256(path.read_bytes()).hexdigest()}" in text.splitlines()[1]
+    docs = _docs(text)
+    assert all(k8s_problems(d) == [] for d in docs), [k8s_problems(d) for d in docs]
     deployments = [d for d in docs if d["kind"] == "Deployment"]
     assert len(deployments) == len(plan["pools"]) >= 2
+    gfd = {"A100-SXM-80GB": "NVIDIA-A100-SXM4-80GB", "H100-SXM-80GB": "NVIDIA-H100-80GB-HBM3"}
     for doc, pool in zip(deployments, plan["pools"]):
-        assert deployment_problems(doc) == []
         assert doc["spec"]["replicas"] == pool["replicas"]
-        container = doc["spec"]["template"]["spec"]["containers"][0]
-        assert container["image"].startswith("vllm/vllm-openai")
-        assert container["resources"]["limits"]["nvidia.com/gpu"] == pool["physical_gpus_per_replica"]
-        args = container["args"]
-        assert int(args[args.index("--max-model-len") + 1]) == pool["max_tokens"]
-        assert int(args[args.index("--max-num-seqs") + 1]) == pool["max_num_seqs"]
-        labels = doc["metadata"]["labels"]
-        assert (labels["fleetopt.io/min-tokens"], labels["fleetopt.io/max-tokens"]) == (
-            str(pool["min_tokens"]), str(pool["max_tokens"]))
-        assert doc["spec"]["template"]["spec"]["nodeSelector"] == {"nvidia.com/gpu.product": pool["profile"]}
-    # one Service per pool, named as the Deployment; the router maps the pools' bands to them
+        pod = doc["spec"]["template"]["spec"]
+        container = pod["containers"][0]
+        gpus = str(pool["physical_gpus_per_replica"])
+        assert container["resources"]["limits"] == {"nvidia.com/gpu": gpus} == container["resources"]["requests"]
+        opts = _opts(container["args"])
+        assert opts["--model"] == "meta-llama/Llama-3.1-70B"                   # catalogue hf_id, not a label
+        assert int(opts["--max-model-len"]) == pool["max_tokens"]
+        assert int(opts["--max-num-seqs"]) == pool["max_num_seqs"]
+        assert opts["--tensor-parallel-size"] == gpus
+        dtype = pool["profile"].split("/")[3]                                   # HARDWARE/MODEL/tpN/DTYPE
+        expected = {"fp16": ("float16", None, None), "bf16": ("bfloat16", None, None), "fp8": ("auto", "fp8", "fp8")}
+        assert (opts["--dtype"], opts.get("--quantization"), opts.get("--kv-cache-dtype")) == expected[dtype]
+        assert pod["nodeSelector"] == {"nvidia.com/gpu.product": gfd[pool["profile"].split("/")[0]]}
+        assert {"name": "dshm", "emptyDir": {"medium": "Memory"}} in pod["volumes"]
+        assert {"name": "dshm", "mountPath": "/dev/shm"} in container["volumeMounts"]
+        assert {"name": "model-cache", "persistentVolumeClaim": {"claimName": "models"}} in pod["volumes"]
+        for probe in ("readinessProbe", "livenessProbe", "startupProbe"):
+            assert container[probe]["httpGet"] == {"path": "/health", "port": "http"}
+        assert {"name": "http", "containerPort": 8000} in container["ports"]
+        token = next(e for e in container["env"] if e["name"] == "HF_TOKEN")
+        assert token["valueFrom"] == {"secretKeyRef": {"name": "hf", "key": "token"}}
+        assert flag_problems(container["args"]) == []
     services = {d["metadata"]["name"] for d in docs if d["kind"] == "Service"}
     assert services == {d["metadata"]["name"] for d in deployments}
-    router = yaml.safe_load((tmp_path / "k8s.router.yaml").read_text())["router"]
-    assert [(r["min_tokens"], r["max_tokens"]) for r in router["routes"]] == [
-        (p["min_tokens"], p["max_tokens"]) for p in plan["pools"]]
-    assert all(len(r["backends"]) == 1 and r["backends"][0]["weight"] == 1.0 and r["backends"][0]["service"]
-               in services for r in router["routes"])
-    configmap = next(d for d in docs if d["kind"] == "ConfigMap")
-    assert yaml.safe_load(configmap["data"]["router.yaml"]) == {"router": router}
+    table = (tmp_path / "k8s.routes.tsv").read_text().splitlines()
+    rows = [r.split("\t") for r in table if not r.startswith("#")]
+    assert rows[0][:3] == ["min_tokens", "max_tokens", "service"]
+    assert [(int(r[0]), int(r[1])) for r in rows[1:]] == [(p["min_tokens"], p["max_tokens"]) for p in plan["pools"]]
+    assert all(r[2] in services and float(r[4]) == 1.0 for r in rows[1:])
 
 
-def test_the_schema_check_rejects_broken_deployments(quickstart):
-    """The validator above is not vacuous: each broken field is reported."""
+def test_the_schema_check_rejects_broken_manifests(quickstart):
+    """The validator is not vacuous: each broken field is reported."""
     path, _ = quickstart
     res = run("export", path, "--format", "k8s")
-    doc = next(d for d in yaml.safe_load_all(res.stdout) if d["kind"] == "Deployment")
-    for mutate, phrase in [(lambda d: d["spec"].update(replicas=-1), "spec.replicas"),
-                           (lambda d: d["spec"].update(replicas=1.5), "expected integer"),
-                           (lambda d: d["metadata"].update(name="Pool_1"), "metadata.name"),
+    doc = next(d for d in _docs(res.stdout) if d["kind"] == "Deployment")
+    container = ["spec", "template", "spec", "containers", 0]
+
+    def at(d, keys):
+        for k in keys:
+            d = d[k]
+        return d
+
+    for mutate, phrase in [(lambda d: d["spec"].update(replicas=1.5), "replicas"),
+                           (lambda d: at(d, container)["resources"]["limits"].update({"nvidia.com/gpu": 8}),
+                            "nvidia.com/gpu"),
+                           (lambda d: at(d, container).update(gpus=8), "Additional properties"),
                            (lambda d: d["spec"]["selector"]["matchLabels"].update(x="y"), "does not match"),
-                           (lambda d: d["spec"]["template"]["spec"]["containers"][0].pop("image"), "missing image"),
-                           (lambda d: d.update(apiVersion="v1"), "apiVersion")]:
+                           (lambda d: at(d, container).pop("name"), "'name' is a required property"),
+                           (lambda d: d.update(apiVersion="apps/v2"), "unknown apiVersion")]:
         broken = json.loads(json.dumps(doc))
         mutate(broken)
-        assert any(phrase in e for e in deployment_problems(broken)), phrase
+        assert any(phrase in e for e in k8s_problems(broken)), (phrase, k8s_problems(broken))
 
 
-def test_quickstart_vllm_lines_parse_back_to_the_plan(quickstart):
+def test_quickstart_vllm_lines_use_real_ids_and_vllm_flags(quickstart, tmp_path):
     path, plan = quickstart
-    res = run("export", path, "--format", "vllm", "--model", "meta-llama/Llama-3.1-70B")
+    out = tmp_path / "run.sh"
+    res = run("export", path, "--format", "vllm", "-o", out)
     assert res.exit_code == 0, res.output
-    lines = [ln for ln in res.stdout.splitlines() if ln.startswith("vllm ")]
+    text = out.read_text()
+    lines = [ln for ln in text.splitlines() if ln.startswith("vllm ")]
     assert len(lines) == len(plan["pools"])
-    comments = [ln for ln in res.stdout.splitlines() if ln.startswith("# pool ")]
-    for line, comment, pool in zip(lines, comments, plan["pools"]):
+    assert f"fleetopt {version('fleetopt')} export" in text.splitlines()[1]
+    assert text.splitlines()[2].startswith(f"# input sha256 {hashlib.sha256(path.read_bytes()).hexdigest()};")
+    for line, pool in zip(lines, plan["pools"]):
         words = shlex.split(line)
         assert words[:3] == ["vllm", "serve", "meta-llama/Llama-3.1-70B"]
-        opts = dict(zip(words[3::2], words[4::2]))
+        assert flag_problems(words[3:]) == []
+        opts = _opts(words[3:])
         assert int(opts["--max-model-len"]) == pool["max_tokens"]
         assert int(opts["--max-num-seqs"]) == pool["max_num_seqs"]
         assert int(opts["--tensor-parallel-size"]) == pool["physical_gpus_per_replica"]
-        assert f"{pool['replicas']} replica(s)" in comment
+        # vLLM refuses a token budget below the sequence cap; the computed profiles' chunk is 512 tokens
+        assert int(opts["--max-num-batched-tokens"]) == max(512, pool["max_num_seqs"])
 
 
-def test_computed_pools_take_tp_dtype_and_the_catalogue_id(tmp_path):
-    data = {"command": "solve", "instance": "gen", "status": "optimal", "pools": [
-        _pool(0, 4096, "h100x8", 2, 16, 300, "H100-SXM-80GB/Llama-3.1-70B/tp8/fp16"),
-        _pool(4096, 8192, "b200x8", 3, 24, 100, "B200-SXM/Llama-3.1-70B/tp8/fp8")]}
-    res = run("export", _write(tmp_path, data), "--format", "vllm")
+def test_tp8_fp8_and_multinode_plans_validate(tmp_path):
+    """A TP=8 fp16 pool (one node), an fp8 pool (quantised weights and KV cache) and a TP=16 pool (two nodes: a
+    LeaderWorkerSet of two 8-GPU pods)."""
+    data = _plan(_pool(0, 4096, "h100x8", 2, 16, 300, "H100-SXM-80GB/Llama-3.1-70B/tp8/fp16"),
+                 _pool(4096, 8192, "b200", 3, 24, 100, "B200-SXM/Llama-3.1-70B/tp8/fp8"),
+                 _pool(8192, 131072, "h200", 1, 16, 8, "H200-SXM/Llama-3.1-405B/tp16/fp8", model="Llama-3.1-405B",
+                       physical_gpus_per_replica=16))
+    path = _write(tmp_path, data)
+    res = run("export", path, "--format", "k8s")
+    assert res.exit_code == 0, res.output
+    docs = _docs(res.stdout)
+    assert [k8s_problems(d) for d in docs] == [[] for _ in docs]
+    work = [d for d in docs if d["kind"] in ("Deployment", "LeaderWorkerSet")]
+    assert [d["kind"] for d in work] == ["Deployment", "Deployment", "LeaderWorkerSet"]
+    args = [_serve_args(d) for d in work]
+    assert all(flag_problems(a) == [] for a in args)
+    fp16, fp8, big = (_opts(a) for a in args)
+    assert (fp16["--dtype"], "--quantization" in fp16, "--kv-cache-dtype" in fp16) == ("float16", False, False)
+    assert (fp8["--quantization"], fp8["--kv-cache-dtype"]) == ("fp8", "fp8")
+    assert big["--model"] == "meta-llama/Llama-3.1-405B"
+    assert (big["--tensor-parallel-size"], big["--pipeline-parallel-size"]) == ("8", "2")     # 16 GPUs = 2 nodes
+    lws = work[2]["spec"]["leaderWorkerTemplate"]
+    assert lws["size"] == 2 and work[2]["spec"]["replicas"] == 1
+    for template in (lws["leaderTemplate"], lws["workerTemplate"]):
+        pod = template["spec"]
+        assert pod["containers"][0]["resources"]["limits"] == {"nvidia.com/gpu": "8"}
+        assert pod["nodeSelector"] == {"nvidia.com/gpu.product": "NVIDIA-H200"}
+    assert work[1]["spec"]["template"]["spec"]["nodeSelector"] == {"nvidia.com/gpu.product": "NVIDIA-B200"}
+    service = next(d for d in docs if d["kind"] == "Service" and d["metadata"]["name"] == work[2]["metadata"]["name"])
+    assert service["spec"]["selector"]["leaderworkerset.sigs.k8s.io/worker-index"] == "0"
+
+
+def test_int4_needs_a_quantised_checkpoint(tmp_path):
+    data = _plan(_pool(0, 8192, "h100", 2, 4, 64, "H100-SXM-80GB/Llama-3.1-70B/tp2/int4"))
+    path = _write(tmp_path, data)
+    res = run("export", path, "--format", "vllm")
+    lines = [ln for ln in res.output.splitlines() if ln.strip()]
+    assert res.exit_code == 2 and len(lines) == 1 and "pools[0].profile" in lines[0] and "AWQ" in lines[0]
+    res = run("export", path, "--format", "vllm", "--model", "h100=org/Llama-3.1-70B-AWQ")
+    assert res.exit_code == 0, res.output
+    words = shlex.split(next(ln for ln in res.stdout.splitlines() if ln.startswith("vllm ")))
+    assert words[2] == "org/Llama-3.1-70B-AWQ" and flag_problems(words[3:]) == []
+    opts = _opts(words[3:])
+    assert opts["--tensor-parallel-size"] == "2" and opts["--dtype"] == "float16" and "--quantization" not in opts
+
+
+@pytest.mark.parametrize("fmt", ["vllm", "k8s"])
+def test_a_pool_without_a_model_id_is_refused(tmp_path, fmt):
+    data = _plan(_pool(0, 4096, "a100", 1, 8, 64, "A100-80GB", model="Llama-3-70B-class (TP=8 unit)"))
+    path = _write(tmp_path, data)
+    res = run("export", path, "--format", fmt)
+    lines = [ln for ln in res.output.splitlines() if ln.strip()]
+    assert res.exit_code == 2 and len(lines) == 1, res.output
+    assert lines[0].startswith(f"error: {path}: pools[0].model: ") and "--model a100=ORG/NAME" in lines[0]
+    assert run("export", path, "--format", fmt, "--model", "org/m").exit_code == 0
+
+
+def test_prefill_and_decode_pools_get_kv_transfer_roles(tmp_path):
+    data = _plan(_pool(0, 8192, "h100", 2, 16, 64, "H100-SXM-80GB/Llama-3.1-70B/tp8/fp16", phase="prefill"),
+                 _pool(0, 8192, "h100d", 4, 32, 256, "H100-SXM-80GB/Llama-3.1-70B/tp8/fp16", phase="decode"),
+                 _pool(8192, 32768, "h200", 1, 8, 32, "H200-SXM/Llama-3.1-70B/tp8/fp16", phase="both"))
+    path = _write(tmp_path, data)
+    res = run("export", path, "--format", "vllm", "--kv-connector", "P2pNcclConnector")
     assert res.exit_code == 0, res.output
     lines = [shlex.split(ln) for ln in res.stdout.splitlines() if ln.startswith("vllm ")]
-    assert lines == [
-        ["vllm", "serve", "meta-llama/Llama-3.1-70B", "--max-model-len", "4096", "--max-num-seqs", "300",
-         "--tensor-parallel-size", "8", "--dtype", "float16"],
-        ["vllm", "serve", "meta-llama/Llama-3.1-70B", "--max-model-len", "8192", "--max-num-seqs", "100",
-         "--tensor-parallel-size", "8", "--quantization", "fp8"]]
-    assert "2 replica(s) x 8 H100-SXM-80GB GPU(s)" in res.stdout
-    assert "warning" not in res.output
+    roles = []
+    for words in lines:
+        assert flag_problems(words[3:]) == []
+        config = _opts(words[3:]).get("--kv-transfer-config")
+        roles.append(json.loads(config) if config else None)
+    assert roles == [{"kv_connector": "P2pNcclConnector", "kv_role": "kv_producer"},
+                     {"kv_connector": "P2pNcclConnector", "kv_role": "kv_consumer"}, None]
+    table = tmp_path / "routes.tsv"
+    k8s = run("export", path, "--format", "k8s", "--router-table", table)
+    assert [k8s_problems(d) for d in _docs(k8s.stdout)] == [[] for _ in _docs(k8s.stdout)]
+    rows = [r.split("\t") for r in table.read_text().splitlines() if not r.startswith("#")][1:]
+    assert [(r[0], r[1], r[2], r[5]) for r in rows] == [("0", "8192", "gen-pool1-h100", "prefill"),
+                                                        ("8192", "32768", "gen-pool3-h200", "both")]
+    bad = _write(tmp_path, _plan(_pool(0, 10, "a", 1, 1, 4, "H100-SXM-80GB/Llama-3.1-70B/tp1/fp8", phase="mixed")),
+                 "bad.json")
+    res = run("export", bad, "--format", "vllm")
+    assert res.exit_code == 2 and "pools[0].phase: 'mixed' is not allowed; give one of both, prefill, decode" \
+        in res.output
 
 
-def test_split_plan_router_weights(tmp_path):
-    """Band (2048, 8192] carries 1 + 3 req/s: weights 1/4 and 3/4; band (0, 2048] only pool 1."""
-    data = {"command": "solve", "instance": "split", "status": "optimal",
-            "pools": [_pool(0, 8192, "a", 1, 1, 64, "H100-80GB"), _pool(2048, 65536, "b", 2, 2, 16, "H100-80GB")],
-            "routing": {"boundaries_tokens": [0, 2048, 8192, 65536],
-                        "rate_req_per_s": [[3.0, 0.0], [1.0, 3.0], [0.0, 0.5]]}}
-    out = tmp_path / "router.yaml"
-    res = run("export", _write(tmp_path, data), "--format", "k8s", "--router", out, "--model", "org/m")
+def test_split_plan_router_files(tmp_path):
+    """Band (2048, 8192] carries 1 + 3 req/s: weights 1/4 and 3/4 in the table; the Semantic Router config has a
+    context signal and a decision per band naming the band's pools."""
+    data = _plan(_pool(0, 8192, "a", 1, 1, 64, "H100-SXM-80GB/Llama-3.1-8B/tp1/bf16", model="Llama-3.1-8B"),
+                 _pool(2048, 65536, "b", 2, 2, 16, "H100-SXM-80GB/Llama-3.1-8B/tp1/bf16", model="Llama-3.1-8B"),
+                 instance="split", routing={"boundaries_tokens": [0, 2048, 8192, 65536],
+                                            "rate_req_per_s": [[3.0, 0.0], [1.0, 3.0], [0.0, 0.5]]})
+    table, router = tmp_path / "routes.tsv", tmp_path / "router.yaml"
+    res = run("export", _write(tmp_path, data), "--format", "k8s", "--router", router, "--router-table", table)
     assert res.exit_code == 0, res.output
-    routes = yaml.safe_load(out.read_text())["router"]["routes"]
-    got = [(r["min_tokens"], r["max_tokens"], [(b["service"], b["weight"]) for b in r["backends"]]) for r in routes]
-    assert got == [(0, 2048, [("split-pool1-a", 1.0)]),
-                   (2048, 8192, [("split-pool1-a", 0.25), ("split-pool2-b", 0.75)]),
-                   (8192, 65536, [("split-pool2-b", 1.0)])]
+    rows = [r.split("\t") for r in table.read_text().splitlines() if not r.startswith("#")][1:]
+    assert [(int(r[0]), int(r[1]), r[2], float(r[4])) for r in rows] == [
+        (0, 2048, "split-pool1-a", 1.0), (2048, 8192, "split-pool1-a", 0.25), (2048, 8192, "split-pool2-b", 0.75),
+        (8192, 65536, "split-pool2-b", 1.0)]
+    config = yaml.safe_load(router.read_text())
+    assert [(s["min_tokens"], s["max_tokens"]) for s in config["signals"]["context"]] == [
+        ("0", "2048"), ("2048", "8192"), ("8192", "65536")]
+    assert [[m["model"] for m in d["modelRefs"]] for d in config["decisions"]] == [
+        ["split-pool1-a"], ["split-pool1-a", "split-pool2-b"], ["split-pool2-b"]]
+    assert all(d["rules"]["conditions"] == [{"type": "context", "name": s["name"]}]
+               for d, s in zip(config["decisions"], config["signals"]["context"]))
+    assert {e["name"] for e in config["vllm_endpoints"]} == set(config["model_config"]) == {
+        "split-pool1-a", "split-pool2-b"}
 
 
-def test_output_folder_gets_both_files_and_input_is_protected(quickstart, tmp_path):
+def test_router_stream_is_never_mixed_with_the_script(quickstart):
     path, _ = quickstart
-    res = run("export", path, "--format", "vllm", "-o", tmp_path)
+    res = run("export", path, "--format", "vllm", "--router", "-")
+    lines = [ln for ln in res.output.splitlines() if ln.strip()]
+    assert res.exit_code == 2 and len(lines) == 1 and "stdout" in lines[0], res.output
+    res = run("export", path, "--format", "vllm", "-o", "/dev/null", "--router", "-")
+    assert res.exit_code == 0 and "vllm serve" not in res.stdout and "decisions:" in res.stdout
+
+
+def test_output_folder_files_and_modes(quickstart, tmp_path):
+    path, _ = quickstart
+    old = os.umask(0o022)
+    try:
+        res = run("export", path, "--format", "vllm", "-o", tmp_path)
+    finally:
+        os.umask(old)
     assert res.exit_code == 0, res.output
+    modes = {f: stat.S_IMODE((tmp_path / f).stat().st_mode) for f in ("vllm.sh", "router.yaml", "routes.tsv")}
+    assert modes == {"vllm.sh": 0o755, "router.yaml": 0o644, "routes.tsv": 0o644}
     assert (tmp_path / "vllm.sh").read_text().startswith("#!/bin/sh")
-    assert "routes" in yaml.safe_load((tmp_path / "router.yaml").read_text())["router"]
+    digest = hashlib.sha256(path.read_bytes()).hexdigest()
+    assert all(digest in (tmp_path / f).read_text() for f in modes)
     before = path.read_text()
     res = run("export", path, "--format", "vllm", "-o", path)
     assert res.exit_code == 2 and "refusing to overwrite an input file" in res.output
