@@ -252,18 +252,18 @@ def _resolve_gpu(raw: RawGpu, index: int, catalog: Catalog, problems: Problems) 
     kind = _gpu_kind(raw, prefix, problems)
     if kind == "calibrated":
         profile = _lookup(catalog, "profiles", raw.profile, f"{prefix}.profile", problems)
-        built = None if profile is None else [(None, None, profile, "")]
+        built = None if profile is None else [(0, "", profile, "")]
     elif kind == "file":
         profile = _file_profile(raw, prefix, problems)
         kind = "calibrated"    # a CalibratedProfile like the catalogue's, with measured constants
-        built = None if profile is None else [(None, None, profile, "")]
+        built = None if profile is None else [(0, "", profile, "")]
     elif kind == "computed":
         built = _computed_profiles(raw, catalog, prefix, problems)
     else:
         return None
     if built is None:
         return None
-    expanded = len(built) > 1
+    expanded = len(built) > 1       # (a calibrated or file profile is one configuration; its tp 0 and dtype "" unused)
     configurations = tuple(Configuration(tp, dtype, None if p is None else configuration_name(raw.name, tp, dtype),
                                          reason) for tp, dtype, p, reason in built) if expanded else ()
     before = len(problems.lines)
