@@ -142,7 +142,7 @@ def to_problem(n_segments, pools, lim: Limits, objective: str, n_options: int, e
         pool_i=np.array([p.i for p in pools]), pool_j=np.array([p.j for p in pools]),
         pool_gpu=np.array([p.primary for p in pools]), pool_arrival_rate=np.ones(len(pools)),
         choice_pool=np.array([k for k, p in enumerate(pools) for _ in p.choices]),
-        choice_replicas=np.array([len(ch.use) for ch in choices]),
+        choice_replicas=np.array([len(ch.use) for ch in choices]),     # not read by the solvers
         choice_gpus=np.array([sum(ch.use.values()) for ch in choices]),
         choice_cost_per_hr=np.array([ch.cost_per_hr for ch in choices]),
         choice_power_w=np.array([ch.power_w for ch in choices]),
@@ -166,7 +166,7 @@ def assert_mip_matches(n_segments, pools, lim, objective, n_options, explicit_us
     best = ref[0][0]
     choices = flat_choices(pools)
     got = list(res.best.choices)
-    assert fleet_ok(choices, got, lim)
+    assert tuple(sorted(got)) in {r[3] for r in ref}       # a tiling that meets every limit
     assert fleet_value(choices, got, objective) == pytest.approx(best, rel=1e-6, abs=1e-9)
     assert res.best.objective == pytest.approx(best, rel=1e-6, abs=1e-9)
     tol = 1e-9 * max(1.0, abs(best))
@@ -243,14 +243,14 @@ def random_caps(rng, n_options, pools, objective, free, max_pools, fleet_scope, 
     roll = lambda q: rng.random() < q * p  # noqa: E731
     return Limits(
         max_pools=max_pools,
-        gpu_max_gpus=tuple(int(rng.integers(gpus_on[g] * 3 // 4, gpus_on[g] + 4)) if roll(0.3) else None
+        gpu_max_gpus=tuple(int(rng.integers(gpus_on[g] // 2, gpus_on[g] + 3)) if roll(0.35) else None
                            for g in range(n_options)),
         gpu_min_gpus=tuple(int(rng.integers(1, gpus_on[g] + 3)) if roll(0.1) else 0 for g in range(n_options)),
         gpu_max_pools=tuple(int(rng.choice([0, 1, 1, 2])) if roll(0.2) else None for g in range(n_options)),
         gpu_min_pools=tuple(1 if roll(0.1) else 0 for g in range(n_options)),
-        max_total_gpus=int(round(total * rng.uniform(0.9, 1.4))) if roll(0.25) else None,
+        max_total_gpus=int(round(total * rng.uniform(0.8, 1.3))) if roll(0.25) else None,
         max_cost_per_hr=float(cost * rng.uniform(0.95, 1.5)) if roll(0.3) else None,
-        max_power_w=float(power * rng.uniform(0.9, 1.4)) if roll(0.3) else None,
+        max_power_w=float(power * rng.uniform(0.85, 1.3)) if roll(0.3) else None,
         max_miss_rate=float(miss * rng.uniform(0.9, 1.5)) if fleet_scope else None)
 
 
@@ -261,17 +261,35 @@ def seeds(values, fast: int) -> list:
 
 # ------------------------------------------------------------------ tests
 
+def multi_option_case(seed: int):
+    """A random toy with P/D pairs, caps drawn around its unconstrained optimum, and that optimum's value."""
+    rng, n_seg, n_opt, pools, objective, max_pools, fleet_scope = random_toy(seed, dense=True)
+    free = enumerate_all(n_seg, pools, free_limits(n_opt, max_pools), objective)
+    if not free:    # every one-segment pool exists, so one pool per segment tiles
+        max_pools = n_seg
+        free = enumerate_all(n_seg, pools, free_limits(n_opt, max_pools), objective)
+    lim = random_caps(rng, n_opt, pools, objective, free[0][3], max_pools, fleet_scope)
+    return n_seg, n_opt, pools, objective, lim, free[0][0]
+
+
 @pytest.mark.parametrize("seed", seeds(range(300), fast=20))
 def test_multi_option_pools_mip_equals_enumeration(seed):
     """P/D pairs beside aggregated pools under inventories, minimums, pool counts per option (a pair counts on
     both its options), fleet size, budget, power cap and (sometimes) a fleet-scope SLO."""
-    rng, n_seg, n_opt, pools, objective, max_pools, fleet_scope = random_toy(seed)
-    free = enumerate_all(n_seg, pools, free_limits(n_opt, max_pools), objective)
-    if not free:    # no tiling at all: the MIP must say so
-        assert_mip_matches(n_seg, pools, free_limits(n_opt, max_pools), objective, n_opt)
-        return
-    lim = random_caps(rng, n_opt, pools, objective, free[0][3], max_pools, fleet_scope)
+    n_seg, n_opt, pools, objective, lim, _ = multi_option_case(seed)
     assert_mip_matches(n_seg, pools, lim, objective, n_opt)
+
+
+def test_multi_option_cases_reach_every_outcome():
+    """The default set's multi-option cases (enumeration only) include infeasible ones, ones where the caps
+    make the optimum dearer, and optima with a P/D pair (5, 4 and 7 of the 20 when written)."""
+    outcomes = Counter()
+    for seed in range(20):
+        n_seg, _, pools, objective, lim, free_value = multi_option_case(seed)
+        ref = enumerate_all(n_seg, pools, lim, objective)
+        outcomes["infeasible" if not ref else "dearer" if ref[0][0] > free_value * (1 + 1e-9) else "same value"] += 1
+        outcomes["with a pair"] += bool(ref) and any(len(flat_choices(pools)[c].use) == 2 for c in ref[0][3])
+    assert outcomes["infeasible"] >= 3 and outcomes["dearer"] >= 3 and outcomes["with a pair"] >= 5, outcomes
 
 
 @pytest.mark.parametrize("seed", seeds(range(500, 700), fast=20))
