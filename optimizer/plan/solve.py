@@ -228,6 +228,7 @@ def build_problem(instance: Instance, c: Candidates) -> FleetProblem:
     cons = instance.constraints
     # The MIP's GPU index is the inventory (a gpus entry): the configurations of an entry with tp/dtype lists share
     # its max_count/min_count/max_pools/min_pools; an entry of one configuration is its own option, as before.
+    # Anything else indexed by GPU here (pool_gpu, a choice's GPU use) must go through inventory_of_options() too.
     inventories = instance.gpu_inventories()
     gpu_max = tuple(g.max_count for g in inventories)
     gpu_min = tuple(g.min_count for g in inventories)
