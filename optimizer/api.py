@@ -1,7 +1,7 @@
 """The Python API behind the CLI (usable from a notebook).
 
 >>> from fleetopt import api                                     # doctest: +SKIP
->>> inst = api.load("instances/lmsys_a100.yaml")                  # doctest: +SKIP
+>>> inst = api.load("instances/ref_puzzle1_lmsys_a100.yaml")                  # doctest: +SKIP
 >>> api.evaluate_report(inst, ["0-8192:a100,8192-65536:a100"])    # doctest: +SKIP
 """
 

@@ -29,7 +29,7 @@ from fleetopt.optimizer.io.catalog import instances_dir, load_catalog
 
 __all__ = ["run_benchmarks", "render_bench", "bench_instance", "BENCH_INSTANCES"]
 
-BENCH_INSTANCES = ("lmsys_a100.yaml", "stress_60x8.yaml", "agent_h100.yaml")
+BENCH_INSTANCES = ("ref_puzzle1_lmsys_a100.yaml", "ref_units_stress_60x8.yaml", "ref_puzzle2_agent_h100.yaml")
 """The instance files the benchmarks read (shipped with the package)."""
 
 
@@ -93,7 +93,7 @@ def _cli() -> list[str]:
 
 def bench_evaluate_process(repeats: int = 5) -> dict:
     """``fleetopt evaluate`` from process start to exit on the Puzzle-1 instance."""
-    inst = bench_instance("lmsys_a100.yaml")
+    inst = bench_instance("ref_puzzle1_lmsys_a100.yaml")
     cmd = _cli() + ["evaluate", str(inst), "--fleet", "0-8192:a100,8192-65536:a100", "--json", os.devnull]
 
     def run():
@@ -125,7 +125,7 @@ def bench_startup(repeats: int = 5) -> list[dict]:
 def _stress_data(boundaries=None) -> dict:
     import yaml
 
-    data = yaml.safe_load(bench_instance("stress_60x8.yaml").read_text())
+    data = yaml.safe_load(bench_instance("ref_units_stress_60x8.yaml").read_text())
     data["workload"]["cdf"] = "builtin:agent_heavy"
     if boundaries is not None:
         data["pools"]["boundaries"] = boundaries
@@ -156,7 +156,7 @@ def bench_stress_solve(repeats: int = 5) -> dict:
 
 def bench_solve_process(repeats: int = 5) -> dict:
     """``fleetopt solve`` from process start to exit on the Puzzle-1 instance (MIP path: it has an inventory)."""
-    cmd = _cli() + ["solve", str(bench_instance("lmsys_a100.yaml")), "--json", os.devnull]
+    cmd = _cli() + ["solve", str(bench_instance("ref_puzzle1_lmsys_a100.yaml")), "--json", os.devnull]
 
     def run():
         subprocess.run(cmd, check=True, capture_output=True)
@@ -264,7 +264,7 @@ def bench_verification(repeats: int = 3) -> dict:
     from fleetopt.optimizer.simulation.options import SimOptions
     from fleetopt.optimizer.simulation.verify import verify
 
-    inst = load_instance(bench_instance("agent_h100.yaml"))
+    inst = load_instance(bench_instance("ref_puzzle2_agent_h100.yaml"))
     sim = SimOptions(requests=20_000, precision=0.05, max_requests=400_000)
     results = []
 
@@ -278,14 +278,15 @@ def bench_verification(repeats: int = 3) -> dict:
 
 
 def bench_trim() -> dict:
-    """``solve instances/agent_h100.yaml --verify-top 1 --trim --sim-kv paged`` (Puzzle 2 under vLLM's paged KV
+    """``solve instances/ref_puzzle2_agent_h100.yaml --verify-top 1 --trim --sim-kv paged`` (Puzzle 2 under vLLM's
+    paged KV
     admission; the verification's default simulation settings), one run: target 60 s."""
     from fleetopt.optimizer.io.instance import load_instance
     from fleetopt.optimizer.plan.solve import SolveOptions
     from fleetopt.optimizer.simulation.options import EngineOptions, SimOptions
     from fleetopt.optimizer.simulation.verify import verify
 
-    inst = load_instance(bench_instance("agent_h100.yaml"))
+    inst = load_instance(bench_instance("ref_puzzle2_agent_h100.yaml"))
     sim = SimOptions(requests=100_000, engine=EngineOptions(kv="paged"))     # solve --verify-top's defaults
     t0 = time.perf_counter()
     v = verify(inst, SolveOptions(method="mip"), sim, top=1, trim=True)[1]
@@ -336,12 +337,12 @@ def _bench_frontier(heavy: bool = True) -> list[dict]:
     out = []
     for axis in ("power", "ttft"):
         if axis == "ttft" and not heavy:
-            out.append({"name": "pareto: 20-point cost,ttft frontier (stress_60x8)",
+            out.append({"name": "pareto: 20-point cost,ttft frontier (ref_units_stress_60x8)",
                         "skipped": "full fleetopt bench only (about a minute)"})
             continue
-        b = bench_frontier(str(bench_instance("stress_60x8.yaml")), points=20, axis=axis)
+        b = bench_frontier(str(bench_instance("ref_units_stress_60x8.yaml")), points=20, axis=axis)
         target = 20.0
-        out.append({"name": f"pareto: 20-point cost,{axis} frontier (stress_60x8)", "median_s": b["wall_s"],
+        out.append({"name": f"pareto: 20-point cost,{axis} frontier (ref_units_stress_60x8)", "median_s": b["wall_s"],
                     "repeats": 1, "target_s": target, "meets_target": b["wall_s"] <= target, "points": b["points"],
                     "solves": b["solves"]})
     return out

@@ -72,13 +72,13 @@ def test_set_a_date_that_does_not_exist(repo_root):
 
 
 def test_set_takes_the_bracket_path_that_errors_print(repo_root):
-    """``gpus[0].profile`` addresses the first option (an unknown profile proves the value reached it)."""
-    line = _one_line(["validate", QUICKSTART, "--set", "gpus[0].profile=X"], repo_root)
-    assert line.startswith(f"error: {QUICKSTART}: --set gpus[0].profile: unknown profile 'X'"), line
-    res = CliRunner().invoke(main, ["validate", f"{repo_root}/{QUICKSTART}", "--set", "gpus[1].max_count=7",
+    """``gpus[0].hardware`` addresses the first option (an unknown GPU proves the value reached it)."""
+    line = _one_line(["validate", QUICKSTART, "--set", "gpus[0].hardware=X"], repo_root)
+    assert line.startswith(f"error: {QUICKSTART}: --set gpus[0].hardware: unknown hardware 'X'"), line
+    res = CliRunner().invoke(main, ["validate", f"{repo_root}/{QUICKSTART}", "--set", "gpus[1].max_count=16",
                                     "--json", "-"])
     assert res.exit_code == 0, res.output
-    assert json.loads(res.stdout)["gpus"][1]["max_count"] == 7
+    assert json.loads(res.stdout)["gpus"][1]["max_count"] == 16
 
 
 def test_set_out_of_range_names_the_flag(repo_root):

@@ -28,7 +28,7 @@ def test_bench_instances_resolve_inside_the_package_and_load(repo_root):
         assert (shipped / name).read_bytes() == (repo_root / "instances" / name).read_bytes(), name
     for name in bench.BENCH_INSTANCES:
         assert bench.bench_instance(name).is_file(), name
-    for name in ("lmsys_a100.yaml", "agent_h100.yaml"):
+    for name in ("ref_puzzle1_lmsys_a100.yaml", "ref_puzzle2_agent_h100.yaml"):
         assert load_instance(bench.bench_instance(name)).gpus
     assert instance_from_dict(bench._stress_data()).pools.max_pools == 4
 
@@ -67,7 +67,7 @@ def test_installed_wheel_resolves_and_loads_the_bench_instances(repo_root, tmp_p
             "paths = [bench_instance(n) for n in BENCH_INSTANCES]; "
             "assert all(str(p).startswith(sys.argv[1]) and p.is_file() for p in paths), paths; "
             "assert load_instance(bench_instance('user_catalog.yaml')).gpu('mi300x'); "   # its catalogue file ships too
-            "print(load_instance(bench_instance('lmsys_a100.yaml')).workload.source)")
+            "print(load_instance(bench_instance('ref_puzzle1_lmsys_a100.yaml')).workload.source)")
     res = subprocess.run([sys.executable, "-c", code, str(target)], cwd=tmp_path, capture_output=True, text=True,
                          env={"PYTHONPATH": str(target), "PATH": "/usr/bin:/bin"})
     assert res.returncode == 0, res.stderr[-2000:]

@@ -48,14 +48,15 @@ def test_tpw_errors_are_one_line(args, phrase):
 
 
 def test_validate_json(repo_root, tmp_path):
-    res = run("validate", repo_root / "instances" / "lmsys_mixed.yaml", "--json", "-")
+    res = run("validate", repo_root / "instances" / "ref_puzzle6_lmsys_mixed.yaml", "--json", "-")
     assert res.exit_code == 0
     s = json.loads(res.stdout)
     assert s["valid"] and [g["n_slots_at_max_context"] for g in s["gpus"]] == [8, 16, 16]
     assert s["slo"]["ttft_margin"] == 0.03                 # the batched model's default
-    text = run("validate", repo_root / "instances" / "lmsys_mixed.yaml", "--format", "plain").stdout
+    text = run("validate", repo_root / "instances" / "ref_puzzle6_lmsys_mixed.yaml", "--format", "plain").stdout
     assert "SLO: P99 TTFT 500 ms (batched, scope pool); plans sized to 485 ms (ttft_margin 3 %)" in text
-    mean = run("validate", repo_root / "instances" / "lmsys_mixed.yaml", "--set", "slo.ttft_model=mean-prefill",
+    mean = run("validate", repo_root / "instances" / "ref_puzzle6_lmsys_mixed.yaml", "--set",
+               "slo.ttft_model=mean-prefill",
                "--json", tmp_path / "mean.json")
     slo = json.loads((tmp_path / "mean.json").read_text())["slo"]
     assert (slo["ttft_margin"], slo["ttft_sizing_ms"]) == (0.0, 500.0)   # mean-prefill: no margin, sized to the SLO
@@ -64,7 +65,8 @@ def test_validate_json(repo_root, tmp_path):
 
 @pytest.mark.slow
 def test_evaluate_is_deterministic(repo_root, tmp_path):
-    args = ["evaluate", repo_root / "instances" / "azure_trace_h100.yaml", "--fleet", "0-2048:h100,2048-16384:h100"]
+    args = ["evaluate", repo_root / "tests" / "data" / "azure_trace_h100_units.yaml", "--fleet",
+            "0-2048:h100,2048-16384:h100"]
     a, b = tmp_path / "a.json", tmp_path / "b.json"
     assert run(*args, "--json", a).exit_code == 0 and run(*args, "--json", b).exit_code == 0
     assert a.read_bytes() == b.read_bytes()
@@ -72,7 +74,7 @@ def test_evaluate_is_deterministic(repo_root, tmp_path):
 
 def test_json_never_overwrites_the_instance(repo_root, tmp_path):
     inst = tmp_path / "i.yaml"
-    inst.write_text((repo_root / "instances" / "lmsys_a100.yaml").read_text()
+    inst.write_text((repo_root / "instances" / "ref_puzzle1_lmsys_a100.yaml").read_text()
                     .replace("../data/workloads/lmsys_cdf.json", "builtin:lmsys"))
     before = inst.read_bytes()
     res = run("validate", inst, "--json", inst)

@@ -3,8 +3,10 @@ validates against its pydantic model (:mod:`fleetopt.optimizer.output.contract`)
 models' JSON Schema; ``evaluate`` always lists ``fleets``; pools and fleets carry explicit ``analytic`` and
 ``simulated`` sub-objects next to the deprecated 1.0 keys; ``--json`` never writes over a file the run read.
 
-Each document comes from a real run of the command (CliRunner, in-process) on ``instances/quickstart.yaml``;
-validation is pydantic's (``validate_document``: required keys and strict types; more keys are allowed).
+Each document comes from a real run of the command (CliRunner, in-process) on
+``instances/ref_units_lmsys_a100_h100.yaml`` (the quickstart's traffic on the seeds' calibrated units;
+``tests/test_physical_default.py`` validates the physical quickstart's documents); validation is pydantic's
+(``validate_document``: required keys and strict types; more keys are allowed).
 """
 
 from __future__ import annotations
@@ -21,34 +23,35 @@ from fleetopt.optimizer.errors import EXIT_CODES
 from fleetopt.optimizer.output.contract import COMMANDS, DOCUMENTS, SCHEMA_VERSION, schema_for, validate_document
 from fleetopt.optimizer.output.writes import write_document
 
-QUICK = "instances/quickstart.yaml"
+QUICK = "instances/ref_units_lmsys_a100_h100.yaml"     # the seeds' units: FLEET's figures are tuned to them
+UNITS = "lmsys-a100-h100-units"
 FLEET = "0-4096:a100x2,4096-65536:a100x3"
 MEAS = "data/measurements/h100_llama31_8b"
 SIM = ["--requests", "2000", "--replications", "2"]
 
 RUNS = {  # command kind -> (argv, instance name in the envelope, exit codes a run may end with)
-    "validate": (["validate", QUICK], "quickstart", (0,)),
-    "evaluate": (["evaluate", QUICK, "--fleet", FLEET], "quickstart", (0, 5, 6)),
-    "solve": (["solve", QUICK, "--top", "2"], "quickstart", (0,)),
-    "simulate": (["simulate", QUICK, "--fleet", FLEET, *SIM], "quickstart", (0, 5)),
+    "validate": (["validate", QUICK], UNITS, (0,)),
+    "evaluate": (["evaluate", QUICK, "--fleet", FLEET], UNITS, (0, 5, 6)),
+    "solve": (["solve", QUICK, "--top", "2"], UNITS, (0,)),
+    "simulate": (["simulate", QUICK, "--fleet", FLEET, *SIM], UNITS, (0, 5)),
     "tpw": (["tpw", "--profile", "H100-80GB,A100-80GB", "--contexts", "2048,65536"], None, (0,)),
     "catalog list": (["catalog", "list"], None, (0,)),
-    "simulate --routers": (["simulate", QUICK, "--fleet", FLEET, *SIM, "--routers", "length,random"], "quickstart",
+    "simulate --routers": (["simulate", QUICK, "--fleet", FLEET, *SIM, "--routers", "length,random"], UNITS,
                            (0, 5)),
     "pareto --split-table": (["pareto", QUICK, "--split-table", "--gpu", "a100", "--boundaries", "4096"],
-                             "quickstart", (0,)),
-    "whatif": (["whatif", QUICK, "--sweep", "workload.arrival_rate=50"], "quickstart", (0,)),
+                             UNITS, (0,)),
+    "whatif": (["whatif", QUICK, "--sweep", "workload.arrival_rate=50"], UNITS, (0,)),
     "gridflex": (["gridflex", QUICK, "--fleet", "0-4096:h100x2,4096-65536:h100x3", "--depths", "0,50",
                   "--event-minutes", "0.2", "--replications", "1", "--set", "workload.arrival_rate=20"],
-                 "quickstart", (0,)),
+                 UNITS, (0,)),
     "profile fit": (["profile", "fit", f"{MEAS}_decode.csv", f"{MEAS}_prefill.csv", f"{MEAS}_meta.json"], None,
                     (0,)),
 }
 SLOW_RUNS = {  # 2-5 s each on a shared 2-core machine
-    "tpw --rho-sweep": (["tpw", QUICK, "--fleet", FLEET, "--rho-sweep", "--rho", "0.3,0.6"], "quickstart", (0,)),
+    "tpw --rho-sweep": (["tpw", QUICK, "--fleet", FLEET, "--rho-sweep", "--rho", "0.3,0.6"], UNITS, (0,)),
     # FLEET runs its long pool above the instance's utilisation cap: headroom says so and exits 6 (limits_broken)
-    "headroom": (["headroom", QUICK, "--fleet", FLEET], "quickstart", (6,)),
-    "headroom --range": (["headroom", QUICK, "--range", "90:110"], "quickstart", (0,)),
+    "headroom": (["headroom", QUICK, "--fleet", FLEET], UNITS, (6,)),
+    "headroom --range": (["headroom", QUICK, "--range", "90:110"], UNITS, (0,)),
 }
 
 
@@ -106,8 +109,13 @@ def test_evaluate_always_lists_fleets(repo_root, monkeypatch):
             # the fleet's replicas are the pools' (5 = 2 + 3 for FLEET), analytic and alias agree
             assert f["analytic"]["total_replicas"] == sum(p["replicas"] for p in f["pools"])
             assert f["simulated"] is None and all(p["simulated"] is None for p in f["pools"])
-    # a100 at $2.21/GPU-hr, one GPU per replica (data/catalog: A100-80GB): 5 replicas
-    assert one["fleets"][0]["analytic"]["cost_per_hr"] == pytest.approx(5 * 2.21)
+    # a100 at $2.21 per seed unit (data/catalog: A100-80GB, a TP=8 server priced as one GPU): 5 replicas are 5
+    # units, 40 physical GPUs
+    head = one["fleets"][0]["analytic"]
+    assert head["cost_per_hr"] == pytest.approx(5 * 2.21)
+    assert head["physical_gpus"] == one["fleets"][0]["physical_gpus"] == 40 and head["total_gpus"] == 5
+    assert head["usd_per_million_output_tokens"] == pytest.approx(
+        head["cost_per_hr"] / (3600 * head["output_tok_per_s"]) * 1e6)
 
 
 def test_simulate_separates_analytic_from_simulated(repo_root, monkeypatch):

@@ -94,7 +94,7 @@ def test_validate_warns_once_about_the_ambiguous_name(two, repo_root):
     warnings = api.summarize_instance(two)["warnings"]
     assert sum("'h100 x8'" in w for w in warnings) == 1
     assert fleet_name_ambiguities(api.load(repo_root / "instances" / "llama70b_generations.yaml")) == []
-    assert fleet_name_ambiguities(api.load(repo_root / "instances" / "quickstart.yaml")) == []
+    assert fleet_name_ambiguities(api.load(repo_root / "instances" / "ref_units_lmsys_a100_h100.yaml")) == []
 
 
 def test_validate_cli_prints_the_warning(tmp_path):

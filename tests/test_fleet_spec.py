@@ -15,10 +15,10 @@ from fleetopt.optimizer.plan.solve import SolveOptions, solve_instance
 
 
 @pytest.mark.parametrize("name, overrides", [
-    ("quickstart.yaml", []),
-    ("quickstart.yaml", ["slo.tpot_p99_ms=30"]),     # TPOT caps below the slots must travel in the spec
-    ("lmsys_mixed.yaml", []),
-    ("table3_azure.yaml", []),                      # compress-and-route pools (@gamma)
+    ("ref_units_lmsys_a100_h100.yaml", []),
+    ("ref_units_lmsys_a100_h100.yaml", ["slo.tpot_p99_ms=30"]),     # TPOT caps below the slots must travel in the spec
+    ("ref_puzzle6_lmsys_mixed.yaml", []),
+    ("ref_1w_table3_azure.yaml", []),                      # compress-and-route pools (@gamma)
 ])
 def test_solved_plans_round_trip_through_their_spec(repo_root, name, overrides):
     inst = api.load(repo_root / "instances" / name, overrides)
@@ -37,7 +37,7 @@ def test_solved_plans_round_trip_through_their_spec(repo_root, name, overrides):
 
 
 def test_batch_cap_in_the_spec_is_checked(repo_root):
-    inst = api.load(repo_root / "instances" / "quickstart.yaml")
+    inst = api.load(repo_root / "instances" / "ref_units_lmsys_a100_h100.yaml")
     held = inst.gpu("h100").profile.n_slots(65536)
     assert parse_fleet(f"0-65536:h100#{held}", inst).pools[0][5] == held
     with pytest.raises(InstanceError) as err:
@@ -49,7 +49,7 @@ def test_batch_cap_in_the_spec_is_checked(repo_root):
 
 def test_solve_json_and_text_carry_the_spec(repo_root, tmp_path):
     out = tmp_path / "s.json"
-    path = repo_root / "instances" / "quickstart.yaml"
+    path = repo_root / "instances" / "ref_units_lmsys_a100_h100.yaml"
     r = CliRunner().invoke(main, ["solve", str(path), "--top", "2", "--json", str(out)])
     assert r.exit_code == 0, r.output
     d = json.loads(out.read_text())
@@ -59,7 +59,7 @@ def test_solve_json_and_text_carry_the_spec(repo_root, tmp_path):
 
 
 def test_replica_counts_are_bounded(repo_root):
-    inst = api.load(repo_root / "instances" / "quickstart.yaml")
+    inst = api.load(repo_root / "instances" / "ref_units_lmsys_a100_h100.yaml")
     for n in (100_001, 10 ** 30):
         with pytest.raises(InstanceError, match=r"replicas must lie in \[1, 100,000\]"):
             parse_fleet(f"0-65536:h100x{n}", inst)
@@ -70,7 +70,7 @@ def test_replica_counts_are_bounded(repo_root):
 
 def test_a_spec_with_a_line_break_is_one_line(repo_root):
     """Found by fuzzing: a spec holding a newline was echoed as typed, a two-line error."""
-    inst = api.load(repo_root / "instances" / "quickstart.yaml")
+    inst = api.load(repo_root / "instances" / "ref_units_lmsys_a100_h100.yaml")
     with pytest.raises(InstanceError) as info:
         parse_fleet("0\n0", inst)
     assert all("\n" not in line for line in info.value.problems)

@@ -31,7 +31,7 @@ def pools_run(repo_root, tmp_path_factory):
     """``pareto quickstart --axes cost,pools`` with ``--json`` and ``--plot`` (SVG): 3 points."""
     tmp = tmp_path_factory.mktemp("frontier_plot")
     out = tmp / "f.svg"
-    res = CliRunner().invoke(main, ["pareto", str(repo_root / "instances" / "quickstart.yaml"), "--axes",
+    res = CliRunner().invoke(main, ["pareto", str(repo_root / "instances" / "ref_units_lmsys_a100_h100.yaml"), "--axes",
                                     "cost,pools", "--json", "-", "--plot", str(out), "--quiet"])
     assert res.exit_code == 0, res.output
     return json.loads(res.stdout), out
@@ -63,7 +63,7 @@ def test_command_writes_an_svg_with_labelled_axes(pools_run):
 
 def test_power_frontier_png_and_units(repo_root, tmp_path):
     out = tmp_path / "power.png"
-    res = CliRunner().invoke(main, ["pareto", str(repo_root / "instances" / "quickstart.yaml"), "--axes",
+    res = CliRunner().invoke(main, ["pareto", str(repo_root / "instances" / "ref_units_lmsys_a100_h100.yaml"), "--axes",
                                     "cost,power", "--points", "3", "--json", str(tmp_path / "p.json"), "--plot",
                                     str(out), "--quiet"])
     assert res.exit_code == 0, res.output
@@ -76,7 +76,7 @@ def test_power_frontier_png_and_units(repo_root, tmp_path):
 
 
 def test_bad_plot_target_is_refused_before_any_solve(repo_root, tmp_path):
-    res = CliRunner().invoke(main, ["pareto", str(repo_root / "instances" / "quickstart.yaml"), "--axes",
+    res = CliRunner().invoke(main, ["pareto", str(repo_root / "instances" / "ref_units_lmsys_a100_h100.yaml"), "--axes",
                                     "cost,pools", "--plot", str(tmp_path / "f.pdf")])
     assert res.exit_code == 2
     lines = res.stderr.strip().splitlines()

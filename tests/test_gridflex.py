@@ -29,12 +29,13 @@ from fleetopt.optimizer.workflows.headroom import at_rate, fixed_pools
 from fleetopt.optimizer.workflows.rho_sweep import rho_sweep
 
 H100_AZURE = ["gpus=[{name: h100, profile: H100-80GB}]", "pools.max_pools=1"]
-"""Azure conversations (8,192-token window) on H100 units (``instances/azure_mixed.yaml`` narrowed to H100)."""
+"""Azure conversations (8,192-token window) on H100 units (``instances/ref_puzzle3_azure_mixed.yaml`` narrowed to
+H100)."""
 
 
 @pytest.fixture(scope="module")
 def azure(repo_root):
-    return repo_root / "instances" / "azure_mixed.yaml"
+    return repo_root / "instances" / "ref_puzzle3_azure_mixed.yaml"
 
 
 def _scan(curve, power_w: float, n_max: int) -> int:

@@ -30,14 +30,15 @@ def run(*args):
     ("slo.tpot_p99_ms=0.001", "above the 0.001 ms TPOT SLO"),
 ])
 def test_no_surviving_candidate_is_infeasible(repo_root, method, override, reason):
-    res, r = run("solve", repo_root / "instances" / "quickstart.yaml", "--method", method, "--set", override)
+    res, r = run("solve", repo_root / "instances" / "ref_units_lmsys_a100_h100.yaml", "--method", method, "--set",
+                 override)
     assert res.exit_code == 3
     assert r["status"] == "infeasible" and r["pools"] is None
     assert "no configuration serves" in r["explanation"] and reason in r["explanation"]
 
 
 def test_split_routing_without_a_candidate_is_infeasible(repo_root):
-    res, r = run("solve", repo_root / "instances" / "agent_split.yaml", "--set", "slo.ttft_p99_ms=1")
+    res, r = run("solve", repo_root / "instances" / "ref_units_agent_split.yaml", "--set", "slo.ttft_p99_ms=1")
     assert res.exit_code == 3
     assert r["status"] == "infeasible" and "prefill alone on an idle replica" in r["explanation"]
 
@@ -53,7 +54,8 @@ def test_split_routing_without_a_candidate_is_infeasible(repo_root):
     ("gpus.0.cost_per_hr=1.0e+300", "gpus[0].cost_per_hr", "up to 1,000,000 $/hr per GPU"),
 ])
 def test_implausible_inputs_are_refused(repo_root, override, field, allowed):
-    res = CliRunner().invoke(main, ["solve", str(repo_root / "instances" / "quickstart.yaml"), "--set", override])
+    res = CliRunner().invoke(main, ["solve", str(repo_root / "instances" / "ref_units_lmsys_a100_h100.yaml"), "--set",
+                                    override])
     assert res.exit_code == 2
     (line,) = [x for x in res.output.splitlines() if x.startswith("error:")]
     assert field.split(".")[-1] in line and allowed in line and "out of range" in line
@@ -64,12 +66,12 @@ def test_implausible_inputs_are_refused(repo_root, override, field, allowed):
 def test_the_range_ends_are_accepted(repo_root, override):
     from fleetopt.optimizer import api
 
-    api.load(repo_root / "instances" / "quickstart.yaml", [override])
+    api.load(repo_root / "instances" / "ref_units_lmsys_a100_h100.yaml", [override])
 
 
 def test_the_price_ceiling_solves_to_optimality(repo_root):
     """Both options at the ceiling: the cheapest fleet is the one with the fewest priced GPUs, found and proven."""
-    args = ["solve", repo_root / "instances" / "quickstart.yaml", "--method", "mip",
+    args = ["solve", repo_root / "instances" / "ref_units_lmsys_a100_h100.yaml", "--method", "mip",
             "--set", "gpus.0.cost_per_hr=1000000", "--set", "gpus.1.cost_per_hr=1000000"]
     res, r = run(*args)
     assert res.exit_code == 0 and r["status"] == "optimal"
@@ -85,9 +87,10 @@ OVERLOADED = "0-3072:h100x1,3072-65536:h100x1"
 
 
 def evaluate(repo_root, fleet, *extra):
-    res = CliRunner().invoke(main, ["evaluate", str(repo_root / "instances" / "quickstart.yaml"), "--fleet", fleet,
+    res = CliRunner().invoke(main, ["evaluate", str(repo_root / "instances" / "ref_units_lmsys_a100_h100.yaml"),
+                                    "--fleet", fleet,
                                     "--format", "plain", *extra])
-    _, data = run("evaluate", repo_root / "instances" / "quickstart.yaml", "--fleet", fleet, *extra)
+    _, data = run("evaluate", repo_root / "instances" / "ref_units_lmsys_a100_h100.yaml", "--fleet", fleet, *extra)
     assert res.exit_code == (0 if data["feasible"] else 5)  # 5: the fleet misses its SLO or breaks a limit
     (claim,) = [x for x in res.output.splitlines() if x.startswith(f"fleet {fleet}:")]
     return claim, res.output, data
@@ -120,7 +123,7 @@ def test_an_overloaded_pool_shows_its_load_not_inf(repo_root):
 
 @pytest.mark.parametrize("objective", ["power", "tok_per_watt"])
 def test_a_power_solve_claims_its_saving_on_power(repo_root, objective):
-    args = ["solve", str(repo_root / "instances" / "quickstart.yaml"), "--objective", objective]
+    args = ["solve", str(repo_root / "instances" / "ref_units_lmsys_a100_h100.yaml"), "--objective", objective]
     text = CliRunner().invoke(main, args).output
     _, r = run(*args)
     share = 1 - r["power_kw"] / r["baseline"]["power_kw"]

@@ -34,7 +34,8 @@ def _browser() -> str | None:
 @pytest.fixture(scope="module")
 def solve_json(repo_root, tmp_path_factory) -> Path:
     path = tmp_path_factory.mktemp("report") / "q.json"
-    res = CliRunner().invoke(main, ["solve", str(repo_root / "instances" / "quickstart.yaml"), "--json", str(path)])
+    res = CliRunner().invoke(main, ["solve", str(repo_root / "instances" / "ref_units_lmsys_a100_h100.yaml"), "--json",
+                                    str(path)])
     assert res.exit_code == 0, res.output
     return path
 

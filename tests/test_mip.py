@@ -165,8 +165,9 @@ def test_fleet_scope_lets_a_few_long_prompts_be_slow(repo_root):
     from fleetopt.optimizer import api
 
     overrides = ["slo.ttft_model=tail"]
-    pool = solve_instance(api.load(repo_root / "instances" / "lmsys_mixed.yaml", overrides))
-    fleet = solve_instance(api.load(repo_root / "instances" / "lmsys_mixed.yaml", overrides + ["slo.scope=fleet"]))
+    pool = solve_instance(api.load(repo_root / "instances" / "ref_puzzle6_lmsys_mixed.yaml", overrides))
+    fleet = solve_instance(api.load(repo_root / "instances" / "ref_puzzle6_lmsys_mixed.yaml",
+                                    overrides + ["slo.scope=fleet"]))
     assert fleet.best.objective < pool.best.objective
     f = fleet.best.fleet
     slow = [p for p in f.pools if p.slo_miss_prob > 0.01]
@@ -279,7 +280,8 @@ def test_tighter_caps_never_cost_less(field, values):
 def test_more_pools_never_cost_more(repo_root):
     from fleetopt.optimizer import api
 
-    costs = [solve_instance(api.load(repo_root / "instances" / "lmsys_mixed.yaml", [f"pools.max_pools={k}"]))
+    costs = [solve_instance(api.load(repo_root / "instances" / "ref_puzzle6_lmsys_mixed.yaml",
+                                     [f"pools.max_pools={k}"]))
              .best.objective for k in (1, 2, 3, 4)]
     assert costs == sorted(costs, reverse=True)
 
@@ -345,7 +347,7 @@ def test_verification_cuts_raise_or_forbid_pools(repo_root):
     """Cuts from a failed simulation: a raised least count is re-priced exactly; a forbidden pool disappears."""
     from fleetopt.optimizer import api
 
-    inst = api.load(repo_root / "instances" / "agent_h100.yaml")
+    inst = api.load(repo_root / "instances" / "ref_puzzle2_agent_h100.yaml")
     free = solve_instance(inst).best.fleet
     long_ = free.pools[-1]
     key = (long_.min_tokens, long_.max_tokens, long_.gpu)

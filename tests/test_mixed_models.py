@@ -25,7 +25,7 @@ def run(*args):
     return CliRunner().invoke(main, [str(a) for a in args])
 
 
-def _without_opt_in(repo_root, tmp_path, name="lmsys_mixed.yaml"):
+def _without_opt_in(repo_root, tmp_path, name="ref_puzzle6_lmsys_mixed.yaml"):
     data = yaml.safe_load((repo_root / "instances" / name).read_text())
     assert data.pop("allow_mixed_models") is True
     data["workload"]["cdf"] = str(repo_root / "data" / "workloads" / "lmsys_cdf.json")
@@ -35,7 +35,7 @@ def _without_opt_in(repo_root, tmp_path, name="lmsys_mixed.yaml"):
 
 
 def test_mixed_models_without_opt_in_are_rejected(repo_root, tmp_path):
-    """``lmsys_mixed`` as it was (a 7B-class A10G next to 70B-class units) printed "saves 53.3 %"."""
+    """``ref_puzzle6_lmsys_mixed`` as it was (a 7B-class A10G next to 70B-class units) printed "saves 53.3 %"."""
     path = _without_opt_in(repo_root, tmp_path)
     for command in (["validate", path], ["solve", path], ["evaluate", path, "--fleet", "0-65536:a10g"]):
         res = run(*command)
@@ -47,7 +47,7 @@ def test_mixed_models_without_opt_in_are_rejected(repo_root, tmp_path):
 
 
 def test_opt_in_loads_and_is_said(repo_root):
-    inst = api.load(repo_root / "instances" / "lmsys_mixed.yaml")
+    inst = api.load(repo_root / "instances" / "ref_puzzle6_lmsys_mixed.yaml")
     assert inst.allow_mixed_models
     warnings = api.summarize_instance(inst)["warnings"]
     assert any("allow_mixed_models" in w and "7B-class model: a10g" in w for w in warnings)
@@ -89,7 +89,7 @@ def test_a_profile_without_a_model_is_not_blocked_but_named(repo_root, tmp_path)
 
 
 def test_reports_say_which_model_each_pool_serves(repo_root):
-    path = repo_root / "instances" / "lmsys_mixed.yaml"
+    path = repo_root / "instances" / "ref_puzzle6_lmsys_mixed.yaml"
     doc = json.loads(run("solve", path, "--json", "-").stdout)
     models = {p["gpu"]: p["model"] for p in doc["pools"]}
     assert models["a10g"].startswith("7B-class") and all(

@@ -94,9 +94,10 @@ def test_the_reader_checks_the_instance_when_asked(tmp_path):
 
 def test_export_and_simulate_refuse_a_file_without_solutions_alike(repo_root, tmp_path):
     """Before, simulate --plan read a missing solutions list as 0 solutions while export refused it."""
-    path = _file(tmp_path, {"command": "solve", "instance": "quickstart", "overrides": [], "pools": [_POOL]})
+    path = _file(tmp_path, {"command": "solve", "instance": "lmsys-a100-h100-units", "overrides": [], "pools": [_POOL]})
     runs = [CliRunner().invoke(main, ["export", path, "--format", "vllm", "--plan", "1"]),
-            CliRunner().invoke(main, ["simulate", str(repo_root / "instances" / "quickstart.yaml"), "--plan", path,
+            CliRunner().invoke(main, ["simulate", str(repo_root / "instances" / "ref_units_lmsys_a100_h100.yaml"),
+                                      "--plan", path,
                                       "--rank", "1"])]
     for res in runs:
         assert res.exit_code == 2, res.output

@@ -14,7 +14,7 @@ from click.testing import CliRunner
 from fleetopt.optimizer.cli import main
 from fleetopt.optimizer.io.instance import load_instance
 
-QUICKSTART = Path(__file__).resolve().parents[1] / "instances" / "quickstart.yaml"
+QUICKSTART = Path(__file__).resolve().parents[1] / "instances" / "ref_units_lmsys_a100_h100.yaml"
 
 
 def _invoke(*args):
@@ -24,7 +24,7 @@ def _invoke(*args):
 @pytest.fixture(scope="module")
 def split_solve(repo_root, tmp_path_factory):
     out = tmp_path_factory.mktemp("plan") / "solve.json"
-    r = _invoke("solve", repo_root / "instances" / "agent_split.yaml", "--top", 2, "--json", out)
+    r = _invoke("solve", repo_root / "instances" / "ref_units_agent_split.yaml", "--top", 2, "--json", out)
     assert r.exit_code == 0, r.output
     return out, json.loads(out.read_text())
 
@@ -33,7 +33,7 @@ def test_split_plan_replays_its_routing(repo_root, split_solve, tmp_path):
     path, solved = split_solve
     assert solved["routing"] is not None and solved["fleet"] is None      # overlapping pools: no --fleet spec
     out = tmp_path / "sim.json"
-    r = _invoke("simulate", repo_root / "instances" / "agent_split.yaml", "--plan", path, "--requests", 4000,
+    r = _invoke("simulate", repo_root / "instances" / "ref_units_agent_split.yaml", "--plan", path, "--requests", 4000,
                 "--json", out)
     assert r.exit_code == 0, r.output
     sim = json.loads(out.read_text())
@@ -50,7 +50,7 @@ def test_split_plan_replays_its_routing(repo_root, split_solve, tmp_path):
 def test_rank_picks_a_solution(repo_root, split_solve, tmp_path):
     path, solved = split_solve
     out = tmp_path / "sim.json"
-    r = _invoke("simulate", repo_root / "instances" / "agent_split.yaml", "--plan", path, "--rank", 2,
+    r = _invoke("simulate", repo_root / "instances" / "ref_units_agent_split.yaml", "--plan", path, "--rank", 2,
                 "--requests", 1000, "--json", out)
     assert r.exit_code == 0, r.output
     sim = json.loads(out.read_text())
@@ -58,7 +58,7 @@ def test_rank_picks_a_solution(repo_root, split_solve, tmp_path):
 
 
 def test_length_plan_file_equals_its_fleet_spec(repo_root, tmp_path):
-    inst = repo_root / "instances" / "quickstart.yaml"
+    inst = repo_root / "instances" / "ref_units_lmsys_a100_h100.yaml"
     solve = tmp_path / "solve.json"
     assert _invoke("solve", inst, "--json", solve).exit_code == 0
     spec = json.loads(solve.read_text())["fleet"]
@@ -76,7 +76,8 @@ def test_length_plan_file_equals_its_fleet_spec(repo_root, tmp_path):
 @pytest.mark.parametrize("setup, args, phrase", [
     (lambda p: p.write_text("{not json"), ["--plan", "{f}"], "not JSON (line 1"),
     (lambda p: p.write_text('{"command": "evaluate"}'), ["--plan", "{f}"], "command: not the JSON output"),
-    (None, ["--plan", "{solve}"], "instance: the plan was solved for instance 'agent-split', not 'quickstart'"),
+    (None, ["--plan", "{solve}"],
+     "instance: the plan was solved for instance 'agent-split', not 'lmsys-a100-h100-units'"),
     (None, ["--plan", "{solve}", "--fleet", "0-65536:h100"], "give exactly one of them"),
     (None, ["--fleet", "0-65536:h100", "--rank", "2"], "--rank: picks a solution of --plan FILE"),
     (lambda p: p.write_text("{}"), ["--plan", "{missing}"], "no such file"),
@@ -86,14 +87,15 @@ def test_plan_file_errors_are_one_line(repo_root, split_solve, tmp_path, setup, 
     if setup:
         setup(f)
     subst = {"{f}": str(f), "{solve}": str(split_solve[0]), "{missing}": str(tmp_path / "none.json")}
-    r = _invoke("simulate", repo_root / "instances" / "quickstart.yaml", *[subst.get(a, a) for a in args])
+    r = _invoke("simulate", repo_root / "instances" / "ref_units_lmsys_a100_h100.yaml", *[subst.get(a,
+                                                                                                    a) for a in args])
     assert r.exit_code == 2 and "Traceback" not in r.output
     lines = r.output.strip().splitlines()
     assert len(lines) == 1 and phrase in lines[0], r.output
 
 
 def test_split_plan_refuses_another_router_and_a_bad_rank(repo_root, split_solve):
-    inst = repo_root / "instances" / "agent_split.yaml"
+    inst = repo_root / "instances" / "ref_units_agent_split.yaml"
     r = _invoke("simulate", inst, "--plan", split_solve[0], "--router", "length", "--requests", 1000)
     assert r.exit_code == 2 and "runs with its own routing" in r.output
     r = _invoke("simulate", inst, "--plan", split_solve[0], "--rank", 9, "--requests", 1000)
@@ -113,7 +115,8 @@ def _printed_simulate(output: str) -> list[str]:
 def busy_solve(repo_root, tmp_path_factory):
     """quickstart solved at three times its file's 100 req/s."""
     out = tmp_path_factory.mktemp("busy") / "solve.json"
-    r = _invoke("solve", repo_root / "instances" / "quickstart.yaml", "--set", "workload.arrival_rate=300",
+    r = _invoke("solve", repo_root / "instances" / "ref_units_lmsys_a100_h100.yaml", "--set",
+                "workload.arrival_rate=300",
                 "--json", out)
     assert r.exit_code == 0, r.output
     return out, json.loads(out.read_text()), r.output
@@ -136,10 +139,10 @@ def test_printed_simulate_command_keeps_the_overrides(busy_solve, tmp_path):
 
 
 def test_printed_split_command_keeps_the_overrides(repo_root):
-    r = _invoke("solve", repo_root / "instances" / "agent_split.yaml", "--set", "slo.ttft_p99_ms=1500")
+    r = _invoke("solve", repo_root / "instances" / "ref_units_agent_split.yaml", "--set", "slo.ttft_p99_ms=1500")
     assert r.exit_code == 0, r.output
     args = _printed_simulate(r.output)
-    assert args[:4] == ["simulate", str(repo_root / "instances" / "agent_split.yaml"), "--set",
+    assert args[:4] == ["simulate", str(repo_root / "instances" / "ref_units_agent_split.yaml"), "--set",
                         "slo.ttft_p99_ms=1500"] and args[-2:] == ["--plan", "FILE"]
 
 
@@ -149,7 +152,7 @@ def test_solve_json_records_the_overrides(busy_solve, split_solve):
 
 
 def test_plan_file_needs_the_overrides_it_was_solved_with(repo_root, busy_solve, tmp_path):
-    inst = repo_root / "instances" / "quickstart.yaml"
+    inst = repo_root / "instances" / "ref_units_lmsys_a100_h100.yaml"
     path, solved, _ = busy_solve
     r = _invoke("simulate", inst, "--plan", path, "--requests", 1000)
     lines = r.output.strip().splitlines()
@@ -173,7 +176,8 @@ def test_plan_file_needs_the_overrides_it_was_solved_with(repo_root, busy_solve,
 @pytest.fixture(scope="module")
 def quick_solve(repo_root, tmp_path_factory):
     out = tmp_path_factory.mktemp("quick") / "solve.json"
-    assert _invoke("solve", repo_root / "instances" / "quickstart.yaml", "--top", 2, "--json", out).exit_code == 0
+    assert _invoke("solve", repo_root / "instances" / "ref_units_lmsys_a100_h100.yaml", "--top", 2, "--json",
+                   out).exit_code == 0
     return json.loads(out.read_text())
 
 
@@ -214,7 +218,8 @@ def test_bad_plan_files_are_one_line_naming_file_and_field(repo_root, quick_solv
     held = change(data)
     f = tmp_path / "plan.json"
     f.write_text(json.dumps(data))
-    r = _invoke("simulate", repo_root / "instances" / "quickstart.yaml", "--plan", f, *args, "--requests", 500)
+    r = _invoke("simulate", repo_root / "instances" / "ref_units_lmsys_a100_h100.yaml", "--plan", f, *args,
+                "--requests", 500)
     lines = r.output.strip().splitlines()
     assert r.exit_code == 2 and "Traceback" not in r.output and len(lines) == 1, r.output
     assert lines[0].startswith(f"error: {f}: ") and f": {field}" in lines[0], lines[0]
@@ -223,7 +228,7 @@ def test_bad_plan_files_are_one_line_naming_file_and_field(repo_root, quick_solv
 
 def test_integral_numbers_are_whole_numbers(repo_root, quick_solve, tmp_path):
     """2.0 replicas is 2 replicas: the same simulation as the file as written."""
-    inst = repo_root / "instances" / "quickstart.yaml"
+    inst = repo_root / "instances" / "ref_units_lmsys_a100_h100.yaml"
     runs = []
     for change in (lambda d: None, lambda d: [p.update(replicas=float(p["replicas"])) for p in d["pools"]]):
         data = json.loads(json.dumps(quick_solve))
@@ -242,11 +247,11 @@ def test_bad_split_routing_names_the_file(repo_root, split_solve, tmp_path):
     data["routing"]["rate_req_per_s"] = [[v / 2 for v in row] for row in data["routing"]["rate_req_per_s"]]
     f = tmp_path / "plan.json"
     f.write_text(json.dumps(data))
-    r = _invoke("simulate", repo_root / "instances" / "agent_split.yaml", "--plan", f, "--requests", 1000)
+    r = _invoke("simulate", repo_root / "instances" / "ref_units_agent_split.yaml", "--plan", f, "--requests", 1000)
     lines = r.output.strip().splitlines()
     assert r.exit_code == 2 and len(lines) == 1 and "Traceback" not in r.output, r.output
     assert lines[0].startswith(f"error: {f}: routing: segment ") and "but the workload sends" in lines[0]
     data["routing"]["boundaries_tokens"][1] += 0.5
     f.write_text(json.dumps(data))
-    r = _invoke("simulate", repo_root / "instances" / "agent_split.yaml", "--plan", f, "--requests", 1000)
+    r = _invoke("simulate", repo_root / "instances" / "ref_units_agent_split.yaml", "--plan", f, "--requests", 1000)
     assert r.exit_code == 2 and f"{f}: routing.boundaries_tokens[1]: the number" in r.output, r.output

@@ -3,7 +3,7 @@
 The procedure of the README ("The seeds, analytic and re-checked in simulation"): plain `solve` on every bundled
 instance, then `simulate --plan` of its plan with another seed (7) and three times the default requests
 (150,000), judged on the upper end of each pool's 95 % interval. One instance is named in the README as the
-exception, for a statistical reason: `lmsys_a100`'s long pool (eight A100 units), whose P99 rests on rare
+exception, for a statistical reason: `ref_puzzle1_lmsys_a100`'s long pool (eight A100 units), whose P99 rests on rare
 sequences of tens of thousands of tokens, reads 409 ms [258, 650] in such a run (424 ms [420, 430] over 2 million
 requests of that pool alone), so its interval straddles the 500 ms SLO and the verdict is not `met`.
 """
@@ -17,7 +17,7 @@ from click.testing import CliRunner
 
 from fleetopt.optimizer.cli import main
 
-EXCEPTION = "lmsys_a100"
+EXCEPTION = "ref_puzzle1_lmsys_a100"
 
 
 @pytest.mark.slow

@@ -183,14 +183,15 @@ def _one_error_line(res) -> str:
                                      ["whatif", "--sweep", "workload.arrival_rate=50"],
                                      ["gridflex", "--fleet", "0-65536:a100"]])
 def test_plot_flag_refuses_a_bad_target_before_any_work(repo_root, tmp_path, command):
-    inst = repo_root / "instances" / "lmsys_a100.yaml"
+    inst = repo_root / "instances" / "ref_puzzle1_lmsys_a100.yaml"
     res = CliRunner().invoke(main, [command[0], str(inst), *command[1:], "--plot", str(tmp_path / "x.pdf")])
     assert "--plot" in _one_error_line(res)
 
 
 def test_gridflex_plot_flag_writes_the_figure(repo_root, tmp_path):
     out = tmp_path / "g.svg"
-    res = CliRunner().invoke(main, ["gridflex", str(repo_root / "instances" / "azure_mixed.yaml"), "--fleet",
+    res = CliRunner().invoke(main, ["gridflex", str(repo_root / "instances" / "ref_puzzle3_azure_mixed.yaml"),
+                                    "--fleet",
                                     "0-8192:h100x4", "--depths", "0,50", "--event-minutes", "0.2", "--replications",
                                     "1", "--set", "gpus=[{name: h100, profile: H100-80GB}]", "--set",
                                     "pools.max_pools=1", "--set", "workload.arrival_rate=20", "--json", "-",

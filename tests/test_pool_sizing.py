@@ -167,7 +167,7 @@ def test_cli_exits_3_with_the_reason_when_simulation_rules_out_every_pool(tmp_pa
 
 
 def test_a_pool_with_few_requests_is_flagged_never_ok(repo_root):
-    inst = api.load(repo_root / "instances" / "lmsys_a100.yaml")
+    inst = api.load(repo_root / "instances" / "ref_puzzle1_lmsys_a100.yaml")
     pools = plans_from_spec(inst, "0-8192:a100x6,8192-65536:a100x3")
     # spillover (a bound no queue reaches: length routing) gives a thin pool no dedicated run of its own requests
     # (simulate.py, "Thin pools"), so the top pool's verdict rests on the run's handful
@@ -189,7 +189,7 @@ def test_a_pool_with_few_requests_is_flagged_never_ok(repo_root):
 
 @pytest.mark.slow
 def test_precision_applies_to_every_pool_with_traffic(repo_root):
-    inst = api.load(repo_root / "instances" / "lmsys_a100.yaml")
+    inst = api.load(repo_root / "instances" / "ref_puzzle1_lmsys_a100.yaml")
     pools = plans_from_spec(inst, "0-8192:a100x6,8192-65536:a100x3")
     sim = simulate_plan(inst, pools, SimOptions(requests=5_000, precision=0.5, max_requests=80_000))
     assert sim.stopped_by in ("precision", "max_requests")

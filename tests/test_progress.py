@@ -29,7 +29,8 @@ At quickstart's own SLO the first plan's 2,000-request interval straddles the SL
 
 
 def _solve(repo_root, *flags) -> tuple[dict, str]:
-    cmd = [sys.executable, "-m", "fleetopt.optimizer.cli", "solve", str(repo_root / "instances" / "quickstart.yaml"),
+    cmd = [sys.executable, "-m", "fleetopt.optimizer.cli", "solve",
+           str(repo_root / "instances" / "ref_units_lmsys_a100_h100.yaml"),
            *VERIFY, "--json", "-", *flags]
     res = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=repo_root)
     assert res.returncode == 0, res.stderr
@@ -82,7 +83,7 @@ def test_quiet_is_silent_and_the_json_is_the_same(repo_root, logged):
 
 
 def test_pareto_logs_one_line_per_point(repo_root):
-    inst = str(repo_root / "instances" / "quickstart.yaml")
+    inst = str(repo_root / "instances" / "ref_units_lmsys_a100_h100.yaml")
     res = CliRunner().invoke(main, ["pareto", inst, "--axes", "cost,pools", "--json", "-"])
     assert res.exit_code == 0, res.output
     doc = json.loads(res.stdout)
@@ -96,7 +97,7 @@ def test_pareto_logs_one_line_per_point(repo_root):
 
 
 def test_whatif_logs_one_line_per_scenario(repo_root):
-    inst = str(repo_root / "instances" / "quickstart.yaml")
+    inst = str(repo_root / "instances" / "ref_units_lmsys_a100_h100.yaml")
     args = ["whatif", inst, "--sweep", "workload.arrival_rate=50,100", "--json", "-"]
     res = CliRunner().invoke(main, args)
     assert res.exit_code == 0, res.output

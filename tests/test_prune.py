@@ -38,7 +38,8 @@ def _key(c, ch: int) -> tuple:
     (["slo.tpot_p99_ms=60"], [True, True], [False, True]),      # several batch caps; one option protected
 ])
 def test_pruning_keeps_exactly_the_undominated_choices(repo_root, sets, unlimited, protected):
-    inst = api.load(repo_root / "instances" / "quickstart.yaml", sets + ["pools.boundaries=[1024, 4096, 16384]"])
+    inst = api.load(repo_root / "instances" / "ref_units_lmsys_a100_h100.yaml",
+                    sets + ["pools.boundaries=[1024, 4096, 16384]"])
     c = generate_candidates(inst)
     unlimited, protected = np.array(unlimited), np.array(protected)
     pruned = prune_dominated(c, unlimited, protected)

@@ -62,13 +62,14 @@ def _check_frontier_recommendation(path, tmp_path, extra=()):
 
 
 def test_frontier_recommends_the_cheapest_point_meeting_the_slo_not_the_knee(repo_root, tmp_path):
-    doc = _check_frontier_recommendation(repo_root / "instances" / "quickstart.yaml", tmp_path, ["--points", "3"])
+    doc = _check_frontier_recommendation(repo_root / "instances" / "ref_units_lmsys_a100_h100.yaml", tmp_path,
+                                         ["--points", "3"])
     assert len(doc["points"]) == 3
 
 
 @pytest.mark.slow
 def test_lmsys_mixed_recommends_its_cheapest_point_meeting_500_ms(repo_root, tmp_path):
-    doc = _check_frontier_recommendation(repo_root / "instances" / "lmsys_mixed.yaml", tmp_path)
+    doc = _check_frontier_recommendation(repo_root / "instances" / "ref_puzzle6_lmsys_mixed.yaml", tmp_path)
     assert doc["points"][doc["recommended_index"]]["cost_per_year"] < doc["points"][doc["knee_index"]]["cost_per_year"]
 
 
@@ -77,7 +78,8 @@ def test_lmsys_mixed_recommends_its_cheapest_point_meeting_500_ms(repo_root, tmp
 # --------------------------------------------------------------------------------------------
 
 SPLIT = ["--boundaries", "1536,2048,4096"]
-"""Three rows of lmsys_a100 (default TTFT model): 1,536 and 2,048 meet the SLO at the same least cost ($19.89/hr,
+"""Three rows of ref_puzzle1_lmsys_a100 (default TTFT model): 1,536 and 2,048 meet the SLO at the same least cost
+($19.89/hr,
 9 A100s), 1,536 drawing more power; 4,096 misses the SLO, cheaper still."""
 
 
@@ -92,7 +94,7 @@ def _evaluated_power_kw(path: str, fleet: str) -> float:
 
 @pytest.mark.parametrize("cap_kw", [2.8, 2.0])
 def test_split_table_recommends_only_rows_within_a_power_cap(repo_root, tmp_path, cap_kw):
-    path, out = repo_root / "instances" / "lmsys_a100.yaml", tmp_path / "t.json"
+    path, out = repo_root / "instances" / "ref_puzzle1_lmsys_a100.yaml", tmp_path / "t.json"
     res = _cli(pareto_cmd, [path, "--split-table", *SPLIT, "--set", f"constraints.max_power_kw={cap_kw}",
                             "--json", out])
     assert res.exit_code == 0, res.output
@@ -119,7 +121,7 @@ def test_split_table_flags_an_inventory_cap_and_keeps_slo_met_about_the_slo(repo
     from fleetopt.optimizer import api
     from fleetopt.optimizer.workflows.split_table import split_table
 
-    inst = api.load(repo_root / "instances" / "lmsys_a100.yaml", ["gpus.a100.max_count=8"])
+    inst = api.load(repo_root / "instances" / "ref_puzzle1_lmsys_a100.yaml", ["gpus.a100.max_count=8"])
     t = split_table(inst, None, (1536, 2048, 4096))
     for r in t.rows:
         over = r.replicas_short + r.replicas_long > 8          # one GPU per A100 unit
@@ -135,7 +137,7 @@ def test_split_table_flags_an_inventory_cap_and_keeps_slo_met_about_the_slo(repo
 # --------------------------------------------------------------------------------------------
 
 HEADROOM = ["--fleet", "0-65536:a100x13", "--set", "slo.ttft_model=mean-prefill"]
-"""Thirteen A100 units in one pool on lmsys_a100 (inventory 64, no other cap), 100 req/s: 13 x $2.21/hr."""
+"""Thirteen A100 units in one pool on ref_puzzle1_lmsys_a100 (inventory 64, no other cap), 100 req/s: 13 x $2.21/hr."""
 CAPS = {"gpus.a100.max_count": 12, "constraints.max_total_gpus": 12, "constraints.max_cost_per_hr": 28.0,
         "constraints.max_power_kw": 1.0}
 """Caps the fleet breaks: 13 GPUs > 12, $28.73/hr > $28, and far more than 1 kW."""
@@ -144,7 +146,7 @@ CAPS = {"gpus.a100.max_count": 12, "constraints.max_total_gpus": 12, "constraint
 def test_headroom_flags_a_fleet_over_every_cap_and_exits_6(repo_root, tmp_path):
     out = tmp_path / "h.json"
     sets = [a for k, v in CAPS.items() for a in ("--set", f"{k}={v}")]
-    res = _cli(headroom_cmd, [repo_root / "instances" / "lmsys_a100.yaml", *HEADROOM, *sets, "--json", out])
+    res = _cli(headroom_cmd, [repo_root / "instances" / "ref_puzzle1_lmsys_a100.yaml", *HEADROOM, *sets, "--json", out])
     assert res.exit_code == EXIT_CODES["limits_broken"] == 6, res.output
     doc = json.loads(out.read_text())
     assert sorted(v.split(":", 1)[0] for v in doc["violations"]) == sorted(CAPS) and not doc["limits_ok"]
@@ -154,7 +156,7 @@ def test_headroom_flags_a_fleet_over_every_cap_and_exits_6(repo_root, tmp_path):
 
 def test_headroom_of_a_fleet_within_the_caps_exits_0_without_warning(repo_root, tmp_path):
     out = tmp_path / "h.json"
-    res = _cli(headroom_cmd, [repo_root / "instances" / "lmsys_a100.yaml", *HEADROOM, "--json", out])
+    res = _cli(headroom_cmd, [repo_root / "instances" / "ref_puzzle1_lmsys_a100.yaml", *HEADROOM, "--json", out])
     doc = json.loads(out.read_text())
     assert res.exit_code == 0 and doc["violations"] == [] and doc["limits_ok"], res.output
     assert "warning" not in res.stdout

@@ -29,7 +29,7 @@ OPTIONS = SimOptions(requests=3000, replications=3, seed=7)
 
 @pytest.fixture(scope="module")
 def inst(repo_root):
-    return api.load(repo_root / "instances" / "azure_mixed.yaml", H100_AZURE)
+    return api.load(repo_root / "instances" / "ref_puzzle3_azure_mixed.yaml", H100_AZURE)
 
 
 @pytest.fixture(scope="module")
@@ -80,7 +80,7 @@ def test_routers_differ_only_where_routing_does(comparison):
 
 
 def test_cli_routers_json(repo_root):
-    args = ["simulate", str(repo_root / "instances" / "azure_mixed.yaml"), "--fleet", FLEET, "--routers",
+    args = ["simulate", str(repo_root / "instances" / "ref_puzzle3_azure_mixed.yaml"), "--fleet", FLEET, "--routers",
             "length,spillover", "--requests", "1000", "--replications", "2", "--json", "-"]
     for s in H100_AZURE:
         args += ["--set", s]

@@ -35,7 +35,7 @@ SEED = {512: (2, 13, 9, 25), 1024: (2, 10, 10, 36), 2048: (2, 7, 12, 63), 4096: 
 
 @pytest.fixture(scope="module")
 def inst(repo_root):
-    return api.load(repo_root / "instances" / "lmsys_a100.yaml", [SEED_CONVENTION])
+    return api.load(repo_root / "instances" / "ref_puzzle1_lmsys_a100.yaml", [SEED_CONVENTION])
 
 
 @pytest.mark.parametrize("b_short", sorted(SEED))
@@ -74,7 +74,7 @@ def test_optimum_fleet_and_baseline(inst):
 
 
 def test_tail_model_rejects_the_a100_long_pool(repo_root):
-    inst = api.load(repo_root / "instances" / "lmsys_a100.yaml", ["slo.ttft_model=tail"])
+    inst = api.load(repo_root / "instances" / "ref_puzzle1_lmsys_a100.yaml", ["slo.ttft_model=tail"])
     r = api.evaluate_report(inst, "0-4096:a100,4096-65536:a100").to_json()
     short, long_ = r["pools"]
     assert short["slo_met"] and not long_["slo_met"] and not r["slo_met"]
@@ -84,7 +84,7 @@ def test_tail_model_rejects_the_a100_long_pool(repo_root):
 
 def test_cli_json_contract(repo_root, tmp_path):
     out = tmp_path / "r.json"
-    res = CliRunner().invoke(main, ["evaluate", str(repo_root / "instances" / "lmsys_a100.yaml"),
+    res = CliRunner().invoke(main, ["evaluate", str(repo_root / "instances" / "ref_puzzle1_lmsys_a100.yaml"),
                                     "--set", SEED_CONVENTION,
                                     "--fleet", "0-8192:a100,8192-65536:a100", "--json", str(out)])
     assert res.exit_code == 0, res.output
@@ -102,7 +102,7 @@ def test_cli_json_contract(repo_root, tmp_path):
 
 
 def test_several_fleets_and_stdout_json(repo_root):
-    res = CliRunner().invoke(main, ["evaluate", str(repo_root / "instances" / "lmsys_a100.yaml"),
+    res = CliRunner().invoke(main, ["evaluate", str(repo_root / "instances" / "ref_puzzle1_lmsys_a100.yaml"),
                                     "--set", SEED_CONVENTION,
                                     "--fleet", "0-8192:a100,8192-65536:a100", "--fleet", "0-64k:a100x14",
                                     "--json", "-"])
@@ -119,7 +119,7 @@ def test_several_fleets_and_stdout_json(repo_root):
     ("zero-4096", "is not LO-HI:GPU"),
 ])
 def test_bad_fleet_specs(repo_root, fleet, phrase):
-    res = CliRunner().invoke(main, ["evaluate", str(repo_root / "instances" / "lmsys_a100.yaml"),
+    res = CliRunner().invoke(main, ["evaluate", str(repo_root / "instances" / "ref_puzzle1_lmsys_a100.yaml"),
                                     "--set", SEED_CONVENTION,
                                     "--fleet", fleet])
     assert res.exit_code == 2 and phrase in res.stderr and "Traceback" not in res.output

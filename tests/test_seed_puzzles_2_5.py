@@ -18,7 +18,7 @@ from fleetopt.optimizer.simulation.simulate import plans_from_spec, simulate_pla
 
 @pytest.fixture(scope="module")
 def agent(repo_root):
-    return api.load(repo_root / "instances" / "agent_h100.yaml", ["slo.ttft_model=mean-prefill"])
+    return api.load(repo_root / "instances" / "ref_puzzle2_agent_h100.yaml", ["slo.ttft_model=mean-prefill"])
 
 
 def test_analytic_sizing_of_the_homogeneous_fleet(agent):

@@ -16,7 +16,7 @@ from fleetopt.optimizer import api
 from fleetopt.optimizer.plan.solve import solve_instance
 
 GPUS = ("a10g", "a100", "h100")
-SEED_BEST_PER_YEAR = {"azure_mixed": 168_000, "lmsys_mixed": 141_000}
+SEED_BEST_PER_YEAR = {"ref_puzzle3_azure_mixed": 168_000, "ref_puzzle6_lmsys_mixed": 141_000}
 
 
 def reference_search(inst):
@@ -48,14 +48,15 @@ def test_mip_equals_reference_search_and_beats_seed(repo_root, name):
 
 
 def test_azure_optimum_is_the_seed_a10g_two_pool(repo_root):
-    rep = solve_instance(api.load(repo_root / "instances" / "azure_mixed.yaml", ["slo.ttft_model=mean-prefill"]))
+    rep = solve_instance(api.load(repo_root / "instances" / "ref_puzzle3_azure_mixed.yaml",
+                                  ["slo.ttft_model=mean-prefill"]))
     f = rep.best.fleet
     assert [p.gpu for p in f.pools] == ["a10g", "a10g"] and f.total_gpus == 19
     assert round(f.cost_per_year / 1000) == 168
 
 
 def test_reports_say_when_pools_serve_different_models(repo_root):
-    inst = api.load(repo_root / "instances" / "lmsys_mixed.yaml")
+    inst = api.load(repo_root / "instances" / "ref_puzzle6_lmsys_mixed.yaml")
     rep = api.evaluate_report(inst, "0-2048:a10g,2048-65536:h100")
     from fleetopt.optimizer.output.render import fleet_notes
 

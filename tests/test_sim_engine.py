@@ -25,7 +25,7 @@ from fleetopt.optimizer.simulation.simulate import plans_from_spec, simulate_pla
 
 @pytest.fixture(scope="module")
 def agent(repo_root):
-    return api.load(repo_root / "instances" / "agent_h100.yaml")
+    return api.load(repo_root / "instances" / "ref_puzzle2_agent_h100.yaml")
 
 
 def _run(inst, fleet: str, **kw):
@@ -59,7 +59,7 @@ def test_paged_overload_preempts_and_keeps_the_books(agent):
 
 
 def test_paged_keeps_a_tpot_cap(repo_root):
-    inst = api.load(repo_root / "instances" / "quickstart.yaml", ["slo.tpot_p99_ms=30"])
+    inst = api.load(repo_root / "instances" / "ref_units_lmsys_a100_h100.yaml", ["slo.tpot_p99_ms=30"])
     plan = plans_from_spec(inst, "0-4096:h100,4096-65536:h100")
     reserve = simulate_plan(inst, plan, SimOptions(requests=1000, replications=1))
     caps = [p.analytic.max_num_seqs for p in reserve.pools]
@@ -84,7 +84,7 @@ def test_engine_option_errors(agent, engine, mode, phrase):
 
 
 def test_cli_engine_errors_are_one_line(repo_root):
-    r = CliRunner().invoke(main, ["simulate", str(repo_root / "instances" / "agent_h100.yaml"), "--fleet",
+    r = CliRunner().invoke(main, ["simulate", str(repo_root / "instances" / "ref_puzzle2_agent_h100.yaml"), "--fleet",
                                   "0-65536:h100x24", "--requests", "1000", "--mode", "slot", "--kv", "paged"])
     assert r.exit_code == 2
     assert "slot mode" in r.output and "Traceback" not in r.output
@@ -101,7 +101,7 @@ def test_availability_one_samples_nothing(agent):
 
 
 def test_sampled_availability_draws_binomial_replicas(repo_root):
-    inst = api.load(repo_root / "instances" / "quickstart.yaml", ["gpus.1.availability=0.5"])
+    inst = api.load(repo_root / "instances" / "ref_units_lmsys_a100_h100.yaml", ["gpus.1.availability=0.5"])
     R, n = 40, 10
     rep = _run(inst, f"0-4096:h100x{n},4096-65536:h100x1", requests=R * 100, replications=R,
                engine=EngineOptions(availability="sampled"))
@@ -120,7 +120,7 @@ def test_sampled_availability_draws_binomial_replicas(repo_root):
 
 def test_cli_engine_flags_reach_the_json(repo_root, tmp_path):
     out = tmp_path / "sim.json"
-    r = CliRunner().invoke(main, ["simulate", str(repo_root / "instances" / "agent_h100.yaml"), "--fleet",
+    r = CliRunner().invoke(main, ["simulate", str(repo_root / "instances" / "ref_puzzle2_agent_h100.yaml"), "--fleet",
                                   "0-65536:h100x15", "--requests", "400", "--replications", "1", "--kv", "paged",
                                   "--max-num-seqs", "64", "--json", str(out)])
     assert r.exit_code == 0, r.output
@@ -132,7 +132,8 @@ def test_cli_engine_flags_reach_the_json(repo_root, tmp_path):
 
 def test_verification_runs_with_paged_admission(repo_root, tmp_path):
     out = tmp_path / "v.json"
-    r = CliRunner().invoke(main, ["solve", str(repo_root / "instances" / "quickstart.yaml"), "--verify-top", "1",
+    r = CliRunner().invoke(main, ["solve", str(repo_root / "instances" / "ref_units_lmsys_a100_h100.yaml"),
+                                  "--verify-top", "1",
                                   "--max-rounds", "1", "--set", "pools.max_pools=1", "--sim-requests", "4000",
                                   "--sim-kv", "paged", "--json", str(out)])
     assert r.exit_code in (0, 4), r.output       # one round: verified (0) or out of rounds (4)
@@ -166,7 +167,8 @@ def test_paged_with_a_token_budget_is_refused(agent):
 ])
 def test_engine_settings_are_deterministic_per_seed(repo_root, tmp_path, fleet, extra):
     """Byte-for-byte: same seed, same JSON (but wall time) with every engine path on; another seed differs."""
-    args = ["simulate", str(repo_root / "instances" / "agent_h100.yaml"), "--set", "gpus.0.availability=0.9",
+    args = ["simulate", str(repo_root / "instances" / "ref_puzzle2_agent_h100.yaml"), "--set",
+            "gpus.0.availability=0.9",
             "--fleet", fleet, "--requests", "3000", "--replications", "2", *extra]
     texts = []
     for seed, name in ((5, "a"), (5, "b"), (6, "c")):

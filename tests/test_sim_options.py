@@ -150,7 +150,7 @@ def test_the_record_is_frozen_and_hashable():
 
 def test_cli_names_its_own_flags(repo_root):
     """The record names its fields; each command reports them under its flags."""
-    path = str(repo_root / "instances" / "quickstart.yaml")
+    path = str(repo_root / "instances" / "ref_units_lmsys_a100_h100.yaml")
     r = CliRunner().invoke(main, ["solve", path, "--verify-top", "1", "--sim-requests", "1000",
                                   "--sim-replications", "20"])
     assert r.exit_code == 2 and r.output.strip() == (

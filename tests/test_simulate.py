@@ -36,12 +36,12 @@ TRACE_FLEET = "0-2048:h100,2048-16384:h100"
 
 @pytest.fixture(scope="module")
 def trace_inst(repo_root):
-    return api.load(repo_root / "instances" / "azure_trace_h100.yaml")
+    return api.load(repo_root / "tests" / "data" / "azure_trace_h100_units.yaml")
 
 
 @pytest.fixture(scope="module")
 def quick_inst(repo_root):
-    return api.load(repo_root / "instances" / "quickstart.yaml")
+    return api.load(repo_root / "instances" / "ref_units_lmsys_a100_h100.yaml")
 
 
 def run(*args):
@@ -163,7 +163,7 @@ def test_littles_law_holds_in_every_run(trace_inst, mode, arrivals, router):
 def test_lightly_loaded_slot_p99_matches_the_analytic_tail(repo_root):
     """Slot mode is the slot model's own queue (one KV slot per request for its full-batch service time), so
     its analytic counterpart is the slot model ``tail``."""
-    trace_inst = api.load(repo_root / "instances" / "azure_trace_h100.yaml", ["slo.ttft_model=tail"])
+    trace_inst = api.load(repo_root / "tests" / "data" / "azure_trace_h100_units.yaml", ["slo.ttft_model=tail"])
     rep = simulate_plan(trace_inst, plans_from_spec(trace_inst, "0-2048:h100x2,2048-16384:h100x2"),
                         SimOptions(requests=20_000, mode="slot"))
     for p in rep.pools:
@@ -190,7 +190,8 @@ def test_trace_replay_and_poisson_at_the_same_rate(trace_inst):
 
 
 def test_mmpp_raises_p99_on_a_loaded_pool(repo_root):
-    quick_inst = api.load(repo_root / "instances" / "quickstart.yaml", ["slo.ttft_model=tail"])  # slot utilisation
+    quick_inst = api.load(repo_root / "instances" / "ref_units_lmsys_a100_h100.yaml",
+                          ["slo.ttft_model=tail"])  # slot utilisation
     plans = plans_from_spec(quick_inst, "0-4096:h100x1,4096-65536:h100x3")
     assert evaluate_plans(quick_inst, plans).pools[0].utilization > 0.7
     kw = dict(requests=20_000, replications=2, mode="slot")
@@ -216,7 +217,7 @@ def test_compress_and_route(repo_root, monkeypatch):
     # millions of requests (test_a_table3_thin_pool_is_measured_in_a_dedicated_run, slow); capped at a million
     # draws it cannot find 500, so it is not run and the row stays the run's, flagged
     monkeypatch.setattr(simulate_module, "THIN_MAX_DRAWN", 1_000_000)
-    inst = api.load(repo_root / "instances" / "table3_azure.yaml")
+    inst = api.load(repo_root / "instances" / "ref_1w_table3_azure.yaml")
     plans = plans_from_spec(inst, "0-4096:h100@2,4096-65536:h100")
     with pytest.raises(InstanceError, match="--router compress"):
         simulate_plan(inst, plans, SimOptions(requests=2000, router="length"))
@@ -269,7 +270,7 @@ def test_option_errors_are_collected(trace_inst, quick_inst):
 
 @pytest.mark.slow
 def test_cli_is_deterministic_per_seed(repo_root, tmp_path):
-    args = ["simulate", repo_root / "instances" / "azure_trace_h100.yaml", "--fleet", TRACE_FLEET,
+    args = ["simulate", repo_root / "tests" / "data" / "azure_trace_h100_units.yaml", "--fleet", TRACE_FLEET,
             "--requests", 3000, "--replications", 2]
     out = []
     for seed, name in ((1, "a"), (1, "b"), (2, "c")):
@@ -288,14 +289,14 @@ def test_cli_is_deterministic_per_seed(repo_root, tmp_path):
     (["--fleet", TRACE_FLEET, "--arrivals", "diurnal", "--peak-to-mean", "3"], "error: --peak-to-mean: 3 is above 2"),
 ])
 def test_cli_errors_are_one_line(repo_root, extra, phrase):
-    res = run("simulate", repo_root / "instances" / "azure_trace_h100.yaml", *extra)
+    res = run("simulate", repo_root / "tests" / "data" / "azure_trace_h100_units.yaml", *extra)
     assert res.exit_code == 2 and "Traceback" not in res.output
     lines = res.stderr.strip().splitlines()
     assert lines == [lines[0]] and lines[0].startswith(phrase)
 
 
 def test_cli_rejects_unknown_choices(repo_root):
-    res = run("simulate", repo_root / "instances" / "azure_trace_h100.yaml", "--fleet", TRACE_FLEET,
+    res = run("simulate", repo_root / "tests" / "data" / "azure_trace_h100_units.yaml", "--fleet", TRACE_FLEET,
               "--router", "magic")
     assert res.exit_code == 2 and "Invalid value for '--router'" in res.stderr
 
@@ -329,7 +330,7 @@ def test_a_pool_with_no_replica_up_draws_no_power(repo_root):
     three replications of a seed with probability 1/8.)"""
     from fleetopt.optimizer.simulation.options import EngineOptions
 
-    inst = api.load(repo_root / "instances" / "quickstart.yaml",
+    inst = api.load(repo_root / "instances" / "ref_units_lmsys_a100_h100.yaml",
                     ["gpus.a100.availability=0.5", "gpus.h100.availability=0.5"])
     plans = plans_from_spec(inst, "0-4096:h100x6,4096-65536:a100x1")
     curves = [inst.gpu(p.gpu).profile.power for p in plans]
@@ -359,12 +360,14 @@ def test_token_budget_below_a_batch_cap_names_the_flag(repo_root, quick_inst):
     cap (without a TPOT SLO the reserve view's cap is the sequences the window holds), and that cap runs."""
     fleet = "0-4096:h100x4,4096-65536:h100x8"
     held = max(int(quick_inst.gpu("h100").profile.n_slots(hi)) for hi in (4096, 65536))
-    r = run("simulate", repo_root / "instances" / "quickstart.yaml", "--fleet", fleet, "--max-batched-tokens", 100)
+    r = run("simulate", repo_root / "instances" / "ref_units_lmsys_a100_h100.yaml", "--fleet", fleet,
+            "--max-batched-tokens", 100)
     lines = r.output.strip().splitlines()
     assert r.exit_code == 2 and len(lines) == 1 and "Traceback" not in r.output, r.output
     assert lines[0].startswith("error: --max-batched-tokens: 100 is below pool ") and f"batch cap {held} " in lines[0]
     assert f"give at least {held}" in lines[0]
-    r = run("simulate", repo_root / "instances" / "quickstart.yaml", "--fleet", fleet, "--max-batched-tokens", held,
+    r = run("simulate", repo_root / "instances" / "ref_units_lmsys_a100_h100.yaml", "--fleet", fleet,
+            "--max-batched-tokens", held,
             "--requests", 500, "--replications", 1, "--json", "-")
     assert "error" not in r.stderr, r.output   # it runs; its exit code is its SLO verdict (5: missed)
     assert r.exit_code == (0 if json.loads(r.stdout)["slo_met"] else 5), r.output
@@ -375,7 +378,8 @@ def test_token_budget_below_a_batch_cap_names_the_flag(repo_root, quick_inst):
 
 def test_spillover_text_shows_the_spilled_counts(repo_root, tmp_path):
     out = tmp_path / "sim.json"
-    r = run("simulate", repo_root / "instances" / "quickstart.yaml", "--fleet", "0-2048:a100x1#40,2048-65536:h100x6",
+    r = run("simulate", repo_root / "instances" / "ref_units_lmsys_a100_h100.yaml", "--fleet",
+            "0-2048:a100x1#40,2048-65536:h100x6",
             "--router", "spillover", "--spill-bound", 4, "--requests", 2000, "--replications", 2, "--json", out)
     assert r.exit_code == 0, r.output
     data = json.loads(out.read_text())
@@ -393,7 +397,8 @@ def test_spill_bound_default_and_misuse(repo_root, quick_inst):
     assert spilled.spill_bound == DEFAULT_SPILL_BOUND
     with pytest.raises(InstanceError, match="spill_bound: 4 applies to router 'spillover' only"):
         simulate_plan(quick_inst, plans, SimOptions(requests=400, replications=2, router="length", spill_bound=4))
-    r = run("simulate", repo_root / "instances" / "quickstart.yaml", "--fleet", "0-65536:h100x8", "--spill-bound", 4)
+    r = run("simulate", repo_root / "instances" / "ref_units_lmsys_a100_h100.yaml", "--fleet", "0-65536:h100x8",
+            "--spill-bound", 4)
     lines = r.output.strip().splitlines()
     assert r.exit_code == 2 and len(lines) == 1 and "Traceback" not in r.output, r.output
     assert lines[0] == "error: --spill-bound: 4 applies to router 'spillover' only; the router is 'auto'"
@@ -438,7 +443,7 @@ def test_energy_per_token_counts_prompts_too(repo_root):
     """All tokens per joule beside output tokens per joule (the energy study separates the phases): the same
     energy over more tokens; the ratio is the output share of the completed requests' tokens, which for chat
     traffic (LMSYS: prompts ~ 4x outputs) lies well below 1."""
-    inst = api.load(repo_root / "instances" / "quickstart.yaml")
+    inst = api.load(repo_root / "instances" / "ref_units_lmsys_a100_h100.yaml")
     rep = api.simulate_report(inst, "0-768:a100x1,768-6144:h100x1,6144-65536:h100x2", SimOptions(requests=6000))
     doc = rep.to_json()
     assert doc["energy_per_token_j"] == rep.energy_per_token_j
@@ -573,7 +578,7 @@ def test_a_table3_thin_pool_is_measured_in_a_dedicated_run(repo_root):
     """The compress-and-route plan of Table 3 (Azure): its top pool gets ~0.0035 % of the requests, none of a
     50,000-request run. Its dedicated run draws ~57 M requests to measure ~1,700 (about 6 s). With the batched
     TTFT model the pool, at 3 % utilisation, has an analytic P99 the simulation must meet within 10 %."""
-    inst = api.load(repo_root / "instances" / "table3_azure.yaml", ["slo.ttft_model=batched"])
+    inst = api.load(repo_root / "instances" / "ref_1w_table3_azure.yaml", ["slo.ttft_model=batched"])
     rep = simulate_plan(inst, plans_from_spec(inst, "0-4096:b200x18@2,4096-65536:h100x1"), SimOptions())
     top = rep.pools[1]
     assert rep.router == "compress" and top.requests < 10 and top.analytic.utilization < 0.1

@@ -32,14 +32,14 @@ def test_cached_sizing_equals_fresh_sizing(repo_root, slos_ms):
     costs, power and dropped reasons equals the one sized from scratch."""
     cache = SizingCache()
     for slo in slos_ms:
-        inst = api.load(repo_root / "instances" / "quickstart.yaml", [f"slo.ttft_p99_ms={slo}"])
+        inst = api.load(repo_root / "instances" / "ref_units_lmsys_a100_h100.yaml", [f"slo.ttft_p99_ms={slo}"])
         _same(generate_candidates(inst, cache=cache), generate_candidates(inst))
 
 
 def test_cache_refuses_an_instance_that_differs_beyond_the_slo(repo_root):
     cache = SizingCache()
-    generate_candidates(api.load(repo_root / "instances" / "quickstart.yaml"), cache=cache)
-    other = api.load(repo_root / "instances" / "quickstart.yaml", ["workload.arrival_rate=50"])
+    generate_candidates(api.load(repo_root / "instances" / "ref_units_lmsys_a100_h100.yaml"), cache=cache)
+    other = api.load(repo_root / "instances" / "ref_units_lmsys_a100_h100.yaml", ["workload.arrival_rate=50"])
     with pytest.raises(ValueError, match="slo.ttft_p99_ms"):
         generate_candidates(other, cache=cache)
 
@@ -47,7 +47,7 @@ def test_cache_refuses_an_instance_that_differs_beyond_the_slo(repo_root):
 def test_search_from_a_known_lower_count_finds_the_same_least_count(repo_root):
     """``at_least`` = the least count under a looser SLO (every smaller count fails at the tighter one): the
     answer equals the search from the utilisation floor, and so does a start at the answer itself."""
-    inst = api.load(repo_root / "instances" / "quickstart.yaml")
+    inst = api.load(repo_root / "instances" / "ref_units_lmsys_a100_h100.yaml")
     prof = inst.gpus[1].profile
     w = inst.workload
     b = np.array([0, 1024, 4096, 16384, 65536], dtype=float)
@@ -69,7 +69,7 @@ def test_search_from_a_known_lower_count_finds_the_same_least_count(repo_root):
 
 
 def test_evaluation_without_the_fleet_p99_keeps_pools_and_totals(repo_root):
-    inst = api.load(repo_root / "instances" / "quickstart.yaml")
+    inst = api.load(repo_root / "instances" / "ref_units_lmsys_a100_h100.yaml")
     c = generate_candidates(inst)
     first = [int(np.flatnonzero(c.choice_pool == p)[0]) for p in range(len(c))
              if c.i[p] == 0 and c.boundaries[c.j[p]] == c.boundaries[-1]][:1]
@@ -86,7 +86,7 @@ def test_tightening_table_is_a_relaxation_until_verified_then_exact(repo_root):
     verified the table equals the candidates sized from scratch, field by field."""
     from fleetopt.optimizer.plan.candidates import TighteningCandidates
 
-    path = repo_root / "instances" / "quickstart.yaml"
+    path = repo_root / "instances" / "ref_units_lmsys_a100_h100.yaml"
     lazy = TighteningCandidates(api.load(path, ["slo.ttft_p99_ms=500"]))
     with pytest.raises(ValueError, match="looser"):
         lazy.tighten(0.6)
@@ -117,9 +117,9 @@ def _same_pools(a: Candidates, b: Candidates) -> None:
             np.testing.assert_allclose(x, y, rtol=1e-12, atol=0, err_msg=name)
 
 
-@pytest.mark.parametrize("name, sets", [pytest.param("stress_60x8.yaml", ["slo.ttft_p99_ms=2000"],
+@pytest.mark.parametrize("name, sets", [pytest.param("ref_units_stress_60x8.yaml", ["slo.ttft_p99_ms=2000"],
                                                      marks=pytest.mark.slow),
-                                        ("quickstart.yaml", [])])
+                                        ("ref_units_lmsys_a100_h100.yaml", [])])
 def test_power_grows_with_the_count_from_the_least_count_on(repo_root, name, sets):
     """What makes a table of lower-bound counts a relaxation (TighteningCandidates): from a candidate's least
     count on, one more replica never lowers the pool's analytic power (its load's work is the same and the

@@ -22,7 +22,7 @@ def solve(*args):
 
 
 def test_contract_and_seed_optimum(repo_root):
-    res, r = solve(repo_root / "instances" / "lmsys_a100.yaml", "--set", "slo.ttft_model=mean-prefill")
+    res, r = solve(repo_root / "instances" / "ref_puzzle1_lmsys_a100.yaml", "--set", "slo.ttft_model=mean-prefill")
     assert res.exit_code == 0
     for key in CONTRACT:
         assert key in r
@@ -42,13 +42,13 @@ def test_contract_and_seed_optimum(repo_root):
 
 @pytest.mark.parametrize("k", [3, 4])
 def test_more_pools_never_worse_on_puzzle1(repo_root, k):
-    _, two = solve(repo_root / "instances" / "lmsys_a100.yaml")
-    _, more = solve(repo_root / "instances" / "lmsys_a100.yaml", "--max-pools", k)
+    _, two = solve(repo_root / "instances" / "ref_puzzle1_lmsys_a100.yaml")
+    _, more = solve(repo_root / "instances" / "ref_puzzle1_lmsys_a100.yaml", "--max-pools", k)
     assert more["cost_per_hr"] <= two["cost_per_hr"] + 1e-9
 
 
 def test_top_three(repo_root):
-    res, r = solve(repo_root / "instances" / "lmsys_mixed.yaml", "--top", 3)
+    res, r = solve(repo_root / "instances" / "ref_puzzle6_lmsys_mixed.yaml", "--top", 3)
     assert res.exit_code == 0 and len(r["solutions"]) == 3
     assert [s["rank"] for s in r["solutions"]] == [1, 2, 3]
     values = [s["objective"] for s in r["solutions"]]
@@ -58,8 +58,8 @@ def test_top_three(repo_root):
 
 
 def test_power_objective_draws_no_more_power(repo_root):
-    _, cost = solve(repo_root / "instances" / "lmsys_mixed.yaml")
-    _, power = solve(repo_root / "instances" / "lmsys_mixed.yaml", "--objective", "power")
+    _, cost = solve(repo_root / "instances" / "ref_puzzle6_lmsys_mixed.yaml")
+    _, power = solve(repo_root / "instances" / "ref_puzzle6_lmsys_mixed.yaml", "--objective", "power")
     assert power["power_kw"] <= cost["power_kw"] + 1e-9
     assert power["objective"]["unit"] == "kw"
 
@@ -72,7 +72,7 @@ def test_power_objective_draws_no_more_power(repo_root):
 ])
 def test_infeasible_instances_explain_themselves(repo_root, overrides, phrase):
     """The stated minimum is the unconstrained optimum's (one GPU type: the cheapest fleet has the fewest GPUs)."""
-    args = [repo_root / "instances" / "lmsys_a100.yaml"]
+    args = [repo_root / "instances" / "ref_puzzle1_lmsys_a100.yaml"]
     if "{" in phrase:
         _, free = solve(*args)
         phrase = phrase.format(**free)
@@ -89,7 +89,7 @@ def test_stated_power_minimum_is_the_real_minimum(repo_root):
     """The explanation's minimum must be achievable (a cap just above it is feasible) and binding."""
     import re
 
-    inst = repo_root / "instances" / "lmsys_a100.yaml"
+    inst = repo_root / "instances" / "ref_puzzle1_lmsys_a100.yaml"
     _, r = solve(inst, "--set", "constraints.max_power_kw=1.5")
     low = float(re.search(r"below the ([0-9.]+) kW minimum", r["explanation"]).group(1))
     res, ok = solve(inst, "--set", f"constraints.max_power_kw={low + 0.01}")
@@ -101,7 +101,7 @@ def test_stated_power_minimum_is_the_real_minimum(repo_root):
 def test_prefill_explanation_names_each_gpu(repo_root):
     # under the tail model a pool's slowest 1 % may be slow, so only a very tight SLO leaves
     # the longest requests without any pool
-    res, r = solve(repo_root / "instances" / "lmsys_mixed.yaml", "--set", "slo.ttft_p99_ms=8",
+    res, r = solve(repo_root / "instances" / "ref_puzzle6_lmsys_mixed.yaml", "--set", "slo.ttft_p99_ms=8",
                    "--set", "slo.ttft_model=tail")
     assert res.exit_code == 3
     text = r["explanation"]
@@ -143,7 +143,8 @@ def test_exit_code_mapping():
 
 
 def test_oracle_method_refuses_coupled_instances(repo_root):
-    res = CliRunner().invoke(main, ["solve", str(repo_root / "instances" / "lmsys_a100.yaml"), "--method", "oracle"])
+    res = CliRunner().invoke(main, ["solve", str(repo_root / "instances" / "ref_puzzle1_lmsys_a100.yaml"), "--method",
+                                    "oracle"])
     assert res.exit_code == 2 and "graph oracle" in res.stderr
 
 
@@ -155,16 +156,16 @@ def test_tpot_bound_and_caps(repo_root):
     # t(n, B) = W + H (B / 8192) n: at 4,096 tokens and 256 sequences, 4 + 0.32 x 0.5 x 256 = 44.96 ms
     assert float(tpot_bound_s(h100, 256, 4096)) == pytest.approx(0.04496)
     assert int(tpot_batch_cap(h100, 4096, 0.030)) == 162  # floor((30 - 4) / 0.16)
-    res, r = solve(repo_root / "instances" / "lmsys_mixed.yaml", "--set", "slo.tpot_p99_ms=30")
+    res, r = solve(repo_root / "instances" / "ref_puzzle6_lmsys_mixed.yaml", "--set", "slo.tpot_p99_ms=30")
     assert res.exit_code == 0
     assert all(p["tpot_p99_ms"] <= 30 and p["max_num_seqs"] <= p["n_slots"] for p in r["pools"])
     assert any(p["max_num_seqs"] < p["n_slots"] for p in r["pools"])  # the SLO binds
-    res, r = solve(repo_root / "instances" / "lmsys_mixed.yaml", "--set", "slo.tpot_p99_ms=6")
+    res, r = solve(repo_root / "instances" / "ref_puzzle6_lmsys_mixed.yaml", "--set", "slo.tpot_p99_ms=6")
     assert res.exit_code == 3 and "decodes in" in r["explanation"] and "TPOT SLO" in r["explanation"]
 
 
 def test_cost_plus_power_objective(repo_root):
-    base = repo_root / "instances" / "lmsys_mixed.yaml"
+    base = repo_root / "instances" / "ref_puzzle6_lmsys_mixed.yaml"
     _, cost = solve(base)
     _, power = solve(base, "--objective", "power")
     res, both = solve(base, "--objective", "cost+power", "--set", "energy.usd_per_kwh=0.5", "--set", "energy.pue=1.3")

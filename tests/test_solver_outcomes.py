@@ -160,7 +160,7 @@ def test_solve_options_report_every_problem_at_once_and_accept_good_values():
 def stress(repo_root):
     # the slot model's larger counts make the power cap bind, so HiGHS needs nodes beyond the root (the
     # iteration-limit tests need an unsolved root); under the batched default the first incumbent is optimal
-    inst = load(repo_root / "instances" / "stress_60x8.yaml", ["slo.ttft_model=tail"])
+    inst = load(repo_root / "instances" / "ref_units_stress_60x8.yaml", ["slo.ttft_model=tail"])
     return inst, build_problem(inst, generate_candidates(inst))
 
 
@@ -175,7 +175,7 @@ def test_time_limit_without_incumbent_is_reported_as_such(stress):
 
 
 def test_time_limit_exit_code_through_the_cli(repo_root):
-    res = CliRunner().invoke(main, ["solve", str(repo_root / "instances" / "stress_60x8.yaml"),
+    res = CliRunner().invoke(main, ["solve", str(repo_root / "instances" / "ref_units_stress_60x8.yaml"),
                                     "--time-limit", "1e-6", "--json", "-"])
     assert "Traceback" not in res.output
     r = json.loads(res.stdout)
@@ -206,7 +206,7 @@ def test_iteration_limits_are_iteration_limits(stress):
 
 
 def test_a_limit_with_an_incumbent_is_a_result(repo_root):
-    rep = solve_instance(load(repo_root / "instances" / "lmsys_a100.yaml"), SolveOptions(method="mip"))
+    rep = solve_instance(load(repo_root / "instances" / "ref_puzzle1_lmsys_a100.yaml"), SolveOptions(method="mip"))
     assert rep.status is SolveStatus.OPTIMAL and rep.plans
     for status in (SolveStatus.TIME_LIMIT, SolveStatus.ITERATION_LIMIT, SolveStatus.INTERRUPTED):
         limited = dataclasses.replace(rep, status=status)
@@ -224,8 +224,8 @@ def test_a_limit_does_not_outlive_its_solve(stress):
 
 
 @pytest.mark.parametrize("instance,override,method", [
-    ("lmsys_a100.yaml", "constraints.max_power_kw=1.5", "mip"),
-    ("agent_split.yaml", "constraints.max_total_gpus=1", "mip (split routing)"),
+    ("ref_puzzle1_lmsys_a100.yaml", "constraints.max_power_kw=1.5", "mip"),
+    ("ref_units_agent_split.yaml", "constraints.max_total_gpus=1", "mip (split routing)"),
 ])
 def test_infeasible_instances_raise_and_exit_3(repo_root, instance, override, method):
     path = repo_root / "instances" / instance

@@ -108,10 +108,11 @@ def csv_blocks(text: str) -> list[tuple[str, list[list[str]]]]:
 
 
 TERMINAL_COMMANDS = {
-    "validate": ["validate", "instances/table3_lmsys.yaml"],
-    "evaluate": ["evaluate", "instances/quickstart.yaml", "--fleet", QUICK_PLAN, "--fleet", "0-65536:h100"],
-    "solve": ["solve", "instances/quickstart.yaml"],
-    "simulate": ["simulate", "instances/quickstart.yaml", "--fleet", QUICK_PLAN, "--requests", "2000",
+    "validate": ["validate", "instances/ref_1w_table3_lmsys.yaml"],
+    "evaluate": ["evaluate", "instances/ref_units_lmsys_a100_h100.yaml", "--fleet", QUICK_PLAN, "--fleet",
+                 "0-65536:h100"],
+    "solve": ["solve", "instances/ref_units_lmsys_a100_h100.yaml"],
+    "simulate": ["simulate", "instances/ref_units_lmsys_a100_h100.yaml", "--fleet", QUICK_PLAN, "--requests", "2000",
                  "--replications", "2"],
     "tpw": ["tpw", "--profile", "H100-80GB,A100-80GB", "--contexts", "2048,65536"],
     "bench": ["bench", "--quick", "--agreement-pools", "0"],
@@ -142,8 +143,8 @@ def test_no_cell_is_elided_in_a_terminal(repo_root, tmp_path, command, columns, 
     data = json.loads(out.read_text())
     fleets = {"solve": [data], "evaluate": data.get("fleets", [])}.get(command, [])
     for fleet in fleets:  # every pool's and the fleet's power and cost, as the table formats them
-        numbers = [f"{fleet['power_kw'] * 1000:,.0f}", f"{fleet['cost_per_hr']:,.2f}"]
-        numbers += [f"{p['power_w']:,.0f}" for p in fleet["pools"]] + [f"{p['gpu']}" for p in fleet["pools"]]
+        numbers = [f"{fleet['power_kw']:,.2f}", f"{fleet['cost_per_hr']:,.2f}", f"{fleet['physical_gpus']:,}"]
+        numbers += [f"{p['power_w'] / 1000:,.2f}" for p in fleet["pools"]] + [f"{p['gpu']}" for p in fleet["pools"]]
         for number in numbers:
             assert re.search(rf"(?<![\d,.]){re.escape(number)}(?![\d,])", text), (number, text)
     if command == "validate":
@@ -256,7 +257,7 @@ def test_every_command_takes_format():
 
 def test_solve_csv_rows_are_the_plan(repo_root):
     """``--format csv``: the plan's table parses to one row per pool whose cells are the JSON's numbers."""
-    inst = repo_root / "instances" / "quickstart.yaml"
+    inst = repo_root / "instances" / "ref_units_lmsys_a100_h100.yaml"
     data = json.loads(run("solve", inst, "--json", "-").stdout)
     res = run("solve", inst, "--format", "csv")
     assert res.exit_code == 0, res.output
@@ -277,7 +278,7 @@ def test_solve_csv_rows_are_the_plan(repo_root):
 def test_tok_per_watt_objective_is_printed_as_the_power_it_minimises(repo_root):
     """Issue 12, item 2: the tok_per_watt objective's value is the fleet's power in kW (the solver minimises
     power); the line says kW and shows the fleet's tok/W, which is not the objective value."""
-    inst = repo_root / "instances" / "table3_lmsys.yaml"
+    inst = repo_root / "instances" / "ref_1w_table3_lmsys.yaml"
     data = json.loads(run("solve", inst, "--json", "-").stdout)
     value = data["objective"]["value"]
     assert data["objective"]["name"] == "tok_per_watt" and data["objective"]["unit"] == "kw"
@@ -290,8 +291,8 @@ def test_tok_per_watt_objective_is_printed_as_the_power_it_minimises(repo_root):
 
 
 def test_cost_objective_line_is_in_dollars_per_hour(repo_root):
-    data = json.loads(run("solve", repo_root / "instances" / "quickstart.yaml", "--json", "-").stdout)
-    res = run("solve", repo_root / "instances" / "quickstart.yaml", "--format", "plain")
+    data = json.loads(run("solve", repo_root / "instances" / "ref_units_lmsys_a100_h100.yaml", "--json", "-").stdout)
+    res = run("solve", repo_root / "instances" / "ref_units_lmsys_a100_h100.yaml", "--format", "plain")
     assert f"plan 1: objective cost = ${data['objective']['value']:,.2f}/hr" in res.stdout
 
 
@@ -300,7 +301,7 @@ def test_cost_objective_line_is_in_dollars_per_hour(repo_root):
 
 def test_evaluate_exits_5_when_a_fleet_misses_its_slo(repo_root):
     """One A100 replica cannot serve 100 req/s of LMSYS: the fleet misses its SLO and the exit code says so."""
-    inst = repo_root / "instances" / "quickstart.yaml"
+    inst = repo_root / "instances" / "ref_units_lmsys_a100_h100.yaml"
     res = run("evaluate", inst, "--fleet", "0-65536:a100x1", "--json", "-")
     data = json.loads(res.stdout)
     assert data["slo_met"] is False and data["feasible"] is False
@@ -312,7 +313,7 @@ def test_evaluate_exits_5_when_a_fleet_misses_its_slo(repo_root):
 
 
 def test_evaluate_exits_0_for_the_solved_plan(repo_root):
-    inst = repo_root / "instances" / "quickstart.yaml"
+    inst = repo_root / "instances" / "ref_units_lmsys_a100_h100.yaml"
     plan = json.loads(run("solve", inst, "--json", "-").stdout)["fleet"]
     res = run("evaluate", inst, "--fleet", plan, "--json", "-")
     data = json.loads(res.stdout)
@@ -322,7 +323,7 @@ def test_evaluate_exits_0_for_the_solved_plan(repo_root):
 def test_simulate_exits_5_when_the_fleet_misses(repo_root):
     """One A100 replica at 100 req/s is overloaded in simulation too: the document says the SLO is missed (on the
     interval and on the point estimate) and the exit code follows it."""
-    res = run("simulate", repo_root / "instances" / "quickstart.yaml", "--fleet", "0-65536:a100x1",
+    res = run("simulate", repo_root / "instances" / "ref_units_lmsys_a100_h100.yaml", "--fleet", "0-65536:a100x1",
               "--requests", 1000, "--replications", 1, "--json", "-")
     assert res.exit_code == EXIT_CODES["slo_missed"], res.output
     data = json.loads(res.stdout)
@@ -345,7 +346,8 @@ def test_exit_codes_are_documented():
 
 def test_simulate_refuses_repeated_fleets(repo_root):
     """Issue 12, item 6: two --fleet flags are refused in one line (exit 2), not silently cut to the last."""
-    res = run("simulate", repo_root / "instances" / "quickstart.yaml", "--fleet", "0-65536:h100x8", "--fleet",
+    res = run("simulate", repo_root / "instances" / "ref_units_lmsys_a100_h100.yaml", "--fleet", "0-65536:h100x8",
+              "--fleet",
               "0-65536:a100x1", "--requests", 1000)
     assert res.exit_code == 2 and res.stdout == ""
     (line,) = res.stderr.strip().splitlines()
@@ -402,9 +404,9 @@ def test_baseline_within_limits_or_marked_infeasible(tmp_path):
 
 
 def test_baseline_without_limits_still_claims_its_saving(repo_root):
-    data = json.loads(run("solve", repo_root / "instances" / "quickstart.yaml", "--json", "-").stdout)
+    data = json.loads(run("solve", repo_root / "instances" / "ref_units_lmsys_a100_h100.yaml", "--json", "-").stdout)
     assert data["baseline"]["feasible"] is True and data["baseline"]["violations"] == []
-    text = run("solve", repo_root / "instances" / "quickstart.yaml", "--format", "plain").stdout
+    text = run("solve", repo_root / "instances" / "ref_units_lmsys_a100_h100.yaml", "--format", "plain").stdout
     saving = 1 - data["cost_per_hr"] / data["baseline"]["cost_per_hr"]
     assert f"plan 1 saves {saving:.1%} of cost" in text
 
@@ -418,7 +420,7 @@ def test_closed_pipe_exits_quietly(repo_root, fleetopt_script):
     with 141 (128 + SIGPIPE), nothing on stderr."""
     read, write = os.pipe()
     os.close(read)
-    proc = subprocess.run([str(fleetopt_script), "solve", "instances/quickstart.yaml"], stdout=write,
+    proc = subprocess.run([str(fleetopt_script), "solve", "instances/ref_units_lmsys_a100_h100.yaml"], stdout=write,
                           stderr=subprocess.PIPE, cwd=repo_root, timeout=120)
     os.close(write)
     assert proc.returncode == EXIT_CODES["broken_pipe"] == 141
@@ -426,19 +428,19 @@ def test_closed_pipe_exits_quietly(repo_root, fleetopt_script):
 
 
 def test_validate_prints_normalised_paths(repo_root):
-    """The workload file of instances/table3_lmsys.yaml is ../data/...: shown without the '..' detour."""
-    res = run("validate", repo_root / "instances" / "table3_lmsys.yaml", "--json", "-")
+    """The workload file of instances/ref_1w_table3_lmsys.yaml is ../data/...: shown without the '..' detour."""
+    res = run("validate", repo_root / "instances" / "ref_1w_table3_lmsys.yaml", "--json", "-")
     source = json.loads(res.stdout)["workload"]["source"]
     assert ".." not in Path(source).parts
     assert Path(source).resolve() == (repo_root / "data" / "workloads" / "lmsys_cdf.json").resolve()
-    text = run("validate", repo_root / "instances" / "table3_lmsys.yaml", "--format", "plain").stdout
+    text = run("validate", repo_root / "instances" / "ref_1w_table3_lmsys.yaml", "--format", "plain").stdout
     assert source in text and "/../" not in text
 
 
 def test_utilisation_cap_breach_is_named_not_called_an_slo_miss(repo_root):
     """Issue 12, item 10: a pool that meets its TTFT SLO above max_utilization is a broken limit (UTIL CAP,
     exit 6, ``slo_met`` true, ``feasible`` false), not 'SLO MISSED'."""
-    inst = repo_root / "instances" / "quickstart.yaml"
+    inst = repo_root / "instances" / "ref_units_lmsys_a100_h100.yaml"
     args = ["evaluate", inst, "--fleet", QUICK_PLAN, "--set", "constraints.max_utilization=0.3"]
     res = run(*args, "--json", "-")
     data = json.loads(res.stdout)
@@ -459,7 +461,7 @@ def test_simulate_says_when_an_interval_straddles_the_slo(repo_root, tmp_path):
     """A pool whose P99 interval contains the SLO is not shown to meet it (the verdict is on the upper bound), and
     the report says the run cannot decide and what precision would. A 50.1 ms SLO lies inside the first pool's
     interval in this run (seed 3); the notes expected are computed from the run's own JSON."""
-    inst = repo_root / "instances" / "quickstart.yaml"
+    inst = repo_root / "instances" / "ref_units_lmsys_a100_h100.yaml"
     out = tmp_path / "sim.json"
     res = run("simulate", inst, "--fleet", QUICK_PLAN, "--requests", 20000, "--seed", 3,
               "--set", "slo.ttft_p99_ms=50.1", "--json", out)

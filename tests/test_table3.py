@@ -137,7 +137,7 @@ def test_fleetopt_rows(repo_root, workload, gpu):
     the exact pool-routing and FleetOpt rows need at least as many replicas as the emulated ones. The
     paper's qualitative result must survive: pool routing beats homogeneous, FleetOpt beats pool routing.
     """
-    inst = api.load(repo_root / "instances" / f"table3_{workload}.yaml")
+    inst = api.load(repo_root / "instances" / f"ref_1w_table3_{workload}.yaml")
     rep = api.evaluate_report(inst, [f.format(g=gpu) for f in FLEETS[workload]])
     exact = [r for _, r in rep.fleets]
     tool = tool_rows(workload, gpu)
@@ -156,7 +156,7 @@ def test_free_topology_is_at_least_as_efficient(repo_root, workload):
 
     from fleetopt.optimizer.io.instance import instance_from_dict
 
-    path = repo_root / "instances" / f"table3_{workload}.yaml"
+    path = repo_root / "instances" / f"ref_1w_table3_{workload}.yaml"
     data = yaml.safe_load(path.read_text())
     best_fixed = 0.0
     for gpu in ("h100", "b200"):

@@ -103,7 +103,7 @@ def test_a_limit_that_is_never_reached_changes_nothing():
 def test_stress_instance_cut_by_a_wall_clock_limit(repo_root, tmp_path):
     from fleetopt.optimizer import cli
 
-    inst = load_instance(repo_root / "instances" / "stress_60x8.yaml")
+    inst = load_instance(repo_root / "instances" / "ref_units_stress_60x8.yaml")
     solve_instance(_instance(), SolveOptions(method="mip"))  # imports and HiGHS warmed up outside the timing
     # The limit's effect on wall time is a benchmark's business (fleetopt bench); here: the solve stops building
     # candidates, says so, and reports the limit as its status.
@@ -113,7 +113,7 @@ def test_stress_instance_cut_by_a_wall_clock_limit(repo_root, tmp_path):
     assert report.status == SolveStatus.TIME_LIMIT
     assert "time limit" in report.explanation and "of 8 GPU options sized" in report.explanation
     out_file = tmp_path / "solve.json"
-    result = CliRunner().invoke(cli.main, ["solve", str(repo_root / "instances" / "stress_60x8.yaml"),
+    result = CliRunner().invoke(cli.main, ["solve", str(repo_root / "instances" / "ref_units_stress_60x8.yaml"),
                                            "--time-limit", "0.05", "--json", str(out_file)])
     assert result.exit_code in (0, 4), result.output   # a plan among the candidates built, or none: never 1
     out = json.loads(out_file.read_text())

@@ -25,7 +25,7 @@ from fleetopt.optimizer.simulation.trim import MAX_BACKOFFS, _least_passing, tri
 @pytest.fixture(scope="module")
 def roomy_plan(repo_root):
     """The Puzzle-1 instance with a generous 12 + 8 A100 plan (the solver's is 5 + 3): room to trim."""
-    inst = api.load(repo_root / "instances" / "lmsys_a100.yaml")
+    inst = api.load(repo_root / "instances" / "ref_puzzle1_lmsys_a100.yaml")
     fleet = evaluate(inst, parse_fleet("0-8192:a100x12,8192-65536:a100x8", inst)).result
     return inst, Plan(1, fleet.cost_per_hr, fleet)
 
@@ -100,7 +100,7 @@ def test_no_backoff_passes_keeps_the_verified_plan(roomy_plan):
 
 def test_availability_and_min_count_survive_the_trim(repo_root):
     """Trimmed counts are replicas that must be up: bought as ceil(n / A), and a GPU's min_count holds."""
-    inst = api.load(repo_root / "instances" / "lmsys_a100.yaml",
+    inst = api.load(repo_root / "instances" / "ref_puzzle1_lmsys_a100.yaml",
                     ["gpus.a100.availability=0.5", "gpus.a100.min_count=16"])
     fleet = evaluate(inst, parse_fleet("0-8192:a100x12,8192-65536:a100x8", inst)).result
     trim = trim_plan(inst, Plan(1, fleet.cost_per_hr, fleet), lambda sim: True, options=FAST,
@@ -114,9 +114,9 @@ def test_availability_and_min_count_survive_the_trim(repo_root):
 
 @pytest.mark.slow
 def test_trials_run_long_enough_to_see_an_overloaded_pool(repo_root):
-    """table3_azure's B200 short pool: a few thousand requests end before an overloaded pool's queue builds up,
+    """ref_1w_table3_azure's B200 short pool: a few thousand requests end before an overloaded pool's queue builds up,
     so the trials are lengthened; no trimmed pool is left above its load floor's utilisation."""
-    inst = api.load(repo_root / "instances" / "table3_azure.yaml")
+    inst = api.load(repo_root / "instances" / "ref_1w_table3_azure.yaml")
     plan = solve_instance(inst, SolveOptions()).plans[0]
     trim = trim_plan(inst, plan, lambda sim: sim.slo_met, SimOptions(requests=3000, replications=2))
     assert trim.requests_per_trial > 3000
@@ -126,7 +126,7 @@ def test_trials_run_long_enough_to_see_an_overloaded_pool(repo_root):
 
 @pytest.mark.slow
 def test_cli_trim(repo_root, tmp_path):
-    path = repo_root / "instances" / "agent_h100.yaml"
+    path = repo_root / "instances" / "ref_puzzle2_agent_h100.yaml"
     r = CliRunner().invoke(main, ["solve", str(path), "--trim"])
     assert r.exit_code == 2 and "--trim" in r.output and len(r.output.strip().splitlines()) == 1
     out = tmp_path / "v.json"
@@ -158,7 +158,7 @@ def test_context_work_is_what_the_engine_charges(repo_root):
     from fleetopt.solvers.des.engine import simulate
     from fleetopt.solvers.des.routing import LengthRouter, Requests, sample_lengths
 
-    inst = api.load(repo_root / "instances" / "agent_h100.yaml")
+    inst = api.load(repo_root / "instances" / "ref_puzzle2_agent_h100.yaml")
     prof = inst.gpu("h100").profile
     lin, lout = sample_lengths(inst.workload.lengths, 300, np.random.default_rng(7), inst.workload.input_fraction)
     keep = lin + lout <= 65536

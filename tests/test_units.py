@@ -49,8 +49,8 @@ def test_replica_unit_of_each_kind(catalog):
 
 
 def test_solve_json_counts_physical_gpus_of_seed_units(repo_root):
-    """The quickstart's fleet of seed units: 1 counted GPU per replica, 8 physical ones (before: no such keys)."""
-    res = run("solve", repo_root / "instances" / "quickstart.yaml", "--json", "-")
+    """The quickstart's traffic on seed units: 1 counted GPU per replica, 8 physical ones (before: no such keys)."""
+    res = run("solve", repo_root / "instances" / "ref_units_lmsys_a100_h100.yaml", "--json", "-")
     assert res.exit_code == 0, res.output
     doc = json.loads(res.stdout)
     validate_document(doc)
@@ -74,22 +74,23 @@ def test_evaluate_json_of_computed_options_counts_physical_gpus(repo_root):
 
 def test_tables_say_what_a_replica_is(repo_root):
     """Every table that counts GPUs shows physical GPUs and what one replica is, in its header."""
-    seeds = run("solve", repo_root / "instances" / "quickstart.yaml", "--format", "plain").output
+    seeds = run("solve", repo_root / "instances" / "ref_units_lmsys_a100_h100.yaml", "--format", "plain").output
     title = next(line for line in seeds.splitlines() if line.startswith("plan 1:"))
     assert f"a100, h100: {SEED_TEXT}" in title
+    assert f"a100, h100: {SEED_TEXT}" in title and "(seed_unit)" in title
     header = next(line for line in seeds.splitlines() if line.startswith("tokens"))
-    assert "physical GPUs" in header and "replicas (GPUs)" in header and "model" in header
-    fleet = next(line for line in seeds.splitlines() if line.startswith("fleet"))
-    assert " 4 (4) " in fleet and " 32 " in fleet          # 4 units = 32 physical GPUs
+    assert " GPUs " in header and "seed units" in header and "replicas" in header and "model" in header
+    fleet = next(line for line in seeds.splitlines() if line.startswith("fleet "))
+    assert fleet.split()[1:4] == ["4", "32", "4"]         # 4 replicas = 32 physical GPUs = 4 seed units
     computed = run("evaluate", repo_root / "instances" / "llama70b_generations.yaml", "--fleet", "0-8192:h100x8x20",
                    "--format", "plain").output
     assert "h100x8: 1 replica = 8 physical GPUs (TP=8)" in computed
-    summary = run("validate", repo_root / "instances" / "quickstart.yaml", "--format", "plain").output
+    summary = run("validate", repo_root / "instances" / "ref_units_lmsys_a100_h100.yaml", "--format", "plain").output
     assert "physical GPUs/replica" in summary and f"h100: {SEED_TEXT}" in summary
 
 
 def test_validate_json_gpus_carry_the_unit(repo_root):
-    doc = json.loads(run("validate", repo_root / "instances" / "stress_60x8.yaml", "--json", "-").stdout)
+    doc = json.loads(run("validate", repo_root / "instances" / "ref_units_stress_60x8.yaml", "--json", "-").stdout)
     validate_document(doc)
     units = {g["name"]: (g["unit"], g["gpus_per_replica"], g["physical_gpus_per_replica"]) for g in doc["gpus"]}
     assert units["h100"] == ("seed_unit", 1, 8) and units["h100-8b"] == ("gpu", 1, 1)
@@ -107,6 +108,7 @@ def test_mixed_conventions_are_warned(tmp_path, command):
 
 
 def test_one_convention_is_not_warned(repo_root):
-    for name in ("quickstart.yaml", "llama70b_generations.yaml", "h100_8b_fitted.yaml"):
+    for name in ("quickstart.yaml", "ref_units_lmsys_a100_h100.yaml", "llama70b_generations.yaml",
+                 "h100_8b_fitted.yaml"):
         warnings = api.summarize_instance(api.load(repo_root / "instances" / name))["warnings"]
         assert not any("two ways" in w for w in warnings), (name, warnings)

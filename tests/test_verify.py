@@ -18,7 +18,7 @@ def solve(*args):
 
 
 def test_agent_fleet_is_verified_by_simulation(repo_root):
-    res, r = solve(repo_root / "instances" / "agent_h100.yaml", "--verify-top", 2, "--sim-requests", 20000)
+    res, r = solve(repo_root / "instances" / "ref_puzzle2_agent_h100.yaml", "--verify-top", 2, "--sim-requests", 20000)
     assert res.exit_code == 0 and r["verified"] is True
     v = r["verification"]
     assert v["rule"] == "ci-upper" and v["chosen_round"] == 1 and len(v["plans"]) == 2
@@ -40,7 +40,7 @@ def test_failed_plans_are_cut_and_resolved(repo_root):
     # every failing pool is sized alone and cut to the least count not shown failing, and a verified plan follows
     # within the default three rounds (a cut at the edge of the SLO can take a round more than a cut that waited
     # for an outright pass)
-    res, r = solve(repo_root / "instances" / "quickstart.yaml", "--set", "slo.ttft_p99_ms=45", "--set",
+    res, r = solve(repo_root / "instances" / "ref_units_lmsys_a100_h100.yaml", "--set", "slo.ttft_p99_ms=45", "--set",
                    "slo.ttft_model=mean-prefill", "--verify-top", 2, "--max-rounds", 3, "--sim-requests", 20000)
     v = r["verification"]
     assert res.exit_code == 0 and r["verified"] and v["rounds"] <= 3 and v["cuts"]
@@ -66,7 +66,7 @@ def test_failed_plans_are_cut_and_resolved(repo_root):
 @pytest.mark.slow
 def test_rounds_running_out_exit_4(repo_root):
     """Plan-level count cuts, one round: the analytic plans miss, no verified plan, exit 4 (a limit, not a proof)."""
-    res, r = solve(repo_root / "instances" / "quickstart.yaml", "--set", "slo.ttft_p99_ms=45", "--set",
+    res, r = solve(repo_root / "instances" / "ref_units_lmsys_a100_h100.yaml", "--set", "slo.ttft_p99_ms=45", "--set",
                    "slo.ttft_model=mean-prefill", "--verify-top", 1, "--max-rounds", 1, "--sim-requests", 10000,
                    "--verify-cuts", "count")
     assert res.exit_code == 4 and r["verified"] is False and r["verification"]["reason"] is None
@@ -74,7 +74,8 @@ def test_rounds_running_out_exit_4(repo_root):
 
 @pytest.mark.slow
 def test_verification_is_deterministic(repo_root):
-    args = (repo_root / "instances" / "agent_h100.yaml", "--verify-top", 1, "--sim-requests", 10000, "--seed", 7)
+    args = (repo_root / "instances" / "ref_puzzle2_agent_h100.yaml", "--verify-top", 1, "--sim-requests", 10000,
+            "--seed", 7)
     _, a = solve(*args)
     _, b = solve(*args)
     assert a["verification"] == b["verification"]

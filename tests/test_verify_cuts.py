@@ -34,7 +34,7 @@ def test_window_cut_covers_lower_starts_of_one_window_on_one_gpu():
 def test_restrict_raises_exactly_the_covered_pools(repo_root, sets):
     """On real candidates (pool scope; fleet scope with several counts per pool; a TPOT SLO with several batch
     caps per range), compare restrict against the rule recomputed from the candidate table in exact arithmetic."""
-    inst = api.load(repo_root / "instances" / "quickstart.yaml", sets)
+    inst = api.load(repo_root / "instances" / "ref_units_lmsys_a100_h100.yaml", sets)
     c = generate_candidates(inst)
     avail = {g.name: g.availability for g in inst.gpus}
     first = np.r_[True, np.diff(c.choice_pool) != 0]  # the smallest count of each pool
@@ -75,7 +75,7 @@ def test_restrict_raises_exactly_the_covered_pools(repo_root, sets):
 
 
 def test_restrict_keeps_count_cuts_and_forbidden_pools(repo_root):
-    inst = api.load(repo_root / "instances" / "quickstart.yaml")
+    inst = api.load(repo_root / "instances" / "ref_units_lmsys_a100_h100.yaml")
     c = generate_candidates(inst)
     key = _key(c, 5)
     low = int(c.choice_replicas[c.choice_pool == 5].max()) + 2
@@ -86,7 +86,8 @@ def test_restrict_keeps_count_cuts_and_forbidden_pools(repo_root):
 
 
 def test_split_choices_honour_window_cuts(repo_root):
-    inst = api.load(repo_root / "instances" / "agent_h100.yaml", ["pools.routing=split", "pools.boundaries=[2048,8192]",
+    inst = api.load(repo_root / "instances" / "ref_puzzle2_agent_h100.yaml", ["pools.routing=split",
+                                                                              "pools.boundaries=[2048,8192]",
                                                                    "workload.arrival_rate=10"])
     model = build_split_problem(inst)
     pr, b = model.problem, model.boundaries
@@ -117,10 +118,11 @@ def _honours(plan, cuts, minima) -> bool:
 
 @pytest.mark.slow
 def test_puzzle2_verification_ends_feasible_without_more_rounds(repo_root):
-    inst = api.load(repo_root / "instances" / "agent_h100.yaml")
+    inst = api.load(repo_root / "instances" / "ref_puzzle2_agent_h100.yaml")
     runs = {c: verify(inst, sim_options=SimOptions(requests=20_000, seed=0), top=2, cuts=c)[1]
             for c in ("count", "window")}
-    print(f"agent_h100 rounds: count cuts only {runs['count'].rounds}, with window cuts {runs['window'].rounds}")
+    print(f"ref_puzzle2_agent_h100 rounds: count cuts only {runs['count'].rounds}, "
+          f"with window cuts {runs['window'].rounds}")
     assert runs["window"].verified and runs["window"].chosen.passed
     assert runs["window"].rounds <= runs["count"].rounds
 
@@ -131,7 +133,8 @@ def test_window_cuts_bind_in_later_rounds(repo_root):
     the round's best plan, hold in every later plan, and the cuts are reported."""
     # mean-prefill: the analytic model these heuristics were measured with (the default model sizes this fleet
     # close enough that round 1 passes and no cut is made)
-    inst = api.load(repo_root / "instances" / "agent_h100.yaml", ["slo.ttft_p99_ms=350", "slo.ttft_model=mean-prefill"])
+    inst = api.load(repo_root / "instances" / "ref_puzzle2_agent_h100.yaml", ["slo.ttft_p99_ms=350",
+                                                                              "slo.ttft_model=mean-prefill"])
     _, v = verify(inst, sim_options=SimOptions(requests=20_000, seed=0), top=2, max_rounds=8, cuts="window")
     minima = analytic_minima(inst)
     assert v.rounds >= 2 and any("x its analytic minimum" in c for c in v.cuts)

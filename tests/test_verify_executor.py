@@ -12,7 +12,7 @@ from click.testing import CliRunner
 
 from fleetopt.optimizer.cli import main
 
-INSTANCE = "azure_trace_h100.yaml"      # verifies in one round, three plans simulated
+INSTANCE = "tests/data/azure_trace_h100_units.yaml"      # verifies in one round, three plans simulated
 ARGS = ["--verify-top", "3", "--sim-requests", "10000", "--sim-replications", "2", "--max-rounds", "1", "--quiet",
         "--json", "-"]
 
@@ -33,22 +33,23 @@ def _run(*extra) -> dict:
 
 @pytest.fixture(scope="module")
 def serial(repo_root):
-    return _run(str(repo_root / "instances" / INSTANCE), *ARGS)
+    return _run(str(repo_root / INSTANCE), *ARGS)
 
 
 @pytest.mark.slow
 def test_processes_give_the_serial_verification(repo_root, serial):
     assert len(serial["verification"]["plans"]) >= 2      # a round simulated several plans
-    assert _run(str(repo_root / "instances" / INSTANCE), *ARGS, "--workers", "2") == serial
+    assert _run(str(repo_root / INSTANCE), *ARGS, "--workers", "2") == serial
 
 
 @pytest.mark.slow
 def test_a_dask_cluster_gives_the_serial_verification(repo_root, serial):
     with distributed.LocalCluster(processes=False, n_workers=1, threads_per_worker=2, dashboard_address=None) as c:
-        got = _run(str(repo_root / "instances" / INSTANCE), *ARGS, "--scheduler", c.scheduler_address)
+        got = _run(str(repo_root / INSTANCE), *ARGS, "--scheduler", c.scheduler_address)
     assert got == serial
 
 
 def test_workers_need_verify_top(repo_root):
-    res = CliRunner().invoke(main, ["solve", str(repo_root / "instances" / "quickstart.yaml"), "--workers", "2"])
+    res = CliRunner().invoke(main, ["solve", str(repo_root / "instances" / "ref_units_lmsys_a100_h100.yaml"),
+                                    "--workers", "2"])
     assert res.exit_code == 2 and "--verify-top" in res.output

@@ -2,7 +2,8 @@
 and never becomes replicas (``optimizer/simulation/verify.py`` and ``pool_sizing.py``, "Undecided verdicts").
 
 The decision is checked on constructed intervals against closed forms; the escalation on the long window of
-``lmsys_a100`` split at 2,048 tokens (about 5 % of the traffic, so short runs leave its P99 interval wide), each
+``ref_puzzle1_lmsys_a100`` split at 2,048 tokens (about 5 % of the traffic, so short runs leave its P99 interval
+wide), each
 precondition (a first run that straddles the SLO) simulated directly, apart from the code under test.
 """
 
@@ -121,7 +122,7 @@ def test_a_plan_undecided_at_the_cap_is_accepted_with_its_verdict():
 
 @pytest.fixture(scope="module")
 def lmsys_2048(repo_root):
-    return api.load(repo_root / "instances" / "lmsys_a100.yaml", ["pools.boundaries=[2048]"])
+    return api.load(repo_root / "instances" / "ref_puzzle1_lmsys_a100.yaml", ["pools.boundaries=[2048]"])
 
 
 def test_an_undecided_count_runs_longer_and_is_not_cut(lmsys_2048):
@@ -192,11 +193,12 @@ def test_undecided_at_the_cap_is_reported_undecided(lmsys_2048):
 @pytest.mark.slow
 @pytest.mark.parametrize("seed", [0, 1])
 def test_lmsys_split_at_2048_keeps_its_long_pool_near_its_measured_need(repo_root, seed):
-    """``solve instances/lmsys_a100.yaml --set 'pools.boundaries=[2048]' --verify-top 1``: the long pool's 7 units
+    """``solve instances/ref_puzzle1_lmsys_a100.yaml --set 'pools.boundaries=[2048]' --verify-top 1``: the long
+    pool's 7 units
     straddle 500 ms on 100,000 requests; 8 units hold 424 ms over 2 million. The answer keeps the split at no more
     than 9 long units, exit 0, never a cut from an interval that straddles the SLO."""
     t0 = time.perf_counter()
-    res = CliRunner().invoke(main, ["solve", str(repo_root / "instances" / "lmsys_a100.yaml"), "--set",
+    res = CliRunner().invoke(main, ["solve", str(repo_root / "instances" / "ref_puzzle1_lmsys_a100.yaml"), "--set",
                                     "pools.boundaries=[2048]", "--verify-top", "1", "--seed", str(seed),
                                     "--json", "-"])
     wall_s = time.perf_counter() - t0

@@ -44,7 +44,7 @@ EXAMPLE_FLEET = "0-4096:h100x4,4096-65536:h100x6"
 
 @pytest.fixture(scope="module")
 def lmsys_path(repo_root):
-    return repo_root / "instances" / "lmsys_a100.yaml"
+    return repo_root / "instances" / "ref_puzzle1_lmsys_a100.yaml"
 
 
 @pytest.fixture(scope="module")

@@ -45,14 +45,40 @@ from fleetopt.models.profiles import ReplicaUnit, replica_unit
 __all__ = ["SCHEMA_VERSION", "Document", "PoolAnalytic", "PoolSimulated", "FleetAnalytic", "FleetSimulated", "Pool",
            "Fleet", "DOCUMENTS", "COMMANDS", "envelope", "with_envelope", "pool_analytic", "fleet_analytic",
            "pool_simulated", "fleet_simulated", "document_model", "validate_document", "check_document", "schema_for",
-           "top_level_fields", "pool_identity", "physical_gpus"]
+           "top_level_fields", "pool_identity", "physical_gpus", "usd_per_million_output_tokens",
+           "SECONDS_PER_HOUR", "TOKENS_PER_MILLION", "fleet_output_tok_per_s"]
 
-SCHEMA_VERSION = "2.1"
+SCHEMA_VERSION = "2.2"
 """Version of the JSON contract (``docs/json.md`` has the changelog). 1.0: the documents before this contract
 (the workflow commands wrote ``schema_version: 1``, the others none); 2.0: the envelope on every document,
 ``evaluate``'s ``fleets`` list, and the ``analytic`` / ``simulated`` sub-objects; 2.1: what a replica is
 (``model``, ``gpus_per_replica``, ``physical_gpus_per_replica``, ``physical_gpus``, ``unit`` per pool and GPU
-option, ``physical_gpus`` per fleet)."""
+option, ``physical_gpus`` per fleet); 2.2: the headline in physical GPUs (``analytic.physical_gpus``,
+``output_tok_per_s`` and ``usd_per_million_output_tokens`` per fleet; ``cost_per_hr``, ``power_kw``,
+``output_tok_per_s``, ``tok_per_watt`` and ``usd_per_million_output_tokens`` per pool)."""
+
+SECONDS_PER_HOUR = 3600.0
+TOKENS_PER_MILLION = 1.0e6
+
+
+def usd_per_million_output_tokens(cost_per_hr: float, output_tok_per_s: float) -> float:
+    """Dollars per million output tokens of a pool or fleet, :math:`C / (3600\\, r) \\cdot 10^6` for a cost
+    :math:`C` in $/hr and an output rate :math:`r` in tokens/s (inf without output). The cost is what the
+    profile prices (physical GPUs x $/GPU-hour for computed and fitted profiles).
+
+    Examples
+    --------
+    One H100-SXM-80GB replica of Llama-3.1-70B at TP=8 ($4.02/GPU-hour x 8 = $32.16/hr) writing 2,000 tokens/s:
+    32.16 / 7.2 = $4.4667 per million.
+
+    >>> round(usd_per_million_output_tokens(32.16, 2000.0), 4)
+    4.4667
+    >>> usd_per_million_output_tokens(32.16, 0.0)
+    inf
+    """
+    if not output_tok_per_s > 0:
+        return float("inf")
+    return cost_per_hr / (SECONDS_PER_HOUR * output_tok_per_s) * TOKENS_PER_MILLION
 
 def _pool_unit(p: PoolResult, unit: ReplicaUnit | None) -> ReplicaUnit:
     """A pool's :class:`~fleetopt.models.profiles.ReplicaUnit`: ``unit`` (its profile's, when the caller has it),
@@ -104,7 +130,7 @@ class _Open(BaseModel):
 class Document(_Open):
     """The envelope every ``--json`` document carries."""
 
-    schema_version: Literal["2.1"] = Field(description="Version of this contract")
+    schema_version: Literal["2.2"] = Field(description="Version of this contract")
     command: str = Field(description="The document's kind: the command (and variant) that wrote it")
     instance: str | None = Field(description="The instance's name; null for a command without an instance")
 
@@ -124,6 +150,12 @@ class PoolAnalytic(_Open):
     tpot_p99_ms: Figure = Field(description="upper bound: one iteration at the batch cap with full contexts")
     mean_batch: Figure
     power_w: Figure
+    power_kw: Figure = Field(description="power_w in kW")
+    cost_per_hr: float = Field(description="$/hr of the pool's replicas, as its profile prices them")
+    output_tok_per_s: Figure
+    tok_per_watt: Figure
+    usd_per_million_output_tokens: Figure = Field(description="cost_per_hr / (3600 x output_tok_per_s) x 1e6 "
+                                                              "(null without output)")
     slo_met: bool
 
 
@@ -156,12 +188,16 @@ class FleetAnalytic(_Open):
     """A fleet's figures from the queueing model."""
 
     source: Literal["analytic"]
+    physical_gpus: int = Field(description="physical GPUs of every pool: the headline count of GPUs")
     cost_per_hr: float
     cost_per_year: float
     total_replicas: int
-    total_gpus: int
+    total_gpus: int = Field(description="GPUs as the options price them (seed units count one per TP=8 server)")
     power_kw: Figure
+    output_tok_per_s: Figure
     tok_per_watt: Figure
+    usd_per_million_output_tokens: Figure = Field(description="cost_per_hr / (3600 x output_tok_per_s) x 1e6 "
+                                                              "(null without output)")
     ttft_p99_ms: Figure = Field(description="P99 over all requests (the mixture of the pools)")
     slo_miss_share: Figure
     slo_met: bool
@@ -225,6 +261,8 @@ class Fleet(_Open):
 
     pools: list[Pool]
     physical_gpus: int = Field(description="physical GPUs of every pool (total_gpus counts priced GPUs)")
+    usd_per_million_output_tokens: Figure = Field(description="analytic.usd_per_million_output_tokens: the "
+                                                              "headline $ per million output tokens")
     analytic: FleetAnalytic
     simulated: FleetSimulated | None
     cost_per_hr: float = _deprecated("analytic.cost_per_hr")
@@ -256,14 +294,25 @@ def pool_analytic(p: PoolResult) -> dict:
     return _dump(PoolAnalytic, source="analytic", arrival_rate=float(p.arrival_rate),
                  utilization=float(p.utilization), ttft_p99_ms=float(p.ttft_p99_ms),
                  tpot_p99_ms=float(p.tpot_p99_ms), mean_batch=float(p.mean_batch), power_w=float(p.power_w),
+                 power_kw=float(p.power_w) / 1000.0, cost_per_hr=float(p.cost_per_hr),
+                 output_tok_per_s=float(p.output_tok_per_s), tok_per_watt=float(p.tok_per_watt),
+                 usd_per_million_output_tokens=usd_per_million_output_tokens(p.cost_per_hr, p.output_tok_per_s),
                  slo_met=bool(p.slo_met))
 
 
-def fleet_analytic(r: FleetResult) -> dict:
-    """The ``analytic`` sub-object of a fleet."""
-    return _dump(FleetAnalytic, source="analytic", cost_per_hr=float(r.cost_per_hr),
-                 cost_per_year=float(r.cost_per_year), total_replicas=int(r.total_replicas),
-                 total_gpus=int(r.total_gpus), power_kw=float(r.power_kw), tok_per_watt=float(r.tok_per_watt),
+def fleet_output_tok_per_s(r: FleetResult) -> float:
+    """Output tokens per second of a fleet: the sum over its pools."""
+    return float(sum(p.output_tok_per_s for p in r.pools))
+
+
+def fleet_analytic(r: FleetResult, units: Mapping[str, ReplicaUnit] | None = None) -> dict:
+    """The ``analytic`` sub-object of a fleet (``units``: as :func:`physical_gpus`)."""
+    out = fleet_output_tok_per_s(r)
+    return _dump(FleetAnalytic, source="analytic", physical_gpus=physical_gpus(r, units),
+                 cost_per_hr=float(r.cost_per_hr), cost_per_year=float(r.cost_per_year),
+                 total_replicas=int(r.total_replicas), total_gpus=int(r.total_gpus), power_kw=float(r.power_kw),
+                 output_tok_per_s=out, tok_per_watt=float(r.tok_per_watt),
+                 usd_per_million_output_tokens=usd_per_million_output_tokens(r.cost_per_hr, out),
                  ttft_p99_ms=float(r.ttft_p99_ms), slo_miss_share=float(r.slo_miss_share), slo_met=bool(r.slo_met),
                  feasible=bool(r.feasible))
 
@@ -417,6 +466,9 @@ class SolveDocument(Document):
     routing: dict | None
     pools: list[Pool] | None
     physical_gpus: int | None = Field(description="physical GPUs of the plan (null without a plan)")
+    usd_per_million_output_tokens: Figure = Field(description="the plan's $ per million output tokens "
+                                                              "(analytic.usd_per_million_output_tokens; null "
+                                                              "without a plan)")
     analytic: FleetAnalytic | None
     simulated: FleetSimulated | None
     baseline: _Baseline | None

@@ -16,7 +16,8 @@ from fleetopt.models.fleet import FleetResult, PoolResult
 from fleetopt.models.profiles import replica_unit
 from fleetopt.models.service import ContextPoint
 
-from fleetopt.optimizer.output.contract import envelope, fleet_analytic, physical_gpus, pool_analytic, pool_identity
+from fleetopt.optimizer.output.contract import (envelope, fleet_analytic, fleet_output_tok_per_s, physical_gpus,
+                                                pool_analytic, pool_identity, usd_per_million_output_tokens)
 from fleetopt.optimizer.io.instance import gpu_warnings
 from fleetopt.optimizer.plan.evaluate import fleet_name_ambiguities, fleet_spec, limit_violations
 
@@ -54,26 +55,28 @@ def pool_json(p: PoolResult, source: str = ANALYTIC, unit=None) -> dict:
 
 
 def fleet_json(r: FleetResult, source: str = ANALYTIC, violations=None, instance=None) -> dict:
-    """A fleet's contract keys. With ``violations`` (the instance limits it breaks,
-    :func:`fleetopt.optimizer.plan.evaluate.limit_violations`) they are listed under ``violations`` and
-    ``feasible`` is true only when the SLO is met and none is broken. With ``instance``, each pool's
-    ``gpus_per_replica`` is its profile's (else read from the pool)."""
+    """A fleet's contract keys, the headline first: physical GPUs, $/hr, $/yr, kW, tok/W and $ per million
+    output tokens (:func:`fleetopt.optimizer.output.contract.usd_per_million_output_tokens`). With
+    ``violations`` (the instance limits it breaks, :func:`fleetopt.optimizer.plan.evaluate.limit_violations`)
+    they are listed under ``violations`` and ``feasible`` is true only when the SLO is met and none is broken.
+    With ``instance``, each pool's ``gpus_per_replica`` is its profile's (else read from the pool)."""
     per = replica_units(instance)
     out = {
+        "physical_gpus": physical_gpus(r, per),
         "cost_per_hr": r.cost_per_hr,
         "cost_per_year": r.cost_per_year,
-        "total_replicas": r.total_replicas,
-        "total_gpus": r.total_gpus,
-        "physical_gpus": physical_gpus(r, per),
         "power_kw": r.power_kw,
         "tok_per_watt": r.tok_per_watt,
+        "usd_per_million_output_tokens": usd_per_million_output_tokens(r.cost_per_hr, fleet_output_tok_per_s(r)),
+        "total_replicas": r.total_replicas,
+        "total_gpus": r.total_gpus,
         "slo_met": r.slo_met,
         "feasible": r.feasible,
         "scope": r.scope,
         "ttft_p99_ms": r.ttft_p99_ms,
         "slo_miss_share": r.slo_miss_share,
         "pools": [pool_json(p, source, per.get(p.gpu)) for p in r.pools],
-        "analytic": fleet_analytic(r),
+        "analytic": fleet_analytic(r, per),
         "simulated": None,
         "source": source,
     }
@@ -186,8 +189,8 @@ def solve_json(report, verification=None) -> dict:
                          "bound": report.bound, "lp_bound": report.lp_bound,
                          "minimizes": OBJECTIVE_MEANINGS[inst.objective]}}
     fleet = fleet_json(best.fleet, "analytic", instance=inst) if best else {k: None for k in (
-        "cost_per_hr", "cost_per_year", "total_replicas", "total_gpus", "physical_gpus", "power_kw", "tok_per_watt",
-        "slo_met", "feasible", "pools", "analytic", "simulated")}
+        "physical_gpus", "cost_per_hr", "cost_per_year", "power_kw", "tok_per_watt", "usd_per_million_output_tokens",
+        "total_replicas", "total_gpus", "slo_met", "feasible", "pools", "analytic", "simulated")}
     if best:
         fleet["pools"] = [_pool_contract(p, "analytic", inst) for p in best.fleet.pools]
     fleet["fleet"] = fleet_spec(inst, best.fleet) if best else None

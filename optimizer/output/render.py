@@ -17,16 +17,17 @@ from fleetopt.models.profiles import served_model
 from fleetopt.models.service import ContextPoint
 from fleetopt.models.units import P99_TAIL
 
-from fleetopt.optimizer.output.contract import physical_gpus, pool_identity
+from fleetopt.optimizer.output.contract import (fleet_output_tok_per_s, physical_gpus, pool_identity,
+                                                usd_per_million_output_tokens)
 from fleetopt.optimizer.plan.evaluate import fleet_spec, limit_violations
 from fleetopt.optimizer.io.overrides import set_flags
 from fleetopt.optimizer.simulation.options import EngineOptions, SimOptions
 from fleetopt.optimizer.output.documents import ANALYTIC, replica_units, simulated_pools, solve_warnings
 
-__all__ = ["fleet_notes", "fleet_table", "fmt_ms", "margin_note", "objective_line", "render_evaluation",
-           "render_fields", "render_gridflex", "render_rho_sweep", "render_routers", "render_simulation",
-           "render_solve", "render_summary", "render_trim", "render_verification", "saving_claim", "sim_options_line",
-           "tpw_table", "unit_lines", "util_text", "violations_lines"]
+__all__ = ["fleet_notes", "fleet_table", "fmt_ms", "fmt_usd_per_mtok", "headline", "margin_note", "objective_line",
+           "render_evaluation", "render_fields", "render_gridflex", "render_rho_sweep", "render_routers",
+           "render_simulation", "render_solve", "render_summary", "render_trim", "render_verification", "saving_claim",
+           "sim_options_line", "tpw_table", "unit_lines", "util_text", "violations_lines"]
 
 
 def fmt_ms(x: float) -> str:
@@ -35,36 +36,74 @@ def fmt_ms(x: float) -> str:
 
 def unit_lines(r: FleetResult, instance=None) -> list[str]:
     """What one replica of each GPU option of a fleet is, one entry per kind of replica, naming its options:
-    ``a100, h100: 1 replica = 1 billing unit = 8 physical GPUs (...)``."""
+    ``h100: 1 replica = 8 physical GPUs (TP=8)``; the seeds' calibrated units are labelled ``seed_unit``."""
     per = replica_units(instance)
     by_text: dict[str, list[str]] = {}
     for p in r.pools:
         u = pool_identity(p, per.get(p.gpu))
-        names = by_text.setdefault(u["unit_note"], [])
+        text = u["unit_note"] + (" (seed_unit)" if u["unit"] == "seed_unit" else "")
+        names = by_text.setdefault(text, [])
         if p.gpu not in names:
             names.append(p.gpu)
     return [f"{', '.join(names)}: {text}" for text, names in by_text.items()]
 
 
-def fleet_table(title: str, r: FleetResult, slo_ms: float, source: str = ANALYTIC, instance=None) -> Table:
-    """A fleet's pools and totals. Its title says what one replica of each GPU option is; ``replicas (GPUs)``
-    counts the GPUs priced and powered (what the limits count), ``physical GPUs`` the GPUs the replicas stand
-    for (they differ for the seeds' calibrated TP=8 units); ``model`` is the model each pool serves."""
+def fmt_usd_per_mtok(x: float) -> str:
+    """$ per million output tokens for a table: ``-`` without output (inf)."""
+    return "-" if not math.isfinite(x) else f"{x:,.2f}"
+
+
+def headline(r: FleetResult, instance=None) -> str:
+    """A fleet's headline in physical GPUs: GPUs (and replicas), $/hr, $/yr, kW, tok/W and $ per million output
+    tokens (:func:`fleetopt.optimizer.output.contract.usd_per_million_output_tokens`). A fleet with the seeds'
+    calibrated units says how many units it prices (a unit: a TP=8 server priced and powered as one GPU).
+
+    Examples
+    --------
+    >>> from types import SimpleNamespace as F
+    >>> pool = F(gpu="h100", model="Llama-3.1-70B", replicas=2, gpus=16, output_tok_per_s=2000.0, profile="-")
+    >>> fleet = F(pools=(pool,), total_replicas=2, total_gpus=16, cost_per_hr=64.32, cost_per_year=563_443.2,
+    ...           power_kw=11.2, tok_per_watt=0.18)
+    >>> headline(fleet)
+    'fleet: 16 GPUs (2 replicas), $64.32/hr, $563,443/yr, 11.20 kW, 0.18 tok/W, $8.93 per million output tokens'
+    """
     per = replica_units(instance)
+    n = physical_gpus(r, per)
+    seed = [p for p in r.pools if pool_identity(p, per.get(p.gpu))["unit"] == "seed_unit"]
+    units = (f", {sum(int(p.replicas) for p in seed):,} of them seed units: calibrated TP=8 servers priced and "
+             "powered as one GPU each") if seed else ""
+    usd = usd_per_million_output_tokens(r.cost_per_hr, fleet_output_tok_per_s(r))
+    return (f"fleet: {n:,} GPUs ({r.total_replicas:,} replicas{units}), ${r.cost_per_hr:,.2f}/hr, "
+            f"${r.cost_per_year:,.0f}/yr, {r.power_kw:,.2f} kW, {r.tok_per_watt:.2f} tok/W, "
+            + (f"${usd:,.2f} per million output tokens" if math.isfinite(usd)
+               else "no $ per million output tokens (no steady output)"))
+
+
+def fleet_table(title: str, r: FleetResult, slo_ms: float, source: str = ANALYTIC, instance=None) -> Table:
+    """A fleet's pools and totals in physical GPUs, its headline (:func:`headline`) as the caption. Its title
+    says what one replica of each GPU option is; ``GPUs`` counts physical GPUs; ``seed units`` (only when a pool
+    runs the seeds' calibrated TP=8 units) the units priced and powered as one GPU each, which the limits count;
+    ``model`` is the model each pool serves; ``$/Mtok``: $ per million output tokens."""
+    per = replica_units(instance)
+    seed = any(pool_identity(p, per.get(p.gpu))["unit"] == "seed_unit" for p in r.pools)
     t = Table(title=f"{title}  [P99 TTFT SLO {slo_ms:,.0f} ms]; " + "; ".join(unit_lines(r, instance)),
-              title_justify="left", show_footer=True)
+              title_justify="left", show_footer=True, caption=headline(r, instance), caption_justify="left")
     t.add_column("tokens", footer="fleet", no_wrap=True)
     t.add_column("gpu", footer="")
     t.add_column("model", footer="")
-    t.add_column("replicas (GPUs)", justify="right", footer=f"{r.total_replicas} ({r.total_gpus})", no_wrap=True)
-    t.add_column("physical GPUs", justify="right", footer=f"{physical_gpus(r, per):,}", no_wrap=True)
+    t.add_column("replicas", justify="right", footer=f"{r.total_replicas:,}", no_wrap=True)
+    t.add_column("GPUs", justify="right", footer=f"{physical_gpus(r, per):,}", no_wrap=True)
+    if seed:
+        t.add_column("seed units", justify="right", footer=f"{r.total_gpus:,}", no_wrap=True)
     t.add_column("req/s", justify="right", footer=f"{sum(p.arrival_rate for p in r.pools):,.1f}")
     t.add_column("util", justify="right")
     t.add_column("P99 TTFT ms", justify="right", footer=fmt_ms(r.ttft_p99_ms))
     t.add_column("miss %", justify="right", footer=f"{100 * r.slo_miss_share:.2f}")
-    t.add_column("power W", justify="right", footer=f"{r.power_kw * 1000:,.0f}")
+    t.add_column("kW", justify="right", footer=f"{r.power_kw:,.2f}")
     t.add_column("tok/W", justify="right", footer=f"{r.tok_per_watt:.2f}")
     t.add_column("$/hr", justify="right", footer=f"{r.cost_per_hr:,.2f}")
+    t.add_column("$/Mtok", justify="right",
+                 footer=fmt_usd_per_mtok(usd_per_million_output_tokens(r.cost_per_hr, fleet_output_tok_per_s(r))))
     t.add_column("SLO", footer=_slo_word(r.slo_met, all(p.utilization_ok for p in r.pools))
                  + (" (fleet)" if r.scope == "fleet" else ""))
     for p in r.pools:
@@ -74,10 +113,14 @@ def fleet_table(title: str, r: FleetResult, slo_ms: float, source: str = ANALYTI
         else:
             status = _slo_word(p.slo_met, p.utilization_ok)
         band = f" (+@{p.compress_gamma:g})" if p.compress_gamma > 1 else ""
+        ident = pool_identity(p, per.get(p.gpu))
+        units = [f"{p.gpus:,}" if ident["unit"] == "seed_unit" else "-"] if seed else []
         t.add_row(f"{p.min_tokens:,}-{p.max_tokens:,}{band}", p.gpu, served_model(p.model) or "unknown",
-                  f"{p.replicas}{sized} ({p.gpus})", f"{pool_identity(p, per.get(p.gpu))['physical_gpus']:,}",
+                  f"{p.replicas}{sized}", f"{ident['physical_gpus']:,}", *units,
                   f"{p.arrival_rate:,.2f}", util_text(p), fmt_ms(p.ttft_p99_ms),
-                  f"{100 * p.slo_miss_prob:.2f}", f"{p.power_w:,.0f}", f"{p.tok_per_watt:.2f}", f"{p.cost_per_hr:,.2f}",
+                  f"{100 * p.slo_miss_prob:.2f}", f"{p.power_w / 1000:,.2f}", f"{p.tok_per_watt:.2f}",
+                  f"{p.cost_per_hr:,.2f}", fmt_usd_per_mtok(usd_per_million_output_tokens(p.cost_per_hr,
+                                                                                         p.output_tok_per_s)),
                   status)
     return t
 
@@ -116,8 +159,7 @@ MODEL_SOURCES = {
 
 def fleet_notes(r: FleetResult, ttft_model: str) -> list[str]:
     """Provenance and caveat lines printed under a fleet table."""
-    lines = [f"source: analytic ({MODEL_SOURCES.get(ttft_model, ttft_model)}); "
-             f"cost/yr ${r.cost_per_year:,.0f}; * = sized to the minimum count"]
+    lines = [f"source: analytic ({MODEL_SOURCES.get(ttft_model, ttft_model)}); * = sized to the minimum count"]
     if any(p.compress_gamma > 1 for p in r.pools):
         lines.append("  (+@g): the pool also serves requests up to g x its window, prompt-compressed to fit "
                      "(output kept), when compression succeeds")

@@ -51,7 +51,7 @@ the cap is *settled* by its point estimate (:func:`settled_outcome`): within the
 ``"undecided"``, ``passed``), above it the longest run's point misses and the count fails. So the search's
 answer is the least count that passes or is undecided at the cap with its point within the SLO: the least
 count not shown failing. Only a failing count moves the search up; the cut never rests on a short run whose
-interval merely reaches above the SLO (on ``lmsys_a100`` split at 2,048 tokens, runs of about 4,000 requests
+interval merely reaches above the SLO (on ``ref_puzzle1_lmsys_a100`` split at 2,048 tokens, runs of about 4,000 requests
 of the long window cut it to 34 units on point estimates near 340 ms whose intervals reached above 500 ms, while
 8 units measure 424 ms [420, 430] over 2 million requests). Each escalation is another look at that count, so
 several looks raise the chance that noise passes it (sequential testing): by default the cap allows three

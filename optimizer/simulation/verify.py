@@ -38,7 +38,8 @@ requests" in the table and the JSON (``verification.outcome``, ``verification.ve
 ``outcome``). ``solve`` then exits 0, as for a passing plan (:mod:`fleetopt.optimizer.errors`: a plan was found;
 the verdict says how far simulation confirms it); no error code fits a plan that no evidence rejects. Pool-alone
 sizing uses the same three outcomes (:mod:`fleetopt.optimizer.simulation.pool_sizing`, "Undecided verdicts").
-Measured on ``lmsys_a100`` split at 2,048 tokens (``--verify-top 1``): the long pool's 7 units straddle the SLO
+Measured on ``ref_puzzle1_lmsys_a100`` split at 2,048 tokens (``--verify-top 1``): the long pool's 7 units straddle
+the SLO
 at 100,000 requests (389 ms [300, 547]) and used to be cut to 34 units (13 homogeneous units, $28.73/hr, or exit
 4 when the rounds ran out); now seed 0 passes at 400,000 requests (418 ms [349, 486], 17 s), seeds 1 and 2 are
 accepted undecided at 1.6 million (466 ms [423, 516]), seed 3 passes there, each 1 + 7 units ($17.68/hr) in
@@ -105,17 +106,17 @@ default analytic model unless the row says otherwise:
 instance (``--set``)                        rounds  verified plan                               $/hr     wall s
 ==========================================  ======  ==========================================  =======  ======
 p3 example (issue 10; Azure, 3 GPUs)        1       0-1536 a10g x2, 1536-8192 h100 x5           22.12    33
-``azure_mixed``                             1       0-1536 a10g x2, 1536-8192 h100 x5           22.12    32
-``lmsys_mixed``                             1       0-8192 a10g x6, 8192-65536 h100 x2          14.10    46
-``lmsys_a100``                              1       0-1536 a100 x1, 1536-65536 a100 x8          19.89    37
-``lmsys_a100``, ``ttft_model=mean-prefill`` 2       0-1536 a100 x1, 1536-65536 a100 x8          19.89    115
-``agent_h100`` (Puzzle 2)                   1       0-16384 h100 x8, 16384-65536 h100 x12       80.40    39
-``quickstart``                              1       0-1536 a100 x1, 1536-8192 h100 x1,          14.27    50
+``ref_puzzle3_azure_mixed``                 1       0-1536 a10g x2, 1536-8192 h100 x5           22.12    32
+``ref_puzzle6_lmsys_mixed``                 1       0-8192 a10g x6, 8192-65536 h100 x2          14.10    46
+``ref_puzzle1_lmsys_a100``                  1       0-1536 a100 x1, 1536-65536 a100 x8          19.89    37
+``ref_puzzle1_lmsys_a100``, mean-prefill    2       0-1536 a100 x1, 1536-65536 a100 x8          19.89    115
+``ref_puzzle2_agent_h100`` (Puzzle 2)       1       0-16384 h100 x8, 16384-65536 h100 x12       80.40    39
+``ref_units_lmsys_a100_h100``               1       0-1536 a100 x1, 1536-8192 h100 x1,          14.27    50
                                                     8192-65536 h100 x2
 ==========================================  ======  ==========================================  =======  ======
 
 Under the seeds' ``mean-prefill`` convention most of the time goes to sizing candidates alone (90 single-pool
-simulations on ``lmsys_a100``): that model's plans miss in simulation, and each missing window is sized.
+simulations on ``ref_puzzle1_lmsys_a100``): that model's plans miss in simulation, and each missing window is sized.
 """
 
 from __future__ import annotations

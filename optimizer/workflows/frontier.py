@@ -664,7 +664,7 @@ def _even_caps(solver: _Solver, axis: Axis, first: tuple[Instance, FleetResult],
     return out, ahead.unused
 
 
-def bench_frontier(path: str = "instances/stress_60x8.yaml", points: int = 20, threads: int | None = None,
+def bench_frontier(path: str = "instances/ref_units_stress_60x8.yaml", points: int = 20, threads: int | None = None,
                    axis: str = "power") -> dict:
     """Time a ``points``-point cost,``axis`` frontier of ``path`` (target: under 20 s on 2 cores)."""
     inst = load_instance(path)

@@ -17,7 +17,10 @@ Every number says where it comes from: each table and figure carries its source 
 the selecting method: graph oracle or MIP, simulated with its requests, replications and seed), and a
 provenance table lists them with the profile quality labels as the JSON has them. Machine-readable values sit in
 ``data-value`` attributes (the JSON's own number) next to the rounded text; the key ones have ids
-(``total-cost-per-hr``, ``total-cost-per-year``, ``fleet-ttft-p99-ms``, ``pool-K-replicas``).
+(``total-physical-gpus``, ``total-cost-per-hr``, ``total-cost-per-year``, ``total-power-kw``,
+``usd-per-million-output-tokens``, ``fleet-ttft-p99-ms``, ``pool-K-replicas``, ``pool-K-physical-gpus``). The
+headline is in physical GPUs, $/hr, $/yr, kW, tok/W and $ per million output tokens; a fleet of the seeds'
+calibrated units (``seed_unit``) says how many units it prices.
 """
 
 from __future__ import annotations
@@ -301,12 +304,7 @@ def _solve(q: Mapping, sim: Mapping | None, figs: _Figures, prov: list) -> str:
         out.append(f'<p class="note">No plan: status {_e(q.get("status"))}. {_e(q.get("explanation") or "")}</p>')
         return "".join(out)
     out.append('<div class="kpi">')
-    out.append(_kpi("cost", q.get("cost_per_hr"), ",.2f", "US$/hr", "total-cost-per-hr", model))
-    out.append(_kpi("cost per year", q.get("cost_per_year"), ",.0f", "US$/yr", "total-cost-per-year", model))
-    out.append(_kpi("replicas", q.get("total_replicas"), ",d", f'({_fmt(q.get("total_gpus"), ",d")} GPUs)',
-                    "total-replicas", selected))
-    out.append(_kpi("power", q.get("power_kw"), ",.2f", "kW", "total-power-kw", model))
-    out.append(_kpi("tokens per watt", q.get("tok_per_watt"), ",.2f", "tok/W", "tok-per-watt", model))
+    out.append(_headline_kpis(q, model, selected))
     out.append(_kpi("fleet P99 TTFT", q.get("ttft_p99_ms"), ",.1f", f'ms (SLO {_fmt(q.get("slo_ttft_p99_ms"), ",.0f")} '
                     "ms)", "fleet-ttft-p99-ms", model))
     out.append("</div>")
@@ -317,16 +315,23 @@ def _solve(q: Mapping, sim: Mapping | None, figs: _Figures, prov: list) -> str:
     for k, p in enumerate(pools):
         rows.append(f'<td>{_e(_tokens(p["min_tokens"]))}-{_e(_tokens(p["max_tokens"]))}</td><td>{_e(p["gpu"])}</td>'
                     f'<td>{_e(p.get("profile", ""))}</td>' + _td(p["replicas"], ",d", ident=f"pool-{k}-replicas")
-                    + _td(p.get("gpus"), ",d") + _td(p.get("arrival_rate"), ",.2f")
+                    + _td(p.get("physical_gpus", p.get("gpus")), ",d", ident=f"pool-{k}-physical-gpus")
+                    + _td(p.get("arrival_rate"), ",.2f")
                     + _td(None if p.get("routing_share") is None else 100 * p["routing_share"], ",.2f")
                     + _td(p.get("utilization"), ".2f") + _td(p.get("ttft_p99_ms"), ",.1f", none="unbounded",
                                                              ident=f"pool-{k}-ttft-p99-ms")
-                    + _td(p.get("power_w"), ",.0f") + _td(p.get("tok_per_watt"), ",.2f")
-                    + _td(p.get("cost_per_hr"), ",.2f") + _verdict(p.get("slo_met"))
+                    + _td(None if p.get("power_w") is None else p["power_w"] / 1000.0, ",.2f")
+                    + _td(p.get("tok_per_watt"), ",.2f")
+                    + _td(p.get("cost_per_hr"), ",.2f", ident=f"pool-{k}-cost-per-hr")
+                    + _td((p.get("analytic") or {}).get("usd_per_million_output_tokens"), ",.2f")
+                    + _verdict(p.get("slo_met"))
                     + f'<td class="src">{_e(p.get("quality", ""))}</td>')
+    seed = _seed_units(pools)
     out.append(_table(["tokens", "gpu", "profile", "replicas", "GPUs", "req/s", "share %", "util", "P99 TTFT ms",
-                       "power W", "tok/W", "US$/hr", "SLO", "profile quality"], rows,
-                      f"every number {model}; pools {selected}; profile quality as the profile states it"))
+                       "kW", "tok/W", "US$/hr", "US$/Mtok", "SLO", "profile quality"], rows,
+                      f"every number {model}; pools {selected}; GPUs: physical GPUs"
+                      + ("; seed-unit pools price and power each TP=8 server as one GPU" if seed else "")
+                      + "; US$/Mtok: US$ per million output tokens; profile quality as the profile states it"))
     out.append("<h2>Pools along the request length</h2>")
     out.append(pool_diagram(pools))
     out.append('<p class="src">Bands: the plan\'s pools (boundaries chosen by the '
@@ -337,12 +342,14 @@ def _solve(q: Mapping, sim: Mapping | None, figs: _Figures, prov: list) -> str:
         out.append("<h2>Homogeneous baseline</h2>")
         bp = (b.get("pools") or [{}])
         rows = [f'<td>{_e(", ".join(_pool_name(p) for p in bp if p))}</td>' + _td(b.get("total_replicas"), ",d")
+                + _td(b.get("physical_gpus"), ",d") + _td(b.get("cost_per_hr"), ",.2f")
                 + _td(b.get("cost_per_year"), ",.0f") + _td(b.get("power_kw"), ",.2f")
-                + _td(b.get("tok_per_watt"), ",.2f")
+                + _td(b.get("tok_per_watt"), ",.2f") + _td(b.get("usd_per_million_output_tokens"), ",.2f")
                 + _td(b.get("ttft_p99_ms"), ",.1f", none="unbounded") + _verdict(b.get("slo_met"))
                 + _td(None if not b.get("cost_per_year") else
                       100 * (1 - q["cost_per_year"] / b["cost_per_year"]), "+.1f")]
-        out.append(_table(["fleet", "replicas", "US$/yr", "kW", "tok/W", "P99 TTFT ms", "SLO", "plan saves %"], rows,
+        out.append(_table(["fleet", "replicas", "GPUs", "US$/hr", "US$/yr", "kW", "tok/W", "US$/Mtok", "P99 TTFT ms",
+                           "SLO", "plan saves %"], rows,
                           "analytic: one pool of one GPU option over the whole length range, sized the same way"))
         prov.append(("Homogeneous baseline", "analytic"))
     v = q.get("verification")
@@ -362,6 +369,33 @@ def _solve(q: Mapping, sim: Mapping | None, figs: _Figures, prov: list) -> str:
         out.append("<h2>Simulated (the same plan)</h2>")
         out.append(_simulate(sim, figs, prov, heading=False))
     return "".join(out)
+
+
+def _seed_units(pools) -> int:
+    """Replicas of a fleet's pools that are the seeds' calibrated units (``unit: seed_unit``)."""
+    return sum(int(p.get("replicas") or 0) for p in pools or () if isinstance(p, Mapping)
+               and p.get("unit") == "seed_unit")
+
+
+def _headline_kpis(f: Mapping, model: str, selected: str, prefix: str = "") -> str:
+    """A fleet's headline in physical GPUs (``analytic`` of a 2.2 document, else the flat keys): GPUs, $/hr,
+    $/yr, kW, tok/W and $ per million output tokens. A fleet of the seeds' calibrated units says how many units
+    it prices (a TP=8 server priced and powered as one GPU, ``seed_unit``). ``prefix``: of the element ids."""
+    a = f.get("analytic") if isinstance(f.get("analytic"), Mapping) else {}
+    get = lambda key: a.get(key, f.get(key))  # noqa: E731
+    gpus = get("physical_gpus")
+    units = _seed_units(f.get("pools"))
+    unit_text = (f"physical ({_fmt(get('total_replicas'), ',d')} replicas; {units:,} seed units, each a calibrated "
+                 "TP=8 server priced and powered as one GPU)") if units else \
+        f"physical ({_fmt(get('total_replicas'), ',d')} replicas)"
+    return "".join([
+        _kpi("GPUs", gpus, ",d", unit_text, prefix + "total-physical-gpus", selected),
+        _kpi("cost", get("cost_per_hr"), ",.2f", "US$/hr", prefix + "total-cost-per-hr", model),
+        _kpi("cost per year", get("cost_per_year"), ",.0f", "US$/yr", prefix + "total-cost-per-year", model),
+        _kpi("power", get("power_kw"), ",.2f", "kW", prefix + "total-power-kw", model),
+        _kpi("tokens per watt", get("tok_per_watt"), ",.2f", "tok/W", prefix + "tok-per-watt", model),
+        _kpi("per million output tokens", get("usd_per_million_output_tokens"), ",.2f", "US$",
+             prefix + "usd-per-million-output-tokens", model)])
 
 
 def _verification(q: Mapping, v: Mapping) -> str:
@@ -399,6 +433,13 @@ def _simulate(s: Mapping, figs: _Figures, prov: list, heading: bool = True) -> s
     prov.append(("Simulation", src))
     out = []
     if heading:
+        a = s.get("analytic") if isinstance(s.get("analytic"), Mapping) else None
+        if a is not None:
+            out.append('<div class="kpi">')
+            out.append(_headline_kpis({**a, "pools": s.get("pools")},
+                                      f"analytic (ttft_model {s.get('ttft_model', '?')})", "the fleet given",
+                                      prefix="analytic-"))
+            out.append("</div>")
         out.append('<div class="kpi">')
         out.append(_kpi("fleet P99 TTFT (simulated)", s.get("ttft_p99_ms"), ",.1f",
                         f'ms (SLO {_fmt(s.get("slo_ttft_p99_ms"), ",.0f")} ms)', "fleet-ttft-p99-ms", src))

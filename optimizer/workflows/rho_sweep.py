@@ -51,6 +51,7 @@ __all__ = ["SCHEMA_VERSION", "DEFAULT_RHOS", "RHO_TOLERANCE", "SECONDS_PER_HOUR"
            "PoolSweep", "FleetPoint", "RhoSweep", "parse_rhos", "usd_per_mtok", "rho_sweep"]
 
 from fleetopt.optimizer.output.contract import SCHEMA_VERSION  # noqa: E402 (one contract version)
+from fleetopt.optimizer.output.contract import usd_per_million_output_tokens  # noqa: E402 (one formula)
 DEFAULT_RHOS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)
 RHO_TOLERANCE = 1e-9
 """The root's utilisation is within this of the target (checked after the search)."""
@@ -61,7 +62,8 @@ _RHOS_RE = re.compile(r"^\s*(\d+(\.\d*)?|\.\d+)\s*$")
 
 
 def usd_per_mtok(cost_per_hr: float, output_tok_per_s: float) -> float:
-    """Dollars per million output tokens, :math:`C / (3600\\, r) \\cdot 10^6` (inf without output).
+    """Dollars per million output tokens, :math:`C / (3600\\, r) \\cdot 10^6` (inf without output;
+    :func:`fleetopt.optimizer.output.contract.usd_per_million_output_tokens`, the one definition).
 
     Examples
     --------
@@ -70,9 +72,7 @@ def usd_per_mtok(cost_per_hr: float, output_tok_per_s: float) -> float:
     >>> round(usd_per_mtok(4.02, 1000.0), 4)
     1.1167
     """
-    if not output_tok_per_s > 0:
-        return math.inf
-    return cost_per_hr / (SECONDS_PER_HOUR * output_tok_per_s) * TOKENS_PER_MTOK
+    return usd_per_million_output_tokens(cost_per_hr, output_tok_per_s)
 
 
 @dataclass(frozen=True)
