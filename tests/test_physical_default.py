@@ -150,3 +150,19 @@ def test_reference_instances_say_so_in_their_header(path):
     """A ``ref_*`` file's first comment line says it reproduces a reference or runs in the reference's units."""
     first = path.read_text().splitlines()[0].lower()
     assert first.startswith("#") and "reference" in first and ("reproduc" in first or "units" in first), first
+
+
+def test_the_report_page_leads_with_the_headline(quickstart_solve):
+    """``fleetopt report``'s page of the quickstart: its key figures carry the JSON's headline numbers."""
+    import re
+
+    from fleetopt.optimizer.workflows.html_report import build_html
+
+    page = build_html(quickstart_solve)
+    head = quickstart_solve["analytic"]
+    for ident, key in (("total-physical-gpus", "physical_gpus"), ("total-cost-per-hr", "cost_per_hr"),
+                       ("total-cost-per-year", "cost_per_year"), ("total-power-kw", "power_kw"),
+                       ("tok-per-watt", "tok_per_watt"), ("usd-per-million-output-tokens",
+                                                          "usd_per_million_output_tokens")):
+        (value,) = re.findall(rf'id="{ident}" data-value="([^"]+)"', page)
+        assert value == repr(head[key]), (ident, value)
