@@ -494,7 +494,8 @@ def render_simulation(c: Console, rep) -> None:
                     f"scope {rep.scope}]", title_justify="left", show_footer=True, pad_edge=False,
               caption="util, batch, power W: analytic / simulated; TTFT, TPOT: P99 in ms", caption_justify="left")
     a = rep.analytic
-    cols = [("tokens", "fleet"), ("gpu", ""), ("repl.", str(a.total_replicas)), ("util", ""), ("batch", ""),
+    cols = [("tokens", "fleet"), ("gpu", ""), ("repl.", str(a.total_replicas)), ("GPUs", f"{physical_gpus(a):,}"),
+            ("util", ""), ("batch", ""),
             ("TTFT an", ms(a.ttft_p99_ms)), ("TTFT sim [95% CI]", ms(rep.ttft_p99_ms) + ci(rep.ttft_p99_ci_ms)),
             ("attain %", f"{100 * rep.slo_attainment:.2f}"), ("TPOT sim", ms(rep.tpot_p99_ms)),
             ("power W", f"{a.power_kw * 1000:,.0f} / {rep.power_kw * 1000:,.0f}"),
@@ -504,7 +505,8 @@ def render_simulation(c: Console, rep) -> None:
         q = p.analytic
         rows.append((f"{q.min_tokens:,}-{q.max_tokens:,}"
                      + (f" (+@{q.compress_gamma:g})" if q.compress_gamma > 1 else ""),
-                     q.gpu, str(q.replicas), f"{q.utilization:.2f} / {p.utilization_sim:.2f}",
+                     q.gpu, str(q.replicas), f"{pool_identity(q)['physical_gpus']:,}",
+                     f"{q.utilization:.2f} / {p.utilization_sim:.2f}",
                      f"{q.mean_batch:,.1f} / {p.mean_batch:,.1f}", ms(q.ttft_p99_ms),
                      ms(p.ttft_p99_ms_sim) + ci(p.ttft_p99_ci_ms),
                      "-" if math.isnan(p.slo_attainment) else f"{100 * p.slo_attainment:.2f}", ms(p.tpot_p99_ms_sim),
@@ -519,6 +521,7 @@ def render_simulation(c: Console, rep) -> None:
     for r in rows:
         t.add_row(*r)
     c.print(t)
+    _say(c, f"{headline(a)} (analytic; simulated draw {rep.power_kw:,.2f} kW)")
     e = rep.energy_per_output_token_j
     _say(c, f"simulated: {rep.requests_simulated:,} requests ({rep.requests_measured:,} measured), "
          f"{rep.replications} replications; CI {rep.ci_method}, stopped by {rep.stopped_by}; "
