@@ -17,6 +17,9 @@ segments   exact service and context-work moments of length segments
 queueing/  the station models: erlang (Erlang-C, waiting-time tails, P99 TTFT and minimum replica counts:
            the slot models), batched (continuous-batching replicas at their realised occupancy: the default
            TTFT model), dispersion (the batched count's variance from its requests' transforms), ttft (one
-           object per ``slo.ttft_model``)
-fleet      analytic evaluation of a fleet of pools (cost, power, tok/W, SLO)
+           object per ``slo.ttft_model``), disagg (the prefill and decode stations of a disaggregated pair and
+           the KV transfer between them)
+semantic   semantic (multi-model) routing: each model class's exact length distribution under a classifier's
+           share rule
+fleet      analytic evaluation of a fleet of pools (cost, power, tok/W, SLO), aggregated or disaggregated
 """
