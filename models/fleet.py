@@ -32,13 +32,13 @@ from fleetopt.models.queueing.erlang import prefill_p99_s, ttft_miss_prob, ttft_
 from fleetopt.models.segments import compressed_band, raw_between, segment_basis, stats_from_raw
 from fleetopt.models.power import ActivityPower
 from fleetopt.models.service import decode_power_curve, tpot_batch_cap, tpot_bound_s
-from fleetopt.models.queueing.disagg import KVTransfer
+from fleetopt.models.queueing.disagg import DecodeStation, KVTransfer, PhaseTraffic, PrefillStation, evaluate_pair
 from fleetopt.models.queueing.ttft import BatchedModel, SlotModel, TTFTModel, ttft_model
 from fleetopt.models.units import HOURS_PER_YEAR, MS_PER_S, P99_TAIL
 from fleetopt.models.workload import LengthDistribution, RequestTrace
 
-__all__ = ["PoolPlan", "DecodeStage", "PHASES", "PoolResult", "FleetResult", "ServiceLevel", "evaluate_fleet", "evaluate_traffic",
-           "sizing_target_s", "inflate_for_availability"]
+__all__ = ["PoolPlan", "DecodeStage", "PHASES", "PoolResult", "FleetResult", "ServiceLevel", "evaluate_fleet",
+           "evaluate_traffic", "sizing_target_s", "inflate_for_availability"]
 
 AVAILABILITY_SLACK = 1e-9
 """:func:`inflate_for_availability` rounds :math:`N / A` up only when it exceeds an integer by more than this."""
@@ -232,22 +232,48 @@ def evaluate_fleet(pools: list[PoolPlan], workload: LengthDistribution | Request
     only the pools and the totals saves its bisection.
     """
     raws, _ = _pool_traffic(pools, workload, input_fraction, compress_success)
-    return evaluate_traffic(raws, pools, arrival_rate, level, fleet_p99)
+    phases = [None if p.decode is None else _phase_traffic(p, workload, arrival_rate, input_fraction)
+              for p in pools]
+    return evaluate_traffic(raws, pools, arrival_rate, level, fleet_p99, phases)
+
+
+def _phase_traffic(plan: PoolPlan, workload, arrival_rate: float, input_fraction: float) -> PhaseTraffic:
+    """The requests of a pair's segment as a discrete law (:class:`fleetopt.models.queueing.disagg.PhaseTraffic`)."""
+    if plan.compress_gamma != 1.0:
+        raise ValueError(f"pool {plan.lo_tokens}-{plan.hi_tokens}: a disaggregated pair takes no compressed band "
+                         "(compress_gamma must be 1)")
+    if isinstance(workload, RequestTrace):
+        return PhaseTraffic.from_trace(workload, plan.lo_tokens, plan.hi_tokens, arrival_rate)
+    return PhaseTraffic.from_distribution(workload, plan.lo_tokens, plan.hi_tokens, arrival_rate,
+                                          input_fraction=input_fraction, chunk_tokens=(plan.profile.chunk_tokens,))
 
 
 def evaluate_traffic(raws: list, pools: list[PoolPlan], arrival_rate: float, level: ServiceLevel,
-                     fleet_p99: bool = True) -> FleetResult:
+                     fleet_p99: bool = True, phase_traffic: list | None = None) -> FleetResult:
     """Evaluate pools whose traffic is given as raw moment sums (:class:`fleetopt.models.segments.RawSums`).
 
     This is the entry point for routings other than length tiling (e.g. split routing, where a pool
-    receives a weighted mix of elementary segments). ``fleet_p99``: as in :func:`evaluate_fleet`.
+    receives a weighted mix of elementary segments). ``fleet_p99``: as in :func:`evaluate_fleet`. A disaggregated
+    pair (``PoolPlan.decode``) reads its segment's requests from ``phase_traffic[k]``
+    (:class:`~fleetopt.models.queueing.disagg.PhaseTraffic`, :func:`evaluate_fleet` builds it) and gives two rows,
+    prefill then decode (:func:`_evaluate_pair`).
     """
-    evaluated = [_evaluate_pool(raw, p, arrival_rate, level) for raw, p in zip(raws, pools)]
+    evaluated = []
+    for k, (raw, p) in enumerate(zip(raws, pools)):
+        if p.decode is None:
+            evaluated.append(_evaluate_pool(raw, p, arrival_rate, level))
+            continue
+        traffic = None if phase_traffic is None else phase_traffic[k]
+        if traffic is None:
+            raise ValueError(f"pool {p.lo_tokens}-{p.hi_tokens}: a disaggregated pair needs its segment's requests "
+                             "(phase_traffic; evaluate_fleet builds them)")
+        pre, dec = _evaluate_pair(traffic, p, level)
+        evaluated.extend((pre, dec))
     results = [r for r, _ in evaluated]
     if not fleet_p99:
         p99 = math.nan
     else:
-        live = [(r, tail) for r, tail in evaluated if r.arrival_rate > 0]
+        live = [(r, tail) for r, tail in evaluated if r.arrival_rate > 0 and r.phase != "decode"]
         p99 = _mixture_p99_s([r.arrival_rate for r, _ in live], [miss for _, (miss, _) in live],
                              [p99_s for _, (_, p99_s) in live])
     return summarize(results, p99, level)
@@ -532,3 +558,83 @@ def _miss_reason(n, lam, util, ttft, prefill_floor_s, level: ServiceLevel, load:
         return ""
     return (level.model.pool_miss_reason(prefill_floor_s, level.ttft_p99_s)
             or f"queueing: P99 TTFT {ttft * MS_PER_S:,.0f} ms > SLO {slo_ms:,.0f} ms with these replicas")
+
+
+def _evaluate_pair(traffic: PhaseTraffic, plan: PoolPlan, level: ServiceLevel):
+    """A disaggregated prefill/decode pair (:mod:`fleetopt.models.queueing.disagg`) as its two rows, each with
+    (for the fleet-wide P99) its miss function and P99 TTFT: the prefill row's are the pair's TTFT
+    (wait + prefill + KV transfer), the decode row's are unused (it is left out of the mixture).
+
+    Counts: the plan's, or with ``replicas`` None each station's least count
+    (:meth:`~fleetopt.models.queueing.disagg.PrefillStation.min_replicas` at the sizing target, then the SLO, then the
+    utilisation cap alone; :meth:`~fleetopt.models.queueing.disagg.DecodeStation.min_replicas`, else 0), inflated
+    for each phase's availability. The verdict is :func:`~fleetopt.models.queueing.disagg.evaluate_pair`'s against
+    the SLOs themselves: the prefill row meets its SLO when P99 TTFT and its utilisation do, the decode row when
+    the TPOT bound, its utilisation and the slot wait do.
+    """
+    if plan.transfer is None:
+        raise ValueError(f"pool {plan.lo_tokens}-{plan.hi_tokens}: a disaggregated pair needs its KV transfer")
+    d = plan.decode
+    assert d is not None
+    pre = PrefillStation.from_profile(plan.profile, traffic, plan.transfer)
+    dec = DecodeStation.from_profile(d.profile, traffic, window_tokens=plan.hi_tokens, tpot_slo_s=level.tpot_p99_s,
+                                     max_num_seqs=d.max_num_seqs)
+    rho = level.max_utilization
+    if plan.replicas is None:
+        z = None
+        for t in _sizing_targets(level):
+            z = pre.min_replicas(t, rho_max=rho)
+            if z.feasible[0]:
+                break
+        n_p = int(inflate_for_availability(int(z.replicas[0]) if z is not None and z.feasible[0] else 0,
+                                           plan.availability))
+    else:
+        n_p = int(plan.replicas)
+    if d.replicas is None:
+        zd = dec.min_replicas(rho_max=rho, wait_prob_max=P99_TAIL)
+        n_d = int(inflate_for_availability(int(zd.replicas[0]), d.availability)) if zd.feasible[0] else 0
+    else:
+        n_d = int(d.replicas)
+    r = evaluate_pair(pre, dec, n_p, n_d, ttft_slo_s=level.ttft_p99_s, tpot_slo_s=level.tpot_p99_s, rho_max=rho,
+                      wait_prob_max=P99_TAIL, lo_tokens=plan.lo_tokens, hi_tokens=plan.hi_tokens)
+    lam = traffic.arrival_rate
+    problems = r.reason.split("; ") if r.reason else []
+    pre_why = "; ".join(x for x in problems if x.startswith("prefill"))
+    dec_why = "; ".join(x for x in problems if x.startswith("decode"))
+    pre_ok = not pre_why and math.isfinite(r.prefill_utilization) and r.prefill_utilization < 1.0
+    dec_ok = not dec_why and (math.isfinite(r.decode_utilization) or dec.output_tok_per_s <= 0)
+    pre_util_ok = lam <= 0 or r.prefill_utilization <= rho * (1 + 1e-12)
+    dec_util_ok = dec.output_tok_per_s <= 0 or r.decode_utilization <= rho * (1 + 1e-12)
+    common = dict(min_tokens=plan.lo_tokens, max_tokens=plan.hi_tokens, arrival_rate=lam,
+                  routing_share=traffic.rate_share, sized=plan.replicas is None, compress_gamma=1.0,
+                  tpot_p99_ms=r.tpot_bound_s * MS_PER_S)
+    floor = pre.ttft_floor_s if lam > 0 else 0.0
+    p_slots = int(plan.profile.n_slots(plan.hi_tokens))
+    prefill_row = PoolResult(
+        gpu=plan.gpu, profile=plan.profile.name, model=plan.profile.model_name, quality=quality_label(plan.profile),
+        replicas=n_p, gpus=r.prefill_gpus, n_slots=p_slots, utilization=r.prefill_utilization,
+        ttft_p99_ms=(r.p99_ttft_s if lam > 0 else 0.0) * MS_PER_S, prefill_p99_ms=floor * MS_PER_S,
+        mean_prefill_ms=pre.mean_service_s * MS_PER_S, mean_service_s=pre.mean_service_s,
+        cv2_service=pre.cv2_service, mean_batch=min(r.prefill_utilization, 1.0) if lam > 0 else 0.0,
+        power_w=r.prefill_power_w, output_tok_per_s=0.0, tok_per_watt=0.0,
+        cost_per_hr=n_p * plan.profile.cost_usd_per_hr, slo_met=bool(pre_ok), utilization_ok=bool(pre_util_ok),
+        miss_reason=pre_why, slo_miss_prob=(r.ttft_miss_prob if lam > 0 else 0.0), max_num_seqs=1,
+        capacity_load=r.prefill_utilization,
+        relaxation_s=pre.mean_service_s * (1.0 + pre.cv2_service) if lam > 0 else 0.0, phase="prefill", **common)
+    out_tps = dec.output_tok_per_s if math.isfinite(r.decode_utilization) else 0.0
+    decode_row = PoolResult(
+        gpu=d.gpu, profile=d.profile.name, model=d.profile.model_name, quality=quality_label(d.profile),
+        replicas=n_d, gpus=r.decode_gpus, n_slots=dec.kv_slots, utilization=r.decode_utilization,
+        ttft_p99_ms=0.0, prefill_p99_ms=0.0, mean_prefill_ms=0.0,
+        mean_service_s=float(dec.mean_residence_s(n_d)) if n_d > 0 and math.isfinite(r.mean_tpot_s) else 0.0,
+        cv2_service=dec.cv2_output, mean_batch=r.decode_mean_batch if math.isfinite(r.decode_mean_batch) else dec.cap,
+        power_w=r.decode_power_w, output_tok_per_s=out_tps,
+        tok_per_watt=out_tps / r.decode_power_w if r.decode_power_w > 0 else 0.0,
+        cost_per_hr=n_d * d.profile.cost_usd_per_hr, slo_met=bool(dec_ok), utilization_ok=bool(dec_util_ok),
+        miss_reason=dec_why, slo_miss_prob=0.0, max_num_seqs=dec.cap, capacity_load=r.decode_utilization,
+        relaxation_s=float(dec.mean_residence_s(n_d)) if n_d > 0 and math.isfinite(r.mean_tpot_s) else 0.0,
+        phase="decode", **common)
+    p99 = r.p99_ttft_s if lam > 0 else 0.0
+    miss = pre.miss_function(n_p) if n_p > 0 else (lambda t: 1.0)
+    return ((prefill_row, (lambda t: float(np.asarray(miss(t)).ravel()[0]), p99)),
+            (decode_row, (lambda t: 0.0, 0.0)))

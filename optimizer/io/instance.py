@@ -44,6 +44,7 @@ import numpy as np
 
 from fleetopt.models.fleet import sizing_target_s
 from fleetopt.models.profiles import ServingProfile
+from fleetopt.models.queueing.disagg import KVTransfer, kv_bytes_per_token, link_bandwidth_bytes_per_s
 from fleetopt.models.units import MS_PER_S
 from fleetopt.models.workload import LengthDistribution, RequestTrace
 
@@ -56,6 +57,7 @@ from fleetopt.optimizer.io.schema import (
     Problems,
     RawConstraints,
     RawInstance,
+    RawKVTransfer,
     RawPools,
     RawSlo,
     RawWorkload,
@@ -218,6 +220,19 @@ class PoolsSpec:
     """Compress-and-route factors the optimizer may use (empty: off)."""
     compress_success: float = 1.0
     """Probability that compressing a request to a pool's window succeeds."""
+    disaggregation: str = "none"
+    """Disaggregated prefill/decode pairs: ``none`` (aggregated pools only), ``allow`` (a segment may be served by
+    an aggregated pool or a pair) or ``only`` (pairs only)."""
+    kv_transfers: tuple[tuple[tuple[str, str], KVTransfer], ...] = ()
+    """The KV transfer of every (prefill option, decode option) pair of one model (``pools.kv_transfer`` resolved
+    against each side's profile and link figures); empty without disaggregation."""
+    pd_sizing: str = "model"
+    """``model`` (fleetopt's stations) or ``reference`` (the reference tool's throughput matching, for reproducing
+    its Puzzle 7)."""
+
+    def transfer(self, prefill: str, decode: str) -> KVTransfer | None:
+        """The KV transfer of the pair (prefill option, decode option); None when they are no pair."""
+        return dict(self.kv_transfers).get((prefill, decode))
 
 
 @dataclass(frozen=True)
@@ -414,6 +429,87 @@ def _cross_field_problems(data: dict, workload, problems: Problems) -> None:
         problems.add("pools.routing", "'split' routing works with slo.scope 'pool' only")
     if raw.pools.routing == "split" and comp is not None:
         problems.add("pools.routing", "'split' routing and pools.compress cannot be combined; choose one")
+    if raw.pools.disaggregation != "none":
+        if raw.pools.routing == "split":
+            problems.add("pools.disaggregation", "disaggregated prefill/decode pairs need routing: length ('split' "
+                                                 "routing cannot yet send a share of a segment to a pair)")
+        if comp is not None:
+            problems.add("pools.disaggregation", "disaggregated prefill/decode pairs cannot be combined with "
+                                                 "pools.compress (compress-and-route); drop one of them")
+    if raw.pools.pd_sizing == "reference" and raw.pools.disaggregation != "none":   # unused without pairs
+        kv = raw.pools.kv_transfer
+        if kv is None or kv.model != "seed-factor":
+            problems.add("pools.pd_sizing", "'reference' (the reference tool's convention) needs "
+                                            "pools.kv_transfer: {model: seed-factor}")
+        if workload is not None and workload.kind != "cdf":
+            problems.add("pools.pd_sizing", "'reference' reads a CDF workload's mean length; this workload is a "
+                                            f"{workload.kind}")
+        if raw.slo.tpot_p99_ms is None:
+            problems.add("pools.pd_sizing", "'reference' checks the TPOT SLO; give slo.tpot_p99_ms")
+
+
+def _kv_transfers(raw: RawPools, options: Sequence[GpuOption], catalog_section, problems: Problems
+                  ) -> tuple[tuple[tuple[str, str], KVTransfer], ...]:
+    """The KV transfer of every (prefill, decode) pair of options serving one model (``profile.model_name``).
+
+    ``seed-factor``: the factor alone. ``bandwidth``: KV bytes per token from the prefill profile (or
+    ``kv_bytes_per_token``) and the bandwidth from ``bandwidth_gb_per_s`` or the catalogue's link figures of both
+    sides' hardware (:func:`fleetopt.models.queueing.disagg.link_bandwidth_bytes_per_s`); a calibrated profile has
+    neither, which is one problem naming the field to give."""
+    if raw.disaggregation == "none":
+        return ()
+    kv = raw.kv_transfer if raw.kv_transfer is not None else RawKVTransfer()
+    pairs = [(p, d) for p in options for d in options if p.profile.model_name == d.profile.model_name]
+    if kv.model == "seed-factor":
+        x = KVTransfer(model="seed-factor", factor=kv.factor)
+        return tuple(((p.name, d.name), x) for p, d in pairs)
+    links = _link_figures(options, catalog_section)
+    out, missing = [], {}
+    for p, d in pairs:
+        try:
+            per_token = kv.kv_bytes_per_token or kv_bytes_per_token(p.profile)
+        except ValueError:
+            missing.setdefault("kv_bytes_per_token", p.name)
+            continue
+        if kv.bandwidth_gb_per_s is not None:
+            bw = kv.bandwidth_gb_per_s * 1e9
+        else:
+            (pn, pnet), (dn, dnet) = links.get(p.name, (None, None)), links.get(d.name, (None, None))
+            try:
+                bw = link_bandwidth_bytes_per_s(same_node=kv.link == "nvlink",
+                                                prefill_gpus=p.profile.physical_gpus_per_replica,
+                                                decode_gpus=d.profile.physical_gpus_per_replica,
+                                                prefill_nvlink_bytes_per_s=pn, decode_nvlink_bytes_per_s=dn,
+                                                prefill_network_bytes_per_s=pnet, decode_network_bytes_per_s=dnet)
+            except ValueError:
+                missing.setdefault("bandwidth_gb_per_s", p.name if (pn, pnet) == (None, None) else d.name)
+                continue
+        out.append(((p.name, d.name), KVTransfer(model="bandwidth", kv_bytes_per_token=float(per_token),
+                                                 bandwidth_bytes_per_s=float(bw), latency_s=kv.latency_ms / MS_PER_S)))
+    for name, option in missing.items():
+        what = ("no KV bytes per token (a calibrated profile)" if name == "kv_bytes_per_token"
+                else f"no {kv.link} bandwidth in the hardware catalogue")
+        problems.add(f"pools.kv_transfer.{name}", f"option {option} has {what}; give pools.kv_transfer.{name}, "
+                                                  "or use model: seed-factor")
+    return tuple(out)
+
+
+def _link_figures(options: Sequence[GpuOption], catalog_section) -> dict[str, tuple[float | None, float | None]]:
+    """Per option, the (NVLink, inter-node) per-GPU bandwidth of its hardware in bytes/s (absent: no hardware)."""
+    from fleetopt.optimizer.io.catalog import instance_catalog
+
+    catalog = instance_catalog(catalog_section, Problems(None))
+    out = {}
+    for o in options:
+        name = getattr(o.profile, "hardware_name", None)
+        if catalog is None or not name:
+            continue
+        try:
+            hw = catalog.find("hardware", name)
+        except KeyError:
+            continue
+        out[o.name] = (hw.nvlink_bandwidth_bytes_per_s, hw.inter_node_bandwidth_bytes_per_s)
+    return out
 
 
 def _models_by_option(options: Sequence[GpuOption]) -> dict[str, list[str]]:
@@ -502,6 +598,9 @@ def _resolve(data: dict, path: Path | None, problems: Problems) -> Instance | No
         _mixed_model_problems(data, options, problems)
     if not problems.lines:
         _cross_field_problems(data, workload, problems)
+    transfers = ()
+    if not problems.lines and pools_raw is not None and options is not None:
+        transfers = _kv_transfers(pools_raw, options, catalog_section, problems)
     if problems.lines:
         return None
     raw = RawInstance.model_validate(data)
@@ -513,7 +612,8 @@ def _resolve(data: dict, path: Path | None, problems: Problems) -> Instance | No
         gpus=tuple(options),
         pools=PoolsSpec(raw.pools.max_pools, raw.pools.max_context, boundaries, raw.pools.routing,
                         tuple(sorted(set(raw.pools.compress.gammas))) if raw.pools.compress else (),
-                        raw.pools.compress.success_probability if raw.pools.compress else 1.0),
+                        raw.pools.compress.success_probability if raw.pools.compress else 1.0,
+                        raw.pools.disaggregation, transfers, raw.pools.pd_sizing),
         constraints=_constraints(raw.constraints),
         objective=raw.objective,
         description=raw.description or "",

@@ -291,14 +291,38 @@ class RawEnergy(_Raw):
     pue: Annotated[float, Field(ge=1, allow_inf_nan=False)] = 1.0
 
 
+class RawKVTransfer(_Raw):
+    """``pools.kv_transfer``: how a disaggregated pair's prompt KV cache reaches its decode pool
+    (:class:`fleetopt.models.queueing.disagg.KVTransfer`). ``bandwidth`` (fleetopt's own): latency plus the prompt's
+    KV bytes over the link, by default the hardware catalogue's per-GPU link times the replica's GPUs (``link``:
+    ``network`` between nodes, ``nvlink`` within one); ``seed-factor`` (the reference scenarios' convention): the
+    prefill part of TTFT times ``factor``."""
+
+    model: Literal["bandwidth", "seed-factor"] = "bandwidth"
+    factor: Annotated[float, Field(ge=1, allow_inf_nan=False)] = 1.8
+    bandwidth_gb_per_s: _PositiveFloat | None = None
+    """Replica-to-replica bandwidth in GB/s (1e9 bytes/s), overriding the catalogue's link figures."""
+    latency_ms: Annotated[float, Field(ge=0, allow_inf_nan=False)] = 0.0
+    kv_bytes_per_token: _PositiveFloat | None = None
+    """KV bytes of one token for the whole replica (default: the computed profile's; a calibrated one has none)."""
+    link: Literal["network", "nvlink"] = "network"
+
+
 class RawPools(_Raw):
-    """``pools``: how many pools, the context window in tokens, boundaries and routing."""
+    """``pools``: how many pools, the context window in tokens, boundaries and routing, and whether length
+    segments may be served by disaggregated prefill/decode pairs (``disaggregation``: ``none``, ``allow``, ``only``)."""
 
     max_pools: _PositiveInt = 1
     max_context: _ContextTokens
     boundaries: Any = "auto"
     routing: Literal["length", "split"] = "length"
     compress: RawCompress | None = None
+    disaggregation: Literal["none", "allow", "only"] = "none"
+    kv_transfer: RawKVTransfer | None = None
+    pd_sizing: Literal["model", "reference"] = "model"
+    """How pairs are sized: ``model`` (fleetopt's stations, :mod:`fleetopt.models.queueing.disagg`) or ``reference``
+    (the reference tool's throughput matching, :func:`fleetopt.models.queueing.disagg.reference_disagg`; for
+    reproducing its Puzzle 7 only)."""
 
 
 class RawConstraints(_Raw):
@@ -335,6 +359,7 @@ _SECTION_MODELS: dict[tuple[str, ...], type[_Raw]] = {
     ("gpus",): RawGpu,
     ("pools",): RawPools,
     ("pools", "compress"): RawCompress,
+    ("pools", "kv_transfer"): RawKVTransfer,
     ("constraints",): RawConstraints,
     ("energy",): RawEnergy,
 }

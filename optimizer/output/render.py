@@ -95,7 +95,11 @@ def fleet_table(title: str, r: FleetResult, slo_ms: float, source: str = ANALYTI
     t.add_column("GPUs", justify="right", footer=f"{physical_gpus(r, per):,}", no_wrap=True)
     if seed:
         t.add_column("seed units", justify="right", footer=f"{r.total_gpus:,}", no_wrap=True)
-    t.add_column("req/s", justify="right", footer=f"{sum(p.arrival_rate for p in r.pools):,.1f}")
+    pair = any(p.phase != "both" for p in r.pools)   # a disaggregated pair: its decode row repeats the rate
+    if pair:
+        t.add_column("phase", footer="")
+    t.add_column("req/s", justify="right",
+                 footer=f"{sum(p.arrival_rate for p in r.pools if p.phase != 'decode'):,.1f}")
     t.add_column("util", justify="right")
     t.add_column("P99 TTFT ms", justify="right", footer=fmt_ms(r.ttft_p99_ms))
     t.add_column("miss %", justify="right", footer=f"{100 * r.slo_miss_share:.2f}")
@@ -116,8 +120,8 @@ def fleet_table(title: str, r: FleetResult, slo_ms: float, source: str = ANALYTI
         ident = pool_identity(p, per.get(p.gpu))
         units = [f"{p.gpus:,}" if ident["unit"] == "seed_unit" else "-"] if seed else []
         t.add_row(f"{p.min_tokens:,}-{p.max_tokens:,}{band}", p.gpu, served_model(p.model) or "unknown",
-                  f"{p.replicas}{sized}", f"{ident['physical_gpus']:,}", *units,
-                  f"{p.arrival_rate:,.2f}", util_text(p), fmt_ms(p.ttft_p99_ms),
+                  f"{p.replicas}{sized}", f"{ident['physical_gpus']:,}", *units, *([p.phase] if pair else []),
+                  f"{p.arrival_rate:,.2f}", util_text(p), fmt_ms(p.ttft_p99_ms) if p.phase != "decode" else "-",
                   f"{100 * p.slo_miss_prob:.2f}", f"{p.power_w / 1000:,.2f}", f"{p.tok_per_watt:.2f}",
                   f"{p.cost_per_hr:,.2f}", fmt_usd_per_mtok(usd_per_million_output_tokens(p.cost_per_hr,
                                                                                          p.output_tok_per_s)),

@@ -132,10 +132,35 @@ class Candidates:
     """:math:`N^*_p`: the least replica count the analytic model offers the pool, before availability inflation
     (pool scope: the SLO minimum; fleet scope: the utilisation floor :math:`N_\\rho`)."""
     gammas: tuple[float, ...] = (1.0,)
+    decode_gpu: np.ndarray | None = None
+    """Disaggregated prefill/decode: the decode option of each pair candidate (``gpu`` is then its prefill
+    option), -1 for an aggregated pool (None: every pool is aggregated)."""
+    decode_cap: np.ndarray | None = None
+    """The decode pool's batch cap of each pair candidate (0 for an aggregated pool)."""
+    choice_decode_replicas: np.ndarray | None = None
+    """Decode replicas of each choice (0 for an aggregated pool; ``choice_replicas`` is then the prefill's)."""
+    choice_decode_gpus: np.ndarray | None = None
+    """GPUs of each choice on its decode option (0 for an aggregated pool; ``choice_gpus`` counts both phases)."""
     unsized_gpus: tuple[str, ...] = ()
     """GPU options left unsized because the solve's :class:`Deadline` passed while candidates were built (empty:
     every option was sized). Non-empty: the candidates are a subset, so a plan among them is not proven optimal
     and infeasibility among them proves nothing."""
+
+    def __post_init__(self) -> None:
+        set_ = object.__setattr__
+        if self.decode_gpu is None:
+            set_(self, "decode_gpu", np.full(len(self.i), -1, dtype=np.int64))
+        if self.decode_cap is None:
+            set_(self, "decode_cap", np.zeros(len(self.i), dtype=np.int64))
+        if self.choice_decode_replicas is None:
+            set_(self, "choice_decode_replicas", np.zeros(len(self.choice_pool), dtype=np.int64))
+        if self.choice_decode_gpus is None:
+            set_(self, "choice_decode_gpus", np.zeros(len(self.choice_pool), dtype=np.int64))
+
+    @property
+    def is_pair(self) -> np.ndarray:
+        """Per candidate: a disaggregated prefill/decode pair (True) or an aggregated pool."""
+        return np.asarray(self.decode_gpu) >= 0
 
     @property
     def from_node(self) -> np.ndarray:
@@ -165,8 +190,14 @@ class Candidates:
     def label(self, p: int) -> str:
         b = self.boundaries
         gamma = self.gammas[self.state_out[p]]
-        return (f"{int(b[self.i[p]]):,}-{int(b[self.j[p]]):,}:{self.gpu_names[self.gpu[p]]}"
-                + (f"@{gamma:g}" if gamma > 1 else ""))
+        return f"{int(b[self.i[p]]):,}-{int(b[self.j[p]]):,}:{self.pool_name(p)}" + (f"@{gamma:g}" if gamma > 1 else "")
+
+    def pool_name(self, p: int) -> str:
+        """The option a pool runs on, or ``PREFILL+DECODE`` for a pair
+        (:func:`fleetopt.optimizer.plan.disagg_candidates.pair_label`)."""
+        d = int(self.decode_gpu[p])  # type: ignore[index]
+        name = self.gpu_names[self.gpu[p]]
+        return name if d < 0 else f"{name}+{self.gpu_names[d]}"
 
     def keep_choices(self, keep: np.ndarray) -> Candidates:
         """Only the selected choices, and the candidates that still have one (indices renumbered)."""
@@ -176,9 +207,10 @@ class Candidates:
         renumber[pools] = np.arange(len(pools))
         pool_fields = {f: getattr(self, f)[pools] for f in ("i", "j", "gpu", "arrival_rate", "output_tok_per_s",
                                                            "state_in", "state_out", "cap", "load_erlangs",
-                                                           "min_replicas_analytic")}
+                                                           "min_replicas_analytic", "decode_gpu", "decode_cap")}
         choice_fields = {f: getattr(self, f)[keep] for f in ("choice_replicas", "choice_gpus", "choice_cost_per_hr",
-                                                             "choice_power_w", "choice_miss_rate")}
+                                                             "choice_power_w", "choice_miss_rate",
+                                                             "choice_decode_replicas", "choice_decode_gpus")}
         return Candidates(boundaries=self.boundaries, gpu_names=self.gpu_names,
                           choice_pool=renumber[self.choice_pool[keep]],
                           dropped=self.dropped, generated=self.generated, gammas=self.gammas,
@@ -209,7 +241,8 @@ def generate_candidates(instance: Instance, deadline: Deadline | None = None,
     pools, choices, dropped = _Columns(), _Columns(), []
     bases: dict[int, object] = {}
     unsized: list[str] = []
-    for g_idx, opt in enumerate(instance.gpus):
+    aggregated = instance.pools.disaggregation != "only"
+    for g_idx, opt in enumerate(instance.gpus if aggregated else ()):
         if unsized or (deadline is not None and deadline.passed()):
             unsized.append(opt.name)
             continue
@@ -227,16 +260,34 @@ def generate_candidates(instance: Instance, deadline: Deadline | None = None,
     P = {k: empty for k in ("i", "j", "gpu", "arrival_rate", "output_tok_per_s", "state_in", "state_out", "cap",
                             "load_erlangs", "min_replicas")} | pools.arrays()
     C = {k: empty for k in ("pool", "replicas", "gpus", "cost", "power", "miss")} | choices.arrays()
+    generated = len(rows[0]) * (len(instance.gpus) - len(unsized)) if aggregated else 0
+    P["decode_gpu"], P["decode_cap"] = np.full(len(P["i"]), -1), np.zeros(len(P["i"]))
+    C["decode_replicas"], C["decode_gpus"] = np.zeros(len(C["pool"])), np.zeros(len(C["pool"]))
+    if instance.pools.disaggregation != "none" and not unsized and not (deadline is not None and deadline.passed()):
+        from fleetopt.optimizer.plan.disagg_candidates import pair_candidates
+
+        pc = pair_candidates(instance, b)
+        generated += pc.generated
+        dropped.extend(Dropped(lo, hi, name, why) for lo, hi, name, why in pc.dropped)
+        first, n = len(P["i"]), len(pc.pools["i"])
+        extra = {"state_in": np.zeros(n), "state_out": np.zeros(n), "cap": np.zeros(n)} | pc.pools
+        P = {k: np.concatenate([v, np.asarray(extra[k], dtype=float)]) for k, v in P.items()}
+        extra = pc.choices | {"pool": first + np.asarray(pc.choices["pool"])}
+        C = {k: np.concatenate([v, np.asarray(extra[k], dtype=float)]) for k, v in C.items()}
+    elif instance.pools.disaggregation != "none" and deadline is not None and deadline.passed() and not unsized:
+        unsized.append("(disaggregated pairs)")
     return Candidates(boundaries=b, gpu_names=tuple(g.name for g in instance.gpus), i=P["i"].astype(np.int64),
                       j=P["j"].astype(np.int64), gpu=P["gpu"].astype(np.int64), arrival_rate=P["arrival_rate"],
                       output_tok_per_s=P["output_tok_per_s"], choice_pool=C["pool"].astype(np.int64),
                       choice_replicas=C["replicas"].astype(np.int64), choice_gpus=C["gpus"].astype(np.int64),
                       choice_cost_per_hr=C["cost"], choice_power_w=C["power"], choice_miss_rate=C["miss"],
-                      dropped=tuple(dropped), generated=len(rows[0]) * (len(instance.gpus) - len(unsized)),
+                      dropped=tuple(dropped), generated=generated,
                       state_in=P["state_in"].astype(np.int64), state_out=P["state_out"].astype(np.int64),
                       cap=P["cap"].astype(np.int64), load_erlangs=P["load_erlangs"],
                       min_replicas_analytic=P["min_replicas"].astype(np.int64), gammas=gammas,
-                      unsized_gpus=tuple(unsized))
+                      decode_gpu=P["decode_gpu"].astype(np.int64), decode_cap=P["decode_cap"].astype(np.int64),
+                      choice_decode_replicas=C["decode_replicas"].astype(np.int64),
+                      choice_decode_gpus=C["decode_gpus"].astype(np.int64), unsized_gpus=tuple(unsized))
 
 
 class SizingCache:
@@ -319,6 +370,8 @@ class TighteningCandidates:
         if instance.slo.scope != "pool" or not self.model.warm_start:
             raise ValueError("TighteningCandidates: needs slo.scope pool and a ttft_model that sizes from a lower "
                              "bound (batched)")
+        if instance.pools.disaggregation != "none":
+            raise ValueError("TighteningCandidates: sizes aggregated pools only (pools.disaggregation none)")
         self.instance = instance
         self.slo_s = float(instance.slo.ttft_sizing_s)
         self._cache = SizingCache()
@@ -739,10 +792,13 @@ def least_counts(keys: list[tuple[int, int, str]], min_replicas_analytic, min_re
 def restrict(c: Candidates, instance: Instance, min_replicas: dict, forbidden: set, window_cuts=()) -> Candidates:
     """Apply cuts from verification: pools ``forbidden`` (keys ``(lo, hi, gpu)``) disappear, and a pool with a
     least count (its own ``min_replicas[key]``, or a :class:`WindowCut` covering it; :func:`least_counts`) gets
-    every smaller choice raised to it (re-priced: GPUs, cost, power at the same load)."""
+    every smaller choice raised to it (re-priced: GPUs, cost, power at the same load). A disaggregated pair's key
+    names ``PREFILL+DECODE`` (:meth:`Candidates.pool_name`): it may be forbidden; least counts are cuts on
+    aggregated pools and leave pairs as they are."""
     b = c.boundaries
-    keys = [(int(b[c.i[p]]), int(b[c.j[p]]), c.gpu_names[c.gpu[p]]) for p in range(len(c))]
+    keys = [(int(b[c.i[p]]), int(b[c.j[p]]), c.pool_name(p)) for p in range(len(c))]
     least = least_counts(keys, c.min_replicas_analytic, min_replicas, window_cuts)
+    least[c.is_pair] = 0  # a pair's key is PREFILL+DECODE: the cuts of aggregated pools never reach it
     keep = np.array([keys[p] not in forbidden for p in c.choice_pool], dtype=bool)
     replicas = c.choice_replicas.copy()
     gpus, cost, power = c.choice_gpus.copy(), c.choice_cost_per_hr.copy(), c.choice_power_w.copy()
@@ -765,16 +821,22 @@ def prune_dominated(c: Candidates, unlimited_gpu: np.ndarray, protected_gpu: np.
 
     Choice :math:`q` dominates :math:`p` (same path nodes, i.e. same :math:`(i, j)` and compression
     states; different pool)
-    when its cost, power, physical GPUs and miss rate are all no larger, its GPU
-    option has no inventory or pool-count limit (``unlimited_gpu``) or is
-    :math:`p`'s own, and :math:`p`'s GPU option carries no lower bound
+    when its cost, power, physical GPUs and miss rate are all no larger, every GPU
+    option it uses has no inventory or pool-count limit (``unlimited_gpu``) or both use one and the same
+    option, and no option :math:`p` uses carries a lower bound
     (``protected_gpu``); exact ties keep the lower index. These are the only quantities the objective and the coupling
-    constraints read, so pruning never changes the optimum.
+    constraints read, so pruning never changes the optimum. A disaggregated pair uses its prefill and its decode
+    option: an aggregated pool on the pair's prefill option never stands in for it while the decode option's
+    inventory is another (the GPUs would move between inventories).
     """
     cp = c.choice_pool
     n_nodes = len(c.boundaries) * len(c.gammas)
     seg = c.from_node[cp] * (n_nodes + 1) + c.to_node[cp]
     gpu = c.gpu[cp]
+    dgpu = np.where(c.decode_gpu[cp] >= 0, c.decode_gpu[cp], gpu)  # type: ignore[index]
+    single = np.where(dgpu == gpu, gpu, -1)                        # the one option a choice uses, or -1
+    free = unlimited_gpu[gpu] & unlimited_gpu[dgpu]
+    guarded = protected_gpu[gpu] | protected_gpu[dgpu]
     metrics = np.stack([c.choice_cost_per_hr, c.choice_power_w, c.choice_gpus.astype(float), c.choice_miss_rate], 1)
     keep = np.ones(c.n_choices, dtype=bool)
     if not c.n_choices:
@@ -803,10 +865,10 @@ def prune_dominated(c: Candidates, unlimited_gpu: np.ndarray, protected_gpu: np.
         no_worse = np.all(m[:, :, None, :] <= m[:, None, :, :], axis=3)     # [group, q, p]: q no worse than p
         strictly = np.any(m[:, :, None, :] < m[:, None, :, :], axis=3)
         earlier = idx[:, :, None] < idx[:, None, :]
-        g = gpu[idx]
-        inventory_ok = unlimited_gpu[g][:, :, None] | (g[:, :, None] == g[:, None, :])
+        one = single[idx]
+        inventory_ok = free[idx][:, :, None] | ((one[:, :, None] == one[:, None, :]) & (one[:, :, None] >= 0))
         other_pool = cp[idx][:, :, None] != cp[idx][:, None, :]
-        dom = (no_worse & (strictly | earlier) & inventory_ok & other_pool & ~protected_gpu[g][:, None, :]
+        dom = (no_worse & (strictly | earlier) & inventory_ok & other_pool & ~guarded[idx][:, None, :]
                & valid[:, :, None] & valid[:, None, :])
         dropped = dom.any(axis=1) & valid
         keep[idx[dropped]] = False

@@ -231,19 +231,24 @@ def limit_violations(instance: Instance, fleet: FleetResult) -> tuple[str, ...]:
     """
     out = []
     pools = fleet.pools
+    # a disaggregated pair (a prefill row, then its decode row) is one pool of each inventory it uses, and one
+    # pool of the fleet (the MIP's count)
+    pair_of = [k - 1 if p.phase == "decode" and k > 0 else k for k, p in enumerate(pools)]
     for g in instance.gpu_inventories():     # a gpus entry: its limits bind the sum over its configurations
         mine = [p for p in pools if p.gpu in g.options]
         n_gpus = sum(p.gpus for p in mine)
+        n_pools = len({pair_of[k] for k, p in enumerate(pools) if p.gpu in g.options})
         if g.max_count is not None and n_gpus > g.max_count:
             out.append(f"gpus.{g.name}.max_count: {n_gpus} GPUs of {g.name}, above its inventory of {g.max_count}")
         if g.min_count and n_gpus < g.min_count:
             out.append(f"gpus.{g.name}.min_count: {n_gpus} GPUs of {g.name}, below the committed {g.min_count}")
-        if g.max_pools is not None and len(mine) > g.max_pools:
-            out.append(f"gpus.{g.name}.max_pools: {len(mine)} pools on {g.name}, above the cap of {g.max_pools}")
-        if g.min_pools and len(mine) < g.min_pools:
-            out.append(f"gpus.{g.name}.min_pools: {len(mine)} pools on {g.name}, below the least of {g.min_pools}")
-    if len(pools) > instance.pools.max_pools:
-        out.append(f"pools.max_pools: {len(pools)} pools, above the cap of {instance.pools.max_pools}")
+        if g.max_pools is not None and n_pools > g.max_pools:
+            out.append(f"gpus.{g.name}.max_pools: {n_pools} pools on {g.name}, above the cap of {g.max_pools}")
+        if g.min_pools and n_pools < g.min_pools:
+            out.append(f"gpus.{g.name}.min_pools: {n_pools} pools on {g.name}, below the least of {g.min_pools}")
+    n_fleet = len(set(pair_of))
+    if n_fleet > instance.pools.max_pools:
+        out.append(f"pools.max_pools: {n_fleet} pools, above the cap of {instance.pools.max_pools}")
     c = instance.constraints
     if c.max_total_gpus is not None and fleet.total_gpus > c.max_total_gpus:
         out.append(f"constraints.max_total_gpus: {fleet.total_gpus} GPUs, above the cap of {c.max_total_gpus}")

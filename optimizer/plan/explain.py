@@ -371,7 +371,7 @@ def pool_configurations(instance: Instance, plans) -> tuple[PoolConfigurations, 
     out = []
     for k, plan in enumerate(plans):
         entry = instance.inventory(plan.gpu)
-        if not entry.configurations:
+        if not entry.configurations or plan.decode is not None:   # a pair's phases are compared by the MIP itself
             continue
         costs = []
         for conf in entry.configurations:
@@ -412,6 +412,60 @@ def _relaxations(instance: Instance) -> list[tuple[str, float, float, str]]:
     return out
 
 
+def pair_pool_label(plan) -> str:
+    """A disaggregated pair's name in explanations: ``0-8192:P a100x1 + D h100x3``."""
+    d = plan.decode
+    return f"{plan.lo_tokens}-{plan.hi_tokens}:P {plan.gpu}x{plan.replicas} + D {d.gpu}x{d.replicas}"
+
+
+def _fleet_plans(instance: Instance, pools, pool_plan) -> tuple[list, list[int]]:
+    """The :class:`~fleetopt.models.fleet.PoolPlan` of each pool of an evaluated fleet at its counts, a
+    disaggregated pair's two rows (prefill, then decode) as one plan, and the row each plan starts at."""
+    from fleetopt.models.fleet import DecodeStage
+
+    plans, rows, k = [], [], 0
+    while k < len(pools):
+        p = pools[k]
+        g = instance.gpu(p.gpu)
+        if p.phase == "prefill" and k + 1 < len(pools) and pools[k + 1].phase == "decode":
+            q = pools[k + 1]
+            dg = instance.gpu(q.gpu)
+            plans.append(pool_plan(p.min_tokens, p.max_tokens, g.name, g.profile, p.replicas, g.availability,
+                                   decode=DecodeStage(gpu=dg.name, profile=dg.profile, replicas=q.replicas,
+                                                      max_num_seqs=q.max_num_seqs, availability=dg.availability),
+                                   transfer=instance.pools.transfer(g.name, dg.name)))
+            rows.append(k)
+            k += 2
+            continue
+        plans.append(pool_plan(p.min_tokens, p.max_tokens, p.gpu, g.profile, p.replicas, g.availability,
+                               p.compress_gamma, p.max_num_seqs))
+        rows.append(k)
+        k += 1
+    return plans, rows
+
+
+def _pair_bottleneck(instance: Instance, plans, k: int) -> tuple[str, str]:
+    """What fails in pair ``k`` of ``plans`` with one replica fewer in each phase (the evaluation's reasons)."""
+    from dataclasses import replace
+
+    from fleetopt.optimizer.plan.evaluate import evaluate_plans
+
+    plan = plans[k]
+    row = sum(2 if q.decode is not None else 1 for q in plans[:k])
+    found = []
+    for phase, n in (("prefill", plan.replicas), ("decode", int(plan.decode.replicas or 0))):
+        if n <= 1:
+            found.append(f"{phase}: a single replica meets every condition")
+            continue
+        fewer = list(plans)
+        fewer[k] = (replace(plan, replicas=n - 1) if phase == "prefill"
+                    else replace(plan, decode=replace(plan.decode, replicas=n - 1)))
+        r = evaluate_plans(instance, fewer).pools[row + (phase == "decode")]
+        why = r.miss_reason or ("" if r.utilization_ok else "utilisation above the cap")
+        found.append(f"{phase} at {n - 1} replicas: {why}" if why else f"{phase}: one replica fewer still meets it")
+    return "P/D pair", "; ".join(found)
+
+
 def _bottleneck(instance: Instance, plans, k: int) -> tuple[str, str]:
     """The bottleneck of pool ``k`` of ``plans`` (fixed counts): what fails with one replica fewer."""
     from dataclasses import replace
@@ -423,7 +477,7 @@ def _bottleneck(instance: Instance, plans, k: int) -> tuple[str, str]:
         return "one replica", "a single replica meets every condition"
     fewer = list(plans)
     fewer[k] = replace(plans[k], replicas=n - 1)
-    p = evaluate_plans(instance, fewer).pools[k]
+    p = evaluate_plans(instance, fewer).pools[sum(2 if q.decode is not None else 1 for q in plans[:k])]
     slo_ms = instance.slo.ttft_sizing_s * 1000.0  # the count is the least meeting the sizing target
     target = instance.slo.sizing_text()
     cap = instance.constraints.max_utilization
@@ -490,14 +544,19 @@ def explain_plan(instance: Instance, report, *, resolve, headroom=None) -> Expla
         else:
             relaxations.append(Relaxation(limit, now, relaxed, override, None, None, None, str(rep.status)))
     fleet = report.best.fleet
-    plans = [PoolPlan(p.min_tokens, p.max_tokens, p.gpu, instance.gpu(p.gpu).profile, p.replicas,
-                      instance.gpu(p.gpu).availability, p.compress_gamma, p.max_num_seqs) for p in fleet.pools]
+    plans, rows = _fleet_plans(instance, fleet.pools, PoolPlan)
     spec = fleet_spec(instance, fleet) or ""
     limits = None
     if headroom is not None and spec:
         limits = headroom(instance, spec).pools
     pools = []
-    for k, p in enumerate(fleet.pools):
+    for k, (plan, row) in enumerate(zip(plans, rows)):
+        p = fleet.pools[row]
+        if plan.decode is not None:   # a disaggregated pair: one entry naming both options
+            label, detail = _pair_bottleneck(instance, plans, k)
+            pools.append(PoolBottleneck(pair_pool_label(plan), plan.replicas + int(plan.decode.replicas or 0),
+                                        label, detail, None, None))
+            continue
         label, detail = _bottleneck(instance, plans, k)
         lim = None if limits is None else limits[k]
         pools.append(PoolBottleneck(f"{p.min_tokens}-{p.max_tokens}:{p.gpu}x{p.replicas}", p.replicas, label, detail,

@@ -16,12 +16,12 @@ from types import MappingProxyType
 
 import numpy as np
 
-from fleetopt.models.fleet import FleetResult, PoolPlan
+from fleetopt.models.fleet import DecodeStage, FleetResult, PoolPlan
 from fleetopt.models.units import P99_TAIL
 from fleetopt.solvers.mip import SolveResult, solve as solve_mip
 from fleetopt.solvers.oracle import NoFleetError, shortest_fleet
 from fleetopt.solvers.outcome import Termination
-from fleetopt.solvers.problem import FleetProblem
+from fleetopt.solvers.problem import FleetProblem, GpuUse
 
 from fleetopt.optimizer.plan.candidates import (Candidates, Deadline, WindowCut, generate_candidates, prune_dominated,
                                                 restrict)
@@ -249,7 +249,29 @@ def build_problem(instance: Instance, c: Candidates) -> FleetProblem:
         gpu_min_gpus=gpu_min, max_total_gpus=cons.max_total_gpus, max_cost_per_hr=cons.max_cost_per_hr,
         max_power_w=None if cons.max_power_kw is None else cons.max_power_kw * 1000.0,
         objective=instance.objective, labels=tuple(c.label(p) for p in range(len(c))),
+        choice_gpu_use=_gpu_use(instance, c) if c.is_pair.any() else None,
     )
+
+
+def _gpu_use(instance: Instance, c: Candidates) -> GpuUse:
+    """The GPUs each choice takes from each inventory: an aggregated pool's all from its option's, a
+    disaggregated pair's prefill GPUs from its prefill option's and decode GPUs from its decode option's (one entry
+    when both are one inventory)."""
+    entry = instance.inventory_of_options()
+    pool = c.choice_pool
+    pair = c.is_pair[pool]
+    prefill = entry[c.gpu[pool]]
+    decode = np.where(pair, entry[np.maximum(c.decode_gpu[pool], 0)], prefill)
+    dg = np.where(pair, c.choice_decode_gpus, 0)
+    pg = c.choice_gpus - dg
+    choice = np.arange(c.n_choices)
+    split = pair & (decode != prefill)
+    # same inventory (or aggregated): one entry of all the GPUs; two inventories: one entry each
+    ch = np.concatenate([choice, choice[split]])
+    opt = np.concatenate([prefill, decode[split]])
+    gpus = np.concatenate([np.where(split, pg, c.choice_gpus), dg[split]])
+    live = gpus > 0
+    return GpuUse(choice=ch[live], option=opt[live], gpus=gpus[live].astype(np.int64))
 
 
 def _prune(instance: Instance, c: Candidates, top: int) -> Candidates:
@@ -445,6 +467,16 @@ def _pool_plans(instance: Instance, c: Candidates, choices) -> list[PoolPlan]:
     for ch in sorted(choices, key=lambda ch: c.i[c.choice_pool[ch]]):
         p = c.choice_pool[ch]
         opt = instance.gpus[c.gpu[p]]
+        if c.is_pair[p]:
+            dec = instance.gpus[c.decode_gpu[p]]
+            out.append(PoolPlan(int(b[c.i[p]]), int(b[c.j[p]]), opt.name, opt.profile, int(c.choice_replicas[ch]),
+                                opt.availability,
+                                decode=DecodeStage(gpu=dec.name, profile=dec.profile,
+                                                   replicas=int(c.choice_decode_replicas[ch]),
+                                                   max_num_seqs=int(c.decode_cap[p]) or None,
+                                                   availability=dec.availability),
+                                transfer=instance.pools.transfer(opt.name, dec.name)))
+            continue
         out.append(PoolPlan(int(b[c.i[p]]), int(b[c.j[p]]), opt.name, opt.profile, int(c.choice_replicas[ch]),
                             opt.availability, c.gammas[c.state_out[p]], int(c.cap[p])))
     return out
