@@ -2,7 +2,9 @@
 
 Sets
 ----
-NODES     path nodes :math:`v` (a boundary, and with compress-and-route a compression state); source 0
+NODES     path nodes :math:`v` (a boundary, and with compress-and-route a compression state); source 0, or with
+          several commodities :math:`k` (model classes) a source :math:`s_k` and a sink :math:`t_k` each, every
+          commodity on its own range of nodes
 POOLS     candidate pools :math:`p = (i_p, j_p, g_p)`, :math:`g_p` the primary GPU option
 CHOICES   replica choices :math:`c` of the pools (:math:`p(c)` their pool)
 GPUS      GPU options :math:`g`; choice :math:`c` takes :math:`G_{cg}` physical GPUs of option :math:`g`
@@ -125,6 +127,7 @@ def _index(m, problem: FleetProblem) -> None:
     # per option g: the choices C_g that use it and their G_cg
     m._of_gpu = problem.gpu_use_by_option
     m._of_group = [_group_use(problem, grp.options) for grp in problem.inventory_groups]
+    m._sources, m._sinks = frozenset(problem.sources or ()), frozenset(problem.sinks or ())
 
 
 def _group_use(problem: FleetProblem, options) -> tuple[np.ndarray, np.ndarray]:
@@ -146,8 +149,13 @@ def tiling_rule(m, k):
 
     With compress-and-route a node also carries the compression factor of the
     pool that ends there, so consecutive pools agree on who serves the band.
+
+    With several commodities (``FleetProblem.sources``/``sinks``: the model classes of semantic routing) the
+    right-hand side is 1 at every source :math:`s_k` and -1 at every sink :math:`t_k`: no pool joins two
+    commodities' node ranges, so the rows split into one path per commodity, each tiling its class's lengths
+    once with its own pools (a multi-commodity path on disjoint graphs, coupled only by the shared rows below).
     """
-    rhs = 1 if k == 0 else (-1 if k == m.problem.sink_node else 0)
+    rhs = 1 if k in m._sources else (-1 if k in m._sinks else 0)
     out = pyo.quicksum(m.z[int(c)] for c in m._leaving[k])
     inn = pyo.quicksum(m.z[int(c)] for c in m._entering[k])
     if len(m._leaving[k]) == 0 and len(m._entering[k]) == 0:
@@ -164,8 +172,8 @@ def one_count_rule(m, p):
 
 
 def max_pools_rule(m):
-    """At most :math:`K` pools: :math:`\\sum_c z_c \\le K`."""
-    if m.problem.max_pools >= m.problem.n_boundaries - 1:  # a path never has more pools than segments
+    """At most :math:`K` pools over all commodities: :math:`\\sum_c z_c \\le K`."""
+    if m.problem.max_pools >= m.problem.max_path_pools:  # a path never has more pools than segments
         return pyo.Constraint.Skip
     return _le(pyo.quicksum(m.z[c] for c in m.CHOICES), m.problem.max_pools)
 

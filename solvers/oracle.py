@@ -10,6 +10,13 @@ An edge reads only each choice's objective weight and total physical GPUs :math:
 never which GPU options the choice takes them from: without per-option or inventory-group limits (what
 ``FleetProblem.separable`` requires) the options a choice uses change no constraint, so the search stays
 exact for pools on several options (prefill/decode pairs) and for options in inventory groups.
+
+With several commodities (the model classes of semantic routing: one path per class, each on its own range of
+nodes, ``FleetProblem.sources``/``sinks``) the only row they could share here is the pool count
+:math:`\\sum_c z_c \\le K`. ``FleetProblem.separable`` admits them only when that row binds nothing
+(:math:`K \\ge` ``max_path_pools``); the rows are then one independent path problem per commodity, and the
+optimum is the sum of each commodity's shortest path (and so are its GPUs and pools, the tie-break's keys, which
+add over commodities). A coupling pool count goes to the MIP.
 """
 
 from __future__ import annotations
@@ -42,10 +49,13 @@ def _best_choice_per_segment(problem: FleetProblem) -> dict[tuple[int, int], tup
     return best
 
 
-def segment_graph(problem: FleetProblem) -> nx.DiGraph:
-    """The layered boundary DAG. Edge attributes: ``objective``, ``gpus``, ``pools`` (1) and ``choice``."""
+def segment_graph(problem: FleetProblem, commodity: int = 0) -> nx.DiGraph:
+    """The layered boundary DAG, from ``(source, 0)`` to ``"end"`` for one commodity (its source and sink;
+    another commodity's edges lie on nodes the source does not reach). Edge attributes: ``objective``, ``gpus``,
+    ``pools`` (1) and ``choice``."""
+    assert problem.sinks is not None   # filled by __post_init__
     g = nx.DiGraph()
-    last = problem.sink_node
+    last = problem.sinks[commodity]
     for (i, j), (w, gpus, c) in _best_choice_per_segment(problem).items():
         for h in range(problem.max_pools):
             g.add_edge((i, h), (j, h + 1), objective=w, gpus=float(gpus), pools=1.0, choice=c)
@@ -55,9 +65,9 @@ def segment_graph(problem: FleetProblem) -> nx.DiGraph:
     return g
 
 
-def _tight_subgraph(g: nx.DiGraph, weight: str) -> nx.DiGraph:
-    """Edges on some shortest (0,0) -> end path for ``weight``."""
-    src = nx.single_source_dijkstra_path_length(g, (0, 0), weight=weight)
+def _tight_subgraph(g: nx.DiGraph, weight: str, source) -> nx.DiGraph:
+    """Edges on some shortest ``source`` -> end path for ``weight``."""
+    src = nx.single_source_dijkstra_path_length(g, source, weight=weight)
     dst = nx.single_source_dijkstra_path_length(g.reverse(copy=False), "end", weight=weight)
     best = src["end"]  # pyright: ignore[reportArgumentType]  # nodes are any hashable; the stubs take the source's type
     tol = 1e-9 * max(1.0, abs(best))
@@ -70,19 +80,26 @@ def shortest_fleet(problem: FleetProblem) -> tuple[float, tuple[int, ...]]:
     """Optimal objective and choices of a separable problem, ties broken by fewest GPUs then pools.
 
     Three Dijkstra passes on the layered DAG, each restricted to the edges
-    that lie on a shortest path of the previous criterion.
+    that lie on a shortest path of the previous criterion; with several commodities (separable only when the
+    pool count binds nothing, :attr:`FleetProblem.separable`) one such search per commodity, the optimum their sum.
     """
     if not problem.separable:
         raise ValueError("shortest_fleet needs a separable problem (no inventory, budget, power or fleet-SLO limits)")
-    g = segment_graph(problem)
-    if not g.has_node((0, 0)) or not g.has_node("end") or not nx.has_path(g, (0, 0), "end"):
-        raise NoFleetError(f"no tiling of the length range with at most {problem.max_pools} feasible pools")
-    length = nx.shortest_path_length(g, (0, 0), "end", weight="objective")
-    for weight in ("objective", "gpus"):
-        g = _tight_subgraph(g, weight)
-    path = nx.shortest_path(g, (0, 0), "end", weight="pools")
-    choices = tuple(sorted(g.edges[u, v]["choice"] for u, v in zip(path, path[1:]) if v != "end"))
-    return float(length), choices
+    assert problem.sources is not None   # filled by __post_init__
+    total, chosen = 0.0, []
+    for k, first in enumerate(problem.sources):
+        g = segment_graph(problem, k)
+        source = (first, 0)
+        if not g.has_node(source) or not g.has_node("end") or not nx.has_path(g, source, "end"):
+            which = "" if problem.n_commodities == 1 else f" of commodity {k}"
+            raise NoFleetError(f"no tiling of the length range{which} with at most {problem.max_pools} feasible "
+                               "pools")
+        total += float(nx.shortest_path_length(g, source, "end", weight="objective"))
+        for weight in ("objective", "gpus"):
+            g = _tight_subgraph(g, weight, source)
+        path = nx.shortest_path(g, source, "end", weight="pools")
+        chosen += [g.edges[u, v]["choice"] for u, v in zip(path, path[1:]) if v != "end"]
+    return total, tuple(sorted(chosen))
 
 
 def fleet_is_feasible(problem: FleetProblem, choices) -> bool:
@@ -97,10 +114,15 @@ def fleet_is_feasible(problem: FleetProblem, choices) -> bool:
     edges = dict(zip(problem.pool_from_node[pools].tolist(), problem.pool_to_node[pools].tolist()))
     if len(edges) != len(pools):
         return False
-    at, steps = 0, 0
-    while at in edges and steps <= len(pools):
-        at, steps = edges[at], steps + 1
-    if at != problem.sink_node or steps != len(pools):
+    assert problem.sources is not None and problem.sinks is not None
+    steps = 0
+    for first, last in zip(problem.sources, problem.sinks):     # one path per commodity, together every pool
+        at, start = first, steps
+        while at in edges and steps - start <= len(pools):
+            at, steps = edges[at], steps + 1
+        if at != last:
+            return False
+    if steps != len(pools):
         return False
     gpus = problem.choice_gpus[ch]
     n_options = len(problem.gpu_names)
@@ -125,7 +147,8 @@ def fleet_is_feasible(problem: FleetProblem, choices) -> bool:
 
 
 def enumerate_fleets(problem: FleetProblem, time_limit_s: float | None = None) -> tuple[float, tuple[int, ...]] | None:
-    """Brute force: every source-to-sink path of at most K pools x every choice per pool. For tests.
+    """Brute force: every source-to-sink path of at most K pools x every choice per pool (with several
+    commodities, every combination of one path per commodity, K pools in all). For tests.
 
     Returns the optimum (objective, choices) or None when nothing is feasible; raises
     ``TimeoutError`` when ``time_limit_s`` runs out first.
@@ -140,10 +163,16 @@ def enumerate_fleets(problem: FleetProblem, time_limit_s: float | None = None) -
     best: list = [None]
     path: list[int] = []
 
-    def walk(node: int) -> None:
+    sources, sinks = problem.sources, problem.sinks
+    assert sources is not None and sinks is not None   # filled by FleetProblem.__post_init__
+
+    def walk(node: int, k: int) -> None:
         if deadline is not None and time.perf_counter() > deadline:
             raise TimeoutError(f"enumeration exceeded {time_limit_s} s")
-        if node == problem.sink_node:
+        if node == sinks[k]:
+            if k + 1 < len(sources):        # this commodity's path is complete: start the next one's
+                walk(sources[k + 1], k + 1)
+                return
             value = float(w[path].sum())
             if (best[0] is None or value < best[0][0] - 1e-12) and fleet_is_feasible(problem, path):
                 best[0] = (value, tuple(sorted(path)))
@@ -152,8 +181,8 @@ def enumerate_fleets(problem: FleetProblem, time_limit_s: float | None = None) -
             return
         for c in leaving.get(node, ()):
             path.append(c)
-            walk(int(to_node[problem.choice_pool[c]]))
+            walk(int(to_node[problem.choice_pool[c]]), k)
             path.pop()
 
-    walk(0)
+    walk(sources[0], 0)
     return best[0]

@@ -6,6 +6,9 @@ Sets and parameters (units in names):
 * nodes :math:`v`: a boundary and a compression state (the factor :math:`\\gamma` of the pool that ends
   there, or none); without compress-and-route node :math:`v` is boundary :math:`v`. Pools run from node
   to node and a plan is a path from the source (node 0) to the sink;
+* *commodities* :math:`k`: several tilings in one problem (the model classes of semantic routing, each tiling
+  its own traffic with pools of its own model), each a path from its source :math:`s_k` to its sink
+  :math:`t_k` on its own range of nodes (no pool joins two ranges). By default one commodity, source 0;
 * candidate pools :math:`p = (i_p, j_p, g_p)` serving :math:`(b_{i_p}, b_{j_p}]`, :math:`g_p` their
   *primary* GPU option (the one its label names; a pool on several options names one of them);
 * replica *choices* :math:`c` of a pool, each with a replica count :math:`n_c`, physical GPUs
@@ -122,6 +125,11 @@ class FleetProblem:
     """GPUs each choice takes from each option (default: all of ``choice_gpus`` from ``pool_gpu``)."""
     inventory_groups: tuple[InventoryGroup, ...] = ()
     """Options that share one physical inventory: their GPUs together within the group's bounds."""
+    sources: tuple[int, ...] | None = None
+    """Source node of each commodity (default: ``(0,)``). Commodity :math:`k` is a path from ``sources[k]`` to
+    ``sinks[k]``; every other limit (``max_pools`` included) is shared by all commodities."""
+    sinks: tuple[int, ...] | None = None
+    """Sink node of each commodity (default: ``(sink_node,)``)."""
 
     def __post_init__(self) -> None:
         if self.objective not in OBJECTIVES:
@@ -134,6 +142,17 @@ class FleetProblem:
             set_(self, "pool_to_node", np.asarray(self.pool_j))
             set_(self, "n_nodes", len(self.boundaries))
             set_(self, "sink_node", len(self.boundaries) - 1)
+        if self.sources is None:
+            set_(self, "sources", (0,))
+            set_(self, "sinks", (self.sink_node,))
+        elif self.sinks is None or len(self.sinks) != len(self.sources) or not self.sources:
+            raise ValueError("sources and sinks must be given together, one of each per commodity")
+        if self.sink_node is None:
+            set_(self, "sink_node", self.sinks[0])
+        ends = tuple(self.sources) + tuple(self.sinks)
+        if len(set(ends)) != len(ends) or not all(0 <= v < self.n_nodes for v in ends):
+            raise ValueError(f"sources and sinks must be distinct nodes in 0..{self.n_nodes - 1}; got "
+                             f"{self.sources}, {self.sinks}")
         gpus = len(self.gpu_names)
         if self.gpu_min_pools is None:
             set_(self, "gpu_min_pools", (0,) * gpus)
@@ -152,6 +171,19 @@ class FleetProblem:
     @property
     def n_boundaries(self) -> int:
         return len(self.boundaries)
+
+    @property
+    def n_commodities(self) -> int:
+        """Tilings the problem holds (model classes; 1 by default)."""
+        assert self.sources is not None     # __post_init__ fills it
+        return len(self.sources)
+
+    @property
+    def max_path_pools(self) -> int:
+        """The most pools any feasible fleet can have: a path has at most one pool per boundary segment, and
+        each commodity is one path over the boundaries, :math:`C (M)` with :math:`C` commodities. ``max_pools`` at
+        or above it binds nothing."""
+        return self.n_commodities * (self.n_boundaries - 1)
 
     @property
     def n_pools(self) -> int:
@@ -185,9 +217,14 @@ class FleetProblem:
 
     @property
     def separable(self) -> bool:
-        """True when only the tiling and the pool count bind: the graph oracle solves it exactly."""
+        r"""True when only the tiling and the pool count bind: the graph oracle solves it exactly.
+
+        With several commodities the pool count :math:`\sum_c z_c \le K` couples their paths; the problem is
+        separable only when it binds nothing (:attr:`max_path_pools` :math:`\le K`): the optimum is then the sum
+        of each commodity's own shortest path."""
         assert self.gpu_min_pools is not None and self.gpu_max_pools is not None     # __post_init__ fills them
-        return (all(v is None for v in self.gpu_max_gpus) and not any(self.gpu_min_gpus)
+        return ((self.n_commodities == 1 or self.max_pools >= self.max_path_pools)
+                and all(v is None for v in self.gpu_max_gpus) and not any(self.gpu_min_gpus)
                 and all(v is None for v in self.gpu_max_pools) and not any(self.gpu_min_pools)
                 and self.max_total_gpus is None and self.max_cost_per_hr is None and self.max_power_w is None
                 and self.max_miss_rate is None
