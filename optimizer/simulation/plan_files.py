@@ -9,7 +9,9 @@ file and the field.
 The file is checked before anything is simulated: it must come from ``solve`` on the same instance with the
 same ``--set`` overrides (its top-level ``overrides``; a file without the key was solved without any), every
 pool is a mapping of whole numbers (no booleans, no fractions; the batch cap at most the sequences the pool's
-window holds, as ``--fleet ...#SEQS`` requires), and the plan is evaluated analytically as the simulator will
+window holds, as ``--fleet ...#SEQS`` requires; a disaggregated pair is its two rows, ``phase`` ``prefill`` then
+``decode``, read back as one pool with its decode stage and the instance's KV transfer), and the plan is evaluated
+analytically as the simulator will
 evaluate it: a length plan's pools must tile ``(0, pools.max_context]``
 (:func:`fleetopt.optimizer.plan.evaluate.evaluate_plans`), a split plan's routing must fit its pools and the workload
 (:func:`fleetopt.optimizer.plan.split_candidates.evaluate_routing`).
@@ -20,15 +22,16 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from fleetopt.models.fleet import PoolPlan
+from fleetopt.models.fleet import PHASES, PoolPlan
 
 from fleetopt.optimizer.errors import InstanceError, format_problem
-from fleetopt.optimizer.plan.evaluate import MAX_FLEET_REPLICAS, evaluate_plans
+from fleetopt.optimizer.plan.evaluate import MAX_FLEET_REPLICAS
 from fleetopt.optimizer.io.solve_json import json_kind, read_solve_plan, whole_number
 from fleetopt.optimizer.io.instance import Instance
 from fleetopt.optimizer.io.overrides import override_settings, set_flags
 from fleetopt.optimizer.io.schema import MAX_CONTEXT_LIMIT_TOKENS
-from fleetopt.optimizer.simulation.simulate import planned_router
+from fleetopt.optimizer.simulation.pairs import analytic_fleet
+from fleetopt.optimizer.simulation.simulate import pair_plan, planned_router
 from fleetopt.optimizer.plan.split_candidates import SplitRouting, evaluate_routing
 
 __all__ = ["SolvedPlan", "load_solved_plan", "MAX_REPLICAS"]
@@ -58,7 +61,7 @@ def load_solved_plan(path: str | Path, instance: Instance, rank: int | None = No
     read = read_solve_plan(path, rank, flag="--rank", instance=instance.name)
     path, fail, field, raw = read.path, read.problem, read.field, read.pools
     _check_overrides(read.document.get("overrides", []), instance, fail)
-    pools = [_pool(p, f"{field}pools[{k}]", instance, fail) for k, p in enumerate(raw)]
+    pools = _pools(raw, field, instance, fail)
     routing = _routing(read.plan.get("routing"), f"{field}routing", fail)
     _check_plan(instance, pools, routing, field, path)
     return SolvedPlan(pools, routing, rank)
@@ -77,6 +80,50 @@ def _check_overrides(recorded, instance: Instance, fail) -> None:
     fix = f"pass {solved}" if recorded else "drop the --set flags"
     raise fail("overrides", f"the plan was solved with {solved}, but the instance was loaded with {loaded}; "
                             f"{fix} to simulate it")
+
+
+def _pools(raw: list, field: str, instance: Instance, fail) -> list[PoolPlan]:
+    """The plan's pools: one PoolPlan per aggregated pool (``phase`` ``both`` or absent), and one per P/D pair, whose
+    two rows (``phase`` ``prefill`` then ``decode``, over the same segment) become a PoolPlan with ``decode`` and the
+    instance's KV transfer of that pair of options (:func:`fleetopt.optimizer.simulation.simulate.pair_plan`)."""
+    out, k = [], 0
+    while k < len(raw):
+        where = f"{field}pools[{k}]"
+        phase = raw[k].get("phase", "both") if isinstance(raw[k], dict) else "both"
+        if phase not in PHASES:
+            shown = repr(phase) if isinstance(phase, str) else _kind(phase)
+            raise fail(f"{where}.phase", f"{shown} is not allowed; give one of {', '.join(PHASES)}")
+        if phase == "decode":
+            raise fail(f"{where}.phase", "a decode row must follow its pair's prefill row")
+        first = _pool(raw[k], where, instance, fail)
+        if phase == "both":
+            out.append(first)
+            k += 1
+            continue
+        nxt = raw[k + 1] if k + 1 < len(raw) else None
+        then = f"{field}pools[{k + 1}]"
+        if not isinstance(nxt, dict) or nxt.get("phase") != "decode":
+            raise fail(then if nxt is not None else where, "a prefill row must be followed by its pair's decode row "
+                                                           "(phase decode, the same min_tokens and max_tokens)")
+        second = _pool(nxt, then, instance, fail)
+        if (second.lo_tokens, second.hi_tokens) != (first.lo_tokens, first.hi_tokens):
+            raise fail(then, f"the decode row serves {second.lo_tokens}-{second.hi_tokens}, its prefill row "
+                             f"{first.lo_tokens}-{first.hi_tokens}; a pair's rows serve one segment")
+        try:
+            out.append(pair_plan(instance, _Row(first), _Row(second), where))
+        except InstanceError as err:
+            raise fail(where, str(err).removeprefix(f"{where}: ")) from None
+        k += 2
+    return out
+
+
+class _Row:
+    """A parsed pool as :func:`pair_plan` reads a row (``min_tokens``, ``max_tokens``, ``gpu``, ``replicas``,
+    ``max_num_seqs``)."""
+
+    def __init__(self, p: PoolPlan) -> None:
+        self.min_tokens, self.max_tokens, self.gpu, self.replicas = p.lo_tokens, p.hi_tokens, p.gpu, p.replicas
+        self.max_num_seqs = p.max_num_seqs
 
 
 def _pool(p, where: str, instance: Instance, fail) -> PoolPlan:
@@ -163,6 +210,6 @@ def _check_plan(instance: Instance, pools: list[PoolPlan], routing, field: str, 
         raise fail(f"{field}pools[{len(pools) - 1}].max_tokens", f"{edge} should be pools.max_context {top}; "
                                                                  f"without a routing, the pools tile (0, {top}]")
     try:
-        evaluate_plans(instance, pools)
+        analytic_fleet(instance, pools)
     except (ValueError, ArithmeticError) as err:
         raise fail(f"{field}pools", f"the plan cannot be evaluated ({err})") from None

@@ -205,7 +205,16 @@ def pool_outcome(pool, rule: str, slo_ms: float, tpot_ms: float | None = None) -
     leave the upper end infinite); ``point``: the P99 point estimate; ``attainment``: at least 99 % of its requests
     meet the SLO. Only ``ci-upper`` can leave a run undecided. With ``tpot_ms`` a P99 TPOT point estimate above it
     fails. A pool without a measured request cannot miss.
+
+    A P/D pair's rows (``analytic.phase``) are judged each on its own figure by the same rule: the prefill row on
+    its P99 TTFT (wait + prefill + KV transfer) alone, the decode row on its P99 TPOT against ``tpot_ms``
+    (interval, point or the share within it; no TPOT SLO: it cannot miss).
     """
+    phase = getattr(getattr(pool, "analytic", None), "phase", "both")
+    if phase == "decode":
+        return _tpot_outcome(pool, rule, tpot_ms)
+    if phase == "prefill":
+        tpot_ms = None
     if rule == "ci-upper" and math.isfinite(pool.ttft_p99_ci_ms[1]):
         out = interval_outcome(*pool.ttft_p99_ci_ms, slo_ms)
     elif rule in ("ci-upper", "point"):
@@ -213,6 +222,25 @@ def pool_outcome(pool, rule: str, slo_ms: float, tpot_ms: float | None = None) -
     else:
         out = "fail" if pool.slo_attainment < P99 else "pass"
     return "fail" if tpot_ms is not None and pool.tpot_p99_ms_sim > tpot_ms else out
+
+
+def _tpot_outcome(pool, rule: str, tpot_ms: float | None) -> str:
+    """A P/D pair's decode row under ``rule`` (:func:`pool_outcome`): its P99 TPOT interval (``ci-upper``), point
+    (``point``, and ``ci-upper`` with an unbounded interval) or, for ``attainment``, the P99 point as well (the row
+    keeps no per-request share within a TPOT limit)."""
+    if tpot_ms is None or math.isnan(pool.tpot_p99_ms_sim):
+        return "pass"
+    if rule == "ci-upper" and math.isfinite(pool.tpot_p99_ci_ms[1]):
+        return interval_outcome(*pool.tpot_p99_ci_ms, tpot_ms)
+    return "fail" if pool.tpot_p99_ms_sim > tpot_ms else "pass"
+
+
+def judged_point_ms(pool, slo_ms: float, tpot_ms: float | None) -> tuple[float, float]:
+    """``(P99 point, its limit)`` in ms a row is judged on: TTFT against ``slo_ms``, or for a P/D pair's decode row
+    TPOT against ``tpot_ms`` (:func:`settled_outcome` reads them)."""
+    if getattr(getattr(pool, "analytic", None), "phase", "both") == "decode":
+        return pool.tpot_p99_ms_sim, math.inf if tpot_ms is None else tpot_ms
+    return pool.ttft_p99_ms_sim, slo_ms
 
 
 def settled_outcome(outcome: str, point_ms: float, slo_ms: float) -> str:

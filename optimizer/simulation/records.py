@@ -23,6 +23,7 @@ from fleetopt.solvers.des.metrics import Estimate, batch_means_ci, percentile, q
 
 from fleetopt.optimizer.io.instance import Instance
 from fleetopt.optimizer.simulation.options import SimOptions
+from fleetopt.optimizer.simulation.pairs import PAIR_NOTE
 
 __all__ = ["CONFIDENCE", "N_BATCHES", "MIN_POOL_REQUESTS", "OUTCOMES", "P99_SOURCES", "ANALYTIC_POOL_KEYS",
            "Latency", "SimPoolReport", "SimReport", "RequestLatencies", "Replication", "p99_estimate", "build_report",
@@ -180,6 +181,7 @@ class SimPoolReport(_Measured):
             "mean_batch_analytic": a.mean_batch, "tpot_p99_ms_bound": a.tpot_p99_ms,
             "latency_ms": self._latency_json(),
             "profile": a.profile, "quality": a.quality, "source": _SOURCE,
+            "phase": getattr(a, "phase", "both"),
         }
 
 
@@ -405,6 +407,7 @@ class Replication:
     measured_s: float
     littles_error: float
     tokens_done: np.ndarray | None = None   # per pool: prompt plus output tokens of the requests completed
+    decode_wait_s: np.ndarray | None = None  # per measured request: a P/D pair's wait for a decode slot (else NaN)
 
 # --------------------------------------------------------------------------------------------
 # From replications to a report
@@ -510,8 +513,18 @@ def rejudged(report: SimReport, pools: tuple[SimPoolReport, ...], notes: tuple[s
     return replace(report, pools=pools, notes=notes, slo_met=met, slo_met_point=met_point)
 
 
+_NOTHING = Estimate(math.nan, math.nan, math.nan, CONFIDENCE, 0)
+"""The estimate of a figure a row does not report (a P/D pair's TPOT on its prefill row, TTFT on its decode row)."""
+
+
 def _pool_report(instance: Instance, a: PoolResult, k: int, runs: list[Replication]) -> SimPoolReport:
-    sel = [r.pool == k for r in runs]
+    """Row ``k`` of the report. A P/D pair's rows share the pair's requests (charged to its prefill row, ``k - 1``
+    for the decode row): the prefill row reports and is judged on their TTFT (wait + prefill + KV transfer), the
+    decode row on their TPOT (its ``wait`` latency: the wait for a decode slot); each leaves the other's figure
+    NaN."""
+    phase = getattr(a, "phase", "both")
+    src = k - 1 if phase == "decode" else k
+    sel = [r.pool == src for r in runs]
 
     def pooled(name: str) -> list[np.ndarray]:
         return [getattr(r, name)[s] for r, s in zip(runs, sel)]
@@ -520,12 +533,25 @@ def _pool_report(instance: Instance, a: PoolResult, k: int, runs: list[Replicati
     ttft, tpot = p99_estimate(pooled("ttft_s")), p99_estimate(pooled("tpot_s"))
     slo = instance.slo
     all_ttft = np.concatenate(pooled("ttft_s"))
+    all_tpot = np.concatenate(pooled("tpot_s"))
+    wait = np.concatenate(pooled("wait_s"))
+    attainment = float(np.mean(all_ttft <= slo.ttft_p99_s)) if n else math.nan
+    if phase == "prefill":
+        tpot, all_tpot = _NOTHING, np.full(0, math.nan)
+        met = _within(ttft, slo.ttft_p99_s, True)
+    elif phase == "decode":
+        ttft, all_ttft, attainment = _NOTHING, np.full(0, math.nan), math.nan
+        wait = np.concatenate([r.decode_wait_s[s] for r, s in zip(runs, sel) if r.decode_wait_s is not None]
+                              or [np.full(0, math.nan)])
+        met = _within(tpot, slo.tpot_p99_s, True)
+    else:
+        met = _within(ttft, slo.ttft_p99_s, True) and _within(tpot, slo.tpot_p99_s, True)
     return SimPoolReport(
         analytic=a, requests=n, arrival_rate_sim=n / sum(r.measured_s for r in runs),
         ttft_p99_ms_sim=ttft.value * MS_PER_S, ttft_p99_ci_ms=_ci_ms(ttft),
         tpot_p99_ms_sim=tpot.value * MS_PER_S, tpot_p99_ci_ms=_ci_ms(tpot),
-        slo_attainment=float(np.mean(all_ttft <= slo.ttft_p99_s)) if n else math.nan,
-        slo_met_sim=_within(ttft, slo.ttft_p99_s, True) and _within(tpot, slo.tpot_p99_s, True),
+        slo_attainment=attainment,
+        slo_met_sim=met,
         mean_batch=float(np.mean([r.mean_batch[k] for r in runs])),
         preemptions=int(sum(int(r.preemptions[k]) for r in runs)),
         spilled=int(sum(int(r.spilled[k]) for r in runs)),
@@ -536,8 +562,8 @@ def _pool_report(instance: Instance, a: PoolResult, k: int, runs: list[Replicati
         energy_per_output_token_j=_ratio(sum(r.energy_j[k] for r in runs), sum(r.output_tokens_done[k] for r in runs)),
         unfinished=int(sum(x.sum() for x in pooled("unfinished"))),
         rejected=int(sum(x.sum() for x in pooled("rejected"))),
-        ttft=_latency(all_ttft), tpot=_latency(np.concatenate(pooled("tpot_s"))),
-        wait=_latency(np.concatenate(pooled("wait_s"))), e2e=_latency(np.concatenate(pooled("e2e_s"))))
+        ttft=_latency(all_ttft), tpot=_latency(all_tpot), wait=_latency(wait),
+        e2e=_latency(np.concatenate(pooled("e2e_s"))))
 
 
 def build_report(instance: Instance, analytic: FleetResult, runs: list[Replication], fleet: Estimate,
@@ -578,7 +604,9 @@ def build_report(instance: Instance, analytic: FleetResult, runs: list[Replicati
         wait=_latency(np.concatenate([r.wait_s for r in runs])), e2e=_latency(np.concatenate([r.e2e_s for r in runs])),
         analytic=analytic, instance_name=instance.name, slo_ttft_p99_ms=slo.ttft_p99_s * MS_PER_S,
         slo_tpot_p99_ms=None if slo.tpot_p99_s is None else slo.tpot_p99_s * MS_PER_S, scope=slo.scope,
-        ttft_model=slo.ttft_model, notes=_notes(instance, options, routing_source, relaxation_s, runs),
+        ttft_model=slo.ttft_model,
+        notes=_notes(instance, options, routing_source, relaxation_s, runs)
+        + ((PAIR_NOTE,) if any(getattr(p, "phase", "both") != "both" for p in analytic.pools) else ()),
         options=options, replications=replications, stopped_by=stopped_by, requests_simulated=requests_simulated,
         relaxation_s=relaxation_s, routing_source=routing_source)
 

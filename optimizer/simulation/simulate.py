@@ -134,11 +134,12 @@ from collections.abc import Callable
 
 import numpy as np
 
-from fleetopt.models.fleet import FleetResult, PoolPlan, PoolResult
+from fleetopt.models.fleet import DecodeStage, FleetResult, PoolPlan, PoolResult
 from fleetopt.models.workload import RequestTrace
 from fleetopt.solvers.des.state import SimPool
 from fleetopt.solvers.des.records import Outcome
 from fleetopt.solvers.des.engine import simulate
+from fleetopt.solvers.des.disagg import DisaggPair, simulate_disaggregated
 from fleetopt.solvers.des.arrivals import diurnal_arrivals, mmpp_arrivals
 from fleetopt.solvers.des.metrics import e2e_s, littles_law, replicate, tpot_s, ttft_s, wait_s
 from fleetopt.solvers.des.routers import CompressRouter, SpilloverRouter
@@ -185,6 +186,8 @@ from fleetopt.optimizer.simulation.records import (
     with_dedicated_latency,
 )
 from fleetopt.optimizer.plan.split_candidates import SplitRouting, evaluate_routing
+from fleetopt.optimizer.simulation.pairs import (analytic_fleet, disagg_pair, has_pairs, pair_name,
+                                                 transfer_times, unit_rows)
 
 __all__ = ["ROUTERS", "DISPATCHES", "ARRIVALS", "MODES", "MIN_REQUESTS_PER_REPLICATION", "DEFAULT_SPILL_BOUND",
            "COOLDOWN_SHARE", "THIN_POOL_REQUESTS", "THIN_SCALED_DRAWN", "THIN_MAX_DRAWN", "Latency", "SimPoolReport",
@@ -228,13 +231,40 @@ def plans_from_spec(instance: Instance, text: str, field: str = "--fleet") -> li
 
 
 def plans_from_fleet(instance: Instance, fleet: FleetResult) -> list[PoolPlan]:
-    """The pools of an evaluated fleet (e.g. a ``solve`` plan) with their replicas and batch caps fixed."""
-    out = []
-    for p in fleet.pools:
+    """The pools of an evaluated fleet (e.g. a ``solve`` plan) with their replicas and batch caps fixed; a P/D
+    pair's two rows (``phase`` ``prefill`` then ``decode``) become one PoolPlan with ``decode`` and the instance's
+    KV transfer of that (prefill, decode) pair of options (:func:`pair_plan`)."""
+    out, rows, k = [], list(fleet.pools), 0
+    while k < len(rows):
+        p = rows[k]
+        if getattr(p, "phase", "both") == "prefill" and k + 1 < len(rows) and rows[k + 1].phase == "decode":
+            out.append(pair_plan(instance, p, rows[k + 1]))
+            k += 2
+            continue
         g = instance.gpu(p.gpu)
         out.append(PoolPlan(p.min_tokens, p.max_tokens, g.name, g.profile, p.replicas, g.availability,
                             p.compress_gamma, p.max_num_seqs))
+        k += 1
     return out
+
+
+def pair_plan(instance: Instance, prefill, decode, field: str = "--fleet") -> PoolPlan:
+    """One P/D pair's PoolPlan from its two rows (an evaluated :class:`PoolResult` or anything with ``min_tokens``,
+    ``max_tokens``, ``gpu``, ``replicas`` and, for the decode row, ``max_num_seqs``): the prefill pool on the
+    prefill row's option, a :class:`~fleetopt.models.fleet.DecodeStage` on the decode row's, and
+    ``instance.pools.transfer(prefill, decode)``; an :class:`InstanceError` naming ``field`` when the instance has
+    no KV transfer for that pair of options (``pools.disaggregation`` none, or options of two models)."""
+    gp, gd = instance.gpu(prefill.gpu), instance.gpu(decode.gpu)
+    transfer = instance.pools.transfer(gp.name, gd.name)
+    if transfer is None:
+        raise InstanceError(f"{field}: the P/D pair {prefill.min_tokens}-{prefill.max_tokens} (prefill {gp.name}, "
+                            f"decode {gd.name}) has no KV transfer in this instance: set pools.disaggregation to "
+                            "allow or only, with options of one model")
+    return PoolPlan(prefill.min_tokens, prefill.max_tokens, gp.name, gp.profile, int(prefill.replicas),
+                    gp.availability,
+                    decode=DecodeStage(gpu=gd.name, profile=gd.profile, replicas=int(decode.replicas),
+                                       max_num_seqs=int(decode.max_num_seqs), availability=gd.availability),
+                    transfer=transfer)
 
 
 def planned_router(pools: list[PoolPlan], routing: SplitRouting | None = None) -> str:
@@ -272,7 +302,39 @@ class _RunSpec:
     split_shares: object
     availability: tuple = ()
     only_pool: int | None = None
-    """A thin pool's dedicated run (module docstring, "Thin pools"): simulate only the requests routed to it."""
+    """A thin pool's dedicated run (module docstring, "Thin pools"): simulate only the requests routed to it (an
+    index into ``units``)."""
+    units: tuple = ()
+    """The plan's pools as the router sees them (:class:`_Unit`, plan order): one per aggregated pool or P/D pair."""
+
+    @property
+    def pairs(self) -> bool:
+        """Whether the plan holds a P/D pair (then :func:`_mixed_replication` runs it)."""
+        return any(u.pair is not None for u in self.units)
+
+    @property
+    def names(self) -> list[str]:
+        """The router's pool names: one per unit."""
+        return [u.name for u in self.units]
+
+    @property
+    def entry(self) -> FleetResult:
+        """The analytic fleet with one row per unit (a pair's prefill row): what the routers read."""
+        if not self.pairs:
+            return self.analytic
+        return replace(self.analytic, pools=tuple(self.analytic.pools[u.rows[0]] for u in self.units))
+
+
+@dataclass(frozen=True, eq=False)
+class _Unit:
+    """One pool of the plan as the run routes to it: an aggregated pool (``engine``: its index among the engine's
+    pools) or a P/D pair (``pair`` and its ``plan``); ``rows`` are its rows in the analytic fleet and the report."""
+
+    name: str
+    rows: tuple[int, ...]
+    engine: int = -1
+    pair: DisaggPair | None = None
+    plan: PoolPlan | None = None
 
 
 def simulate_plan(instance: Instance, pools: list[PoolPlan], options: SimOptions = SimOptions(), *,  # noqa: B008 frozen dataclass default
@@ -342,7 +404,7 @@ def simulate_plan(instance: Instance, pools: list[PoolPlan], options: SimOptions
     """
     t0 = time.perf_counter()
     options = _resolved(options, pools, routing)
-    analytic, sim_pools, trace = _checked(instance, pools, options, routing, split_shares)
+    analytic, sim_pools, trace, units = _checked(instance, pools, options, routing, split_shares)
     R = 1 if options.arrivals == "trace" else int(options.replications)
     n_rep = int(math.ceil(options.requests / R))
     if options.arrivals == "trace":
@@ -352,7 +414,8 @@ def simulate_plan(instance: Instance, pools: list[PoolPlan], options: SimOptions
     spec = _RunSpec(instance, analytic, tuple(sim_pools), options, 2.0 * relax_s,
                     COOLDOWN_SLOS * instance.slo.ttft_p99_s,
                     split_shares if routing is None else routing,  # the split router's weights, either form
-                    tuple(instance.gpu(p.gpu).availability for p in analytic.pools))
+                    tuple(instance.gpu(analytic.pools[u.rows[0]].gpu).availability for u in units if u.engine >= 0),
+                    units=tuple(units))
 
     def one(n: int):
         def run(rng: np.random.Generator) -> Replication:
@@ -403,7 +466,7 @@ def _precise(instance: Instance, analytic: FleetResult, runs: list[Replication],
     if instance.slo.scope == "fleet":
         return bool(fleet.half_width <= precision * fleet.value)
     for k, p in enumerate(analytic.pools):
-        if not p.arrival_rate > 0:
+        if not p.arrival_rate > 0 or getattr(p, "phase", "both") == "decode":   # a pair's requests: its prefill row
             continue
         est = p99_estimate([r.ttft_s[r.pool == k] for r in runs])
         if est.value == math.inf:
@@ -444,26 +507,40 @@ def _checked(instance: Instance, pools: list[PoolPlan], options: SimOptions, rou
     if options.router in ("length", "spillover") and any(p.compress_gamma > 1 for p in pools):
         problems.append("--router: the plan has @gamma (compress-and-route) pools; simulate them with "
                         "--router compress")
+    pairs = has_pairs(pools)
+    if pairs and options.router not in ("length", "random"):
+        problems.append(f"--router: the plan has P/D pairs, which simulate under --router length (or random); "
+                        f"got {options.router}")
+    if pairs and routing is not None:
+        problems.append("routing: a split plan's routing cannot send requests to a P/D pair; pairs need length "
+                        "routing")
     engine = options.engine
     if problems:
         raise InstanceError(problems)
     try:
-        analytic = (evaluate_plans(instance, list(pools)) if routing is None  # a split plan: routed mixes
-                    else evaluate_routing(instance, list(pools), routing))
+        if pairs:
+            analytic = analytic_fleet(instance, list(pools))
+            rows_of = unit_rows(pools, analytic.pools)
+        else:
+            analytic = (evaluate_plans(instance, list(pools)) if routing is None  # a split plan: routed mixes
+                        else evaluate_routing(instance, list(pools), routing))
+            rows_of = [(k,) for k in range(len(analytic.pools))]
     except ValueError as err:
         raise InstanceError(f"--fleet: {err}") from err
     for p in analytic.pools:
         name = _pool_name(p)
         if p.replicas < 1:
             problems.append(f"--fleet: pool {name} has no replica (it receives no traffic); give it xN or drop it")
-        elif p.max_num_seqs < 1:
+        elif p.max_num_seqs < 1 and getattr(p, "phase", "both") != "prefill":
             problems.append(f"--fleet: pool {name} has batch cap 0 ({p.miss_reason or 'no sequence fits'})")
-    profiles, names = [instance.gpu(p.gpu).profile for p in analytic.pools], [_pool_name(p) for p in analytic.pools]
-    if not problems:
-        problems += _budget_problems(analytic, profiles, names, engine)
-    if not problems:
+    agg = replace(analytic, pools=tuple(analytic.pools[r[0]] for r in rows_of if len(r) == 1))
+    profiles, names = [instance.gpu(p.gpu).profile for p in agg.pools], [_pool_name(p) for p in agg.pools]
+    sim_pools: list[SimPool] = []
+    if not problems and agg.pools:
+        problems += _budget_problems(agg, profiles, names, engine)
+    if not problems and agg.pools:
         try:
-            sim_pools = engine_pools(analytic, profiles, names, engine)
+            sim_pools = engine_pools(agg, profiles, names, engine)
         except ValueError as err:
             problems.append(f"--fleet: {err}")
     if split_shares is not None and options.router != "split":
@@ -486,9 +563,23 @@ def _checked(instance: Instance, pools: list[PoolPlan], options: SimOptions, rou
                 k, q = bad[0]
                 problems.append(f"split_shares: segment {k} sends requests up to {his[k]} tokens to pool "
                                 f"{_pool_name(analytic.pools[q])}, whose window is shorter")
+    units: list[_Unit] = []
+    if not problems:
+        engine_k = 0
+        for plan, rows in zip(pools, rows_of):
+            if len(rows) == 1:
+                units.append(_Unit(sim_pools[engine_k].name, rows, engine=engine_k))
+                engine_k += 1
+                continue
+            pre, dec = analytic.pools[rows[0]], analytic.pools[rows[1]]
+            try:
+                units.append(_Unit(pair_name(pre.min_tokens, pre.max_tokens, pre.gpu, dec.gpu), rows,
+                                   pair=disagg_pair(plan, pre, dec), plan=plan))
+            except ValueError as err:
+                problems.append(f"--fleet: pair {pre.min_tokens}-{pre.max_tokens}: {err}")
     if problems:
         raise InstanceError(problems)
-    return analytic, sim_pools, trace
+    return analytic, sim_pools, trace, units
 
 
 def _budget_problems(analytic: FleetResult, profiles: list, names: list[str], engine: EngineOptions) -> list[str]:
@@ -561,21 +652,22 @@ def _replication(spec: _RunSpec, n: int, rng: np.random.Generator) -> Replicatio
     """One replication: stream, route, simulate to the last arrival, keep the measured requests (a thin pool's
     dedicated run, ``spec.only_pool``: ``n`` requests routed to that pool, module docstring "Thin pools")."""
     o = spec.options
+    names, entry = spec.names, spec.entry
     if spec.only_pool is None:
         req = _stream(spec.instance, n, rng, o)
-        route = _router(o.router, spec.instance, spec.analytic, [p.name for p in spec.pools], rng, spec.split_shares,
-                        o.spill_bound)
+        route = _router(o.router, spec.instance, entry, names, rng, spec.split_shares, o.spill_bound)
         if isinstance(route, CompressRouter):
             req = route.compress(req)
     else:                                       # a thin pool's own run: its requests, then straight to it
         stream_rng, route_rng = rng.spawn(2)    # the stream apart from the router's draws
-        route = _router(o.router, spec.instance, spec.analytic, [p.name for p in spec.pools], route_rng,
-                        spec.split_shares, o.spill_bound)
+        route = _router(o.router, spec.instance, entry, names, route_rng, spec.split_shares, o.spill_bound)
         req = _routed_to(spec, route, n, stream_rng)
-        route = _ToPool(route.pool_names, spec.pools[spec.only_pool].name)
+        route = _ToPool(route.pool_names, names[spec.only_pool])
     horizon_s = float(req.arrival_at_s[-1])
     warmup_s = min(max(o.warmup_share * horizon_s, spec.warmup_floor_s), 0.5 * horizon_s)
     measure_end_s = horizon_s - min(max(COOLDOWN_SHARE * horizon_s, spec.cooldown_floor_s), 0.25 * horizon_s)
+    if spec.pairs:
+        return _mixed_replication(spec, req, route, horizon_s, warmup_s, measure_end_s, rng)
     pools, up = list(spec.pools), np.array([p.replicas for p in spec.pools], dtype=np.int64)
     if o.engine.availability == "sampled":
         pools, up = sample_up(pools, list(spec.availability), rng)
@@ -612,6 +704,123 @@ def _replication(spec: _RunSpec, n: int, rng: np.random.Generator) -> Replicatio
         littles_error=float(np.max(np.abs(L - lam_w) / np.maximum(L, 1e-12), initial=0.0)))
 
 
+def _mixed_replication(spec: _RunSpec, req: Requests, route, horizon_s: float, warmup_s: float,
+                       measure_end_s: float, rng: np.random.Generator) -> Replication:
+    """One replication of a plan with P/D pairs (:func:`_replication` drew and routed nothing else differently).
+
+    The router (length or random; each request decided from itself and the router's own draws) assigns every
+    request of the stream to a unit; the aggregated pools' requests run through the engine together (the same
+    dispatch, mode, engine options and sampled availability as a plan without pairs), and each pair's through
+    :func:`fleetopt.solvers.des.disagg.simulate_disaggregated` with the same horizon, warm-up and measured window
+    (its KV transfer per request, :func:`fleetopt.optimizer.simulation.pairs.transfer_times`). A measured request
+    is charged to its unit's first row (a pair's prefill row, which reports its TTFT; the report's decode row reads
+    the same requests' TPOT, :func:`fleetopt.optimizer.simulation.records.build_report`)."""
+    o = spec.options
+    n, n_rows = len(req), len(spec.analytic.pools)
+    unit = np.asarray(route.route(req.prompt_tokens, req.output_tokens), dtype=np.int64)
+    row = np.full(n, -1, dtype=np.int64)
+    ttft, wait, tpot, e2e, dwait = (np.full(n, math.nan) for _ in range(5))
+    outcome = np.full(n, int(Outcome.REJECTED), dtype=np.int8)
+    per_row = {k: np.zeros(n_rows) for k in ("utilization", "mean_batch", "power_w", "energy_j", "out_done",
+                                             "tokens_done", "busy", "slots")}
+    counts = {k: np.zeros(n_rows, dtype=np.int64) for k in ("preemptions", "spilled", "up", "cap")}
+    littles = 0.0
+    first_row = np.array([u.rows[0] for u in spec.units] + [-1], dtype=np.int64)
+    row[:] = first_row[unit]                       # -1: the router rejected it (no pool fits it)
+    engine_of = np.array([u.engine for u in spec.units] + [-1], dtype=np.int64)
+    agg = np.flatnonzero(engine_of[unit] >= 0)
+    if spec.pools:
+        rows = np.array([u.rows[0] for u in spec.units if u.engine >= 0], dtype=np.int64)   # engine pool -> row
+        counts["up"][rows] = [p.replicas for p in spec.pools]
+        counts["cap"][rows] = [p.max_num_seqs for p in spec.pools]
+    if spec.pools and agg.size:
+        pools, up = list(spec.pools), np.array([p.replicas for p in spec.pools], dtype=np.int64)
+        fixed = _Assigned(tuple(p.name for p in pools), engine_of[unit[agg]])
+        engine_route = fixed
+        if o.engine.availability == "sampled":
+            pools, up = sample_up(pools, list(spec.availability), rng)
+            if np.any(up == 0):
+                engine_route = DownPoolsRouter(fixed, [p.name for p, u in zip(pools, up) if u == 0])
+        sub = Requests(req.arrival_at_s[agg], req.prompt_tokens[agg], req.output_tokens[agg])
+        res = simulate(pools, sub, engine_route, mode=o.mode, queue="pool" if o.mode == "slot" else "replica",
+                       dispatch=_DISPATCH[o.dispatch](), horizon_s=horizon_s, warmup_s=warmup_s)
+        ttft[agg], wait[agg], tpot[agg], e2e[agg] = ttft_s(res), wait_s(res), tpot_s(res), e2e_s(res)
+        outcome[agg] = res.outcome
+        L, lam_w = littles_law(res)
+        littles = max(littles, float(np.max(np.abs(L - lam_w) / np.maximum(L, 1e-12), initial=0.0)))
+        live = (up > 0).astype(float)
+        done = (res.outcome == Outcome.COMPLETED) & (res.end_at_s >= warmup_s)
+        served = np.where(res.pool >= 0, res.pool, 0)
+        per_row["utilization"][rows] = res.pool_utilization * live
+        per_row["mean_batch"][rows] = res.pool_mean_batch * live
+        per_row["power_w"][rows] = res.pool_mean_power_w * live
+        per_row["energy_j"][rows] = np.bincount(res.replica_pool, res.replica_energy_j, len(pools)) * live
+        per_row["out_done"][rows] = np.bincount(served[done], res.output_tokens[done], len(pools))
+        per_row["tokens_done"][rows] = np.bincount(served[done], (res.prompt_tokens + res.output_tokens)[done],
+                                                   len(pools))
+        per_row["busy"][rows] = res.pool_busy_slot_s * live
+        per_row["slots"][rows] = res.pool_slots * res.window_s * live
+        counts["preemptions"][rows], counts["spilled"][rows] = res.preemptions, res.spilled
+        counts["up"][rows], counts["cap"][rows] = up, [p.max_num_seqs for p in pools]
+    for k, u in enumerate(spec.units):
+        if u.pair is None:
+            continue
+        mine = np.flatnonzero(unit == k)
+        kp, kd = u.rows
+        pair = u.pair
+        counts["up"][kp], counts["up"][kd] = pair.prefill_replicas, pair.decode_replicas
+        counts["cap"][kp], counts["cap"][kd] = 1, int(pair.decode_max_num_seqs)
+        if mine.size == 0:
+            continue
+        sub = Requests(req.arrival_at_s[mine], req.prompt_tokens[mine], req.output_tokens[mine])
+        res = simulate_disaggregated(pair, sub, transfer_s=transfer_times(u.plan, sub.prompt_tokens),
+                                     horizon_s=horizon_s, warmup_s=warmup_s, measure_end_s=measure_end_s)
+        ttft[mine], wait[mine], tpot[mine], e2e[mine] = res.ttft_s, res.prefill_wait_s, res.tpot_s, res.e2e_s
+        dwait[mine] = res.decode_wait_s
+        outcome[mine] = res.outcome
+        for station in (res.prefill_sim, res.decode_sim):
+            if len(station.arrival_at_s):
+                L, lam_w = littles_law(station)
+                littles = max(littles, float(np.max(np.abs(L - lam_w) / np.maximum(L, 1e-12), initial=0.0)))
+        pf, dc = res.prefill, res.decode
+        window = pf.window_end_s - pf.window_start_s
+        per_row["utilization"][kp], per_row["utilization"][kd] = pf.utilization, dc.slot_utilization
+        per_row["mean_batch"][kp], per_row["mean_batch"][kd] = pf.mean_batch, dc.mean_batch
+        per_row["power_w"][kp], per_row["power_w"][kd] = pf.mean_power_w, dc.mean_power_w
+        per_row["energy_j"][kp], per_row["energy_j"][kd] = pf.energy_j, dc.energy_j
+        done = (res.outcome == Outcome.COMPLETED) & (res.end_at_s >= warmup_s)
+        per_row["out_done"][kd] = float(np.sum(res.output_tokens[done]))
+        per_row["tokens_done"][kd] = float(np.sum((res.prompt_tokens + res.output_tokens)[done]))
+        per_row["busy"][kp], per_row["slots"][kp] = pf.busy_s, pf.replicas * window
+        dc_window = dc.window_end_s - dc.window_start_s
+        per_row["busy"][kd] = dc.slot_utilization * dc.replicas * dc.max_num_seqs * dc_window
+        per_row["slots"][kd] = dc.replicas * dc.max_num_seqs * dc_window
+    keep = (req.arrival_at_s >= warmup_s) & (req.arrival_at_s <= measure_end_s)
+    return Replication(
+        pool=row[keep], ttft_s=np.where(np.isnan(ttft), np.inf, ttft)[keep],
+        wait_s=np.where(np.isnan(wait), np.inf, wait)[keep], tpot_s=tpot[keep], e2e_s=e2e[keep],
+        unfinished=(outcome == Outcome.UNFINISHED)[keep], rejected=(outcome == Outcome.REJECTED)[keep],
+        utilization=per_row["utilization"], mean_batch=per_row["mean_batch"], power_w=per_row["power_w"],
+        preemptions=counts["preemptions"], spilled=counts["spilled"], replicas_up=counts["up"],
+        batch_cap=counts["cap"], energy_j=per_row["energy_j"], output_tokens_done=per_row["out_done"],
+        tokens_done=per_row["tokens_done"], busy_slot_s=per_row["busy"], slot_s=per_row["slots"],
+        n_requests=n, span_s=horizon_s, warmup_s=warmup_s, warmup_cut=spec.warmup_floor_s > 0.5 * horizon_s,
+        measured_s=measure_end_s - warmup_s, littles_error=littles, decode_wait_s=dwait[keep])
+
+
+class _Assigned:
+    """A router that returns pools chosen beforehand (the aggregated pools' share of a mixed run's stream)."""
+
+    def __init__(self, pool_names, chosen: np.ndarray) -> None:
+        self.pool_names = tuple(pool_names)
+        self._chosen = chosen
+
+    def route(self, prompt_tokens, output_tokens) -> np.ndarray:
+        if len(prompt_tokens) != len(self._chosen):
+            raise ValueError("_Assigned: routes a stream of its own length only")
+        return self._chosen.copy()
+
+
 class _ToPool:
     """A router that sends every request to one pool (a thin pool's dedicated run: its requests are routed)."""
 
@@ -631,8 +840,8 @@ def _routed_to(spec: _RunSpec, route, n: int, rng: np.random.Generator) -> Reque
     :math:`j` arrives at :math:`\sum_{i \le j} E_i`, so from one kept request to the next, :math:`m` indices on,
     passes :math:`\mathrm{Gamma}(m, 1/\lambda)`."""
     w = spec.instance.workload
-    target = route.pool_names.index(spec.pools[spec.only_pool].name)
-    share = spec.analytic.pools[spec.only_pool].arrival_rate / w.arrival_rate_req_per_s
+    target = route.pool_names.index(spec.names[spec.only_pool])
+    share = spec.entry.pools[spec.only_pool].arrival_rate / w.arrival_rate_req_per_s
     size = int(min(_THIN_CHUNK, max(4096, math.ceil(1.5 * n / share))))   # about 1.5 n of its requests in one
     parts, got, drawn, last, t_s = [], 0, 0, -1, 0.0    # last: stream index of the last kept request, at t_s
     while got < n and drawn < THIN_MAX_DRAWN:
@@ -648,7 +857,7 @@ def _routed_to(spec: _RunSpec, route, n: int, rng: np.random.Generator) -> Reque
             got, last, t_s = got + mine.size, drawn + int(mine[-1]), float(at_s[-1])
         drawn += m
     if not parts:
-        raise RuntimeError(f"pool {spec.pools[spec.only_pool].name}: none of {drawn:,} requests drawn was routed to "
+        raise RuntimeError(f"pool {spec.names[spec.only_pool]}: none of {drawn:,} requests drawn was routed to "
                            "it (its dedicated run needs some)")
     at_s, prompt, output = (np.concatenate([p[i] for p in parts])[:n] for i in range(3))
     return Requests(at_s, prompt, output)
@@ -672,13 +881,16 @@ def _thin_pool_runs(spec: _RunSpec, report: SimReport, replications: int) -> Sim
     """Measure each thin pool of ``report`` (``too_few_requests``) in a dedicated run and put its latency
     statistics and verdict in its row, with a note (module docstring, "Thin pools"); a thin pool that gets none
     keeps its row and a note says why."""
-    thin = [k for k, p in enumerate(report.pools) if p.too_few_requests]
+    thin_rows = {k for k, p in enumerate(report.pools) if p.too_few_requests}
+    thin = [u for u, unit in enumerate(spec.units) if thin_rows & set(unit.rows)]   # a pair: both rows at once
     if not thin:
         return report
     pools, notes, o = list(report.pools), list(report.notes), spec.options
-    fair = o.requests / max(sum(1 for a in spec.analytic.pools if a.arrival_rate > 0), 1)
+    fair = o.requests / max(sum(1 for a in spec.entry.pools if a.arrival_rate > 0), 1)
     why_all = _no_dedicated_run(o)
-    for k in thin:
+    for u in thin:
+        rows = spec.units[u].rows
+        k = rows[0]
         a, had = spec.analytic.pools[k], report.pools[k].requests
         share = a.arrival_rate / spec.instance.workload.arrival_rate_req_per_s
         want = max(THIN_POOL_REQUESTS, min(fair, share * THIN_SCALED_DRAWN))
@@ -696,13 +908,15 @@ def _thin_pool_runs(spec: _RunSpec, report: SimReport, replications: int) -> Sim
         if why is not None:
             notes.append(f"{said}, and gets no dedicated run: {why}")
             continue
-        own_spec = replace(spec, only_pool=k, warmup_floor_s=2.0 * a.relaxation_s)
+        own_spec = replace(spec, only_pool=u,
+                           warmup_floor_s=2.0 * max(spec.analytic.pools[j].relaxation_s for j in rows))
         seed = int(np.random.SeedSequence([int(o.seed), _THIN_SEED_KEY, k]).generate_state(1)[0])
         runs = replicate(lambda rng, own_spec=own_spec, per_rep=per_rep: _replication(own_spec, per_rep, rng), seed,
                          replications).results
-        own = build_report(spec.instance, spec.analytic, runs, p99_estimate([r.ttft_s for r in runs]), o,
-                           replications=replications, stopped_by="requests", requests_simulated=0,
-                           relaxation_s=0.0, routing_source=None, wall_s=0.0).pools[k]
+        own_rows = build_report(spec.instance, spec.analytic, runs, p99_estimate([r.ttft_s for r in runs]), o,
+                                replications=replications, stopped_by="requests", requests_simulated=0,
+                                relaxation_s=0.0, routing_source=None, wall_s=0.0).pools
+        own = own_rows[k]
         short = min(r.n_requests for r in runs)
         ran_out = (f"; a replication found only {short:,} of the {per_rep:,} sought in the {THIN_MAX_DRAWN:,} "
                    "requests it may draw" if short < per_rep else "")
@@ -710,7 +924,8 @@ def _thin_pool_runs(spec: _RunSpec, report: SimReport, replications: int) -> Sim
             notes.append(f"{said}; its dedicated run measured no more ({own.requests:,}), so its row stays the "
                          f"run's{ran_out}")
             continue
-        pools[k] = with_dedicated_latency(report.pools[k], own)
+        for j in rows:
+            pools[j] = with_dedicated_latency(report.pools[j], own_rows[j])
         notes.append(f"{said} in this run: its P99 TTFT and TPOT, their intervals, attainment and verdict come from "
                      f"a dedicated run of {own.requests:,} measured requests routed to it "
                      f"({sum(r.n_requests for r in runs):,} simulated, seed {seed}); its requests, rate, "

@@ -96,6 +96,17 @@ replicas. Plan-level cuts are heuristics, not proofs: they may exclude a cheaper
 and the loop may end after ``max_rounds`` without a verified plan (``solve`` exits 4: a limit, not a proof).
 A plan-level cut, too, follows only a failing pool (above, "Undecided verdicts").
 
+P/D pairs
+---------
+A disaggregated prefill/decode pair is simulated as its two stations with the KV transfer between them
+(:mod:`fleetopt.optimizer.simulation.pairs`) and reported as two rows over its segment. Each row is judged by the
+rule on its own figure: the prefill row on the pair's P99 TTFT (prefill wait + prefill + transfer), the decode row
+on its P99 TPOT (against ``slo.tpot_p99_ms``; without a TPOT SLO it cannot miss), with the same pass / fail /
+undecided outcomes and escalation as any pool (:func:`~fleetopt.optimizer.simulation.pool_sizing.pool_outcome`).
+A plan with a failing or thin pair row does not pass. Pairs are **not sized alone** and get **no cut**: a failing
+pair keeps its analytic counts (a cut line says which phase missed), so every plan holding it fails and the
+verification ends with another plan or none; pool-alone sizing and screening skip pair rows.
+
 Measured
 --------
 ``fleetopt solve INSTANCE --verify-top 3`` (default: 100,000 requests per plan, 5 replications, seed 0,
@@ -131,7 +142,8 @@ from fleetopt.optimizer.io.instance import Instance
 from fleetopt.optimizer.plan.solve import Plan, SolveOptions, SolveReport, solve_instance
 from fleetopt.optimizer.simulation.options import SimOptions
 from fleetopt.optimizer.simulation.pool_sizing import (ESCALATION_STEP, PoolCandidate, PoolSizer, PoolSizing,
-                                                       escalation_cap, pool_misses, pool_outcome, settled_outcome)
+                                                       escalation_cap, judged_point_ms, pool_misses, pool_outcome,
+                                                       settled_outcome)
 from fleetopt.optimizer.simulation.records import MIN_POOL_REQUESTS, interval_outcome
 from fleetopt.optimizer.simulation.simulate import simulate_solved_plan
 
@@ -295,7 +307,7 @@ def judge_plan(sim, instance: Instance, rule: str, settled: bool = False) -> Pla
     outs = []
     for p in sim.pools:
         out = pool_outcome(p, rule, slo_ms, tpot_ms)
-        outs.append((key(p), settled_outcome(out, p.ttft_p99_ms_sim, slo_ms) if settled else out, p))
+        outs.append((key(p), settled_outcome(out, *judged_point_ms(p, slo_ms, tpot_ms)) if settled else out, p))
     failing = tuple(dict.fromkeys(k for k, out, _ in outs if out == "fail"))
     thin = tuple(dict.fromkeys(k for k, _, p in outs if p.too_few_requests and k not in failing))
     undecided = tuple(dict.fromkeys(k for k, out, _ in outs if out == "undecided" and k not in failing + thin))
@@ -459,6 +471,11 @@ def verify(instance: Instance, options: SolveOptions = SolveOptions(),  # noqa: 
         for vp in to_cut:
             for k, pool in _failing(vp):
                 key = (pool.min_tokens, pool.max_tokens, pool.gpu)
+                if getattr(pool, "phase", "both") != "both":     # module docstring, "P/D pairs": no cut
+                    line = _pair_miss_line(round_, vp.plan, k)
+                    if line not in cut_lines:
+                        cut_lines.append(line)
+                    continue
                 cand = _candidate(vp.plan, k)
                 if sizer is not None and cand.gamma_in == 1.0 and cand.gamma_out == 1.0:
                     cut_alone(round_, vp.plan, k, vp.sim.pools[k])
@@ -546,10 +563,23 @@ def _sizable(plan: Plan):
     """``(index, pool)`` of the pools of a plan that can be sized alone: traffic of their own (no compression)."""
     out = []
     for k, p in enumerate(plan.fleet.pools):
+        if getattr(p, "phase", "both") != "both":    # a P/D pair is not sized alone (module docstring, "P/D pairs")
+            continue
         c = _candidate(plan, k)
         if c.gamma_in == 1.0 and c.gamma_out == 1.0 and p.arrival_rate > 0:
             out.append((k, p))
     return out
+
+
+def _pair_miss_line(round_: int, plan: Plan, k: int) -> str:
+    """The line a failing row of a P/D pair adds (module docstring, "P/D pairs"): which phase missed, and that the
+    pair keeps its analytic counts."""
+    rows = plan.fleet.pools
+    pre, dec = (rows[k], rows[k + 1]) if rows[k].phase == "prefill" else (rows[k - 1], rows[k])
+    what = "P99 TTFT (prefill + KV transfer)" if rows[k].phase == "prefill" else "P99 TPOT (decode)"
+    return (f"round {round_}: the P/D pair {pre.min_tokens:,}-{pre.max_tokens:,} (prefill {pre.gpu} x{pre.replicas}, "
+            f"decode {dec.gpu} x{dec.replicas}) misses its {what} in simulation; pairs are not sized alone: it keeps "
+            "its analytic counts, so no plan holding it passes")
 
 
 def _size_cut(round_: int, sizer: PoolSizer, cand: PoolCandidate, pool, minima: dict, sizings: dict,
@@ -586,8 +616,8 @@ def _size_cut(round_: int, sizer: PoolSizer, cand: PoolCandidate, pool, minima: 
 def _plan_key(plan: Plan) -> tuple:
     """What makes two plans the same plan to simulate: every pool's window, GPU, count, batch cap and compression,
     and a split plan's routing."""
-    pools = tuple((p.min_tokens, p.max_tokens, p.gpu, int(p.replicas), int(p.max_num_seqs), float(p.compress_gamma))
-                  for p in plan.fleet.pools)
+    pools = tuple((p.min_tokens, p.max_tokens, p.gpu, int(p.replicas), int(p.max_num_seqs), float(p.compress_gamma),
+                   getattr(p, "phase", "both")) for p in plan.fleet.pools)
     r = plan.routing
     routing = None if r is None else (tuple(r.boundaries_tokens), tuple(tuple(row) for row in r.rate_req_per_s))
     return pools, routing
