@@ -113,7 +113,10 @@ def pair_candidates(instance: Instance, b: np.ndarray) -> PairColumns:
     ii, jj = np.triu_indices(len(b), k=1)
     for i, j in zip(ii.tolist(), jj.tolist()):
         lo, hi = float(b[i]), float(b[j])
-        traffic = _traffic(instance, lo, hi, chunks)
+        # one law per prefill chunk, cut at its multiples (as the analytic evaluation of a pair builds it); the
+        # decode station reads only moments, exact on any of them
+        by_chunk = {c: _traffic(instance, lo, hi, (c,)) for c in chunks}
+        traffic = by_chunk[chunks[0]]
         lam = traffic.arrival_rate
         # decode stations: one per decode option
         dec = {}
@@ -132,7 +135,7 @@ def pair_candidates(instance: Instance, b: np.ndarray) -> PairColumns:
             x = instance.pools.transfer(opts[p].name, opts[d].name)
             key = (p, x)
             if key not in pre:
-                st = PrefillStation.from_profile(opts[p].profile, traffic, x)
+                st = PrefillStation.from_profile(opts[p].profile, by_chunk[int(opts[p].profile.chunk_tokens)], x)
                 n_pre += 1
                 pre[key] = (st, _prefill_counts(st, instance, fleet, total))
             st, counts = pre[key]
@@ -224,7 +227,6 @@ def _reference_pairs(instance: Instance, b: np.ndarray) -> PairColumns:
     w = instance.workload
     top = float(b[-1])
     pairs = _pairs(instance)
-    traffic = _traffic(instance, 0.0, top, sorted({int(o.profile.chunk_tokens) for o in opts}))
     pools = {k: [] for k in ("i", "j", "gpu", "decode_gpu", "decode_cap", "arrival_rate", "output_tok_per_s",
                              "load_erlangs", "min_replicas")}
     choices = {k: [] for k in ("pool", "replicas", "decode_replicas", "gpus", "decode_gpus", "cost", "power", "miss")}
@@ -239,6 +241,7 @@ def _reference_pairs(instance: Instance, b: np.ndarray) -> PairColumns:
         if r.best is None:
             dropped.append((0, int(top), name, f"the reference's sizing finds no pair: {r.reason}"))
             continue
+        traffic = _traffic(instance, 0.0, top, (int(pp.chunk_tokens),))
         st = PrefillStation.from_profile(pp, traffic, x)
         dst = DecodeStation.from_profile(pd, traffic, window_tokens=top, tpot_slo_s=slo.tpot_p99_s)
         npp = int(inflate_for_availability(r.best.prefill_replicas, opts[p].availability))
