@@ -84,7 +84,7 @@ from fleetopt.models.units import P99_TAIL
 __all__ = ["CONTEXT_NODES", "BatchedTraffic", "OperatingPoint", "operating_point", "occupancy_dispersion",
            "cluster_size",
            "waited_exceed_prob", "batched_miss_prob", "batched_miss_function", "batched_ttft_p99_s",
-           "batched_min_replicas", "prefill_limit_s", "departure_dispersion",
+           "batched_min_replicas", "batched_carries", "prefill_limit_s", "departure_dispersion",
            "mean_prefill_s", "mean_power_w", "mean_activity_power_w", "prefill_lumps", "coarrival_exceed_prob",
            "own_prefill_context"]
 
@@ -1136,6 +1136,31 @@ def mean_activity_power_w(power, traffic: BatchedTraffic, op: OperatingPoint) ->
     return power.idle_w * (1.0 - fb) + lump + rest
 
 
+def _meets(traffic: BatchedTraffic, N, slo_s, rho_max: float) -> np.ndarray:
+    """:math:`N` replicas are stable, within :math:`\\rho_f \\le \\rho_{max}` and meet the P99 target (no check of
+    idle pools, empty batches or the prefill limit: :func:`batched_carries` adds them)."""
+    op = operating_point(traffic, N)
+    return op.stable & (op.full_load <= rho_max * (1 + 1e-12)) & (
+        batched_miss_prob(slo_s, traffic, N, op) <= P99_TAIL * (1 + 1e-12))
+
+
+def batched_carries(traffic: BatchedTraffic, replicas, slo_s, rho_max: float = 0.85) -> np.ndarray:
+    """Whether ``replicas`` replicas carry each pool's traffic: the test :func:`batched_min_replicas` searches with,
+    at one count (True exactly where the least count is at most ``replicas``; a pool without traffic is carried).
+    """
+    lam = traffic.arrival_rate
+    N = np.broadcast_to(np.asarray(replicas, dtype=float), lam.shape)
+    slo = np.broadcast_to(np.asarray(slo_s, dtype=float), lam.shape)
+    idle = lam <= 0
+    limit = np.sum(np.where(prefill_limit_s(traffic) > slo[:, None], traffic.chunk_probs, 0.0), axis=1)
+    active = ~idle & (traffic.cap >= 1) & (limit < P99_TAIL) & (N >= 1)
+    out = idle.copy()
+    idx = np.flatnonzero(active)
+    if idx.size:
+        out[idx] = _meets(traffic.take(idx), N[idx], slo[idx], rho_max)
+    return out
+
+
 def batched_min_replicas(traffic: BatchedTraffic, slo_s, rho_max: float = 0.85, min_count: int = 1,
                          at_least=None) -> Sizing:
     """Smallest replica count meeting the P99-TTFT SLO with the full-batch load :math:`\\rho_f \\le \\rho_{max}`.
@@ -1180,10 +1205,7 @@ def batched_min_replicas(traffic: BatchedTraffic, slo_s, rho_max: float = 0.85, 
     safe = replace(traffic, arrival_rate=lam, cap=cap)
 
     def ok(N, idx):
-        sub = safe.take(idx)
-        op = operating_point(sub, N)
-        return op.stable & (op.full_load <= rho_max * (1 + 1e-12)) & (
-            batched_miss_prob(slo[idx], sub, N, op) <= P99_TAIL * (1 + 1e-12))
+        return _meets(safe.take(idx), N, slo[idx], rho_max)
 
     # Gallop up from N0 (doubling; from a caller's count, +1, +2, +4, ...: such counts are usually close), then
     # bisect between the last count that failed and the first that passed.

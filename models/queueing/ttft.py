@@ -21,9 +21,9 @@ from typing import Protocol, runtime_checkable
 
 import numpy as np
 
-from fleetopt.models.queueing.batched import (BatchedTraffic, batched_min_replicas, batched_miss_function,
-                                              batched_miss_prob, batched_ttft_p99_s, mean_activity_power_w,
-                                              mean_power_w, operating_point, prefill_limit_s)
+from fleetopt.models.queueing.batched import (BatchedTraffic, batched_carries, batched_min_replicas,
+                                              batched_miss_function, batched_miss_prob, batched_ttft_p99_s,
+                                              mean_activity_power_w, mean_power_w, operating_point, prefill_limit_s)
 from fleetopt.models.power import ActivityPower
 from fleetopt.models.queueing.erlang import Sizing, min_replicas, prefill_p99_s, ttft_miss_prob, ttft_p99_s
 from fleetopt.models.service import decode_power_curve
@@ -59,6 +59,11 @@ class TTFTModel(Protocol):
     def min_replicas(self, traffic, slo_s, rho_max: float, at_least=None) -> Sizing:
         """Least replica counts meeting the P99 target ``slo_s`` under the utilisation cap ``rho_max`` (a pool
         without traffic needs one)."""
+        ...
+
+    def carries(self, traffic, replicas, slo_s, rho_max: float) -> np.ndarray:
+        """Whether ``replicas`` replicas carry each pool's traffic: True exactly where the least count of
+        :meth:`min_replicas` is at most ``replicas`` (one evaluation per pool instead of a search)."""
         ...
 
     def miss_probability(self, t_s, traffic, replicas) -> np.ndarray:
@@ -176,6 +181,10 @@ class SlotModel:
         t = traffic
         return min_replicas(t.arrival_rate, t.mean_service_s, t.cv2_service, t.n_slots, slo_s, t.prefill_times_s,
                             t.prefill_probs, t.mean_prefill_s, rho_max, self.name)
+
+    def carries(self, traffic: SlotTraffic, replicas, slo_s, rho_max: float) -> np.ndarray:
+        z = self.min_replicas(traffic, slo_s, rho_max)
+        return z.feasible & (z.replicas <= np.asarray(replicas))
 
     def miss_probability(self, t_s, traffic: SlotTraffic, replicas) -> np.ndarray:
         return ttft_miss_prob(t_s, *traffic.queue(replicas), self.name)
@@ -296,6 +305,9 @@ class BatchedModel:
 
     def min_replicas(self, traffic: BatchedTraffic, slo_s, rho_max: float, at_least=None) -> Sizing:
         return batched_min_replicas(traffic, slo_s, rho_max, at_least=at_least)
+
+    def carries(self, traffic: BatchedTraffic, replicas, slo_s, rho_max: float) -> np.ndarray:
+        return batched_carries(traffic, replicas, slo_s, rho_max)
 
     def miss_probability(self, t_s, traffic: BatchedTraffic, replicas) -> np.ndarray:
         return batched_miss_prob(t_s, traffic, replicas)

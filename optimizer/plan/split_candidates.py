@@ -82,7 +82,8 @@ def build_split_problem(instance: Instance) -> SplitModel:
     # The operating points are linear in the routed rates only under the slot models; under ``batched`` the
     # ladder's capacities and SLO coefficients come from the slot model with the exact prefill tail (module
     # docstring), and the decoded plan is evaluated under the batched model.
-    point_model = ttft_model(slo.ttft_model).split_point_model
+    model = ttft_model(slo.ttft_model)
+    point_model = model.split_point_model
     ii, jj = np.triu_indices(len(b), k=1)
     seg_rate = None
     cols = {k: [] for k in ("gpu", "i", "j", "cap", "n_star")}
@@ -128,6 +129,10 @@ def build_split_problem(instance: Instance) -> SplitModel:
             tau = np.arange(nominal.prefill_probs.shape[1]) * chunk_s
             A = max_load_erlangs(servers.astype(float), es, cv2, tau, nominal.prefill_probs[k],
                                  nominal.mean_prefill_s[k], slo_s=slo.ttft_sizing_s, rho_max=rho, model=point_model)
+            if model.split_point_model != model.name:
+                A = np.minimum(A, model_capacity_erlangs(model, basis, int(pi[k]), int(pj[k]), b, prof, int(caps[k]),
+                                                         es, n_base, slo.ttft_sizing_s, rho,
+                                                         float(lam[k]), int(counts[k][0][0])))
             usable = A > 0
             replicas = inflate_for_availability(n_base, opt.availability)
             C = erlang_c(servers.astype(float), np.minimum(A, servers - 1e-9))
@@ -158,6 +163,48 @@ def build_split_problem(instance: Instance) -> SplitModel:
     return SplitModel(problem, b, np.array(cols["i"], dtype=np.int64), np.array(cols["j"], dtype=np.int64),
                       np.array(cols["cap"], dtype=np.int64), np.array(cols["n_star"], dtype=np.int64), raws_by_chunk,
                       tuple(dropped), len(ii) * len(instance.gpus))
+
+
+CAPACITY_HALVINGS = 14
+"""Bisection steps of :func:`model_capacity_erlangs` on the arrival rate (a bracket of :math:`2^{-14}` of its
+start): the capacity returned is the bracket's lower end, so it errs on the side of fewer requests."""
+
+
+def model_capacity_erlangs(model, basis, i: int, j: int, b: np.ndarray, profile, cap: int, mean_service_s: float,
+                           counts: np.ndarray, slo_s: float, rho_max: float, rate: float, least: int) -> np.ndarray:
+    r"""The load (Erlangs of slot time, :math:`\lambda E[S]`) that ``counts`` replicas carry at the pool's nominal
+    mix under the instance's own TTFT ``model`` (not the slot model standing in for it).
+
+    For each count :math:`n` the largest rate :math:`\lambda^*(n)` whose least count under ``model`` (SLO target
+    ``slo_s``, utilisation cap ``rho_max``) is at most :math:`n`, bisected on :math:`[0, \lambda_{hi}]` with
+    :math:`\lambda_{hi} = 2 \lambda_{nom} n / N^*` doubled until it fails (a least count grows with the rate);
+    returned as :math:`\lambda^*(n) E[S]` so that it bounds the same routed load
+    :math:`\sum_s \lambda_s E[S_s]` as the slot operating point. Under the batched model the slot model's
+    capacity can exceed what the replicas carry when prefill compute stalls their batches: a split plan sized
+    on it alone is overloaded once evaluated. At the nominal mix the bound is exact; off it, it is the same
+    linearisation in the routed rates as the slot capacity.
+    """
+    counts = np.asarray(counts, dtype=float)
+    rows = len(counts)
+    stats = stats_from_raw(raw_between(basis, np.full(rows, i), np.full(rows, j)), np.full(rows, b[i]),
+                           np.full(rows, b[j]), profile, n_slots=np.full(rows, cap))
+
+    def carried(lam: np.ndarray) -> np.ndarray:
+        return model.carries(model.traffic(stats, lam), counts, slo_s, rho_max)
+
+    lo = np.zeros(rows)
+    hi = np.maximum(2.0 * rate * counts / max(least, 1), 1e-6)
+    for _ in range(40):                      # grow the bracket until every count fails at its top
+        ok = carried(hi)
+        if not ok.any():
+            break
+        lo = np.where(ok, hi, lo)
+        hi = np.where(ok, 2.0 * hi, hi)
+    for _ in range(CAPACITY_HALVINGS):
+        mid = 0.5 * (lo + hi)
+        ok = carried(mid)
+        lo, hi = np.where(ok, mid, lo), np.where(ok, hi, mid)
+    return lo * mean_service_s
 
 
 def restrict_split(model: SplitModel, instance: Instance, min_replicas: dict, forbidden: set,
