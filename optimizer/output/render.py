@@ -508,7 +508,8 @@ def render_simulation(c: Console, rep) -> None:
     for p in rep.pools:
         q = p.analytic
         rows.append((f"{q.min_tokens:,}-{q.max_tokens:,}"
-                     + (f" (+@{q.compress_gamma:g})" if q.compress_gamma > 1 else ""),
+                     + (f" (+@{q.compress_gamma:g})" if q.compress_gamma > 1 else "")
+                     + (f" {q.phase}" if getattr(q, "phase", "both") != "both" else ""),   # a P/D pair's phase
                      q.gpu, str(q.replicas), f"{pool_identity(q)['physical_gpus']:,}",
                      f"{q.utilization:.2f} / {p.utilization_sim:.2f}",
                      f"{q.mean_batch:,.1f} / {p.mean_batch:,.1f}", ms(q.ttft_p99_ms),
