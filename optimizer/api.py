@@ -229,6 +229,10 @@ def verify(inst: Instance, sim_options: SimOptions = VERIFY_SIM_OPTIONS, *, veri
     from fleetopt.optimizer.plan.solve import SolveOptions
     from fleetopt.optimizer.simulation.verify import verify as run
 
+    if inst.semantic is not None:
+        raise InstanceError("--verify-top: simulation of semantic routing is not supported yet; use solve without "
+                            "--verify-top")
+
     options = SolveOptions(time_limit_s=time_limit_s, mip_gap=mip_gap, threads=threads, verbose=verbose,
                            method="mip" if method == "auto" else method)
     map_plans = None

@@ -45,6 +45,7 @@ import numpy as np
 from fleetopt.models.fleet import sizing_target_s
 from fleetopt.models.profiles import ServingProfile
 from fleetopt.models.queueing.disagg import KVTransfer, kv_bytes_per_token, link_bandwidth_bytes_per_s
+from fleetopt.models.semantic import ShareRule, large_model_share
 from fleetopt.models.units import MS_PER_S
 from fleetopt.models.workload import LengthDistribution, RequestTrace
 
@@ -59,6 +60,7 @@ from fleetopt.optimizer.io.schema import (
     RawInstance,
     RawKVTransfer,
     RawPools,
+    RawSemantic,
     RawSlo,
     RawWorkload,
     allowed_keys,
@@ -78,6 +80,7 @@ __all__ = [
     "SLO",
     "PoolsSpec",
     "Constraints",
+    "SemanticSpec",
     "load_instance",
     "instance_from_dict",
     "apply_overrides",
@@ -246,6 +249,33 @@ class Constraints:
 
 
 @dataclass(frozen=True)
+class SemanticSpec:
+    """Multi-model (semantic) routing (the file's ``semantic`` section, docs/multi_model.md).
+
+    A classifier sends the share :math:`\\alpha(L)` of the requests of total length :math:`L` to ``small_model``
+    and the rest to ``large_model`` (names as :func:`~fleetopt.models.profiles.served_model` gives them); every GPU
+    option serves one of the two. ``rules`` holds the one fixed rule (``share``), or with ``decide`` the candidate
+    rules the planner chooses among (``shares``), each meeting ``min_large_share`` (the others are left out and
+    named in ``dropped``): the large model's share of all requests, :math:`1 - \\pi_{small}`
+    (:func:`~fleetopt.models.semantic.large_model_share`), is at least ``min_large_share``. ``labels`` say how
+    each rule was written and ``large_shares`` give its :math:`1 - \\pi_{small}` on this instance's workload."""
+
+    small_model: str
+    large_model: str
+    rules: tuple[ShareRule, ...]
+    labels: tuple[str, ...]
+    large_shares: tuple[float, ...]
+    decide: bool = False
+    min_large_share: float | None = None
+    dropped: tuple[str, ...] = ()
+    """The candidate rules that break ``min_large_share``, with their large-model share."""
+
+    def model_of(self, role: str) -> str:
+        """The model of class ``role`` (``small`` or ``large``)."""
+        return self.small_model if role == "small" else self.large_model
+
+
+@dataclass(frozen=True)
 class Instance:
     """A validated, resolved instance."""
 
@@ -267,6 +297,8 @@ class Instance:
     """The GPU options may serve different models (the file's ``allow_mixed_models: true``; else rejected)."""
     inventories: tuple[GpuInventory, ...] = ()
     """The ``gpus`` entries as groups of options sharing their limits (:meth:`gpu_inventories`)."""
+    semantic: SemanticSpec | None = None
+    """Multi-model (semantic) routing (:class:`SemanticSpec`); None: one model class, routed by length."""
 
     def gpu_inventories(self) -> tuple[GpuInventory, ...]:
         """The inventories of the GPU options: :attr:`inventories`, or one per option when it is empty (an instance
@@ -527,12 +559,118 @@ def _mixed_model_problems(data: dict, options: Sequence[GpuOption], problems: Pr
     a small model's cost with a large one's as a saving. Options whose profile names no model are not counted
     (:func:`gpu_warnings` says so)."""
     models = _models_by_option(options)
-    if len(models) < 2 or data.get("allow_mixed_models") is True:
+    if len(models) < 2 or data.get("allow_mixed_models") is True or data.get("semantic") is not None:
         return
     found = "; ".join(f"{model} ({', '.join(names)})" for model, names in models.items())
     problems.add("gpus", f"the GPU options serve {len(models)} different models: {found}; a plan would compare "
                          "their costs as if they served one model; list options of one model, or set "
                          "allow_mixed_models: true to plan them together knowingly")
+
+
+def _share_rule(value, field: str, problems: Problems) -> tuple[ShareRule, str] | None:
+    """One share rule of the ``semantic`` section: a number in [0, 1] or ``{edges, shares}``; None (and a problem
+    naming ``field``) when it is not one."""
+    def number(v) -> bool:
+        return isinstance(v, (int, float)) and not isinstance(v, bool) and bool(np.isfinite(v))
+
+    if number(value):
+        if not 0 <= value <= 1:
+            problems.add(field, f"{value:g} is outside [0, 1]; give the share of requests sent to the small model")
+            return None
+        return ShareRule.constant(float(value)), f"{value:g}"
+    if isinstance(value, Mapping) and set(value) == {"edges", "shares"}:
+        edges, shares = value["edges"], value["shares"]
+        if not isinstance(edges, list) or not all(isinstance(e, int) and not isinstance(e, bool) and e > 0
+                                                  for e in edges) or any(b <= a for a, b in zip(edges, edges[1:])):
+            problems.add(f"{field}.edges", f"{show_value(edges, spell_lists=True)} is not allowed; give whole token "
+                                           "counts > 0 in strictly increasing order")
+            return None
+        if not isinstance(shares, list) or not all(number(a) for a in shares):
+            problems.add(f"{field}.shares", f"{show_value(shares, spell_lists=True)} is not allowed; give a list of "
+                                            "numbers in [0, 1]")
+            return None
+        outside = [a for a in shares if not 0 <= a <= 1]
+        if outside:
+            problems.add(f"{field}.shares", f"{outside[0]:g} is outside [0, 1]; every share is the part of a "
+                                            "segment's requests sent to the small model")
+            return None
+        if len(shares) != len(edges) + 1:
+            problems.add(f"{field}.shares", f"{len(edges)} edges need {len(edges) + 1} shares (one per segment, the "
+                                            f"last above {edges[-1] if edges else 0:,} tokens); got {len(shares)}")
+            return None
+        text = "edges " + "/".join(f"{e:,}" for e in edges) + ": " + "/".join(f"{a:g}" for a in shares)
+        return ShareRule.step(edges, shares), text
+    problems.add(field, f"{show_value(value)} is not allowed; give a share in [0, 1] or {{edges: [...], "
+                        "shares: [...]}} (one share more than edges)")
+    return None
+
+
+def _semantic(raw: RawSemantic | None, data: dict, options: Sequence[GpuOption] | None, lengths,
+              problems: Problems) -> SemanticSpec | None:
+    """The ``semantic`` section resolved (:class:`SemanticSpec`), its problems added one line each: share rules
+    (:func:`_share_rule`), each model served by at least one option and every option serving one of them, a
+    quality floor some rule meets on the workload ``lengths`` (already cut at the context window), and the
+    features semantic routing does not combine with yet."""
+    if raw is None:
+        return None
+    if (raw.share is None) == (raw.shares is None):
+        problems.add("semantic.share", "give exactly one of share (a fixed rule) and shares (candidate rules the "
+                                       "planner chooses among)")
+        return None
+    if raw.shares is not None and not (isinstance(raw.shares, list) and raw.shares):
+        problems.add("semantic.shares", f"{show_value(raw.shares)} is not allowed; give a non-empty list of shares "
+                                        "in [0, 1] or {edges, shares} rules")
+        return None
+    given = [("semantic.share", raw.share)] if raw.shares is None else \
+        [(f"semantic.shares[{k}]", v) for k, v in enumerate(raw.shares)]
+    parsed = [_share_rule(v, f, problems) for f, v in given]
+    pools = data.get("pools") if isinstance(data.get("pools"), Mapping) else {}
+    for key, off in (("routing", "length"), ("disaggregation", "none")):
+        if pools.get(key, off) != off:
+            problems.add("semantic", f"semantic routing cannot yet be combined with pools.{key}: "
+                                     f"{show_value(pools.get(key))}; drop one of them")
+    if pools.get("compress") is not None:
+        problems.add("semantic", "semantic routing cannot yet be combined with pools.compress (compress-and-route); "
+                                 "drop one of them")
+    names = {}
+    if options is not None:
+        models = _models_by_option(options)
+        known = "; ".join(f"{m} ({', '.join(n)})" for m, n in models.items()) or "none named"
+        for field in ("small_model", "large_model"):
+            want = getattr(raw, field)
+            match = [m for m in models if m.lower() == str(want).strip().lower()]
+            if not match:
+                problems.add(f"semantic.{field}", f"no GPU option serves {want!r}; the options serve: {known}; name "
+                                                  "one of them, or add a GPU option serving it")
+            else:
+                names[field] = match[0]
+        if len(names) == 2 and names["small_model"] == names["large_model"]:
+            problems.add("semantic.large_model", f"{names['large_model']!r} is also the small model; semantic "
+                                                 "routing needs two different models")
+        for o in options:
+            served = served_model(o.profile.model_name)
+            if len(set(names.values())) == 2 and served not in names.values():
+                problems.add("gpus", f"option {o.name} serves {served or 'no named model'}, neither "
+                                     f"semantic.small_model ({names['small_model']}) nor semantic.large_model "
+                                     f"({names['large_model']}); every option serves one of the two")
+    if any(p is None for p in parsed) or len(names) != 2 or lengths is None:
+        return None
+    rules, labels = [p[0] for p in parsed], [p[1] for p in parsed]
+    large = [large_model_share(lengths, r) for r in rules]
+    floor = raw.min_large_share
+    keep = [k for k in range(len(rules)) if floor is None or large[k] >= floor - 1e-12]
+    if not keep:
+        best = max(range(len(rules)), key=lambda k: large[k])
+        problems.add("semantic.min_large_share", f"{floor:g}: no share meets it; the large model gets at most "
+                                                 f"{large[best]:.4g} of the requests (share {labels[best]}); lower "
+                                                 "it, or offer a smaller small-model share")
+        return None
+    dropped = tuple(f"{labels[k]} (large-model share {large[k]:.4g} < {floor:g})" for k in range(len(rules))
+                    if k not in keep)
+    return SemanticSpec(small_model=names["small_model"], large_model=names["large_model"],
+                        rules=tuple(rules[k] for k in keep), labels=tuple(labels[k] for k in keep),
+                        large_shares=tuple(large[k] for k in keep), decide=raw.shares is not None,
+                        min_large_share=floor, dropped=dropped)
 
 
 def gpu_warnings(instance: Instance) -> list[str]:
@@ -596,6 +734,13 @@ def _resolve(data: dict, path: Path | None, problems: Problems) -> Instance | No
             check_context_fits([o.profile for o in options], pools_raw.max_context, problems)
     if options is not None:
         _mixed_model_problems(data, options, problems)
+    semantic_raw = validate_section(RawSemantic, data.get("semantic"))
+    semantic = None
+    if semantic_raw is not None:
+        cut = None
+        if workload is not None and pools_raw is not None:
+            cut = workload.lengths.truncated(pools_raw.max_context)[0]
+        semantic = _semantic(semantic_raw, data, options, cut, problems)
     if not problems.lines:
         _cross_field_problems(data, workload, problems)
     transfers = ()
@@ -619,8 +764,9 @@ def _resolve(data: dict, path: Path | None, problems: Problems) -> Instance | No
         description=raw.description or "",
         energy_usd_per_kwh=raw.energy.usd_per_kwh if raw.energy else None,
         pue=raw.energy.pue if raw.energy else 1.0,
-        allow_mixed_models=raw.allow_mixed_models,
+        allow_mixed_models=raw.allow_mixed_models or semantic is not None,
         inventories=inventories,
+        semantic=semantic,
     )
 
 

@@ -34,6 +34,7 @@ __all__ = [
     "RawEnergy",
     "RawConstraints",
     "RawInstance",
+    "RawSemantic",
     "DEFAULT_MAX_UTILIZATION",
     "MAX_CONTEXT_LIMIT_TOKENS",
     "MAX_NUM_SEQS_LIMIT",
@@ -334,6 +335,26 @@ class RawConstraints(_Raw):
     max_total_gpus: _PositiveInt | None = None
 
 
+_Share = Annotated[float, Field(ge=0, le=1, allow_inf_nan=False)]
+
+
+class RawSemantic(_Raw):
+    """``semantic``: multi-model (semantic) routing. A classifier sends a share of the traffic (or of each length
+    segment) to ``small_model`` and the rest to ``large_model``; pools serve one model each, the options of a
+    model being those whose profile serves it. ``share`` fixes the rule: a number (every length) or
+    ``{edges: [e_1, ...], shares: [a_1, ...]}`` (share ``a_k`` of the requests of total length in
+    :math:`(e_{k-1}, e_k]`, one share more than edges; :class:`fleetopt.models.semantic.ShareRule`); ``shares`` lists
+    candidate rules, each one of those, the planner chooses among (a decision); ``min_large_share`` asks that at
+    least this share of all requests reach the large model (docs/multi_model.md). ``share`` and ``shares`` are
+    checked in pass 2 (:mod:`fleetopt.optimizer.io.instance`)."""
+
+    small_model: str
+    large_model: str
+    share: Any = None
+    shares: Any = None
+    min_large_share: _Share | None = None
+
+
 class RawInstance(_Raw):
     """The whole instance file."""
 
@@ -349,6 +370,9 @@ class RawInstance(_Raw):
     allow_mixed_models: bool = False
     """Let the GPU options serve different models (a plan then compares their costs as if they served the same
     one); without it such an instance is rejected (:mod:`fleetopt.optimizer.io.instance`)."""
+    semantic: RawSemantic | None = None
+    """Multi-model (semantic) routing: a small and a large model, the classifier's share (or candidate shares)
+    and an optional quality floor (:class:`RawSemantic`); implies ``allow_mixed_models``."""
 
 
 _SECTION_MODELS: dict[tuple[str, ...], type[_Raw]] = {
@@ -362,6 +386,7 @@ _SECTION_MODELS: dict[tuple[str, ...], type[_Raw]] = {
     ("pools", "kv_transfer"): RawKVTransfer,
     ("constraints",): RawConstraints,
     ("energy",): RawEnergy,
+    ("semantic",): RawSemantic,
 }
 
 

@@ -193,6 +193,9 @@ def solve_json(report, verification=None) -> dict:
         "total_replicas", "total_gpus", "slo_met", "feasible", "pools", "analytic", "simulated")}
     if best:
         fleet["pools"] = [_pool_contract(p, "analytic", inst) for p in best.fleet.pools]
+        for pool, role in zip(fleet["pools"], best.semantic.roles if best.semantic is not None else ()):
+            pool["role"] = role     # semantic routing: the model class the pool serves (small | large)
+    fleet["semantic"] = None if best is None or best.semantic is None else best.semantic.to_json()
     fleet["fleet"] = fleet_spec(inst, best.fleet) if best else None
     fleet["routing"] = routing_json(best.routing) if best else None
     out.update(fleet)
@@ -230,7 +233,8 @@ def solve_warnings(report) -> list[str]:
     best = report.best
     plan_models = sorted({p.model for p in best.fleet.pools}) if best else []
     if len(plan_models) > 1:
-        out.append("the plan's pools serve different models: " + "; ".join(plan_models))
+        out.append("the plan's pools serve different models (" + "; ".join(plan_models) + "): their cost and tok/W "
+                   "compare different models' outputs")
     if best and report.baseline is not None:
         base_models = sorted({p.model for p in report.baseline.pools})
         if base_models != plan_models:

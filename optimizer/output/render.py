@@ -27,7 +27,7 @@ from fleetopt.optimizer.output.documents import ANALYTIC, replica_units, simulat
 __all__ = ["fleet_notes", "fleet_table", "fmt_ms", "fmt_usd_per_mtok", "headline", "margin_note", "objective_line",
            "render_evaluation", "render_fields", "render_gridflex", "render_rho_sweep", "render_routers",
            "render_simulation", "render_solve", "render_summary", "render_trim", "render_verification", "saving_claim",
-           "sim_options_line", "tpw_table", "unit_lines", "util_text", "violations_lines"]
+           "semantic_lines", "sim_options_line", "tpw_table", "unit_lines", "util_text", "violations_lines"]
 
 
 def fmt_ms(x: float) -> str:
@@ -173,7 +173,8 @@ def fleet_notes(r: FleetResult, ttft_model: str) -> list[str]:
     for gpu, (prof, model, q) in seen.items():
         lines.append(f"  {gpu}: profile {prof} serving {model}; {q}")
     if len({m for _, m, _ in seen.values()}) > 1:
-        lines.append("  note: these pools serve different models; compare their costs with care")
+        lines.append("  note: these pools serve different models: their cost and tok/W compare different models' "
+                     "outputs")
     if r.scope == "fleet":
         lines.append(f"  fleet-scope SLO: {100 * r.slo_miss_share:.3f} % of all requests exceed the TTFT SLO "
                      f"(budget 1 %); fleet-wide P99 TTFT {fmt_ms(r.ttft_p99_ms)} ms")
@@ -433,6 +434,23 @@ def margin_note(slo) -> str:
             "resolution; --set slo.ttft_margin=0 sizes to the SLO itself")
 
 
+def semantic_lines(sem) -> list[str]:
+    """A semantic plan's rule, the large model's share it delivers, each class's totals and every candidate
+    rule's outcome (:class:`fleetopt.optimizer.plan.semantic.SemanticPlan`), under its table."""
+    floor = "" if sem.min_large_share is None else f" (at least {sem.min_large_share:.0%} asked)"
+    out = [f"semantic routing: share {sem.share} of the requests to {sem.small_model}; {sem.large_share:.1%} reach "
+           f"{sem.large_model}{floor}"]
+    for k in sem.classes:
+        out.append(f"  {k.role} ({k.model}): {k.rate_share:.1%} of requests ({k.arrival_rate:,.2f} req/s), "
+                   f"{k.pools} pool{'s' * (k.pools != 1)}, {k.physical_gpus:,} GPUs, ${k.cost_per_hr:,.2f}/hr, "
+                   f"{k.power_kw:,.2f} kW, {k.tok_per_watt:.2f} tok/W")
+    if len(sem.tried) > 1 or sem.dropped:
+        out.append("  shares tried: " + "; ".join(
+            f"{t.label} -> " + (f"{t.objective:,.4g} ({t.status})" if t.objective is not None else t.status)
+            for t in sem.tried) + "".join(f"; {d}: below the quality floor" for d in sem.dropped))
+    return out
+
+
 def render_solve(c: Console, report, verification=None) -> None:
     inst = report.instance
     slo_ms = inst.slo.ttft_p99_s * 1000.0
@@ -451,6 +469,8 @@ def render_solve(c: Console, report, verification=None) -> None:
         for line in fleet_notes(plan.fleet, inst.slo.ttft_model):
             c.print(line.replace("source: analytic", f"selected by {report.method}; numbers analytic", 1),
                     markup=False)
+        for line in semantic_lines(plan.semantic) if plan.semantic is not None else ():
+            c.print(line, markup=False)
     if inst.slo.ttft_margin:
         c.print(f"note: {margin_note(inst.slo)}, --verify-top checks in simulation instead", markup=False)
     b = report.baseline
@@ -471,6 +491,10 @@ def render_solve(c: Console, report, verification=None) -> None:
         c.print(f"note: {report.explanation}", markup=False)     # e.g. which GPU options the time limit left out
     if verification is not None:
         render_verification(c, verification, slo_ms, inst)
+        return
+    if report.best.semantic is not None:
+        c.print("note: simulation of semantic routing is not supported yet: the plan's numbers are analytic",
+                markup=False)
         return
     spec = fleet_spec(inst, report.best.fleet)
     flags = set_flags(inst.overrides)  # the overrides the plan was solved with: the command must carry them

@@ -13,6 +13,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from types import MappingProxyType
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -30,6 +31,9 @@ from fleetopt.optimizer.errors import (InfeasibleError, InstanceError, SolveInte
                                        SolverLimitError)
 from fleetopt.optimizer.io.instance import Instance
 from fleetopt.optimizer.plan.split_candidates import SplitRouting
+
+if TYPE_CHECKING:
+    from fleetopt.optimizer.plan.semantic import SemanticPlan
 
 __all__ = ["SolveOptions", "SolveStatus", "STATUS", "Plan", "SolveReport", "SplitRouting", "WindowCut",
            "build_problem", "solve_instance", "require_plan", "METHODS", "MIP_FLOOR_S", "POOL_COLUMNS", "pool_row",
@@ -177,6 +181,9 @@ class Plan:
     routing: SplitRouting | None = None
     """Split routing: the rate of every elementary segment sent to each pool (columns in ``fleet.pools``
     order); None under length routing (each pool serves its own range)."""
+    semantic: SemanticPlan | None = None
+    """Multi-model (semantic) routing: the rule, each pool's model class and per-class totals
+    (:class:`fleetopt.optimizer.plan.semantic.SemanticPlan`); None for one model class."""
 
 
 @dataclass(frozen=True)
@@ -289,6 +296,8 @@ def solve_instance(instance: Instance, options: SolveOptions = SolveOptions()) -
     """Find the optimal fleet(s) of ``instance`` and re-evaluate them exactly."""
     if instance.pools.routing == "split":
         return _solve_split(instance, options)
+    if instance.semantic is not None:   # one tiling per model class (fleetopt.optimizer.plan.semantic)
+        return _solve_semantic(instance, options)
     t0 = time.perf_counter()
     deadline = Deadline.after(options.time_limit_s, options.clock)
     allc = generate_candidates(instance, deadline)
@@ -401,6 +410,81 @@ def _solve_split(instance: Instance, options: SolveOptions) -> SolveReport:
         solver=result.solver, candidates_generated=model.generated, candidates_feasible=len(model.problem.pool_gpu),
         candidates_after_pruning=len(model.problem.pool_gpu), dropped_reasons=model.dropped,
         power_error_w=model.problem.power_error_w)
+
+
+_UNPROVEN = (SolveStatus.TIME_LIMIT, SolveStatus.ITERATION_LIMIT, SolveStatus.INTERRUPTED, SolveStatus.ERROR,
+             SolveStatus.UNKNOWN)
+"""Statuses that leave a semantic rule's optimum unproven: the semantic solve reports the first of them."""
+
+
+def _solve_semantic(instance: Instance, options: SolveOptions) -> SolveReport:
+    """Multi-model (semantic) routing: one MIP (or graph oracle) per admissible share rule, each with one tiling
+    per model class (:func:`fleetopt.optimizer.plan.semantic.build_semantic_problem`); the cheapest plans over all
+    rules kept, ties to the larger large-model share. Exact: a plan runs one rule, so the joint problem's feasible
+    set is the disjoint union of the rules' and its optimum (and its ``top`` best) the best of theirs
+    (docs/formulation.md, "Several tilings"). Each plan is re-evaluated over all requests
+    (:func:`fleetopt.optimizer.plan.semantic.evaluate_semantic`); the baseline is the large model alone."""
+    from fleetopt.optimizer.plan import semantic as sem
+
+    spec = instance.semantic
+    assert spec is not None
+    if options.has_cuts:
+        raise InstanceError("semantic: verification cuts are not supported for semantic routing; solve without them")
+    t0 = time.perf_counter()
+    deadline = Deadline.after(options.time_limit_s, options.clock)
+    found, tried, results, methods, dropped = [], [], [], set(), []
+    generated = feasible = after = 0
+    for k, (rule, label, large) in enumerate(zip(spec.rules, spec.labels, spec.large_shares)):
+        parts = sem.class_parts(instance, rule, deadline, prune=lambda sub, c: _prune(sub, c, options.top))
+        generated += sum(p.candidates.generated for p in parts)
+        feasible += sum(p.feasible for p in parts)
+        after += sum(len(p.candidates) for p in parts)
+        dropped += [f"{p.role} (share {label}) {d.lo_tokens:,}-{d.hi_tokens:,} on {d.gpu}: {d.reason}"
+                    for p in parts for d in p.candidates.dropped]
+        problem = sem.build_semantic_problem(instance, parts)
+        if options.method == "oracle" and not (problem.separable and options.top == 1):
+            raise InstanceError("--method: the graph oracle solves a semantic instance only without inventory, "
+                                "budget, power or GPU-count limits, with a pool count that binds no class, and "
+                                "--top 1; use --method mip or auto")
+        use_oracle = options.method == "oracle" or (options.method == "auto" and problem.separable
+                                                    and options.top == 1)
+        uncovered = [(p, p.candidates.uncovered()) for p in parts if p.candidates.uncovered() is not None]
+        if uncovered:    # proven before any solve: this class's lengths cannot be tiled
+            p, seg = uncovered[0]
+            b = p.candidates.boundaries
+            result = SolveResult(Termination.INFEASIBLE, (), None, None, 0.0, "candidate sizing (no solve needed)", {},
+                                 f"no candidate of the {p.role} model ({p.model}) serves "
+                                 f"{int(b[seg]):,}-{int(b[seg + 1]):,}-token requests")
+        elif use_oracle:
+            result = _oracle(problem)
+        else:
+            result = solve_mip(problem, top=options.top, time_limit_s=_mip_time_limit_s(deadline),
+                               mip_gap=options.mip_gap, threads=options.threads, verbose=options.verbose)
+        methods.add("oracle" if use_oracle else "mip")
+        results.append(result)
+        best = result.best
+        tried.append(sem.ShareOutcome(label, large, str(STATUS[result.termination]),
+                                      None if best is None else best.objective))
+        found += [(s.objective, -large, k, s.choices, parts) for s in result.solutions]
+    found.sort(key=lambda f: f[:3])
+    plans = []
+    for rank, (objective, _, k, choices, parts) in enumerate(found[:options.top], start=1):
+        per_class = sem.split_choices(parts, choices)
+        fleet = sem.evaluate_semantic(instance, [(p.traffic, _pool_plans(p.instance, p.candidates, mine))
+                                                 for p, mine in zip(parts, per_class)])
+        plans.append(Plan(rank, objective, fleet,
+                          semantic=sem.semantic_plan(instance, k, parts, per_class, fleet, tuple(tried))))
+    stopped = [st for st in (STATUS[r.termination] for r in results) if st in _UNPROVEN]
+    status = stopped[0] if stopped else SolveStatus.OPTIMAL if plans else SolveStatus.INFEASIBLE
+    explanation = "" if plans else "no semantic plan at any share: " + "; ".join(
+        f"share {t.label}: {r.message or t.status}" for t, r in zip(tried, results))
+    chosen = results[found[0][2]] if found else results[0]
+    return SolveReport(
+        instance=instance, status=status, method="+".join(sorted(methods)) + " (semantic)", plans=tuple(plans),
+        baseline=baseline(sem.large_model_instance(instance)) if options.compute_baseline else None,
+        explanation=explanation, solve_seconds=time.perf_counter() - t0, mip_gap=chosen.rel_gap, bound=chosen.bound,
+        solver=chosen.solver, candidates_generated=generated, candidates_feasible=feasible,
+        candidates_after_pruning=after, dropped_reasons=tuple(dropped))
 
 
 def require_plan(report: SolveReport) -> SolveReport:
