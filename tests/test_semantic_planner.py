@@ -178,3 +178,162 @@ def test_one_commodity_by_default():
     with pytest.raises(ValueError, match="distinct nodes"):
         _problem(classes, n_bounds, n_gpus, **limits).__class__(
             **{**_problem(classes, n_bounds, n_gpus, **limits).__dict__, "sources": (0, 0), "sinks": (1, 2)})
+
+
+# ---------------------------------------------------------------- the planner on instances
+
+from fleetopt.models.fleet import PoolPlan, evaluate_fleet  # noqa: E402
+from fleetopt.models.profiles import served_model  # noqa: E402
+from fleetopt.models.semantic import ShareRule, split_by_model  # noqa: E402
+from fleetopt.optimizer.errors import InstanceError  # noqa: E402
+from fleetopt.optimizer.io.instance import instance_from_dict  # noqa: E402
+from fleetopt.optimizer.plan.evaluate import service_level  # noqa: E402
+from fleetopt.optimizer.plan.solve import SolveOptions, solve_instance  # noqa: E402
+
+GPUS = [{"name": "h100-8b", "hardware": "H100-SXM-80GB", "model": "Llama-3.1-8B", "tp": 1, "dtype": "bf16"},
+        {"name": "h100-70b", "hardware": "H100-SXM-80GB", "model": "Llama-3.1-70B", "tp": 8, "dtype": "fp8"}]
+
+
+def _instance(semantic=None, **extra):
+    data = {"workload": {"cdf": "builtin:azure", "arrival_rate": 20}, "slo": {"ttft_p99_ms": 500},
+            "gpus": GPUS, "pools": {"max_pools": 3, "max_context": 8192, "boundaries": [2048]},
+            "semantic": {"small_model": "Llama-3.1-8B", "large_model": "Llama-3.1-70B", "share": 0.5}
+            if semantic is None else semantic, **extra}
+    return instance_from_dict(data, label="<test>")
+
+
+def _semantic(**fields):
+    return {"small_model": "Llama-3.1-8B", "large_model": "Llama-3.1-70B", **fields}
+
+
+@pytest.fixture(scope="module")
+def decided():
+    return solve_instance(_instance(_semantic(shares=[0.0, 0.3, 0.6, 0.9], min_large_share=0.35)))
+
+
+def test_share_decision_is_the_cheapest_admissible_share(decided):
+    """The decision equals the least of separate solves at each fixed share meeting the floor (0.9 breaks it)."""
+    sem = decided.best.semantic
+    assert sem.dropped and sem.dropped[0].startswith("0.9")
+    costs = {}
+    for share in (0.0, 0.3, 0.6):
+        fixed = solve_instance(_instance(_semantic(share=share)))
+        costs[share] = fixed.best.objective
+    cheapest = min(costs, key=lambda a: (costs[a], a))
+    assert decided.best.objective == pytest.approx(costs[cheapest])
+    assert sem.share == f"{cheapest:g}" and sem.large_share == pytest.approx(1 - cheapest)
+    assert {t.label: t.objective for t in sem.tried} == pytest.approx({f"{a:g}": c for a, c in costs.items()})
+
+
+def test_each_class_serves_its_own_model_and_tiles_alone(decided):
+    plan = decided.best
+    roles = plan.semantic.roles
+    assert len(roles) == len(plan.fleet.pools)
+    for role in ("small", "large"):
+        mine = [p for p, r in zip(plan.fleet.pools, roles) if r == role]
+        if not mine:
+            continue
+        model = "Llama-3.1-8B" if role == "small" else "Llama-3.1-70B"
+        assert all(served_model(p.model) == model for p in mine)
+        assert mine[0].min_tokens == 0 and mine[-1].max_tokens == 8192
+        assert all(a.max_tokens == b.min_tokens for a, b in zip(mine, mine[1:]))
+
+
+def test_evaluation_equals_each_class_alone():
+    """Each pool's row equals evaluate_fleet on its class alone (its distribution at rate pi x Lambda); totals add;
+    the fleet P99 lies between the classes' own (a mixture's quantile)."""
+    inst = _instance(_semantic(share=0.5))
+    plan = solve_instance(inst).best
+    small, large = split_by_model(inst.workload.lengths, ShareRule.constant(0.5))
+    level, rows, p99s = service_level(inst), [], []
+    for traffic, role in ((small, "small"), (large, "large")):
+        pools = [p for p, r in zip(plan.fleet.pools, plan.semantic.roles) if r == role]
+        alone = evaluate_fleet([PoolPlan(p.min_tokens, p.max_tokens, p.gpu, inst.gpu(p.gpu).profile, p.replicas)
+                                for p in pools], traffic.distribution,
+                               inst.workload.arrival_rate_req_per_s * traffic.rate_share, level,
+                               inst.workload.input_fraction)
+        for got, want in zip(pools, alone.pools):
+            assert got.arrival_rate == pytest.approx(want.arrival_rate, rel=1e-9)
+            assert got.ttft_p99_ms == pytest.approx(want.ttft_p99_ms, rel=1e-9)
+            assert got.power_w == pytest.approx(want.power_w, rel=1e-9)
+        rows += list(alone.pools)
+        p99s.append(alone.ttft_p99_ms)
+    assert plan.fleet.cost_per_hr == pytest.approx(sum(r.cost_per_hr for r in rows))
+    assert sum(p.arrival_rate for p in plan.fleet.pools) == pytest.approx(20.0)
+    assert min(p99s) - 1e-6 <= plan.fleet.ttft_p99_ms <= max(p99s) + 1e-6
+    assert plan.semantic.classes[0].rate_share == pytest.approx(0.5)
+
+
+def test_share_zero_is_the_large_model_alone():
+    """With no traffic to the small model the plan is the large model's own optimum (one class, one tiling)."""
+    zero = solve_instance(_instance(_semantic(share=0.0)))
+    alone = solve_instance(instance_from_dict(
+        {"workload": {"cdf": "builtin:azure", "arrival_rate": 20}, "slo": {"ttft_p99_ms": 500}, "gpus": GPUS[1:],
+         "pools": {"max_pools": 3, "max_context": 8192, "boundaries": [2048]}}))
+    assert zero.best.objective == pytest.approx(alone.best.objective)
+    assert set(zero.best.semantic.roles) == {"large"}
+
+
+def test_shared_limit_binds_across_classes():
+    """A GPU cap below the two classes' unconstrained GPUs forces a dearer (or no) plan; a pool count of 2 leaves
+    one pool per class."""
+    free = solve_instance(_instance(_semantic(share=0.5)))
+    two = solve_instance(instance_from_dict(
+        {"workload": {"cdf": "builtin:azure", "arrival_rate": 20}, "slo": {"ttft_p99_ms": 500}, "gpus": GPUS,
+         "pools": {"max_pools": 2, "max_context": 8192, "boundaries": [2048]}, "semantic": _semantic(share=0.5)}))
+    assert sorted(two.best.semantic.roles) == ["large", "small"]
+    assert two.best.objective >= free.best.objective - 1e-9
+    cap = free.best.fleet.total_gpus - 1
+    capped = solve_instance(_instance(_semantic(share=0.5), constraints={"max_total_gpus": cap}))
+    if capped.plans:
+        assert capped.best.fleet.total_gpus <= cap
+        assert capped.best.objective >= free.best.objective - 1e-9
+    else:
+        assert capped.status == "infeasible"
+
+
+@pytest.mark.parametrize("semantic, field", [
+    (_semantic(small_model="Llama-3.1-405B", share=0.5), "semantic.small_model"),
+    (_semantic(large_model="Llama-3.1-8B", share=0.5), "semantic.large_model"),
+    (_semantic(share=1.5), "semantic.share"),
+    (_semantic(shares=[0.2, -0.1]), "semantic.shares[1]"),
+    (_semantic(share={"edges": [2048], "shares": [0.5]}), "semantic.share.shares"),
+    (_semantic(share={"edges": [4096, 2048], "shares": [0.5, 0.2, 0.1]}), "semantic.share.edges"),
+    (_semantic(shares=[0.6, 0.8], min_large_share=0.5), "semantic.min_large_share"),
+    (_semantic(share=0.5, shares=[0.5]), "semantic.share"),
+    (_semantic(), "semantic.share"),
+    (_semantic(share=0.5, min_large_share=2), "semantic.min_large_share"),
+])
+def test_bad_semantic_sections_are_one_line_errors(semantic, field):
+    with pytest.raises(InstanceError) as err:
+        _instance(semantic)
+    lines = str(err.value).splitlines()
+    assert len(lines) == 1 and f"{field}:" in lines[0], lines
+
+
+def test_an_option_of_a_third_model_is_refused():
+    gpus = GPUS + [{"name": "h100-405b", "hardware": "H100-SXM-80GB", "model": "Llama-3.1-405B", "tp": 8,
+                    "dtype": "fp8"}]
+    with pytest.raises(InstanceError, match="h100-405b serves Llama-3.1-405B, neither"):
+        instance_from_dict({"workload": {"cdf": "builtin:azure", "arrival_rate": 20}, "slo": {"ttft_p99_ms": 500},
+                            "gpus": gpus, "pools": {"max_pools": 3, "max_context": 8192},
+                            "semantic": _semantic(share=0.5)})
+
+
+def test_the_exit_code_and_verify_refusal():
+    from fleetopt.optimizer import api
+
+    inst = _instance()
+    assert InstanceError("x").exit_code == 2
+    with pytest.raises(InstanceError, match="simulation of semantic routing is not supported yet"):
+        api.verify(inst, verify_top=1)
+
+
+def test_step_rule_large_share_by_hand():
+    """A step rule's large-model share is the CDF's mass times each segment's 1 - share (azure: F(2048))."""
+    inst = _instance(_semantic(share={"edges": [2048], "shares": [0.8, 0.0]}))
+    f = float(inst.workload.lengths.cdf(2048.0))
+    assert 0 < f < 1
+    assert inst.semantic.large_shares[0] == pytest.approx(1 - 0.8 * f, rel=1e-9)
+    plan = solve_instance(inst, SolveOptions(compute_baseline=False)).best
+    assert plan.semantic.large_share == pytest.approx(inst.semantic.large_shares[0])
