@@ -126,9 +126,9 @@ def pair_candidates(instance: Instance, b: np.ndarray) -> PairColumns:
             n_dec += 1
             if z.feasible[0]:
                 nd = int(inflate_for_availability(int(z.replicas[0]), opts[d].availability))
-                dec[d] = (st, nd)
+                dec[d] = (st, nd, float(st.power_w(nd)))
             else:
-                dec[d] = (st, str(z.reason[0]))
+                dec[d] = (st, str(z.reason[0]), 0.0)
         # prefill stations: one per (prefill option, transfer)
         pre: dict = {}
         for p, d in pairs:
@@ -137,9 +137,12 @@ def pair_candidates(instance: Instance, b: np.ndarray) -> PairColumns:
             if key not in pre:
                 st = PrefillStation.from_profile(opts[p].profile, by_chunk[int(opts[p].profile.chunk_tokens)], x)
                 n_pre += 1
-                pre[key] = (st, _prefill_counts(st, instance, fleet, total))
-            st, counts = pre[key]
-            dst, nd = dec[d]
+                counts = _prefill_counts(st, instance, fleet, total)
+                power = (None if isinstance(counts, str) else
+                         np.asarray(st.power_w(inflate_for_availability(counts[0], opts[p].availability)), dtype=float))
+                pre[key] = (st, counts, power)
+            st, counts, p_power = pre[key]
+            dst, nd, d_power = dec[d]
             name = pair_label(opts[p].name, opts[d].name)
             if isinstance(counts, str) or isinstance(nd, str):
                 why = counts if isinstance(counts, str) else _decode_reason(dst, nd, instance)
@@ -164,7 +167,7 @@ def pair_candidates(instance: Instance, b: np.ndarray) -> PairColumns:
             choices["gpus"].append(npp * pp.gpus_per_replica + nd * pd.gpus_per_replica)
             choices["decode_gpus"].append(np.full(len(ns), nd * pd.gpus_per_replica))
             choices["cost"].append(npp * pp.cost_usd_per_hr + nd * pd.cost_usd_per_hr)
-            choices["power"].append(np.asarray(st.power_w(npp), dtype=float) + float(dst.power_w(nd)))
+            choices["power"].append(p_power + d_power)
             choices["miss"].append(lam * miss)
     return PairColumns(_arrays(pools), _arrays(choices, concat=True), tuple(dropped), len(ii) * len(pairs), n_pre,
                        n_dec)
