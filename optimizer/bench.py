@@ -298,12 +298,16 @@ def bench_trim() -> dict:
 
 
 def bench_agreement(n_pools: int = 200, requests: int = 50_000, seed: int = 2024, workers: int = 1,
-                    precision: float | None = None) -> list[dict]:
+                    precision: float | None = None, pd_pairs: int = 20, pd_requests: int = 40_000) -> list[dict]:
     """Analytic vs simulated agreement (:mod:`fleetopt.optimizer.simulation.agreement`): ``n_pools`` random single
     pools, each simulated with ``requests`` requests (iteration mode, JSQ, Poisson; with ``precision``, doubled up
     to 2 million until the pool's P99 interval is that tight), in ``workers`` processes; one row for the run, then
-    one per metric with the distribution of the ratio analytic / simulated. It reports; nothing is asserted."""
-    from fleetopt.optimizer.simulation.agreement import agreement_options, run_agreement, summarize_agreement
+    one per metric with the distribution of the ratio analytic / simulated. Then ``pd_pairs`` random disaggregated
+    prefill/decode pairs (:func:`~fleetopt.optimizer.simulation.agreement.run_pair_agreement`, ``pd_requests``
+    requests each or more for a slow station, same seed) beside them: one row for their run and one per P/D
+    metric (``pd_...``). It reports; nothing is asserted."""
+    from fleetopt.optimizer.simulation.agreement import (agreement_options, run_agreement, run_pair_agreement,
+                                                         summarize_agreement, summarize_pair_agreement)
 
     t0 = time.perf_counter()
     records = run_agreement(n_pools, np.random.default_rng(seed), agreement_options(requests, precision=precision),
@@ -316,6 +320,15 @@ def bench_agreement(n_pools: int = 200, requests: int = 50_000, seed: int = 2024
             "pool_records": [r.to_json() for r in records]}]
     for s in summarize_agreement(records):
         out.append({"name": f"agreement: {s.metric} analytic/simulated", **s.to_json()})
+    if pd_pairs > 0:
+        t0 = time.perf_counter()
+        pairs = run_pair_agreement(pd_pairs, np.random.default_rng(seed), agreement_options(pd_requests))
+        out.append({"name": "analytic vs simulated agreement: P/D pairs", "median_s": time.perf_counter() - t0,
+                    "target_s": float("nan"), "pools": len(pairs), "requests_per_pool": pd_requests, "seed": seed,
+                    "targets": "TTFT within 10 %; batch, utilisation, power and mean TPOT within 5 %",
+                    "pool_records": [r.to_json() for r in pairs]})
+        for s in summarize_pair_agreement(pairs):
+            out.append({"name": f"agreement: {s.metric} analytic/simulated", **s.to_json()})
     return out
 
 

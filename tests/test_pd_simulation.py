@@ -223,3 +223,21 @@ def test_pairs_refuse_routers_that_read_queues(inst):
 
     with pytest.raises(InstanceError, match="P/D pairs"):
         simulate_plan(inst, _plan(inst), replace(_options(requests=2000), router="spillover"))
+
+
+@pytest.mark.slow
+def test_pair_agreement_on_a_fixed_draw():
+    """The P/D agreement run on a fixed draw of 6 pairs (seed 2024, 20,000 requests each): the prefill utilisation
+    (a Poisson stream through c servers: exact up to sampling) and the decode power within 5 %, and the pair's P99
+    TTFT never optimistic by more than 20 % (docs/benchmarks.md, "P/D pairs")."""
+    from fleetopt.optimizer.simulation.agreement import (PD_METRICS, agreement_options, run_pair_agreement,
+                                                         summarize_pair_agreement)
+
+    recs = run_pair_agreement(6, np.random.default_rng(2024), agreement_options(20_000))
+    assert len(recs) == 6
+    for r in recs:
+        assert abs(r.metric("prefill_utilization").ratio - 1) <= 0.05
+        assert abs(r.metric("decode_power").ratio - 1) <= 0.05
+        assert r.metric("ttft_p99").ratio >= 0.8
+        assert r.pool.prefill.phase == "prefill" and r.pool.decode.phase == "decode"
+    assert [s.metric for s in summarize_pair_agreement(recs)] == [f"pd_{m}" for m in PD_METRICS]

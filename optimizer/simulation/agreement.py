@@ -34,6 +34,16 @@ the worst ratio (largest :math:`|\ln r|`), the share within the metric's band
 (:math:`|r - 1| \le` :data:`BANDS`: 10 % for TTFT, 5 % for the others) and the share *optimistic* by more
 than 20 % (:math:`r <` :data:`OPTIMISTIC_BELOW` = 0.8, e.g. analytic TTFT below 0.8 x simulated). A
 simulated P99 TTFT of :math:`+\infty` (a measured request without a first token) gives :math:`r = 0`.
+
+P/D pairs
+---------
+:func:`run_pair_agreement` does the same for disaggregated prefill/decode pairs (:func:`draw_pair`: a workload and
+window as above, a prefill and a decode option of one model from a group of :data:`PD_GPU_GROUPS`, the prefill
+count and the rate that puts the prefill utilisation in :data:`UTILIZATION_BAND`, the decode station's least count
+at a drawn utilisation cap, a KV transfer by the bandwidth model), each pair one plan simulated by
+:func:`~fleetopt.optimizer.simulation.simulate.simulate_plan`, and compares :data:`PD_METRICS`: the pair's P99 TTFT,
+prefill utilisation and power, decode batch, utilisation and power, and the mean TPOT
+(:func:`summarize_pair_agreement`, bands :data:`PD_BANDS`; ``docs/benchmarks.md``, "P/D pairs").
 """
 
 from __future__ import annotations
@@ -64,7 +74,9 @@ __all__ = ["WORKLOADS", "GPU_CHOICES", "WINDOW_HI_TOKENS", "UTILIZATION_BAND", "
            "RELAXATION_SPANS", "MAX_REQUESTS", "PINNED_HALF_WIDTH", "pinned",
            "OPTIMISTIC_BELOW", "MIN_WINDOW_SHARE", "MIN_TRACE_ROWS", "SampledPool", "MetricAgreement",
            "PoolAgreement", "RatioSummary", "draw_pool", "sample_pools", "agreement_options", "measure_pool",
-           "run_agreement", "summarize_ratios", "summarize_agreement"]
+           "run_agreement", "summarize_ratios", "summarize_agreement", "PD_GPU_GROUPS", "PD_METRICS", "PD_BANDS",
+           "SampledPair", "PairAgreement", "draw_pair", "sample_pairs", "measure_pair", "run_pair_agreement",
+           "summarize_pair_agreement"]
 
 WORKLOADS = ("builtin:azure", "builtin:lmsys", "builtin:agent_heavy", "builtin:azure_conv_trace")
 """The bundled workloads the sampler draws from (the last one is a trace)."""
@@ -575,3 +587,268 @@ def pinned(record: PoolAgreement) -> bool:
     if m.simulated_ci is None or not all(math.isfinite(v) for v in m.simulated_ci) or not m.simulated > 0:
         return False
     return (m.simulated_ci[1] - m.simulated_ci[0]) / 2.0 <= PINNED_HALF_WIDTH * m.simulated
+
+
+# --------------------------------------------------------------------------------------------
+# Disaggregated prefill/decode pairs
+# --------------------------------------------------------------------------------------------
+
+_NIC_BYTES_PER_S = {"H100-SXM-80GB": 50e9, "A100-SXM-80GB": 25e9}
+"""Per-GPU inter-node bandwidth of the hardware the computed P/D options use (``data/catalog/hardware.yaml``,
+``inter_node_bandwidth_bytes_per_s``: one 400 Gb/s NIC per H100, 200 Gb/s per A100)."""
+
+CALIBRATED_KV_BYTES_PER_TOKEN = 327_680.0
+"""KV bytes per token of the calibrated TP=8 units' model class (Llama-3-70B: 80 layers x 8 KV heads x 128 x 2 (K, V)
+x 2 bytes), which their profiles do not state."""
+CALIBRATED_LINK_BYTES_PER_S = 8 * 50e9
+"""The calibrated TP=8 units' replica-to-replica bandwidth: eight 400 Gb/s NICs."""
+
+PD_GPU_GROUPS: tuple[tuple[tuple[tuple[str, object], ...], ...], ...] = (
+    ((("profile", "A100-80GB"),), (("profile", "H100-80GB"),), (("profile", "B200-projected"),)),
+    ((("hardware", "H100-SXM-80GB"), ("model", "Llama-3.1-8B"), ("tp", 1)),
+     (("hardware", "A100-SXM-80GB"), ("model", "Llama-3.1-8B"), ("tp", 1))),
+    ((("hardware", "H100-SXM-80GB"), ("model", "Llama-3.1-70B"), ("tp", 8)),
+     (("hardware", "A100-SXM-80GB"), ("model", "Llama-3.1-70B"), ("tp", 8))),
+)
+"""GPU options of one model each (``gpus[]`` entries as pairs), from which a P/D pair draws its prefill and its decode
+option: the calibrated TP=8 units (one model class), and Llama-3.1-8B and -70B computed on H100 and A100."""
+
+PD_METRICS = ("ttft_p99", "prefill_utilization", "prefill_power", "decode_batch", "decode_utilization",
+              "decode_power", "mean_tpot")
+"""The P/D metrics compared, in report order (module docstring of :mod:`fleetopt.optimizer.simulation.agreement`,
+"P/D pairs")."""
+
+PD_BANDS = {"ttft_p99": 0.10, "prefill_utilization": 0.05, "prefill_power": 0.05, "decode_batch": 0.05,
+            "decode_utilization": 0.05, "decode_power": 0.05, "mean_tpot": 0.05}
+"""Relative band around 1 within which a P/D ratio counts as agreeing."""
+
+PD_MAX_PREFILL_REPLICAS = 8
+"""Largest prefill count drawn (log-uniform in 1..8)."""
+
+PD_MAX_REQUESTS = 400_000
+"""Cap on the requests :data:`RELAXATION_SPANS` may ask of one pair."""
+
+
+@dataclass(frozen=True, eq=False)
+class SampledPair:
+    """One drawn P/D pair: its description, the instance that carries its window's workload and the pair's plan,
+    and the analytic prefill and decode rows (:func:`fleetopt.optimizer.simulation.pairs.analytic_fleet`)."""
+
+    workload: str
+    prefill_gpu: str
+    decode_gpu: str
+    lo_tokens: int
+    hi_tokens: int
+    prefill_replicas: int
+    decode_replicas: int
+    arrival_rate_req_per_s: float
+    window_share: float
+    transfer: object
+    sim_seed: int
+    instance: Instance
+    plan: object
+    prefill: PoolResult
+    decode: PoolResult
+    mean_tpot_ms: float
+    """Analytic mean TPOT over the requests with more than one output token: :math:`\\bar t\\, E[l/(l-1)]`."""
+
+    def describe(self) -> dict:
+        return {"workload": self.workload, "prefill_gpu": self.prefill_gpu, "decode_gpu": self.decode_gpu,
+                "lo_tokens": self.lo_tokens, "hi_tokens": self.hi_tokens, "prefill_replicas": self.prefill_replicas,
+                "decode_replicas": self.decode_replicas, "arrival_rate_req_per_s": self.arrival_rate_req_per_s,
+                "window_share": self.window_share, "transfer_model": self.transfer.model,
+                "transfer_bandwidth_bytes_per_s": self.transfer.bandwidth_bytes_per_s, "sim_seed": self.sim_seed}
+
+
+@dataclass(frozen=True)
+class PairAgreement:
+    """One P/D pair, analytic against simulated, per metric of :data:`PD_METRICS` (TTFT and TPOT in ms, power in W,
+    batch in sequences per decode replica)."""
+
+    pool: SampledPair
+    metrics: dict
+    requests_simulated: int
+    wall_s: float
+
+    def metric(self, name: str) -> MetricAgreement:
+        if name not in self.metrics:
+            raise ValueError(f"metric: {name!r} is not one of {', '.join(PD_METRICS)}")
+        return self.metrics[name]
+
+    def to_json(self) -> dict:
+        return {**self.pool.describe(), "requests_simulated": self.requests_simulated, "wall_s": self.wall_s,
+                **{m: {"analytic": a.analytic, "simulated": a.simulated, "simulated_ci": a.simulated_ci,
+                       "ratio": a.ratio} for m, a in self.metrics.items()}}
+
+
+def _pd_transfer(p_entry: dict, d_entry: dict, p_profile, d_profile):
+    """The pair's KV transfer, bandwidth model over the network: a computed profile's KV bytes per token
+    (:func:`fleetopt.models.queueing.disagg.kv_bytes_per_token`) over the slower side's NICs
+    (:func:`fleetopt.models.queueing.disagg.link_bandwidth_bytes_per_s`); the calibrated units'
+    :data:`CALIBRATED_KV_BYTES_PER_TOKEN` over :data:`CALIBRATED_LINK_BYTES_PER_S`."""
+    from fleetopt.models.queueing.disagg import KVTransfer, kv_bytes_per_token, link_bandwidth_bytes_per_s
+
+    if "hardware" not in p_entry:
+        return KVTransfer(model="bandwidth", kv_bytes_per_token=CALIBRATED_KV_BYTES_PER_TOKEN,
+                          bandwidth_bytes_per_s=CALIBRATED_LINK_BYTES_PER_S)
+    bw = link_bandwidth_bytes_per_s(same_node=False, prefill_gpus=p_profile.physical_gpus_per_replica,
+                                    decode_gpus=d_profile.physical_gpus_per_replica,
+                                    prefill_network_bytes_per_s=_NIC_BYTES_PER_S[p_entry["hardware"]],
+                                    decode_network_bytes_per_s=_NIC_BYTES_PER_S[d_entry["hardware"]])
+    return KVTransfer(model="bandwidth", kv_bytes_per_token=kv_bytes_per_token(p_profile), bandwidth_bytes_per_s=bw)
+
+
+def _pd_instance(workload_entry: dict, p_entry: dict, d_entry: dict, hi: int, rate: float) -> Instance:
+    return instance_from_dict({
+        "name": "agreement-pair", "workload": {**workload_entry, "arrival_rate": rate},
+        "slo": {"ttft_p99_ms": SLO_TTFT_P99_MS, "scope": "pool"},
+        "gpus": [{"name": "p", **p_entry}, {"name": "d", **d_entry}],
+        "pools": {"max_pools": 1, "max_context": int(hi), "boundaries": []},
+        "constraints": {"max_utilization": 0.99}})
+
+
+def draw_pair(rng: np.random.Generator, workloads=WORKLOADS, groups=PD_GPU_GROUPS) -> SampledPair | None:
+    r"""One attempt at a P/D pair; None when the draw is skipped (module docstring, "P/D pairs").
+
+    Draws a workload, a group of :data:`PD_GPU_GROUPS` and from it the prefill and the decode option (with
+    replacement), a window as :func:`draw_pool`, a prefill count :math:`N_p` (log-uniform in
+    1..:data:`PD_MAX_PREFILL_REPLICAS`), a prefill utilisation :math:`u_p \sim U(` :data:`UTILIZATION_BAND` :math:`)`,
+    whence :math:`\lambda = u_p N_p / E[S_p]` (the station's utilisation is linear in the rate), and a decode
+    utilisation cap :math:`u_d \sim U(0.3, 0.85)`: :math:`N_d` is the decode station's least count with
+    utilisation at most :math:`u_d` and at most 1 % of requests waiting for a slot
+    (:meth:`~fleetopt.models.queueing.disagg.DecodeStation.min_replicas`), as a plan would hold it.
+    """
+    from fleetopt.models.fleet import DecodeStage, PoolPlan
+    from fleetopt.optimizer.plan.evaluate import service_level
+    from fleetopt.optimizer.simulation.pairs import analytic_fleet, pair_stations, pair_traffic
+
+    workload = workloads[int(rng.integers(len(workloads)))]
+    group = groups[int(rng.integers(len(groups)))]
+    p_entry = dict(group[int(rng.integers(len(group)))])
+    d_entry = dict(group[int(rng.integers(len(group)))])
+    hi = int(WINDOW_HI_TOKENS[int(rng.integers(len(WINDOW_HI_TOKENS)))])
+    k = int(rng.integers(len(WINDOW_LO_DIVISORS) + 1))
+    lo = 0 if k == len(WINDOW_LO_DIVISORS) else hi // WINDOW_LO_DIVISORS[k]
+    n_p = int(np.floor(np.exp(rng.uniform(0.0, np.log(PD_MAX_PREFILL_REPLICAS + 1)))))
+    n_p = min(max(n_p, 1), PD_MAX_PREFILL_REPLICAS)
+    u_p = float(rng.uniform(*UTILIZATION_BAND))
+    u_d = float(rng.uniform(0.3, 0.85))
+    sim_seed = int(rng.integers(2**31 - 1))
+    lengths = _workload_lengths(workload)
+    with tempfile.TemporaryDirectory() as folder:
+        if isinstance(lengths, RequestTrace):
+            path, share = _window_trace_csv(lengths, lo, hi, Path(folder))
+            if path is None:
+                return None
+            entry = {"trace": str(path)}
+        else:
+            points, share = _window_cdf(lengths, lo, hi)
+            if share < MIN_WINDOW_SHARE:
+                return None
+            entry = {"cdf": points}
+        try:
+            probe = _pd_instance(entry, p_entry, d_entry, hi, 1.0)
+        except InstanceError:
+            return None
+        pg, dg = probe.gpu("p"), probe.gpu("d")
+        if int(pg.profile.n_slots(hi)) < 1 or int(dg.profile.n_slots(hi)) < 1:
+            return None
+        transfer = _pd_transfer(p_entry, d_entry, pg.profile, dg.profile)
+
+        def plan_at(n_d):
+            return PoolPlan(0, hi, "p", pg.profile, n_p, decode=DecodeStage(gpu="d", profile=dg.profile,
+                                                                           replicas=n_d), transfer=transfer)
+
+        pre, _ = pair_stations(probe, plan_at(1), service_level(probe))
+        if not pre.mean_service_s > 0:
+            return None
+        rate = u_p * n_p / pre.mean_service_s       # the probe's window holds all its requests: rate 1
+        inst = _pd_instance(entry, p_entry, d_entry, hi, rate)
+    level = service_level(inst)
+    pre, dec = pair_stations(inst, plan_at(1), level)
+    sized = dec.min_replicas(rho_max=u_d)
+    if not sized.feasible[0]:
+        return None
+    n_d = int(sized.replicas[0])
+    plan = plan_at(n_d)
+    rows = analytic_fleet(inst, [plan]).pools
+    prefill, decode = rows[0], rows[1]
+    if not (math.isfinite(prefill.ttft_p99_ms) and prefill.utilization < 1 and math.isfinite(decode.utilization)):
+        return None
+    traffic = pair_traffic(inst, 0, hi, int(pg.profile.chunk_tokens))
+    w, l_out = traffic.probs, traffic.output_tokens
+    many = l_out > 1.0
+    with np.errstate(divide="ignore", invalid="ignore"):
+        factor = float(np.sum((w * l_out / (l_out - 1.0))[many]) / np.sum(w[many])) if many.any() else math.nan
+    t_bar = float(dec.mean_iteration_s(n_d))
+    return SampledPair(workload, pg.profile.name, dg.profile.name, lo, hi, n_p, n_d, float(rate), share, transfer,
+                       sim_seed, inst, plan, prefill, decode, t_bar * factor * 1000.0)
+
+
+def sample_pairs(rng: np.random.Generator, n: int, *, workloads=WORKLOADS, groups=PD_GPU_GROUPS,
+                 max_attempts: int | None = None) -> tuple[SampledPair, ...]:
+    """``n`` pairs drawn by :func:`draw_pair` from ``rng`` (skipped draws are drawn again; ``ValueError`` when
+    ``max_attempts``, default ``50 n + 50``, give fewer)."""
+    if n < 0:
+        raise ValueError(f"n: {n} must be >= 0")
+    limit = 50 * n + 50 if max_attempts is None else int(max_attempts)
+    out: list[SampledPair] = []
+    attempts = 0
+    while len(out) < n:
+        if attempts >= limit:
+            raise ValueError(f"max_attempts: {limit} attempts gave {len(out)} of {n} pairs; widen the choices")
+        attempts += 1
+        pair = draw_pair(rng, workloads, groups)
+        if pair is not None:
+            out.append(pair)
+    return tuple(out)
+
+
+def measure_pair(pair: SampledPair, options: SimOptions = agreement_options()) -> PairAgreement:  # noqa: B008 frozen dataclass default
+    """Simulate one drawn pair through :func:`fleetopt.optimizer.simulation.simulate.simulate_plan` (seed: the pair's
+    ``sim_seed``; requests at least :data:`RELAXATION_SPANS` of the slower station's relaxation time, at most
+    :data:`PD_MAX_REQUESTS`) and set the metrics of :data:`PD_METRICS` side by side. The simulated mean TPOT is the
+    mean over the measured requests with a TPOT (more than one output token)."""
+    t0 = time.perf_counter()
+    relax = max(pair.prefill.relaxation_s, pair.decode.relaxation_s)
+    spans = math.ceil(pair.prefill.arrival_rate * RELAXATION_SPANS * relax) if relax > 0 else 0
+    requests = int(min(max(options.requests, spans), max(PD_MAX_REQUESTS, options.requests)))
+    report = simulate_plan(pair.instance, [pair.plan],
+                           replace(options, seed=pair.sim_seed, requests=requests,
+                                   max_requests=max(options.max_requests, requests)), keep_requests=True)
+    pre, dec = report.pools[0], report.pools[1]
+    tpot = next(iter(report.latencies().values()))["tpot_ms"]
+    metrics = {
+        "ttft_p99": _metric(pair.prefill.ttft_p99_ms, pre.ttft_p99_ms_sim, pre.ttft_p99_ci_ms),
+        "prefill_utilization": _metric(pair.prefill.utilization, pre.utilization_sim),
+        "prefill_power": _metric(pair.prefill.power_w, pre.power_w_sim),
+        "decode_batch": _metric(pair.decode.mean_batch, dec.mean_batch),
+        "decode_utilization": _metric(pair.decode.utilization, dec.utilization_sim),
+        "decode_power": _metric(pair.decode.power_w, dec.power_w_sim),
+        "mean_tpot": _metric(pair.mean_tpot_ms, float(np.mean(tpot)) if tpot.size else math.nan),
+    }
+    return PairAgreement(pair, metrics, int(report.requests_simulated), time.perf_counter() - t0)
+
+
+def run_pair_agreement(n_pairs: int, rng: np.random.Generator, options: SimOptions = agreement_options(), *,  # noqa: B008 frozen dataclass default
+                       workloads=WORKLOADS, groups=PD_GPU_GROUPS, progress=None) -> tuple[PairAgreement, ...]:
+    """Draw ``n_pairs`` P/D pairs (:func:`sample_pairs`) and measure each (:func:`measure_pair`), in this process."""
+    pairs = sample_pairs(rng, n_pairs, workloads=workloads, groups=groups)
+    out = []
+    for k, pair in enumerate(pairs):
+        out.append(measure_pair(pair, options))
+        if progress is not None:
+            progress(k + 1, len(pairs))
+    return tuple(out)
+
+
+def summarize_pair_agreement(records) -> tuple[RatioSummary, ...]:
+    """One :class:`RatioSummary` per metric of :data:`PD_METRICS` (named ``pd_METRIC``) with its band from
+    :data:`PD_BANDS`; a metric a pair cannot give (NaN: no request with two output tokens) is left out for it."""
+    records = list(records)
+    out = []
+    for m in PD_METRICS:
+        r = [rec.metric(m).ratio for rec in records if not math.isnan(rec.metric(m).ratio)]
+        if r:
+            out.append(summarize_ratios(r, PD_BANDS[m], f"pd_{m}"))
+    return tuple(out)
