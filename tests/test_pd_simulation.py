@@ -241,3 +241,46 @@ def test_pair_agreement_on_a_fixed_draw():
         assert r.metric("ttft_p99").ratio >= 0.8
         assert r.pool.prefill.phase == "prefill" and r.pool.decode.phase == "decode"
     assert [s.metric for s in summarize_pair_agreement(recs)] == [f"pd_{m}" for m in PD_METRICS]
+
+
+def test_seed_factor_transfer_reads_each_requests_own_prefill():
+    """The reference's convention, T_x = (1.8 - 1) S_p, per request: on a unit with W = 4 ms, H = 0.32 ms at 8,192
+    tokens, 1,024-token chunks and no compute terms, a 2,048-token prompt prefills in 2 chunks, 2 W + (H / 8,192)
+    x 1,024 x (0 + 1) = 8.04 ms, so its transfer is 6.432 ms; a 1,000-token one in 4 ms, transfer 3.2 ms."""
+    from fleetopt.models.power import PowerCurve
+    from fleetopt.models.profiles import CalibratedProfile
+    from fleetopt.models.queueing.disagg import KVTransfer
+    from fleetopt.optimizer.simulation.pairs import transfer_times
+
+    gpu = CalibratedProfile("g", "m", 0.004, 0.00032, 8192, 1024, 16, 65536, 256, 1.0, 1,
+                            PowerCurve(300.0, 600.0, 1.0, 4.2, "measured"))
+    plan = PoolPlan(0, 4096, "g", gpu, 1, decode=DecodeStage(gpu="g", profile=gpu, replicas=1),
+                    transfer=KVTransfer(model="seed-factor"))
+    assert transfer_times(plan, np.array([2048, 1000])) == pytest.approx([0.006432, 0.0032], rel=1e-12)
+
+
+def test_pair_rows_fallback_matches_the_fleet_evaluation(inst, monkeypatch):
+    """Where the analytic evaluation reports a pair as one row (before it knew pairs), ``analytic_fleet`` builds
+    the pair's rows from the stations; they agree with the evaluation that does report them on the counts, the
+    P99 TTFT, the decode batch cap and the TPOT bound."""
+    from dataclasses import replace as dc_replace
+
+    import fleetopt.optimizer.simulation.pairs as pairs_mod
+    from fleetopt.optimizer.plan.evaluate import evaluate_plans
+
+    plan = _plan(inst)
+    real = pairs_mod.analytic_fleet(inst, plan)
+    if [p.phase for p in real.pools] != ["both", "prefill", "decode"]:
+        pytest.skip("the analytic evaluation does not report pairs yet: nothing to compare with")
+
+    def one_row_per_pool(instance, pools, fleet_p99=True):
+        return evaluate_plans(instance, [dc_replace(p, decode=None, transfer=None) for p in pools], fleet_p99)
+
+    monkeypatch.setattr(pairs_mod, "evaluate_plans", one_row_per_pool)
+    built = pairs_mod.analytic_fleet(inst, plan)
+    assert [p.phase for p in built.pools] == ["both", "prefill", "decode"]
+    for a, b in zip(real.pools[1:], built.pools[1:]):
+        assert (a.gpu, a.replicas, a.max_num_seqs) == (b.gpu, b.replicas, b.max_num_seqs)
+        assert a.ttft_p99_ms == pytest.approx(b.ttft_p99_ms, rel=1e-9)
+        assert a.tpot_p99_ms == pytest.approx(b.tpot_p99_ms, rel=1e-9) or a.phase == "prefill"
+        assert a.power_w == pytest.approx(b.power_w, rel=1e-9)
