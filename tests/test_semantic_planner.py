@@ -337,3 +337,6 @@ def test_step_rule_large_share_by_hand():
     assert inst.semantic.large_shares[0] == pytest.approx(1 - 0.8 * f, rel=1e-9)
     plan = solve_instance(inst, SolveOptions(compute_baseline=False)).best
     assert plan.semantic.large_share == pytest.approx(inst.semantic.large_shares[0])
+    small = [p for p, r in zip(plan.fleet.pools, plan.semantic.roles) if r == "small"]
+    assert small and small[-1].max_tokens == 2048      # no small-model request above the edge: its pools end there
+    assert sum(p.arrival_rate for p in small) == pytest.approx(20 * 0.8 * f, rel=1e-9)

@@ -149,8 +149,10 @@ class SemanticPlan:
 def class_instance(instance: Instance, role: str, traffic: ModelClass) -> Instance:
     """The sub-instance of one class: its length distribution at rate :math:`\\pi_c \\Lambda` (a distribution even
     for a trace workload, whose prompt share it keeps), only the GPU options serving its model and the
-    inventories made of them; every other field (SLO, limits, pools, objective) is the instance's. Its candidates
-    are the ones the class's pools may take; the shared limits bind in the merged MIP."""
+    inventories made of them, and the instance's boundaries up to the first at or above the class's longest
+    request (a step rule may leave a class no request above an edge: its pools then tile only up to there, and
+    their windows end there); every other field (SLO, limits, objective) is the instance's. Its candidates are
+    the ones the class's pools may take; the shared limits bind in the merged MIP."""
     spec = instance.semantic
     assert spec is not None and traffic.distribution is not None
     model = spec.model_of(role)
@@ -160,8 +162,11 @@ def class_instance(instance: Instance, role: str, traffic: ModelClass) -> Instan
     w = instance.workload
     workload = replace(w, kind="cdf", lengths=traffic.distribution,
                        arrival_rate_req_per_s=w.arrival_rate_req_per_s * traffic.rate_share)
+    b = instance.pools.boundaries
+    top = next(x for x in b[1:] if x >= traffic.distribution.max_tokens - 1e-9)
+    pools = replace(instance.pools, max_context_tokens=int(top), boundaries=tuple(x for x in b if x <= top))
     return replace(instance, name=f"{instance.name} [{role}: {model}]", workload=workload, gpus=gpus,
-                   inventories=inventories, semantic=None, allow_mixed_models=False)
+                   inventories=inventories, pools=pools, semantic=None, allow_mixed_models=False)
 
 
 def class_parts(instance: Instance, rule: ShareRule, deadline: Deadline | None = None,
