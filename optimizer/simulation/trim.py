@@ -48,6 +48,9 @@ as the simulated SLO still holds:
    simulates the failures instead, and no inflation is added). A GPU option's ``min_count`` is restored
    by giving replicas back to its most trimmed pools. Counts never exceed the verified ones.
 
+A disaggregated prefill/decode pair is not trimmed: it keeps its verified counts in both phases (its count in the
+record is the prefill pool's), while the trials lower the aggregated pools around it.
+
 Every count the trim reports rests on simulation (``source: simulated``): the analytic model may call
 the trimmed plan infeasible, and its analytic figures are printed next to it.
 """
@@ -170,15 +173,22 @@ def trim_plan(instance: Instance, plan: Plan, passes: Callable[[object], bool],
         return ok
 
     verified = tuple(int(p.replicas) for p in base)
-    caps = [p.max_num_seqs for p in engine_pools(plan.fleet, [p.profile for p in base],
+    paired = [p.decode is not None for p in base]
+    if any(paired):                                   # a pair's first row stands for it; its count is kept
+        from fleetopt.optimizer.simulation.pairs import unit_rows
+
+        fleet = replace(plan.fleet, pools=tuple(plan.fleet.pools[r[0]] for r in unit_rows(base, plan.fleet.pools)))
+    else:
+        fleet = plan.fleet
+    caps = [p.max_num_seqs for p in engine_pools(fleet, [p.profile for p in base],
                                                  [str(k) for k in range(len(base))], engine)]
     floors = work_floors(instance, base, plan.routing)
     if plan.routing is not None or any(p.compress_gamma > 1 for p in base):   # pools share traffic: step 2
-        floors = [max(a, b) for a, b in zip(_floors(plan.fleet, caps, engine, instance.constraints.max_utilization),
+        floors = [max(a, b) for a, b in zip(_floors(fleet, caps, engine, instance.constraints.max_utilization),
                                             floors)]
     counts = list(verified)
     per_replica = [p.profile.cost_usd_per_hr for p in base]
-    for k in sorted(range(len(base)), key=lambda k: (-per_replica[k], -counts[k], k)):
+    for k in sorted((k for k in range(len(base)) if not paired[k]), key=lambda k: (-per_replica[k], -counts[k], k)):
         counts[k] = _least_passing(lambda n, k=k: trial(k, tuple(counts[:k] + [n] + counts[k + 1:]), seed),
                                    counts[k], min(floors[k], counts[k]))
     confirm_seed = seed + 1
@@ -189,8 +199,9 @@ def trim_plan(instance: Instance, plan: Plan, passes: Callable[[object], bool],
         trimmed = verified if backoff == MAX_BACKOFFS else tuple(min(n + 1, v) for n, v in zip(trimmed, verified))
     confirmation = run(trimmed, confirm_seed)
     final = _planner_counts(instance, base, trimmed, verified, engine.availability == "all-up")
-    cost = sum(n * c for n, c in zip(final, per_replica))
-    verified_cost = sum(n * c for n, c in zip(verified, per_replica))
+    kept = sum(p.decode.replicas * p.decode.profile.cost_usd_per_hr for p in base if p.decode is not None)
+    cost = sum(n * c for n, c in zip(final, per_replica)) + kept
+    verified_cost = sum(n * c for n, c in zip(verified, per_replica)) + kept
     return Trim(verified, final, trimmed, run(trimmed, seed), confirmation, bool(passes(confirmation)),
                 tuple(steps), float(cost), float(verified_cost), int(trial_options.requests))
 
