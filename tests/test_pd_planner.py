@@ -273,3 +273,18 @@ def test_fleet_scope_and_tpot_allow_is_never_dearer(seed):
         if rep.best is not None:
             assert rep.best.fleet.slo_miss_share <= 0.01 * (1 + 1e-6)
     assert cost["allow"] <= min(cost["none"], cost["only"]) * (1 + 1e-9)
+
+
+def test_pool_plans_of_a_pair_plan_re_evaluate_to_the_same_rows():
+    """A solved plan's rows, read back into plans (a pair's two rows into one), evaluate to the same rows."""
+    from fleetopt.optimizer.plan.evaluate import pool_plans_of
+
+    d = _random_instance(3)
+    inst, rep = _solve(d)
+    assert rep.best is not None and any(p.phase == "decode" for p in rep.best.fleet.pools)
+    plans = pool_plans_of(inst, rep.best.fleet.pools)
+    assert len(plans) == sum(p.phase != "decode" for p in rep.best.fleet.pools)
+    again = evaluate_plans(inst, plans)
+    assert [(p.phase, p.gpu, p.replicas) for p in again.pools] == \
+        [(p.phase, p.gpu, p.replicas) for p in rep.best.fleet.pools]
+    assert again.cost_per_hr == rep.best.fleet.cost_per_hr and again.power_kw == rep.best.fleet.power_kw

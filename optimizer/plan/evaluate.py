@@ -11,7 +11,8 @@ from fleetopt.models.service import ContextPoint, context_point
 from fleetopt.optimizer.errors import InstanceError
 from fleetopt.optimizer.io.instance import Instance
 
-__all__ = ["FleetSpec", "parse_fleet", "fleet_spec", "fleet_name_ambiguities", "evaluate", "evaluate_plans", "baseline",
+__all__ = ["FleetSpec", "parse_fleet", "fleet_spec", "fleet_name_ambiguities", "evaluate", "evaluate_plans",
+           "pool_plans_of", "baseline",
            "service_level", "Evaluation", "context_sweep", "limit_violations", "LIMIT_TOLERANCE"]
 
 _POOL_RE = re.compile(r"^\s*(?P<lo>\d+[kK]?)\s*-\s*(?P<hi>\d+[kK]?)\s*:\s*(?P<gpu>[A-Za-z0-9_.\-/]+)"
@@ -202,6 +203,31 @@ def _plan(instance: Instance, lo: int, hi: int, gpu: str, n: int | None, gamma: 
 class Evaluation:
     fleet: FleetSpec
     result: FleetResult
+
+
+def pool_plans_of(instance: Instance, pools) -> list[PoolPlan]:
+    """The :class:`~fleetopt.models.fleet.PoolPlan` of each pool of an evaluated fleet (``FleetResult.pools``) at its
+    counts and batch caps, to re-evaluate it: a disaggregated pair's two rows (``phase`` prefill, then decode) become
+    one plan with its :class:`~fleetopt.models.fleet.DecodeStage` and the instance's KV transfer."""
+    from fleetopt.models.fleet import DecodeStage
+
+    plans, k = [], 0
+    while k < len(pools):
+        p = pools[k]
+        g = instance.gpu(p.gpu)
+        if p.phase == "prefill" and k + 1 < len(pools) and pools[k + 1].phase == "decode":
+            q = pools[k + 1]
+            dg = instance.gpu(q.gpu)
+            plans.append(PoolPlan(p.min_tokens, p.max_tokens, g.name, g.profile, p.replicas, g.availability,
+                                  decode=DecodeStage(gpu=dg.name, profile=dg.profile, replicas=q.replicas,
+                                                     max_num_seqs=q.max_num_seqs, availability=dg.availability),
+                                  transfer=instance.pools.transfer(g.name, dg.name)))
+            k += 2
+            continue
+        plans.append(PoolPlan(p.min_tokens, p.max_tokens, g.name, g.profile, p.replicas, g.availability,
+                              p.compress_gamma, p.max_num_seqs))
+        k += 1
+    return plans
 
 
 def evaluate_plans(instance: Instance, pools: list[PoolPlan], fleet_p99: bool = True) -> FleetResult:

@@ -418,32 +418,6 @@ def pair_pool_label(plan) -> str:
     return f"{plan.lo_tokens}-{plan.hi_tokens}:P {plan.gpu}x{plan.replicas} + D {d.gpu}x{d.replicas}"
 
 
-def _fleet_plans(instance: Instance, pools, pool_plan) -> tuple[list, list[int]]:
-    """The :class:`~fleetopt.models.fleet.PoolPlan` of each pool of an evaluated fleet at its counts, a
-    disaggregated pair's two rows (prefill, then decode) as one plan, and the row each plan starts at."""
-    from fleetopt.models.fleet import DecodeStage
-
-    plans, rows, k = [], [], 0
-    while k < len(pools):
-        p = pools[k]
-        g = instance.gpu(p.gpu)
-        if p.phase == "prefill" and k + 1 < len(pools) and pools[k + 1].phase == "decode":
-            q = pools[k + 1]
-            dg = instance.gpu(q.gpu)
-            plans.append(pool_plan(p.min_tokens, p.max_tokens, g.name, g.profile, p.replicas, g.availability,
-                                   decode=DecodeStage(gpu=dg.name, profile=dg.profile, replicas=q.replicas,
-                                                      max_num_seqs=q.max_num_seqs, availability=dg.availability),
-                                   transfer=instance.pools.transfer(g.name, dg.name)))
-            rows.append(k)
-            k += 2
-            continue
-        plans.append(pool_plan(p.min_tokens, p.max_tokens, p.gpu, g.profile, p.replicas, g.availability,
-                               p.compress_gamma, p.max_num_seqs))
-        rows.append(k)
-        k += 1
-    return plans, rows
-
-
 def _pair_bottleneck(instance: Instance, plans, k: int) -> tuple[str, str]:
     """What fails in pair ``k`` of ``plans`` with one replica fewer in each phase (the evaluation's reasons)."""
     from dataclasses import replace
@@ -520,10 +494,9 @@ def explain_plan(instance: Instance, report, *, resolve, headroom=None) -> Expla
     InstanceError
         A report without a plan, a split-routing plan or an instance without a file.
     """
-    from fleetopt.models.fleet import PoolPlan
     from fleetopt.optimizer.errors import InstanceError
     from fleetopt.optimizer.io.instance import load_instance
-    from fleetopt.optimizer.plan.evaluate import fleet_spec
+    from fleetopt.optimizer.plan.evaluate import fleet_spec, pool_plans_of
 
     if report.best is None:
         raise InstanceError("--explain: the solve found no plan to explain")
@@ -544,7 +517,11 @@ def explain_plan(instance: Instance, report, *, resolve, headroom=None) -> Expla
         else:
             relaxations.append(Relaxation(limit, now, relaxed, override, None, None, None, str(rep.status)))
     fleet = report.best.fleet
-    plans, rows = _fleet_plans(instance, fleet.pools, PoolPlan)
+    plans = pool_plans_of(instance, fleet.pools)
+    rows, at = [], 0
+    for q in plans:     # the first row of each plan (a pair has two)
+        rows.append(at)
+        at += 2 if q.decode is not None else 1
     spec = fleet_spec(instance, fleet) or ""
     limits = None
     if headroom is not None and spec:

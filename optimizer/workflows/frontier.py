@@ -99,7 +99,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from fleetopt.models.fleet import FleetResult, PoolPlan
+from fleetopt.models.fleet import FleetResult
 from fleetopt.models.queueing.ttft import ttft_model
 from fleetopt.models.units import MS_PER_S
 from fleetopt.solvers.mip import solve as solve_mip
@@ -109,7 +109,7 @@ from fleetopt.solvers.outcome import Termination
 from fleetopt.optimizer.errors import InstanceError, SolverError
 from fleetopt.optimizer.io.instance import Instance, load_instance
 from fleetopt.optimizer.plan.candidates import Candidates, SizingCache, TighteningCandidates, generate_candidates
-from fleetopt.optimizer.plan.evaluate import baseline, evaluate_plans, fleet_spec, limit_violations
+from fleetopt.optimizer.plan.evaluate import baseline, evaluate_plans, fleet_spec, limit_violations, pool_plans_of
 from fleetopt.optimizer.plan.solve import _pool_plans, _prune, build_problem
 from fleetopt.optimizer.workflows.executor import Backend, Task, open_session
 from fleetopt.optimizer.workflows.split_table import dominates
@@ -487,9 +487,7 @@ def _judged(instance: Instance, inst: Instance, fleet: FleetResult) -> FleetResu
     and batch caps under ``instance``'s SLO when the variant's differs (a ``ttft`` cap), else as it is."""
     if inst.slo == instance.slo:
         return fleet
-    plans = [PoolPlan(p.min_tokens, p.max_tokens, p.gpu, instance.gpu(p.gpu).profile, p.replicas,
-                      instance.gpu(p.gpu).availability, p.compress_gamma, p.max_num_seqs) for p in fleet.pools]
-    return evaluate_plans(instance, plans, fleet_p99=False)
+    return evaluate_plans(instance, pool_plans_of(instance, fleet.pools), fleet_p99=False)
 
 
 def _point(axis: Axis, instance: Instance, inst: Instance, fleet: FleetResult, constraint: str) -> FrontierPoint:
@@ -568,7 +566,8 @@ def frontier(instance: Instance, axis: Axis | str, *, points: int | None = None,
     step = on_step if on_step is not None else (lambda message: None)
     with open_session(backend) as session:
         solver = _Solver(instance, threads, time_limit_s,
-                         tightening=axis.name == "ttft" and ttft_model(instance.slo.ttft_model).warm_start)
+                         tightening=axis.name == "ttft" and ttft_model(instance.slo.ttft_model).warm_start
+                         and instance.pools.disaggregation == "none")   # lazy sizing knows aggregated pools only
         base = {"objective": "cost"}
         first = solver.solve(base)
         if first is None:
