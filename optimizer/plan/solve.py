@@ -357,7 +357,7 @@ def _mip_time_limit_s(deadline: Deadline | None) -> float | None:
 
 def _cut_note(instance: Instance, c: Candidates, time_limit_s: float, found: bool) -> str:
     """The explanation of a solve whose candidate building the time limit cut short."""
-    sized = len(instance.gpus) - len(c.unsized_gpus)
+    sized = sum(g.name not in c.unsized_gpus for g in instance.gpus)   # "(disaggregated pairs)" is no option
     head = (f"time limit: the {time_limit_s:g} s limit passed while candidates were built; {sized} of "
             f"{len(instance.gpus)} GPU options sized, not sized: {', '.join(c.unsized_gpus)}")
     if found:
