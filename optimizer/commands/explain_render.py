@@ -23,6 +23,11 @@ def explain_with_headroom(instance, report, options=None) -> Explanation:
     pool's headroom from :func:`fleetopt.optimizer.workflows.headroom.headroom`."""
     from dataclasses import replace
 
+    if instance.semantic is not None:
+        from fleetopt.optimizer.errors import InstanceError
+
+        raise InstanceError("--explain: explaining a semantic (multi-model) plan is not supported yet; solve without "
+                            "--explain")
     opts = SolveOptions(compute_baseline=False) if options is None else replace(options, compute_baseline=False, top=1)
     return explain_plan(instance, report, resolve=lambda inst: solve_instance(inst, opts), headroom=headroom)
 
