@@ -284,3 +284,14 @@ def test_pair_rows_fallback_matches_the_fleet_evaluation(inst, monkeypatch):
         assert a.ttft_p99_ms == pytest.approx(b.ttft_p99_ms, rel=1e-9)
         assert a.tpot_p99_ms == pytest.approx(b.tpot_p99_ms, rel=1e-9) or a.phase == "prefill"
         assert a.power_w == pytest.approx(b.power_w, rel=1e-9)
+
+
+def test_kept_latencies_label_a_pairs_rows_by_phase(inst):
+    rep = simulate_plan(inst, _plan(inst), _options(requests=4000), keep_requests=True)
+    lat = rep.latencies()
+    assert list(lat) == ["0-1024:h100", "1024-8192:h100 prefill", "1024-8192:a100 decode"]
+    pre, dec = lat["1024-8192:h100 prefill"], lat["1024-8192:a100 decode"]
+    assert pre["ttft_ms"].size == rep.pools[1].requests and pre["tpot_ms"].size == 0
+    assert dec["ttft_ms"].size == 0 and dec["tpot_ms"].size > 0
+    assert float(np.percentile(dec["tpot_ms"], 99, method="inverted_cdf")) == pytest.approx(
+        rep.pools[2].tpot.p99_ms, rel=1e-12)

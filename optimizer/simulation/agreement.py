@@ -817,7 +817,7 @@ def measure_pair(pair: SampledPair, options: SimOptions = agreement_options()) -
                            replace(options, seed=pair.sim_seed, requests=requests,
                                    max_requests=max(options.max_requests, requests)), keep_requests=True)
     pre, dec = report.pools[0], report.pools[1]
-    tpot = next(iter(report.latencies().values()))["tpot_ms"]
+    tpot = next(v["tpot_ms"] for label, v in report.latencies().items() if label.endswith(" decode"))
     metrics = {
         "ttft_p99": _metric(pair.prefill.ttft_p99_ms, pre.ttft_p99_ms_sim, pre.ttft_p99_ci_ms),
         "prefill_utilization": _metric(pair.prefill.utilization, pre.utilization_sim),

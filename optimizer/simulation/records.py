@@ -362,17 +362,31 @@ class RequestLatencies:
     ttft_s: np.ndarray
     tpot_s: np.ndarray
 
+    phases: tuple[str, ...] = ()
+    """Each row's ``phase`` (empty: every row ``both``)."""
+
     @classmethod
     def from_runs(cls, analytic: FleetResult, runs: list[Replication]) -> RequestLatencies:
-        labels = tuple(f"{p.min_tokens}-{p.max_tokens}:{p.gpu}" for p in analytic.pools)
+        phases = tuple(getattr(p, "phase", "both") for p in analytic.pools)
+        labels = tuple(f"{p.min_tokens}-{p.max_tokens}:{p.gpu}" + ("" if ph == "both" else f" {ph}")
+                       for p, ph in zip(analytic.pools, phases))
         return cls(labels, np.concatenate([r.pool for r in runs]), np.concatenate([r.ttft_s for r in runs]),
-                   np.concatenate([r.tpot_s for r in runs]))
+                   np.concatenate([r.tpot_s for r in runs]), phases)
 
     def by_pool(self) -> dict[str, dict[str, np.ndarray]]:
-        """``{label: {"ttft_ms": ..., "tpot_ms": ...}}`` (TPOT without its NaNs)."""
+        """``{label: {"ttft_ms": ..., "tpot_ms": ...}}`` (TPOT without its NaNs). A P/D pair's rows are labelled
+        with their phase (``"0-8192:h100 prefill"``) and hold the pair's requests, each row its own figure: the
+        prefill row their TTFT, the decode row their TPOT (the other empty)."""
         out = {}
         for k, label in enumerate(self.pool_labels):
-            sel = self.pool == k
+            phase = self.phases[k] if self.phases else "both"
+            sel = self.pool == (k - 1 if phase == "decode" else k)
+            if phase != "both":
+                keep = "ttft_ms" if phase == "prefill" else "tpot_ms"
+                tpot = self.tpot_s[sel]
+                got = {"ttft_ms": self.ttft_s[sel] * MS_PER_S, "tpot_ms": tpot[~np.isnan(tpot)] * MS_PER_S}
+                out[label] = {name: (v if name == keep else np.zeros(0)) for name, v in got.items()}
+                continue
             tpot = self.tpot_s[sel]
             out[label] = {"ttft_ms": self.ttft_s[sel] * MS_PER_S, "tpot_ms": tpot[~np.isnan(tpot)] * MS_PER_S}
         return out

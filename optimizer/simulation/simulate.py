@@ -84,6 +84,17 @@ token, is decided: it misses whatever the run length). ``stopped_by`` says which
 than 1 % of all measured requests get no first token, so more requests cannot
 narrow it).
 
+P/D pairs
+---------
+A plan's pool may be a disaggregated prefill/decode pair (``PoolPlan.decode``). The stream is drawn and routed as
+for any plan (length or random routing: the routers that read queues or rewrite requests refuse pairs); the
+aggregated pools' requests run through the engine together, each pair's through
+:func:`fleetopt.solvers.des.disagg.simulate_disaggregated` (:func:`_mixed_replication`; the pair's stations and KV
+transfer: :mod:`fleetopt.optimizer.simulation.pairs`), with the same horizon, warm-up and measured window. The pair
+is two rows of the report (the analytic evaluation's ``phase`` rows): the prefill row measures and is judged on
+the pair's TTFT, the decode row on its TPOT (:func:`fleetopt.optimizer.simulation.records.build_report`); a
+measured request counts once in the fleet's figures. A thin pair gets a dedicated run like a thin pool.
+
 Thin pools
 ----------
 A pool whose share of the stream is tiny (a compress-and-route plan's top pool can get under 0.01 % of the
