@@ -240,7 +240,7 @@ class Pool(_Open):
     physical_gpus: int = Field(description="replicas x physical_gpus_per_replica")
     unit: _Unit
     phase: Literal["both", "prefill", "decode"] = Field(
-        description="what its replicas do: both (aggregated), or prefill / decode (the two pools of a "
+        "both", description="what its replicas do: both (aggregated), or prefill / decode (the two pools of a "
                     "disaggregated pair over the same segment, prefill first)")
     analytic: PoolAnalytic
     simulated: PoolSimulated | None
