@@ -340,3 +340,28 @@ def test_step_rule_large_share_by_hand():
     small = [p for p, r in zip(plan.fleet.pools, plan.semantic.roles) if r == "small"]
     assert small and small[-1].max_tokens == 2048      # no small-model request above the edge: its pools end there
     assert sum(p.arrival_rate for p in small) == pytest.approx(20 * 0.8 * f, rel=1e-9)
+
+
+def test_the_example_solves_with_per_model_pools(repo_root, tmp_path):
+    """instances/semantic_8b_70b.yaml: exit 0, each JSON pool names its model and class, the chosen share meets
+    the floor, the tok/W warning is there; --verify-top is refused with one line, exit 2."""
+    import json
+
+    from click.testing import CliRunner
+
+    from fleetopt.optimizer.cli import main
+
+    path = str(repo_root / "instances" / "semantic_8b_70b.yaml")
+    out = tmp_path / "plan.json"
+    res = CliRunner().invoke(main, ["solve", path, "--json", str(out)])
+    assert res.exit_code == 0, res.output
+    assert "their cost and tok/W compare different models' outputs" in res.output
+    doc = json.loads(out.read_text())
+    roles = {(p["role"], served_model(p["model"])) for p in doc["pools"]}
+    assert roles == {("small", "Llama-3.1-8B"), ("large", "Llama-3.1-70B")}
+    sem = doc["semantic"]
+    assert sem["large_share"] >= 0.5 and [t["share"] for t in sem["shares_tried"]] == ["0", "0.2", "0.4"]
+    assert sum(c["arrival_rate"] for c in sem["classes"]) == pytest.approx(100.0)
+    assert doc["cost_per_hr"] == pytest.approx(sum(c["cost_per_hr"] for c in sem["classes"]))
+    res = CliRunner().invoke(main, ["solve", path, "--verify-top", "1"])
+    assert res.exit_code == 2 and "simulation of semantic routing is not supported yet" in res.output
