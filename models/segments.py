@@ -284,12 +284,14 @@ def segment_basis(workload: LengthDistribution | RequestTrace, boundaries, chunk
     u, v = cuts[:-1], cuts[1:]
     mid = (u + v) / 2.0
     # density of the piece each sub-interval lies in
-    owner = np.searchsorted(d.hi_tokens[pieces], mid, side="left")
-    inside = owner < pieces.sum()
-    owner = np.minimum(owner, pieces.sum() - 1)
-    plo, phi, pp = d.lo_tokens[pieces][owner], d.hi_tokens[pieces][owner], d.prob[pieces][owner]
-    inside &= (mid > plo) & (mid < phi)
-    dens = np.where(inside, pp / (phi - plo), 0.0)
+    dens = np.zeros(len(mid))
+    if pieces.any():            # a distribution of atoms only (a trace's lengths) has no density anywhere
+        owner = np.searchsorted(d.hi_tokens[pieces], mid, side="left")
+        inside = owner < pieces.sum()
+        owner = np.minimum(owner, pieces.sum() - 1)
+        plo, phi, pp = d.lo_tokens[pieces][owner], d.hi_tokens[pieces][owner], d.prob[pieces][owner]
+        inside &= (mid > plo) & (mid < phi)
+        dens = np.where(inside, pp / (phi - plo), 0.0)
     k_sub = np.ceil(f * mid / chunk_tokens)
     half = (v - u) / 2.0
     # Gauss-Legendre: nodes x_g in each sub-interval, weights w_g * half * density

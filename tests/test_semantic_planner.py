@@ -365,3 +365,15 @@ def test_the_example_solves_with_per_model_pools(repo_root, tmp_path):
     assert doc["cost_per_hr"] == pytest.approx(sum(c["cost_per_hr"] for c in sem["classes"]))
     res = CliRunner().invoke(main, ["solve", path, "--verify-top", "1"])
     assert res.exit_code == 2 and "simulation of semantic routing is not supported yet" in res.output
+
+
+def test_a_class_of_trace_lengths_is_based():
+    """A trace's class is a distribution of atoms only (no density): its segment sums hold the atoms' masses."""
+    from fleetopt.models.segments import raw_between, segment_basis
+    from fleetopt.models.workload import LengthDistribution
+
+    d = LengthDistribution(np.array([100.0, 300.0]), np.array([100.0, 300.0]), np.array([0.25, 0.75]))
+    basis = segment_basis(d, [0.0, 200.0, 400.0], 512, 0.8)
+    assert raw_between(basis, 0, 1).mass[0] == pytest.approx(0.25)
+    assert raw_between(basis, 1, 2).mass[0] == pytest.approx(0.75)
+    assert raw_between(basis, 0, 2).L[0] == pytest.approx(0.25 * 100 + 0.75 * 300)
