@@ -709,7 +709,17 @@ def gpu_warnings(instance: Instance) -> list[str]:
                        "configurations do not fit and are not candidates: "
                        + "; ".join(f"tp{c.tp}/{c.dtype} ({c.reason})" for c in skipped))
     models = _models_by_option(instance.gpus)
-    if instance.allow_mixed_models and len(models) > 1:
+    sem = instance.semantic
+    if sem is not None:
+        rules = ", ".join(f"{label} ({large:.3g} to the large model)" for label, large in
+                          zip(sem.labels, sem.large_shares))
+        out.append(f"semantic: {sem.small_model} ({', '.join(models.get(sem.small_model, []))}) and "
+                   f"{sem.large_model} ({', '.join(models.get(sem.large_model, []))}); "
+                   + ("candidate shares" if sem.decide else "share") + f" to the small model: {rules}"
+                   + (f"; below min_large_share {sem.min_large_share:g}, left out: {'; '.join(sem.dropped)}"
+                      if sem.dropped else "")
+                   + "; the pools serve different models: their cost and tok/W compare different models' outputs")
+    elif instance.allow_mixed_models and len(models) > 1:
         out.append("gpus: allow_mixed_models: the options serve different models ("
                    + "; ".join(f"{m}: {', '.join(n)}" for m, n in models.items())
                    + "); a saving between them compares different models")
