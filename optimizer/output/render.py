@@ -290,14 +290,18 @@ def render_verification(c: Console, v, slo_ms: float, instance=None) -> None:
         for k, (p, s) in enumerate(zip(vp.plan.fleet.pools, simulated_pools(vp))):
             sim_txt = "-" if s is None else (f"{s.ttft_p99_ms_sim:,.1f} ({s.ttft_p99_ci_ms[0]:,.1f}-"
                                              f"{s.ttft_p99_ci_ms[1]:,.1f})")
+            phase = getattr(p, "phase", "both")     # a P/D pair's decode row is judged on its P99 TPOT
+            if phase == "decode" and s is not None:
+                sim_txt = f"TPOT {s.tpot_p99_ms_sim:,.1f} ({s.tpot_p99_ci_ms[0]:,.1f}-{s.tpot_p99_ci_ms[1]:,.1f})"
             key = (p.min_tokens, p.max_tokens, p.gpu)
             verdict = ("MISSES" if key in vp.failing_pools else "too few requests" if key in vp.thin_pools
                        else "undecided" if key in vp.undecided_pools else "ok")
             rank = f"{vp.rank} (judged before)" if vp.cached else str(vp.rank)
             t.add_row(str(vp.round) if k == 0 else "", rank if k == 0 else "",
                       f"{vp.plan.fleet.cost_per_hr:,.2f}" if k == 0 else "",
-                      f"{p.min_tokens:,}-{p.max_tokens:,} {p.gpu}",
-                      str(p.replicas), fmt_ms(p.ttft_p99_ms), sim_txt, verdict)
+                      f"{p.min_tokens:,}-{p.max_tokens:,} {p.gpu}" + ("" if phase == "both" else f" {phase}"),
+                      str(p.replicas), (f"TPOT {fmt_ms(p.tpot_p99_ms)}" if phase == "decode"   # P/D decode row
+                                        else fmt_ms(p.ttft_p99_ms)), sim_txt, verdict)
     c.print(t)
     _say(c, f"simulated with {sim_options_line(v.options)}")
     for cut in v.cuts:
