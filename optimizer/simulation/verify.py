@@ -105,7 +105,8 @@ on its P99 TPOT (against ``slo.tpot_p99_ms``; without a TPOT SLO it cannot miss)
 undecided outcomes and escalation as any pool (:func:`~fleetopt.optimizer.simulation.pool_sizing.pool_outcome`).
 A plan with a failing or thin pair row does not pass. Pairs are **not sized alone** and get **no cut**: a failing
 pair keeps its analytic counts (a cut line says which phase missed), so every plan holding it fails and the
-verification ends with another plan or none; pool-alone sizing and screening skip pair rows.
+verification ends with another plan or none (at once when a round's only failing pools are pairs: solving again
+would return the same plans); pool-alone sizing and screening skip pair rows.
 
 Measured
 --------
@@ -468,6 +469,14 @@ def verify(instance: Instance, options: SolveOptions = SolveOptions(),  # noqa: 
         if (window_cuts or sizer is not None) and minima is None:
             minima = analytic_minima(instance)
         to_cut = ([v for v in this_round if not v.cached and beats(v.plan)] if cuts == "pool" else this_round[:1])
+        failing_rows = [pool for vp in to_cut for _, pool in _failing(vp)]
+        if failing_rows and all(getattr(p, "phase", "both") != "both" for p in failing_rows):
+            for vp in to_cut:
+                for k, _ in _failing(vp):
+                    line = _pair_miss_line(round_, vp.plan, k)
+                    if line not in cut_lines:
+                        cut_lines.append(line)
+            break       # only pairs failed, and they get no cut: solving again would give the same plans
         for vp in to_cut:
             for k, pool in _failing(vp):
                 key = (pool.min_tokens, pool.max_tokens, pool.gpu)
