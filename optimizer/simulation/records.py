@@ -253,6 +253,16 @@ class SimReport(_Measured):
         the ``--precision`` that would decide (the SLO's distance from the point, in percent)."""
         slo, out = self.slo_ttft_p99_ms, []
         for p in self.pools:
+            if getattr(p.analytic, "phase", "both") == "decode":     # a P/D pair's decode row: its TPOT interval
+                lo, hi = p.tpot_p99_ci_ms
+                tpot = self.slo_tpot_p99_ms
+                if tpot is not None and not p.too_few_requests and lo <= tpot and \
+                        interval_outcome(lo, hi, tpot) == "undecided":
+                    q = p.analytic
+                    out.append(f"pool {q.min_tokens:,}-{q.max_tokens:,} decode: its P99 TPOT interval [{lo:,.1f}, "
+                               f"{hi:,.1f}] ms straddles the {tpot:,g} ms SLO, so this run cannot tell whether it "
+                               "meets it; a longer run (--requests) may decide (--precision narrows TTFT intervals)")
+                continue
             lo, hi = p.ttft_p99_ci_ms
             if p.too_few_requests or not (lo <= slo and interval_outcome(lo, hi, slo) == "undecided"):
                 continue
