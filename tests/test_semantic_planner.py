@@ -377,3 +377,25 @@ def test_a_class_of_trace_lengths_is_based():
     assert raw_between(basis, 0, 1).mass[0] == pytest.approx(0.25)
     assert raw_between(basis, 1, 2).mass[0] == pytest.approx(0.75)
     assert raw_between(basis, 0, 2).L[0] == pytest.approx(0.25 * 100 + 0.75 * 300)
+
+
+def test_a_zero_one_rule_is_puzzle10s_length_router(repo_root):
+    """Puzzle 10's router as a rule (every request <= 4,096 tokens to the A10G's 7B-class model, the rest to the
+    H100 unit): the large class's pool is the length-routed fleet's long pool of `evaluate` (same requests, same
+    window), to the replica, utilisation and P99."""
+    from fleetopt.optimizer.io.instance import load_instance
+    from fleetopt.optimizer.plan.evaluate import evaluate, parse_fleet
+
+    sets = ["slo.ttft_model=mean-prefill", "pools.max_pools=3",
+            "semantic={small_model: 7B-class model, large_model: Llama-3-70B-class, "
+            "share: {edges: [4096], shares: [1.0, 0.0]}}"]
+    inst = load_instance(repo_root / "instances" / "ref_puzzle10_azure.yaml", sets)
+    plan = solve_instance(inst, SolveOptions(compute_baseline=False)).best
+    large = [p for p, r in zip(plan.fleet.pools, plan.semantic.roles) if r == "large"]
+    assert len(large) == 1 and large[0].max_tokens == 8192
+    plain = load_instance(repo_root / "instances" / "ref_puzzle10_azure.yaml", sets[:1])
+    long = evaluate(plain, parse_fleet("0-4096:a10g,4096-8192:h100", plain)).result.pools[1]
+    assert large[0].replicas == long.replicas
+    assert large[0].arrival_rate == pytest.approx(long.arrival_rate, rel=1e-9)
+    assert large[0].utilization == pytest.approx(long.utilization, rel=1e-6)
+    assert large[0].ttft_p99_ms == pytest.approx(long.ttft_p99_ms, rel=1e-6)
