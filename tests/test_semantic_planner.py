@@ -399,3 +399,16 @@ def test_a_zero_one_rule_is_puzzle10s_length_router(repo_root):
     assert large[0].arrival_rate == pytest.approx(long.arrival_rate, rel=1e-9)
     assert large[0].utilization == pytest.approx(long.utilization, rel=1e-6)
     assert large[0].ttft_p99_ms == pytest.approx(long.ttft_p99_ms, rel=1e-6)
+
+
+def test_infeasible_and_cut_short_semantic_solves():
+    """No plan under a power cap no fleet meets: infeasible, one reason for every share. A time limit that passes
+    while candidates are built: time_limit, never a claim of optimality or infeasibility."""
+    inst = _instance(_semantic(shares=[0.2, 0.5]), constraints={"max_power_kw": 0.1})
+    rep = solve_instance(inst, SolveOptions(compute_baseline=False))
+    assert rep.status == "infeasible" and not rep.plans
+    assert "shares 0.2, 0.5: no fleet of the two models' pools meets the instance's limits" in rep.explanation
+    ticks = iter(range(10_000))
+    rep = solve_instance(_instance(_semantic(shares=[0.2, 0.5])),
+                         SolveOptions(compute_baseline=False, time_limit_s=0.5, clock=lambda: float(next(ticks))))
+    assert rep.status == "time_limit" and "not sized" in rep.explanation

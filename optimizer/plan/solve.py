@@ -432,7 +432,7 @@ def _solve_semantic(instance: Instance, options: SolveOptions) -> SolveReport:
         raise InstanceError("semantic: verification cuts are not supported for semantic routing; solve without them")
     t0 = time.perf_counter()
     deadline = Deadline.after(options.time_limit_s, options.clock)
-    found, tried, results, methods, dropped = [], [], [], set(), []
+    found, tried, results, statuses, cuts, methods, dropped = [], [], [], [], [], set(), []
     generated = feasible = after = 0
     for k, (rule, label, large) in enumerate(zip(spec.rules, spec.labels, spec.large_shares)):
         parts = sem.class_parts(instance, rule, deadline, prune=lambda sub, c: _prune(sub, c, options.top))
@@ -449,7 +449,13 @@ def _solve_semantic(instance: Instance, options: SolveOptions) -> SolveReport:
         use_oracle = options.method == "oracle" or (options.method == "auto" and problem.separable
                                                     and options.top == 1)
         uncovered = [(p, p.candidates.uncovered()) for p in parts if p.candidates.uncovered() is not None]
-        if uncovered:    # proven before any solve: this class's lengths cannot be tiled
+        cut = [f"{p.role}: {', '.join(p.candidates.unsized_gpus)}" for p in parts if p.candidates.unsized_gpus]
+        if cut:     # the time limit passed while candidates were built: a subset, proving neither optimum nor not
+            cuts.append(f"share {label} ({'; '.join(cut)} not sized)")
+        if uncovered and cut:
+            result = SolveResult(Termination.TIME_LIMIT, (), None, None, 0.0, "candidate sizing (cut short)", {},
+                                 "the time limit passed while candidates were built")
+        elif uncovered:    # proven before any solve: this class's lengths cannot be tiled
             p, seg = uncovered[0]
             b = p.candidates.boundaries
             result = SolveResult(Termination.INFEASIBLE, (), None, None, 0.0, "candidate sizing (no solve needed)", {},
@@ -462,9 +468,9 @@ def _solve_semantic(instance: Instance, options: SolveOptions) -> SolveReport:
                                mip_gap=options.mip_gap, threads=options.threads, verbose=options.verbose)
         methods.add("oracle" if use_oracle else "mip")
         results.append(result)
+        statuses.append(SolveStatus.TIME_LIMIT if cut else STATUS[result.termination])
         best = result.best
-        tried.append(sem.ShareOutcome(label, large, str(STATUS[result.termination]),
-                                      None if best is None else best.objective))
+        tried.append(sem.ShareOutcome(label, large, str(statuses[-1]), None if best is None else best.objective))
         found += [(s.objective, -large, k, s.choices, parts) for s in result.solutions]
     found.sort(key=lambda f: f[:3])
     plans = []
@@ -474,10 +480,20 @@ def _solve_semantic(instance: Instance, options: SolveOptions) -> SolveReport:
                                                  for p, mine in zip(parts, per_class)])
         plans.append(Plan(rank, objective, fleet,
                           semantic=sem.semantic_plan(instance, k, parts, per_class, fleet, tuple(tried))))
-    stopped = [st for st in (STATUS[r.termination] for r in results) if st in _UNPROVEN]
+    stopped = [st for st in statuses if st in _UNPROVEN]
     status = stopped[0] if stopped else SolveStatus.OPTIMAL if plans else SolveStatus.INFEASIBLE
+    why: dict[str, list[str]] = {}       # each reason once, with the shares it holds for
+    for t, r, st in zip(tried, results, statuses):
+        why.setdefault(r.message if r.solver.startswith("candidate sizing") else
+                       "no fleet of the two models' pools meets the instance's limits (pools.max_pools, GPU counts, "
+                       "power, budget, fleet SLO)" if st is SolveStatus.INFEASIBLE else r.message or str(st),
+                       []).append(t.label)
     explanation = "" if plans else "no semantic plan at any share: " + "; ".join(
-        f"share {t.label}: {r.message or t.status}" for t, r in zip(tried, results))
+        f"share{'s' * (len(labels) > 1)} {', '.join(labels)}: {text}" for text, labels in why.items())
+    if cuts:
+        explanation = "; ".join(x for x in (explanation, f"time limit: the {options.time_limit_s:g} s limit passed "
+                                            "while candidates were built, " + ", ".join(cuts) + "; a plan is the "
+                                            "best among the candidates built") if x)
     chosen = results[found[0][2]] if found else results[0]
     return SolveReport(
         instance=instance, status=status, method="+".join(sorted(methods)) + " (semantic)", plans=tuple(plans),
