@@ -30,10 +30,11 @@ A request :math:`i` (arrival :math:`a_i`, prompt :math:`l_{in}`, output :math:`l
    so a prompt starts at :math:`\max(a_i, \text{earliest free replica})` (Kiefer-Wolfowitz; among idle replicas
    the one idle longest, ties to the lowest index). This is the queue of the analytic prefill station
    (:class:`fleetopt.models.queueing.disagg.PrefillStation`), and the same iterations as the engine's replica
-   with ``prefill_max_num_seqs=1`` (with one replica the two options give the same run). Its power is the
-   engine's: a power curve at batch 1 while busy, or the activity energy of the prompt's iterations, capped at
-   the board limit on their mean, with idle power between; a prompt cut by the horizon is credited the share of
-   its time inside the window.
+   with ``prefill_max_num_seqs=1`` (with one replica the two options give the same run, but for power). Its
+   power is the analytic station's: the activity energy of the prompt's iterations (the profile's activity
+   power, a computed profile's ``activity_power`` included), capped at the board limit on their mean, or a
+   power curve of the batch alone at a batch of one chunk's tokens while busy; idle power between; a prompt
+   cut by the horizon is credited the share of its time inside the window.
 2. the **KV transfer**: the prompt's KV cache moves to the decode pool in :math:`\tau_i` seconds, given by the
    caller (an array, a constant or a function of the prompt tokens; e.g. KV bytes over the link bandwidth).
    The link is not a shared resource here: transfers never queue behind one another.
@@ -611,8 +612,11 @@ def _pool_queue_prefill(pool: SimPool, requests: Requests, hi_s: float, lo_s: fl
     window integrals (:class:`~fleetopt.solvers.des.records.SimResult`) from them, vectorised.
 
     Per replica over the window :math:`[T_0, T_1]`: batch area = busy time :math:`\sum_i |[s_i, e_i] \cap
-    [T_0, T_1]|`; energy = busy time at :math:`P(1)` plus idle time at :math:`P(0)` (a power curve), or
-    :math:`\sum_i E_i\, |[s_i, e_i] \cap [T_0, T_1]| / S_i` plus idle power (activity power), with
+    [T_0, T_1]|`; energy = busy time at :math:`P(c)` plus idle time at :math:`P(0)` (a power curve of the batch
+    alone, the seeds' units: a chunk computes as many tokens as :math:`c` decode sequences), or
+    :math:`\sum_i E_i\, |[s_i, e_i] \cap [T_0, T_1]| / S_i` plus idle power (activity power: the profile's
+    ``power`` when it is one, else a computed profile's ``activity_power``; the analytic
+    :class:`~fleetopt.models.queueing.disagg.PrefillStation` charges the same), with
     :math:`E_i = \min(P_{lim} S_i, p_w kW + p_{kv} h c k(k-1)/2 + p_c (a l_{in} + b l_{in}^2))` (the engine's credit
     of the :math:`k` iterations of a prompt alone).
     """
@@ -646,13 +650,15 @@ def _pool_queue_prefill(pool: SimPool, requests: Requests, hi_s: float, lo_s: fl
     busy_each = np.clip(np.where(np.isnan(end), end_s, end), lo_s, end_s) - np.clip(start, lo_s, end_s)
     busy = np.bincount(replica[on], busy_each[on], R)
     power = prof.power
-    if isinstance(power, ActivityPower):
-        full = np.minimum(power.limit_w * S, power.weights_w * w_s + power.kv_w * kv_s + power.compute_w * comp_s)
+    activity = power if isinstance(power, ActivityPower) else getattr(prof, "activity_power", None)
+    if activity is not None:
+        full = np.minimum(activity.limit_w * S,
+                          activity.weights_w * w_s + activity.kv_w * kv_s + activity.compute_w * comp_s)
         with np.errstate(divide="ignore", invalid="ignore"):
             share = np.where(S > 0, busy_each / np.where(S > 0, S, 1.0), 0.0)
-        energy = np.bincount(replica[on], (full * share)[on], R) + power.idle_w * (window - busy)
+        energy = np.bincount(replica[on], (full * share)[on], R) + activity.idle_w * (window - busy)
     else:
-        energy = float(power.power_w(1)) * busy + float(power.power_w(0)) * (window - busy)
+        energy = float(power.power_w(c)) * busy + float(power.power_w(0)) * (window - busy)
     in_sys = np.clip(np.where(np.isnan(end), end_s, end), lo_s, end_s) - np.clip(arrival, lo_s, end_s)
     outcome = np.where(np.isfinite(end), Outcome.COMPLETED, Outcome.UNFINISHED).astype(np.int8)
     with np.errstate(divide="ignore", invalid="ignore"):
