@@ -12,11 +12,9 @@ never which GPU options the choice takes them from: without per-option or invent
 exact for pools on several options (prefill/decode pairs) and for options in inventory groups.
 
 With several commodities (the model classes of semantic routing: one path per class, each on its own range of
-nodes, ``FleetProblem.sources``/``sinks``) the only row they could share here is the pool count
-:math:`\\sum_c z_c \\le K`. ``FleetProblem.separable`` admits them only when that row binds nothing
-(:math:`K \\ge` ``max_path_pools``); the rows are then one independent path problem per commodity, and the
-optimum is the sum of each commodity's shortest path (and so are its GPUs and pools, the tie-break's keys, which
-add over commodities). A coupling pool count goes to the MIP.
+nodes, ``FleetProblem.sources``/``sinks``) the only row they share here is the pool count
+:math:`\\sum_c z_c \\le K`. It is handled exactly: the best path of each commodity with exactly :math:`h` pools,
+for every :math:`h \\le K`, then a min-plus convolution over the commodities (:func:`_coupled_by_pool_count`).
 """
 
 from __future__ import annotations
@@ -79,27 +77,95 @@ def _tight_subgraph(g: nx.DiGraph, weight: str, source) -> nx.DiGraph:
 def shortest_fleet(problem: FleetProblem) -> tuple[float, tuple[int, ...]]:
     """Optimal objective and choices of a separable problem, ties broken by fewest GPUs then pools.
 
-    Three Dijkstra passes on the layered DAG, each restricted to the edges
-    that lie on a shortest path of the previous criterion; with several commodities (separable only when the
-    pool count binds nothing, :attr:`FleetProblem.separable`) one such search per commodity, the optimum their sum.
+    One commodity: three Dijkstra passes on the layered DAG, each restricted to the edges that lie on a shortest
+    path of the previous criterion. Several commodities: :func:`_coupled_by_pool_count`.
     """
     if not problem.separable:
         raise ValueError("shortest_fleet needs a separable problem (no inventory, budget, power or fleet-SLO limits)")
-    assert problem.sources is not None   # filled by __post_init__
-    total, chosen = 0.0, []
-    for k, first in enumerate(problem.sources):
-        g = segment_graph(problem, k)
-        source = (first, 0)
-        if not g.has_node(source) or not g.has_node("end") or not nx.has_path(g, source, "end"):
-            which = "" if problem.n_commodities == 1 else f" of commodity {k}"
-            raise NoFleetError(f"no tiling of the length range{which} with at most {problem.max_pools} feasible "
-                               "pools")
-        total += float(nx.shortest_path_length(g, source, "end", weight="objective"))
-        for weight in ("objective", "gpus"):
-            g = _tight_subgraph(g, weight, source)
-        path = nx.shortest_path(g, source, "end", weight="pools")
-        chosen += [g.edges[u, v]["choice"] for u, v in zip(path, path[1:]) if v != "end"]
-    return total, tuple(sorted(chosen))
+    if problem.n_commodities > 1:
+        return _coupled_by_pool_count(problem)
+    g = segment_graph(problem)
+    if not g.has_node((0, 0)) or not g.has_node("end") or not nx.has_path(g, (0, 0), "end"):
+        raise NoFleetError(f"no tiling of the length range with at most {problem.max_pools} feasible pools")
+    length = nx.shortest_path_length(g, (0, 0), "end", weight="objective")
+    for weight in ("objective", "gpus"):
+        g = _tight_subgraph(g, weight, (0, 0))
+    path = nx.shortest_path(g, (0, 0), "end", weight="pools")
+    choices = tuple(sorted(g.edges[u, v]["choice"] for u, v in zip(path, path[1:]) if v != "end"))
+    return float(length), choices
+
+
+_Best = tuple[float, int, tuple[int, ...]]
+"""A partial fleet: objective, physical GPUs, choices."""
+
+
+def _better(a: _Best, b: _Best | None) -> bool:
+    """``a`` before ``b`` lexicographically: less objective (beyond round-off, 1e-9 relative), then fewer GPUs."""
+    if b is None:
+        return True
+    tol = 1e-9 * max(1.0, abs(b[0]))
+    return a[0] < b[0] - tol or (a[0] <= b[0] + tol and a[1] < b[1])
+
+
+def _exact_hops(problem: FleetProblem, k: int, edges: dict[int, list]) -> dict[int, _Best]:
+    """Commodity ``k``: for each pool count :math:`h \\le K`, the best path from its source to its sink with
+    exactly :math:`h` pools, by dynamic programming over its nodes in increasing order (a pool's head node is
+    above its tail node, so the node order is topological)."""
+    assert problem.sources is not None and problem.sinks is not None   # filled by __post_init__
+    first, last = problem.sources[k], problem.sinks[k]
+    table: dict[int, dict[int, _Best]] = {first: {0: (0.0, 0, ())}}
+    for v in range(first, last):
+        here = table.get(v)
+        if not here:
+            continue
+        for head, w, gpus, c in edges.get(v, ()):
+            there = table.setdefault(head, {})
+            for h, (obj, n, chosen) in here.items():
+                if h < problem.max_pools:
+                    cand = (obj + w, n + gpus, chosen + (c,))
+                    if _better(cand, there.get(h + 1)):
+                        there[h + 1] = cand
+    return {h: best for h, best in table.get(last, {}).items() if h > 0}
+
+
+def _coupled_by_pool_count(problem: FleetProblem) -> tuple[float, tuple[int, ...]]:
+    """Several commodities sharing only the pool count :math:`K`, exactly.
+
+    Per commodity :math:`k` and pool count :math:`h`, :math:`d_k(h)` is the best path with exactly :math:`h`
+    pools (:func:`_exact_hops`, by (objective, GPUs)). The paths are otherwise independent, and objective and
+    GPUs add over commodities (a lexicographic order is kept by addition), so the optimum is
+
+    .. math:: \\min_{h_1 + \\dots + h_C \\le K} \\sum_k d_k(h_k),
+
+    a min-plus convolution over the commodities (:math:`D_k(H) = \\min_h D_{k-1}(H - h) + d_k(h)`), ties broken
+    by fewest GPUs, then fewest pools :math:`H`: the MIP's tie-break."""
+    assert problem.pool_from_node is not None and problem.pool_to_node is not None   # filled by __post_init__
+    edges: dict[int, list] = {}
+    for (i, j), (w, gpus, c) in _best_choice_per_segment(problem).items():
+        edges.setdefault(i, []).append((j, w, gpus, c))
+    total: dict[int, _Best] = {0: (0.0, 0, ())}
+    for k in range(problem.n_commodities):
+        hops = _exact_hops(problem, k, edges)
+        if not hops:
+            raise NoFleetError(f"no tiling of the length range of commodity {k} with at most {problem.max_pools} "
+                               "feasible pools")
+        nxt: dict[int, _Best] = {}
+        for H, (obj, n, chosen) in total.items():
+            for h, (o2, n2, c2) in hops.items():
+                if H + h <= problem.max_pools:
+                    cand = (obj + o2, n + n2, chosen + c2)
+                    if _better(cand, nxt.get(H + h)):
+                        nxt[H + h] = cand
+        if not nxt:
+            raise NoFleetError(f"no tiling of every commodity's length range with at most {problem.max_pools} "
+                               "feasible pools in all")
+        total = nxt
+    best: tuple[_Best, int] | None = None
+    for H in sorted(total):              # fewest pools last: a tie in objective and GPUs keeps the smaller H
+        if best is None or _better(total[H], best[0]):
+            best = (total[H], H)
+    assert best is not None
+    return float(best[0][0]), tuple(sorted(best[0][2]))
 
 
 def fleet_is_feasible(problem: FleetProblem, choices) -> bool:

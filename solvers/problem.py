@@ -219,12 +219,10 @@ class FleetProblem:
     def separable(self) -> bool:
         r"""True when only the tiling and the pool count bind: the graph oracle solves it exactly.
 
-        With several commodities the pool count :math:`\sum_c z_c \le K` couples their paths; the problem is
-        separable only when it binds nothing (:attr:`max_path_pools` :math:`\le K`): the optimum is then the sum
-        of each commodity's own shortest path."""
+        With several commodities the pool count :math:`\sum_c z_c \le K` couples their paths; the oracle
+        handles that row exactly (:func:`fleetopt.solvers.oracle.shortest_fleet`), so it does not count here."""
         assert self.gpu_min_pools is not None and self.gpu_max_pools is not None     # __post_init__ fills them
-        return ((self.n_commodities == 1 or self.max_pools >= self.max_path_pools)
-                and all(v is None for v in self.gpu_max_gpus) and not any(self.gpu_min_gpus)
+        return (all(v is None for v in self.gpu_max_gpus) and not any(self.gpu_min_gpus)
                 and all(v is None for v in self.gpu_max_pools) and not any(self.gpu_min_pools)
                 and self.max_total_gpus is None and self.max_cost_per_hr is None and self.max_power_w is None
                 and self.max_miss_rate is None

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from fleetopt.solvers.mip import solve
-from fleetopt.solvers.oracle import enumerate_fleets, shortest_fleet
+from fleetopt.solvers.oracle import NoFleetError, enumerate_fleets, shortest_fleet
 from fleetopt.solvers.problem import FleetProblem
 
 
@@ -143,28 +143,52 @@ def test_two_class_mip_equals_enumeration_more(seed):
     test_two_class_mip_equals_enumeration(seed)
 
 
-@pytest.mark.parametrize("seed", FAST_SEEDS)
-def test_oracle_sums_the_classes_when_nothing_couples_them(seed):
-    """No shared limit and K slack: the oracle's sum of per-class shortest paths equals enumeration and the MIP."""
+def _oracle_case(seed: int):
     classes, n_bounds, n_gpus, _ = _case(seed)
-    limits = dict(max_pools=2 * (n_bounds - 1), gpu_max=[None] * n_gpus)
+    k = int(np.random.default_rng(seed + 1000).integers(2, 2 * (n_bounds - 1) + 1))     # K binds or not
+    limits = dict(max_pools=k, gpu_max=[None] * n_gpus)
+    return classes, n_bounds, n_gpus, limits
+
+
+@pytest.mark.parametrize("seed", FAST_SEEDS)
+def test_oracle_couples_the_classes_by_the_pool_count_exactly(seed):
+    """No limit row but K (binding or not): the oracle's exact-hop paths and their min-plus convolution equal the
+    enumeration and the MIP, and its tie-break (fewest GPUs, then pools) the MIP's."""
+    classes, n_bounds, n_gpus, limits = _oracle_case(seed)
     problem = _problem(classes, n_bounds, n_gpus, **limits)
     assert problem.separable
     expected = _enumerate(classes, n_bounds, **limits)
+    mip = solve(problem).best
+    if expected is None:        # K below the classes' fewest pools together
+        assert mip is None
+        with pytest.raises(NoFleetError):
+            shortest_fleet(problem)
+        return
     value, choices = shortest_fleet(problem)
-    assert value == pytest.approx(expected, rel=1e-9) == solve(problem).best.objective
+    assert value == pytest.approx(expected, rel=1e-9) == mip.objective
     assert problem.choice_objective()[list(choices)].sum() == pytest.approx(value)
+    assert len(choices) <= limits["max_pools"]
+    key = lambda ch: (int(problem.choice_gpus[list(ch)].sum()), len(ch))  # noqa: E731
+    assert key(choices) == key(mip.choices)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", range(6, 60))
+def test_oracle_couples_the_classes_by_the_pool_count_exactly_more(seed):
+    test_oracle_couples_the_classes_by_the_pool_count_exactly(seed)
 
 
 def test_pool_count_couples_the_classes():
-    """K = 2 with one forced two-pool tiling in class 0: class 1 must then take one pool although its two-pool
-    tiling is cheaper; with K slack each class takes its own best and the oracle (their sum) applies."""
+    """K = 3 with one forced two-pool tiling in class 0: class 1 must then take one pool although its two-pool
+    tiling is cheaper; with K slack each class takes its own best. The oracle and the MIP agree on both."""
     one = {(0, 1, 0): [(1, 1, 1.0, 100.0, 0.0)], (1, 2, 0): [(1, 1, 1.0, 100.0, 0.0)]}     # class 0: 2 pools, 2.0
     two = {(0, 1, 0): [(1, 1, 1.0, 100.0, 0.0)], (1, 2, 0): [(1, 1, 1.0, 100.0, 0.0)],
            (0, 2, 1): [(1, 1, 5.0, 100.0, 0.0)]}                                            # class 1: 2.0 or 5.0
     tight = _problem([one, two], 3, 2, max_pools=3, gpu_max=[None, None])
-    assert not tight.separable
-    assert solve(tight).best.objective == pytest.approx(7.0)
+    assert tight.separable
+    assert solve(tight).best.objective == pytest.approx(7.0) == shortest_fleet(tight)[0]
+    with pytest.raises(NoFleetError):
+        shortest_fleet(_problem([one, two], 3, 2, max_pools=2, gpu_max=[None, None]))
     slack = _problem([one, two], 3, 2, max_pools=4, gpu_max=[None, None])
     assert slack.separable
     assert shortest_fleet(slack)[0] == pytest.approx(4.0) == solve(slack).best.objective

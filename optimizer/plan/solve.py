@@ -444,8 +444,7 @@ def _solve_semantic(instance: Instance, options: SolveOptions) -> SolveReport:
         problem = sem.build_semantic_problem(instance, parts)
         if options.method == "oracle" and not (problem.separable and options.top == 1):
             raise InstanceError("--method: the graph oracle solves a semantic instance only without inventory, "
-                                "budget, power or GPU-count limits, with a pool count that binds no class, and "
-                                "--top 1; use --method mip or auto")
+                                "budget, power or GPU-count limits, with --top 1; use --method mip or auto")
         use_oracle = options.method == "oracle" or (options.method == "auto" and problem.separable
                                                     and options.top == 1)
         uncovered = [(p, p.candidates.uncovered()) for p in parts if p.candidates.uncovered() is not None]
@@ -558,7 +557,8 @@ def _oracle(problem: FleetProblem) -> SolveResult:
         return SolveResult(Termination.INFEASIBLE, (), None, None, time.perf_counter() - t0, "networkx dijkstra",
                            {}, str(err))
     return SolveResult(Termination.OPTIMAL, (Solution(choices, value),), value, 0.0, time.perf_counter() - t0,
-                       "networkx dijkstra (exact)", {})
+                       "networkx dijkstra (exact)" if problem.n_commodities == 1 else
+                       "exact path search per model class, combined under the pool count", {})
 
 
 def _pool_plans(instance: Instance, c: Candidates, choices) -> list[PoolPlan]:
