@@ -213,7 +213,10 @@ def test_plain_markdown_and_csv_hold_every_cell():
         Output(fmt, Console(file=buf, width=80)).print(t)
         Output(fmt, Console(file=buf, width=80)).print("a [bold]note[/bold]")
         texts[fmt] = buf.getvalue()
-    assert csv_blocks(texts["csv"]) == [("wide", [header, *rows, footer])]
+    from fleetopt.optimizer.output.tables import csv_header
+
+    numbers = [f"{k * 1_111_111.11:.2f}" for k in range(12)]   # csv: one plain number per cell (issue 31)
+    assert csv_blocks(texts["csv"]) == [("wide", [[csv_header(h) for h in header], *rows, numbers])]
     assert texts["csv"].splitlines()[-1] == "# a note"
     md = [line for line in texts["markdown"].splitlines() if line.startswith("|")]
     assert md[0] == "| " + " | ".join(header) + " |" and len(md) == 2 + len(rows) + 1
@@ -264,12 +267,12 @@ def test_solve_csv_rows_are_the_plan(repo_root):
     title, rows = csv_blocks(res.stdout)[0]
     assert title.startswith("plan 1: objective cost = $")
     head, body = rows[0], rows[1:]
-    assert head[0] == "tokens" and body[-1][0] == "fleet" and len(body) == len(data["pools"]) + 1
-    for row, pool in zip(body, data["pools"]):
+    assert head[0] == "row" and body[-1][0] == "fleet" and len(body) == len(data["pools"]) + 1
+    for row, pool in zip(body, data["pools"]):     # one value per cell, no thousands separators (issue 31)
         cells = dict(zip(head, row))
-        assert cells["gpu"] == pool["gpu"] and cells["$/hr"] == f"{pool['cost_per_hr']:,.2f}"
-        assert cells["tokens"] == f"{pool['min_tokens']:,}-{pool['max_tokens']:,}"
-    assert dict(zip(head, body[-1]))["$/hr"] == f"{data['cost_per_hr']:,.2f}"
+        assert cells["gpu"] == pool["gpu"] and cells["cost_per_hr"] == f"{pool['cost_per_hr']:.2f}"
+        assert (int(cells["min_tokens"]), int(cells["max_tokens"])) == (pool["min_tokens"], pool["max_tokens"])
+    assert dict(zip(head, body[-1]))["cost_per_hr"] == f"{data['cost_per_hr']:.2f}"
 
 
 # --- 2. the objective carries its unit ------------------------------------------------------------------------
@@ -450,10 +453,11 @@ def test_utilisation_cap_breach_is_named_not_called_an_slo_miss(repo_root):
     assert sum("constraints.max_utilization" in v for v in data["violations"]) == len(breached)
     res = run(*args, "--format", "csv")
     head, *body = csv_blocks(res.stdout)[0][1]
-    status = {row[0]: row[head.index("SLO")] for row in body}
+    lo, hi = head.index("min_tokens"), head.index("max_tokens")
+    status = {(row[lo], row[hi]) if row[0] == "pool" else row[0]: row[head.index("slo")] for row in body}
     for p in data["pools"]:
         expected = "met" if p["utilization_ok"] else "UTIL CAP"
-        assert status[f"{p['min_tokens']:,}-{p['max_tokens']:,}"] == expected
+        assert status[(str(p["min_tokens"]), str(p["max_tokens"]))] == expected
     assert status["fleet"] == "UTIL CAP" and "MISSED" not in res.stdout
 
 

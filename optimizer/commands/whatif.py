@@ -24,12 +24,17 @@ from fleetopt.optimizer.workflows.whatif import WhatIf, binding_text, run_whatif
 __all__ = ["whatif", "render_whatif"]
 
 
-def _money(x) -> str:
-    return "-" if x is None else f"${x / 1e3:,.0f}K"
+def _money(x, exact: bool = False) -> str:
+    """$/yr in thousands for people; whole dollars for a spreadsheet (``exact``: ``--format csv``)."""
+    if x is None:
+        return "-"
+    return f"{x:.0f}" if exact else f"${x / 1e3:,.0f}K"
 
 
-def _delta_money(x) -> str:
-    return "-" if x is None else f"{'+' if x >= 0 else '-'}${abs(x) / 1e3:,.0f}K"
+def _delta_money(x, exact: bool = False) -> str:
+    if x is None:
+        return "-"
+    return f"{x:+.0f}" if exact else f"{'+' if x >= 0 else '-'}${abs(x) / 1e3:,.0f}K"
 
 
 def _changes(d: dict) -> str:
@@ -43,6 +48,7 @@ def _changes(d: dict) -> str:
 
 def render_whatif(c, w: WhatIf) -> None:
     base = w.base
+    exact = getattr(c, "format", "table") == "csv"     # a spreadsheet gets whole dollars, not $K
     table = Table(title=f"{w.instance}: what-if over {len(w.scenarios)} scenarios  [P99 TTFT SLO "
                         f"{w.slo_ttft_p99_ms:,.0f} ms, ttft_model {w.ttft_model}]", title_justify="left")
     cols = [s.path for s in w.sweeps] + ["status", "$/yr", "Δ $/yr", "Δ %", "replicas", "Δ rep", "fleet",
@@ -57,7 +63,8 @@ def render_whatif(c, w: WhatIf) -> None:
     for overrides, r in entries:
         d = r["deltas"]
         row = [str(overrides[s.path]) for s in w.sweeps] + [
-            r["status"], _money(r["cost_per_year"]), "" if d is None else _delta_money(d["cost_per_year"]),
+            r["status"], _money(r["cost_per_year"], exact),
+            "" if d is None else _delta_money(d["cost_per_year"], exact),
             "" if d is None or d["cost_pct"] is None else f"{d['cost_pct']:+.1f}",
             "-" if r["total_replicas"] is None else str(r["total_replicas"]),
             "" if d is None or d["replicas"] is None else f"{d['replicas']:+d}", r["fleet"] or "-",

@@ -8,6 +8,9 @@ from __future__ import annotations
 
 import csv
 import io
+import os
+import re
+import textwrap
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -24,10 +27,12 @@ column groups that each repeat the row's key, or stacked one row per block when 
 never cut), ``plain`` (aligned columns, no box, colour or markup, never wrapped), ``markdown`` (pipe tables) and
 ``csv`` (one CSV block per table, its title and every prose line as a ``#`` comment line)."""
 
-__all__ = ["FORMATS", "Grid", "Output", "console", "layout_table", "table_grid", "table_width"]
+__all__ = ["FORMATS", "Grid", "Output", "console", "console_width", "csv_grid", "csv_header", "layout_table",
+           "table_grid", "table_width", "wrap_prose"]
 
 PIPE_COLUMNS = 140
-"""Width of ``table`` output that is not a terminal (a pipe or a file): wide enough for every table unsqueezed."""
+"""Width of ``table`` output that is not a terminal (a pipe or a file) when ``COLUMNS`` is not set: wide enough for
+every table unsqueezed."""
 
 
 class _Console(Console):
@@ -39,11 +44,46 @@ class _Console(Console):
         raise BrokenPipeError("the reader closed the output pipe")
 
 
+def console_width(environ=None, tty: bool = False) -> int | None:
+    """The width of the console: ``COLUMNS`` when set to a positive whole number (a pipe too: ``COLUMNS=80
+    fleetopt solve ... | less``), else None on a terminal (rich measures it), else :data:`PIPE_COLUMNS`.
+
+    Examples
+    --------
+    >>> console_width({"COLUMNS": "80"}), console_width({}, tty=True), console_width({"COLUMNS": "x"})
+    (80, None, 140)
+    """
+    value = str((os.environ if environ is None else environ).get("COLUMNS", "")).strip()
+    if value.isdigit() and int(value) > 0:
+        return int(value)
+    return None if tty else PIPE_COLUMNS
+
+
 def console() -> Console:
-    """Rich console; output that is not a terminal gets :data:`PIPE_COLUMNS` columns so tables are not squeezed."""
+    """Rich console of :func:`console_width` columns (tables wider than it are laid out narrow, never cut)."""
     import sys
 
-    return _Console(soft_wrap=True, width=None if sys.stdout.isatty() else PIPE_COLUMNS)
+    return _Console(soft_wrap=True, width=console_width(tty=sys.stdout.isatty()))
+
+
+def wrap_prose(text: str, width: int) -> str:
+    """``text`` wrapped at its spaces to ``width`` columns, line by line: each line keeps its indent and its
+    continuation lines are indented two more; a word longer than the width (a path, a URL) is never broken.
+
+    Examples
+    --------
+    >>> print(wrap_prose("  note: one two three four", 14))
+      note: one
+        two three
+        four
+    """
+    out = []
+    for line in text.splitlines() or [""]:
+        indent = line[:len(line) - len(line.lstrip(" "))]
+        out.append(textwrap.fill(line.strip(), width=max(width, 20), initial_indent=indent,
+                                 subsequent_indent=indent + "  ", break_long_words=False, break_on_hyphens=False)
+                   if line.strip() else "")
+    return "\n".join(out)
 
 
 class Output:
@@ -70,6 +110,11 @@ class Output:
         if isinstance(obj, Table):
             self._table(obj)
         elif self.format == "table":
+            if isinstance(obj, str) and not kwargs.get("soft_wrap"):   # prose: wrapped to the width
+                if kwargs.get("markup") is False:
+                    obj = wrap_prose(obj, self.width)
+                else:
+                    kwargs["soft_wrap"] = False    # rich wraps the markup's text at its spaces
             self.console.print(obj, **kwargs)
         else:
             text = obj.plain if isinstance(obj, Text) else (str(obj) if kwargs.get("markup") is False
@@ -252,6 +297,7 @@ def _markdown_lines(grid: Grid) -> list[str]:
 
 
 def _csv_lines(grid: Grid) -> list[str]:
+    grid = csv_grid(grid)
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
     w.writerow(grid.headers)
@@ -260,3 +306,148 @@ def _csv_lines(grid: Grid) -> list[str]:
         w.writerow(grid.footer)
     head = [f"# {grid.title}"] if grid.title else []
     return head + buf.getvalue().splitlines() + ([f"# {grid.caption}"] if grid.caption else [])
+
+
+_HEADER_NAMES = {"TTFT an": "p99_ttft_ms_analytic", "TTFT sim [95% CI]": "p99_ttft_ms_simulated",
+                 "TPOT sim": "p99_tpot_ms_simulated", "attain %": "attainment_pct", "util": "utilization",
+                 "batch": "mean_batch", "repl.": "replicas", "kW": "power_kw", "GPUs": "gpus", "#": "point",
+                 "": "note", "B tokens": "boundary_tokens", "Pareto": "pareto"}
+"""CSV names of display headers that the generic rule of :func:`csv_header` would name less clearly."""
+_HEADER_WORDS = (("Δ", "delta "), ("$/hr", "cost_per_hr"), ("$/yr", "cost_per_yr"), ("$/Mtok", "usd_per_mtok"),
+                 ("tok/W", "tok_per_w"), ("req/s", "req_per_s"), ("%", " pct"), ("kW", "power_kw"))
+
+
+def csv_header(name: str) -> str:
+    """A display header as a CSV column name: lower-case words joined by ``_``, its unit spelled out
+    (``$/hr`` -> ``cost_per_hr``, ``kW`` -> ``power_kw``, ``%`` -> ``pct``, ``ms`` kept), a bracketed remark
+    dropped.
+
+    Examples
+    --------
+    >>> [csv_header(h) for h in ("P99 TTFT ms", "$/hr", "kW", "miss %", "Δ $/yr", "simulated ms (95% CI)")]
+    ['p99_ttft_ms', 'cost_per_hr', 'power_kw', 'miss_pct', 'delta_cost_per_yr', 'simulated_ms']
+    """
+    if name in _HEADER_NAMES:
+        return _HEADER_NAMES[name]
+    text = re.sub(r"\s*[\[(][^\])]*[\])]\s*", " ", name)
+    for word, spelled in _HEADER_WORDS:
+        text = text.replace(word, f" {spelled} ")
+    text = re.sub(r"\bpower power_kw\b", "power_kw", text)
+    return re.sub(r"[^0-9A-Za-z]+", "_", text).strip("_").lower() or "note"
+
+
+_NUM = r"[+-]?\$?\d[\d,]*(?:\.\d+)?"
+_NUMBER = re.compile(r"^([+-]?)\$?(\d[\d,]*(?:\.\d+)?)([KM]?)(%?)(\*?)$")
+_RANGE = re.compile(r"^(\d[\d,]*)-(\d[\d,]*)(?:\s+(.+))?$")
+_INTERVAL = re.compile(rf"^(?:([A-Za-z]+) )?({_NUM}|inf|-)\s*[\[(]({_NUM}|inf)(?:, |-)({_NUM}|inf)[\])]$")
+_PAIR = re.compile(r"^(\S+) / (\S+)$")
+_NUMBER_NOTE = re.compile(rf"^({_NUM}|inf)\s+(.+)$")
+_LABEL_NOTE = re.compile(r"^(.*?)\s*\((.+)\)$")
+_ROLES = ("metric", "", "min", "max", "detail", "ci_low", "ci_high", "analytic", "simulated", "sized", "note")
+
+
+def _csv_number(text: str) -> str | None:
+    """A display number as a plain CSV number (``1,594`` -> ``1594``, ``$1,282K`` -> ``1282000``, ``+0.0%`` ->
+    ``0.0``); None when ``text`` is not one."""
+    if text in ("inf", "-inf", "nan"):
+        return text
+    m = _NUMBER.match(text)
+    if m is None:
+        return None
+    sign, digits, scale, _, _ = m.groups()
+    digits = digits.replace(",", "")
+    if scale:
+        from decimal import Decimal
+
+        digits = format(Decimal(digits) * (1000 if scale == "K" else 1_000_000), "f")
+    return ("-" if sign == "-" else "") + digits
+
+
+def _csv_parts(cell: str) -> dict[str, str]:
+    """One display cell as its separate values, by role (:data:`_ROLES`): a number, a range's two bounds and what
+    follows them, a value and its interval, an analytic / simulated pair, the ``*`` sized mark, a remark."""
+    text = cell.strip()
+    if text in ("", "-"):
+        return {}
+    number = _csv_number(text)
+    if number is not None:
+        return {"": number, **({"sized": "yes"} if text.endswith("*") else {})}
+    m = _PAIR.match(text)
+    if m and all(_csv_number(x) is not None or x == "-" for x in m.groups()):
+        return {k: v for k, x in zip(("analytic", "simulated"), m.groups()) if (v := _csv_number(x) or "")}
+    m = _INTERVAL.match(text)
+    if m:
+        metric, value, low, high = m.groups()
+        got = {"": _csv_number(value) or "", "ci_low": _csv_number(low), "ci_high": _csv_number(high)}
+        return {k: v for k, v in {**got, **({"metric": metric} if metric else {})}.items() if v}
+    m = _RANGE.match(text)
+    if m:
+        low, high, rest = m.groups()
+        got = {"min": _csv_number(low), "max": _csv_number(high)}
+        if rest:
+            got["detail"] = _csv_label(rest.strip("()"))
+        return got
+    m = _NUMBER_NOTE.match(text)
+    if m and _csv_number(m.group(1)) is not None:
+        return {"": _csv_number(m.group(1)), "note": _csv_label(m.group(2).strip("()"))}
+    if text.startswith("(") and text.endswith(")") and "(" not in text[1:]:
+        return {"": _csv_label(text[1:-1])}
+    m = _LABEL_NOTE.match(text)
+    if m and m.group(1) and "(" not in m.group(1):
+        return {"": _csv_label(m.group(1)), "note": _csv_label(m.group(2))}
+    return {"": _csv_label(text)}
+
+
+def _csv_label(text: str) -> str:
+    """A label without a list's commas-and-spaces (``MISSED, UTIL CAP`` -> ``MISSED; UTIL CAP``) or an arrow."""
+    text = text.replace(", ", "; ").strip()
+    return text[3:] if text.startswith("<- ") else text
+
+
+def _role_name(base: str, role: str, first: bool) -> str:
+    if role in ("min", "max"):
+        return f"{role}_tokens" if base.endswith("tokens") or base == "pool" else f"{base}_{role}"
+    if role == "":
+        return base
+    if role == "detail" and base.endswith("tokens"):
+        return "pool_detail"
+    return f"{base}_{role}"
+
+
+def csv_grid(grid: Grid) -> Grid:
+    """The grid a spreadsheet reads: one value per cell (the display's combined cells split by role, each role
+    its own column: a token range into ``min_tokens`` and ``max_tokens``, ``123.4 (114.6-133.3)`` into the value
+    and ``_ci_low``/``_ci_high``, ``analytic / simulated`` into two columns, the ``*`` sized mark into
+    ``_sized``), numbers without thousands separators, ``$`` or ``K`` (``$1,282K`` -> ``1282000``), ``-`` as an
+    empty cell, and the units in the headers (:func:`csv_header`). The footer is the last row; title and caption
+    stay ``#`` lines.
+
+    Examples
+    --------
+    >>> g = Grid("", ("tokens", "replicas", "$/hr"), ("left",) * 3, (("0-1,536", "3*", "1,093.44"),),
+    ...          ("fleet", "3", "1,093.44"), "")
+    >>> c = csv_grid(g)
+    >>> c.headers
+    ('row', 'min_tokens', 'max_tokens', 'replicas', 'replicas_sized', 'cost_per_hr')
+    >>> c.rows
+    (('pool', '0', '1536', '3', 'yes', '1093.44'), ('fleet', '', '', '3', '', '1093.44'))
+    """
+    rows = list(grid.rows) + ([grid.footer] if grid.footer else [])
+    headers, columns = [], []
+    for k, name in enumerate(grid.headers):
+        base = csv_header(name)
+        if any(r[k].strip().endswith("%") for r in rows if k < len(r)) and not base.endswith("pct"):
+            base += "_pct"      # '+20.0%' cells: the unit goes to the header
+        parts = [_csv_parts(r[k]) if k < len(r) else {} for r in rows]
+        roles = [role for role in _ROLES if any(role in p for p in parts)] or [""]
+        for role in roles:
+            headers.append("row" if role == "" and "min" in roles else _role_name(base, role, k == 0))
+            columns.append([p.get(role, "pool" if role == "" and "min" in p else "") for p in parts]
+                           if "min" in roles else [p.get(role, "") for p in parts])
+    seen: dict[str, int] = {}
+    unique = []
+    for h in headers:
+        seen[h] = seen.get(h, 0) + 1
+        unique.append(h if seen[h] == 1 else f"{h}_{seen[h]}")
+    out_rows = tuple(tuple(col[r] for col in columns) for r in range(len(rows)))
+    return Grid(grid.title, tuple(unique), ("left",) * len(unique), out_rows, None, grid.caption)
