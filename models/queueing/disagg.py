@@ -44,19 +44,21 @@ from dataclasses import asdict, dataclass
 from typing import cast
 
 import numpy as np
+from scipy import special
 
 from fleetopt.models.power import ActivityPower, PowerCurve
 from fleetopt.models.profiles import ServingProfile
-from fleetopt.models.queueing.batched import OperatingPoint, mean_power_w
+from fleetopt.models.queueing.batched import _EXACT_BELOW, _GH_W, _GH_X, OperatingPoint, mean_power_w
 from fleetopt.models.queueing.erlang import (Sizing, erlang_c, min_replicas, prefill_p99_s, ttft_miss_prob,
                                              ttft_p99_s, wait_decay_rate)
 from fleetopt.models.service import (DecodePower, compute_coefficients, decode_power_curve, iteration_coefficients,
                                      iteration_latency_s, service_time_s, tpot_batch_cap, tpot_bound_s)
-from fleetopt.models.units import HOURS_PER_YEAR, MS_PER_S, P99_TAIL
+from fleetopt.models.units import HOURS_PER_YEAR, MS_PER_S, P99, P99_TAIL
 from fleetopt.models.workload import DEFAULT_INPUT_FRACTION, LengthDistribution, RequestTrace
 
 __all__ = ["KV_TRANSFER_MODELS", "SEED_TTFT_FACTOR", "KVTransfer", "kv_bytes_per_token", "link_bandwidth_bytes_per_s",
            "PhaseTraffic", "prefill_components_s", "prefill_service_s", "PrefillStation", "DecodeStation",
+           "stack_traffic", "PrefillStations", "DecodeStations",
            "PairResult", "evaluate_pair", "size_pair", "ReferencePoint", "ReferenceDisagg", "reference_disagg",
            "REFERENCE_PREFILL_DERATE", "REFERENCE_DECODE_DERATE", "REFERENCE_INPUT_SHARE"]
 
@@ -818,6 +820,287 @@ class _Batch:
     """The one field of an operating point :func:`fleetopt.models.queueing.batched.mean_power_w` reads."""
 
     mean_batch: np.ndarray
+
+
+# ----------------------------------------------------------------------------------------------- many segments
+
+
+def stack_traffic(traffics) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The atoms of several segments' :class:`PhaseTraffic` as rows: ``(arrival_rate (S,), prompt_tokens (S, K),
+    output_tokens (S, K), probs (S, K))``, each row padded with empty atoms (0 tokens, probability 0) to the
+    longest; an empty atom adds nothing to any sum, mean or tail of the station models."""
+    rows = list(traffics)
+    k = max(len(t.probs) for t in rows)
+    out = np.zeros((3, len(rows), k))
+    for r, t in enumerate(rows):
+        m = len(t.probs)
+        out[0, r, :m], out[1, r, :m], out[2, r, :m] = t.prompt_tokens, t.output_tokens, t.probs
+    return np.array([t.arrival_rate for t in rows], dtype=float), out[0], out[1], out[2]
+
+
+def _row_dot(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    return np.einsum("ij,ij->i", a, b)
+
+
+@dataclass(frozen=True, kw_only=True, eq=False)
+class PrefillStations:
+    r"""The prefill stations (:class:`PrefillStation`) of one profile for many segments at once: one row per
+    segment, the same formulas as the single station, each over arrays (``arrival_rate`` (S,), atoms (S, K)).
+
+    Build it with :meth:`from_profile` over :func:`stack_traffic`'s rows; :meth:`min_replicas` sizes every row in
+    one call of :func:`fleetopt.models.queueing.erlang.min_replicas`.
+    """
+
+    arrival_rate: np.ndarray
+    probs: np.ndarray
+    service_s: np.ndarray
+    transfer_s: np.ndarray
+    idle_power_w: float
+    busy_power_w: np.ndarray
+    cost_usd_per_hr: float
+    gpus_per_replica: int
+
+    @classmethod
+    def from_profile(cls, profile: ServingProfile, arrival_rate, prompt_tokens, probs, transfer: KVTransfer, *,
+                     chunk_tokens: int | None = None) -> PrefillStations:
+        """:meth:`PrefillStation.from_profile` row by row (its power rule included)."""
+        c = int(profile.chunk_tokens if chunk_tokens is None else chunk_tokens)
+        P, p = np.atleast_2d(np.asarray(prompt_tokens, dtype=float)), np.atleast_2d(np.asarray(probs, dtype=float))
+        w, kv, comp = prefill_components_s(profile, P, c)
+        service = w + kv + comp
+        power = profile.power
+        activity = power if isinstance(power, ActivityPower) else getattr(profile, "activity_power", None)
+        if isinstance(activity, ActivityPower):
+            busy = np.asarray(activity.iteration_power_w(_row_dot(p, w), _row_dot(p, kv), _row_dot(p, comp)),
+                              dtype=float)
+            idle = float(activity.idle_w)
+        else:
+            curve = cast(PowerCurve, power)
+            busy, idle = np.full(len(P), float(curve.power_w(float(c)))), float(curve.power_w(0.0))
+        return cls(arrival_rate=np.asarray(arrival_rate, dtype=float), probs=p, service_s=service,
+                   transfer_s=np.asarray(transfer.time_s(P, service), dtype=float), idle_power_w=idle,
+                   busy_power_w=np.atleast_1d(busy), cost_usd_per_hr=float(profile.cost_usd_per_hr),
+                   gpus_per_replica=int(profile.gpus_per_replica))
+
+    @property
+    def mean_service_s(self) -> np.ndarray:
+        return _row_dot(self.probs, self.service_s)
+
+    @property
+    def cv2_service(self) -> np.ndarray:
+        m = self.mean_service_s
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return np.where(m > 0, np.maximum(_row_dot(self.probs, self.service_s**2) / (m * m) - 1.0, 0.0), 0.0)
+
+    @property
+    def ttft_atoms_s(self) -> np.ndarray:
+        return self.service_s + self.transfer_s
+
+    @property
+    def offered_load_erlangs(self) -> np.ndarray:
+        return self.arrival_rate * self.mean_service_s
+
+    @property
+    def ttft_floor_s(self) -> np.ndarray:
+        """:attr:`PrefillStation.ttft_floor_s` per row (the P99 of prefill plus transfer)."""
+        tau = self.ttft_atoms_s
+        order = np.argsort(tau, axis=1, kind="stable")
+        cum = np.cumsum(np.take_along_axis(self.probs, order, axis=1), axis=1)
+        k = np.minimum(np.sum(cum < P99 - 1e-12, axis=1), tau.shape[1] - 1)
+        return np.take_along_axis(np.take_along_axis(tau, order, axis=1), k[:, None], axis=1)[:, 0]
+
+    def _es(self) -> np.ndarray:
+        m = self.mean_service_s
+        return np.where(m > 0, m, 1.0)
+
+    def min_replicas(self, slo_s: float, *, rho_max: float = 0.85, margin: float = 0.0, min_count: int = 1) -> Sizing:
+        """:meth:`PrefillStation.min_replicas` of every row."""
+        if not 0.0 <= margin < 1.0:
+            raise ValueError(f"margin must lie in [0, 1); got {margin}")
+        tau = self.ttft_atoms_s
+        return min_replicas(self.arrival_rate, self._es(), self.cv2_service, 1,
+                            np.full(len(self.arrival_rate), slo_s * (1.0 - margin)), tau, self.probs,
+                            _row_dot(self.probs, tau), rho_max, "tail", min_count)
+
+    def miss_probability(self, t_s: float, replicas, rows: np.ndarray | None = None) -> np.ndarray:
+        """:meth:`PrefillStation.miss_probability` at ``replicas`` of shape (R, M) for the rows ``rows`` (R of
+        them; all by default): :math:`P(\\mathrm{TTFT} > t)`, shape (R, M)."""
+        rows = np.arange(len(self.arrival_rate)) if rows is None else np.asarray(rows)
+        n = _replicas(replicas)
+        lam = self.arrival_rate[rows][:, None]
+        tau, probs = self.ttft_atoms_s[rows][:, None, :], self.probs[rows][:, None, :]
+        p = ttft_miss_prob(float(t_s), np.maximum(n, 1.0), lam, self._es()[rows][:, None],
+                           self.cv2_service[rows][:, None], tau, probs, 0.0, "tail")
+        return np.where((lam > 0) & (n <= 0), 1.0, p)
+
+    def power_w(self, replicas) -> np.ndarray:
+        r""":meth:`PrefillStation.power_w`, ``replicas`` of shape (S,) or (S, M)."""
+        n = _replicas(replicas)
+        a = self.offered_load_erlangs.reshape((-1,) + (1,) * (n.ndim - 1))
+        with np.errstate(divide="ignore", invalid="ignore"):
+            rho = np.where(n > 0, a / np.where(n > 0, n, 1.0), np.where(a > 0, np.inf, 0.0))
+        u = np.minimum(rho, 1.0)
+        busy = self.busy_power_w.reshape(a.shape)
+        return n * ((1.0 - u) * self.idle_power_w + u * busy)
+
+
+@dataclass(frozen=True, kw_only=True, eq=False)
+class DecodeStations:
+    r"""The decode stations (:class:`DecodeStation`) of one profile for many segments at once (one row per
+    segment; the same formulas over arrays). :meth:`min_replicas` takes the utilisation bound's closed form for
+    every row and searches the slot condition (Erlang C) for all rows together."""
+
+    arrival_rate: np.ndarray
+    window_tokens: np.ndarray
+    weights_s: float
+    context_s_per_token: float
+    compute_s_per_seq: float
+    mean_output_tokens: np.ndarray
+    cv2_output: np.ndarray
+    mean_context_tokens: np.ndarray
+    kv_slots: np.ndarray
+    cap: np.ndarray
+    tpot_bound_s: np.ndarray
+    power: PowerCurve | ActivityPower
+    cost_usd_per_hr: float
+    gpus_per_replica: int
+
+    @classmethod
+    def from_profile(cls, profile: ServingProfile, arrival_rate, prompt_tokens, output_tokens, probs, *,
+                     window_tokens, tpot_slo_s: float | None = None,
+                     max_num_seqs: int | None = None) -> DecodeStations:
+        """:meth:`DecodeStation.from_profile` row by row; ``window_tokens`` (S,) (few distinct values)."""
+        window = np.asarray(window_tokens, dtype=float)
+        P, O, p = (np.atleast_2d(np.asarray(x, dtype=float)) for x in (prompt_tokens, output_tokens, probs))
+        mo = _row_dot(p, O)
+        xd = O * P + O * (O - 1.0) / 2.0
+        with np.errstate(divide="ignore", invalid="ignore"):
+            cv2 = np.where(mo > 0, _row_dot(p, O**2) / (mo * mo) - 1.0, 0.0)
+            xbar = np.where(mo > 0, _row_dot(p, xd) / mo, 0.0)
+        uniq, inv = np.unique(window, return_inverse=True)
+        per = []
+        for wdw in uniq.tolist():
+            slots = int(profile.n_slots(int(wdw)))
+            cap = slots if max_num_seqs is None else min(slots, int(max_num_seqs))
+            if tpot_slo_s is not None:
+                cap = min(cap, int(tpot_batch_cap(profile, wdw, tpot_slo_s)))
+            per.append((slots, max(cap, 0), float(tpot_bound_s(profile, max(cap, 1), wdw))))
+        slots_u, cap_u, bound_u = (np.array(x) for x in zip(*per))
+        W, h = iteration_coefficients(profile)
+        g, _, _ = compute_coefficients(profile)
+        return cls(arrival_rate=np.asarray(arrival_rate, dtype=float), window_tokens=window, weights_s=W,
+                   context_s_per_token=h, compute_s_per_seq=g, mean_output_tokens=mo, cv2_output=cv2,
+                   mean_context_tokens=xbar, kv_slots=slots_u[inv].astype(np.int64), cap=cap_u[inv].astype(np.int64),
+                   tpot_bound_s=bound_u[inv].astype(float), power=profile.power,
+                   cost_usd_per_hr=float(profile.cost_usd_per_hr), gpus_per_replica=int(profile.gpus_per_replica))
+
+    @property
+    def per_seq_s(self) -> np.ndarray:
+        return self.context_s_per_token * self.mean_context_tokens + self.compute_s_per_seq
+
+    @property
+    def output_tok_per_s(self) -> np.ndarray:
+        return self.arrival_rate * self.mean_output_tokens
+
+    def _slot_ok(self, n: np.ndarray, wait_prob_max: float) -> np.ndarray:
+        """:meth:`DecodeStation.slot_wait_prob` at most ``wait_prob_max`` (rows with traffic and slots)."""
+        hold = self.mean_output_tokens * (self.weights_s + self.cap * self.per_seq_s)
+        a = self.arrival_rate * hold
+        wait = np.asarray(erlang_c(np.maximum(n * self.cap, 1.0), a), dtype=float)
+        wait = np.where(self.arrival_rate > 0, np.where(n * self.cap >= 1, wait, 1.0), 0.0)
+        return wait <= wait_prob_max * (1 + 1e-12)
+
+    def min_replicas(self, *, rho_max: float = 0.85, wait_prob_max: float = P99_TAIL, min_count: int = 1) -> Sizing:
+        """:meth:`DecodeStation.min_replicas` of every row: the closed-form utilisation count :math:`N_\\rho`, then
+        the least count from it whose slot wait is at most ``wait_prob_max``, by the same doubling and bisection
+        (all rows at once)."""
+        if not 0.0 < rho_max <= 1.0:
+            raise ValueError(f"rho_max must lie in (0, 1]; got {rho_max}")
+        if not 0.0 < wait_prob_max <= 1.0:
+            raise ValueError(f"wait_prob_max must lie in (0, 1]; got {wait_prob_max}")
+        S = len(self.arrival_rate)
+        no_cap = self.cap < 1
+        idle = ~no_cap & ~(self.output_tok_per_s > 0)
+        active = ~no_cap & ~idle
+        m = rho_max * np.where(no_cap, 1, self.cap)
+        t_m = self.weights_s + m * self.per_seq_s
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+            n_rho = np.maximum(np.ceil(np.where(active, self.output_tok_per_s * t_m / m * (1 - 1e-12), 0.0)),
+                               min_count)
+        hi = n_rho.copy()
+        ok = self._slot_ok(hi, wait_prob_max) | ~active
+        capped = np.zeros(S, dtype=bool)
+        while True:
+            grow = ~ok & ~capped
+            capped |= grow & (hi >= _MAX_REPLICAS)
+            grow &= ~capped
+            if not grow.any():
+                break
+            hi = np.where(grow, np.minimum(2 * hi, _MAX_REPLICAS), hi)
+            ok = ok | (grow & self._slot_ok(hi, wait_prob_max))
+        lo = np.where(hi > n_rho, np.maximum(np.floor(hi / 2), n_rho - 1), n_rho - 1)
+        search = active & ~capped
+        while True:
+            move = search & (hi - lo > 1)
+            if not move.any():
+                break
+            mid = np.floor((lo + hi) / 2)
+            good = self._slot_ok(mid, wait_prob_max)
+            hi = np.where(move & good, mid, hi)
+            lo = np.where(move & ~good, mid, lo)
+        feasible = (active & ~capped) | idle
+        replicas = np.where(idle, min_count, np.where(feasible, hi, 0)).astype(np.int64)
+        reason = np.where(feasible, "", np.where(no_cap, np.where(self.kv_slots < 1, "no-slots", "tpot"), "cap"))
+        return Sizing(replicas, feasible, reason, active & ~capped & (hi == n_rho))
+
+    def mean_batch(self, replicas) -> np.ndarray:
+        """:meth:`DecodeStation.mean_batch` per row, ``replicas`` (S,)."""
+        n = _replicas(replicas)
+        out = self.output_tok_per_s
+        with np.errstate(divide="ignore", invalid="ignore"):
+            r = np.where(n > 0, out / np.where(n > 0, n, 1.0), np.where(out > 0, np.inf, 0.0))
+            load = r * self.per_seq_s
+            t = np.where(load < 1.0, self.weights_s / np.where(load < 1.0, 1.0 - load, 1.0), np.inf)
+            return np.where(np.isfinite(t), r * np.where(np.isfinite(t), t, 0.0), np.inf)
+
+    def _power_of_batch(self, batch: np.ndarray, rows: np.ndarray) -> np.ndarray:
+        """A replica's power at ``batch`` (rows x batches) of the rows ``rows``: the profile's power curve, or
+        its activity model at each row's mean context (:class:`fleetopt.models.service.DecodePower`)."""
+        if not isinstance(self.power, ActivityPower):
+            return np.asarray(self.power.power_w(batch), dtype=float)
+        kv = (self.context_s_per_token * self.mean_context_tokens[rows])[:, None]
+        b = np.asarray(batch, dtype=float)
+        busy = self.power.iteration_power_w(self.weights_s + 0.0 * b, kv * b, self.compute_s_per_seq * b)
+        return np.where(b > 0, busy, self.power.idle_w)
+
+    def power_w(self, replicas) -> np.ndarray:
+        """:meth:`DecodeStation.power_w` per row, ``replicas`` (S,): :math:`N_d E[P(\\min(b, n))]`, the batch
+        Poisson of mean :math:`\\bar b` (:func:`fleetopt.models.queueing.batched.mean_power_w`'s rule)."""
+        n = _replicas(replicas)
+        capf = np.maximum(self.cap, 1).astype(float)
+        m = np.minimum(self.mean_batch(n), capf)
+        m = np.where(np.isfinite(m), m, capf)
+        per = np.empty(m.shape)
+        small = m < _EXACT_BELOW
+        if small.any():
+            rows = np.flatnonzero(small)
+            ms, ns = m[rows][:, None], capf[rows]
+            b = np.arange(int(3 * _EXACT_BELOW) + 1, dtype=float)
+            with np.errstate(divide="ignore", invalid="ignore"):
+                pmf = np.exp(special.xlogy(b[None, :], ms) - ms - special.gammaln(b + 1.0)[None, :])
+            pmf = np.where(b[None, :] < ns[:, None], pmf, 0.0)
+            rest = np.maximum(1.0 - pmf.sum(axis=1), 0.0)
+            if isinstance(self.power, ActivityPower):
+                at = _row_dot(pmf, self._power_of_batch(np.broadcast_to(b, pmf.shape), rows))
+            else:
+                at = pmf @ np.asarray(self.power.power_w(b), dtype=float)
+            per[rows] = at + rest * self._power_of_batch(ns[:, None], rows)[:, 0]
+        if (~small).any():
+            rows = np.flatnonzero(~small)
+            ml, nl = m[rows][:, None], capf[rows][:, None]
+            bb = np.clip(ml + np.sqrt(ml) * _GH_X[None, :], 0.0, nl)
+            per[rows] = self._power_of_batch(bb, rows) @ _GH_W
+        return n * per
 
 
 # ----------------------------------------------------------------------------------------------- the pair

@@ -39,7 +39,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from fleetopt.models.fleet import inflate_for_availability
-from fleetopt.models.queueing.disagg import (DecodeStation, PhaseTraffic, PrefillStation, reference_disagg)
+from fleetopt.models.queueing.disagg import (DecodeStation, DecodeStations, PhaseTraffic, PrefillStation,
+                                             PrefillStations, reference_disagg, stack_traffic)
 from fleetopt.models.units import MS_PER_S, P99_TAIL
 from fleetopt.models.workload import RequestTrace
 
@@ -94,7 +95,13 @@ def _pairs(instance: Instance) -> list[tuple[int, int]]:
 
 
 def pair_candidates(instance: Instance, b: np.ndarray) -> PairColumns:
-    """Every pair candidate of ``instance`` over boundaries ``b`` (see the module docstring)."""
+    """Every pair candidate of ``instance`` over boundaries ``b`` (see the module docstring).
+
+    Vectorised over segments: each prefill option (per transfer) and each decode option is one
+    :class:`~fleetopt.models.queueing.disagg.PrefillStations` / :class:`~fleetopt.models.queueing.disagg.DecodeStations`
+    over all segments, sized in one call; the pairs of all segments are one broadcast of the two columns. The
+    candidates and their order are those of sizing each station alone (segment by segment, pair by pair).
+    """
     if instance.pools.pd_sizing == "reference":
         return _reference_pairs(instance, b)
     slo, rho = instance.slo, instance.constraints.max_utilization
@@ -102,75 +109,92 @@ def pair_candidates(instance: Instance, b: np.ndarray) -> PairColumns:
     total = instance.workload.arrival_rate_req_per_s
     opts = instance.gpus
     pairs = _pairs(instance)
+    ii, jj = np.triu_indices(len(b), k=1)
+    S = len(ii)
+    if not pairs or not S:
+        return PairColumns(_arrays({k: [] for k in _POOL_KEYS}), _arrays({k: [] for k in _CHOICE_KEYS}), (),
+                           S * len(pairs), 0, 0)
     pre_opts = sorted({p for p, _ in pairs})
     dec_opts = sorted({d for _, d in pairs})
     chunks = sorted({int(opts[g].profile.chunk_tokens) for g in pre_opts})
-    pools = {k: [] for k in ("i", "j", "gpu", "decode_gpu", "decode_cap", "arrival_rate", "output_tok_per_s",
-                             "load_erlangs", "min_replicas")}
-    choices = {k: [] for k in ("pool", "replicas", "decode_replicas", "gpus", "decode_gpus", "cost", "power", "miss")}
-    dropped = []
-    n_pre = n_dec = 0
-    ii, jj = np.triu_indices(len(b), k=1)
-    for i, j in zip(ii.tolist(), jj.tolist()):
-        lo, hi = float(b[i]), float(b[j])
-        # one law per prefill chunk, cut at its multiples (as the analytic evaluation of a pair builds it); the
-        # decode station reads only moments, exact on any of them
-        by_chunk = {c: _traffic(instance, lo, hi, (c,)) for c in chunks}
-        traffic = by_chunk[chunks[0]]
-        lam = traffic.arrival_rate
-        # decode stations: one per decode option
-        dec = {}
-        for d in dec_opts:
-            st = DecodeStation.from_profile(opts[d].profile, traffic, window_tokens=hi, tpot_slo_s=slo.tpot_p99_s)
-            z = st.min_replicas(rho_max=rho, wait_prob_max=P99_TAIL)
-            n_dec += 1
-            if z.feasible[0]:
-                nd = int(inflate_for_availability(int(z.replicas[0]), opts[d].availability))
-                dec[d] = (st, nd, float(st.power_w(nd)))
-            else:
-                dec[d] = (st, str(z.reason[0]), 0.0)
-        # prefill stations: one per (prefill option, transfer)
-        pre: dict = {}
-        for p, d in pairs:
-            x = instance.pools.transfer(opts[p].name, opts[d].name)
-            key = (p, x)
-            if key not in pre:
-                st = PrefillStation.from_profile(opts[p].profile, by_chunk[int(opts[p].profile.chunk_tokens)], x)
-                n_pre += 1
-                counts = _prefill_counts(st, instance, fleet, total)
-                power = (None if isinstance(counts, str) else
-                         np.asarray(st.power_w(inflate_for_availability(counts[0], opts[p].availability)), dtype=float))
-                pre[key] = (st, counts, power)
-            st, counts, p_power = pre[key]
-            dst, nd, d_power = dec[d]
-            name = pair_label(opts[p].name, opts[d].name)
-            if isinstance(counts, str) or isinstance(nd, str):
-                why = counts if isinstance(counts, str) else _decode_reason(dst, nd, instance)
-                dropped.append((int(lo), int(hi), name, why))
-                continue
-            ns, miss = counts
-            pools["i"].append(i)
-            pools["j"].append(j)
-            pools["gpu"].append(p)
-            pools["decode_gpu"].append(d)
-            pools["decode_cap"].append(dst.cap)
-            pools["arrival_rate"].append(lam)
-            pools["output_tok_per_s"].append(dst.output_tok_per_s)
-            pools["load_erlangs"].append(st.offered_load_erlangs)
-            pools["min_replicas"].append(int(ns[0]))
-            k = len(pools["i"]) - 1
+    lo, hi = b[ii].astype(float), b[jj].astype(float)
+    # one law per prefill chunk, cut at its multiples (as the analytic evaluation of a pair builds it); the decode
+    # station reads only moments, exact on any of them
+    stacks = {c: stack_traffic([_traffic(instance, float(x), float(y), (c,)) for x, y in zip(lo, hi)])
+              for c in chunks}
+    lam0, prompt0, output0, probs0 = stacks[chunks[0]]
+    dec = {}
+    for d in dec_opts:
+        st = DecodeStations.from_profile(opts[d].profile, lam0, prompt0, output0, probs0, window_tokens=hi,
+                                         tpot_slo_s=slo.tpot_p99_s)
+        z = st.min_replicas(rho_max=rho, wait_prob_max=P99_TAIL)
+        nd = np.where(z.feasible, inflate_for_availability(z.replicas, opts[d].availability), 0)
+        dec[d] = (st, z, nd, st.power_w(nd))
+    pre: dict = {}
+    for p, d in pairs:
+        x = instance.pools.transfer(opts[p].name, opts[d].name)
+        if (p, x) not in pre:
+            lam, prompt, _, probs = stacks[int(opts[p].profile.chunk_tokens)]
+            st = PrefillStations.from_profile(opts[p].profile, lam, prompt, probs, x)
+            ns, miss, length, why = _prefill_counts(st, instance, fleet, total)
             npp = inflate_for_availability(ns, opts[p].availability)
-            pp, pd = opts[p].profile, opts[d].profile
-            choices["pool"].append(np.full(len(ns), k))
-            choices["replicas"].append(npp)
-            choices["decode_replicas"].append(np.full(len(ns), nd))
-            choices["gpus"].append(npp * pp.gpus_per_replica + nd * pd.gpus_per_replica)
-            choices["decode_gpus"].append(np.full(len(ns), nd * pd.gpus_per_replica))
-            choices["cost"].append(npp * pp.cost_usd_per_hr + nd * pd.cost_usd_per_hr)
-            choices["power"].append(p_power + d_power)
-            choices["miss"].append(lam * miss)
-    return PairColumns(_arrays(pools), _arrays(choices, concat=True), tuple(dropped), len(ii) * len(pairs), n_pre,
-                       n_dec)
+            pre[(p, x)] = (st, ns, npp, miss, length, why, np.asarray(st.power_w(npp), dtype=float))
+    keys = [(p, d, pre[(p, instance.pools.transfer(opts[p].name, opts[d].name))]) for p, d in pairs]
+    width = max(v[1].shape[1] for v in pre.values())
+    ok = np.stack([(k[2][4] > 0) & dec[k[1]][1].feasible for k in keys], axis=1)          # [segment, pair]
+    length = np.stack([np.where(ok[:, q], k[2][4], 0) for q, k in enumerate(keys)], axis=1)
+    rows, cols = np.nonzero(ok)                                                            # pools, in order
+
+    def per_pair(f, dtype=float) -> np.ndarray:
+        """A pool field from each pair's columns, at the pools' (segment, pair) positions."""
+        out = np.stack([np.asarray(f(p, d, v), dtype=dtype) for p, d, v in keys], axis=1)
+        return out[rows, cols]
+
+    pools = {"i": ii[rows], "j": jj[rows], "gpu": np.array([p for p, _, _ in keys])[cols],
+             "decode_gpu": np.array([d for _, d, _ in keys])[cols],
+             "decode_cap": per_pair(lambda p, d, v: dec[d][0].cap, np.int64), "arrival_rate": lam0[rows],
+             "output_tok_per_s": per_pair(lambda p, d, v: dec[d][0].output_tok_per_s),
+             "load_erlangs": per_pair(lambda p, d, v: v[0].offered_load_erlangs),
+             "min_replicas": per_pair(lambda p, d, v: v[1][:, 0], np.int64)}
+    # choices: [pool, count] with the pool's first length[pool] counts valid, flattened pool by pool
+    n_len = length[rows, cols]
+    valid = np.arange(width)[None, :] < n_len[:, None]
+
+    def per_choice(f) -> np.ndarray:
+        out = np.stack([np.broadcast_to(np.asarray(f(p, d, v), dtype=float), (S, width)) for p, d, v in keys],
+                       axis=1)
+        return out[rows, cols][valid]
+
+    def pad(a: np.ndarray) -> np.ndarray:
+        return np.pad(a, ((0, 0), (0, width - a.shape[1])))
+
+    npp = per_choice(lambda p, d, v: pad(v[2])).astype(np.int64)
+    nd = per_choice(lambda p, d, v: dec[d][2][:, None]).astype(np.int64)
+    gp = np.array([opts[p].profile.gpus_per_replica for p, _, _ in keys])[cols]
+    gd = np.array([opts[d].profile.gpus_per_replica for _, d, _ in keys])[cols]
+    cp = np.array([opts[p].profile.cost_usd_per_hr for p, _, _ in keys], dtype=float)[cols]
+    cd = np.array([opts[d].profile.cost_usd_per_hr for _, d, _ in keys], dtype=float)[cols]
+    k_of = np.broadcast_to(np.arange(len(rows))[:, None], valid.shape)[valid]
+    choices = {"pool": k_of, "replicas": npp, "decode_replicas": nd,
+               "gpus": npp * gp[k_of] + nd * gd[k_of], "decode_gpus": nd * gd[k_of],
+               "cost": npp * cp[k_of] + nd * cd[k_of],
+               "power": per_choice(lambda p, d, v: pad(v[6]) + dec[d][3][:, None]),
+               "miss": per_choice(lambda p, d, v: lam0[:, None] * pad(v[3]))}
+    dropped = []
+    for r, q in zip(*np.nonzero(~ok)):
+        p, d, v = keys[q]
+        name = pair_label(opts[p].name, opts[d].name)
+        if not v[4][r]:
+            why = v[5](int(r))
+        else:
+            why = _decode_reason(dec[d][0], int(r), str(dec[d][1].reason[r]), instance)
+        dropped.append((int(lo[r]), int(hi[r]), name, why))
+    return PairColumns(pools, choices, tuple(dropped), S * len(pairs), S * len(pre), S * len(dec_opts))
+
+
+_POOL_KEYS = ("i", "j", "gpu", "decode_gpu", "decode_cap", "arrival_rate", "output_tok_per_s", "load_erlangs",
+              "min_replicas")
+_CHOICE_KEYS = ("pool", "replicas", "decode_replicas", "gpus", "decode_gpus", "cost", "power", "miss")
 
 
 def _arrays(cols: dict, concat: bool = False) -> dict:
@@ -179,46 +203,70 @@ def _arrays(cols: dict, concat: bool = False) -> dict:
     return {k: np.asarray(v) if v else np.zeros(0) for k, v in cols.items()}
 
 
-def _prefill_counts(st: PrefillStation, instance: Instance, fleet: bool, total: float):
-    """The prefill counts a pair offers (before availability) and each one's miss probability at the sizing
-    target, or the reason none serves."""
+_MISS_BLOCK = 1 << 22
+"""Atoms x counts x segments the fleet-scope miss probabilities evaluate at once (bounds memory)."""
+
+
+def _prefill_counts(st: PrefillStations, instance: Instance, fleet: bool, total: float):
+    """Per segment (row), the prefill counts a pair offers (before availability) and each one's miss probability
+    at the sizing target: ``(counts (S, M), miss (S, M), length (S,), reason)``, the first ``length`` entries of a
+    row valid (0: none serves; ``reason(row)`` then says why)."""
     slo, rho = instance.slo, instance.constraints.max_utilization
+    S = len(st.arrival_rate)
+    floors: list = []
+
+    def floor_of(r: int) -> float:
+        if not floors:
+            floors.append(st.ttft_floor_s)
+        return float(floors[0][r])
+
+    def sizing_reason(z):
+        return lambda r: _prefill_reason(floor_of(r), instance, str(z.reason[r]))
+
     if not fleet:
         z = st.min_replicas(slo.ttft_p99_s, rho_max=rho, margin=slo.ttft_margin)
-        if not z.feasible[0]:
-            return _prefill_reason(st, instance, str(z.reason[0]))
-        return np.array([int(z.replicas[0])]), np.zeros(1)
+        return z.replicas[:, None], np.zeros((S, 1)), z.feasible.astype(np.int64), sizing_reason(z)
     floor = st.min_replicas(math.inf, rho_max=rho)
-    if not floor.feasible[0]:
-        return _prefill_reason(st, instance, str(floor.reason[0]))
     target = slo.ttft_sizing_s
-    n0 = int(floor.replicas[0])
-    if st.arrival_rate <= 0:
-        return np.array([n0]), np.zeros(1)
-    ns = np.arange(n0, n0 + MAX_EXTRA_COUNTS + 1)
-    miss = np.asarray(st.miss_probability(target, ns), dtype=float)
-    limit = float(st.miss_probability(target, 10**6))
-    if st.arrival_rate * limit > P99_TAIL * total * (1 + 1e-12):
+    n0 = floor.replicas.astype(float)
+    ns = n0[:, None] + np.arange(MAX_EXTRA_COUNTS + 1)[None, :]
+    miss = np.zeros(ns.shape)
+    limit = np.zeros(S)
+    busy = np.flatnonzero(floor.feasible & (st.arrival_rate > 0))
+    step = max(1, _MISS_BLOCK // (ns.shape[1] * st.probs.shape[1]))
+    for a in range(0, len(busy), step):
+        r = busy[a:a + step]
+        miss[r] = st.miss_probability(target, ns[r], r)
+        limit[r] = st.miss_probability(target, np.full((len(r), 1), 10.0**6), r)[:, 0]
+    over = st.arrival_rate * limit > P99_TAIL * total * (1 + 1e-12)
+    stop = miss <= limit[:, None] + 1e-9
+    last = np.where(stop.any(axis=1), np.argmax(stop, axis=1), ns.shape[1] - 1)
+    length = np.where(floor.feasible & ~over, np.where(st.arrival_rate > 0, last + 1, 1), 0)
+    miss = np.where(st.arrival_rate[:, None] > 0, miss, 0.0)
+    base = sizing_reason(floor)
+
+    def reason(r: int) -> str:
+        if not floor.feasible[r]:
+            return base(r)
         return (f"requests whose prefill and KV transfer alone exceed {slo.sizing_text()} are "
-                f"{st.arrival_rate * limit / total:.2%} of all traffic, above the fleet's 1 % budget")
-    stop = np.flatnonzero(miss <= limit + 1e-9)
-    last = int(stop[0]) if len(stop) else len(ns) - 1
-    return ns[:last + 1], miss[:last + 1]
+                f"{st.arrival_rate[r] * limit[r] / total:.2%} of all traffic, above the fleet's 1 % budget")
+
+    return ns.astype(np.int64), miss, length, reason
 
 
-def _prefill_reason(st: PrefillStation, instance: Instance, code: str) -> str:
+def _prefill_reason(ttft_floor_s: float, instance: Instance, code: str) -> str:
     if code == "prefill":
-        return (f"prefill: P99 of prefill plus KV transfer alone is {st.ttft_floor_s * MS_PER_S:,.0f} ms, above "
+        return (f"prefill: P99 of prefill plus KV transfer alone is {ttft_floor_s * MS_PER_S:,.0f} ms, above "
                 f"{instance.slo.sizing_text()} at any replica count")
     return "prefill: no replica count up to the search cap meets the SLO"
 
 
-def _decode_reason(st: DecodeStation, code: str, instance: Instance) -> str:
+def _decode_reason(st: DecodeStations, r: int, code: str, instance: Instance) -> str:
     if code == "no-slots":
-        return f"decode: the {int(st.window_tokens):,}-token window does not fit the KV cache"
+        return f"decode: the {int(st.window_tokens[r]):,}-token window does not fit the KV cache"
     if code == "tpot":
-        return (f"decode: one sequence at the {int(st.window_tokens):,}-token window decodes in "
-                f"{st.tpot_bound_s * MS_PER_S:,.1f} ms per token, above the "
+        return (f"decode: one sequence at the {int(st.window_tokens[r]):,}-token window decodes in "
+                f"{st.tpot_bound_s[r] * MS_PER_S:,.1f} ms per token, above the "
                 f"{instance.slo.tpot_p99_s * MS_PER_S:,.4g} ms TPOT SLO")
     return "decode: no replica count up to the search cap carries the load"
 
