@@ -58,7 +58,7 @@ from fleetopt.models.workload import DEFAULT_INPUT_FRACTION, LengthDistribution,
 
 __all__ = ["KV_TRANSFER_MODELS", "SEED_TTFT_FACTOR", "KVTransfer", "kv_bytes_per_token", "link_bandwidth_bytes_per_s",
            "PhaseTraffic", "prefill_components_s", "prefill_service_s", "PrefillStation", "DecodeStation",
-           "stack_traffic", "PrefillStations", "DecodeStations",
+           "stack_traffic", "stack_distribution", "PrefillStations", "DecodeStations",
            "PairResult", "evaluate_pair", "size_pair", "ReferencePoint", "ReferenceDisagg", "reference_disagg",
            "REFERENCE_PREFILL_DERATE", "REFERENCE_DECODE_DERATE", "REFERENCE_INPUT_SHARE"]
 
@@ -836,6 +836,72 @@ def stack_traffic(traffics) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndar
         m = len(t.probs)
         out[0, r, :m], out[1, r, :m], out[2, r, :m] = t.prompt_tokens, t.output_tokens, t.probs
     return np.array([t.arrival_rate for t in rows], dtype=float), out[0], out[1], out[2]
+
+
+def stack_distribution(workload: LengthDistribution, lo_tokens, hi_tokens, arrival_rate: float, *,
+                       input_fraction: float = DEFAULT_INPUT_FRACTION, chunk_tokens=(), nodes: int = 3):
+    r""":func:`stack_traffic` of :meth:`PhaseTraffic.from_distribution` for the segments
+    :math:`(lo_s, hi_s]` (arrays ``lo_tokens``, ``hi_tokens``), the same atoms, built without a law per segment.
+
+    A segment's cuts are its ends and the points of one global set :math:`G` (the law's piece edges and the
+    chunk cuts :math:`mc/f`) strictly inside it, so its pieces are a head :math:`(lo, g)`, a run of :math:`G`'s
+    consecutive pieces and a tail :math:`(g', hi)`: the run's atoms are computed once for all segments, the heads
+    once per distinct :math:`lo` and the tails once per distinct :math:`hi`.
+    """
+    if not 0.0 < input_fraction < 1.0:
+        raise ValueError(f"input_fraction must lie in (0, 1); got {input_fraction}")
+    if nodes < 1:
+        raise ValueError("nodes must be >= 1")
+    lo_s, hi_s = np.asarray(lo_tokens, dtype=float), np.asarray(hi_tokens, dtype=float)
+    f, d = float(input_fraction), workload
+    live = d.prob > 0
+    pieces = live & (d.hi_tokens > d.lo_tokens)
+    plo, phi, pp = d.lo_tokens[pieces], d.hi_tokens[pieces], d.prob[pieces]
+    top = float(hi_s.max()) if len(hi_s) else 0.0
+    chunk_cuts = [np.arange(1, int(np.ceil(f * top / c)) + 1) * c / f
+                  for c in np.atleast_1d(np.asarray(chunk_tokens, dtype=float)) if c > 0]
+    G = np.unique(np.concatenate([plo, phi, *chunk_cuts]))
+    x, w = _gauss_legendre(nodes)
+    slope = pp / (phi - plo)
+
+    def atoms(u: np.ndarray, v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Atoms of the pieces (u, v): ``(L, weight)``, shape (pieces, nodes), as from_distribution makes them."""
+        mid, half = (u + v) / 2.0, (v - u) / 2.0
+        dens = ((mid[:, None] > plo) & (mid[:, None] < phi)) @ slope if len(pp) else np.zeros(len(mid))
+        return mid[:, None] + half[:, None] * x[None, :], (half * dens)[:, None] * w[None, :]
+
+    run_L, run_w = atoms(G[:-1], G[1:])
+    lows, highs = np.unique(lo_s), np.unique(hi_s)
+    s_of = np.searchsorted(G, lows, side="right")
+    e_of = np.searchsorted(G, highs, side="left")
+    head = atoms(lows, G[np.minimum(s_of, len(G) - 1)]) if len(G) else None
+    tail = atoms(G[np.maximum(e_of - 1, 0)], highs) if len(G) else None
+    point = live & (d.hi_tokens <= d.lo_tokens)
+    pL, pw = d.hi_tokens[point], d.prob[point]
+    rows = []
+    for lo, hi in zip(lo_s.tolist(), hi_s.tolist()):
+        a, z = int(np.searchsorted(lows, lo)), int(np.searchsorted(highs, hi))
+        s, e = int(s_of[a]), int(e_of[z])
+        if e > s:
+            Ls = [head[0][a], run_L[s:e - 1].ravel(), tail[0][z]]
+            ws = [head[1][a], run_w[s:e - 1].ravel(), tail[1][z]]
+        else:
+            one_L, one_w = atoms(np.array([lo]), np.array([hi]))
+            Ls, ws = [one_L[0]], [one_w[0]]
+        here = (pL > lo) & (pL <= hi)
+        L, wt = np.concatenate(Ls + [pL[here]]), np.concatenate(ws + [pw[here]])
+        keep = wt > 0
+        L, wt = L[keep], wt[keep]
+        share = float(wt.sum())
+        if share <= 0:
+            rows.append((0.0, np.zeros(1), np.ones(1)))
+        else:
+            rows.append((float(arrival_rate) * share, L, wt / share))
+    k = max(len(r[1]) for r in rows)
+    out = np.zeros((3, len(rows), k))
+    for r, (_, L, p) in enumerate(rows):
+        out[0, r, :len(L)], out[1, r, :len(L)], out[2, r, :len(L)] = f * L, (1.0 - f) * L, p
+    return np.array([r[0] for r in rows], dtype=float), out[0], out[1], out[2]
 
 
 def _row_dot(a: np.ndarray, b: np.ndarray) -> np.ndarray:

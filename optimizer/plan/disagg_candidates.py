@@ -40,7 +40,8 @@ import numpy as np
 
 from fleetopt.models.fleet import inflate_for_availability
 from fleetopt.models.queueing.disagg import (DecodeStation, DecodeStations, PhaseTraffic, PrefillStation,
-                                             PrefillStations, reference_disagg, stack_traffic)
+                                             PrefillStations, reference_disagg, stack_distribution,
+                                             stack_traffic)
 from fleetopt.models.units import MS_PER_S, P99_TAIL
 from fleetopt.models.workload import RequestTrace
 
@@ -87,6 +88,15 @@ def _traffic(instance: Instance, lo: float, hi: float, chunks) -> PhaseTraffic:
                                           input_fraction=w.input_fraction, chunk_tokens=chunks)
 
 
+def _stacked_traffic(instance: Instance, lo: np.ndarray, hi: np.ndarray, chunk: int):
+    """The segments' laws as rows (:func:`~fleetopt.models.queueing.disagg.stack_traffic`)."""
+    w = instance.workload
+    if isinstance(w.lengths, RequestTrace):
+        return stack_traffic([_traffic(instance, float(x), float(y), (chunk,)) for x, y in zip(lo, hi)])
+    return stack_distribution(w.lengths, lo, hi, w.arrival_rate_req_per_s, input_fraction=w.input_fraction,
+                              chunk_tokens=(chunk,))
+
+
 def _pairs(instance: Instance) -> list[tuple[int, int]]:
     """(prefill option, decode option) indices with a KV transfer (same model)."""
     names = [g.name for g in instance.gpus]
@@ -120,8 +130,7 @@ def pair_candidates(instance: Instance, b: np.ndarray) -> PairColumns:
     lo, hi = b[ii].astype(float), b[jj].astype(float)
     # one law per prefill chunk, cut at its multiples (as the analytic evaluation of a pair builds it); the decode
     # station reads only moments, exact on any of them
-    stacks = {c: stack_traffic([_traffic(instance, float(x), float(y), (c,)) for x, y in zip(lo, hi)])
-              for c in chunks}
+    stacks = {c: _stacked_traffic(instance, lo, hi, c) for c in chunks}
     lam0, prompt0, output0, probs0 = stacks[chunks[0]]
     dec = {}
     for d in dec_opts:
