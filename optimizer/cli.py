@@ -122,7 +122,9 @@ class _Commands(click.Group):
             "catalog": ("fleetopt.optimizer.commands.catalog", "catalog",
                         "What the catalogue holds: GPUs, models and profiles, with provenance."),
             "report": ("fleetopt.optimizer.commands.report_html", "report",
-                       "A self-contained HTML page of a result: plan, plots, provenance.")}
+                       "A self-contained HTML page of a result: plan, plots, provenance."),
+            "diff": ("fleetopt.optimizer.commands.diff", "diff",
+                     "What changes between two plans: pools, GPUs to buy or release, cost, power, SLO.")}
 
     def add_command(self, cmd, name=None):
         """Every command that loads an instance (it takes ``--set``) also takes ``--catalog FILE``

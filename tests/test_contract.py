@@ -46,6 +46,7 @@ RUNS = {  # command kind -> (argv, instance name in the envelope, exit codes a r
                  UNITS, (0,)),
     "profile fit": (["profile", "fit", f"{MEAS}_decode.csv", f"{MEAS}_prefill.csv", f"{MEAS}_meta.json"], None,
                     (0,)),
+    "diff": (["diff", "tests/data/diff/plan_a.json", "tests/data/diff/plan_b.json"], "toy", (0,)),
 }
 SLOW_RUNS = {  # 2-5 s each on a shared 2-core machine
     "tpw --rho-sweep": (["tpw", QUICK, "--fleet", FLEET, "--rho-sweep", "--rho", "0.3,0.6"], UNITS, (0,)),

@@ -24,8 +24,8 @@ from fleetopt.optimizer.io.instance import load_instance
 from fleetopt.optimizer.output.writes import write_document
 from fleetopt.optimizer.commands.sim_flags import VERIFY_FLAGS, sim_options
 from fleetopt.optimizer.workflows import plots
-from fleetopt.optimizer.workflows.headroom import (Headroom, StepSchedule, fleet_steps, headroom as find_headroom,
-                                                   parse_range, simulated_limit)
+from fleetopt.optimizer.workflows.headroom import (Headroom, StepSchedule, fleet_change as _range_change, fleet_steps,
+                                                   headroom as find_headroom, parse_range, simulated_limit)
 from fleetopt.optimizer.workflows.split_table import SplitTable, parse_boundaries, split_table
 
 PLOT_HELP = "Also draw the result's figure to FILE (.png or .svg; needs pip install 'fleetopt[plot]')."
@@ -194,25 +194,37 @@ def render_headroom(c: Console, h: Headroom) -> None:
 def render_steps(c: Console, s: StepSchedule) -> None:
     table = Table(title=f"{s.instance}: least-cost fleet over {s.lo:g}-{s.hi:g} req/s  [P99 TTFT SLO "
                         f"{s.slo_ttft_p99_ms:,.0f} ms, ttft_model {s.ttft_model}]", title_justify="left")
-    for name in ("from req/s", "fleet", "GPUs", "$/yr", "add capacity before req/s"):
-        table.add_column(name, justify="left" if name == "fleet" else "right", no_wrap=True)
-    for p, until in s.plateaus:
+    against = "current fleet" if s.current is not None else "previous step"
+    for name in ("from req/s", "fleet", "GPUs", "$/yr", "add capacity before req/s", f"change from {against}"):
+        table.add_column(name, justify="left" if name == "fleet" or name.startswith("change") else "right",
+                         no_wrap=True)
+    changes = [None if s.current is None else _range_change(s.current, s.plateaus[0][0]),
+               *(st.change for st in s.steps)]
+    for (p, until), change in zip(s.plateaus, changes):
         table.add_row(f"{p.arrival_rate:g}", p.fleet or f"no plan ({p.status})",
                       "-" if p.total_gpus is None else str(p.total_gpus),
                       "-" if not math.isfinite(p.cost_per_year) else f"${p.cost_per_year / 1e3:,.0f}K",
-                      "-" if until is None else f"{until:g}")
+                      "-" if until is None else f"{until:g}", "-" if change is None else change.summary())
     c.print(table)
     c.print(f"re-solved (analytic, least cost) at {len(s.solved)} rates; a step is the first whole-req/s rate whose "
             "least cost exceeds the plateau's (found by bisection: the least cost never falls as the rate grows)",
             markup=False)
+    if s.current is not None:
+        c.print(f"current fleet (at the instance's {s.current.arrival_rate:g} req/s): {s.current.fleet}, "
+                f"{s.current.physical_gpus} physical GPUs; each change is what to buy (or release) from it to reach "
+                "the row's fleet", markup=False)
+    else:
+        c.print("each change is what to buy (or release) from the previous row's fleet (give --fleet SPEC for "
+                "changes from the current fleet)", markup=False)
 
 
 @click.command(context_settings=CONTEXT_SETTINGS)
 @click.argument("instance", type=click.Path(dir_okay=False))
 @click.option("--fleet", metavar="SPEC", help="The fleet, LO-HI:GPU[xN],... (no xN: sized at the instance's rate).")
 @click.option("--verify", is_flag=True, help="Also search the limit by simulation (each pool alone at its share).")
-@click.option("--range", "rate_range", metavar="LO:HI", help="Instead of --fleet: the rates in [LO, HI] where the "
-              "least-cost fleet steps up (re-solved, bisected to 1 req/s).")
+@click.option("--range", "rate_range", metavar="LO:HI", help="The rates in [LO, HI] where the least-cost fleet steps "
+              "up (re-solved, bisected to 1 req/s), each step as what to add to the current fleet (--fleet) or else "
+              "to the previous step.")
 @click.option("--sim-requests", type=click.IntRange(1000), default=20_000, show_default=True,
               help="--verify: requests per simulated rate (each pool alone), over all replications.")
 @click.option("--sim-replications", type=click.IntRange(2, 100), default=5, show_default=True,
@@ -231,7 +243,8 @@ def render_steps(c: Console, s: StepSchedule) -> None:
 def headroom(instance, fleet, verify, rate_range, sim_requests, sim_replications, seed, sim_tolerance, overrides,
              json_out, plot_out, quiet, fmt):
     """The largest arrival rate a fleet carries within its SLO (--fleet), or where the optimal fleet steps
-    up over a range of rates (--range LO:HI). Exit 6 when the --fleet breaks a limit of the instance."""
+    up over a range of rates (--range LO:HI; with --fleet, each step as what to add to that fleet). Exit 6 when
+    the --fleet breaks a limit of the instance."""
     if rate_range is None and fleet is None:
         raise InstanceError("--fleet: give the fleet to test (or --range LO:HI for the steps of the optimal fleet)")
     bounds = None if rate_range is None else parse_range(rate_range)
@@ -241,7 +254,7 @@ def headroom(instance, fleet, verify, rate_range, sim_requests, sim_replications
         plots.check_target(plot_out, "--plot", (instance,))
     inst = load_instance(instance, overrides)
     if bounds is not None:
-        result = fleet_steps(inst, *bounds)
+        result = fleet_steps(inst, *bounds, current=fleet)
         render = render_steps
     else:
         result = find_headroom(inst, fleet)

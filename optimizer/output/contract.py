@@ -656,15 +656,133 @@ class HeadroomDocument(Document):
                                               "(as evaluate's)")
 
 
+class _DiffPoolChange(_Open):
+    change: Literal["added", "removed", "resized", "moved", "unchanged"]
+    gpu: str
+    phase: Literal["both", "prefill", "decode"]
+    hardware: str = Field(description="the profile's GPU (its name up to the first /), else the GPU option")
+    physical_gpus_per_replica: int
+    min_tokens_a: int | None = Field(description="the pool's segment in A (null: added)")
+    max_tokens_a: int | None
+    min_tokens_b: int | None = Field(description="the pool's segment in B (null: removed)")
+    max_tokens_b: int | None
+    replicas_a: int
+    replicas_b: int
+    replicas_delta: int = Field(description="replicas_b - replicas_a")
+    physical_gpus_a: int
+    physical_gpus_b: int
+    physical_gpus_delta: int = Field(description="physical_gpus_b - physical_gpus_a")
+
+
+class _DiffOption(_Open):
+    gpu: str
+    replicas_a: int
+    replicas_b: int
+    replicas_delta: int
+    physical_gpus_a: int
+    physical_gpus_b: int
+    physical_gpus_delta: int
+
+
+class _DiffHardware(_Open):
+    hardware: str
+    physical_gpus_a: int
+    physical_gpus_b: int
+    physical_gpus_delta: int = Field(description="GPUs to buy (> 0) or release (< 0)")
+    action: Literal["buy", "release", "keep"]
+
+
+class _BoundaryMove(_Open):
+    from_tokens: int
+    to_tokens: int
+
+
+class FleetChange(_Open):
+    """What changes from fleet A to fleet B (``diff``'s ``change``, each ``headroom --range`` step's): pools
+    matched by GPU configuration, phase and segment, GPUs per option and per hardware, boundaries, $/hr."""
+
+    pools: list[_DiffPoolChange]
+    options: list[_DiffOption]
+    hardware: list[_DiffHardware]
+    boundaries_a: list[int]
+    boundaries_b: list[int]
+    boundary_moves: list[_BoundaryMove]
+    boundaries_added: list[int]
+    boundaries_removed: list[int]
+    replicas_delta: int
+    physical_gpus_delta: int
+    cost_per_hr_delta: float | None = Field(description="B's $/hr - A's (null: a side's cost unknown)")
+    cost_per_year_delta: float | None
+    unchanged: bool
+    summary: str = Field(description="the change in words: GPUs to buy / release per hardware, the $/hr delta")
+
+
+class _RangeStep(_Open):
+    arrival_rate: float
+    before: dict
+    after: dict
+    change: FleetChange = Field(description="what to add at the step: from the current fleet (--fleet) or else "
+                                            "from the previous step's fleet")
+    change_from_previous: FleetChange
+
+
 class HeadroomRangeDocument(Document):
     """``fleetopt headroom --range LO:HI``: where the optimal fleet steps up over a rate range."""
 
     command: Literal["headroom --range"]
     instance: str
     range: list[float] = Field(min_length=2, max_length=2)
-    steps: list[dict]
+    steps: list[_RangeStep]
     plateaus: list[dict]
     solved: list[dict]
+    current_fleet: dict | None = Field(description="the --fleet at the instance's rate (null without --fleet)")
+    reference: Literal["current fleet", "previous step"] = Field(
+        description="what each step's change is measured from")
+
+
+class _DiffPlan(_Open):
+    file: str
+    command: Literal["solve", "evaluate", "simulate"]
+    instance: str | None
+    plan: str = Field(description="which plan of the file: the selected plan, plan N, fleet N, the simulated fleet")
+    fleet: str | None
+    overrides: list[str]
+    slo_ttft_p99_ms: float | None
+    arrival_rate: Figure = Field(description="req/s: the sum of its pools' analytic arrival_rate (decode rows out)")
+    physical_gpus: int
+    total_replicas: int
+    cost_per_hr: float
+    cost_per_year: float
+    power_kw: Figure
+    tok_per_watt: Figure
+    usd_per_million_output_tokens: Figure
+    slo_met: bool | None
+    slo_source: Literal["analytic", "simulated"]
+    ttft_p99_ms: Figure
+    ttft_p99_ci_ms: Interval | None = Field(description="simulated only: the P99 TTFT's 95 % interval")
+
+
+class _DiffDelta(_Open):
+    physical_gpus: int
+    total_replicas: int
+    cost_per_hr: float
+    cost_per_year: float
+    power_kw: Figure
+    tok_per_watt: Figure
+    usd_per_million_output_tokens: Figure
+
+
+class DiffDocument(Document):
+    """``fleetopt diff A.json B.json``: what changes from plan A to plan B."""
+
+    command: Literal["diff"]
+    instance: str | None = Field(description="the instance of both plans; null when they differ")
+    same_instance: bool
+    instance_note: str | None = Field(description="what differs between the plans' instances (null: nothing)")
+    a: _DiffPlan
+    b: _DiffPlan
+    change: FleetChange
+    delta: _DiffDelta = Field(description="B - A of each headline figure (null where a side's is null)")
 
 
 class _Scenario(_Open):
@@ -752,14 +870,14 @@ DOCUMENTS: dict[str, type[Document]] = {
     m.model_fields["command"].annotation.__args__[0]: m  # the Literal's one value
     for m in (ValidateDocument, EvaluateDocument, SolveDocument, SimulateDocument, SimulateRoutersDocument,
               TpwDocument, RhoSweepDocument, BenchDocument, ParetoDocument, HeadroomDocument, HeadroomRangeDocument,
-              WhatIfDocument, GridFlexDocument, ProfileFitDocument, CatalogDocument)}
+              WhatIfDocument, GridFlexDocument, ProfileFitDocument, CatalogDocument, DiffDocument)}
 """Each document kind (its ``command`` value) and its model."""
 
 COMMANDS: dict[str, tuple[str, ...]] = {
     "validate": ("validate",), "evaluate": ("evaluate",), "solve": ("solve",),
     "simulate": ("simulate", "simulate --routers"), "tpw": ("tpw", "tpw --rho-sweep"), "bench": ("bench",),
     "pareto": ("pareto --split-table",), "headroom": ("headroom", "headroom --range"), "whatif": ("whatif",),
-    "gridflex": ("gridflex",), "profile": ("profile fit",), "catalog": ("catalog list",)}
+    "gridflex": ("gridflex",), "profile": ("profile fit",), "catalog": ("catalog list",), "diff": ("diff",)}
 """Each command and the document kinds its ``--json`` writes (``export`` writes deployment files, not JSON)."""
 
 

@@ -56,6 +56,13 @@ rate where it rises. Equal costs at the two ends of an interval mean no step ins
 bisection on the index (to 1 req/s) and the solves are :math:`O(\text{steps} \cdot \log_2 n)`. The plateau before a
 step is the fleet that must grow before the rate reaches the step ("add capacity before :math:`\lambda` reaches
 ..."). Only the cost objective has this monotone structure (``objective: cost``).
+
+Each step is also a *change* (what to add), by the pool matching of ``fleetopt diff``
+(:func:`fleetopt.optimizer.workflows.diff.compare_pools`): ``change_from_previous`` from the plateau before it,
+and ``change`` from the reference: the instance's current fleet (``current``, a ``--fleet`` spec evaluated at the
+instance's own rate, counts fixed as :func:`fixed_pools` fixes them) when given, else the plateau before. Per
+hardware the changes from the previous plateau telescope: the first plateau's physical GPUs plus every step's
+``change_from_previous`` equal the last plateau's.
 """
 
 from __future__ import annotations
@@ -68,6 +75,7 @@ from collections.abc import Callable
 import numpy as np
 
 from fleetopt.models.fleet import FleetResult, PoolPlan, PoolResult
+from fleetopt.models.profiles import replica_unit
 from fleetopt.models.numerics import bisect_boundary
 from fleetopt.models.units import MS_PER_S
 
@@ -76,11 +84,12 @@ from fleetopt.optimizer.io.instance import Instance
 from fleetopt.optimizer.plan.evaluate import evaluate_plans, limit_violations, parse_fleet
 from fleetopt.optimizer.plan.solve import SolveOptions, solve_instance
 from fleetopt.optimizer.simulation.options import SimOptions
+from fleetopt.optimizer.workflows.diff import FleetChange, PoolRow, compare_pools, result_rows
 
 __all__ = ["SCHEMA_VERSION", "RATE_TOLERANCE_REQ_PER_S", "MAX_RATE_REQ_PER_S", "SIM_BRACKET_FACTOR",
            "SIM_BRACKET_STEPS", "SIM_RULE", "PoolLimit", "SimProbe", "PoolSimLimit", "SimLimit", "Headroom",
-           "RangePoint",
-           "FleetStep", "StepSchedule", "at_rate", "fixed_pools", "headroom", "simulated_limit", "fleet_steps",
+           "RangePoint", "FleetStep", "StepSchedule", "fleet_change", "at_rate", "fixed_pools", "headroom",
+           "simulated_limit", "fleet_steps",
            "parse_range", "MAX_RANGE_POINTS"]
 
 from fleetopt.optimizer.output.contract import SCHEMA_VERSION  # noqa: E402 (one contract version)
@@ -266,12 +275,29 @@ class RangePoint:
     cost_per_year: float
     pools: tuple[tuple[int, int, str, int], ...] = ()
     """``(lo, hi, gpu, replicas)`` per pool."""
+    rows: tuple[PoolRow, ...] = ()
+    """The pools as ``fleetopt diff`` compares them (phase, hardware, physical GPUs), in :attr:`pools`' order."""
+
+    @property
+    def physical_gpus(self) -> int | None:
+        return sum(r.physical_gpus for r in self.rows) if self.fleet is not None else None
 
     def to_json(self) -> dict:
+        pools = [{"min_tokens": lo, "max_tokens": hi, "gpu": g, "replicas": n} for lo, hi, g, n in self.pools]
+        for d, r in zip(pools, self.rows):
+            d.update(phase=r.phase, hardware=r.hardware, physical_gpus=r.physical_gpus)
         return {"arrival_rate": self.arrival_rate, "status": self.status, "fleet": self.fleet,
                 "total_gpus": self.total_gpus, "total_replicas": self.total_replicas,
-                "cost_per_hr": self.cost_per_hr, "cost_per_year": self.cost_per_year,
-                "pools": [{"min_tokens": lo, "max_tokens": hi, "gpu": g, "replicas": n} for lo, hi, g, n in self.pools]}
+                "physical_gpus": self.physical_gpus, "cost_per_hr": self.cost_per_hr,
+                "cost_per_year": self.cost_per_year, "pools": pools}
+
+
+def fleet_change(a: RangePoint, b: RangePoint) -> FleetChange:
+    """The change from fleet ``a`` to fleet ``b`` (no plan: no pools, no cost)."""
+    def cost(p: RangePoint) -> float | None:
+        return p.cost_per_hr if math.isfinite(p.cost_per_hr) else None
+
+    return compare_pools(a.rows, b.rows, cost(a), cost(b))
 
 
 @dataclass(frozen=True)
@@ -282,9 +308,22 @@ class FleetStep:
     """The first grid rate the ``before`` fleet's cost no longer suffices for ("add capacity before ...")."""
     before: RangePoint
     after: RangePoint
+    current: RangePoint | None = None
+    """The instance's current fleet (``--fleet``), the reference of :attr:`change`; None: the plateau before."""
+
+    @property
+    def change_from_previous(self) -> FleetChange:
+        """What to add to the plateau before the step (``before``) to reach ``after``."""
+        return fleet_change(self.before, self.after)
+
+    @property
+    def change(self) -> FleetChange:
+        """What to add to the reference (the current fleet, else ``before``) to reach ``after``."""
+        return fleet_change(self.before if self.current is None else self.current, self.after)
 
     def to_json(self) -> dict:
-        return {"arrival_rate": self.arrival_rate, "before": self.before.to_json(), "after": self.after.to_json()}
+        return {"arrival_rate": self.arrival_rate, "before": self.before.to_json(), "after": self.after.to_json(),
+                "change": self.change.to_json(), "change_from_previous": self.change_from_previous.to_json()}
 
 
 @dataclass(frozen=True)
@@ -301,13 +340,20 @@ class StepSchedule:
     slo_ttft_p99_ms: float
     ttft_model: str
     overrides: tuple[str, ...] = ()
+    current: RangePoint | None = None
+    """The instance's current fleet (``--fleet``) at its own rate; None: each step is measured from the one
+    before."""
 
     def to_json(self) -> dict:
         return {"schema_version": SCHEMA_VERSION, "command": "headroom --range", "instance": self.instance,
                 "source": "analytic (re-solved at each rate)", "range": [self.lo, self.hi],
                 "slo_ttft_p99_ms": self.slo_ttft_p99_ms, "ttft_model": self.ttft_model,
+                "current_fleet": None if self.current is None else self.current.to_json(),
+                "reference": "previous step" if self.current is None else "current fleet",
                 "steps": [s.to_json() for s in self.steps],
-                "plateaus": [{**p.to_json(), "add_capacity_before": until} for p, until in self.plateaus],
+                "plateaus": [{**p.to_json(), "add_capacity_before": until,
+                              "change": None if self.current is None else fleet_change(self.current, p).to_json()}
+                             for p, until in self.plateaus],
                 "solved": [p.to_json() for p in sorted(self.solved, key=lambda p: p.arrival_rate)],
                 "overrides": list(self.overrides)}
 
@@ -554,23 +600,33 @@ def parse_range(text: str, field: str = "--range") -> tuple[float, float]:
     return lo, hi
 
 
+def _range_point(instance: Instance, lam: float, status: str, f: FleetResult) -> RangePoint:
+    """A fleet evaluated at rate ``lam`` as a :class:`RangePoint` (its pools also as ``diff`` compares them)."""
+    units = {g.name: replica_unit(g.profile) for g in instance.gpus}
+    profiles = {g.name: g.profile.name for g in instance.gpus}
+    spec = ",".join(f"{p.min_tokens}-{p.max_tokens}:{p.gpu}x{p.replicas}" for p in f.pools)
+    return RangePoint(lam, status, spec, f.total_gpus, f.total_replicas, f.cost_per_hr, f.cost_per_year,
+                      tuple((p.min_tokens, p.max_tokens, p.gpu, p.replicas) for p in f.pools),
+                      result_rows(f, units, profiles))
+
+
 def _point(instance: Instance, lam: float, options: SolveOptions) -> RangePoint:
     rep = solve_instance(at_rate(instance, lam), options)
     if rep.best is None:
         return RangePoint(lam, str(rep.status), None, None, None, math.inf, math.inf)
-    f = rep.best.fleet
-    spec = ",".join(f"{p.min_tokens}-{p.max_tokens}:{p.gpu}x{p.replicas}" for p in f.pools)
-    return RangePoint(lam, str(rep.status), spec, f.total_gpus, f.total_replicas, f.cost_per_hr, f.cost_per_year,
-                      tuple((p.min_tokens, p.max_tokens, p.gpu, p.replicas) for p in f.pools))
+    return _range_point(instance, lam, str(rep.status), rep.best.fleet)
 
 
-def fleet_steps(instance: Instance, lo: float, hi: float, options: SolveOptions = SolveOptions()) -> StepSchedule:  # noqa: B008 frozen dataclass default
-    """The steps of the least-cost fleet over the rates ``lo + k`` in ``[lo, hi]`` and ``hi`` (module docstring).
+def fleet_steps(instance: Instance, lo: float, hi: float, options: SolveOptions = SolveOptions(),  # noqa: B008 frozen dataclass default
+                current: str | None = None) -> StepSchedule:
+    """The steps of the least-cost fleet over the rates ``lo + k`` in ``[lo, hi]`` and ``hi`` (module docstring);
+    ``current``: the instance's current fleet (a ``--fleet`` spec), the reference of each step's change.
 
     Raises
     ------
     InstanceError
-        A bad range, or an instance whose objective is not ``cost`` (the steps follow the least cost).
+        A bad range or ``current`` spec, or an instance whose objective is not ``cost`` (the steps follow the
+        least cost).
     """
     if not 0 < lo < hi or hi - lo > MAX_RANGE_POINTS:
         raise InstanceError(f"--range: {lo:g}:{hi:g}: the rates must satisfy 0 < LO < HI, at most "
@@ -578,6 +634,10 @@ def fleet_steps(instance: Instance, lo: float, hi: float, options: SolveOptions 
     if instance.objective != "cost":
         raise InstanceError(f"--range: the steps follow the least-cost fleet; the instance's objective is "
                             f"{instance.objective!r} (give --set objective=cost)")
+    now = None
+    if current is not None:
+        _, evaluated = fixed_pools(instance, current)
+        now = _range_point(instance, instance.workload.arrival_rate_req_per_s, "given", evaluated)
     rates = [lo + k for k in range(int(math.floor(hi - lo + 1e-9)) + 1)]
     if rates[-1] < hi - 1e-9:
         rates.append(hi)
@@ -599,9 +659,9 @@ def fleet_steps(instance: Instance, lo: float, hi: float, options: SolveOptions 
         _, first = bisect_boundary(lambda x, base=base: np.array(key(int(math.floor(float(x)))) == base),
                                    float(i), float(last))
         j = int(first)
-        steps.append(FleetStep(rates[j], point(j - 1), point(j)))
+        steps.append(FleetStep(rates[j], point(j - 1), point(j), now))
         plateaus.append((point(i), rates[j]))
         i = j
     plateaus.append((point(i), None))
     return StepSchedule(instance.name, lo, hi, tuple(steps), tuple(plateaus), tuple(points.values()),
-                        instance.slo.ttft_p99_s * MS_PER_S, instance.slo.ttft_model, tuple(instance.overrides))
+                        instance.slo.ttft_p99_s * MS_PER_S, instance.slo.ttft_model, tuple(instance.overrides), now)
