@@ -22,6 +22,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from functools import singledispatch
+from typing import Any
 
 import numpy as np
 
@@ -605,9 +606,9 @@ def _evaluate_pair(traffic: PhaseTraffic, plan: PoolPlan, level: ServiceLevel):
     dec_ok = not dec_why and (math.isfinite(r.decode_utilization) or dec.output_tok_per_s <= 0)
     pre_util_ok = lam <= 0 or r.prefill_utilization <= rho * (1 + 1e-12)
     dec_util_ok = dec.output_tok_per_s <= 0 or r.decode_utilization <= rho * (1 + 1e-12)
-    common = dict(min_tokens=plan.lo_tokens, max_tokens=plan.hi_tokens, arrival_rate=lam,
-                  routing_share=traffic.rate_share, sized=plan.replicas is None, compress_gamma=1.0,
-                  tpot_p99_ms=r.tpot_bound_s * MS_PER_S)
+    common: dict[str, Any] = dict(min_tokens=plan.lo_tokens, max_tokens=plan.hi_tokens, arrival_rate=lam,
+                                  routing_share=traffic.rate_share, sized=plan.replicas is None, compress_gamma=1.0,
+                                  tpot_p99_ms=r.tpot_bound_s * MS_PER_S)
     floor = pre.ttft_floor_s if lam > 0 else 0.0
     p_slots = int(plan.profile.n_slots(plan.hi_tokens))
     prefill_row = PoolResult(

@@ -147,6 +147,7 @@ class FleetProblem:
             set_(self, "sinks", (self.sink_node,))
         elif self.sinks is None or len(self.sinks) != len(self.sources) or not self.sources:
             raise ValueError("sources and sinks must be given together, one of each per commodity")
+        assert self.sources is not None and self.sinks is not None and self.n_nodes is not None   # set above
         if self.sink_node is None:
             set_(self, "sink_node", self.sinks[0])
         ends = tuple(self.sources) + tuple(self.sinks)

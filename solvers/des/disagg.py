@@ -122,11 +122,11 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from types import SimpleNamespace
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
-from fleetopt.models.power import ActivityPower
+from fleetopt.models.power import ActivityPower, PowerCurve
 from fleetopt.models.profiles import ServingProfile
 from fleetopt.models.service import compute_coefficients, iteration_coefficients
 from fleetopt.solvers.des.engine import _anchor_functions, _arrival_chunks, _run, simulate
@@ -658,7 +658,8 @@ def _pool_queue_prefill(pool: SimPool, requests: Requests, hi_s: float, lo_s: fl
             share = np.where(S > 0, busy_each / np.where(S > 0, S, 1.0), 0.0)
         energy = np.bincount(replica[on], (full * share)[on], R) + activity.idle_w * (window - busy)
     else:
-        energy = float(power.power_w(c)) * busy + float(power.power_w(0)) * (window - busy)
+        curve = cast(PowerCurve, power)             # no activity power: the profile's power is a curve of the batch
+        energy = float(curve.power_w(c)) * busy + float(curve.power_w(0)) * (window - busy)
     in_sys = np.clip(np.where(np.isnan(end), end_s, end), lo_s, end_s) - np.clip(arrival, lo_s, end_s)
     outcome = np.where(np.isfinite(end), Outcome.COMPLETED, Outcome.UNFINISHED).astype(np.int8)
     with np.errstate(divide="ignore", invalid="ignore"):
