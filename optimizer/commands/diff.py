@@ -62,8 +62,8 @@ def render_diff(c, d: PlanDiff) -> None:
     c.print(hw)
     delta = d.delta()
     figs = Table(title="figures (analytic; the verdict from its source)", title_justify="left")
-    for name in ("", "A", "B", "B - A"):
-        figs.add_column(name, justify="left" if name == "" else "right", no_wrap=True)
+    for name in ("figure", "A", "B", "B - A"):
+        figs.add_column(name, justify="left" if name == "figure" else "right", no_wrap=True)
     a, b = d.a, d.b
     figs.add_row("physical GPUs", str(a.physical_gpus), str(b.physical_gpus), _signed(delta["physical_gpus"], "d"))
     figs.add_row("replicas", str(a.total_replicas), str(b.total_replicas), _signed(delta["total_replicas"], "d"))
