@@ -33,7 +33,7 @@ import pyomo.environ as pyo
 
 from fleetopt.solvers.mip import Solution, SolveResult, _highs, _solve_once
 
-__all__ = ["SplitProblem", "build_split_model", "solve_split"]
+__all__ = ["SplitProblem", "build_split_model", "slo_cut_rule", "solve_split"]
 
 
 @dataclass(frozen=True, eq=False)
@@ -69,6 +69,9 @@ class SplitProblem:
     energy_usd_per_kwh: float = 0.0
     pue: float = 1.0
     power_error_w: float = 0.0
+    slo_cuts: tuple[tuple[int, np.ndarray], ...] = ()
+    """Cuts from the exact re-evaluation (:func:`slo_cut_rule`): ``(c, w)`` adds
+    :math:`\\sum_l w_l g_{lc} \\le z_c` to choice ``c``, ``w`` over its pool's links (order of ``links_of_pool``)."""
 
     @property
     def links_of_pool(self) -> list[np.ndarray]:
@@ -121,6 +124,9 @@ def build_split_model(problem: SplitProblem) -> pyo.ConcreteModel:
     m.gpu_inventory = pyo.Constraint(m.GPUS, rule=gpu_inventory_rule)
     m.caps = pyo.ConstraintList()
     _caps(m)
+    m.slo_cuts = pyo.ConstraintList()
+    for c, weights in problem.slo_cuts:
+        m.slo_cuts.add(slo_cut_rule(m, int(c), weights))
     # Pyomo's inferred types: an indexed Var's item does not multiply, a RangeSet does not iterate
     cost = pyo.quicksum(float(problem.choice_cost_per_hr[c]) * m.z[c]  # pyright: ignore[reportOperatorIssue]
                         for c in m.CHOICES)  # pyright: ignore[reportGeneralTypeIssues]
@@ -192,6 +198,18 @@ def slo_rule(m, c):
         return pyo.Constraint.Skip
     coef = m.problem.slo_coef[c]
     return pyo.quicksum(float(coef[m._pos_in_pool[m._pairs[n][0]]]) * m.g[n] for n in flows) <= 0
+
+
+def slo_cut_rule(m, c, weights):
+    """A cut from the exact re-evaluation of choice :math:`c`'s SLO (``SplitProblem.slo_cuts``):
+
+    .. math:: \\sum_l w_l \\, g_{lc} \\le z_c
+
+    :math:`w` is the gradient of the gauge of the set of routed rate vectors that :math:`n_c` replicas carry
+    under the instance's TTFT model, at a mix they do not carry
+    (:func:`fleetopt.optimizer.plan.split_candidates.slo_cut`)."""
+    flows = m._flows_of_choice.get(int(c), [])
+    return pyo.quicksum(float(weights[m._pos_in_pool[m._pairs[n][0]]]) * m.g[n] for n in flows) <= m.z[c]
 
 
 def power_rule(m, c):

@@ -38,7 +38,7 @@ def test_no_surviving_candidate_is_infeasible(repo_root, method, override, reaso
 
 
 def test_split_routing_without_a_candidate_is_infeasible(repo_root):
-    res, r = run("solve", repo_root / "instances" / "ref_units_agent_split.yaml", "--set", "slo.ttft_p99_ms=1")
+    res, r = run("solve", repo_root / "tests" / "data" / "agent_split_units.yaml", "--set", "slo.ttft_p99_ms=1")
     assert res.exit_code == 3
     assert r["status"] == "infeasible" and "prefill alone on an idle replica" in r["explanation"]
 

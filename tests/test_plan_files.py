@@ -24,7 +24,7 @@ def _invoke(*args):
 @pytest.fixture(scope="module")
 def split_solve(repo_root, tmp_path_factory):
     out = tmp_path_factory.mktemp("plan") / "solve.json"
-    r = _invoke("solve", repo_root / "instances" / "ref_units_agent_split.yaml", "--top", 2, "--json", out)
+    r = _invoke("solve", repo_root / "tests" / "data" / "agent_split_units.yaml", "--top", 2, "--json", out)
     assert r.exit_code == 0, r.output
     return out, json.loads(out.read_text())
 
@@ -33,7 +33,7 @@ def test_split_plan_replays_its_routing(repo_root, split_solve, tmp_path):
     path, solved = split_solve
     assert solved["routing"] is not None and solved["fleet"] is None      # overlapping pools: no --fleet spec
     out = tmp_path / "sim.json"
-    r = _invoke("simulate", repo_root / "instances" / "ref_units_agent_split.yaml", "--plan", path, "--requests", 4000,
+    r = _invoke("simulate", repo_root / "tests" / "data" / "agent_split_units.yaml", "--plan", path, "--requests", 4000,
                 "--json", out)
     assert r.exit_code == 0, r.output
     sim = json.loads(out.read_text())
@@ -50,7 +50,7 @@ def test_split_plan_replays_its_routing(repo_root, split_solve, tmp_path):
 def test_rank_picks_a_solution(repo_root, split_solve, tmp_path):
     path, solved = split_solve
     out = tmp_path / "sim.json"
-    r = _invoke("simulate", repo_root / "instances" / "ref_units_agent_split.yaml", "--plan", path, "--rank", 2,
+    r = _invoke("simulate", repo_root / "tests" / "data" / "agent_split_units.yaml", "--plan", path, "--rank", 2,
                 "--requests", 1000, "--json", out)
     assert r.exit_code == 0, r.output
     sim = json.loads(out.read_text())
@@ -95,7 +95,7 @@ def test_plan_file_errors_are_one_line(repo_root, split_solve, tmp_path, setup, 
 
 
 def test_split_plan_refuses_another_router_and_a_bad_rank(repo_root, split_solve):
-    inst = repo_root / "instances" / "ref_units_agent_split.yaml"
+    inst = repo_root / "tests" / "data" / "agent_split_units.yaml"
     r = _invoke("simulate", inst, "--plan", split_solve[0], "--router", "length", "--requests", 1000)
     assert r.exit_code == 2 and "runs with its own routing" in r.output
     r = _invoke("simulate", inst, "--plan", split_solve[0], "--rank", 9, "--requests", 1000)
@@ -139,10 +139,10 @@ def test_printed_simulate_command_keeps_the_overrides(busy_solve, tmp_path):
 
 
 def test_printed_split_command_keeps_the_overrides(repo_root):
-    r = _invoke("solve", repo_root / "instances" / "ref_units_agent_split.yaml", "--set", "slo.ttft_p99_ms=1500")
+    r = _invoke("solve", repo_root / "tests" / "data" / "agent_split_units.yaml", "--set", "slo.ttft_p99_ms=1500")
     assert r.exit_code == 0, r.output
     args = _printed_simulate(r.output)
-    assert args[:4] == ["simulate", str(repo_root / "instances" / "ref_units_agent_split.yaml"), "--set",
+    assert args[:4] == ["simulate", str(repo_root / "tests" / "data" / "agent_split_units.yaml"), "--set",
                         "slo.ttft_p99_ms=1500"] and args[-2:] == ["--plan", "FILE"]
 
 
@@ -247,11 +247,11 @@ def test_bad_split_routing_names_the_file(repo_root, split_solve, tmp_path):
     data["routing"]["rate_req_per_s"] = [[v / 2 for v in row] for row in data["routing"]["rate_req_per_s"]]
     f = tmp_path / "plan.json"
     f.write_text(json.dumps(data))
-    r = _invoke("simulate", repo_root / "instances" / "ref_units_agent_split.yaml", "--plan", f, "--requests", 1000)
+    r = _invoke("simulate", repo_root / "tests" / "data" / "agent_split_units.yaml", "--plan", f, "--requests", 1000)
     lines = r.output.strip().splitlines()
     assert r.exit_code == 2 and len(lines) == 1 and "Traceback" not in r.output, r.output
     assert lines[0].startswith(f"error: {f}: routing: segment ") and "but the workload sends" in lines[0]
     data["routing"]["boundaries_tokens"][1] += 0.5
     f.write_text(json.dumps(data))
-    r = _invoke("simulate", repo_root / "instances" / "ref_units_agent_split.yaml", "--plan", f, "--requests", 1000)
+    r = _invoke("simulate", repo_root / "tests" / "data" / "agent_split_units.yaml", "--plan", f, "--requests", 1000)
     assert r.exit_code == 2 and f"{f}: routing.boundaries_tokens[1]: the number" in r.output, r.output

@@ -2,10 +2,13 @@
 
 The procedure of the README ("The seeds, analytic and re-checked in simulation"): plain `solve` on every bundled
 instance, then `simulate --plan` of its plan with another seed (7) and three times the default requests
-(150,000), judged on the upper end of each pool's 95 % interval. One instance is named in the README as the
-exception, for a statistical reason: `ref_puzzle1_lmsys_a100`'s long pool (eight A100 units), whose P99 rests on rare
+(150,000), judged on the upper end of each pool's 95 % interval. Two instances are named in the README as
+exceptions, for a statistical reason: `ref_puzzle1_lmsys_a100`'s long pool (eight A100 units), whose P99 rests on rare
 sequences of tens of thousands of tokens, reads 409 ms [258, 650] in such a run (424 ms [420, 430] over 2 million
 requests of that pool alone), so its interval straddles the 500 ms SLO and the verdict is not `met`.
+The other is `agent_split` (split routing fills its 8,192-65,536 pool of four H100 servers to
+the sizing target, 2,910 ms analytic): 2,970 ms [2,824, 3,085] in such a run, 2,975 ms [2,954, 3,000] over 800,000
+requests (``--precision 1``).
 """
 
 from __future__ import annotations
@@ -17,7 +20,8 @@ from click.testing import CliRunner
 
 from fleetopt.optimizer.cli import main
 
-EXCEPTION = "ref_puzzle1_lmsys_a100"
+EXCEPTIONS = {"ref_puzzle1_lmsys_a100": "500 ms", "agent_split": "3,000 ms"}
+"""Instances whose verdict is not `met` only as undecided (the SLO their interval straddles)."""
 REFERENCE_SIZED = "ref_puzzle7_azure_pd"
 """Its pair is sized by the reference tool's convention (``pools.pd_sizing: reference``, to reproduce Puzzle 7's
 1+3); fleetopt's own analytic evaluation of that plan already says it misses, so it is no promise of fleetopt's."""
@@ -41,6 +45,6 @@ def test_plain_solve_plans_pass_their_simulator(repo_root, tmp_path):
         assert res.exit_code in (0, 5) and "Traceback" not in res.output, (path.stem, res.output)
         doc = json.loads(sim.read_text())
         verdicts[path.stem] = doc["simulated"]["slo_met"]
-        if path.stem == EXCEPTION:      # missed only as undecided: its interval straddles the SLO
-            assert any("straddles the 500 ms SLO" in n for n in doc["notes"]), doc["notes"]
-    assert [k for k, met in verdicts.items() if not met] == [EXCEPTION], verdicts
+        if path.stem in EXCEPTIONS:     # missed only as undecided: its interval straddles the SLO
+            assert any(f"straddles the {EXCEPTIONS[path.stem]} SLO" in n for n in doc["notes"]), doc["notes"]
+    assert sorted(k for k, met in verdicts.items() if not met) == sorted(EXCEPTIONS), verdicts

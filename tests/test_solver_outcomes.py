@@ -224,11 +224,11 @@ def test_a_limit_does_not_outlive_its_solve(stress):
 
 
 @pytest.mark.parametrize("instance,override,method", [
-    ("ref_puzzle1_lmsys_a100.yaml", "constraints.max_power_kw=1.5", "mip"),
-    ("ref_units_agent_split.yaml", "constraints.max_total_gpus=1", "mip (split routing)"),
+    ("instances/ref_puzzle1_lmsys_a100.yaml", "constraints.max_power_kw=1.5", "mip"),
+    ("tests/data/agent_split_units.yaml", "constraints.max_total_gpus=1", "mip (split routing)"),
 ])
 def test_infeasible_instances_raise_and_exit_3(repo_root, instance, override, method):
-    path = repo_root / "instances" / instance
+    path = repo_root / instance
     rep = solve_instance(load(path, [override]))
     assert rep.status is SolveStatus.INFEASIBLE and rep.method == method and not rep.plans and rep.explanation
     with pytest.raises(InfeasibleError) as info:

@@ -366,9 +366,9 @@ def _cut_note(instance: Instance, c: Candidates, time_limit_s: float, found: boo
 
 
 def _solve_split(instance: Instance, options: SolveOptions) -> SolveReport:
-    """Split routing: the split MIP, then the exact re-evaluation of each plan's routed mixes."""
-    from fleetopt.solvers.split import solve_split
-
+    """Split routing: the split MIP with SLO cuts (:func:`_split_cut_loop`), then the exact re-evaluation of each
+    plan's routed mixes. The status is never ``optimal`` for a plan with a pool that misses its SLO or the
+    utilisation cap in that re-evaluation (``iteration_limit`` then, the explanation naming the pools)."""
     from fleetopt.optimizer.plan.split_candidates import build_split_problem, decode_split_plan, restrict_split
 
     if options.method == "oracle":
@@ -385,15 +385,28 @@ def _solve_split(instance: Instance, options: SolveOptions) -> SolveReport:
         result, plans = SolveResult(Termination.INFEASIBLE, (), None, None, 0.0, "candidate sizing (no solve needed)",
                                     {}, f"no candidate pool serves {int(b[unserved]):,}-{int(b[unserved + 1]):,}-"
                                     "token requests at any replica count"), []
+        cuts, rounds, uncut = [], 0, False
     else:
-        result, plans = solve_split(model.problem, top=options.top, time_limit_s=_mip_time_limit_s(deadline),
-                                    mip_gap=options.mip_gap, threads=options.threads, verbose=options.verbose)
+        result, plans, cuts, rounds, uncut = _split_cut_loop(instance, model, options, deadline)
     decoded = tuple(Plan(k + 1, p.objective, *decode_split_plan(instance, model, p.choices, p.link_rate))
                     for k, p in enumerate(plans))
     from fleetopt.optimizer.plan.explain import explain_stop
 
     status = STATUS[result.termination]
     explanation = ""
+    missing = [f"plan {p.rank} pool {pool.min_tokens:,}-{pool.max_tokens:,} on {pool.gpu}" for p in decoded
+               for pool in p.fleet.pools if not (pool.slo_met and pool.utilization_ok)]
+    if missing and status is SolveStatus.OPTIMAL:  # never "optimal" for a plan that misses in the re-evaluation
+        status = SolveStatus.ITERATION_LIMIT
+    if missing:
+        explanation = (f"split routing: after {rounds} solve(s) and {len(cuts)} SLO cut(s) "
+                       + ("(stopped at the round limit or a solver limit with a cut still to add) " if uncut
+                          else "(no cut separates it) ")
+                       + "the re-evaluation still misses the SLO or the utilisation cap in " + ", ".join(missing))
+    elif cuts and decoded:
+        explanation = (f"split routing: {len(cuts)} SLO cut(s) from the {instance.slo.ttft_model} TTFT model in "
+                       f"{rounds} solves; optimal within the MIP's operating points and these cuts (a cut keeps every "
+                       "carried mix where the carried set is convex, checked numerically, not proven)")
     if not decoded and unserved is not None:
         from fleetopt.optimizer.plan.explain import explain_infeasible
 
@@ -403,6 +416,9 @@ def _solve_split(instance: Instance, options: SolveOptions) -> SolveReport:
     elif not decoded:
         explanation = (f"no split-routing plan satisfies the instance (solver: {result.message})"
                        if status is SolveStatus.INFEASIBLE else explain_stop(result))
+        if cuts:
+            explanation += (f"; with {len(cuts)} SLO cut(s) from the {instance.slo.ttft_model} TTFT model (valid "
+                            "where the carried set of routed rates is convex, not proven)")
     return SolveReport(
         instance=instance, status=status, method="mip (split routing)", plans=decoded,
         baseline=baseline(instance) if options.compute_baseline else None,
@@ -410,6 +426,35 @@ def _solve_split(instance: Instance, options: SolveOptions) -> SolveReport:
         solver=result.solver, candidates_generated=model.generated, candidates_feasible=len(model.problem.pool_gpu),
         candidates_after_pruning=len(model.problem.pool_gpu), dropped_reasons=model.dropped,
         power_error_w=model.problem.power_error_w)
+
+
+SPLIT_CUT_ROUNDS = 12
+"""Most solves of the split MIP between which SLO cuts are added (:func:`_split_cut_loop`)."""
+
+
+def _split_cut_loop(instance: Instance, model, options: SolveOptions, deadline: Deadline | None):
+    r"""Solve the split MIP, re-evaluate each plan's pools at their routed mixes under the instance's TTFT model
+    and, while one does not carry its mix, add a cut for that (pool, count)
+    (:func:`fleetopt.optimizer.plan.split_candidates.slo_cut`) and solve again, at most :data:`SPLIT_CUT_ROUNDS`
+    times. Returns the last solve's result and plans, the cuts, the solves made and whether cuts were still being
+    added when the rounds ran out. Ends early when a solve is not proven optimal (its plans are the incumbent)."""
+    import dataclasses
+
+    from fleetopt.solvers.split import solve_split
+
+    from fleetopt.optimizer.plan.split_candidates import slo_cut
+
+    cuts: list = []
+    for rounds in range(1, SPLIT_CUT_ROUNDS + 1):
+        problem = dataclasses.replace(model.problem, slo_cuts=tuple(cuts))
+        result, plans = solve_split(problem, top=options.top, time_limit_s=_mip_time_limit_s(deadline),
+                                    mip_gap=options.mip_gap, threads=options.threads, verbose=options.verbose)
+        new = [(c, w) for p in plans for c in p.choices
+               if (w := slo_cut(instance, model, c, p.link_rate)) is not None]
+        if not new or result.termination is not Termination.OPTIMAL or rounds == SPLIT_CUT_ROUNDS:
+            return result, plans, cuts, rounds, bool(new)
+        cuts += new
+    raise AssertionError("unreachable")
 
 
 _UNPROVEN = (SolveStatus.TIME_LIMIT, SolveStatus.ITERATION_LIMIT, SolveStatus.INTERRUPTED, SolveStatus.ERROR,

@@ -384,3 +384,97 @@ def decode_split_plan(instance: Instance, model: SplitModel, choices, link_rate)
                               int(pr.choice_replicas[c]), opt.availability, max_num_seqs=int(model.pool_cap[p])))
     routing = SplitRouting.from_array(b, rates)
     return _evaluate_routed(instance, pools, routing.as_array(), model.segment_raws), routing
+
+
+CUT_HALVINGS = 30
+"""Bisection steps of :func:`slo_cut` on the scale of a routed mix (a bracket of :math:`2^{-30}`)."""
+CUT_STEP = 0.02
+"""Forward-difference step of :func:`slo_cut`'s gradient, as a share of the pool's routed rate."""
+CUT_SLACK = 1e-6
+"""Relative tightening of each cut, so that a solution on a cut (to the solver's feasibility tolerance) is still
+on the carried side."""
+
+
+def _routed_stats(model: SplitModel, instance: Instance, pool: int, rates: np.ndarray):
+    """Segment statistics of pool ``pool`` fed the rate vectors ``rates`` (rows x the pool's segments, req/s), as
+    :func:`evaluate_routing` builds them (its routed mix of elementary raw sums at the pool's window and cap)."""
+    pr = model.problem
+    prof = instance.gpus[pr.pool_gpu[pool]].profile
+    elem = model.segment_raws[prof.chunk_tokens]._full()
+    i, j = int(model.pool_i[pool]), int(model.pool_j[pool])
+    lam = np.asarray(pr.segment_rate, dtype=float)[i:j]
+    share = np.divide(rates, lam, out=np.zeros_like(rates), where=lam > 0)
+    mix = {f: np.tensordot(share, getattr(elem, f)[i:j], axes=(1, 0)) for f in _raw_fields()}
+    spectra = None if elem.spectra is None else np.tensordot(share, elem.spectra[i:j], axes=(1, 0))
+    raw = type(elem)(**mix, spectra=spectra)
+    rows = len(rates)
+    b = model.boundaries
+    return stats_from_raw(raw, np.full(rows, b[i]), np.full(rows, b[j]), prof,
+                          n_slots=np.full(rows, int(model.pool_cap[pool])))
+
+
+def _raw_fields() -> tuple[str, ...]:
+    from fleetopt.models.segments import RawSums
+
+    return tuple(f.name for f in dataclasses.fields(RawSums) if f.name != "spectra")
+
+
+def pool_carries(instance: Instance, model: SplitModel, choice: int, rates: np.ndarray) -> np.ndarray:
+    """Whether choice ``choice``'s replicas carry each row of ``rates`` (req/s per segment of its pool) under the
+    instance's TTFT model at the sizing target and the utilisation cap (:meth:`TTFTModel.carries`)."""
+    pr = model.problem
+    pool = int(pr.choice_pool[choice])
+    rates = np.atleast_2d(np.asarray(rates, dtype=float))
+    ttft = ttft_model(instance.slo.ttft_model)
+    stats = _routed_stats(model, instance, pool, rates)
+    return ttft.carries(ttft.traffic(stats, rates.sum(axis=1)), np.full(len(rates), float(pr.choice_replicas[choice])),
+                        instance.slo.ttft_sizing_s, instance.constraints.max_utilization)
+
+
+def _carried_scale(instance: Instance, model: SplitModel, choice: int, rates: np.ndarray) -> np.ndarray:
+    r""":math:`t^*(r) = \sup\{t \in [0, 1] : t r \text{ carried}\}` per row of ``rates`` (bisection, lower end;
+    a row carried at :math:`t = 1` returns 1). Rays are searched as a line: that a carried :math:`t r` has every
+    smaller scale carried is the model's monotonicity in the rate (more traffic of a fixed mix never helps)."""
+    lo, hi = np.zeros(len(rates)), np.ones(len(rates))
+    top = pool_carries(instance, model, choice, rates)
+    lo[top] = 1.0
+    for _ in range(CUT_HALVINGS):
+        mid = 0.5 * (lo + hi)
+        ok = pool_carries(instance, model, choice, rates * mid[:, None])
+        lo, hi = np.where(ok, mid, lo), np.where(ok, hi, mid)
+    return np.where(top, 1.0, lo)
+
+
+def slo_cut(instance: Instance, model: SplitModel, choice: int, link_rate: np.ndarray) -> np.ndarray | None:
+    r"""A cut separating the routed mix of choice ``choice`` from the rate vectors its replicas carry, or None when
+    they carry it (``link_rate``: req/s per link of the split problem, as :func:`decode_split_plan` reads it).
+
+    With :math:`F_c` the routed rate vectors :math:`r` (one per segment of the pool) that :math:`n_c` replicas
+    carry under the instance's TTFT model (:func:`pool_carries`) and its gauge
+    :math:`\gamma(r) = \inf\{s > 0 : r / s \in F_c\} = 1 / t^*(r)` (:func:`_carried_scale`), the cut is the
+    tangent of :math:`\gamma` at the failing mix :math:`r_0`,
+
+    .. math:: \sum_k w_k r_k \le 1, \qquad w_k = \max\Big(0, \frac{\gamma(r_0 + h e_k) - \gamma(r_0)}{h}\Big)
+              \cdot \max\Big(1, \frac{\gamma(r_0)}{\sum_k w_k r_{0k}}\Big)(1 + \epsilon)
+
+    (forward differences, :math:`h` = :data:`CUT_STEP` of :math:`\sum_k r_{0k}`, the rescaling so that the cut
+    holds :math:`t^* r_0` on its boundary, :math:`\epsilon` = :data:`CUT_SLACK`). It separates :math:`r_0`
+    (:math:`w \cdot r_0 \ge \gamma(r_0) > 1`). It is valid, i.e. keeps every vector of :math:`F_c`, where
+    :math:`F_c` is convex (then :math:`\gamma` is sublinear, :math:`\gamma(r) \ge \nabla\gamma(r_0) \cdot r`, and a
+    forward difference over-estimates the gradient); convexity is checked numerically
+    (``tests/test_split_physical.py``), not proven, so a split plan after cuts is optimal within its cuts.
+    """
+    pr = model.problem
+    pool = int(pr.choice_pool[choice])
+    links = pr.links_of_pool[pool]
+    seg = pr.link_segment[links] - int(model.pool_i[pool])
+    r0 = np.zeros(int(model.pool_j[pool] - model.pool_i[pool]))
+    r0[seg] = np.asarray(link_rate, dtype=float)[links]
+    if r0.sum() <= 0 or pool_carries(instance, model, choice, r0)[0]:
+        return None
+    h = CUT_STEP * r0.sum()
+    rows = np.vstack([r0, r0 + h * np.eye(len(r0))])
+    gauge = 1.0 / np.maximum(_carried_scale(instance, model, choice, rows), 2.0 ** -CUT_HALVINGS)
+    w = np.maximum(0.0, (gauge[1:] - gauge[0]) / h)
+    w = w * max(1.0, gauge[0] / max(float(w @ r0), 1e-300)) * (1 + CUT_SLACK)
+    return w[seg]
