@@ -75,3 +75,78 @@ def test_a_spec_with_a_line_break_is_one_line(repo_root):
         parse_fleet("0\n0", inst)
     assert all("\n" not in line for line in info.value.problems)
     assert any("'0\\n0' is not LO-HI:GPU" in line for line in info.value.problems)
+
+
+PAIR_CASES = [
+    [],                                                                    # the reference's pair sizing (Puzzle 7)
+    ["pools.pd_sizing=model"],
+    ["pools.pd_sizing=model", "pools.max_pools=2"],                        # two pairs, tiling 0-8192
+    ["pools.pd_sizing=model", "slo.tpot_p99_ms=40"],                       # decode caps below the slots: #SEQS
+    ["pools.pd_sizing=model", "pools.max_pools=2", "slo.scope=fleet"],
+]
+
+
+@pytest.mark.parametrize("overrides", PAIR_CASES)
+def test_solved_pair_plans_round_trip_through_their_spec(repo_root, overrides):
+    inst = api.load(repo_root / "instances" / "ref_puzzle7_azure_pd.yaml", overrides)
+    report = solve_instance(inst, SolveOptions(top=3))
+    assert report.plans
+    for plan in report.plans:
+        assert any(p.phase == "decode" for p in plan.fleet.pools)
+        spec = fleet_spec(inst, plan.fleet)
+        assert spec is not None and spec.count("+") == sum(p.phase == "decode" for p in plan.fleet.pools)
+        again = evaluate(inst, parse_fleet(spec, inst)).result
+
+        def rows(f):
+            return [(p.min_tokens, p.max_tokens, p.gpu, p.phase, p.replicas, p.max_num_seqs) for p in f.pools]
+
+        assert rows(again) == rows(plan.fleet)
+        assert again.cost_per_hr == pytest.approx(plan.fleet.cost_per_hr, rel=1e-12)
+        assert again.power_kw == pytest.approx(plan.fleet.power_kw, rel=1e-12)
+    if "slo.tpot_p99_ms=40" in overrides:
+        assert "#" in fleet_spec(inst, report.plans[0].fleet)
+
+
+def test_pair_spec_grammar(repo_root):
+    inst = api.load(repo_root / "instances" / "ref_puzzle7_azure_pd.yaml")
+    spec = parse_fleet("0-8k:a100x1+h100x3", inst)
+    assert spec.pools == ((0, 8192, "a100", 1, 1.0, None),) and spec.decode == (("h100", 3),)
+    spaced = parse_fleet("0-8192: A100 x 2 + h100#16", inst)
+    assert spaced.pools == ((0, 8192, "a100", 2, 1.0, 16),) and spaced.decode == (("h100", None),)
+    assert parse_fleet("0-8192:h100x6", inst).decode == ()                 # no pair: no decode column
+    # a phase without a count is sized by its station: 1 + 3 as given, the rest the least that meets the SLO
+    given = evaluate(inst, parse_fleet("0-8192:a100x1+h100x3", inst)).result
+    assert [(p.phase, p.gpu, p.replicas) for p in given.pools] == [("prefill", "a100", 1), ("decode", "h100", 3)]
+    sized = evaluate(inst, parse_fleet("0-8192:a100+h100x9", inst)).result
+    assert sized.pools[0].replicas >= 1 and sized.pools[0].slo_met and sized.pools[1].replicas == 9
+
+
+@pytest.mark.parametrize("text, message", [
+    ("0-8192:a100x1+zz", "unknown gpu 'zz'"),
+    ("0-8192:a100x1+h100x0", "decode replicas must lie in [1, 100,000]; got 0"),
+    ("0-8192:a100x1+h100x3@2", "nor a prefill/decode pair LO-HI:PREFILL[xN]+DECODE[xN][#SEQS]"),
+    ("0-8192:a100x1+h100#100000", "the batch cap must lie in [1, "),
+    ("0-8192:a100+", "is not LO-HI:GPU"),
+])
+def test_bad_pair_specs_are_one_line_errors(repo_root, text, message):
+    inst = api.load(repo_root / "instances" / "ref_puzzle7_azure_pd.yaml")
+    with pytest.raises(InstanceError) as info:
+        parse_fleet(text, inst)
+    assert any(message in line for line in info.value.problems), info.value.problems
+    assert all(line.startswith("--fleet: ") and "\n" not in line for line in info.value.problems)
+
+
+def test_a_pair_needs_a_kv_transfer(repo_root):
+    inst = api.load(repo_root / "instances" / "ref_puzzle7_azure_pd.yaml", ["pools.disaggregation=none"])
+    with pytest.raises(InstanceError, match="has no KV transfer in this instance"):
+        parse_fleet("0-8192:a100x1+h100x3", inst)
+    r = CliRunner().invoke(main, ["evaluate", str(repo_root / "instances" / "ref_puzzle7_azure_pd.yaml"),
+                                  "--set", "pools.disaggregation=none", "--fleet", "0-8192:a100x1+h100x3"])
+    assert r.exit_code == 2 and "--fleet" in r.output and "Traceback" not in r.output
+
+
+def test_solve_prints_the_simulate_line_for_a_pair_plan(repo_root):
+    path = repo_root / "instances" / "ref_puzzle7_azure_pd.yaml"
+    r = CliRunner().invoke(main, ["solve", str(path)])
+    assert r.exit_code == 0, r.output
+    assert "--fleet '0-8192:a100x1+h100x3'" in r.output                   # Puzzle 7's reference pair, 1 + 3

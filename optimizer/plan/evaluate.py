@@ -11,8 +11,8 @@ from fleetopt.models.service import ContextPoint, context_point
 from fleetopt.optimizer.errors import InstanceError
 from fleetopt.optimizer.io.instance import Instance
 
-__all__ = ["FleetSpec", "parse_fleet", "fleet_spec", "fleet_name_ambiguities", "evaluate", "evaluate_plans",
-           "pool_plans_of", "baseline",
+__all__ = ["FleetSpec", "parse_fleet", "spec_plans", "fleet_spec", "fleet_name_ambiguities", "evaluate",
+           "evaluate_plans", "pool_plans_of", "baseline",
            "service_level", "Evaluation", "context_sweep", "limit_violations", "LIMIT_TOLERANCE"]
 
 _POOL_RE = re.compile(r"^\s*(?P<lo>\d+[kK]?)\s*-\s*(?P<hi>\d+[kK]?)\s*:\s*(?P<gpu>[A-Za-z0-9_.\-/]+)"
@@ -21,6 +21,14 @@ _POOL_RE = re.compile(r"^\s*(?P<lo>\d+[kK]?)\s*-\s*(?P<hi>\d+[kK]?)\s*:\s*(?P<gp
 """One pool of a ``--fleet`` spec. ``gpu`` is the word after the colon, up to a space or ``@``/``#``: an option
 name, or an option name with its count glued on (``h100x3``), told apart by :func:`_gpu_and_count`. A count
 written after a space (``h100 x3``, ``h100 x 3``, ``h100x 3``) is always a count: names hold no spaces."""
+
+_NAME = r"[A-Za-z0-9_.\-/]+"
+_COUNT = r"(?:\s+[xX]\s*(?P<{0}>\d+)|\s*[xX]\s+(?P<{0}_spaced>\d+))?"
+_PAIR_RE = re.compile(r"^\s*(?P<lo>\d+[kK]?)\s*-\s*(?P<hi>\d+[kK]?)\s*:\s*(?P<gpu>" + _NAME + ")" + _COUNT.format("n")
+                      + r"\s*\+\s*(?P<dgpu>" + _NAME + ")" + _COUNT.format("nd")
+                      + r"(?:\s*#\s*(?P<seqs>\d+))?\s*$")
+"""One disaggregated prefill/decode pair of a ``--fleet`` spec: ``LO-HI:PREFILL[xNp]+DECODE[xNd][#SEQS]`` (option
+names hold no ``+``); a phase without a count is sized by its station, ``#SEQS`` is the decode pool's batch cap."""
 
 _GLUED_COUNT_RE = re.compile(r"^(?P<name>.+)[xX](?P<n>\d+)$")
 """``NAMExN`` with no space: the last ``x`` followed by digits only, so ``h100x8x3`` is ``h100x8`` times 3."""
@@ -33,10 +41,17 @@ MAX_FLEET_REPLICAS = 100_000
 @dataclass(frozen=True)
 class FleetSpec:
     """A fleet as the user wrote it: ``(lo, hi, gpu name, replicas or None, compression factor, batch cap or None)``
-    per pool."""
+    per pool; for a disaggregated prefill/decode pair the gpu and replicas are its prefill pool's and the batch cap
+    its decode pool's, and ``decode`` holds ``(decode gpu name, replicas or None)`` at the pair's position (None
+    for an aggregated pool; empty: no pair)."""
 
     text: str
     pools: tuple[tuple[int, int, str, int | None, float, int | None], ...]
+    decode: tuple[tuple[str, int | None] | None, ...] = ()
+
+    def decode_of(self, k: int) -> tuple[str, int | None] | None:
+        """Pool ``k``'s decode pool ``(gpu, replicas or None)``, None for an aggregated pool."""
+        return self.decode[k] if k < len(self.decode) else None
 
 
 def _tokens(s: str) -> int:
@@ -111,36 +126,63 @@ def parse_fleet(text: str, instance: Instance, field: str = "--fleet") -> FleetS
     option ``h100x8``); a count after a space (``h100 x8``) is always a count. ``docs/workflows.md`` (Fleet
     specs) has the grammar.
     """
-    pools, problems = [], []
+    pools, decode, problems = [], [], []
     known = {g.name.lower(): g.name for g in instance.gpus}
+
+    def word(m, name: str, count: str) -> tuple[str, int | None]:
+        spaced = m[count] if m[count] is not None else m[f"{count}_spaced"]
+        return (m[name], int(spaced)) if spaced is not None else _gpu_and_count(m[name], known)
+
     for part in [p for p in text.split(",") if p.strip()]:
         m = _POOL_RE.match(part)
-        if not m:
+        pair = _PAIR_RE.match(part) if m is None else None
+        if not m and not pair:
             shown = part.strip()
             shown = repr(shown) if not shown.isprintable() else f"'{shown}'"     # one line, whatever was typed
             problems.append(f"{shown} is not LO-HI:GPU[xN][@GAMMA][#SEQS] (e.g. 0-4096:a100x3, 0-4096:a100 x3 "
-                            "or 0-4096:a100@2)")
+                            "or 0-4096:a100@2) nor a prefill/decode pair LO-HI:PREFILL[xN]+DECODE[xN][#SEQS] (e.g. "
+                            "0-8192:a100x1+h100x3)")
             continue
-        spaced = m["n"] if m["n"] is not None else m["n_spaced"]
-        gpu, n = (m["gpu"], int(spaced)) if spaced is not None else _gpu_and_count(m["gpu"], known)
-        gamma = 1.0 if m["gamma"] is None else float(m["gamma"])
-        seqs = None if m["seqs"] is None else int(m["seqs"])
+        if pair:
+            gpu, n = word(pair, "gpu", "n")
+            decode.append(word(pair, "dgpu", "nd"))
+            gamma, seqs = 1.0, None if pair["seqs"] is None else int(pair["seqs"])
+            m = pair
+        else:
+            spaced = m["n"] if m["n"] is not None else m["n_spaced"]
+            gpu, n = (m["gpu"], int(spaced)) if spaced is not None else _gpu_and_count(m["gpu"], known)
+            gamma = 1.0 if m["gamma"] is None else float(m["gamma"])
+            seqs = None if m["seqs"] is None else int(m["seqs"])
+            decode.append(None)
         pools.append((_tokens(m["lo"]), _tokens(m["hi"]), gpu, n, gamma, seqs))
     expected, top = 0, instance.pools.max_context_tokens
+
+    def unknown(gpu: str, lo: int, hi: int) -> str:
+        glued = _bad_count(gpu, known)
+        return (f"unknown gpu '{gpu}'; the instance defines: {', '.join(known.values())}" if glued is None else
+                f"pool {lo}-{hi}: the replica count {glued[1]!r} after '{glued[0]}x' is not a whole "
+                f"number >= 1; write e.g. {glued[0]}x3")
+
     for k, (lo, hi, gpu, n, gamma, seqs) in enumerate(pools):
+        dec = decode[k]
+        batch_gpu = gpu if dec is None else dec[0]          # the pool whose batch #SEQS caps
         if hi > top:
             problems.append(f"pool {lo}-{hi} ends beyond pools.max_context ({top}); pools tile 0..{top}")
         if gpu.lower() not in known:
-            glued = _bad_count(gpu, known)
-            problems.append(f"unknown gpu '{gpu}'; the instance defines: {', '.join(known.values())}"
-                            if glued is None else
-                            f"pool {lo}-{hi}: the replica count {glued[1]!r} after '{glued[0]}x' is not a whole "
-                            f"number >= 1; write e.g. {glued[0]}x3")
+            problems.append(unknown(gpu, lo, hi))
+        elif dec is not None and dec[0].lower() not in known:
+            problems.append(unknown(dec[0], lo, hi))
+        elif dec is not None and instance.pools.transfer(known[gpu.lower()], known[dec[0].lower()]) is None:
+            problems.append(f"pool {lo}-{hi}: the P/D pair (prefill {known[gpu.lower()]}, decode "
+                            f"{known[dec[0].lower()]}) has no KV transfer in this instance: set pools.disaggregation "
+                            "to allow or only, with options of one model")
         elif seqs is not None and lo < hi <= top \
-                and not 1 <= seqs <= int(instance.gpu(known[gpu.lower()]).profile.n_slots(hi)):
-            held = int(instance.gpu(known[gpu.lower()]).profile.n_slots(hi))
+                and not 1 <= seqs <= int(instance.gpu(known[batch_gpu.lower()]).profile.n_slots(hi)):
+            held = int(instance.gpu(known[batch_gpu.lower()]).profile.n_slots(hi))
             problems.append(f"pool {lo}-{hi}#{seqs}: the batch cap must lie in [1, {held}] (sequences a "
-                            f"{hi}-token window holds on {known[gpu.lower()]})")
+                            f"{hi}-token window holds on {known[batch_gpu.lower()]})")
+        if dec is not None and dec[1] is not None and not 1 <= dec[1] <= MAX_FLEET_REPLICAS:
+            problems.append(f"pool {lo}-{hi}: decode replicas must lie in [1, {MAX_FLEET_REPLICAS:,}]; got {dec[1]}")
         if lo != expected:
             problems.append(f"pool {lo}-{hi} should start at {expected} (pools tile 0..max_context in order)")
         if hi <= lo:
@@ -162,7 +204,29 @@ def parse_fleet(text: str, instance: Instance, field: str = "--fleet") -> FleetS
         problems.append("no pool given")
     if problems:
         raise InstanceError([f"{field}: {p}" for p in problems])
-    return FleetSpec(text, tuple((lo, hi, known[g.lower()], n, gm, sq) for lo, hi, g, n, gm, sq in pools))
+    return FleetSpec(text, tuple((lo, hi, known[g.lower()], n, gm, sq) for lo, hi, g, n, gm, sq in pools),
+                     tuple(None if d is None else (known[d[0].lower()], d[1]) for d in decode)
+                     if any(d is not None for d in decode) else ())
+
+
+def spec_plans(instance: Instance, spec: FleetSpec) -> list[PoolPlan]:
+    """The :class:`~fleetopt.models.fleet.PoolPlan` of each pool of a parsed spec (a count left out: sized to its
+    minimum); a pair's plan carries its :class:`~fleetopt.models.fleet.DecodeStage` and the instance's KV
+    transfer of its two options."""
+    from fleetopt.models.fleet import DecodeStage
+
+    plans = []
+    for k, (lo, hi, gpu, n, gamma, seqs) in enumerate(spec.pools):
+        dec = spec.decode_of(k)
+        if dec is None:
+            plans.append(_plan(instance, lo, hi, gpu, n, gamma, seqs))
+            continue
+        g, dg = instance.gpu(gpu), instance.gpu(dec[0])
+        plans.append(PoolPlan(lo, hi, g.name, g.profile, n, g.availability,
+                              decode=DecodeStage(gpu=dg.name, profile=dg.profile, replicas=dec[1], max_num_seqs=seqs,
+                                                 availability=dg.availability),
+                              transfer=instance.pools.transfer(g.name, dg.name)))
+    return plans
 
 
 def fleet_spec(instance: Instance, fleet: FleetResult, replicas=None) -> str | None:
@@ -171,14 +235,25 @@ def fleet_spec(instance: Instance, fleet: FleetResult, replicas=None) -> str | N
     sequences its window holds. None when the pools do not tile ``(0, max_context]`` (a split-routing plan)."""
     parts, expected = [], 0
     known = {g.name.lower(): g.name for g in instance.gpus}
-    counts = [p.replicas for p in fleet.pools] if replicas is None else list(replicas)
-    for p, n in zip(fleet.pools, counts):
+    rows = list(fleet.pools)
+    counts = [p.replicas for p in rows] if replicas is None else list(replicas)
+    k = 0
+    while k < len(rows):
+        p, n = rows[k], counts[k]
         if p.min_tokens != expected:
             return None
         expected = p.max_tokens
+        if getattr(p, "phase", "both") == "prefill" and k + 1 < len(rows) and rows[k + 1].phase == "decode":
+            q, nd = rows[k + 1], counts[k + 1]
+            held = int(instance.gpu(q.gpu).profile.n_slots(q.max_tokens))
+            cap = "" if q.max_num_seqs >= held else f"#{q.max_num_seqs}"
+            parts.append(f"{p.min_tokens}-{p.max_tokens}:{_glued(p.gpu, n, known)}+{_glued(q.gpu, nd, known)}{cap}")
+            k += 2
+            continue
         cap = "" if p.max_num_seqs >= int(instance.gpu(p.gpu).profile.n_slots(p.max_tokens)) else f"#{p.max_num_seqs}"
         gamma = f"@{p.compress_gamma:g}" if p.compress_gamma > 1 else ""
         parts.append(f"{p.min_tokens}-{p.max_tokens}:{_glued(p.gpu, n, known)}{gamma}{cap}")
+        k += 1
     return ",".join(parts) if parts and expected == instance.pools.max_context_tokens else None
 
 
@@ -238,7 +313,7 @@ def evaluate_plans(instance: Instance, pools: list[PoolPlan], fleet_p99: bool = 
 
 def evaluate(instance: Instance, fleet: FleetSpec) -> Evaluation:
     """Evaluate one fleet analytically (pools without a count are sized to their minimum)."""
-    return Evaluation(fleet, _run(instance, [_plan(instance, *p) for p in fleet.pools]))
+    return Evaluation(fleet, _run(instance, spec_plans(instance, fleet)))
 
 
 LIMIT_TOLERANCE = 1e-9

@@ -168,7 +168,7 @@ from fleetopt.solvers.des.routing import (
 )
 
 from fleetopt.optimizer.errors import InstanceError
-from fleetopt.optimizer.plan.evaluate import evaluate_plans, parse_fleet
+from fleetopt.optimizer.plan.evaluate import evaluate_plans, parse_fleet, spec_plans
 from fleetopt.optimizer.io.instance import Instance
 from fleetopt.optimizer.simulation.options import (  # the settings and their choices live with the record
     ARRIVALS,
@@ -234,11 +234,7 @@ _DISPATCH = {"jsq": JoinShortestQueue, "round-robin": RoundRobin, "least-queue":
 def plans_from_spec(instance: Instance, text: str, field: str = "--fleet") -> list[PoolPlan]:
     """The pools of a ``--fleet`` spec (:func:`fleetopt.optimizer.plan.evaluate.parse_fleet`); no ``xN`` = sized
     later."""
-    out = []
-    for lo, hi, gpu, replicas, gamma, seqs in parse_fleet(text, instance, field).pools:
-        g = instance.gpu(gpu)
-        out.append(PoolPlan(lo, hi, g.name, g.profile, replicas, g.availability, gamma, seqs))
-    return out
+    return spec_plans(instance, parse_fleet(text, instance, field))
 
 
 def plans_from_fleet(instance: Instance, fleet: FleetResult) -> list[PoolPlan]:
