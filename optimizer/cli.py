@@ -208,17 +208,19 @@ def validate(instance, overrides, json_out, fmt):
 @_instance_arg
 @click.option("--fleet", "fleets", multiple=True, required=True, metavar="SPEC",
               help="Pools as LO-HI:GPU[xN],... e.g. '0-4096:a100x3,4096-65536:a100' (repeatable to compare).")
+@click.option("--verbose", is_flag=True, help="Also say what the TTFT model rests on.")
 @_set_opt
 @_json_opt
 @format_option
 @guard
-def evaluate(instance, fleets, overrides, json_out, fmt):
+def evaluate(instance, fleets, verbose, overrides, json_out, fmt):
     """Evaluate given fleets analytically, next to the homogeneous baseline.
 
     Exits 5 when a fleet misses its SLO, 6 when one meets it but breaks a limit of the instance."""
     inst = api.load(instance, overrides)
     result = api.evaluate_report(inst, fleets)
-    _emit(lambda c: rendering.render_evaluation(c, result), result.to_json(), json_out, _inputs(inst), fmt)
+    _emit(lambda c: rendering.render_evaluation(c, result, verbose=verbose), result.to_json(), json_out,
+          _inputs(inst), fmt)
     raise click.exceptions.Exit(api.evaluation_exit_code(result))
 
 
@@ -234,7 +236,7 @@ def evaluate(instance, fleets, overrides, json_out, fmt):
 @click.option("--threads", type=click.IntRange(1, 256), help="Solver threads.")
 @click.option("--method", type=click.Choice(["auto", "mip", "oracle"]), default="auto", show_default=True,
               help="auto: exact graph oracle when only the tiling binds, else the MIP.")
-@click.option("--verbose", is_flag=True, help="Show the HiGHS log.")
+@click.option("--verbose", is_flag=True, help="Show the HiGHS log and what the TTFT model rests on.")
 @click.option("--verify-top", type=click.IntRange(1, 20), help="Simulate the N best plans; keep the cheapest that "
               "meets the SLO in simulation (cut and re-solve otherwise).")
 @click.option("--verify-rule", type=click.Choice(["ci-upper", "point", "attainment"]), default="ci-upper",
@@ -292,13 +294,15 @@ def solve(instance, top, max_pools, objective, time_limit, mip_gap, threads, met
             raise InstanceError("--trim: trims the plan --verify-top N chose; give --verify-top")
         rep, ver = api.solve(inst, top=top, **kwargs), None
     doc = documents.solve_json(rep, ver)
-    render = lambda c: rendering.render_solve(c, rep, ver)  # noqa: E731
+    shown = dict(verbose=verbose, json_path=json_out)
+    render = lambda c: rendering.render_solve(c, rep, ver, **shown)  # noqa: E731
     if explain and rep.plans:
         from fleetopt.optimizer.commands.explain_render import explain_with_headroom, render_explanation
 
         why = explain_with_headroom(inst, rep)
         doc["explain"] = why.to_json()
-        render = lambda c: (rendering.render_solve(c, rep, ver), render_explanation(c, why))  # noqa: E731
+        render = lambda c: (rendering.render_solve(c, rep, ver, answer=False, **shown),  # noqa: E731
+                            render_explanation(c, why), rendering.render_solve_answer(c, rep, ver, json_path=json_out))
     _emit(render, doc, json_out, _inputs(inst), fmt)
     raise click.exceptions.Exit(api.exit_code(rep, ver))  # no (verified) plan: its code (the report explains it)
 

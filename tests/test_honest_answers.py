@@ -124,7 +124,7 @@ def test_an_overloaded_pool_shows_its_load_not_inf(repo_root):
 @pytest.mark.parametrize("objective", ["power", "tok_per_watt"])
 def test_a_power_solve_claims_its_saving_on_power(repo_root, objective):
     args = ["solve", str(repo_root / "instances" / "ref_units_lmsys_a100_h100.yaml"), "--objective", objective]
-    text = CliRunner().invoke(main, args).output
+    text = CliRunner().invoke(main, args, env={"COLUMNS": "1000"}).output   # the claim on one line, unwrapped
     _, r = run(*args)
     share = 1 - r["power_kw"] / r["baseline"]["power_kw"]
     (line,) = [x for x in text.splitlines() if x.startswith("homogeneous baseline (analytic)")]

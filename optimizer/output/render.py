@@ -24,7 +24,8 @@ from fleetopt.optimizer.io.overrides import set_flags
 from fleetopt.optimizer.simulation.options import EngineOptions, SimOptions
 from fleetopt.optimizer.output.documents import ANALYTIC, replica_units, simulated_pools, solve_warnings
 
-__all__ = ["fleet_notes", "fleet_table", "fmt_ms", "fmt_usd_per_mtok", "headline", "margin_note", "objective_line",
+__all__ = ["answer_lines", "gpu_configuration", "render_answer", "render_solve_answer",
+           "fleet_notes", "fleet_table", "fmt_ms", "fmt_usd_per_mtok", "headline", "margin_note", "objective_line",
            "render_evaluation", "render_fields", "render_gridflex", "render_rho_sweep", "render_routers",
            "render_simulation", "render_solve", "render_summary", "render_trim", "render_verification", "saving_claim",
            "semantic_lines", "sim_options_line", "tpw_table", "unit_lines", "util_text", "violations_lines"]
@@ -151,6 +152,11 @@ def _slo_word(slo_met: bool, utilization_ok: bool) -> str:
     return "met" if utilization_ok else UTIL_CAP
 
 
+MODEL_NAMES = {"batched": "TTFT model 'batched'", "tail": "TTFT model 'tail'",
+               "mean-prefill": "TTFT model 'mean-prefill'"}
+"""The short name of each TTFT model, for the provenance line (the description is :data:`MODEL_SOURCES`,
+shown with ``--verbose``)."""
+
 MODEL_SOURCES = {
     "batched": "TTFT model 'batched': continuous-batching replicas at their realised occupancy, a birth-death "
                "chain over the pool's requests with arrivals clustered by prefill stalls and unequal requests, a "
@@ -161,9 +167,12 @@ MODEL_SOURCES = {
 """What each TTFT model's analytic numbers rest on, for the provenance line under a table."""
 
 
-def fleet_notes(r: FleetResult, ttft_model: str) -> list[str]:
-    """Provenance and caveat lines printed under a fleet table."""
-    lines = [f"source: analytic ({MODEL_SOURCES.get(ttft_model, ttft_model)}); * = sized to the minimum count"]
+def fleet_notes(r: FleetResult, ttft_model: str, verbose: bool = False) -> list[str]:
+    """Provenance and caveat lines printed under a fleet table: the TTFT model by name (what it rests on with
+    ``verbose``), the ``*`` legend only when a pool is marked with it."""
+    model = (MODEL_SOURCES if verbose else MODEL_NAMES).get(ttft_model, f"TTFT model {ttft_model!r}")
+    legend = "; * = sized to the minimum count" if any(p.sized for p in r.pools) else ""
+    lines = [f"source: analytic ({model}){legend}"]
     if any(p.compress_gamma > 1 for p in r.pools):
         lines.append("  (+@g): the pool also serves requests up to g x its window, prompt-compressed to fit "
                      "(output kept), when compression succeeds")
@@ -248,20 +257,22 @@ def render_summary(c: Console, s: dict) -> None:
         c.print(f"  warning: {line}")
 
 
-def render_evaluation(c: Console, report) -> None:
-    """Print an :class:`fleetopt.optimizer.api.EvaluationReport`: each fleet, the baseline and the saving."""
+def render_evaluation(c: Console, report, *, verbose: bool = False) -> None:
+    """Print an :class:`fleetopt.optimizer.api.EvaluationReport`: each fleet, the baseline and the saving, then
+    the answer (:func:`answer_lines`: the cheapest given fleet that meets its SLO within the limits, else the
+    first); ``verbose``: what the TTFT model rests on."""
     inst = report.instance
     slo_ms = inst.slo.ttft_p99_s * 1000.0
     for k, (text, r) in enumerate(report.fleets):
         c.print(fleet_table(f"fleet {text}", r, slo_ms, instance=inst))
-        for line in fleet_notes(r, inst.slo.ttft_model):
+        for line in fleet_notes(r, inst.slo.ttft_model, verbose):
             c.print(line, markup=False)
         for line in violations_lines(r, report.fleet_violations(k)):
             c.print(line, markup=False)
     b = report.baseline
     if b is not None:
         c.print(fleet_table("homogeneous baseline (cheapest single pool)", b, slo_ms, instance=inst))
-        for line in fleet_notes(b, inst.slo.ttft_model)[1:]:
+        for line in fleet_notes(b, inst.slo.ttft_model, verbose)[1:]:
             c.print(line, markup=False)
         for line in violations_lines(b, report.baseline_violations, "baseline"):
             c.print(line, markup=False)
@@ -278,6 +289,25 @@ def render_evaluation(c: Console, report) -> None:
     if inst.workload.truncated_share > 0:
         c.print(f"note: {inst.workload.truncated_share:.4%} of requests are longer than the largest context "
                 "window and are served truncated to it")
+    if report.fleets:
+        ok = [k for k, (_, r) in enumerate(report.fleets) if r.slo_met and r.feasible
+              and not report.fleet_violations(k)]
+        k = min(ok, key=lambda j: report.fleets[j][1].cost_per_hr) if ok else 0
+        text, r = report.fleets[k]
+        what = (f"fleet {k + 1} of {len(report.fleets)}" if len(report.fleets) > 1 else "the fleet") + (
+            ", the cheapest that meets the SLO" if ok and len(report.fleets) > 1 else "")
+        verdict = "met" if r.slo_met and r.feasible and not report.fleet_violations(k) else (
+            "MISSED" if not r.slo_met else "met, but breaks a limit of the instance")
+        spec = fleet_spec(inst, r) or text
+        slo = f"P99 TTFT {slo_ms:,.0f} ms"
+        where = shlex.quote(str(inst.path or inst.name))
+        sim = "sim.json"
+        nxt = [f"fleetopt simulate {where} --json {shlex.quote(sim)} \\", f"  --fleet {shlex.quote(spec)}",
+               f"fleetopt report {shlex.quote(sim)} -o {shlex.quote(sim.rsplit('.', 1)[0] + '.html')}"]
+        render_answer(c, answer_lines(inst, r, title=f"answer: {what} (evaluated analytically)",
+                                      verdict=f"{slo}: {verdict} (analytic, fleet P99 {fmt_ms(r.ttft_p99_ms)} ms)",
+                                      next_commands=nxt,
+                                      width=c.width))
 
 
 def render_verification(c: Console, v, slo_ms: float, instance=None) -> None:
@@ -455,7 +485,11 @@ def semantic_lines(sem) -> list[str]:
     return out
 
 
-def render_solve(c: Console, report, verification=None) -> None:
+def render_solve(c: Console, report, verification=None, *, verbose: bool = False, json_path: str | None = None,
+                 answer: bool = True) -> None:
+    """Print a solve (and its verification): each plan's table and notes, the baseline, the verification, and
+    last the answer block (:func:`render_solve_answer`; ``answer=False``: the caller prints it after more).
+    ``verbose``: what the TTFT model rests on."""
     inst = report.instance
     slo_ms = inst.slo.ttft_p99_s * 1000.0
     gap = "-" if report.mip_gap is None else f"{report.mip_gap:.2%}"
@@ -466,11 +500,13 @@ def render_solve(c: Console, report, verification=None) -> None:
         c.print(f"no plan: {report.explanation}")
         if verification is not None:       # the cuts of a verification may be why: it says which and why
             render_verification(c, verification, slo_ms, inst)
+        if answer:
+            render_solve_answer(c, report, verification, json_path=json_path)
         return
     for plan in report.plans:
         c.print(fleet_table(f"plan {plan.rank}: {objective_line(inst, plan.objective, plan.fleet)}", plan.fleet,
                             slo_ms, instance=inst))
-        for line in fleet_notes(plan.fleet, inst.slo.ttft_model):
+        for line in fleet_notes(plan.fleet, inst.slo.ttft_model, verbose):
             c.print(line.replace("source: analytic", f"selected by {report.method}; numbers analytic", 1),
                     markup=False)
         for line in semantic_lines(plan.semantic) if plan.semantic is not None else ():
@@ -495,11 +531,17 @@ def render_solve(c: Console, report, verification=None) -> None:
         c.print(f"note: {report.explanation}", markup=False)     # e.g. which GPU options the time limit left out
     if verification is not None:
         render_verification(c, verification, slo_ms, inst)
-        return
-    if report.best.semantic is not None:
+    elif report.best.semantic is not None:
         c.print("note: simulation of semantic routing is not supported yet: the plan's numbers are analytic",
                 markup=False)
-        return
+    else:
+        _check_line(c, inst, report)
+    if answer:
+        render_solve_answer(c, report, verification, json_path=json_path)
+
+
+def _check_line(c: Console, inst, report) -> None:
+    """The command that checks the chosen plan in simulation (one line, never wrapped: it is pasted)."""
     spec = fleet_spec(inst, report.best.fleet)
     flags = set_flags(inst.overrides)  # the overrides the plan was solved with: the command must carry them
     where = shlex.quote(str(inst.path or inst.name)) + (f" {flags}" if flags else "")
@@ -509,6 +551,131 @@ def render_solve(c: Console, report, verification=None) -> None:
     elif report.best.routing is not None:
         c.print(f"split routing: the JSON (--json FILE) holds each plan's req/s per length segment and pool; check it "
                 f"in simulation: fleetopt simulate {where} --plan FILE", soft_wrap=True, highlight=False)
+
+
+ANSWER_WIDTH = 80
+"""The widest the answer block is laid out (a narrower console: narrower, its rows stacked)."""
+
+
+def gpu_configuration(p: PoolResult, instance=None) -> str:
+    """What a pool's replicas run: hardware, model, tensor parallelism and dtype (``A100-SXM-80GB
+    Llama-3.1-70B TP8 fp16``) from its GPU option's profile; a calibrated profile without them: its name and
+    the model it serves."""
+    prof = None
+    for g in getattr(instance, "gpus", ()) or ():
+        if g.name == p.gpu:
+            prof = g.profile
+    hardware, tp, dtype = (getattr(prof, k, None) for k in ("hardware_name", "tp", "dtype"))
+    model = served_model(p.model) or getattr(prof, "model_name", None) or "unknown model"
+    if hardware and tp and dtype:
+        return f"{hardware} {model} TP{tp} {dtype}"
+    return f"{p.profile} {model}"
+
+
+def answer_lines(instance, fleet: FleetResult, *, title: str, verdict: str, next_commands: list[str],
+                 width: int = ANSWER_WIDTH) -> list[str]:
+    """The answer in one compact block of at most :data:`ANSWER_WIDTH` columns: ``title``, one row per pool
+    (tokens, phase of a P/D pair, GPU option, its configuration by :func:`gpu_configuration`, replicas, physical
+    GPUs), the fleet's $/yr and $/hr, $ per million output tokens, kW, tok/W and physical GPUs, the SLO
+    ``verdict`` (with its source), and ``next_commands``. A row wider than the block is stacked on two lines.
+
+    Examples
+    --------
+    >>> from types import SimpleNamespace as F
+    >>> pool = F(gpu="h100", model="Llama-3.1-70B", replicas=2, gpus=2, min_tokens=0, max_tokens=8192,
+    ...          phase="both", profile="H100/70B", output_tok_per_s=2000.0)
+    >>> fleet = F(pools=(pool,), total_replicas=2, cost_per_hr=64.32, cost_per_year=563_443.2, power_kw=11.2,
+    ...           tok_per_watt=0.18, ttft_p99_ms=300.0)
+    >>> print("\\n".join(answer_lines(None, fleet, title="answer", verdict="met", next_commands=["fleetopt x"])))
+    answer
+      tokens   gpu   configuration          replicas  GPUs
+      0-8,192  h100  H100/70B Llama-3.1-70B        2     2
+      $563,443/yr ($64.32/hr), $8.93/Mtok, 11.20 kW, 0.18 tok/W, 2 GPUs
+      SLO met
+      next: fleetopt x
+    """
+    width = min(width, ANSWER_WIDTH)
+    per = replica_units(instance)
+    rows = [(f"{p.min_tokens:,}-{p.max_tokens:,}" + ("" if getattr(p, "phase", "both") == "both" else f" {p.phase}"),
+             p.gpu, gpu_configuration(p, instance), f"{int(p.replicas):,}",
+             f"{pool_identity(p, per.get(p.gpu))['physical_gpus']:,}") for p in fleet.pools]
+    head = ("tokens", "gpu", "configuration", "replicas", "GPUs")
+    w = [max(len(r[k]) for r in [head, *rows]) for k in range(5)]
+
+    def line(r) -> str:
+        return (f"  {r[0]:<{w[0]}}  {r[1]:<{w[1]}}  {r[2]:<{w[2]}}  {r[3]:>{w[3]}}  {r[4]:>{w[4]}}").rstrip()
+
+    out = [title]
+    if len(line(head)) <= width:
+        out += [line(head)] + [line(r) for r in rows]
+    else:                                   # narrow: each pool on two lines
+        for r in rows:
+            out += [f"  {r[0]}  {r[1]}  x{r[3]} = {r[4]} GPUs", f"    {r[2]}"]
+    usd = usd_per_million_output_tokens(fleet.cost_per_hr, fleet_output_tok_per_s(fleet))
+    mtok = f"${usd:,.2f}/Mtok" if math.isfinite(usd) else "no $/Mtok (no output)"
+    out += textwrap.wrap(f"${fleet.cost_per_year:,.0f}/yr (${fleet.cost_per_hr:,.2f}/hr), {mtok}, "
+                         f"{fleet.power_kw:,.2f} kW, {fleet.tok_per_watt:.2f} tok/W, "
+                         f"{physical_gpus(fleet, per):,} GPUs", width, initial_indent="  ", subsequent_indent="    ")
+    out += textwrap.wrap(f"SLO {verdict}", width, initial_indent="  ", subsequent_indent="    ")
+    for k, cmd in enumerate(next_commands):
+        out.append(("  next: " if k == 0 else "        ") + cmd)
+    return out
+
+
+def render_answer(c: Console, lines: list[str]) -> None:
+    """Print the answer block (:func:`answer_lines`): a blank line, then its lines, none wrapped (the commands are
+    pasted)."""
+    c.print("", markup=False)
+    for k, text in enumerate(lines):
+        c.print(f"[bold]{text}[/bold]" if k == 0 and getattr(c, "format", "table") == "table" else text,
+                markup=k == 0, soft_wrap=True, highlight=False)
+
+
+def _next_commands(inst, json_path: str | None, plan_rank: int | None = None) -> list[str]:
+    """``export`` and ``report`` of a solve's JSON: ``json_path`` when the run wrote one, else ``plan.json`` (add
+    ``--json plan.json`` to the run)."""
+    path = json_path if json_path not in (None, "-") else "plan.json"
+    q = shlex.quote(path)
+    flag = "" if plan_rank in (None, 1) else f" --plan {plan_rank}"
+    first = [] if json_path not in (None, "-") else [f"add --json {q} to this command, then:"]
+    return first + [f"fleetopt export {q}{flag} --format vllm   # or --format k8s",
+                    f"fleetopt report {q} -o {shlex.quote(path.rsplit('.', 1)[0] + '.html')}"]
+
+
+def render_solve_answer(c: Console, report, verification=None, *, json_path: str | None = None) -> None:
+    """The last block of ``solve`` (and ``solve --verify-top``): the chosen plan, what it costs and draws, its SLO
+    verdict and where that comes from (analytic, or the simulation with its interval), and the next commands;
+    without a plan, one line saying so."""
+    inst = report.instance
+    slo = f"P99 TTFT {inst.slo.ttft_p99_s * 1000.0:,.0f} ms"
+    if verification is not None:
+        v = verification
+        if v.chosen is None:
+            render_answer(c, [f"answer: no plan met the SLO ({slo}) in simulation; see the verification above"])
+            return
+        fleet, rank = v.chosen.plan.fleet, v.chosen.rank
+        sim = v.chosen.sim
+        trimmed = v.trim is not None and v.trim.counts != v.trim.verified_counts and v.trim.confirmed
+        if trimmed:
+            fleet, sim = v.trim.sim.analytic, v.trim.sim
+        low, high = sim.ttft_p99_ci_ms
+        word = "met" if v.chosen.passed else "undecided (the interval straddles the SLO)"
+        verdict = (f"{slo}: {word} (simulated, fleet P99 {fmt_ms(sim.ttft_p99_ms)} ms, 95% CI "
+                   f"{fmt_ms(low)}-{fmt_ms(high)}; {sim.requests_simulated:,} requests, rule {v.rule})")
+        title = (f"answer: plan {rank}, verified in simulation (round {v.chosen.round})"
+                 + (", trimmed" if trimmed else ""))
+        render_answer(c, answer_lines(inst, fleet, title=title, verdict=verdict,
+                                      next_commands=_next_commands(inst, json_path, None), width=c.width))
+        return
+    if not report.plans:
+        render_answer(c, [f"answer: no plan ({report.status}); see above"])
+        return
+    best = report.best
+    verdict = (f"{slo}: " + ("met" if best.fleet.slo_met else "MISSED")
+               + f" (analytic, fleet P99 {fmt_ms(best.fleet.ttft_p99_ms)} ms; --verify-top 3 simulates it)")
+    title = f"answer: plan {best.rank} ({report.status}, {report.method})"
+    render_answer(c, answer_lines(inst, best.fleet, title=title, verdict=verdict,
+                                  next_commands=_next_commands(inst, json_path), width=c.width))
 
 
 def render_simulation(c: Console, rep) -> None:

@@ -130,8 +130,8 @@ class Output:
     def _table(self, t: Table) -> None:
         grid = table_grid(t)
         if self.format == "table":
-            for part in layout_table(self.console, t, grid):
-                self.console.print(part)
+            for part in layout_table(self.console, t, grid):   # titles and captions wrap to the width
+                self.console.print(part, soft_wrap=False)
             return
         if self._tables and self.format == "csv":
             self._write("")
