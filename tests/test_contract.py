@@ -53,6 +53,10 @@ SLOW_RUNS = {  # 2-5 s each on a shared 2-core machine
     # FLEET runs its long pool above the instance's utilisation cap: headroom says so and exits 6 (limits_broken)
     "headroom": (["headroom", QUICK, "--fleet", FLEET], UNITS, (6,)),
     "headroom --range": (["headroom", QUICK, "--range", "90:110"], UNITS, (0,)),
+    "pareto --axes cost,pools": (["pareto", QUICK, "--axes", "cost,pools", "--quiet"], UNITS, (0,)),
+    "pareto --axes cost,power": (["pareto", QUICK, "--axes", "cost,power", "--points", "3", "--quiet"], UNITS, (0,)),
+    "pareto --axes cost,ttft": (["pareto", QUICK, "--axes", "cost,ttft", "--points", "3", "--set", "slo.scope=pool",
+                                 "--quiet"], UNITS, (0,)),
 }
 
 

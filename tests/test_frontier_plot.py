@@ -49,15 +49,16 @@ def test_figure_points_are_the_frontier_points(pools_run):
     assert _collection(fig, "homogeneous baseline").get_offsets().tolist() == [[b["axis_value"],
                                                                                 b["cost_per_year"] / 1e3]]
     ax = fig.axes[0]
-    assert ax.get_xlabel() == "pools in the plan (count)" and "(thousand US$/yr)" in ax.get_ylabel()
+    assert fig.axes[-1].get_xlabel() == "pools in the plan (count)" and "(thousand US$/yr)" in ax.get_ylabel()
 
 
 def test_command_writes_an_svg_with_labelled_axes(pools_run):
     doc, out = pools_run
     text = out.read_text()
     assert ET.fromstring(text.split("?>", 1)[1].split("]>", 1)[-1]).tag.endswith("svg")
-    for label in ("pools in the plan (count)", "least fleet cost (thousand US$/yr)", "homogeneous baseline",
-                  "recommended: " + doc["points"][doc["recommended"]]["fleet"]):
+    for label in ("pools in the plan (count)", "least fleet cost", "(thousand US$/yr)", "homogeneous baseline",
+                  f"recommended (point {doc['recommended'] + 1}): " + doc["points"][doc["recommended"]]["fleet"],
+                  "P99 TTFT SLO 500 ms"):
         assert label in text, label
 
 
@@ -70,7 +71,7 @@ def test_power_frontier_png_and_units(repo_root, tmp_path):
     assert out.read_bytes().startswith(PNG_MAGIC)
     doc = json.loads((tmp_path / "p.json").read_text())
     fig = plots.frontier_figure(doc)
-    assert fig.axes[0].get_xlabel() == "fleet power (kW, analytic)"
+    assert fig.axes[-1].get_xlabel() == "fleet power (kW, analytic)"
     assert _collection(fig, "frontier points").get_offsets().tolist() == [
         [p["axis_value"], p["cost_per_year"] / 1e3] for p in doc["points"]]
 

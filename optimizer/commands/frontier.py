@@ -14,7 +14,7 @@ from rich.table import Table
 from fleetopt.optimizer.commands.progress import reporter
 from fleetopt.optimizer.errors import InstanceError
 from fleetopt.optimizer.io.instance import load_instance
-from fleetopt.optimizer.output.writes import write_json
+from fleetopt.optimizer.output.writes import write_document
 from fleetopt.optimizer.workflows import plots
 from fleetopt.optimizer.workflows.executor import Backend
 from fleetopt.optimizer.workflows.frontier import Frontier, frontier, parse_axes
@@ -93,7 +93,7 @@ def run_axes(instance: str, axes: str, points: int | None, overrides, json_out: 
     if "-" not in (json_out, csv_out):
         render_frontier(console, result)
     if json_out:
-        write_json(result.to_json(), json_out, (inst.path,))
+        write_document(result.to_json(), json_out, (inst.path,))
     if csv_out:
         write_text(result.to_csv(), csv_out, "--csv", (inst.path,))
     if plot_out:

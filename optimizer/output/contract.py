@@ -43,19 +43,22 @@ from fleetopt.models.fleet import FleetResult, PoolResult
 from fleetopt.models.profiles import ReplicaUnit, replica_unit
 
 __all__ = ["SCHEMA_VERSION", "Document", "PoolAnalytic", "PoolSimulated", "FleetAnalytic", "FleetSimulated", "Pool",
-           "Fleet", "DOCUMENTS", "COMMANDS", "envelope", "with_envelope", "pool_analytic", "fleet_analytic",
+           "Fleet", "DOCUMENTS", "COMMANDS", "FRONTIER_KINDS", "FrontierDocument", "envelope", "with_envelope",
+           "pool_analytic", "fleet_analytic",
            "pool_simulated", "fleet_simulated", "document_model", "validate_document", "check_document", "schema_for",
            "top_level_fields", "pool_identity", "physical_gpus", "usd_per_million_output_tokens",
            "SECONDS_PER_HOUR", "TOKENS_PER_MILLION", "fleet_output_tok_per_s"]
 
-SCHEMA_VERSION = "2.2"
+SCHEMA_VERSION = "2.3"
 """Version of the JSON contract (``docs/json.md`` has the changelog). 1.0: the documents before this contract
 (the workflow commands wrote ``schema_version: 1``, the others none); 2.0: the envelope on every document,
 ``evaluate``'s ``fleets`` list, and the ``analytic`` / ``simulated`` sub-objects; 2.1: what a replica is
 (``model``, ``gpus_per_replica``, ``physical_gpus_per_replica``, ``physical_gpus``, ``unit`` per pool and GPU
 option, ``physical_gpus`` per fleet); 2.2: the headline in physical GPUs (``analytic.physical_gpus``,
 ``output_tok_per_s`` and ``usd_per_million_output_tokens`` per fleet; ``cost_per_hr``, ``power_kw``,
-``output_tok_per_s``, ``tok_per_watt`` and ``usd_per_million_output_tokens`` per pool)."""
+``output_tok_per_s``, ``tok_per_watt`` and ``usd_per_million_output_tokens`` per pool); 2.3: the
+``pareto --axes cost,AXIS`` documents (:class:`FrontierDocument`; they wrote ``schema_version: 1`` outside the
+contract), with the instance's SLO and each point's physical GPUs."""
 
 SECONDS_PER_HOUR = 3600.0
 TOKENS_PER_MILLION = 1.0e6
@@ -130,7 +133,7 @@ class _Open(BaseModel):
 class Document(_Open):
     """The envelope every ``--json`` document carries."""
 
-    schema_version: Literal["2.2"] = Field(description="Version of this contract")
+    schema_version: Literal["2.3"] = Field(description="Version of this contract")
     command: str = Field(description="The document's kind: the command (and variant) that wrote it")
     instance: str | None = Field(description="The instance's name; null for a command without an instance")
 
@@ -628,6 +631,58 @@ class ParetoDocument(Document):
     recommended: int | None
 
 
+FRONTIER_KINDS = ("pareto --axes cost,power", "pareto --axes cost,ttft", "pareto --axes cost,pools")
+"""The ``command`` values of the ``pareto --axes`` documents, one per second axis."""
+
+
+class _FrontierPoint(_Open):
+    """One point of a ``pareto --axes`` curve: an optimal plan of a re-solve, re-judged on the instance itself."""
+
+    rank: int = Field(description="1-based, by increasing cost")
+    fleet: str = Field(description="the plan's fleet spec, LO-HI:GPUxN,... (one entry per pool)")
+    cost_per_hr: float
+    cost_per_year: float
+    axis_value: Figure = Field(description="the plan's value on the second axis, in axis_unit")
+    axis_unit: str
+    total_gpus: int = Field(description="GPUs as the options price them (seed units count one per TP=8 server)")
+    physical_gpus: int = Field(description="physical GPUs of the plan's pools")
+    pools: int = Field(description="number of pools of the plan")
+    power_kw: Figure
+    worst_ttft_p99_ms: Figure = Field(description="the largest analytic P99 TTFT over the pools with traffic")
+    worst_tpot_p99_ms: Figure
+    slo_miss_share: Figure
+    slo_met: bool = Field(description="the plan meets the instance's own SLO, re-evaluated at its counts")
+    violations: list[str] = Field(description="every limit of the instance the plan breaks")
+    constraint: str = Field(description="the --set of the re-solve that found it")
+    recommended: bool
+    knee: bool
+
+
+class FrontierDocument(Document):
+    """``fleetopt pareto --axes cost,AXIS``: the exact least-cost curve against power, P99 TTFT or pools."""
+
+    command: Literal["pareto --axes cost,power", "pareto --axes cost,ttft", "pareto --axes cost,pools"]
+    instance: str
+    source: str
+    axes: list[str] = Field(min_length=2, max_length=2, description='["cost", AXIS]')
+    axis_unit: str = Field(description="kW, ms or pools")
+    sweep: Literal["consecutive", "evenly spaced caps"]
+    slo_ttft_p99_ms: float = Field(description="the instance's P99 TTFT SLO every point is judged on")
+    slo_tpot_p99_ms: float | None = Field(description="the instance's P99 TPOT SLO (null: none)")
+    slo: str = Field(description="the instance's SLO in words")
+    points: list[_FrontierPoint] = Field(description="non-dominated, by increasing cost")
+    recommended: int | None = Field(description="0-based index into points of the cheapest point meeting the SLO "
+                                                "within the instance's limits; null when none does")
+    recommended_reason: str
+    knee_index: int | None = Field(description="0-based index into points of the knee (an alternative)")
+    baseline: _FrontierPoint | None = Field(description="the homogeneous baseline (its rank 0, never recommended)")
+    baseline_dominated: bool | None
+    solves: int
+    solve_seconds: float
+    truncated: bool
+    overrides: list[str]
+
+
 class _HeadroomPool(_Open):
     min_tokens: int
     max_tokens: int
@@ -867,17 +922,20 @@ class CatalogDocument(Document):
 
 
 DOCUMENTS: dict[str, type[Document]] = {
-    m.model_fields["command"].annotation.__args__[0]: m  # the Literal's one value
+    kind: m  # each of the Literal's values (pareto --axes: one per second axis)
     for m in (ValidateDocument, EvaluateDocument, SolveDocument, SimulateDocument, SimulateRoutersDocument,
-              TpwDocument, RhoSweepDocument, BenchDocument, ParetoDocument, HeadroomDocument, HeadroomRangeDocument,
-              WhatIfDocument, GridFlexDocument, ProfileFitDocument, CatalogDocument, DiffDocument)}
+              TpwDocument, RhoSweepDocument, BenchDocument, ParetoDocument, FrontierDocument, HeadroomDocument,
+              HeadroomRangeDocument, WhatIfDocument, GridFlexDocument, ProfileFitDocument, CatalogDocument,
+              DiffDocument)
+    for kind in m.model_fields["command"].annotation.__args__}
 """Each document kind (its ``command`` value) and its model."""
 
 COMMANDS: dict[str, tuple[str, ...]] = {
     "validate": ("validate",), "evaluate": ("evaluate",), "solve": ("solve",),
     "simulate": ("simulate", "simulate --routers"), "tpw": ("tpw", "tpw --rho-sweep"), "bench": ("bench",),
-    "pareto": ("pareto --split-table",), "headroom": ("headroom", "headroom --range"), "whatif": ("whatif",),
-    "gridflex": ("gridflex",), "profile": ("profile fit",), "catalog": ("catalog list",), "diff": ("diff",)}
+    "pareto": ("pareto --split-table", *FRONTIER_KINDS), "headroom": ("headroom", "headroom --range"),
+    "whatif": ("whatif",), "gridflex": ("gridflex",), "profile": ("profile fit",), "catalog": ("catalog list",),
+    "diff": ("diff",)}
 """Each command and the document kinds its ``--json`` writes (``export`` writes deployment files, not JSON)."""
 
 
@@ -965,6 +1023,8 @@ def _type_text(prop: dict) -> str:
     """A JSON Schema property's type in a few characters (``number|null``, ``array of Pool``, ``"tpw"``)."""
     if "const" in prop:
         return _json_text(prop["const"])
+    if "enum" in prop:
+        return "|".join(_json_text(v) for v in prop["enum"])
     if "$ref" in prop:
         return prop["$ref"].rsplit("/", 1)[-1].lstrip("_")
     if "anyOf" in prop:

@@ -93,6 +93,7 @@ References
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass
 from collections.abc import Callable
@@ -100,6 +101,7 @@ from collections.abc import Callable
 import numpy as np
 
 from fleetopt.models.fleet import FleetResult
+from fleetopt.models.profiles import replica_unit
 from fleetopt.models.queueing.ttft import ttft_model
 from fleetopt.models.units import MS_PER_S
 from fleetopt.solvers.mip import solve as solve_mip
@@ -108,6 +110,7 @@ from fleetopt.solvers.outcome import Termination
 
 from fleetopt.optimizer.errors import InstanceError, SolverError
 from fleetopt.optimizer.io.instance import Instance, load_instance
+from fleetopt.optimizer.output.contract import SCHEMA_VERSION, physical_gpus
 from fleetopt.optimizer.plan.candidates import Candidates, SizingCache, TighteningCandidates, generate_candidates
 from fleetopt.optimizer.plan.evaluate import baseline, evaluate_plans, fleet_spec, limit_violations, pool_plans_of
 from fleetopt.optimizer.plan.solve import _pool_plans, _prune, build_problem
@@ -117,8 +120,6 @@ from fleetopt.optimizer.workflows.split_table import dominates
 __all__ = ["SCHEMA_VERSION", "CSV_COLUMNS", "AXES", "MAX_POINTS", "Axis", "FrontierPoint", "Frontier",
            "parse_axes", "frontier", "knee_index", "recommended_index", "slo_text", "axis_value", "bench_frontier"]
 
-SCHEMA_VERSION = 1
-"""Version of the JSON contract of :meth:`Frontier.to_json`."""
 MAX_POINTS = 100
 """Most points a consecutive sweep returns when ``points`` is not given (the JSON says when it stopped there)."""
 CSV_COLUMNS = ("rank", "cost_per_hr", "cost_per_year", "axis_value", "axis_unit", "total_gpus", "pools",
@@ -205,11 +206,15 @@ class FrontierPoint:
     """The largest P99 TPOT bound over the pools with traffic (ms)."""
     slo_miss_share: float = 0.0
     """Share of all requests whose TTFT exceeds the instance's SLO (what a fleet-scope SLO bounds by 1 %)."""
+    physical_gpus: int = 0
+    """Physical GPUs of the plan's pools (:func:`fleetopt.optimizer.output.contract.physical_gpus`): the headline
+    count; :attr:`total_gpus` counts the GPUs as the options price them."""
 
     def to_json(self, axis: Axis) -> dict:
         return {"fleet": self.fleet, "cost_per_hr": self.cost_per_hr, "cost_per_year": self.cost_per_year,
                 axis.name: self.axis_value, "axis_value": self.axis_value, "axis_unit": axis.unit,
-                "total_gpus": self.total_gpus, "pools": self.pools, "power_kw": self.power_kw,
+                "total_gpus": self.total_gpus, "physical_gpus": self.physical_gpus, "pools": self.pools,
+                "power_kw": self.power_kw,
                 "worst_ttft_p99_ms": self.worst_ttft_p99_ms, "worst_tpot_p99_ms": self.worst_tpot_p99_ms,
                 "slo_miss_share": self.slo_miss_share, "slo_met": self.slo_met, "violations": list(self.violations),
                 "constraint": self.constraint}
@@ -242,14 +247,22 @@ class Frontier:
     """Why :attr:`recommended` is recommended, or why no point is ("cheapest point meeting P99 TTFT <= 500 ms")."""
     knee: int | None = None
     """Index into :attr:`points` of the knee (:func:`knee_index`), shown as a labelled alternative."""
+    slo_ttft_p99_ms: float = math.nan
+    """The instance's P99 TTFT SLO (ms) every point is judged on."""
+    slo_tpot_p99_ms: float | None = None
+    """The instance's P99 TPOT SLO (ms); None without one."""
+    slo: str = ""
+    """The instance's SLO in words (:func:`slo_text`)."""
 
     def to_json(self) -> dict:
-        """The stable JSON contract (``schema_version`` :data:`SCHEMA_VERSION`). ``recommended`` and
+        """The document of the JSON contract (:class:`fleetopt.optimizer.output.contract.FrontierDocument`,
+        ``schema_version`` :data:`~fleetopt.optimizer.output.contract.SCHEMA_VERSION`). ``recommended`` and
         ``recommended_index`` are the same index (the cheapest point meeting the instance's SLO within its
         limits); ``knee_index`` is the alternative."""
         return {"schema_version": SCHEMA_VERSION, "command": f"pareto --axes cost,{self.axis.name}",
                 "instance": self.instance, "source": "analytic; each point an optimal re-solve",
                 "axes": ["cost", self.axis.name], "axis_unit": self.axis.unit, "sweep": self.sweep,
+                "slo_ttft_p99_ms": self.slo_ttft_p99_ms, "slo_tpot_p99_ms": self.slo_tpot_p99_ms, "slo": self.slo,
                 "points": [dict(p.to_json(self.axis), rank=k + 1, recommended=k == self.recommended,
                                 knee=k == self.knee) for k, p in enumerate(self.points)],
                 "recommended": self.recommended, "recommended_index": self.recommended,
@@ -259,7 +272,8 @@ class Frontier:
                 "knee_index": self.knee,
                 "knee_rule": "max (C_axis_opt - C_k) / (a_k - a_axis_opt): most saved per unit of the axis given "
                              "up, from the axis-optimal point",
-                "baseline": None if self.baseline is None else self.baseline.to_json(self.axis),
+                "baseline": None if self.baseline is None else dict(self.baseline.to_json(self.axis), rank=0,
+                                                                     recommended=False, knee=False),
                 "baseline_dominated": self.baseline_dominated, "solves": self.solves,
                 "solve_seconds": self.seconds, "truncated": self.truncated, "overrides": list(self.overrides),
                 "solves_unused": self.solves_unused, "backend": self.backend}
@@ -499,7 +513,8 @@ def _point(axis: Axis, instance: Instance, inst: Instance, fleet: FleetResult, c
                          axis_value(axis, fleet), int(fleet.total_gpus), len(fleet.pools), float(fleet.power_kw),
                          float(max(p.ttft_p99_ms for p in live)) if live else 0.0, constraint,
                          bool(own.slo_met), limit_violations(instance, own),
-                         float(max(p.tpot_p99_ms for p in live)) if live else 0.0, float(own.slo_miss_share))
+                         float(max(p.tpot_p99_ms for p in live)) if live else 0.0, float(own.slo_miss_share),
+                         physical_gpus(fleet, {g.name: replica_unit(g.profile) for g in inst.gpus}))
 
 
 def _same(a: float, b: float) -> bool:
@@ -620,7 +635,9 @@ def frontier(instance: Instance, axis: Axis | str, *, points: int | None = None,
         or (_same(p.cost_per_hr, bp.cost_per_hr) and _same(p.axis_value, bp.axis_value)) for p in kept)
     return Frontier(instance.name, axis, sweep, tuple(kept), chosen, bp, dominated, solver.solves,
                     time.perf_counter() - t0, truncated, tuple(instance.overrides), unused, backend.label,
-                    reason, knee)
+                    reason, knee, instance.slo.ttft_p99_s * MS_PER_S,
+                    None if instance.slo.tpot_p99_s is None else instance.slo.tpot_p99_s * MS_PER_S,
+                    slo_text(instance))
 
 
 def _step_text(axis: Axis, k: int, p: FrontierPoint) -> str:

@@ -10,6 +10,9 @@ no font, no image or style sheet fetched from anywhere. The kind of result is re
   request-length axis (:func:`pool_diagram`), the homogeneous baseline, the verification when ``--verify-top``
   ran, the figure of each pool's P99 against the SLO, and with ``sim`` (the ``simulate`` JSON of the same plan)
   the simulated pools and their TTFT distributions;
+* ``pareto --axes cost,AXIS``: the frontier page (:func:`_frontier`): the recommended point's headline, the curve
+  with the SLO line and the recommended point marked, and a table of every point's plan (its pools, physical
+  GPUs, $/hr, $/yr, kW, worst P99 TTFT, the SLO verdict; the recommended row has id ``frontier-recommended``);
 * ``simulate``, ``pareto --split-table``, ``whatif``, ``gridflex``, ``headroom`` (and ``headroom --range``),
   ``tpw``: the command's table and figure.
 
@@ -34,7 +37,8 @@ from fleetopt.optimizer.errors import InstanceError
 
 __all__ = ["KINDS", "detect_kind", "build_html", "pool_diagram", "same_plan"]
 
-KINDS = ("solve", "simulate", "pareto --split-table", "whatif", "gridflex", "headroom", "headroom --range", "tpw")
+KINDS = ("solve", "simulate", "pareto --split-table", "pareto --axes cost,power", "pareto --axes cost,ttft",
+         "pareto --axes cost,pools", "whatif", "gridflex", "headroom", "headroom --range", "tpw")
 """Result kinds the report renders (the JSON's ``command`` key; ``tpw`` has none and is told by its rows)."""
 
 DIAGRAM_WIDTH_PX = 900
@@ -87,6 +91,7 @@ _REQUIRED = {
     "solve": ("instance", "status", "pools", "cost_per_hr", "slo_ttft_p99_ms"),
     "simulate": ("instance", "pools", "ttft_p99_ms", "slo_ttft_p99_ms", "latency_ms"),
     "pareto --split-table": ("instance", "gpu", "rows", "baseline", "recommended", "slo_ttft_p99_ms"),
+    **{kind: ("instance", "axes", "points", "recommended") for kind in KINDS if kind.startswith("pareto --axes")},
     "whatif": ("instance", "sweeps", "scenarios", "base", "slo_ttft_p99_ms"),
     "gridflex": ("instance", "fleet", "depths", "slo_ttft_p99_ms"),
     "headroom": ("instance", "fleet", "pools", "arrival_rate", "max_arrival_rate"),
@@ -109,7 +114,7 @@ def _check(data: Mapping, kind: str, source: str) -> None:
             gone = [f for f in _POOL_KEYS if not isinstance(p, Mapping) or f not in p]
             if gone:
                 raise InstanceError(f"{where}pools[{k}].{gone[0]}: missing")
-    for key in ("rows", "scenarios", "depths", "solved"):
+    for key in ("rows", "scenarios", "depths", "solved", "points"):
         if key in _REQUIRED[kind] and not isinstance(data.get(key), list):
             raise InstanceError(f"{where}{key}: expected a list, got {type(data.get(key)).__name__}")
 
@@ -507,6 +512,70 @@ def _num(x) -> float:
     return math.nan if x is None else float(x)
 
 
+def _frontier(f: Mapping, figs: _Figures, prov: list) -> str:
+    """``pareto --axes cost,AXIS``: the recommended point's headline, the curve (with the SLO line and the
+    recommended point) and every point's plan in a table, one pool a line."""
+    from fleetopt.optimizer.workflows import plots
+
+    axis = (f.get("axes") or ["cost", "?"])[-1]
+    unit = f.get("axis_unit", "")
+    src = str(f.get("source") or "analytic; each point an optimal re-solve")
+    prov.append(("Frontier points", f"{src} ({f.get('sweep', '?')} sweep, {_fmt(f.get('solves'), 'd')} solves); "
+                                    "each re-judged on the instance's own SLO and limits"))
+    pts = f["points"]
+    rec = f.get("recommended")
+    out = []
+    if rec is not None and 0 <= rec < len(pts):
+        r = pts[rec]
+        out.append('<div class="kpi">'
+                   + _kpi("recommended point", rec + 1, "d", f"of {len(pts)}", "frontier-recommended-rank", src)
+                   + _kpi("GPUs", r.get("physical_gpus"), ",d", "physical", "total-physical-gpus", src)
+                   + _kpi("cost", r.get("cost_per_hr"), ",.2f", "US$/hr", "total-cost-per-hr", src)
+                   + _kpi("cost per year", r.get("cost_per_year"), ",.0f", "US$/yr", "total-cost-per-year", src)
+                   + _kpi("power", r.get("power_kw"), ",.2f", "kW", "total-power-kw", src)
+                   + _kpi("worst pool P99 TTFT", r.get("worst_ttft_p99_ms"), ",.1f", "ms", "frontier-worst-ttft-ms",
+                          src) + "</div>")
+        out.append(f"<p>Recommended: point {rec + 1}, <code>{_e(r.get('fleet'))}</code> "
+                   f"({_e(f.get('recommended_reason', ''))}).</p>")
+    else:
+        out.append(f'<p class="note">No point recommended: {_e(f.get("recommended_reason", ""))}</p>')
+    knee = f.get("knee_index")
+    if knee is not None and 0 <= knee < len(pts) and knee != rec:
+        out.append(f"<p>Knee (an alternative): point {knee + 1}, <code>{_e(pts[knee].get('fleet'))}</code>: the most "
+                   f"US$ saved per {_e(unit)} given up from the least-{_e(axis)} point.</p>")
+    slo = f.get("slo") or (f"P99 TTFT <= {_fmt(f.get('slo_ttft_p99_ms'), ',.0f')} ms"
+                           if f.get("slo_ttft_p99_ms") is not None else "the instance's SLO")
+    out.append(figs.add(f"least cost against {axis} ({unit}), the SLO ({slo}) and the recommended point", src,
+                        plots.frontier_figure, f))
+    axis_head = axis if unit == axis else f"{axis} {unit}"
+    own_column = axis not in ("power", "pools", "ttft")   # those axes are the kW, pools and P99 columns
+    rows = []
+    for k, p in enumerate(pts):
+        pools = "<br>".join(_e(x) for x in str(p.get("fleet") or "-").split(","))
+        mark = ["recommended"] * (k == rec) + ["knee"] * (k == knee)
+        ident = ' id="frontier-recommended"' if k == rec else ""
+        rows.append(f'<td class="n"{ident}>{k + 1}</td><td><code>{pools}</code></td>' + _td(p.get("pools"), "d")
+                    + _td(p.get("physical_gpus"), ",d") + _td(p.get("cost_per_hr"), ",.2f")
+                    + _td(p.get("cost_per_year"), ",.0f") + _td(p.get("power_kw"), ",.2f")
+                    + (_td(p.get("axis_value"), ",.1f") if own_column else "")
+                    + _td(p.get("worst_ttft_p99_ms"), ",.1f", none="unbounded")
+                    + _verdict(bool(p.get("slo_met")) and not p.get("violations"))
+                    + f"<td><code>--set {_e(p.get('constraint', ''))}</code></td><td>{_e(', '.join(mark))}</td>")
+    head = ["#", "pools (tokens:GPU x replicas)", "pools", "GPUs", "US$/hr", "US$/yr", "kW"]
+    head += [axis_head] * own_column + ["worst P99 TTFT ms", "SLO", "solved with", ""]
+    out.append("<h2>Every point's plan</h2>")
+    out.append(_table(head, rows, f"{src}; GPUs: physical GPUs; SLO: {slo} and the instance's limits, re-judged "
+                                  "at each plan's counts; solved with: fleetopt solve INSTANCE --set ... reproduces "
+                                  "the point"))
+    b = f.get("baseline")
+    if b:
+        out.append(f"<p>Homogeneous baseline (analytic): <code>{_e(b.get('fleet'))}</code>, "
+                   f"{_e(_fmt(b.get('physical_gpus'), ',d'))} GPUs, US$ {_e(_fmt(b.get('cost_per_year'), ',.0f'))}/yr, "
+                   f"{_e(_fmt(b.get('power_kw'), ',.2f'))} kW; "
+                   f"{'dominated by the frontier' if f.get('baseline_dominated') else 'not dominated'}.</p>")
+    return "".join(out)
+
+
 def _whatif(w: Mapping, figs: _Figures, prov: list) -> str:
     from fleetopt.optimizer.workflows import plots
 
@@ -604,6 +673,8 @@ def _tpw(t: Mapping, figs: _Figures, prov: list) -> str:
 
 
 _TITLES = {"solve": "fleet plan", "simulate": "simulation", "pareto --split-table": "two-pool split table",
+           **{kind: f"least cost against {kind.rsplit(',', 1)[-1]} (Pareto frontier)" for kind in KINDS
+              if kind.startswith("pareto --axes")},
            "whatif": "what-if sweep", "gridflex": "demand response", "headroom": "headroom",
            "headroom --range": "capacity steps", "tpw": "tokens per watt"}
 
@@ -650,6 +721,8 @@ def build_html(data: Mapping, *, sim: Mapping | None = None, source: str = "", s
         body = _simulate(data, figs, prov)
     elif kind == "pareto --split-table":
         body = _split_table(data, figs, prov)
+    elif kind.startswith("pareto --axes"):
+        body = _frontier(data, figs, prov)
     elif kind == "whatif":
         body = _whatif(data, figs, prov)
     elif kind == "gridflex":

@@ -197,12 +197,91 @@ def _k(x: float) -> str:
     return f"{int(x)}"
 
 
-def _log_ms(axis) -> None:
-    """A log-scale millisecond axis labelled in plain numbers (10, 100, 1,000), no minor labels."""
-    from matplotlib.ticker import FuncFormatter, NullFormatter
+LOG_TICK_SUBS = ((1.0,), (1.0, 2.0, 5.0), (1.0, 2.0, 3.0, 5.0, 7.0), tuple(float(k) for k in range(1, 10)))
+"""Mantissas a log axis labels, coarsest first (:func:`log_ticks`)."""
+MAX_LOG_TICKS = 8
+"""Most labelled ticks on a log axis (:func:`log_ticks`)."""
 
+
+def log_ticks(vmin: float, vmax: float, max_ticks: int = MAX_LOG_TICKS) -> list[float]:
+    """The labelled ticks of a log axis over ``[vmin, vmax]``: the finest mantissa set of :data:`LOG_TICK_SUBS`
+    (1; 1, 2, 5; ...; 1..9 times the powers of ten) giving at most ``max_ticks`` ticks in the range, so that an
+    axis spanning less than a decade still shows several labels (matplotlib's default labels the powers of ten
+    only: one label, or none, on such an axis). Over more decades than ``max_ticks``: every k-th power of ten.
+    A range holding fewer than 3 of the finest ticks gets evenly spaced round numbers instead.
+
+    Examples
+    --------
+    >>> log_ticks(40.0, 600.0)
+    [50.0, 70.0, 100.0, 200.0, 300.0, 500.0]
+    >>> log_ticks(40.0, 600.0, max_ticks=4)
+    [50.0, 100.0, 200.0, 500.0]
+    >>> log_ticks(1.0, 1e6)
+    [1.0, 10.0, 100.0, 1000.0, 10000.0, 100000.0, 1000000.0]
+    >>> log_ticks(210.0, 290.0)
+    [220.0, 240.0, 260.0, 280.0]
+    """
+    if not (vmin > 0 and vmax > vmin and math.isfinite(vmax)):
+        return []
+    lo, hi = math.floor(math.log10(vmin)), math.ceil(math.log10(vmax))
+
+    def ticks(subs, stride=1):
+        return [float(f"{m * 10.0 ** e:.12g}") for e in range(lo, hi + 1, stride) for m in subs
+                if vmin * (1 - 1e-9) <= m * 10.0 ** e <= vmax * (1 + 1e-9)]
+
+    best = None
+    for subs in LOG_TICK_SUBS:
+        got = ticks(subs)
+        if len(got) > max_ticks:
+            break
+        best = got
+    if best is None:
+        stride = 1
+        while len(ticks((1.0,), stride)) > max_ticks:
+            stride += 1
+        return ticks((1.0,), stride)
+    if len(best) < 3:
+        from matplotlib.ticker import MaxNLocator
+
+        return [float(t) for t in MaxNLocator(nbins=5, steps=[1, 2, 2.5, 5, 10]).tick_values(vmin, vmax)
+                if vmin <= t <= vmax]
+    return best
+
+
+def _log_ms(axis) -> None:
+    """A log-scale millisecond axis labelled in plain numbers (10, 100, 1,000) at :func:`log_ticks` (several
+    labels even within one decade), no minor labels."""
+    from matplotlib.ticker import FuncFormatter, Locator, NullFormatter
+
+    class _Plain(Locator):
+        def __call__(self):
+            return self.tick_values(*self.axis.get_view_interval())
+
+        def tick_values(self, vmin, vmax):
+            return log_ticks(min(vmin, vmax), max(vmin, vmax), self._room())
+
+        def _room(self) -> int:
+            """Labels the axis has room for: one per 50 px across, one per 20 px up (at :data:`DPI`)."""
+            box = self.axis.axes.bbox
+            span, pitch = (box.width, 50.0) if self.axis.axis_name == "x" else (box.height, 20.0)
+            return max(2, min(MAX_LOG_TICKS, int(span / pitch)))
+
+    axis.set_major_locator(_Plain())
     axis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:,.0f}" if v >= 1 else f"{v:g}"))
     axis.set_minor_formatter(NullFormatter())
+
+
+def _legend_below(fig, *axes, ncols: int = 2) -> None:
+    """The axes' legend (one for all of ``axes``) outside the plotting area, below it (the constrained layout
+    makes room), so that it never covers data, whatever the data's shape."""
+    handles, labels = [], []
+    for ax in axes:
+        h, lab = ax.get_legend_handles_labels()
+        handles += h
+        labels += lab
+    if handles:
+        fig.legend(handles, labels, loc="outside lower center", ncols=min(ncols, len(handles)), fontsize=7,
+                   frameon=False)
 
 
 def _slo_line(ax, slo_ms: float, vertical: bool = False) -> None:
@@ -263,7 +342,7 @@ def split_table_figure(result):
     ax.set_title(f"{t.get('instance', '')}: two-pool split table on {t.get('gpu', '')}, "
                  f"{_f(t.get('arrival_rate')):g} req/s (analytic, ttft_model {t.get('ttft_model', '')})", fontsize=9)
     ax.grid(True, alpha=0.3)
-    ax.legend(fontsize=7, loc="best")
+    _legend_below(fig, ax)
     return fig
 
 
@@ -281,17 +360,27 @@ def frontier_figure(result):
     r"""The exact trade-off curve: least cost (thousand US$/yr) against the second axis, one point per frontier
     point (an optimal re-solve, analytic), joined by the least-cost step function
     :math:`C(\varepsilon)` (the cost of the cheapest point with axis value at most :math:`\varepsilon`); the
-    homogeneous baseline is a star, the recommended point a ring. The points series is labelled
-    ``frontier points`` and holds exactly the JSON's points, ``(axis_value, cost_per_year / 1000)``.
+    homogeneous baseline is a star, the recommended point a ring, a point missing the instance's SLO hollow. The
+    points series is labelled ``frontier points`` and holds exactly the JSON's points,
+    ``(axis_value, cost_per_year / 1000)``.
+
+    The SLO line: on a ``ttft`` curve, the instance's P99 TTFT SLO as a vertical line (the axis is the P99);
+    on a ``power`` or ``pools`` curve, a second panel below (same x) gives each point's worst pool P99 TTFT
+    against the SLO as a horizontal line (a document without ``slo_ttft_p99_ms`` gets no SLO line).
     """
     f = as_json(result)
     axis = (f.get("axes") or ["cost", ""])[-1]
     unit = f.get("axis_unit", "")
-    fig, (ax,) = _new_figure()
+    slo = _f(f.get("slo_ttft_p99_ms"))
     pts = f.get("points") or []
+    second = axis != "ttft" and math.isfinite(slo) and bool(pts)
+    fig, axes = _new_figure(2 if second else 1, sharex=True)
+    ax = axes[0]
     xs = [_f(p.get("axis_value")) for p in pts]
     ys = [_f(p.get("cost_per_year")) / 1e3 for p in pts]
-    ax.scatter(xs, ys, color=_MET, zorder=3, label=f"frontier points ({len(pts)} optimal re-solves)")
+    met = [p.get("slo_met", True) is not False and not p.get("violations") for p in pts]
+    ax.scatter(xs, ys, color=_MET, zorder=3, label=f"frontier points ({len(pts)} optimal re-solves)",
+               facecolors=[_MET if m else "white" for m in met], edgecolors=_MET)
     order = sorted(range(len(pts)), key=lambda k: xs[k])
     if len(order) > 1:
         ax.step([xs[k] for k in order], [ys[k] for k in order], where="post", color=_MET, linewidth=1.0, zorder=2,
@@ -304,17 +393,41 @@ def frontier_figure(result):
     rec = f.get("recommended")
     if rec is not None and 0 <= rec < len(pts):
         ax.scatter([xs[rec]], [ys[rec]], s=260, facecolors="none", edgecolors="black", linewidths=1.5, zorder=5,
-                   label=f"recommended: {pts[rec].get('fleet', '')}")
+                   label=f"recommended (point {rec + 1}): {pts[rec].get('fleet', '')}")
+    if not all(met):
+        ax.scatter([], [], facecolors="white", edgecolors=_MET, label="hollow: misses the SLO or a limit")
+    if axis == "ttft":
+        _slo_line(ax, slo, vertical=True)
     if axis == "pools":
         from matplotlib.ticker import MaxNLocator
 
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-    ax.set_xlabel(FRONTIER_AXIS_LABELS.get(axis, f"{axis} ({unit})"))
-    ax.set_ylabel("least fleet cost (thousand US$/yr)")
-    ax.set_title(f"{f.get('instance', '')}: least cost against {axis} ({f.get('sweep', '')} sweep; analytic, each "
-                 "point an optimal re-solve)", fontsize=9)
+    ax.margins(x=0.06, y=0.15)
+    ax.set_ylabel("least fleet cost\n(thousand US$/yr)" if second else "least fleet cost (thousand US$/yr)")
+    ax.set_title(f"{f.get('instance', '')}: least cost against {axis}\n({f.get('sweep', '')} sweep; analytic, "
+                 "each point an optimal re-solve)", fontsize=9)
     ax.grid(True, alpha=0.3)
-    ax.legend(fontsize=7, loc="best")
+    if second:
+        low = axes[1]
+        worst = [_inf(p.get("worst_ttft_p99_ms")) for p in pts]
+        ok = [k for k in range(len(pts)) if math.isfinite(worst[k]) and worst[k] > 0]
+        low.scatter([xs[k] for k in ok], [worst[k] for k in ok], marker="D", s=18, zorder=3,
+                    color=[_MET if worst[k] <= slo else _MISSED for k in ok],
+                    label="worst pool P99 TTFT of each point (analytic)")
+        if rec is not None and 0 <= rec < len(pts) and rec in ok:
+            low.scatter([xs[rec]], [worst[rec]], s=160, facecolors="none", edgecolors="black", linewidths=1.5,
+                        zorder=5)
+        _slo_line(low, slo)
+        low.set_yscale("log")
+        finite = [worst[k] for k in ok] + [slo]
+        low.set_ylim(0.7 * min(finite), 1.5 * max(finite))
+        _log_ms(low.yaxis)
+        low.set_ylabel("P99 TTFT (ms)")
+        low.grid(True, alpha=0.3, which="both")
+        low.set_xlabel(FRONTIER_AXIS_LABELS.get(axis, f"{axis} ({unit})"))
+    else:
+        ax.set_xlabel(FRONTIER_AXIS_LABELS.get(axis, f"{axis} ({unit})"))
+    _legend_below(fig, *axes)
     return fig
 
 
@@ -384,7 +497,7 @@ def whatif_figure(result):
     ax.set_title(f"{w.get('instance', '')}: what-if over {len(rows)} scenarios (analytic: each re-solved exactly; "
                  f"P99 TTFT SLO {_f(w.get('slo_ttft_p99_ms')):,.0f} ms)", fontsize=9)
     ax.grid(True, alpha=0.3)
-    ax.legend(fontsize=7, loc="best")
+    _legend_below(fig, ax)
     return fig
 
 
@@ -419,7 +532,6 @@ def gridflex_figure(result):
              label="simulated mean power over the event")
     top.set_ylabel("fleet power (kW)")
     top.grid(True, alpha=0.3)
-    top.legend(fontsize=7)
     an = [_inf(r.get("ttft_p99_ms_analytic")) for r in rows]
     ev = [_inf(r.get("ttft_p99_ms_event")) if r.get("simulated", True) else math.nan for r in rows]
     finite = [v for v in an + ev if math.isfinite(v) and v > 0]
@@ -460,7 +572,7 @@ def gridflex_figure(result):
     bottom.set_ylabel("P99 TTFT (ms)")
     bottom.set_xlabel("curtailment depth (% of the uncurtailed power)")
     bottom.grid(True, alpha=0.3, which="both")
-    bottom.legend(fontsize=7, loc="upper left")
+    _legend_below(fig, top, bottom)
     top.set_title(f"{g.get('instance', '')}: demand response of {g.get('fleet', '')} at "
                   f"{_f(g.get('arrival_rate')):g} req/s\n(analytic; event simulated: "
                   f"{g.get('replications', '?')} replications, {_f(g.get('event_seconds')):g} s events, "
@@ -471,6 +583,48 @@ def gridflex_figure(result):
 # --------------------------------------------------------------------------------------------
 # headroom
 # --------------------------------------------------------------------------------------------
+
+
+STEP_LABEL_GAP_PX = 8.0
+"""Least horizontal gap between two step labels of one row (pixels at :data:`DPI`)."""
+
+
+def _step_labels(fig, ax, xs: Sequence[float], texts: Sequence[str], data_ys: Sequence[float]) -> None:
+    """Label vertical step lines at ``xs`` with ``texts``, horizontally, in a band below the data that no data
+    point enters (the y-axis is extended downwards), each label just right of its line. Labels are laid out in
+    rows greedily: a label goes in the first row where it clears the previous label by :data:`STEP_LABEL_GAP_PX`
+    (widths measured by the renderer after a layout pass), so no two labels overprint, however close the
+    steps."""
+    if not xs:
+        return
+    fontsize = 7
+    labels = [ax.annotate(t, (x, 0.0), xycoords=("data", "axes fraction"), xytext=(2, 3),
+                          textcoords="offset points", fontsize=fontsize, color=_ACCENT, ha="left", va="bottom")
+              for x, t in zip(xs, texts)]
+    fig.draw_without_rendering()
+    renderer = fig._get_renderer()
+    spans = sorted(((t.get_window_extent(renderer).x0, t.get_window_extent(renderer).x1, t) for t in labels),
+                   key=lambda e: e[0])
+    ends: list[float] = []
+    row_of = {}
+    for x0, x1, t in spans:
+        row = next((r for r, end in enumerate(ends) if x0 >= end + STEP_LABEL_GAP_PX), len(ends))
+        if row == len(ends):
+            ends.append(x1)
+        else:
+            ends[row] = x1
+        row_of[id(t)] = row
+    line_pt = 1.35 * fontsize
+    for t in labels:
+        t.xyann = (2, 3 + line_pt * row_of[id(t)])
+    finite = [y for y in data_ys if math.isfinite(y)]
+    if finite:
+        lo, hi = min(finite), max(finite)
+        height_pt = ax.get_window_extent(renderer).height * 72.0 / fig.dpi
+        band = min(0.6, (len(ends) * line_pt + 6.0) / max(height_pt, 1.0))   # share of the axes for the labels
+        span = max(hi - lo, abs(hi) * 0.1, 1e-9)
+        top = hi + 0.05 * span
+        ax.set_ylim(lo - band * (top - lo + 0.02 * span) / (1.0 - band) - 0.02 * span, top)
 
 
 def headroom_figure(result):
@@ -484,17 +638,17 @@ def headroom_figure(result):
         xs = [p["arrival_rate"] for p in pts if p.get("cost_per_year") is not None]
         ys = [p["cost_per_year"] / 1e3 for p in pts if p.get("cost_per_year") is not None]
         ax.step(xs, ys, where="post", color=_MET, marker="o", markersize=3, label="least cost at the rates solved")
-        for s in h.get("steps") or []:
-            ax.axvline(s["arrival_rate"], color=_ACCENT, linewidth=0.8, linestyle="--")
-            ax.annotate(f"add capacity before {s['arrival_rate']:g}", (s["arrival_rate"], 0.02),
-                        xycoords=("data", "axes fraction"), rotation=90, fontsize=7, color=_ACCENT,
-                        xytext=(-9, 0), textcoords="offset points")
+        rates = [float(s["arrival_rate"]) for s in h.get("steps") or []]
+        for k, rate in enumerate(rates):
+            ax.axvline(rate, color=_ACCENT, linewidth=0.8, linestyle="--",
+                       label="capacity step: add capacity before the rate labelled (req/s)" if k == 0 else None)
+        _step_labels(fig, ax, rates, [f"{r:g}" for r in rates], ys)
         ax.set_xlabel("fleet arrival rate (req/s)")
         ax.set_ylabel("least fleet cost (thousand US$/yr)")
         ax.set_title(f"{h.get('instance', '')}: least-cost fleet over {h['range'][0]:g}-{h['range'][1]:g} req/s "
                      "(analytic: re-solved at each rate)", fontsize=9)
         ax.grid(True, alpha=0.3)
-        ax.legend(fontsize=7)
+        _legend_below(fig, ax)
         return fig
     pools = h.get("pools") or []
     labels = [f"{p['min_tokens']:,}-{p['max_tokens']:,} {p['gpu']} x{p['replicas']}" for p in pools]
@@ -528,7 +682,7 @@ def headroom_figure(result):
                  f"{_f(h.get('slo_ttft_p99_ms')):,.0f} ms, analytic{'; simulated with --verify' if sim else ''})",
                  fontsize=9)
     ax.grid(True, axis="x", alpha=0.3)
-    ax.legend(fontsize=7, loc="lower right")
+    _legend_below(fig, ax)
     return fig
 
 
@@ -559,7 +713,7 @@ def tpw_figure(result):
     ax.set_title("tokens per watt against the context window (analytic: one replica, every KV slot busy)",
                  fontsize=9)
     ax.grid(True, alpha=0.3, which="both")
-    ax.legend(fontsize=7)
+    _legend_below(fig, ax)
     return fig
 
 
@@ -601,7 +755,7 @@ def ttft_figure(result, samples_ms: Mapping[str, Sequence[float]] | None = None)
         ax.set_title(f"{s.get('instance', '')}: simulated TTFT per pool (empirical CDF of the measured requests)",
                      fontsize=9)
         ax.grid(True, alpha=0.3, which="both")
-        ax.legend(fontsize=7)
+        _legend_below(fig, ax)
         return fig
     entries = [(_pool_label(p), p) for p in pools] + [("fleet", s)]
     q_style = (("p50", "o", "#9ecae1"), ("p90", "s", "#4292c6"), ("p99", "D", _MET))
@@ -632,7 +786,7 @@ def ttft_figure(result, samples_ms: Mapping[str, Sequence[float]] | None = None)
                  f"{opts.get('replications', s.get('replications', '?'))} replications, seed {s.get('seed', '?')}",
                  fontsize=9)
     ax.grid(True, axis="x", alpha=0.3, which="both")
-    ax.legend(fontsize=7, loc="lower right")
+    _legend_below(fig, ax)
     return fig
 
 
@@ -674,7 +828,7 @@ def plan_figure(result, sim: Mapping | None = None):
     ax.set_title(f"{q.get('instance', '')}: P99 TTFT per pool of the plan (selected by {q.get('method', '?')}; "
                  "bars analytic)", fontsize=9)
     ax.grid(True, axis="x", alpha=0.3, which="both")
-    ax.legend(fontsize=7, loc="lower right")
+    _legend_below(fig, ax)
     return fig
 
 
