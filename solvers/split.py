@@ -19,6 +19,9 @@ pool's nominal mix. Because :math:`C(c, a)` grows and :math:`\\theta = 2(c - a)/
 load :math:`a` and the residual :math:`R = E[S^2]/E[S]`, the linear constraints below imply the
 exact model's SLO for whatever mix the router sends (conservative); at the nominal mix and the
 length-routing count they are tight, so split routing is never dearer than length routing.
+That argument holds for the slot models; under the batched model the capacities are also bounded at the
+nominal mix and the solve adds cuts (``SplitProblem.slo_cuts``, :func:`slo_cut_rule`) where a decoded plan's
+pool does not carry its routed mix.
 Power is over-estimated by a secant raised by its largest deviation (``power_error_w``).
 """
 

@@ -54,13 +54,16 @@ class SolveStatus(enum.StrEnum):
     (:mod:`fleetopt.optimizer.errors`)."""
 
     OPTIMAL = "optimal"
-    """Proven optimal within ``mip_gap`` (the oracle is exact)."""
+    """Proven optimal within ``mip_gap`` (the oracle is exact). Split routing: optimal for the split MIP with its
+    operating points and SLO cuts, every pool of every plan passing the re-evaluation at its routed mix (not a
+    proof over every routing the batched model accepts; docs/formulation.md, "Split routing")."""
     TIME_LIMIT = "time_limit"
     """Stopped at ``time_limit_s``: the plans are the incumbent (``mip_gap`` says how far from proven);
     without one, :class:`~fleetopt.optimizer.errors.SolverLimitError` (exit 4)."""
     ITERATION_LIMIT = "iteration_limit"
     """Stopped at an iteration, node or solution-count limit of the solver: as ``time_limit``, and without a
-    plan the same exit code 4."""
+    plan the same exit code 4. Split routing: also when the SLO-cut rounds end (:data:`SPLIT_CUT_ROUNDS`) with a
+    pool that misses its SLO or the utilisation cap in the re-evaluation; the explanation names the pools."""
     INTERRUPTED = "interrupted"
     """The solve was interrupted: the plans are the incumbent; without one,
     :class:`~fleetopt.optimizer.errors.SolveInterruptedError` (exit 130)."""

@@ -13,9 +13,10 @@ constraints.
 Under the batched replica model (``ttft_model: batched``, :mod:`fleetopt.models.queueing.batched`) the ladder's
 top count :math:`N^*_p` is the batched minimum, but the operating points (capacities, SLO coefficients,
 power lines) still come from the slot model with the exact prefill tail (``tail``): the batched model's
-TTFT is not a function of one linear load in the routed rates. The decoded plan is evaluated, reported
-and verified under the batched model, so a split plan the slot operating points accept but the batched
-model does not is reported as missing its SLO.
+TTFT is not a function of one linear load in the routed rates. Each capacity is also bounded by what the
+count carries at the pool's nominal mix under the batched model (:func:`model_capacity_erlangs`), and a pool
+that does not carry its routed mix in the decoded plan gets a cut (:func:`slo_cut`) before the MIP is solved
+again (``fleetopt.optimizer.plan.solve._split_cut_loop``); a plan still missing is reported as such.
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ if TYPE_CHECKING:  # the MIP (and Pyomo) load only when a split problem is built
     from fleetopt.solvers.split import SplitProblem
 
 __all__ = ["SplitModel", "SplitRouting", "build_split_problem", "decode_split_plan", "evaluate_routing",
-           "replica_ladder", "restrict_split"]
+           "pool_carries", "replica_ladder", "restrict_split", "slo_cut"]
 
 
 def replica_ladder(n_max: int, dense: int = 24) -> np.ndarray:
