@@ -121,6 +121,11 @@ def parse_fleet(text: str, instance: Instance, field: str = "--fleet") -> FleetS
     ``max_num_seqs`` per replica, at most the sequences the window holds; default: all of them, or the
     largest meeting a TPOT SLO).
 
+    A disaggregated prefill/decode pair is ``LO-HI:PREFILL[xN]+DECODE[xN][#SEQS]`` (``0-8192:a100x1+h100x3``; a
+    phase without a count is sized by its station, ``#SEQS`` caps the decode batch): its prefill pool is the
+    entry of ``pools``, its decode pool that of ``decode`` (:class:`FleetSpec`); the two options need a KV transfer
+    in the instance (``pools.disaggregation`` allow or only, one model).
+
     The pools must tile ``(0, max_context]`` in order and name GPUs of the instance. A GPU option's exact name
     wins over a glued count (:func:`_gpu_and_count`: with options ``h100`` and ``h100x8``, ``h100x8`` is the
     option ``h100x8``); a count after a space (``h100 x8``) is always a count. ``docs/workflows.md`` (Fleet

@@ -372,6 +372,9 @@ def fixed_pools(instance: Instance, fleet: str, field: str = "--fleet") -> tuple
     """The pools of a ``--fleet`` spec with every count fixed (a pool without ``xN`` sized at the instance's own
     rate first, as ``fleetopt evaluate`` sizes it) and their evaluation at the instance's rate."""
     spec = parse_fleet(fleet, instance, field)
+    if spec.decode:
+        raise InstanceError(f"{field}: P/D pairs (PREFILL+DECODE) are not taken here yet; evaluate and simulate "
+                            "take them")
     plans = []
     for lo, hi, name, n, gamma, seqs in spec.pools:
         g = instance.gpu(name)
