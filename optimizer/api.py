@@ -159,6 +159,10 @@ def evaluate_report(inst: Instance, fleets) -> EvaluationReport:
     """Evaluate each fleet spec (``"0-4096:a100x3,4096-65536:a100"``) and the homogeneous baseline."""
     if isinstance(fleets, str):
         fleets = [fleets]
+    if inst.semantic is not None:
+        from fleetopt.optimizer.simulation.guards import refuse_semantic
+
+        refuse_semantic(inst, "evaluate --fleet")
     problems, specs = [], []
     for k, text in enumerate(fleets):
         try:
@@ -228,10 +232,6 @@ def verify(inst: Instance, sim_options: SimOptions = VERIFY_SIM_OPTIONS, *, veri
     the same results as one process: every plan runs on the same seed)."""
     from fleetopt.optimizer.plan.solve import SolveOptions
     from fleetopt.optimizer.simulation.verify import verify as run
-
-    if inst.semantic is not None:
-        raise InstanceError("--verify-top: simulation of semantic routing is not supported yet; use solve without "
-                            "--verify-top")
 
     options = SolveOptions(time_limit_s=time_limit_s, mip_gap=mip_gap, threads=threads, verbose=verbose,
                            method="mip" if method == "auto" else method)
@@ -309,13 +309,17 @@ def simulate_report(inst: Instance, fleet: str | None = None, options: SimOption
         raise InstanceError("--rank: picks a solution of --plan FILE")
     if plan_file is not None:
         solved = load_solved_plan(plan_file, inst, rank)
+    elif inst.semantic is not None:
+        from fleetopt.optimizer.simulation.guards import refuse_semantic
+
+        refuse_semantic(inst, "simulate --fleet", "simulate a solved plan with --plan FILE")
     else:
         solved = SolvedPlan(plans_from_spec(inst, fleet), None, None)
     if solved.routing is not None and options.router not in ("auto", "split"):
         raise InstanceError(f"--router: {options.router!r}: a split-routing plan runs with its own routing "
                             "(auto or split)")
     return simulate_plan(inst, solved.pools, options, routing=solved.routing, progress=progress,
-                         keep_requests=keep_requests)
+                         keep_requests=keep_requests, semantic=solved.semantic)
 
 
 def simulate_plan(inst: Instance, pools, options: SimOptions = SimOptions(), **per_call):  # noqa: B008 frozen dataclass default

@@ -406,6 +406,10 @@ def simulate(instance, fleets, plan_file, rank, n_requests, seed, router, spill_
                             "or compare fleets analytically with: fleetopt evaluate ... --fleet A --fleet B)")
     fleet = fleets[0] if fleets else None
     inst = api.load(instance, overrides)
+    if fleet is not None:
+        from fleetopt.optimizer.simulation.guards import refuse_semantic
+
+        refuse_semantic(inst, "simulate --fleet", "simulate a solved plan with --plan FILE")
     if routers is not None:
         return _simulate_routers(inst, fleet, plan_file, router, routers, spill_bound, json_out, fmt,
                                  requests=n_requests, replications=replications, seed=seed, mode=mode,

@@ -344,13 +344,8 @@ def test_an_option_of_a_third_model_is_refused():
                             "semantic": _semantic(share=0.5)})
 
 
-def test_the_exit_code_and_verify_refusal():
-    from fleetopt.optimizer import api
-
-    inst = _instance()
-    assert InstanceError("x").exit_code == 2
-    with pytest.raises(InstanceError, match="simulation of semantic routing is not supported yet"):
-        api.verify(inst, verify_top=1)
+def test_the_exit_code():
+    assert InstanceError("x").exit_code == 2       # --verify-top simulates semantic plans: test_semantic_simulation
 
 
 def test_step_rule_large_share_by_hand():
@@ -368,7 +363,7 @@ def test_step_rule_large_share_by_hand():
 
 def test_the_example_solves_with_per_model_pools(repo_root, tmp_path):
     """instances/semantic_8b_70b.yaml: exit 0, each JSON pool names its model and class, the chosen share meets
-    the floor, the tok/W warning is there; --verify-top is refused with one line, exit 2."""
+    the floor, the tok/W warning is there (--verify-top: tests/test_semantic_simulation.py)."""
     import json
 
     from click.testing import CliRunner
@@ -387,8 +382,6 @@ def test_the_example_solves_with_per_model_pools(repo_root, tmp_path):
     assert sem["large_share"] >= 0.5 and [t["share"] for t in sem["shares_tried"]] == ["0", "0.2", "0.4"]
     assert sum(c["arrival_rate"] for c in sem["classes"]) == pytest.approx(100.0)
     assert doc["cost_per_hr"] == pytest.approx(sum(c["cost_per_hr"] for c in sem["classes"]))
-    res = CliRunner().invoke(main, ["solve", path, "--verify-top", "1"])
-    assert res.exit_code == 2 and "simulation of semantic routing is not supported yet" in res.output
 
 
 def test_a_class_of_trace_lengths_is_based():

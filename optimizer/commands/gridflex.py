@@ -15,6 +15,7 @@ from fleetopt.optimizer.commands import CONTEXT_SETTINGS, guard as _guard
 from fleetopt.optimizer.output.writes import write_text as _write_text
 from fleetopt.optimizer.errors import InstanceError
 from fleetopt.optimizer.io.instance import load_instance
+from fleetopt.optimizer.simulation.guards import refuse_semantic
 from fleetopt.optimizer.output.writes import write_document
 from fleetopt.optimizer.output.tables import FORMATS, Output
 from fleetopt.optimizer.output.documents import gridflex_csv
@@ -58,6 +59,7 @@ def gridflex(instance, fleet, depths, convention, event_minutes, analytic_only, 
     if plot_out:
         plots.check_target(plot_out, "--plot", (instance,))
     inst = load_instance(instance, overrides)
+    refuse_semantic(inst, "gridflex")
     result = sweep(inst, fleet, levels, event_s=60.0 * event_minutes, replications=replications, seed=seed,
                    convention=convention, event=not analytic_only)
     if "-" not in (json_out, csv_out):

@@ -20,6 +20,8 @@ from fleetopt.optimizer.commands.sim_flags import VERIFY_FLAGS, sim_options
 from fleetopt.optimizer.workflows import plots
 from fleetopt.optimizer.workflows.executor import Backend
 from fleetopt.optimizer.workflows.whatif import WhatIf, binding_text, run_whatif
+from fleetopt.optimizer.io.instance import load_instance
+from fleetopt.optimizer.simulation.guards import refuse_semantic
 
 __all__ = ["whatif", "render_whatif"]
 
@@ -127,6 +129,7 @@ def whatif(instance, sweeps, overrides, verify, sim_requests, sim_replications, 
         raise InstanceError("--json / --csv: only one of them can go to stdout ('-')")
     if plot_out:
         plots.check_target(plot_out, "--plot", (instance,))
+    refuse_semantic(load_instance(instance, overrides), "whatif")    # its scenarios compare length-routed plans
     options = None
     if verify:
         options = sim_options(VERIFY_FLAGS, requests=sim_requests, replications=sim_replications, seed=seed)

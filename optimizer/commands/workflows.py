@@ -27,6 +27,7 @@ from fleetopt.optimizer.workflows import plots
 from fleetopt.optimizer.workflows.headroom import (Headroom, StepSchedule, fleet_change as _range_change, fleet_steps,
                                                    headroom as find_headroom, parse_range, simulated_limit)
 from fleetopt.optimizer.workflows.split_table import SplitTable, parse_boundaries, split_table
+from fleetopt.optimizer.simulation.guards import refuse_semantic
 
 PLOT_HELP = "Also draw the result's figure to FILE (.png or .svg; needs pip install 'fleetopt[plot]')."
 
@@ -119,6 +120,7 @@ def pareto(instance, split, boundaries, gpu, overrides, json_out, csv_out, plot_
     if axes is not None:
         if split:
             raise InstanceError("--axes: give --axes or --split-table, not both")
+        refuse_semantic(load_instance(instance, overrides), "pareto")     # its frontier re-judges by length
         from fleetopt.optimizer.commands.frontier import run_axes
         from fleetopt.optimizer.workflows.executor import Backend
 
@@ -135,6 +137,7 @@ def pareto(instance, split, boundaries, gpu, overrides, json_out, csv_out, plot_
     if plot_out:
         plots.check_target(plot_out, "--plot", (instance,))
     inst = load_instance(instance, overrides)
+    refuse_semantic(inst, "pareto --split-table")
     bounds = None if boundaries is None else parse_boundaries(boundaries, inst)
     result = split_table(inst, gpu, bounds)
     if "-" not in (json_out, csv_out):
@@ -253,6 +256,7 @@ def headroom(instance, fleet, verify, rate_range, sim_requests, sim_replications
     if plot_out:
         plots.check_target(plot_out, "--plot", (instance,))
     inst = load_instance(instance, overrides)
+    refuse_semantic(inst, "headroom")
     if bounds is not None:
         result = fleet_steps(inst, *bounds, current=fleet)
         render = render_steps

@@ -15,6 +15,13 @@ analytically as the simulator will
 evaluate it: a length plan's pools must tile ``(0, pools.max_context]``
 (:func:`fleetopt.optimizer.plan.evaluate.evaluate_plans`), a split plan's routing must fit its pools and the workload
 (:func:`fleetopt.optimizer.plan.split_candidates.evaluate_routing`).
+
+A semantic plan (an instance with a ``semantic`` section) is read back with its classes: each pool's ``role``
+(``small`` or ``large``; a pool without one takes the class of its GPU option's model, and a role must match
+it) and the rule it runs, the ``share`` of the plan's ``semantic`` block (the top-level plan's), or for a
+solution without one the instance's rule whose small-model share :math:`\\pi_{small}` equals the plan's small pools'
+share of the arrival rate (one rule must match). Each class's pools must tile :math:`(0, B_c]` in order
+(:mod:`fleetopt.optimizer.simulation.simulate`, "Semantic plans").
 """
 
 from __future__ import annotations
@@ -31,7 +38,8 @@ from fleetopt.optimizer.io.instance import Instance
 from fleetopt.optimizer.io.overrides import override_settings, set_flags
 from fleetopt.optimizer.io.schema import MAX_CONTEXT_LIMIT_TOKENS
 from fleetopt.optimizer.simulation.pairs import analytic_fleet
-from fleetopt.optimizer.simulation.simulate import pair_plan, planned_router
+from fleetopt.optimizer.simulation.simulate import (SemanticRouting, pair_plan, planned_router, roles_of,
+                                                    semantic_problems, semantic_analytic)
 from fleetopt.optimizer.plan.split_candidates import SplitRouting, evaluate_routing
 
 __all__ = ["SolvedPlan", "load_solved_plan", "MAX_REPLICAS"]
@@ -43,10 +51,13 @@ MAX_REPLICAS = MAX_FLEET_REPLICAS
 class SolvedPlan:
     """The pools of one solved plan (replicas, batch caps and compression fixed) and its routing (or None)."""
 
-    def __init__(self, pools: list[PoolPlan], routing: SplitRouting | None, rank: int | None) -> None:
+    def __init__(self, pools: list[PoolPlan], routing: SplitRouting | None, rank: int | None,
+                 semantic: SemanticRouting | None = None) -> None:
         self.pools = pools
         self.routing = routing
         self.rank = rank
+        self.semantic = semantic
+        """A semantic plan's rule and classes (module docstring); None for one model class."""
 
     @property
     def router(self) -> str:
@@ -63,6 +74,13 @@ def load_solved_plan(path: str | Path, instance: Instance, rank: int | None = No
     _check_overrides(read.document.get("overrides", []), instance, fail)
     pools = _pools(raw, field, instance, fail)
     routing = _routing(read.plan.get("routing"), f"{field}routing", fail)
+    if instance.semantic is not None:
+        semantic = _semantic(read.plan, raw, pools, field, instance, fail)
+        _check_semantic(instance, pools, semantic, field, path)
+        return SolvedPlan(pools, None, rank, semantic)
+    if any(isinstance(p, dict) and "role" in p for p in raw):
+        raise fail(f"{field}pools", "the plan's pools have roles (a semantic plan), but the instance has no "
+                                    "semantic section")
     _check_plan(instance, pools, routing, field, path)
     return SolvedPlan(pools, routing, rank)
 
@@ -185,6 +203,61 @@ def _routing(routing, where: str, fail) -> SplitRouting | None:
         return SplitRouting.from_array(b, rates)
     except ValueError as err:  # ragged rows
         raise fail(f"{where}.rate_req_per_s", f"not a table ({err})") from None
+
+
+def _semantic(plan: dict, raw: list, pools: list[PoolPlan], field: str, instance: Instance,
+              fail) -> SemanticRouting:
+    """A semantic plan's classes (module docstring): each pool's role (given, or its option's model) and the rule
+    it runs (the plan's ``semantic.share``, or the instance's rule whose small-model share the plan's pools carry)."""
+    spec = instance.semantic
+    assert spec is not None
+    if plan.get("routing") is not None:
+        raise fail(f"{field}routing", "a semantic plan routes each model class by length; it has no routing table")
+    served = roles_of(instance, pools)
+    for k, (p, role) in enumerate(zip(raw, served)):
+        given = p.get("role", role)
+        if given not in ("small", "large"):
+            shown = repr(given) if isinstance(given, str) else _kind(given)
+            raise fail(f"{field}pools[{k}].role", f"{shown} is not allowed; give small or large")
+        if given != role:
+            raise fail(f"{field}pools[{k}].role", f"{given!r}, but {pools[k].gpu} serves the {role} model "
+                                                  f"({spec.model_of(role)})")
+    block = plan.get("semantic")
+    if block is not None:
+        share = block.get("share") if isinstance(block, dict) else None
+        if not isinstance(share, str) or share not in spec.labels:
+            raise fail(f"{field}semantic.share", f"{_kind(share)} is not allowed; give one of the instance's shares "
+                                                 f"({', '.join(spec.labels)})")
+        return SemanticRouting(spec.rules[spec.labels.index(share)], served, share)
+    rates = [p.get("arrival_rate") for p in raw]
+    if not all(isinstance(r, (int, float)) and not isinstance(r, bool) and math.isfinite(r) for r in rates):
+        raise fail(f"{field}semantic", "the plan has no semantic block and its pools no arrival_rate to tell which "
+                                       "share it runs; give the solve's top-level plan")
+    total = sum(rates)
+    small = sum(r for r, role in zip(rates, served) if role == "small") / total if total > 0 else 0.0
+    match = [k for k, large in enumerate(spec.large_shares) if abs((1.0 - large) - small) <= 1e-6]
+    if len(match) != 1:
+        raise fail(f"{field}semantic", f"the plan has no semantic block and its small pools carry {small:.4g} of the "
+                                       f"requests, which {'no' if not match else 'more than one'} share of the "
+                                       f"instance gives ({', '.join(spec.labels)}); give the solve's top-level plan")
+    k = match[0]
+    return SemanticRouting(spec.rules[k], served, spec.labels[k])
+
+
+def _check_semantic(instance: Instance, pools: list[PoolPlan], semantic: SemanticRouting, field: str,
+                    path: Path) -> None:
+    """Evaluate a semantic plan as the simulator will: each class's pools tile its range, then
+    :func:`fleetopt.optimizer.plan.semantic.evaluate_semantic`; any problem one ``FILE: field: message`` line."""
+    from fleetopt.optimizer.simulation.options import SimOptions
+
+    problems = semantic_problems(instance, pools, SimOptions(router="length"), None, None, semantic)
+    if problems:
+        raise InstanceError([format_problem(path, f"{field}pools", line.removeprefix("semantic: "))
+                             for line in problems])
+    try:
+        semantic_analytic(instance, pools, semantic)
+    except (ValueError, ArithmeticError) as err:
+        raise InstanceError(format_problem(path, f"{field}pools", f"the plan cannot be evaluated ({err})")) from None
 
 
 def _check_plan(instance: Instance, pools: list[PoolPlan], routing, field: str, path: Path) -> None:

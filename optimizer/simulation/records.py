@@ -133,6 +133,8 @@ class SimPoolReport(_Measured):
     """One of :data:`P99_SOURCES`: ``"main run"``, or ``"dedicated run"`` when the latency statistics and verdict
     come from the pool's own run (the counts, rate, utilisation, batch, power and energy stay the main run's, so
     the fleet's totals are still the pools' sums)."""
+    role: str | None = None
+    """A semantic plan's model class the pool serves (``small`` or ``large``); None for one model class."""
 
     @property
     def too_few_requests(self) -> bool:
@@ -182,6 +184,7 @@ class SimPoolReport(_Measured):
             "latency_ms": self._latency_json(),
             "profile": a.profile, "quality": a.quality, "source": _SOURCE,
             "phase": getattr(a, "phase", "both"),
+            **({} if self.role is None else {"role": self.role}),
         }
 
 
@@ -237,6 +240,10 @@ class SimReport(_Measured):
     energy_per_token_j: float = math.nan
     """Energy over the window divided by all tokens (prompt and output) of the requests completed in it: the
     energy study's all-tokens figure beside :attr:`energy_per_output_token_j` (prefill energy is in both)."""
+    semantic: dict | None = None
+    """A semantic plan's rule (``share``, as the instance writes it) and per class (``classes``: ``role``,
+    ``pools``, analytic ``rate_share`` :math:`\\pi_c`, measured ``requests`` and their share ``share_sim``); None
+    for one model class (:mod:`fleetopt.optimizer.simulation.simulate`, "Semantic plans")."""
 
     seed = property(lambda self: self.options.seed)
     mode = property(lambda self: self.options.mode)
@@ -319,6 +326,7 @@ class SimReport(_Measured):
             "littles_law_rel_error": self.littles_law_rel_error,
             "analytic": fleet_analytic(a), "simulated": simulated,
             "notes": [*self.undecided_notes(), *self.notes],
+            **({} if self.semantic is None else {"semantic": self.semantic}),
         }
 
     def rows(self) -> list[dict]:

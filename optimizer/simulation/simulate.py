@@ -84,6 +84,24 @@ token, is decided: it misses whatever the run length). ``stopped_by`` says which
 than 1 % of all measured requests get no first token, so more requests cannot
 narrow it).
 
+Semantic plans
+--------------
+A multi-model plan (an instance's ``semantic`` section; :mod:`fleetopt.optimizer.plan.semantic`) has one tiling of
+pools per model class. Its stream is drawn as for any plan (the instance's workload and seed). The router
+(:class:`SemanticRouter`) then sends a request of total length :math:`L` to the small class when its uniform draw
+:math:`U < \alpha(L)` (the plan's rule, :class:`fleetopt.models.semantic.ShareRule`), else to the large class, and
+routes it by length within that class's pools, which tile :math:`(0, B_c]`. The draws come from a generator of
+their own, derived from the replication's seed path (:data:`_CLASS_SEED_KEY`), never from the stream's, so every
+plan simulated with one seed classifies the same requests the same way (common random numbers: a plan with one
+replica fewer sees the same requests in each class). Given the lengths, the classes are independent thinnings,
+so a class receives a binomial share with mean :math:`\pi_c` and a Poisson stream of rate :math:`\pi_c \Lambda`
+within the class, the traffic its pools were sized for. All pools run through the engine together; the report's
+rows carry their ``role`` (small or large), the analytic side is
+:func:`fleetopt.optimizer.plan.semantic.evaluate_semantic` of the same pools, the fleet's P99 TTFT and attainment
+cover every request of both classes, and ``SimReport.semantic`` gives each class's measured share beside
+:math:`\pi_c`. Thin pools get dedicated runs as elsewhere (the router decides each request from itself and its
+own draws). Semantic plans take ``--router auto`` or ``length`` only.
+
 P/D pairs
 ---------
 A plan's pool may be a disaggregated prefill/decode pair (``PoolPlan.decode``). The stream is drawn and routed as
@@ -146,6 +164,8 @@ from collections.abc import Callable
 import numpy as np
 
 from fleetopt.models.fleet import DecodeStage, FleetResult, PoolPlan, PoolResult
+from fleetopt.models.profiles import served_model
+from fleetopt.models.semantic import ShareRule, split_by_model
 from fleetopt.models.workload import RequestTrace
 from fleetopt.solvers.des.state import SimPool
 from fleetopt.solvers.des.records import Outcome
@@ -197,6 +217,7 @@ from fleetopt.optimizer.simulation.records import (
     with_dedicated_latency,
 )
 from fleetopt.optimizer.plan.split_candidates import SplitRouting, evaluate_routing
+from fleetopt.optimizer.plan.semantic import ROLES, evaluate_semantic
 from fleetopt.optimizer.simulation.pairs import (analytic_fleet, disagg_pair, has_pairs, pair_name,
                                                  transfer_times, unit_rows)
 
@@ -204,7 +225,8 @@ __all__ = ["ROUTERS", "DISPATCHES", "ARRIVALS", "MODES", "MIN_REQUESTS_PER_REPLI
            "COOLDOWN_SHARE", "THIN_POOL_REQUESTS", "THIN_SCALED_DRAWN", "THIN_MAX_DRAWN", "Latency", "SimPoolReport",
            "SimReport",
            "SimOptions", "simulate_plan", "simulate_pools", "simulate_solved_plan", "planned_router",
-           "plans_from_fleet", "plans_from_spec", "parse_precision"]
+           "plans_from_fleet", "plans_from_spec", "parse_precision", "SemanticRouting", "SemanticRouter",
+           "semantic_routing", "roles_of", "semantic_problems", "semantic_analytic"]
 
 COOLDOWN_SHARE = 0.05
 """Share of a replication's span at its end whose arrivals are not measured (they keep the load on)."""
@@ -222,6 +244,9 @@ _THIN_CHUNK = 1 << 20
 """Requests of the stream drawn at most at once for a dedicated run (about 40 MB of arrays)."""
 _THIN_SEED_KEY = 0x7417
 """Mixed into the seed of a dedicated run (with ``seed`` and the pool's index), apart from the main run's."""
+_CLASS_SEED_KEY = 0x5E3A
+"""Appended to a replication's seed path for the semantic router's class draws (module docstring, "Semantic
+plans"): a stream of their own, the same whatever else the replication draws."""
 _DISPATCH = {"jsq": JoinShortestQueue, "round-robin": RoundRobin, "least-queue": LeastQueue}
 """The engine's dispatch policy per :data:`DISPATCHES` name (one entry each)."""
 
@@ -290,6 +315,90 @@ def planned_router(pools: list[PoolPlan], routing: SplitRouting | None = None) -
     return "compress" if any(p.compress_gamma > 1 for p in pools) else "length"
 
 
+@dataclass(frozen=True, eq=False)
+class SemanticRouting:
+    """How a semantic plan routes (module docstring, "Semantic plans"): the classifier's ``rule`` (its share
+    :math:`\\alpha(L)` to the small model), each pool's class (``roles``, ``small`` or ``large``, in the order of the
+    plan's pools) and the rule as the instance writes it (``label``, e.g. ``0.4``)."""
+
+    rule: ShareRule
+    roles: tuple[str, ...]
+    label: str = ""
+
+
+def roles_of(instance: Instance, pools) -> tuple[str, ...]:
+    """Each pool's model class in a semantic ``instance``: ``small`` when its GPU option serves
+    ``semantic.small_model``, else ``large`` (every option serves one of the two; the instance checks that)."""
+    spec = instance.semantic
+    assert spec is not None
+    return tuple("small" if served_model(instance.gpu(p.gpu).profile.model_name) == spec.small_model else "large"
+                 for p in pools)
+
+
+def semantic_routing(instance: Instance, plan) -> SemanticRouting | None:
+    """A solved plan's :class:`SemanticRouting` (its rule by label among ``instance.semantic``'s, its roles);
+    None for a plan of one model class."""
+    sem = getattr(plan, "semantic", None)
+    if sem is None:
+        return None
+    spec = instance.semantic
+    if spec is None or sem.share not in spec.labels:
+        raise InstanceError(f"semantic: the plan runs share {sem.share}, which the instance does not offer")
+    return SemanticRouting(spec.rules[spec.labels.index(sem.share)], tuple(sem.roles), sem.share)
+
+
+class SemanticRouter:
+    """Route a request to the small class with probability :math:`\\alpha(L)` (its own uniform draw from ``rng``),
+    else to the large class, then by length among that class's pools (module docstring, "Semantic plans").
+
+    ``boundaries`` are each pool's upper edge (tokens) and ``roles`` its class, in plan order; a class's pools tile
+    :math:`(0, B_c]` in that order. A request longer than its class's last pool, or sent to a class without
+    pools, is rejected (-1).
+
+    Examples
+    --------
+    >>> r = SemanticRouter(ShareRule.step([1000], [1.0, 0.0]), [1000, 2000, 8000], ["small", "large", "large"],
+    ...                    ["s", "l1", "l2"], np.random.default_rng(0))
+    >>> r.route(np.array([100, 1400, 2900]), np.array([100, 100, 100])).tolist()
+    [0, 1, 2]
+    """
+
+    def __init__(self, rule: ShareRule, boundaries, roles, pool_names, rng: np.random.Generator) -> None:
+        self.rule = rule
+        self.pool_names = tuple(pool_names)
+        self._rng = rng
+        self._classes = []
+        for role in ROLES:
+            idx = np.array([k for k, r in enumerate(roles) if r == role], dtype=np.int64)
+            his = np.array([float(boundaries[k]) for k in idx])
+            self._classes.append((role, idx, his))
+
+    def classify(self, total_tokens) -> np.ndarray:
+        """True where a request (total length, tokens) goes to the small class: one uniform draw each."""
+        L = np.asarray(total_tokens, dtype=float)
+        return self._rng.random(len(L)) < self.rule.share_at(L)
+
+    def route(self, prompt_tokens, output_tokens) -> np.ndarray:
+        L = np.asarray(prompt_tokens) + np.asarray(output_tokens)
+        small = self.classify(L)
+        out = np.full(len(L), -1, dtype=np.int64)
+        for role, idx, his in self._classes:
+            mine = np.flatnonzero(small if role == "small" else ~small)
+            if mine.size == 0 or idx.size == 0:
+                continue
+            k = np.searchsorted(his, L[mine], side="left")      # right-closed segments (lo, hi]
+            ok = (k < idx.size) & (L[mine] > 0)
+            out[mine[ok]] = idx[k[ok]]
+        return out
+
+
+def _class_rng(rng: np.random.Generator) -> np.random.Generator:
+    """The semantic router's own generator: the replication generator's seed path with :data:`_CLASS_SEED_KEY`
+    appended (the same for every plan simulated with one seed; nothing drawn from ``rng``)."""
+    seq = rng.bit_generator.seed_seq
+    return np.random.default_rng(np.random.SeedSequence(seq.entropy, spawn_key=(*seq.spawn_key, _CLASS_SEED_KEY)))
+
+
 # --------------------------------------------------------------------------------------------
 # The pipeline
 # --------------------------------------------------------------------------------------------
@@ -313,6 +422,8 @@ class _RunSpec:
     index into ``units``)."""
     units: tuple = ()
     """The plan's pools as the router sees them (:class:`_Unit`, plan order): one per aggregated pool or P/D pair."""
+    semantic: SemanticRouting | None = None
+    """A semantic plan's rule and classes (module docstring, "Semantic plans"); None for one model class."""
 
     @property
     def pairs(self) -> bool:
@@ -346,7 +457,8 @@ class _Unit:
 
 def simulate_plan(instance: Instance, pools: list[PoolPlan], options: SimOptions = SimOptions(), *,  # noqa: B008 frozen dataclass default
                   routing: SplitRouting | None = None, split_shares=None,
-                  progress: Callable[[int, int], None] | None = None, keep_requests: bool = False) -> SimReport:
+                  progress: Callable[[int, int], None] | None = None, keep_requests: bool = False,
+                  semantic: SemanticRouting | None = None) -> SimReport:
     """Simulate a fleet plan and report simulated latencies, SLO attainment and power with 95 % intervals.
 
     Parameters
@@ -398,6 +510,10 @@ def simulate_plan(instance: Instance, pools: list[PoolPlan], options: SimOptions
     keep_requests : bool
         Keep every measured request's pool, TTFT and TPOT in the report (``SimReport.latencies()``, for
         plotting); off by default, as they take memory in proportion to the requests.
+    semantic : SemanticRouting or None
+        A semantic plan's rule and each pool's class (:func:`semantic_routing` of a solved plan; module docstring,
+        "Semantic plans"): each class's pools tile :math:`(0, B_c]` on their own, the analytic numbers are
+        :func:`fleetopt.optimizer.plan.semantic.evaluate_semantic`'s and the report's rows carry the roles.
 
     Returns
     -------
@@ -411,7 +527,7 @@ def simulate_plan(instance: Instance, pools: list[PoolPlan], options: SimOptions
     """
     t0 = time.perf_counter()
     options = _resolved(options, pools, routing)
-    analytic, sim_pools, trace, units = _checked(instance, pools, options, routing, split_shares)
+    analytic, sim_pools, trace, units = _checked(instance, pools, options, routing, split_shares, semantic)
     R = 1 if options.arrivals == "trace" else int(options.replications)
     n_rep = int(math.ceil(options.requests / R))
     if options.arrivals == "trace":
@@ -422,7 +538,7 @@ def simulate_plan(instance: Instance, pools: list[PoolPlan], options: SimOptions
                     COOLDOWN_SLOS * instance.slo.ttft_p99_s,
                     split_shares if routing is None else routing,  # the split router's weights, either form
                     tuple(instance.gpu(analytic.pools[u.rows[0]].gpu).availability for u in units if u.engine >= 0),
-                    units=tuple(units))
+                    units=tuple(units), semantic=semantic)
 
     def one(n: int):
         def run(rng: np.random.Generator) -> Replication:
@@ -459,6 +575,8 @@ def simulate_plan(instance: Instance, pools: list[PoolPlan], options: SimOptions
                           routing_source=None if options.router != "split" else "shares" if routing is None else "plan",
                           wall_s=time.perf_counter() - t0)
     report = _thin_pool_runs(spec, report, R)
+    if semantic is not None:
+        report = _with_roles(report, semantic, runs)
     report = replace(report, wall_seconds=time.perf_counter() - t0)   # the dedicated runs' time included
     if keep_requests:
         report = replace(report, request_latencies=RequestLatencies.from_runs(analytic, runs))
@@ -496,7 +614,8 @@ def _resolved(options: SimOptions, pools: list[PoolPlan], routing) -> SimOptions
     return replace(options, router=router, spill_bound=bound)
 
 
-def _checked(instance: Instance, pools: list[PoolPlan], options: SimOptions, routing, split_shares):
+def _checked(instance: Instance, pools: list[PoolPlan], options: SimOptions, routing, split_shares,
+             semantic: SemanticRouting | None = None):
     """Check what the options (valid on their own, :class:`SimOptions`) and the plan need of each other and of the
     instance, at the edge; the analytic fleet, the simulator's pools and the trace."""
     problems = []
@@ -522,10 +641,18 @@ def _checked(instance: Instance, pools: list[PoolPlan], options: SimOptions, rou
         problems.append("routing: a split plan's routing cannot send requests to a P/D pair; pairs need length "
                         "routing")
     engine = options.engine
+    if semantic is not None:
+        problems += semantic_problems(instance, pools, options, routing, split_shares, semantic)
+    elif instance.semantic is not None:
+        problems.append("semantic: the instance routes by model class (its semantic section), but this plan has no "
+                        "classes; simulate a semantic plan of solve (simulate --plan FILE)")
     if problems:
         raise InstanceError(problems)
     try:
-        if pairs:
+        if semantic is not None:
+            analytic = semantic_analytic(instance, pools, semantic)
+            rows_of = [(k,) for k in range(len(analytic.pools))]
+        elif pairs:
             analytic = analytic_fleet(instance, list(pools))
             rows_of = unit_rows(pools, analytic.pools)
         else:
@@ -589,6 +716,86 @@ def _checked(instance: Instance, pools: list[PoolPlan], options: SimOptions, rou
     return analytic, sim_pools, trace, units
 
 
+def semantic_problems(instance: Instance, pools: list[PoolPlan], options: SimOptions, routing, split_shares,
+                       semantic: SemanticRouting) -> list[str]:
+    """What a semantic plan needs (module docstring, "Semantic plans"): a semantic instance, one role per pool,
+    length routing within the classes, and each class's pools consecutive and in order, tiling :math:`(0, B_c]`
+    with :math:`B_c` at least its longest request and at most ``pools.max_context``, with replica counts."""
+    if instance.semantic is None:
+        return ["semantic: the plan routes by model class, but the instance has no semantic section"]
+    out = []
+    if options.router != "length" or routing is not None or split_shares is not None:
+        out.append(f"--router: a semantic plan routes each model class by length (router auto or length); got "
+                   f"{options.router}")
+    if has_pairs(pools) or any(p.compress_gamma > 1 for p in pools):
+        out.append("semantic: a semantic plan's pools are aggregated pools without compression")
+    if len(semantic.roles) != len(pools) or any(r not in ROLES for r in semantic.roles):
+        return out + [f"semantic: give one role ({' or '.join(ROLES)}) per pool; got {list(semantic.roles)} for "
+                      f"{len(pools)} pools"]
+    served = roles_of(instance, pools)
+    wrong = [k for k in range(len(pools)) if served[k] != semantic.roles[k]]
+    if wrong:
+        k = wrong[0]
+        out.append(f"semantic: pool {pools[k].lo_tokens}-{pools[k].hi_tokens} on {pools[k].gpu} serves the "
+                   f"{served[k]} model, not the {semantic.roles[k]} one")
+    if any(p.replicas is None for p in pools):
+        out.append("semantic: every pool of a semantic plan needs its replica count")
+    roles = list(semantic.roles)
+    if [r for k, r in enumerate(roles) if k == 0 or roles[k - 1] != r] != list(dict.fromkeys(roles)):
+        out.append("semantic: each class's pools must be consecutive in the plan (small, then large)")
+    top = instance.pools.max_context_tokens
+    for traffic in split_by_model(instance.workload.lengths, semantic.rule):
+        mine = [p for p, r in zip(pools, roles) if r == traffic.role]
+        if traffic.distribution is None:
+            if mine:
+                out.append(f"semantic: the {traffic.role} class receives no request under share {semantic.label}, "
+                           f"but the plan has {len(mine)} pool(s) for it")
+            continue
+        if not mine:
+            out.append(f"semantic: the {traffic.role} class receives {traffic.rate_share:.1%} of the requests under "
+                       f"share {semantic.label}, but the plan has no pool for it")
+            continue
+        edge, tiled = 0, True
+        for p in mine:
+            if p.lo_tokens != edge:
+                out.append(f"semantic: the {traffic.role} class's pools must tile (0, B] in order; pool "
+                           f"{p.lo_tokens}-{p.hi_tokens} on {p.gpu} should start at {edge}")
+                tiled = False
+                break
+            edge = p.hi_tokens
+        longest = traffic.distribution.max_tokens
+        if tiled and (edge < longest - 1e-9 or edge > top):
+            out.append(f"semantic: the {traffic.role} class's pools end at {edge} tokens; they must reach its "
+                       f"longest request ({longest:,.0f}) and stay within pools.max_context {top}")
+    return out
+
+
+def semantic_analytic(instance: Instance, pools: list[PoolPlan], semantic: SemanticRouting) -> FleetResult:
+    """The analytic fleet of a semantic plan: :func:`fleetopt.optimizer.plan.semantic.evaluate_semantic` over its
+    classes in plan order (each class's pools consecutive, so its rows are in plan order too)."""
+    traffic = {t.role: t for t in split_by_model(instance.workload.lengths, semantic.rule)}
+    classes = [(traffic[role], [p for p, r in zip(pools, semantic.roles) if r == role])
+               for role in dict.fromkeys(semantic.roles)]
+    return evaluate_semantic(instance, classes)
+
+
+def _with_roles(report: SimReport, semantic: SemanticRouting, runs: list[Replication]) -> SimReport:
+    """A semantic plan's report: each row's ``role`` and ``SimReport.semantic``, each class's measured share of
+    the requests beside its analytic :math:`\\pi_c` (module docstring, "Semantic plans")."""
+    pools = tuple(replace(p, role=r) for p, r in zip(report.pools, semantic.roles))
+    measured = sum(len(r.pool) for r in runs)
+    total_rate = sum(p.arrival_rate for p in report.analytic.pools)
+    classes = []
+    for role in ROLES:
+        rows = [k for k, r in enumerate(semantic.roles) if r == role]
+        got = sum(int(np.isin(r.pool, rows).sum()) for r in runs)
+        rate = sum(report.analytic.pools[k].arrival_rate for k in rows)
+        classes.append({"role": role, "pools": len(rows),
+                        "rate_share": rate / total_rate if total_rate > 0 else 0.0,
+                        "requests": got, "share_sim": got / measured if measured else math.nan})
+    return replace(report, pools=pools, semantic={"share": semantic.label, "classes": classes})
+
+
 def _budget_problems(analytic: FleetResult, profiles: list, names: list[str], engine: EngineOptions) -> list[str]:
     """``--max-batched-tokens`` below a pool's engine batch cap (vLLM refuses ``max_num_batched_tokens <
     max_num_seqs``): one line naming the pool with the largest cap, which the budget must reach. The caps are
@@ -635,8 +842,12 @@ def _stream(instance: Instance, n: int, rng: np.random.Generator, options: SimOp
 
 
 def _router(kind: str, instance: Instance, analytic: FleetResult, names: list[str], rng, split_shares,
-            spill_bound: int = DEFAULT_SPILL_BOUND):
-    """The router between pools (a :class:`CompressRouter` also rewrites the stream, see :func:`_replication`)."""
+            spill_bound: int = DEFAULT_SPILL_BOUND, semantic: SemanticRouting | None = None):
+    """The router between pools (a :class:`CompressRouter` also rewrites the stream, see :func:`_replication`; a
+    semantic plan's :class:`SemanticRouter` draws from its own generator, :func:`_class_rng`)."""
+    if semantic is not None:
+        return SemanticRouter(semantic.rule, [p.max_tokens for p in analytic.pools], semantic.roles, names,
+                              _class_rng(rng))
     edges = [0] + [p.max_tokens for p in analytic.pools]
     if kind == "random":
         shares = np.array([p.arrival_rate for p in analytic.pools])
@@ -662,12 +873,13 @@ def _replication(spec: _RunSpec, n: int, rng: np.random.Generator) -> Replicatio
     names, entry = spec.names, spec.entry
     if spec.only_pool is None:
         req = _stream(spec.instance, n, rng, o)
-        route = _router(o.router, spec.instance, entry, names, rng, spec.split_shares, o.spill_bound)
+        route = _router(o.router, spec.instance, entry, names, rng, spec.split_shares, o.spill_bound, spec.semantic)
         if isinstance(route, CompressRouter):
             req = route.compress(req)
     else:                                       # a thin pool's own run: its requests, then straight to it
         stream_rng, route_rng = rng.spawn(2)    # the stream apart from the router's draws
-        route = _router(o.router, spec.instance, entry, names, route_rng, spec.split_shares, o.spill_bound)
+        route = _router(o.router, spec.instance, entry, names, route_rng, spec.split_shares, o.spill_bound,
+                        spec.semantic)
         req = _routed_to(spec, route, n, stream_rng)
         route = _ToPool(route.pool_names, names[spec.only_pool])
     horizon_s = float(req.arrival_at_s[-1])
@@ -943,13 +1155,17 @@ def _thin_pool_runs(spec: _RunSpec, report: SimReport, replications: int) -> Sim
 def simulate_solved_plan(instance: Instance, plan, options: SimOptions = SimOptions(), *,  # noqa: B008 frozen dataclass default
                          progress: Callable[[int, int], None] | None = None) -> SimReport:
     """Simulate a plan of :func:`fleetopt.optimizer.plan.solve.solve_instance` (its pools and, for a split plan, its
-    routing ``plan.routing``); with ``options.router="auto"`` (default) under the router it was planned for."""
-    return simulate_pools(instance, plans_from_fleet(instance, plan.fleet), plan.routing, options, progress=progress)
+    routing ``plan.routing``; a semantic plan's rule and classes, ``plan.semantic``); with ``options.router="auto"``
+    (default) under the router it was planned for."""
+    return simulate_pools(instance, plans_from_fleet(instance, plan.fleet), plan.routing, options, progress=progress,
+                          semantic=semantic_routing(instance, plan))
 
 
 def simulate_pools(instance: Instance, pools: list, routing=None, options: SimOptions = SimOptions(), *,  # noqa: B008 frozen dataclass default
-                   progress: Callable[[int, int], None] | None = None) -> SimReport:
+                   progress: Callable[[int, int], None] | None = None,
+                   semantic: SemanticRouting | None = None) -> SimReport:
     """Simulate pools (``fleetopt.models.fleet.PoolPlan`` with replica counts) and a split plan's ``routing`` (or
     None); with ``options.router="auto"`` (default) under the router they were planned for
-    (:func:`planned_router`): split with a routing, compress-and-route when a pool has ``@gamma``, else length."""
-    return simulate_plan(instance, pools, options, routing=routing, progress=progress)
+    (:func:`planned_router`): split with a routing, compress-and-route when a pool has ``@gamma``, else length; a
+    semantic plan's classes with ``semantic`` (:class:`SemanticRouting`)."""
+    return simulate_plan(instance, pools, options, routing=routing, progress=progress, semantic=semantic)

@@ -143,11 +143,12 @@ def trim_plan(instance: Instance, plan: Plan, passes: Callable[[object], bool],
     each trial (one line: the pool and count tried, or the confirmation).
     """
     from fleetopt.optimizer.simulation.options import engine_pools
-    from fleetopt.optimizer.simulation.simulate import plans_from_fleet, simulate_pools
+    from fleetopt.optimizer.simulation.simulate import plans_from_fleet, semantic_routing, simulate_pools
 
     if not isinstance(options, SimOptions):
         raise ValueError(f"options must be a SimOptions; got {options!r}")
     base = plans_from_fleet(instance, plan.fleet)
+    semantic = semantic_routing(instance, plan)       # a semantic plan: every trial with its classifier
     engine, seed = options.engine, options.seed
     requests = _trial_requests(instance, plan.fleet, options.requests, options.replications, relaxation_spans)
     trial_options = replace(options, requests=requests, max_requests=max(options.max_requests, requests))
@@ -159,7 +160,7 @@ def trim_plan(instance: Instance, plan: Plan, passes: Callable[[object], bool],
         if key not in cache:
             pools = [replace(p, replicas=n) for p, n in zip(base, counts)]
             cache[key] = simulate_pools(instance, pools, plan.routing, replace(trial_options, seed=run_seed),
-                                        progress=progress)
+                                        progress=progress, semantic=semantic)
         return cache[key]
 
     def trial(k: int, counts: tuple[int, ...], run_seed: int) -> bool:
@@ -182,7 +183,7 @@ def trim_plan(instance: Instance, plan: Plan, passes: Callable[[object], bool],
         fleet = plan.fleet
     caps = [p.max_num_seqs for p in engine_pools(fleet, [p.profile for p in base],
                                                  [str(k) for k in range(len(base))], engine)]
-    floors = work_floors(instance, base, plan.routing)
+    floors = work_floors(instance, base, plan.routing, semantic)
     if plan.routing is not None or any(p.compress_gamma > 1 for p in base):   # pools share traffic: step 2
         floors = [max(a, b) for a, b in zip(_floors(fleet, caps, engine, instance.constraints.max_utilization),
                                             floors)]
@@ -235,9 +236,11 @@ def _floors(fleet, caps: list[int], engine, max_utilization: float) -> list[int]
     return out
 
 
-def work_floors(instance: Instance, pools, routing=None) -> list[int]:
+def work_floors(instance: Instance, pools, routing=None, semantic=None) -> list[int]:
     """Least replicas of each pool that can keep up with its context work, :math:`\\lfloor 0.95\\, \\lambda h
-    E[X] \\rfloor + 1` (module docstring, step 2); 1 for pools of a compress-and-route plan."""
+    E[X] \\rfloor + 1` (module docstring, step 2); 1 for pools of a compress-and-route plan. A semantic plan's
+    pool (``semantic``, :class:`fleetopt.optimizer.simulation.simulate.SemanticRouting`) takes of each request in
+    its window its class's share, :math:`\\alpha(L)` or :math:`1 - \\alpha(L)`."""
     from fleetopt.solvers.des.routing import sample_lengths
 
     if any(p.compress_gamma > 1 for p in pools):
@@ -257,6 +260,9 @@ def work_floors(instance: Instance, pools, routing=None) -> list[int]:
         m = np.ceil(lin / c)
         work = c * m * (m - 1) / 2 + lout * lin + lout * (lout - 1) / 2
         mine = share[seg, q] if routing is not None else ((total > p.lo_tokens) & (total <= p.hi_tokens))
+        if semantic is not None:
+            alpha = semantic.rule.share_at(total)
+            mine = mine * (alpha if semantic.roles[q] == "small" else 1.0 - alpha)
         h = float(p.profile.H_s) / float(p.profile.calibration_ctx_tokens)
         load = w.arrival_rate_req_per_s * float(np.mean(mine * work)) * h
         out.append(int(math.floor(WORK_MARGIN * load)) + 1)

@@ -108,6 +108,19 @@ pair keeps its analytic counts (a cut line says which phase missed), so every pl
 verification ends with another plan or none (at once when a round's only failing pools are pairs: solving again
 would return the same plans); pool-alone sizing and screening skip pair rows.
 
+Semantic plans
+--------------
+A multi-model plan (an instance's ``semantic`` section) is simulated with its classifier
+(:mod:`fleetopt.optimizer.simulation.simulate`, "Semantic plans") and judged as any other plan: each pool's P99
+TTFT under a pool-scope SLO, the fleet's over both classes under a fleet-scope one, with the same pass / fail /
+undecided outcomes and escalation. A semantic pool is **not sized alone** and gets **no cut**: its traffic is its
+class's (a share :math:`\\alpha(L)` of each length), which a pool-alone run on the instance's workload would not
+draw, and the semantic solve takes no verification cuts (one MIP per share rule). So the plans keep their
+analytic counts; the cheapest that passes (or is accepted undecided) is chosen, and a round in which every
+failing pool is semantic (all of them, in a semantic plan) ends the search with a line per failing pool, as for
+P/D pairs: solving again would return the same plans. Trimming (``trim=True``) lowers a semantic plan's counts
+like any plan's, each trial simulated with the plan's classifier.
+
 Measured
 --------
 ``fleetopt solve INSTANCE --verify-top 3`` (default: 100,000 requests per plan, 5 replications, seed 0,
@@ -354,7 +367,8 @@ def verify(instance: Instance, options: SolveOptions = SolveOptions(),  # noqa: 
     window_cuts = cuts == "window" and length  # module docstring: not under split
     step = on_step if on_step is not None else _quiet
     sizer = PoolSizer(instance, sim_options, rule, progress, on_step=on_step) if (
-        cuts == "pool" and length and instance.slo.scope == "pool") else None
+    semantic = instance.semantic is not None     # module docstring, "Semantic plans": no pool-alone sizing, no cut
+        cuts == "pool" and length and instance.slo.scope == "pool" and not semantic) else None
     user_min = dict(options.min_replicas)
     min_replicas: dict = dict(user_min)
     forbidden: set = set(options.forbidden)
@@ -477,6 +491,13 @@ def verify(instance: Instance, options: SolveOptions = SolveOptions(),  # noqa: 
                     if line not in cut_lines:
                         cut_lines.append(line)
             break       # only pairs failed, and they get no cut: solving again would give the same plans
+        if semantic:
+            for vp in to_cut:
+                for k, _ in _failing(vp):
+                    line = _semantic_miss_line(round_, vp, k)
+                    if line not in cut_lines:
+                        cut_lines.append(line)
+            break       # semantic pools get no cut: solving again would give the same plans
         for vp in to_cut:
             for k, pool in _failing(vp):
                 key = (pool.min_tokens, pool.max_tokens, pool.gpu)
@@ -599,6 +620,19 @@ def _size_cut(round_: int, sizer: PoolSizer, cand: PoolCandidate, pool, minima: 
     and no whole-plan miss at or above its least count asks for a new one."""
     prev = sizings.get(cand)
     if prev is not None and (not prev.feasible or (pool.replicas < prev.least_replicas and not plan_miss)):
+def _semantic_miss_line(round_: int, vp: VerifiedPlan, k: int) -> str:
+    """The line a failing pool of a semantic plan adds (module docstring, "Semantic plans"): its class, its count
+    and simulated P99, and that it keeps its analytic count."""
+    pool = vp.plan.fleet.pools[k]
+    role = vp.plan.semantic.roles[k] if vp.plan.semantic is not None else "?"
+    sim = vp.sim.pools[k]
+    lo, hi = sim.ttft_p99_ci_ms
+    return (f"round {round_}: plan {vp.plan.rank}'s {role}-model pool {pool.min_tokens:,}-{pool.max_tokens:,} on "
+            f"{pool.gpu} x{pool.replicas} misses in simulation (P99 TTFT {sim.ttft_p99_ms_sim:,.1f} ms "
+            f"[{lo:,.1f}, {hi:,.1f}]); semantic pools are not sized alone: it keeps its analytic count, so no plan "
+            "holding it passes")
+
+
         return None
     n_star = minima.get(cand.key)
     sizing = sizer.size(cand, pool.replicas, n_star, sizer.guess(cand, n_star))
@@ -637,6 +671,9 @@ def analytic_minima(instance: Instance) -> dict[tuple, int]:
     (the compression factors of the pool below and of the pool itself; 1 under split routing)."""
     if instance.pools.routing == "split":
         from fleetopt.optimizer.plan.split_candidates import build_split_problem
+    sem = getattr(plan, "semantic", None)
+    if sem is not None:     # a semantic plan: the rule decides each pool's traffic
+        return pools, routing, sem.share, tuple(sem.roles)
 
         m = build_split_problem(instance)
         b, names = m.boundaries, m.problem.gpu_names
