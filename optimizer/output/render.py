@@ -531,9 +531,9 @@ def render_solve(c: Console, report, verification=None, *, verbose: bool = False
         c.print(f"note: {report.explanation}", markup=False)     # e.g. which GPU options the time limit left out
     if verification is not None:
         render_verification(c, verification, slo_ms, inst)
-    elif report.best.semantic is not None:
-        c.print("note: simulation of semantic routing is not supported yet: the plan's numbers are analytic",
-                markup=False)
+    elif report.best.semantic is not None:     # no --fleet spec holds the model classes: the JSON does
+        c.print("semantic routing: check it in simulation with solve --verify-top N, or fleetopt simulate INSTANCE "
+                "--plan FILE (the JSON of --json FILE)", markup=False)
     else:
         _check_line(c, inst, report)
     if answer:
