@@ -187,8 +187,8 @@ def test_plots_legend_covers_no_data():
 
 
 def _headroom_range_doc() -> dict:
-    """Steps at 162, 165 and 168 req/s: three lines within 6 req/s on a 20-200 req/s axis."""
-    steps = [40.0, 46.0, 63.0, 89.0, 92.0, 108.0, 119.0, 147.0, 162.0, 165.0, 168.0, 187.0]
+    """Steps at 162, 164, 165 and 168 req/s: four lines within 6 req/s on a 20-200 req/s axis."""
+    steps = [40.0, 46.0, 63.0, 89.0, 92.0, 108.0, 119.0, 147.0, 162.0, 164.0, 165.0, 168.0, 187.0]
     rates = sorted({20.0, 200.0, *steps, *(s - 1.0 for s in steps)})
     solved = [{"arrival_rate": r, "cost_per_year": 50_000.0 + 10_000.0 * sum(r >= s for s in steps)} for r in rates]
     return {"command": "headroom --range", "instance": "hand", "range": [20.0, 200.0],

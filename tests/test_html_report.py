@@ -218,3 +218,121 @@ def test_report_says_what_the_plans_were_sized_to(solve_json):
     q = json.loads(solve_json.read_text())
     assert "pools sized to 485 ms (a 3 % margin)" in build_html(q)
     assert "pools sized to" not in build_html({**q, "ttft_margin": 0.0, "ttft_sizing_ms": 500.0})
+
+
+# --------------------------------------------------------------------------------------------
+# Figures measured in the browser: labels present, inside their figure, never on each other
+# --------------------------------------------------------------------------------------------
+
+_MEASURE = """<script>
+const out = [];
+document.querySelectorAll('svg').forEach((svg, k) => {
+  const b = svg.getBoundingClientRect();
+  const texts = [...svg.querySelectorAll('text')].filter(t => t.textContent.trim()).map(t => {
+    const r = t.getBoundingClientRect();
+    return {text: t.textContent.trim(), box: [r.left, r.top, r.right, r.bottom]};
+  });
+  out.push({svg: k, box: [b.left, b.top, b.right, b.bottom], texts: texts});
+});
+const pre = document.createElement('pre');
+pre.id = 'measured';
+pre.textContent = JSON.stringify(out);
+document.body.appendChild(pre);
+</script>"""
+
+
+def _measure_in_browser(exe: str, page: Path, tmp: Path) -> list[dict]:
+    """Each ``<svg>`` of ``page`` as Chromium lays it out: its box and every non-empty ``<text>``'s box (CSS px,
+    from ``getBoundingClientRect``), measured by a script added to a copy of the page (the page has none)."""
+    probe = tmp / f"measure-{page.name}"
+    probe.write_text(page.read_text().replace("</body>", _MEASURE + "</body>"))
+    dom, _ = _open_in_browser(exe, probe, tmp / "profile-measure")
+    found = re.search(r'<pre id="measured">(.*?)</pre>', dom, re.S)
+    assert found, dom[-500:]
+    import html
+
+    return json.loads(html.unescape(found.group(1)))
+
+
+def _screenshot(exe: str, page: Path, png: Path, profile: Path) -> None:
+    cmd = [exe, "--headless=new", "--no-sandbox", "--disable-gpu", "--no-first-run", f"--user-data-dir={profile}",
+           "--host-resolver-rules=MAP * ~NOTFOUND", "--hide-scrollbars", "--window-size=1200,2400",
+           f"--screenshot={png}", page.resolve().as_uri()]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0 and png.is_file(), proc.stderr[-2000:]
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    import matplotlib.image
+
+    pixels = matplotlib.image.imread(str(png))
+    assert pixels.shape[0] >= 2000 and pixels.shape[1] >= 1000
+    assert float(pixels[..., :3].std()) > 0.02          # not a blank page: text, tables and figures drawn
+
+
+def _overlaps(texts: list[dict], tol_px: float = 1.0) -> list[tuple[str, str]]:
+    out = []
+    for k, a in enumerate(texts):
+        for b in texts[k + 1:]:
+            w = min(a["box"][2], b["box"][2]) - max(a["box"][0], b["box"][0])
+            h = min(a["box"][3], b["box"][3]) - max(a["box"][1], b["box"][1])
+            if w > tol_px and h > tol_px:
+                out.append((a["text"], b["text"]))
+    return out
+
+
+def _headroom_range_json() -> dict:
+    """A step schedule whose steps at 162, 164, 165 and 168 req/s lie 1-3 req/s apart on a 20-200 req/s axis."""
+    steps = [40.0, 46.0, 63.0, 89.0, 92.0, 108.0, 119.0, 147.0, 162.0, 164.0, 165.0, 168.0, 187.0]
+    rates = sorted({20.0, 200.0, *steps, *(s - 1.0 for s in steps)})
+    solved = [{"arrival_rate": r, "cost_per_year": 50_000.0 + 10_000.0 * sum(r >= s for s in steps)} for r in rates]
+    return {"command": "headroom --range", "instance": "hand", "range": [20.0, 200.0],
+            "steps": [{"arrival_rate": s} for s in steps], "plateaus": [], "solved": solved}
+
+
+@pytest.fixture(scope="module")
+def frontier_json(repo_root, tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("frontier") / "pools.json"
+    res = CliRunner().invoke(main, ["pareto", str(repo_root / "instances" / "ref_units_lmsys_a100_h100.yaml"),
+                                    "--axes", "cost,pools", "--json", str(path), "--quiet"])
+    assert res.exit_code == 0, res.output
+    return path
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", ["solve", "pareto --axes cost,pools", "headroom --range"])
+def test_figures_in_chromium_have_their_labels_and_no_overprint(kind, solve_json, frontier_json, tmp_path):
+    """Each page rendered by ``fleetopt report``, screenshotted and measured in Chromium: the figure's labels are
+    there (axis labels, the SLO line, the recommended point, several tick labels on the solve's log axis, every
+    step's rate), every text lies inside its figure, and no two texts of a figure overlap by more than 1 px."""
+    exe = _browser()
+    if exe is None:
+        pytest.skip("chromium not installed")
+    out = tmp_path / "page.html"
+    if kind == "headroom --range":        # the figure's input only (the steps' fleets and changes left out)
+        src = tmp_path / "range.json"
+        src.write_text(json.dumps(_headroom_range_json()))
+        out.write_text(build_html(json.loads(src.read_text())))
+    else:
+        src = solve_json if kind == "solve" else frontier_json
+        res = CliRunner().invoke(GROUP, ["report", str(src), "-o", str(out)])
+        assert res.exit_code == 0, res.output
+    _screenshot(exe, out, tmp_path / "page.png", tmp_path / "profile-shot")
+    figures = [f for f in _measure_in_browser(exe, out, tmp_path) if f["texts"]]
+    data = json.loads(src.read_text())
+    words = {t["text"] for f in figures for t in f["texts"]}
+    if kind == "solve":
+        assert "P99 time to first token (ms)" in words and "P99 TTFT SLO 500 ms" in words
+        ticks = {w for w in words if w.replace(",", "").isdigit()}
+        assert {"50", "100", "200", "500"} <= ticks, sorted(ticks)
+    elif kind.startswith("pareto"):
+        rec = data["recommended"]
+        assert {"pools in the plan (count)", "P99 TTFT (ms)", "P99 TTFT SLO 500 ms",
+                f"recommended (point {rec + 1}): {data['points'][rec]['fleet']}"} <= words
+        assert 'id="frontier-recommended"' in out.read_text()
+    else:
+        assert {f"{s['arrival_rate']:g}" for s in data["steps"]} <= {w.split()[-1] for w in words}  # each step's rate
+    for f in figures:
+        x0, y0, x1, y1 = f["box"]
+        outside = [t["text"] for t in f["texts"] if t["box"][0] < x0 - 1 or t["box"][2] > x1 + 1
+                   or t["box"][1] < y0 - 1 or t["box"][3] > y1 + 1]
+        assert outside == [], (f["svg"], outside)
+        assert _overlaps(f["texts"]) == [], (f["svg"], _overlaps(f["texts"]))
