@@ -190,11 +190,15 @@ def pair_candidates(instance: Instance, b: np.ndarray) -> PairColumns:
                "power": per_choice(lambda p, d, v: pad(v[6]) + dec[d][3][:, None]),
                "miss": per_choice(lambda p, d, v: lam0[:, None] * pad(v[3]))}
     dropped = []
+    reasons: dict = {}                      # a prefill station's reason, once for all the pairs that share it
     for r, q in zip(*np.nonzero(~ok)):
         p, d, v = keys[q]
         name = pair_label(opts[p].name, opts[d].name)
         if not v[4][r]:
-            why = v[5](int(r))
+            key = (id(v), int(r))
+            if key not in reasons:
+                reasons[key] = v[5](int(r))
+            why = reasons[key]
         else:
             why = _decode_reason(dec[d][0], int(r), str(dec[d][1].reason[r]), instance)
         dropped.append((int(lo[r]), int(hi[r]), name, why))
