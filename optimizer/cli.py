@@ -285,7 +285,7 @@ def solve(instance, top, max_pools, objective, time_limit, mip_gap, threads, met
                           engine=EngineOptions(kv=sim_kv, availability=sim_availability))
         from fleetopt.optimizer.commands.progress import reporter
 
-        with reporter(quiet) as shown:
+        with reporter(quiet, closes=True, first="verify round 1: solve 1") as shown:   # each step closed
             rep, ver = api.verify(inst, sim, verify_top=verify_top, rule=verify_rule, max_rounds=max_rounds,
                                   cuts=verify_cuts, trim=trim, progress=shown.requests, on_step=shown.step,
                                   workers=workers, scheduler=scheduler, **kwargs)

@@ -72,6 +72,15 @@ def test_one_log_line_per_round_step_and_trial(logged):
     assert [int(re.match(r"trim trial (\d+):", m).group(1)) for m in trials] == list(range(1, len(trials) + 1))
     times = [float(re.match(r"^\[\s*(\d+\.\d) s\]", x).group(1)) for x in lines]
     assert times == sorted(times)
+    # issue 31: each step names its place (plan x of N), is stamped when it starts, and is closed by a
+    # completion line before the next starts
+    started = [m for m in msgs if not m.startswith("done (")]
+    closed = [re.match(r"done \((\d+\.\d) s\): (.+)$", m) for m in msgs if m.startswith("done (")]
+    assert [c.group(2) for c in closed] == started
+    assert [m.startswith("done (") for m in msgs] == [False, True] * len(started)
+    for m in (x for x in msgs if re.match(r"verify round \d+: simulating plan", x)):
+        k, n = map(int, re.search(r"\((\d+) of (\d+);", m).groups())
+        assert 1 <= k <= n
 
 
 @pytest.mark.slow
@@ -121,3 +130,31 @@ def test_reporter_modes():
         r.step("round 1: simulating plan 1")
         r.requests(50, 100)
     assert "\x1b[" in tty.getvalue()            # a rich live display on a terminal, cleared at the end
+
+
+def test_piped_steps_are_stamped_when_they_start_and_closed(monkeypatch):
+    """Issue 31: piped, each line carries its own time (the step's start, or its end for the completion line),
+    and with ``closes`` each step is closed by a ``done`` line with its duration, the last one at the end."""
+    from fleetopt.optimizer.commands import progress
+
+    clock = iter([0.0, 1.0, 3.5, 4.0])      # the start, each step's start, the end
+    monkeypatch.setattr(progress.time, "perf_counter", lambda: next(clock))
+    buf = io.StringIO()
+    with reporter(stream=buf, terminal=False, closes=True) as r:
+        r.step("round 1: solve 1")
+        r.step("round 1: simulating plan 1 (1 of 2)")
+    assert buf.getvalue().splitlines() == [
+        "[    1.0 s] round 1: solve 1",
+        "[    3.5 s] done (2.5 s): round 1: solve 1",
+        "[    3.5 s] round 1: simulating plan 1 (1 of 2)",
+        "[    4.0 s] done (0.5 s): round 1: simulating plan 1 (1 of 2)"]
+
+
+def test_terminal_label_names_the_step_and_no_unknown_count():
+    """Issue 31: before the first step the terminal's label names it (not 'working'), and a step with no request
+    count yet shows none (not '0/?')."""
+    tty = io.StringIO()
+    with reporter(stream=tty, terminal=True, first="verify round 1: solve 1"):
+        pass
+    text = tty.getvalue()
+    assert "verify round 1: solve 1" in text and "working" not in text and "0/?" not in text

@@ -351,7 +351,8 @@ def verify(instance: Instance, options: SolveOptions = SolveOptions(),  # noqa: 
     results are the same as in this process, where they run without it.
 
     ``progress(done, total)`` is passed to every simulation (requests done); ``on_step(message)``, if given, is
-    called with a one-line message after each solve and before each whole-plan simulation, single-pool
+    called with a one-line message naming the step about to be worked: before each solve and each whole-plan
+    simulation (``plan 2 (2 of 3; ...)``), single-pool
     simulation (:class:`~fleetopt.optimizer.simulation.pool_sizing.PoolSizer`) and trim trial
     (:func:`~fleetopt.optimizer.simulation.trim.trim_plan`); the command layer renders both.
     """
@@ -366,8 +367,8 @@ def verify(instance: Instance, options: SolveOptions = SolveOptions(),  # noqa: 
     length = instance.pools.routing == "length"
     window_cuts = cuts == "window" and length  # module docstring: not under split
     step = on_step if on_step is not None else _quiet
-    sizer = PoolSizer(instance, sim_options, rule, progress, on_step=on_step) if (
     semantic = instance.semantic is not None     # module docstring, "Semantic plans": no pool-alone sizing, no cut
+    sizer = PoolSizer(instance, sim_options, rule, progress, on_step=on_step) if (
         cuts == "pool" and length and instance.slo.scope == "pool" and not semantic) else None
     user_min = dict(options.min_replicas)
     min_replicas: dict = dict(user_min)
@@ -380,11 +381,21 @@ def verify(instance: Instance, options: SolveOptions = SolveOptions(),  # noqa: 
     verified, cut_lines = [], []
     report, plan_sims = None, [0]
 
-    def simulate_all(plans: list[Plan]) -> list:
+    def simulate_all(round_: int, plans: list[Plan]) -> list:
         args = [(instance, plan, sim_options, None, rule) for plan in plans]
+
+        def announce(k: int, plan: Plan) -> None:     # the step being worked: plan x of the round's N
+            step(f"verify round {round_}: simulating plan {plan.rank} ({k} of {len(plans)}; "
+                 f"${plan.fleet.cost_per_hr:,.2f}/hr, {sum(p.replicas for p in plan.fleet.pools)} replicas)")
+
         if map_plans is None or len(plans) < 2:
-            done = [simulate_plan_checked(*a[:3], progress, rule) for a in args]
+            done = []
+            for k, a in enumerate(args, 1):
+                announce(k, a[1])
+                done.append(simulate_plan_checked(*a[:3], progress, rule))
         else:                                         # other processes: no progress callback crosses over
+            for k, a in enumerate(args, 1):
+                announce(k, a[1])
             done = map_plans(simulate_plan_checked, args)
         plan_sims[0] += sum(n for _, n in done)
         return [sim for sim, _ in done]
@@ -394,11 +405,10 @@ def verify(instance: Instance, options: SolveOptions = SolveOptions(),  # noqa: 
     def solve(round_: int):
         derated = options.window_cuts + tuple(WindowCut(*key, f) for key, f in factors.items())
         solves[0] += 1
-        got = solve_instance(instance, replace(options, top=top, min_replicas=tuple(min_replicas.items()),
-                                               forbidden=tuple(sorted(forbidden)), window_cuts=derated))
-        best = f"best ${got.plans[0].fleet.cost_per_hr:,.2f}/hr" if got.plans else "no plan"
-        step(f"verify round {round_}: solve {solves[0]}: {len(got.plans)} plan(s), {best}")
-        return got
+        step(f"verify round {round_}: solve {solves[0]}: the {top} best plan(s)" + (
+            f" under {len(cut_lines)} cut(s)" if cut_lines else ""))
+        return solve_instance(instance, replace(options, top=top, min_replicas=tuple(min_replicas.items()),
+                                                forbidden=tuple(sorted(forbidden)), window_cuts=derated))
 
     def cut_alone(round_: int, plan: Plan, k: int, sim_pool=None) -> None:
         cand = _candidate(plan, k)
@@ -461,10 +471,8 @@ def verify(instance: Instance, options: SolveOptions = SolveOptions(),  # noqa: 
         for plan in candidates:
             key = _plan_key(plan)
             if key not in judged and key not in fresh:
-                step(f"verify round {round_}: simulating plan {plan.rank} (${plan.fleet.cost_per_hr:,.2f}/hr, "
-                     f"{sum(p.replicas for p in plan.fleet.pools)} replicas)")
                 fresh[key] = plan
-        for key, sim in zip(fresh, simulate_all(list(fresh.values()))):
+        for key, sim in zip(fresh, simulate_all(round_, list(fresh.values()))):
             judged[key] = (sim, judge_plan(sim, instance, rule, settled=True))
         for plan in candidates:
             key = _plan_key(plan)
