@@ -491,6 +491,13 @@ def verify(instance: Instance, options: SolveOptions = SolveOptions(),  # noqa: 
         if (window_cuts or sizer is not None) and minima is None:
             minima = analytic_minima(instance)
         to_cut = ([v for v in this_round if not v.cached and beats(v.plan)] if cuts == "pool" else this_round[:1])
+        if semantic:
+            for vp in to_cut:
+                for k, _ in _failing(vp):
+                    line = _semantic_miss_line(round_, vp, k)
+                    if line not in cut_lines:
+                        cut_lines.append(line)
+            break       # semantic pools get no cut: solving again would give the same plans
         failing_rows = [pool for vp in to_cut for _, pool in _failing(vp)]
         if failing_rows and all(getattr(p, "phase", "both") != "both" for p in failing_rows):
             for vp in to_cut:
@@ -499,13 +506,6 @@ def verify(instance: Instance, options: SolveOptions = SolveOptions(),  # noqa: 
                     if line not in cut_lines:
                         cut_lines.append(line)
             break       # only pairs failed, and they get no cut: solving again would give the same plans
-        if semantic:
-            for vp in to_cut:
-                for k, _ in _failing(vp):
-                    line = _semantic_miss_line(round_, vp, k)
-                    if line not in cut_lines:
-                        cut_lines.append(line)
-            break       # semantic pools get no cut: solving again would give the same plans
         for vp in to_cut:
             for k, pool in _failing(vp):
                 key = (pool.min_tokens, pool.max_tokens, pool.gpu)
@@ -620,14 +620,6 @@ def _pair_miss_line(round_: int, plan: Plan, k: int) -> str:
             "its analytic counts, so no plan holding it passes")
 
 
-def _size_cut(round_: int, sizer: PoolSizer, cand: PoolCandidate, pool, minima: dict, sizings: dict,
-              min_replicas: dict, user_min: dict, forbidden: set, forbidden_why: dict, plan_miss: bool = False
-              ) -> str | None:
-    """Size a failing candidate alone and turn the result into its cut (module docstring, "Per-pool cuts");
-    None when an earlier sizing of the solve already cuts this count (the same candidate in two plans of a round)
-    and no whole-plan miss at or above its least count asks for a new one."""
-    prev = sizings.get(cand)
-    if prev is not None and (not prev.feasible or (pool.replicas < prev.least_replicas and not plan_miss)):
 def _semantic_miss_line(round_: int, vp: VerifiedPlan, k: int) -> str:
     """The line a failing pool of a semantic plan adds (module docstring, "Semantic plans"): its class, its count
     and simulated P99, and that it keeps its analytic count."""
@@ -641,6 +633,14 @@ def _semantic_miss_line(round_: int, vp: VerifiedPlan, k: int) -> str:
             "holding it passes")
 
 
+def _size_cut(round_: int, sizer: PoolSizer, cand: PoolCandidate, pool, minima: dict, sizings: dict,
+              min_replicas: dict, user_min: dict, forbidden: set, forbidden_why: dict, plan_miss: bool = False
+              ) -> str | None:
+    """Size a failing candidate alone and turn the result into its cut (module docstring, "Per-pool cuts");
+    None when an earlier sizing of the solve already cuts this count (the same candidate in two plans of a round)
+    and no whole-plan miss at or above its least count asks for a new one."""
+    prev = sizings.get(cand)
+    if prev is not None and (not prev.feasible or (pool.replicas < prev.least_replicas and not plan_miss)):
         return None
     n_star = minima.get(cand.key)
     sizing = sizer.size(cand, pool.replicas, n_star, sizer.guess(cand, n_star))
@@ -671,6 +671,9 @@ def _plan_key(plan: Plan) -> tuple:
                    getattr(p, "phase", "both")) for p in plan.fleet.pools)
     r = plan.routing
     routing = None if r is None else (tuple(r.boundaries_tokens), tuple(tuple(row) for row in r.rate_req_per_s))
+    sem = getattr(plan, "semantic", None)
+    if sem is not None:     # a semantic plan: the rule decides each pool's traffic
+        return pools, routing, sem.share, tuple(sem.roles)
     return pools, routing
 
 
@@ -679,9 +682,6 @@ def analytic_minima(instance: Instance) -> dict[tuple, int]:
     (the compression factors of the pool below and of the pool itself; 1 under split routing)."""
     if instance.pools.routing == "split":
         from fleetopt.optimizer.plan.split_candidates import build_split_problem
-    sem = getattr(plan, "semantic", None)
-    if sem is not None:     # a semantic plan: the rule decides each pool's traffic
-        return pools, routing, sem.share, tuple(sem.roles)
 
         m = build_split_problem(instance)
         b, names = m.boundaries, m.problem.gpu_names
