@@ -114,6 +114,10 @@ def test_report_renders_a_frontier_page_with_every_points_plan():
     assert '<td class="n" id="frontier-recommended">1</td>' in text
     assert 'id="total-cost-per-hr" data-value="14.27">14.27<' in text
     assert "P99 TTFT SLO 500 ms" in text                             # the SLO line's legend entry, as SVG text
+    # hover: each point's marker carries its plan as a tooltip
+    assert "<title>point 1 (recommended): 0-1536:a100x1,1536-8192:h100x1,8192-65536:h100x2; 3 pools, 32 GPUs, " \
+           "US$ 14.27/hr, 1.59 kW, worst P99 TTFT 453.9 ms, SLO met</title>" in text
+    assert "<title>point 3: 0-65536:h100x7; 1 pool, 56 GPUs," in text
 
 
 def test_report_command_accepts_a_frontier_document(tmp_path):

@@ -232,7 +232,8 @@ document.querySelectorAll('svg').forEach((svg, k) => {
     const r = t.getBoundingClientRect();
     return {text: t.textContent.trim(), box: [r.left, r.top, r.right, r.bottom]};
   });
-  out.push({svg: k, box: [b.left, b.top, b.right, b.bottom], texts: texts});
+  const hover = [...svg.querySelectorAll('use > title')].map(t => t.textContent);
+  out.push({svg: k, box: [b.left, b.top, b.right, b.bottom], texts: texts, hover: hover});
 });
 const pre = document.createElement('pre');
 pre.id = 'measured';
@@ -328,6 +329,10 @@ def test_figures_in_chromium_have_their_labels_and_no_overprint(kind, solve_json
         assert {"pools in the plan (count)", "P99 TTFT (ms)", "P99 TTFT SLO 500 ms",
                 f"recommended (point {rec + 1}): {data['points'][rec]['fleet']}"} <= words
         assert 'id="frontier-recommended"' in out.read_text()
+        hover = [h for f in figures for h in f["hover"]]           # each point's plan as its marker's tooltip
+        assert [h.split(":", 1)[0] for h in hover] == [f"point {k + 1}" + (" (recommended)" if k == rec else "")
+                                                        for k in range(len(data["points"]))]
+        assert all(p["fleet"] in h for p, h in zip(data["points"], hover))
     else:
         assert {f"{s['arrival_rate']:g}" for s in data["steps"]} <= {w.split()[-1] for w in words}  # each step's rate
     for f in figures:

@@ -86,7 +86,7 @@ def _check_contract(data: dict, where: str) -> None:
 @_guard
 def report(result, output, sim_file):
     """A self-contained HTML page (tables, pool diagram, figures, provenance) from the JSON of solve, simulate,
-    pareto --split-table, whatif, gridflex, headroom or tpw."""
+    pareto --split-table, pareto --axes, whatif, gridflex, headroom or tpw."""
     out = Path(output)
     for name, path in (("RESULT", result), ("--sim", sim_file)):
         if path is not None and Path(path).exists() and out.resolve() == Path(path).resolve():

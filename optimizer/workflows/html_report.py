@@ -35,7 +35,7 @@ from collections.abc import Callable, Mapping, Sequence
 
 from fleetopt.optimizer.errors import InstanceError
 
-__all__ = ["KINDS", "detect_kind", "build_html", "pool_diagram", "same_plan"]
+__all__ = ["KINDS", "detect_kind", "build_html", "pool_diagram", "same_plan", "hover_titles"]
 
 KINDS = ("solve", "simulate", "pareto --split-table", "pareto --axes cost,power", "pareto --axes cost,ttft",
          "pareto --axes cost,pools", "whatif", "gridflex", "headroom", "headroom --range", "tpw")
@@ -218,6 +218,27 @@ def _inline_svg(svg: str, prefix: str) -> str:
     svg = re.sub(r"url\(#([^)]+)\)", lambda m: f"url(#{prefix}{m[1]})", svg)
     svg = re.sub(r'href="#([^"]+)"', lambda m: f'href="#{prefix}{m[1]}"', svg)
     return svg.strip()
+
+
+def hover_titles(figure: str, gid: str, titles: Sequence[str]) -> str:
+    """``figure`` (inline SVG) with a ``<title>`` (the browser's hover tooltip, no script) on each of the first
+    ``len(titles)`` markers (``<use .../>``) of the group ``id="gid"``, in order; unchanged without that group.
+
+    Examples
+    --------
+    >>> hover_titles('<g id="p"><use x="1"/><use x="2"/></g>', "p", ["a", "b<c"])
+    '<g id="p"><use x="1"><title>a</title></use><use x="2"><title>b&lt;c</title></use></g>'
+    """
+    start = figure.find(f'<g id="{gid}">')
+    if start < 0:
+        return figure
+    out, pos = [figure[:start]], start
+    for title, m in zip(titles, re.finditer(r"<use\b([^>]*?)\s*/>", figure[start:])):
+        out.append(figure[pos:start + m.start()])
+        out.append(f"<use{m.group(1)}><title>{_e(title)}</title></use>")
+        pos = start + m.end()
+    out.append(figure[pos:])
+    return "".join(out)
 
 
 def pool_diagram(pools: Sequence[Mapping], width_px: int = DIAGRAM_WIDTH_PX) -> str:
@@ -545,8 +566,15 @@ def _frontier(f: Mapping, figs: _Figures, prov: list) -> str:
                    f"US$ saved per {_e(unit)} given up from the least-{_e(axis)} point.</p>")
     slo = f.get("slo") or (f"P99 TTFT <= {_fmt(f.get('slo_ttft_p99_ms'), ',.0f')} ms"
                            if f.get("slo_ttft_p99_ms") is not None else "the instance's SLO")
-    out.append(figs.add(f"least cost against {axis} ({unit}), the SLO ({slo}) and the recommended point", src,
-                        plots.frontier_figure, f))
+    figure = figs.add(f"least cost against {axis} ({unit}), the SLO ({slo}) and the recommended point; hover a "
+                      "point for its plan", src, plots.frontier_figure, f)
+    titles = [f"point {k + 1}{' (recommended)' if k == rec else ''}: {p.get('fleet')}; {_fmt(p.get('pools'), 'd')} "
+              f"pool{'' if p.get('pools') == 1 else 's'}, {_fmt(p.get('physical_gpus'), ',d')} GPUs, "
+              f"US$ {_fmt(p.get('cost_per_hr'), ',.2f')}/hr, "
+              f"{_fmt(p.get('power_kw'), ',.2f')} kW, worst P99 TTFT "
+              f"{_fmt(p.get('worst_ttft_p99_ms'), ',.1f', 'unbounded')} ms, SLO "
+              f"{'met' if p.get('slo_met') and not p.get('violations') else 'MISSED'}" for k, p in enumerate(pts)]
+    out.append(hover_titles(figure, f"f{figs.count}-{plots.FRONTIER_POINTS_GID}", titles))
     axis_head = axis if unit == axis else f"{axis} {unit}"
     own_column = axis not in ("power", "pools", "ttft")   # those axes are the kW, pools and P99 columns
     rows = []

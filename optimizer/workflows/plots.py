@@ -354,6 +354,9 @@ FRONTIER_AXIS_LABELS = {"power": "fleet power (kW, analytic)",
                         "ttft": "worst pool P99 TTFT (ms, analytic)",
                         "pools": "pools in the plan (count)"}
 """x-axis label of :func:`frontier_figure` per second axis, unit in parentheses."""
+FRONTIER_POINTS_GID = "frontier-points"
+"""SVG id of :func:`frontier_figure`'s points (one marker per point, in the JSON's order): the report gives each
+marker its plan as a hover title."""
 
 
 def frontier_figure(result):
@@ -380,7 +383,7 @@ def frontier_figure(result):
     ys = [_f(p.get("cost_per_year")) / 1e3 for p in pts]
     met = [p.get("slo_met", True) is not False and not p.get("violations") for p in pts]
     ax.scatter(xs, ys, color=_MET, zorder=3, label=f"frontier points ({len(pts)} optimal re-solves)",
-               facecolors=[_MET if m else "white" for m in met], edgecolors=_MET)
+               facecolors=[_MET if m else "white" for m in met], edgecolors=_MET, gid=FRONTIER_POINTS_GID)
     order = sorted(range(len(pts)), key=lambda k: xs[k])
     if len(order) > 1:
         ax.step([xs[k] for k in order], [ys[k] for k in order], where="post", color=_MET, linewidth=1.0, zorder=2,
