@@ -113,8 +113,16 @@ class Output:
             if isinstance(obj, str) and not kwargs.get("soft_wrap"):   # prose: wrapped to the width
                 if kwargs.get("markup") is False:
                     obj = wrap_prose(obj, self.width)
-                else:
-                    kwargs["soft_wrap"] = False    # rich wraps the markup's text at its spaces
+                elif not set(kwargs) - {"markup"}:
+                    try:
+                        lines = Text.from_markup(obj).wrap(self.console, self.width)
+                    except MarkupError:
+                        lines = None
+                    if lines is not None:      # rich wraps the markup's text at its spaces; no trailing blanks
+                        for line in lines:
+                            line.rstrip()
+                            self.console.print(line)
+                        return
             self.console.print(obj, **kwargs)
         else:
             text = obj.plain if isinstance(obj, Text) else (str(obj) if kwargs.get("markup") is False
@@ -131,7 +139,17 @@ class Output:
         grid = table_grid(t)
         if self.format == "table":
             for part in layout_table(self.console, t, grid):   # titles and captions wrap to the width
-                self.console.print(part, soft_wrap=False)
+                if isinstance(part, Table) and part.title:      # a title wider than its table: the console's width
+                    title, part.title = part.title, None
+                    self.console.print(Text(wrap_prose(_plain_text(title), self.width), style="table.title"))
+                    self.console.print(part, soft_wrap=False)
+                    part.title = title
+                elif isinstance(part, Text):                    # a caption: wrapped, no trailing blanks
+                    for line in part.wrap(self.console, self.width):
+                        line.rstrip()
+                        self.console.print(line)
+                else:
+                    self.console.print(part, soft_wrap=False)
             return
         if self._tables and self.format == "csv":
             self._write("")
