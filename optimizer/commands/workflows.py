@@ -54,6 +54,7 @@ def _rate(x: float | None, digits: int = 2) -> str:
 
 def render_split_table(c: Console, t: SplitTable) -> None:
     b = t.baseline
+    exact = getattr(c, "format", "table") == "csv"     # a spreadsheet gets whole dollars, not $K
     table = Table(title=f"{t.instance}: two-pool split table on {t.gpu}, {t.arrival_rate:g} req/s  "
                         f"[P99 TTFT SLO {t.slo_ttft_p99_ms:,.0f} ms, ttft_model {t.ttft_model}, "
                         f"utilisation cap {t.max_utilization:g}]", title_justify="left")
@@ -64,7 +65,8 @@ def render_split_table(c: Console, t: SplitTable) -> None:
         table.add_column(name, justify=justify, no_wrap=True)
     for k, r in enumerate(t.rows):
         table.add_row(f"{r.boundary_tokens:,}", f"{100 * r.share_short:.1f}", str(r.replicas_short),
-                      str(r.replicas_long), str(r.total_gpus), f"${r.cost_per_year / 1e3:,.0f}K",
+                      str(r.replicas_long), str(r.total_gpus),
+                      f"{r.cost_per_year:.0f}" if exact else f"${r.cost_per_year / 1e3:,.0f}K",
                       f"{r.saving_pct:+.1f}%", _ms(r.ttft_p99_ms_short), _ms(r.ttft_p99_ms_long),
                       "met" if r.slo_met else "MISSED", "ok" if r.limits_ok else f"BREAKS {len(r.violations)}",
                       "*" if r.pareto else "",
