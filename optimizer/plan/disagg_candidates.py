@@ -147,7 +147,9 @@ def pair_candidates(instance: Instance, b: np.ndarray) -> PairColumns:
             st = PrefillStations.from_profile(opts[p].profile, lam, prompt, probs, x)
             ns, miss, length, why = _prefill_counts(st, instance, fleet, total)
             npp = inflate_for_availability(ns, opts[p].availability)
-            pre[(p, x)] = (st, ns, npp, miss, length, why, np.asarray(st.power_w(npp), dtype=float))
+            # the station's (segment x atom) arrays are dropped here: only per-segment columns are kept
+            pre[(p, x)] = (st.offered_load_erlangs, ns, npp, miss, length, why,
+                           np.asarray(st.power_w(npp), dtype=float))
     keys = [(p, d, pre[(p, instance.pools.transfer(opts[p].name, opts[d].name))]) for p, d in pairs]
     width = max(v[1].shape[1] for v in pre.values())
     ok = np.stack([(k[2][4] > 0) & dec[k[1]][1].feasible for k in keys], axis=1)          # [segment, pair]
@@ -163,7 +165,7 @@ def pair_candidates(instance: Instance, b: np.ndarray) -> PairColumns:
              "decode_gpu": np.array([d for _, d, _ in keys])[cols],
              "decode_cap": per_pair(lambda p, d, v: dec[d][0].cap, np.int64), "arrival_rate": lam0[rows],
              "output_tok_per_s": per_pair(lambda p, d, v: dec[d][0].output_tok_per_s),
-             "load_erlangs": per_pair(lambda p, d, v: v[0].offered_load_erlangs),
+             "load_erlangs": per_pair(lambda p, d, v: v[0]),
              "min_replicas": per_pair(lambda p, d, v: v[1][:, 0], np.int64)}
     # choices: [pool, count] with the pool's first length[pool] counts valid, flattened pool by pool
     n_len = length[rows, cols]
@@ -226,15 +228,10 @@ def _prefill_counts(st: PrefillStations, instance: Instance, fleet: bool, total:
     row valid (0: none serves; ``reason(row)`` then says why)."""
     slo, rho = instance.slo, instance.constraints.max_utilization
     S = len(st.arrival_rate)
-    floors: list = []
-
-    def floor_of(r: int) -> float:
-        if not floors:
-            floors.append(st.ttft_floor_s)
-        return float(floors[0][r])
 
     def sizing_reason(z):
-        return lambda r: _prefill_reason(floor_of(r), instance, str(z.reason[r]))
+        floor_s = st.ttft_floor_s if not z.feasible.all() else None      # what the reasons quote, nothing more
+        return lambda r: _prefill_reason(float(floor_s[r]), instance, str(z.reason[r]))
 
     if not fleet:
         z = st.min_replicas(slo.ttft_p99_s, rho_max=rho, margin=slo.ttft_margin)
@@ -258,11 +255,13 @@ def _prefill_counts(st: PrefillStations, instance: Instance, fleet: bool, total:
     miss = np.where(st.arrival_rate[:, None] > 0, miss, 0.0)
     base = sizing_reason(floor)
 
+    lam = st.arrival_rate
+
     def reason(r: int) -> str:
         if not floor.feasible[r]:
             return base(r)
         return (f"requests whose prefill and KV transfer alone exceed {slo.sizing_text()} are "
-                f"{st.arrival_rate[r] * limit[r] / total:.2%} of all traffic, above the fleet's 1 % budget")
+                f"{lam[r] * limit[r] / total:.2%} of all traffic, above the fleet's 1 % budget")
 
     return ns.astype(np.int64), miss, length, reason
 
