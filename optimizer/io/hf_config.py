@@ -41,10 +41,12 @@ For the seven catalogue models the counts equal ``params_computed`` / ``active_p
 
 from __future__ import annotations
 
+import builtins
 import json
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import TypedDict
 from pathlib import Path
 
 from fleetopt.models.hardware import ModelSpec, MoESpec
@@ -198,8 +200,10 @@ class _Reader:
         self.config = config
         self.lines: list[str] = []
 
-    def int(self, *keys: str, default=None, minimum: int = 1, required: bool = True):
-        """The first of ``keys`` present, as a whole number >= ``minimum``; ``default`` when none is present."""
+    def int(self, *keys: str, default: builtins.int | None = None, minimum: builtins.int = 1,
+            required: bool = True) -> builtins.int | None:
+        """The first of ``keys`` present, as a whole number >= ``minimum``; ``default`` when none is present.
+        None only after a problem line is recorded, or when ``default`` is None and not ``required``."""
         key = next((k for k in keys if k in self.config and self.config[k] is not None), None)
         if key is None:
             if default is None and required:
@@ -234,6 +238,25 @@ class _Reader:
             self.lines.append(f"{key}: {value!r} is not a list of layer indices; give a list of integers")
             return []
         return value
+
+
+class _MoEFields(TypedDict, total=False):
+    """The MoE keywords of :class:`ModelShape` (none for a dense model)."""
+    routed_experts: int
+    experts_per_token: int
+    shared_experts: int
+    expert_intermediate_size: int
+    shared_intermediate_size: int
+    shared_expert_gate: bool
+
+
+class _MLAFields(TypedDict, total=False):
+    """The multi-head latent attention keywords of :class:`ModelShape` (none for GQA)."""
+    kv_lora_rank: int
+    q_lora_rank: int
+    qk_nope_head_dim: int
+    qk_rope_head_dim: int
+    v_head_dim: int
 
 
 def _moe_layer_count(r: _Reader, layers: int) -> int:
@@ -272,7 +295,8 @@ def model_spec_from_config(config: Mapping, name: str, source: str = "") -> tupl
     experts = r.int("num_experts", "n_routed_experts", "num_local_experts", default=0, minimum=0)
     kv_lora = r.int("kv_lora_rank", default=0, minimum=0)
     model_type = str(config.get("model_type", "")).lower()
-    if None in (layers, hidden, heads, vocab, max_pos, kv_heads, head_dim, experts, kv_lora):
+    if (layers is None or hidden is None or heads is None or vocab is None or max_pos is None or kv_heads is None
+            or head_dim is None or experts is None or kv_lora is None):
         return None, r.lines
     if not head_dim:
         if hidden % heads:
@@ -282,7 +306,7 @@ def model_spec_from_config(config: Mapping, name: str, source: str = "") -> tupl
     if heads % kv_heads:
         r.lines.append(f"num_key_value_heads: {kv_heads} does not divide num_attention_heads {heads}")
     moe_layers = _moe_layer_count(r, layers) if experts else 0
-    moe = {}
+    moe: _MoEFields = {}
     if experts:
         per_token = r.int("num_experts_per_tok")
         shared = r.int("n_shared_experts", default=0, minimum=0)
@@ -290,19 +314,25 @@ def model_spec_from_config(config: Mapping, name: str, source: str = "") -> tupl
         width = r.int("moe_intermediate_size", "intermediate_size")
         if per_token is not None and per_token > experts:
             r.lines.append(f"num_experts_per_tok: {per_token} is more than the {experts} routed experts")
-        moe = dict(routed_experts=experts, experts_per_token=per_token or 0,
+        moe = _MoEFields(routed_experts=experts, experts_per_token=per_token or 0,
                    shared_experts=(shared or 0) or (1 if shared_width else 0),
                    expert_intermediate_size=width or 0, shared_intermediate_size=shared_width or 0,
                    shared_expert_gate=bool(shared_width))
     ffn = r.int("intermediate_size", required=moe_layers < layers,
                 default=None if moe_layers < layers else moe.get("expert_intermediate_size", 0))
-    mla = {}
+    mla_dims: tuple[int | None, ...] = ()
     if kv_lora:
-        mla = dict(kv_lora_rank=kv_lora, q_lora_rank=r.int("q_lora_rank", default=0, minimum=0),
-                   qk_nope_head_dim=r.int("qk_nope_head_dim"), qk_rope_head_dim=r.int("qk_rope_head_dim"),
-                   v_head_dim=r.int("v_head_dim"))
+        mla_dims = (r.int("q_lora_rank", default=0, minimum=0), r.int("qk_nope_head_dim"),
+                    r.int("qk_rope_head_dim"), r.int("v_head_dim"))
     if r.lines:
         return None, r.lines
+    # r.int gives None only after recording a line (ffn's default is None exactly when it is required)
+    assert ffn is not None and None not in mla_dims
+    mla: _MLAFields = {}
+    if mla_dims:
+        q_lora, qk_nope, qk_rope, v_dim = (d or 0 for d in mla_dims)
+        mla = _MLAFields(kv_lora_rank=kv_lora, q_lora_rank=q_lora, qk_nope_head_dim=qk_nope,
+                         qk_rope_head_dim=qk_rope, v_head_dim=v_dim)
     attention_bias = r.bool("attention_bias", False)
     shape = ModelShape(layers, hidden, heads, kv_heads, head_dim, ffn, vocab, tied, moe_layers=moe_layers,
                        qk_norm=model_type in QK_NORM_MODEL_TYPES,
@@ -319,8 +349,8 @@ def model_spec_from_config(config: Mapping, name: str, source: str = "") -> tupl
         attention_heads=heads, kv_heads=kv_heads, head_dim=head_dim, intermediate_size=ffn, vocab_size=vocab,
         max_position_embeddings=max_pos, params=params, active_params=active,
         kv_bytes_per_token_fp16=kv_bytes_per_token_fp16(shape),
-        moe=MoESpec(experts, moe["experts_per_token"], moe["shared_experts"], moe["expert_intermediate_size"])
-        if experts else None,
+        moe=MoESpec(experts, moe.get("experts_per_token", 0), moe.get("shared_experts", 0),
+                    moe.get("expert_intermediate_size", 0)) if experts else None,
         attention="MLA" if kv_lora else "GQA", notes=notes, tied_embeddings=tied)
     return spec, []
 
@@ -337,7 +367,7 @@ def model_config_problems(path: str | Path, name: str | None = None) -> tuple[Mo
     """The model in the config.json at ``path``, or None and ``key: problem`` lines (the file not named)."""
     path = Path(path)
     text, reason = read_text(path)
-    if reason is not None:
+    if text is None:            # read_text gives the reason exactly when it gives no text
         return None, [f"cannot read: {reason}" + (" (give the path of config.json)" if path.is_dir() else "")]
     try:
         config = json.loads(text)
