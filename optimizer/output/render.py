@@ -656,14 +656,16 @@ def render_solve_answer(c: Console, report, verification=None, *, json_path: str
         fleet, rank = v.chosen.plan.fleet, v.chosen.rank
         sim = v.chosen.sim
         trimmed = v.trim is not None and v.trim.counts != v.trim.verified_counts and v.trim.confirmed
-        if trimmed:
-            fleet, sim = v.trim.sim.analytic, v.trim.sim
+        if trimmed:     # the trimmed counts, judged by the independent seed's run (the one that decides)
+            fleet, sim = v.trim.sim.analytic, v.trim.confirmation
         low, high = sim.ttft_p99_ci_ms
         word = "met" if v.chosen.passed else "undecided (the interval straddles the SLO)"
         verdict = (f"{slo}: {word} (simulated, fleet P99 {fmt_ms(sim.ttft_p99_ms)} ms, 95% CI "
-                   f"{fmt_ms(low)}-{fmt_ms(high)}; {sim.requests_simulated:,} requests, rule {v.rule})")
+                   f"{fmt_ms(low)}-{fmt_ms(high)}; {sim.requests_simulated:,} requests, rule {v.rule})"
+                   + ("; the trim's independent seed MISSED it (above)" if v.trim is not None
+                      and not v.trim.confirmed else ""))
         title = (f"answer: plan {rank}, verified in simulation (round {v.chosen.round})"
-                 + (", trimmed" if trimmed else ""))
+                 + (", trimmed (independent seed)" if trimmed else ""))
         render_answer(c, answer_lines(inst, fleet, title=title, verdict=verdict,
                                       next_commands=_next_commands(inst, json_path, None), width=c.width))
         return
