@@ -336,9 +336,11 @@ class Instance:
 def _workload_spec(loaded: LoadedWorkload, max_context_tokens: int) -> WorkloadSpec:
     """Cut requests at the context window; a trace's input fraction is its own prompt share."""
     cut, share = loaded.lengths.truncated(max_context_tokens)
-    fraction = loaded.input_fraction
     if isinstance(cut, RequestTrace):
         fraction = float(np.sum(cut.prompt_tokens) / np.sum(cut.total_tokens))
+    else:
+        assert loaded.input_fraction is not None        # None only for a trace (LoadedWorkload)
+        fraction = loaded.input_fraction
     return WorkloadSpec(loaded.kind, loaded.source, cut, share, loaded.arrival_rate_req_per_s, fraction)
 
 
@@ -624,7 +626,9 @@ def _semantic(raw: RawSemantic | None, data: dict, options: Sequence[GpuOption] 
     given = [("semantic.share", raw.share)] if raw.shares is None else \
         [(f"semantic.shares[{k}]", v) for k, v in enumerate(raw.shares)]
     parsed = [_share_rule(v, f, problems) for f, v in given]
-    pools = data.get("pools") if isinstance(data.get("pools"), Mapping) else {}
+    pools = data.get("pools")
+    if not isinstance(pools, Mapping):
+        pools = {}
     for key, off in (("routing", "length"), ("disaggregation", "none")):
         if pools.get(key, off) != off:
             problems.add("semantic", f"semantic routing cannot yet be combined with pools.{key}: "
@@ -653,9 +657,10 @@ def _semantic(raw: RawSemantic | None, data: dict, options: Sequence[GpuOption] 
                 problems.add("gpus", f"option {o.name} serves {served or 'no named model'}, neither "
                                      f"semantic.small_model ({names['small_model']}) nor semantic.large_model "
                                      f"({names['large_model']}); every option serves one of the two")
-    if any(p is None for p in parsed) or len(names) != 2 or lengths is None:
+    valid = [p for p in parsed if p is not None]
+    if len(valid) != len(parsed) or len(names) != 2 or lengths is None:
         return None
-    rules, labels = [p[0] for p in parsed], [p[1] for p in parsed]
+    rules, labels = [p[0] for p in valid], [p[1] for p in valid]
     large = [large_model_share(lengths, r) for r in rules]
     floor = raw.min_large_share
     keep = [k for k in range(len(rules)) if floor is None or large[k] >= floor - 1e-12]
@@ -758,6 +763,8 @@ def _resolve(data: dict, path: Path | None, problems: Problems) -> Instance | No
         transfers = _kv_transfers(pools_raw, options, catalog_section, problems)
     if problems.lines:
         return None
+    # each part is None only after a problem line was added
+    assert workload is not None and options is not None and boundaries is not None
     raw = RawInstance.model_validate(data)
     return Instance(
         path=path,
@@ -832,6 +839,7 @@ def instance_from_dict(data: Mapping, path: str | Path | None = None, overrides:
     data = overridden_copy(data, overrides, problems, problems.overridden)
     instance = _resolve(data, path, problems)
     problems.raise_if_any()
+    assert instance is not None                     # _resolve gives None only with a problem, raised above
     return replace(instance, overrides=tuple(str(text) for text in overrides))
 
 
@@ -866,4 +874,5 @@ def load_instance(path: str | Path, overrides: Sequence[str] = ()) -> Instance:
     if data is None:
         problems.add("", f"the file is empty; the top level must be a mapping of keys ({allowed_keys(())})")
         problems.raise_if_any()
+    assert data is not None                         # an empty file was raised above
     return instance_from_dict(data, path, overrides)

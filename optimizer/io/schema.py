@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Callable, Mapping, Sequence
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, TypeVar
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
 
@@ -126,7 +126,7 @@ _PositiveInt = Annotated[int, Field(ge=1)]
 _Utilization = Annotated[float, Field(ge=MIN_MAX_UTILIZATION, le=1, allow_inf_nan=False)]
 _Availability = Annotated[float, Field(ge=MIN_AVAILABILITY, le=1, allow_inf_nan=False)]
 _GpuPrice = Annotated[float, Field(gt=0, le=MAX_COST_PER_HR, allow_inf_nan=False)]
-_RANGES = {
+_RANGES: dict[tuple[str, ...], str] = {
     ("constraints", "max_utilization"): (f"allowed: {MIN_MAX_UTILIZATION:g} to 1 "
                                          "(a share of capacity, not a percentage)"),
     ("gpus", "availability"): f"allowed: {MIN_AVAILABILITY:g} to 1 (the share of time a GPU is up)",
@@ -413,7 +413,7 @@ def allowed_keys(loc: Sequence) -> str:
     return ", ".join(f.alias or n for n, f in model.model_fields.items()) if model else ""
 
 
-def _pydantic_message(error: dict, allowed: Callable[[Sequence], str] = allowed_keys) -> str:
+def _pydantic_message(error: Mapping[str, Any], allowed: Callable[[Sequence], str] = allowed_keys) -> str:
     """One pydantic error as ``<what is wrong>; <what is allowed>`` (``allowed(loc)``: the keys the mapping at
     ``loc`` takes, comma-separated; empty when unknown)."""
     kind, given, ctx, loc = error["type"], error.get("input"), error.get("ctx") or {}, error["loc"]
@@ -498,7 +498,7 @@ def _yaml_number_hint(text: str) -> str:
     return f"YAML reads an exponent only after a decimal point and with a sign: write {spelled}{full}"
 
 
-def pydantic_message(error: dict, allowed: Callable[[Sequence], str] | None = None) -> str:
+def pydantic_message(error: Mapping[str, Any], allowed: Callable[[Sequence], str] | None = None) -> str:
     """One pydantic error as ``<what is wrong>; <what is allowed>`` (the instance's wording, for other files;
     ``allowed(loc)`` names the keys of the file's own sections, default the instance's)."""
     return _pydantic_message(error, allowed_keys if allowed is None else allowed)
@@ -513,7 +513,10 @@ def structure_problems(data: dict, problems: Problems) -> None:
             problems.add(_field_path(error["loc"]), _pydantic_message(error))
 
 
-def validate_section(model: type[_Raw], value: Any):
+_RawT = TypeVar("_RawT", bound="_Raw")
+
+
+def validate_section(model: type[_RawT], value: Any) -> _RawT | None:
     """``model`` validated from ``value``, or None when it has structural errors (already reported)."""
     try:
         return model.model_validate(value)
