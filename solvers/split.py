@@ -128,8 +128,7 @@ def build_split_model(problem: SplitProblem) -> pyo.ConcreteModel:
     m.caps = pyo.ConstraintList()
     _caps(m)
     m.slo_cuts = pyo.ConstraintList()
-    for c, weights in problem.slo_cuts:
-        m.slo_cuts.add(slo_cut_rule(m, int(c), weights))
+    _slo_cuts(m)
     # Pyomo's inferred types: an indexed Var's item does not multiply, a RangeSet does not iterate
     cost = pyo.quicksum(float(problem.choice_cost_per_hr[c]) * m.z[c]  # pyright: ignore[reportOperatorIssue]
                         for c in m.CHOICES)  # pyright: ignore[reportGeneralTypeIssues]
@@ -235,6 +234,12 @@ def gpu_inventory_rule(m, g):
     if not low and high is None:
         return pyo.Constraint.Skip
     return (low or None, expr, high)
+
+
+def _slo_cuts(m) -> None:
+    """Every cut of ``problem.slo_cuts`` (:func:`slo_cut_rule`) into ``m.slo_cuts``."""
+    for c, weights in m.problem.slo_cuts:
+        m.slo_cuts.add(slo_cut_rule(m, int(c), weights))
 
 
 def _caps(m) -> None:
