@@ -27,7 +27,7 @@ from __future__ import annotations
 import dataclasses
 import re
 from pathlib import Path
-from typing import NamedTuple
+from typing import NamedTuple, cast
 
 from fleetopt.models.profiles import ServingProfile
 
@@ -103,13 +103,13 @@ def _resolved_path(problems: Problems, given: str) -> Path:
     return file if file.is_absolute() else base / file
 
 
-def _config_model(raw: RawGpu, prefix: str, problems: Problems):
-    """The :class:`~fleetopt.models.hardware.ModelSpec` of the entry's ``model_config`` file, or None after
+def _config_model(given: str, prefix: str, problems: Problems):
+    """The :class:`~fleetopt.models.hardware.ModelSpec` of the entry's ``model_config`` file ``given``, or None after
     reporting each problem as ``gpus[i].model_config: 'GIVEN' (resolved to PATH): KEY: problem``."""
-    file = _resolved_path(problems, raw.model_config_file)
+    file = _resolved_path(problems, given)
     model, lines = model_config_problems(file)
     for line in lines:
-        problems.add(f"{prefix}.model_config", f"{raw.model_config_file!r} (resolved to {file}): {line}")
+        problems.add(f"{prefix}.model_config", f"{given!r} (resolved to {file}): {line}")
     return model
 
 
@@ -128,9 +128,14 @@ class _Reasons(Problems):
 def _computed_profiles(raw: RawGpu, catalog: Catalog, prefix: str, problems: Problems):
     """``[(tp, dtype, profile or None, reason)]`` for every configuration of a computed entry (one when it lists
     no more), or None after reporting a problem of the entry itself."""
+    # _gpu_kind gives "computed" only with hardware, and with model or model_config
+    assert raw.hardware is not None and (raw.model is not None or raw.model_config_file is not None)
     hardware = _lookup(catalog, "hardware", raw.hardware, f"{prefix}.hardware", problems)
-    model = (_config_model(raw, prefix, problems) if raw.model_config_file is not None
-             else _lookup(catalog, "models", raw.model, f"{prefix}.model", problems))
+    if raw.model_config_file is not None:
+        model = _config_model(raw.model_config_file, prefix, problems)
+    else:
+        assert raw.model is not None
+        model = _lookup(catalog, "models", raw.model, f"{prefix}.model", problems)
     if hardware is None or model is None:
         return None
     tps, dtypes, expanded = gpu_choices(raw)
@@ -221,7 +226,7 @@ def _gpu_kind(raw: RawGpu, prefix: str, problems: Problems) -> str | None:
 def _with_cost(profile, cost_usd_per_hr: float | None, prefix: str, problems: Problems):
     if cost_usd_per_hr is None:
         return profile
-    if not dataclasses.is_dataclass(profile):
+    if not dataclasses.is_dataclass(profile) or isinstance(profile, type):     # (a profile is an instance)
         problems.add(f"{prefix}.cost_per_hr", "this profile's price cannot be overridden; remove cost_per_hr")
         return None
     return dataclasses.replace(profile, cost_usd_per_hr=float(cost_usd_per_hr))
@@ -239,6 +244,7 @@ def _count_problems(raw: RawGpu, profile, prefix: str, problems: Problems) -> No
 
 def _file_profile(raw: RawGpu, prefix: str, problems: Problems):
     """The profile in ``profile_file``, resolved against the instance file's folder (the current one without)."""
+    assert raw.profile_file is not None             # _gpu_kind gives "file" only with profile_file
     file = _resolved_path(problems, raw.profile_file)
     profile, lines = profile_file_problems(file)
     for line in lines:
@@ -251,6 +257,7 @@ def _resolve_gpu(raw: RawGpu, index: int, catalog: Catalog, problems: Problems) 
     prefix = f"gpus[{index}]"
     kind = _gpu_kind(raw, prefix, problems)
     if kind == "calibrated":
+        assert raw.profile is not None              # _gpu_kind gives "calibrated" only with profile
         profile = _lookup(catalog, "profiles", raw.profile, f"{prefix}.profile", problems)
         built = None if profile is None else [(0, "", profile, "")]
     elif kind == "file":
@@ -277,7 +284,9 @@ def _resolve_gpu(raw: RawGpu, index: int, catalog: Catalog, problems: Problems) 
         if profile is None:
             return None
         name = configuration_name(raw.name, tp, dtype) if expanded else raw.name
-        out.append(ResolvedGpu(raw, profile, kind, name, index, configurations))
+        # a catalogue, file or computed profile implements ServingProfile; its frozen fields are read-only, which
+        # the protocol's plain attributes do not express
+        out.append(ResolvedGpu(raw, cast(ServingProfile, profile), kind, name, index, configurations))
     if len(problems.lines) > before:
         return None
     if expanded and raw.max_count is not None and raw.min_count > raw.max_count:
