@@ -88,3 +88,63 @@ def test_stacked_rows_pad_with_empty_atoms():
     assert lam.tolist() == [a.arrival_rate, b.arrival_rate]
     assert probs[0, len(a.probs):].sum() == 0.0 and prompt[0, len(a.probs):].sum() == 0.0
     np.testing.assert_array_equal(probs[0, :len(a.probs)], a.probs)
+
+
+def _instance(scope: str, tpot_ms: float | None):
+    from fleetopt.optimizer.io.instance import instance_from_dict
+
+    slo = {"ttft_p99_ms": 600.0, "scope": scope} | ({"tpot_p99_ms": tpot_ms} if tpot_ms else {})
+    return instance_from_dict({
+        "workload": {"cdf": "builtin:agent_heavy", "arrival_rate": 30.0}, "slo": slo,
+        "gpus": [{"name": "h100", "hardware": "H100-SXM-80GB", "model": "Llama-3.1-8B"},
+                 {"name": "a100", "hardware": "A100-SXM-80GB", "model": "Llama-3.1-8B", "availability": 0.95}],
+        "pools": {"max_pools": 3, "max_context": 65536, "boundaries": [512, 2048, 8192, 32768],
+                  "disaggregation": "allow"}})
+
+
+@pytest.mark.parametrize("scope, tpot_ms", [("pool", None), ("pool", 10.0), ("fleet", None)])   # 10 ms drops decodes
+def test_pair_candidates_are_the_single_stations_least_counts(scope, tpot_ms):
+    """Each pair candidate against the single stations of its segment (bandwidth transfer, computed profiles with
+    activity power, an availability below 1): its least prefill count, its decode count inflated by hand, its cost,
+    and every pair that no count serves is dropped."""
+    import math
+
+    from fleetopt.optimizer.plan.disagg_candidates import pair_candidates
+
+    inst = _instance(scope, tpot_ms)
+    b = np.asarray(inst.pools.boundaries, dtype=float)
+    pc = pair_candidates(inst, b)
+    w, slo, rho = inst.workload, inst.slo, inst.constraints.max_utilization
+    seen = set()
+    for k in range(len(pc.pools["i"])):
+        i, j = int(pc.pools["i"][k]), int(pc.pools["j"][k])
+        gp, gd = inst.gpus[int(pc.pools["gpu"][k])], inst.gpus[int(pc.pools["decode_gpu"][k])]
+        t = PhaseTraffic.from_distribution(w.lengths, b[i], b[j], w.arrival_rate_req_per_s,
+                                           input_fraction=w.input_fraction, chunk_tokens=(gp.profile.chunk_tokens,))
+        pre = PrefillStation.from_profile(gp.profile, t, inst.pools.transfer(gp.name, gd.name))
+        dec = DecodeStation.from_profile(gd.profile, t, window_tokens=b[j], tpot_slo_s=slo.tpot_p99_s)
+        zd = dec.min_replicas(rho_max=rho, wait_prob_max=0.01)
+        if scope == "pool":
+            n_p = int(pre.min_replicas(slo.ttft_p99_s, rho_max=rho, margin=slo.ttft_margin).replicas[0])
+        else:
+            n_p = int(pre.min_replicas(math.inf, rho_max=rho).replicas[0])        # the utilisation floor first
+        assert int(pc.pools["min_replicas"][k]) == n_p
+        mine = pc.choices["pool"] == k
+        n_pp = math.ceil(n_p / gp.availability - 1e-9)
+        n_dd = math.ceil(int(zd.replicas[0]) / gd.availability - 1e-9)
+        assert int(pc.choices["replicas"][mine][0]) == n_pp
+        assert set(pc.choices["decode_replicas"][mine].tolist()) == {n_dd}
+        assert pc.choices["cost"][mine][0] == pytest.approx(n_pp * gp.profile.cost_usd_per_hr
+                                                            + n_dd * gd.profile.cost_usd_per_hr, rel=1e-12)
+        assert pc.choices["power"][mine][0] == pytest.approx(float(pre.power_w(n_pp)) + float(dec.power_w(n_dd)),
+                                                             rel=1e-12)
+        if scope == "fleet":        # consecutive counts from the floor, each with its miss rate at the target
+            counts = pc.choices["replicas"][mine]
+            assert np.all(np.diff(counts) >= 0)
+            ns = np.arange(n_p, n_p + int(mine.sum()))
+            np.testing.assert_allclose(pc.choices["miss"][mine],
+                                       t.arrival_rate * pre.miss_probability(slo.ttft_sizing_s, ns), rtol=1e-9,
+                                       atol=1e-300)
+        seen.add((i, j, gp.name, gd.name))
+    dropped = {(lo, hi, name) for lo, hi, name, _ in pc.dropped}
+    assert len(seen) + len(pc.dropped) == pc.generated and len(dropped) == len(pc.dropped)
