@@ -35,7 +35,7 @@ import typing
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -114,12 +114,17 @@ class _RawPrice(_Raw):
     price_source: _Text | None = None
 
 
+_Quality = Literal["measured", "one-anchor", "projected", "none"]
+"""A power-model quality: :data:`fleetopt.models.power.QUALITIES` spelled out for the type checker."""
+assert typing.get_args(_Quality) == QUALITIES, "_Quality must list models.power.QUALITIES"
+
+
 class _RawPowerModel(_Raw):
     idle_w: _NonNegative
     nominal_w: _Float1e6
     logistic_k: _Float1e3
     logistic_x0: Annotated[float, Field(ge=-64, le=64, allow_inf_nan=False)]
-    quality: Literal[QUALITIES] = "projected"
+    quality: _Quality = "projected"
     source: _Text | None = None
     measured_check: _Text | None = None
 
@@ -147,7 +152,7 @@ class RawCatalogHardware(_Entry):
     """The node label ``nvidia.com/gpu.product`` of GPU feature discovery (``fleetopt export``)."""
     price: _RawPrice
     power_model: _RawPowerModel | None = None
-    power_model_quality: Literal[QUALITIES] | None = None
+    power_model_quality: _Quality | None = None
 
 
 # -- models (data/catalog/models.yaml, section models) ------------------------------------------------------
@@ -267,7 +272,8 @@ class RawCatalogFile(_Raw):
     profiles: list[Any] = Field(default_factory=list)
 
 
-_MODELS = {"hardware": RawCatalogHardware, "models": RawCatalogModel, "profiles": RawCatalogProfile}
+_MODELS: dict[str, type[_Entry]] = {"hardware": RawCatalogHardware, "models": RawCatalogModel,
+                                    "profiles": RawCatalogProfile}
 
 
 # --------------------------------------------------------------------------------------------
@@ -341,12 +347,15 @@ def _allowed(model: type[BaseModel], loc) -> str:
     return ", ".join(model.model_fields)
 
 
-def _message(model: type[BaseModel], error: dict) -> str:
+def _message(model: type[BaseModel], error: Mapping[str, Any]) -> str:
     """The instance's wording (:func:`fleetopt.optimizer.io.schema.pydantic_message`) with this file's keys."""
     return pydantic_message(error, lambda loc: _allowed(model, loc))
 
 
-def _validated(model: type[BaseModel], value: Any, prefix: str, file, lines: CatalogLines):
+_ModelT = TypeVar("_ModelT", bound=BaseModel)
+
+
+def _validated(model: type[_ModelT], value: Any, prefix: str, file, lines: CatalogLines) -> _ModelT | None:
     try:
         return model.model_validate(value)
     except ValidationError as err:
@@ -437,9 +446,10 @@ def catalog_entries(data: Any, file, base_dir: Path, lines: CatalogLines) -> lis
     sections = {kind: getattr(top, kind) if top is not None else data.get(kind) for kind in SECTIONS}
     entries = []
     for kind in SECTIONS:
-        if not isinstance(sections[kind], list):
+        section = sections[kind]
+        if not isinstance(section, list):
             continue
-        for index, value in enumerate(sections[kind]):
+        for index, value in enumerate(section):
             entry = _entry(kind, index, value, file, base_dir, lines)
             if entry is not None:
                 entries.append(entry)
@@ -455,6 +465,7 @@ def read_catalog_file(path: str | Path, lines: CatalogLines, label: str | None =
     if reason is not None:
         lines.add(file, "", f"cannot read the catalogue file: {reason}; check the path")
         return []
+    assert text is not None                         # read_text gives the text exactly when no reason
     data, message = parse_text(text, ".json" if path.suffix.lower() == ".json" else ".yaml")
     if message is not None:
         lines.add(file, "", message)

@@ -94,17 +94,19 @@ def _set_path(data: dict, keys: list[str], value: Any) -> str | tuple:
             index = _list_item(node, key, keys[depth - 1] if depth else "")
             if isinstance(index, str):
                 return index
-            key = index
+            step: int | str = index
         elif isinstance(node, dict):
             if not last and key not in node:
                 node[key] = {}
+            step = key
         else:
             return f"{where} is {show_value(node)}, not a mapping or list; it has no key {key!r}"
-        loc.append(key)
+        loc.append(step)
+        parent: Any = node          # the list (step an index) or the mapping (step a key) the branches above chose
         if last:
-            node[key] = value
+            parent[step] = value
         else:
-            node = node[key]
+            node = parent[step]
     return tuple(loc)
 
 

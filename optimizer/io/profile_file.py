@@ -8,8 +8,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -88,7 +89,7 @@ class _ProfileFile(_Strict):
 _SECTIONS = {(): _ProfileFile, ("latency",): _Latency, ("serving",): _Serving, ("power",): None}
 
 
-def _message(error: dict) -> str:
+def _message(error: Mapping[str, Any]) -> str:
     if error["type"] == "extra_forbidden":
         names = tuple(p for p in error["loc"][:-1] if isinstance(p, str))
         model = _SECTIONS.get(names[:1] if names else ())
@@ -105,6 +106,7 @@ def profile_file_problems(path: str | Path) -> tuple[CalibratedProfile | None, l
     text, reason = read_text(path)
     if reason is not None:
         return None, [f"cannot read: {reason}"]
+    assert text is not None                         # read_text gives the text exactly when no reason
     data, message = parse_text(text, ".yaml")
     if message is not None:
         return None, [message]
@@ -150,4 +152,5 @@ def read_profile(path: str | Path) -> CalibratedProfile:
     profile, lines = profile_file_problems(path)
     if lines:
         raise InstanceError([format_problem(path, "", line) for line in lines])
+    assert profile is not None                      # profile_file_problems gives a profile or problem lines
     return profile

@@ -57,6 +57,7 @@ def read_instance_file(path: Path, problems: Problems) -> Any:
     if reason is not None:
         problems.add("", f"cannot read the instance file: {reason}; check the path")
         return None
+    assert text is not None                         # read_text gives the text exactly when no reason
     data, message = parse_text(text, suffix)
     if message is not None:
         problems.add("", message)
@@ -120,6 +121,7 @@ def _read_cdf_file(raw: str, file: Path) -> tuple[LengthDistribution | None, str
     text, reason = read_text(file)
     if reason is not None:
         return None, _unreadable(raw, file, reason)
+    assert text is not None                         # read_text gives the text exactly when no reason
     try:
         parsed = json.loads(text)
     except json.JSONDecodeError as err:
@@ -150,6 +152,7 @@ def _load_cdf(raw: Any, base_dir: Path, problems: Problems) -> tuple[LengthDistr
     if message:
         problems.add(field, message)
         return None
+    assert dist is not None                         # _read_cdf_file gives a distribution or a message
     return dist, resolved[1]
 
 
@@ -192,6 +195,7 @@ def _read_trace(file: Path, raw: str) -> tuple[RequestTrace | None, str | None]:
     text, reason = read_text(file)
     if reason is not None:
         return None, _unreadable(raw, file, reason)
+    assert text is not None                         # read_text gives the text exactly when no reason
     reader = csv.DictReader(text.splitlines())
     missing = [c for c in TRACE_COLUMNS if c not in (reader.fieldnames or [])]
     if missing:
@@ -213,7 +217,7 @@ def _read_trace(file: Path, raw: str) -> tuple[RequestTrace | None, str | None]:
         return None, f"trace {raw!r}: {err}"
 
 
-def _load_trace(raw: str, base_dir: Path, problems: Problems):
+def _load_trace(raw: str, base_dir: Path, problems: Problems) -> tuple[RequestTrace, str] | None:
     """``(RequestTrace, source)`` from ``builtin:NAME`` or a CSV file."""
     field = "workload.trace"
     resolved = _resolve_source(raw, base_dir, field, problems)
@@ -224,6 +228,7 @@ def _load_trace(raw: str, base_dir: Path, problems: Problems):
     if message:
         problems.add(field, message)
         return None
+    assert trace is not None                        # _read_trace gives a trace or a message
     return trace, source
 
 
@@ -256,6 +261,7 @@ class LoadedWorkload(NamedTuple):
 def _synthetic(raw: RawWorkload, problems: Problems) -> LoadedWorkload | None:
     """A lognormal-mixture workload (no file involved)."""
     syn = raw.synthetic
+    assert syn is not None                          # load_workload calls this for a synthetic section only
     if raw.arrival_rate is None:
         problems.add("workload.arrival_rate", "missing; a synthetic workload needs an arrival rate (req/s > 0)")
         return None
@@ -277,10 +283,9 @@ def load_workload(raw: RawWorkload, base_dir: Path, problems: Problems) -> Loade
         which = f"{' and '.join(given)} are given" if given else "none of cdf, trace or synthetic is given"
         problems.add("workload", f"{which}; give exactly one of them")
         return None
-    has_trace = raw.trace is not None
     if raw.synthetic is not None:
         return _synthetic(raw, problems)
-    if has_trace:
+    if raw.trace is not None:
         if raw.input_fraction is not None:
             problems.add("workload.input_fraction", "only applies to a cdf workload; a trace carries its own "
                                                     "prompt and output lengths, remove it")
