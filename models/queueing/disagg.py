@@ -1013,7 +1013,9 @@ class PrefillStations:
         rows = np.arange(len(self.arrival_rate)) if rows is None else np.asarray(rows)
         n = _replicas(replicas)
         lam = self.arrival_rate[rows][:, None]
-        tau, probs = self.ttft_atoms_s[rows][:, None, :], self.probs[rows][:, None, :]
+        p_rows = self.probs[rows]
+        k = max(int(np.max(p_rows.shape[1] - np.argmax(p_rows[:, ::-1] > 0, axis=1))), 1) if len(rows) else 1
+        tau, probs = self.ttft_atoms_s[rows, :k][:, None, :], p_rows[:, None, :k]     # the rows' own atoms only
         p = ttft_miss_prob(float(t_s), np.maximum(n, 1.0), lam, self._es()[rows][:, None],
                            self.cv2_service[rows][:, None], tau, probs, 0.0, "tail")
         return np.where((lam > 0) & (n <= 0), 1.0, p)

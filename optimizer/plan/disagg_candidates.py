@@ -220,6 +220,8 @@ def _arrays(cols: dict, concat: bool = False) -> dict:
 
 _MISS_BLOCK = 1 << 22
 """Atoms x counts x segments the fleet-scope miss probabilities evaluate at once (bounds memory)."""
+_MISS_STAGES = ((0, 8), (8, 24), (24, MAX_EXTRA_COUNTS + 1))
+"""The fleet-scope counts above the floor, evaluated stage by stage for the rows not yet at their limit."""
 
 
 def _prefill_counts(st: PrefillStations, instance: Instance, fleet: bool, total: float):
@@ -243,11 +245,27 @@ def _prefill_counts(st: PrefillStations, instance: Instance, fleet: bool, total:
     miss = np.zeros(ns.shape)
     limit = np.zeros(S)
     busy = np.flatnonzero(floor.feasible & (st.arrival_rate > 0))
-    step = max(1, _MISS_BLOCK // (ns.shape[1] * st.probs.shape[1]))
-    for a in range(0, len(busy), step):
-        r = busy[a:a + step]
-        miss[r] = st.miss_probability(target, ns[r], r)
+    # rows of similar atom counts together, in blocks of about _MISS_BLOCK atoms x counts
+    width = st.probs.shape[1] - np.argmax(st.probs[:, ::-1] > 0, axis=1)
+    busy = busy[np.argsort(width[busy], kind="stable")]
+
+    def blocks(rows: np.ndarray, counts: int):
+        a = 0
+        while a < len(rows):
+            z = a + 1
+            while z < len(rows) and (z - a + 1) * counts * int(width[rows[z]]) <= _MISS_BLOCK:
+                z += 1
+            yield rows[a:z]
+            a = z
+
+    for r in blocks(busy, 1):
         limit[r] = st.miss_probability(target, np.full((len(r), 1), 10.0**6), r)[:, 0]
+    # the counts in stages: a row whose miss has reached its limit needs no larger count (the offer stops there)
+    pending = busy
+    for c0, c1 in _MISS_STAGES:
+        for r in blocks(pending, c1 - c0):
+            miss[r, c0:c1] = st.miss_probability(target, ns[r, c0:c1], r)
+        pending = pending[~np.any(miss[pending, c0:c1] <= limit[pending, None] + 1e-9, axis=1)]
     over = st.arrival_rate * limit > P99_TAIL * total * (1 + 1e-12)
     stop = miss <= limit[:, None] + 1e-9
     last = np.where(stop.any(axis=1), np.argmax(stop, axis=1), ns.shape[1] - 1)
