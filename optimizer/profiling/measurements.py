@@ -220,7 +220,7 @@ class _Rows:
         elif value < low:
             self.problems.cell(self.path, row, column, f"{value} is out of range; must be >= {low}")
         else:
-            return value
+            return int(value)                       # (already whole: _number with whole=True)
         return None
 
     def positive(self, row: int, column: str, text: str, what: str, optional: bool = False) -> float | None:
@@ -308,14 +308,14 @@ def _read_csv(path: Path, raw: bytes, identity: _Identity, catalog: Catalog, pro
             t = cells.positive(row, "iteration_s_median", get["iteration_s_median"], "the iteration time in seconds")
             if "iteration_s_min" in get and get["iteration_s_min"].strip():
                 cells.positive(row, "iteration_s_min", get["iteration_s_min"], "the iteration time in seconds")
-            if None not in (n, ctx, t):
+            if n is not None and ctx is not None and t is not None:
                 points.append(DecodePoint(n, ctx, t, power))
         else:
             P = cells.whole(row, "prompt_tokens", get["prompt_tokens"])
             t = cells.positive(row, "time_s_median", get["time_s_median"], "the prefill time in seconds")
             if "time_s_min" in get and get["time_s_min"].strip():
                 cells.positive(row, "time_s_min", get["time_s_min"], "the prefill time in seconds")
-            if None not in (P, t):
+            if P is not None and t is not None:
                 points.append(PrefillPoint(P, t, power))
     if len(problems.lines) > before:
         return None, kind, count
@@ -461,6 +461,7 @@ def read_measurements(paths: Sequence[str | Path]) -> Measurements:
             continue
         points, kind, rows = _read_csv(path, raw, identity, catalog, problems)
         if points is not None:
+            assert kind is not None                 # _read_csv gives points only with their file's kind
             (decode if kind == "decode" else prefill).extend(points)
             sources.append(SourceFile(str(given), kind, digest, rows))
     problems.raise_if_any()
@@ -522,6 +523,7 @@ def _resolve_measurements(identity: _Identity, decode, prefill, sources, meta: d
                                                            "meta JSON with idle_power_w (and board_power_limit_w)"))
     if lines:
         raise InstanceError(lines)
+    assert weights is not None and kv is not None   # either missing raised above
     reserve = tp * catalog.defaults.nccl_bytes(tp)
     if kv_capacity_tokens(memory, weights, kv, reserve) < BLOCK_TOKENS:
         raise InstanceError(format_problem(where, "weights_gb", f"{weights / _BYTES_PER_GB:g} GB of weights leave no "

@@ -243,15 +243,19 @@ class ProbeBackend(Protocol):
     def describe(self) -> dict:
         """``device_name``, ``memory_gib``, ``board_power_limit_w`` (None if unknown) and software versions;
         ``warnings``, where present, lists what could not be read."""
+        ...
 
     def kv_tokens(self) -> int:
         """KV tokens that fit on the device now, next to the weights and a working reserve."""
+        ...
 
     def decode(self, batch: int, context_tokens: int) -> Callable[[], None]:
         """Build one decode iteration (caches allocated) and return a function that replays it."""
+        ...
 
     def prefill(self, prompt_tokens: int) -> Callable[[], None]:
         """Build one whole-prompt prefill and return a function that runs it."""
+        ...
 
     def synchronize(self) -> None:
         """Wait until the device has finished the work launched so far."""
@@ -554,7 +558,11 @@ def _previous_points(path: Path, kind: str, settings: ProbeSettings, grid: Probe
                 raise ValueError("times must be numbers > 0")
         except ValueError as err:
             raise InstanceError(f"--resume: {path}: row {row}: {err}") from None
-        records.append(DecodeRecord(*key, *times, power) if kind == "decode" else PrefillRecord(key, *times, power))
+        median_s, min_s = times
+        if isinstance(key, tuple):                  # a decode point: (batch, context_tokens)
+            records.append(DecodeRecord(key[0], key[1], median_s, min_s, power))
+        else:
+            records.append(PrefillRecord(key, median_s, min_s, power))
     return records
 
 
@@ -592,6 +600,7 @@ def measure(settings: ProbeSettings, folder: str | Path, open_backend: Callable[
         problems.append(f"--model: {model.name} is a mixture of experts; the probe's decoder is dense")
     if problems:
         raise InstanceError(problems)
+    assert model is not None                        # an unknown model raised above
     settings = replace(settings, hardware=hw, model=model.name)
     paths = probe_files(folder, probe_stem(hw, model.name))
     shape = shape if shape is not None else ModelShape.of(model)

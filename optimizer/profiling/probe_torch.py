@@ -28,7 +28,7 @@ allocator's slack); the KV budget is the rest."""
 
 def _torch():
     try:
-        import torch
+        import torch  # pyright: ignore[reportMissingImports]  # the optional probe extra, absent where CI type-checks
     except ImportError:
         raise InstanceError("profile probe: PyTorch is not installed; install the probe extra "
                             "(pip install 'fleetopt[probe]') on the machine with the GPU") from None
@@ -83,15 +83,15 @@ class TorchBackend:
         if weights is None:        # drawn on the device: an 8B model's weights would not fit the host as float32
             gen = torch.Generator(device=self.device).manual_seed(seed)
 
-            def put(dims):
+            def drawn(dims):
                 if len(dims) == 1:
                     return torch.ones(dims, device=self.device, dtype=self.dtype)
                 return torch.randn(dims, generator=gen, device=self.device, dtype=self.dtype) / math.sqrt(dims[0])
-            host = decoder_shapes(shape)
+            put, host = drawn, decoder_shapes(shape)
         else:
-            def put(a: np.ndarray):
+            def given(a: np.ndarray):
                 return torch.from_numpy(np.ascontiguousarray(a)).to(self.device, self.dtype)
-            host = weights
+            put, host = given, weights
         self.layers = [{k: put(v) for k, v in w.items()} for w in host["layers"]]
         self.norm, self.lm_head = put(host["norm"]), put(host["lm_head"])
         del host
@@ -141,6 +141,7 @@ class TorchBackend:
                 warnings.append(f"{key}: cannot be read ({_reason(err)})")
 
         if self.cuda:
+            assert self.nvml is not None            # opened for every CUDA device (__init__)
             read("device_name", lambda: torch.cuda.get_device_properties(self.device).name)
             read("multiprocessors", lambda: torch.cuda.get_device_properties(self.device).multi_processor_count)
             read("memory_gib", lambda: round(torch.cuda.get_device_properties(self.device).total_memory / 2**30, 2))
