@@ -83,6 +83,7 @@ PAIR_CASES = [
     ["pools.pd_sizing=model", "pools.max_pools=2"],                        # two pairs, tiling 0-8192
     ["pools.pd_sizing=model", "slo.tpot_p99_ms=40"],                       # decode caps below the slots: #SEQS
     ["pools.pd_sizing=model", "pools.max_pools=2", "slo.scope=fleet"],
+    ["pools.pd_sizing=model", "gpus[1].availability=0.9"],                # deployed counts above the sized ones
 ]
 
 
