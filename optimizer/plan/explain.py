@@ -65,8 +65,9 @@ PREFILL_SHARE = 0.5
 """``prefill time`` rather than ``P99 TTFT``: the pool's P99 prefill takes at least this share of the SLO."""
 
 
-def explain_infeasible(instance: Instance, allc: Candidates, problem: FleetProblem, result) -> str:
-    """Check the requirements one at a time, cheapest first, and report the first that cannot hold."""
+def explain_infeasible(instance: Instance, allc: Candidates, problem: FleetProblem | None, result) -> str:
+    """Check the requirements one at a time, cheapest first, and report the first that cannot hold (``problem``
+    may be None when ``allc`` has an uncovered range: the first check names it)."""
     b = allc.boundaries
     slo_ms = instance.slo.ttft_p99_s * 1000.0
     # 1. some length range that no feasible candidate covers
@@ -88,6 +89,7 @@ def explain_infeasible(instance: Instance, allc: Candidates, problem: FleetProbl
             within += "; slo.ttft_margin=0 sizes to the SLO itself"
         return f"no configuration serves {int(b[k]):,}-{int(b[k + 1]):,}-token requests within {within} ({detail})"
     # 2. the pool count
+    assert problem is not None                      # only an uncovered range is explained without a problem
     free = _relaxed(problem)
     try:
         shortest_fleet(free)
@@ -107,15 +109,17 @@ def explain_infeasible(instance: Instance, allc: Candidates, problem: FleetProbl
         if low > cap * scale * (1 + 1e-9):
             return text.format(cap=cap * scale, low=low)
     caps = problem.gpu_max_gpus
-    if all(cap is not None for cap in caps):  # every option limited: any plan fits in their inventories together
+    limited = [cap for cap in caps if cap is not None]
+    if len(limited) == len(caps):  # every option limited: any plan fits in their inventories together
         low = _minimum(free, "gpus")
-        if low > sum(caps):
-            each = ", ".join(f"{n}.max_count {cap:,}" for n, cap in zip(problem.gpu_names, caps))
-            return (f"the inventories ({each}) hold {sum(caps):,} GPUs, below the {low:,.0f}-GPU minimum of any "
+        if low > sum(limited):
+            each = ", ".join(f"{n}.max_count {cap:,}" for n, cap in zip(problem.gpu_names, limited))
+            return (f"the inventories ({each}) hold {sum(limited):,} GPUs, below the {low:,.0f}-GPU minimum of any "
                     "plan (GPUs as each option prices them: replicas x gpus_per_replica)")
     for g, cap in enumerate(problem.gpu_max_gpus):
         if cap is not None and problem.gpu_min_gpus[g] > cap:
             return f"gpus[{g}] ({problem.gpu_names[g]}): min_count {problem.gpu_min_gpus[g]} exceeds max_count {cap}"
+    assert problem.gpu_min_pools is not None                # FleetProblem.__post_init__ fills it
     if sum(problem.gpu_min_pools) > problem.max_pools:
         return (f"the GPU options ask for at least {sum(problem.gpu_min_pools)} pools (min_pools), "
                 f"more than pools.max_pools = {problem.max_pools}")
@@ -530,6 +534,7 @@ def explain_plan(instance: Instance, report, *, resolve, headroom=None) -> Expla
     for k, (plan, row) in enumerate(zip(plans, rows)):
         p = fleet.pools[row]
         if plan.decode is not None:   # a disaggregated pair: one entry naming both options
+            assert plan.replicas is not None        # pool_plans_of gives each plan at its evaluated count
             label, detail = _pair_bottleneck(instance, plans, k)
             pools.append(PoolBottleneck(pair_pool_label(plan), plan.replicas + int(plan.decode.replicas or 0),
                                         label, detail, None, None))

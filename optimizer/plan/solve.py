@@ -268,6 +268,7 @@ def _gpu_use(instance: Instance, c: Candidates) -> GpuUse:
     disaggregated pair's prefill GPUs from its prefill option's and decode GPUs from its decode option's (one entry
     when both are one inventory)."""
     entry = instance.inventory_of_options()
+    assert c.decode_gpu is not None and c.choice_decode_gpus is not None    # Candidates.__post_init__ fills them
     pool = c.choice_pool
     pair = c.is_pair[pool]
     prefill = entry[c.gpu[pool]]
@@ -332,6 +333,7 @@ def solve_instance(instance: Instance, options: SolveOptions = SolveOptions()) -
     explanation = ""
     if cut:  # a subset of the candidates: neither its optimum nor its infeasibility says anything about the whole
         status = SolveStatus.TIME_LIMIT
+        assert options.time_limit_s is not None     # candidates are cut short only when a time limit passes
         explanation = _cut_note(instance, allc, options.time_limit_s, bool(plans))
     elif not plans:
         from fleetopt.optimizer.plan.explain import explain_infeasible, explain_stop
@@ -495,7 +497,7 @@ def _solve_semantic(instance: Instance, options: SolveOptions) -> SolveReport:
                                 "budget, power or GPU-count limits, with --top 1; use --method mip or auto")
         use_oracle = options.method == "oracle" or (options.method == "auto" and problem.separable
                                                     and options.top == 1)
-        uncovered = [(p, p.candidates.uncovered()) for p in parts if p.candidates.uncovered() is not None]
+        uncovered = [(p, seg) for p, seg in ((p, p.candidates.uncovered()) for p in parts) if seg is not None]
         cut = [f"{p.role}: {', '.join(p.candidates.unsized_gpus)}" for p in parts if p.candidates.unsized_gpus]
         if cut:     # the time limit passed while candidates were built: a subset, proving neither optimum nor not
             cuts.append(f"share {label} ({'; '.join(cut)} not sized)")
@@ -590,6 +592,7 @@ def _no_tiling(c: Candidates) -> SolveResult:
     """The proof of infeasibility that needs no solver: a length range no candidate serves
     (:meth:`~fleetopt.optimizer.plan.candidates.Candidates.uncovered`), so no plan tiles the context."""
     k = c.uncovered()
+    assert k is not None                            # called only for candidates with an uncovered range
     b = c.boundaries
     return SolveResult(Termination.INFEASIBLE, (), None, None, 0.0, "candidate sizing (no solve needed)", {},
                        f"no candidate serves {int(b[k]):,}-{int(b[k + 1]):,}-token requests")
@@ -611,6 +614,8 @@ def _oracle(problem: FleetProblem) -> SolveResult:
 
 def _pool_plans(instance: Instance, c: Candidates, choices) -> list[PoolPlan]:
     b = c.boundaries
+    # Candidates.__post_init__ fills the pair fields
+    assert c.decode_gpu is not None and c.decode_cap is not None and c.choice_decode_replicas is not None
     out = []
     for ch in sorted(choices, key=lambda ch: c.i[c.choice_pool[ch]]):
         p = c.choice_pool[ch]

@@ -135,12 +135,14 @@ def build_split_problem(instance: Instance) -> SplitModel:
                                                          es, n_base, slo.ttft_sizing_s, rho,
                                                          float(lam[k]), int(counts[k][0][0])))
             usable = A > 0
-            replicas = inflate_for_availability(n_base, opt.availability)
-            C = erlang_c(servers.astype(float), np.minimum(A, servers - 1e-9))
+            replicas = np.asarray(inflate_for_availability(n_base, opt.availability))   # (n_base is an array)
+            C = np.asarray(erlang_c(servers.astype(float), np.minimum(A, servers - 1e-9)))
             theta = 2 * (servers - A) / resid_nom
             for n_rep, a_c, c_c, th in zip(replicas[usable], A[usable], C[usable], theta[usable]):
-                base, slope, err = pool_power_secant(decode_power_curve(prof, b[pj[k]] / 2), int(n_rep), float(a_c),
-                                                     int(caps[k]))
+                # pool_power_secant reads only curve.power_w(batch), which a DecodePower answers like a PowerCurve
+                base, slope, err = pool_power_secant(
+                    decode_power_curve(prof, b[pj[k]] / 2),  # pyright: ignore[reportArgumentType]
+                    int(n_rep), float(a_c), int(caps[k]))
                 row = {"pool": p, "n": n_rep, "gpus": n_rep * prof.gpus_per_replica,
                        "cost": n_rep * prof.cost_usd_per_hr, "cap_erl": a_c, "base": base, "slope": slope}
                 for key, value in row.items():
@@ -148,6 +150,7 @@ def build_split_problem(instance: Instance) -> SplitModel:
                 power_err = max(power_err, err)
                 slo_coef.append(miss_coefficients(seg_probs, seg_pf, tau, c_c, th, slo.ttft_sizing_s, point_model))
     cons = instance.constraints
+    assert seg_rate is not None                     # set by the first GPU option (an instance has at least one)
     problem = SplitProblem(
         segment_rate=seg_rate, pool_gpu=np.array(cols["gpu"], dtype=np.int64),
         gpu_names=tuple(g.name for g in instance.gpus),
