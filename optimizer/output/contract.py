@@ -35,7 +35,7 @@ document against its model (strict types: an integer field rejects 3.0, a boolea
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Annotated, Any, Literal, Union
+from typing import Annotated, Any, Literal, Union, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
@@ -927,7 +927,7 @@ DOCUMENTS: dict[str, type[Document]] = {
               TpwDocument, RhoSweepDocument, BenchDocument, ParetoDocument, FrontierDocument, HeadroomDocument,
               HeadroomRangeDocument, WhatIfDocument, GridFlexDocument, ProfileFitDocument, CatalogDocument,
               DiffDocument)
-    for kind in m.model_fields["command"].annotation.__args__}
+    for kind in get_args(m.model_fields["command"].annotation)}
 """Each document kind (its ``command`` value) and its model."""
 
 COMMANDS: dict[str, tuple[str, ...]] = {
@@ -939,7 +939,7 @@ COMMANDS: dict[str, tuple[str, ...]] = {
 """Each command and the document kinds its ``--json`` writes (``export`` writes deployment files, not JSON)."""
 
 
-def document_model(command: str) -> type[Document]:
+def document_model(command: str | None) -> type[Document]:
     """The model of the document kind ``command`` (a ``command`` value, e.g. ``"tpw --rho-sweep"``).
 
     Raises
@@ -947,10 +947,10 @@ def document_model(command: str) -> type[Document]:
     KeyError
         When no document has that kind; the message lists the known ones.
     """
-    try:
-        return DOCUMENTS[command]
-    except KeyError:
-        raise KeyError(f"unknown document kind {command!r}; known: {', '.join(DOCUMENTS)}") from None
+    model = DOCUMENTS.get(command) if command is not None else None
+    if model is None:
+        raise KeyError(f"unknown document kind {command!r}; known: {', '.join(DOCUMENTS)}")
+    return model
 
 
 def validate_document(document: Mapping) -> Document:
@@ -990,7 +990,8 @@ def _union(kinds) -> TypeAdapter:
     models = tuple(DOCUMENTS[k] for k in kinds)
     if len(models) == 1:
         return TypeAdapter(models[0])
-    return TypeAdapter(Annotated[Union[models], Field(discriminator="command")])  # noqa: UP007 (a runtime tuple)
+    # a union of a tuple of models built at run time, which no static type expression spells
+    return TypeAdapter(Annotated[Union[models], Field(discriminator="command")])  # noqa: UP007  # pyright: ignore[reportInvalidTypeForm, reportInvalidTypeArguments, reportArgumentType]
 
 
 def schema_for(command: str | None = None) -> dict:

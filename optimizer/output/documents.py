@@ -11,6 +11,7 @@ import csv
 import io
 import math
 from dataclasses import asdict
+from typing import Any
 
 from fleetopt.models.fleet import FleetResult, PoolResult
 from fleetopt.models.profiles import replica_unit
@@ -188,7 +189,7 @@ def solve_json(report, verification=None) -> dict:
            "objective": {"name": inst.objective, "value": None if best is None else best.objective, "unit": unit,
                          "bound": report.bound, "lp_bound": report.lp_bound,
                          "minimizes": OBJECTIVE_MEANINGS[inst.objective]}}
-    fleet = fleet_json(best.fleet, "analytic", instance=inst) if best else {k: None for k in (
+    fleet: dict[str, Any] = fleet_json(best.fleet, "analytic", instance=inst) if best else {k: None for k in (
         "physical_gpus", "cost_per_hr", "cost_per_year", "power_kw", "tok_per_watt", "usd_per_million_output_tokens",
         "total_replicas", "total_gpus", "slo_met", "feasible", "pools", "analytic", "simulated")}
     if best:

@@ -28,6 +28,7 @@ import re
 import shlex
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -267,14 +268,16 @@ def _pool(p, k: int, where: str, prefix: str, catalogue, models: dict[str, str],
         raise fail(f"{where}.phase", f"{shown} is not allowed; give one of {', '.join(PHASE_KV_ROLES)}")
     hf_ids, gpus, chunks = catalogue
     gpu, profile = p["gpu"], p["profile"]
-    model = p.get("model") if isinstance(p.get("model"), str) else ""
+    model = p.get("model")
+    if not isinstance(model, str):
+        model = ""
     gpu_type, dtype, kv_dtype, computed = _profile_parts(profile)
     hardware, gfd_product = gpus.get(gpu_type.lower(), (gpu_type, None))
     tp = counts["gpus"] // counts["replicas"]
-    physical = p.get("physical_gpus_per_replica")        # schema 2.1: what one replica is in physical GPUs
-    stated = _whole(physical, 1) is not None
-    if stated:
-        tp = int(physical)
+    physical = _whole(p.get("physical_gpus_per_replica"), 1)   # schema 2.1: what one replica is in physical GPUs
+    stated = physical is not None
+    if physical is not None:
+        tp = physical
     notes = []
     given = models.get(gpu.lower()) or models.get("*")
     if dtype == "int4" and not given:
@@ -431,7 +434,7 @@ def _pod_spec(p: ExportPool, container: dict, gpus: int, gpu_label: str | None, 
     container = {**container, "resources": {"limits": gpu_quantity, "requests": dict(gpu_quantity)}}
     if mounts:
         container["volumeMounts"] = mounts
-    pod = {"containers": [container]}
+    pod: dict[str, Any] = {"containers": [container]}
     if volumes:
         pod["volumes"] = volumes
     if gpu_label and p.gfd_product:
