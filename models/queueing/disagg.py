@@ -882,7 +882,8 @@ def stack_distribution(workload: LengthDistribution, lo_tokens, hi_tokens, arriv
     seg_a, seg_z = np.searchsorted(lows, lo_s).tolist(), np.searchsorted(highs, hi_s).tolist()
     for lo, hi, a, z in zip(lo_s.tolist(), hi_s.tolist(), seg_a, seg_z):
         s, e = int(s_of[a]), int(e_of[z])
-        if e > s:
+        if e > s:                                   # then G has points: heads and tails exist
+            assert head is not None and tail is not None
             Ls = [head[0][a], run_L[s:e - 1].ravel(), tail[0][z]]
             ws = [head[1][a], run_w[s:e - 1].ravel(), tail[1][z]]
         else:

@@ -142,6 +142,7 @@ def pair_candidates(instance: Instance, b: np.ndarray) -> PairColumns:
     pre: dict = {}
     for p, d in pairs:
         x = instance.pools.transfer(opts[p].name, opts[d].name)
+        assert x is not None                                    # _pairs keeps the pairs with a transfer
         if (p, x) not in pre:
             lam, prompt, _, probs = stacks[int(opts[p].profile.chunk_tokens)]
             st = PrefillStations.from_profile(opts[p].profile, lam, prompt, probs, x)
@@ -156,7 +157,7 @@ def pair_candidates(instance: Instance, b: np.ndarray) -> PairColumns:
     length = np.stack([np.where(ok[:, q], k[2][4], 0) for q, k in enumerate(keys)], axis=1)
     rows, cols = np.nonzero(ok)                                                            # pools, in order
 
-    def per_pair(f, dtype=float) -> np.ndarray:
+    def per_pair(f, dtype: type = float) -> np.ndarray:
         """A pool field from each pair's columns, at the pools' (segment, pair) positions."""
         out = np.stack([np.asarray(f(p, d, v), dtype=dtype) for p, d, v in keys], axis=1)
         return out[rows, cols]
@@ -232,7 +233,7 @@ def _prefill_counts(st: PrefillStations, instance: Instance, fleet: bool, total:
     S = len(st.arrival_rate)
 
     def sizing_reason(z):
-        floor_s = st.ttft_floor_s if not z.feasible.all() else None      # what the reasons quote, nothing more
+        floor_s = st.ttft_floor_s if not z.feasible.all() else np.zeros(0)   # what the reasons quote, nothing more
         return lambda r: _prefill_reason(float(floor_s[r]), instance, str(z.reason[r]))
 
     if not fleet:
@@ -297,7 +298,7 @@ def _decode_reason(st: DecodeStations, r: int, code: str, instance: Instance) ->
     if code == "tpot":
         return (f"decode: one sequence at the {int(st.window_tokens[r]):,}-token window decodes in "
                 f"{st.tpot_bound_s[r] * MS_PER_S:,.1f} ms per token, above the "
-                f"{instance.slo.tpot_p99_s * MS_PER_S:,.4g} ms TPOT SLO")
+                f"{(instance.slo.tpot_p99_s or 0.0) * MS_PER_S:,.4g} ms TPOT SLO")
     return "decode: no replica count up to the search cap carries the load"
 
 
@@ -314,6 +315,7 @@ def _reference_pairs(instance: Instance, b: np.ndarray) -> PairColumns:
     dropped = []
     for p, d in pairs:
         x = instance.pools.transfer(opts[p].name, opts[d].name)
+        assert x is not None                                    # _pairs keeps the pairs with a transfer
         pp, pd = opts[p].profile, opts[d].profile
         r = reference_disagg(pp, pd, w.lengths, arrival_rate=w.arrival_rate_req_per_s, ttft_slo_s=slo.ttft_p99_s,
                              tpot_slo_s=slo.tpot_p99_s if slo.tpot_p99_s is not None else math.inf,

@@ -154,6 +154,7 @@ def parse_fleet(text: str, instance: Instance, field: str = "--fleet") -> FleetS
             gamma, seqs = 1.0, None if pair["seqs"] is None else int(pair["seqs"])
             m = pair
         else:
+            assert m is not None
             spaced = m["n"] if m["n"] is not None else m["n_spaced"]
             gpu, n = (m["gpu"], int(spaced)) if spaced is not None else _gpu_and_count(m["gpu"], known)
             gamma = 1.0 if m["gamma"] is None else float(m["gamma"])
