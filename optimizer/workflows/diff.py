@@ -121,7 +121,9 @@ class PoolChange:
 
     @property
     def row(self) -> PoolRow:
-        return self.b if self.b is not None else self.a
+        row = self.b if self.b is not None else self.a
+        assert row is not None                      # a pool change has at least one side
+        return row
 
     @property
     def replicas_delta(self) -> int:
@@ -423,7 +425,9 @@ def _arrival_rate(pools: list) -> float | None:
     for d in pools:
         if d.get("phase", "both") == "decode":
             continue
-        a = d.get("analytic") if isinstance(d.get("analytic"), dict) else d
+        a = d.get("analytic")
+        if not isinstance(a, dict):
+            a = d
         v = _number(a.get("arrival_rate"))
         if v is None:
             return None
@@ -434,7 +438,9 @@ def _arrival_rate(pools: list) -> float | None:
 def _side(path: Path, command: str, document: dict, plan: dict, field: str, label: str, instance: str | None,
           pools: list) -> PlanSide:
     rows = tuple(_pool_row(path, f"{field}pools[{k}]", d) for k, d in enumerate(pools))
-    analytic = plan.get("analytic") if isinstance(plan.get("analytic"), dict) else plan
+    analytic = plan.get("analytic")
+    if not isinstance(analytic, dict):
+        analytic = plan
     cost = _number(analytic.get("cost_per_hr"))
     if cost is None:
         raise InstanceError(format_problem(path, f"{field}analytic.cost_per_hr",

@@ -45,7 +45,7 @@ from concurrent.futures import ProcessPoolExecutor, as_completed
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from fleetopt.optimizer.errors import InstanceError
 
@@ -165,7 +165,8 @@ class Session:
         self._own_client = False
         if backend.scheduler is not None:
             self._client, self._own_client = _dask_client(backend.scheduler)
-            self.slots = max(1, sum(self._client.nthreads().values()))
+            # a synchronous client (no asynchronous=True) answers the worker -> threads mapping, not a coroutine
+            self.slots = max(1, sum(cast(dict[str, int], self._client.nthreads()).values()))
         elif backend.workers > 1:
             self.slots = backend.workers if size_hint is None else max(1, min(backend.workers, size_hint))
             self._pool = ProcessPoolExecutor(max_workers=self.slots, mp_context=multiprocessing.get_context("spawn"),
@@ -335,7 +336,7 @@ class ResultLog:
             is another run's, a line before the last is not a record, or its folder does not exist.
         """
         path = Path(path)
-        header = json.loads(json.dumps(dict(header), allow_nan=False))
+        record: dict = json.loads(json.dumps(dict(header), allow_nan=False))    # the header as the log writes it
         if not path.parent.exists():
             raise InstanceError(f"{flag}: {path}: folder {path.parent} does not exist")
         finished: dict[str, dict] = {}
@@ -344,15 +345,15 @@ class ResultLog:
             raise InstanceError(f"{flag}: {path} exists; give --resume to continue it, or remove it")
         stale = None
         if exists:
-            finished, keep_bytes, old = _read_log(path, header, tuple(stale_keys))
-            if old == header:
+            finished, keep_bytes, old = _read_log(path, record, tuple(stale_keys))
+            if old == record:
                 with open(path, "r+b") as f:
                     f.truncate(keep_bytes)
                 return cls(path, open(path, "a", encoding="utf-8")), finished
             stale, finished = old, {}
         log = cls(path, open(path, "w", encoding="utf-8"))
         log.stale_header = stale
-        log._write({"header": header})
+        log._write({"header": record})
         return log, finished
 
     def append(self, key: str, record: Mapping) -> None:

@@ -449,7 +449,7 @@ class _Solver:
                 return cands, choices
 
 
-def _run_unit(solver: _Solver, axis: Axis, unit: tuple):
+def _run_unit(solver: _Solver, axis: Axis, unit: tuple) -> tuple[Instance, FleetResult] | None:
     """One unit of a sweep on ``solver``: ``("solve", settings)`` -> :meth:`_Solver.solve`; ``("lex", cap)`` -> the
     lexicographic optimum at ``cap`` (:func:`_lexicographic`), None when the cap is infeasible."""
     if unit[0] == "solve":
@@ -480,16 +480,17 @@ class _Ahead:
     def unused(self) -> int:
         return sum(n for _, n in self._done.values())
 
-    def get(self, unit: tuple):
+    def get(self, unit: tuple) -> tuple[Instance, FleetResult] | None:
         if unit not in self._done:
-            ahead = [] if self.session is None else [u for u in self.predict(unit) if u not in self._done]
-            if not ahead:
+            session = self.session
+            ahead = [] if session is None else [u for u in self.predict(unit) if u not in self._done]
+            if session is None or not ahead:
                 return _run_unit(self.solver, self.axis, unit)
-            batch = [unit] + ahead[:self.session.slots - 1]
+            batch = [unit] + ahead[:session.slots - 1]
             s = self.solver
             tasks = [Task(str(k), _unit_task, (s.instance, s.threads, s.time_limit_s, dict(s._cands), self.axis.name,
                                                u)) for k, u in enumerate(batch)]
-            for key, got in self.session.iter_results(tasks):
+            for key, got in session.iter_results(tasks):
                 self._done[batch[int(key)]] = got
         result, solves = self._done.pop(unit)
         self.solver.solves += solves
@@ -645,7 +646,8 @@ def _step_text(axis: Axis, k: int, p: FrontierPoint) -> str:
             f"{p.axis_value:,.6g} {axis.unit}")
 
 
-def _lexicographic(solver: _Solver, axis: Axis, got: tuple[Instance, FleetResult], cap: dict) -> tuple:
+def _lexicographic(solver: _Solver, axis: Axis, got: tuple[Instance, FleetResult],
+                   cap: dict) -> tuple[Instance, FleetResult]:
     """Second stage: the least power among plans costing at most the first stage's optimum (within
     :data:`_COST_REL`) and within the same cap."""
     c = got[1].cost_per_hr
@@ -664,6 +666,7 @@ def _even_caps(solver: _Solver, axis: Axis, first: tuple[Instance, FleetResult],
     Returns the points and the solves made ahead and not used."""
     start = _point(axis, solver.instance, *_lexicographic(solver, axis, first, {}), "objective=cost")
     low = solver.solve({"objective": "power"})
+    assert low is not None                          # the cost optimum's variant is feasible, so is its least power
     p_min = axis_value(axis, low[1])
     caps = [float(max(cap, p_min)) for cap in np.linspace(start.axis_value, p_min, n)[1:]]
     ahead = _Ahead(solver, axis, session, lambda u: [("lex", c) for c in caps[caps.index(u[1]) + 1:]])

@@ -490,14 +490,23 @@ class _Option:
     slo_met: bool
 
 
+def _count(p: PoolPlan) -> int:
+    """The replica count of a pool of :func:`~fleetopt.optimizer.workflows.headroom.fixed_pools` (every count
+    fixed)."""
+    assert p.replicas is not None
+    return p.replicas
+
+
 class _PoolLevers:
     """The lever options of pool ``i`` of ``plans`` (module docstring, "Delivered depths"), evaluated on demand
     and cached: the fleet with that pool at ``replicas - out`` replicas and cap ``cap``, the others as given."""
 
     def __init__(self, instance: Instance, plans: list[PoolPlan], i: int):
         self.instance, self.plans, self.i = instance, plans, i
-        self.n = int(plans[i].replicas)
-        n0 = int(plans[i].max_num_seqs)
+        plan = plans[i]
+        assert plan.max_num_seqs is not None        # gridflex gives every pool its evaluated batch cap
+        self.n = int(_count(plan))
+        n0 = int(plan.max_num_seqs)
         caps = [n0]
         while caps[-1] > 1:
             caps.append(caps[-1] // 2)
@@ -597,8 +606,9 @@ def _delivered_levers(instance: Instance, plans: list[PoolPlan], base: FleetResu
         if len(levers) > 1 and not all(o.slo_met and ok for o, ok in picks):
             if deepest is None:
                 deepest = [lv.deepest_in_slo() for lv in levers]
-            if all(o is not None for o in deepest) and sum(o.power_w for o in deepest) <= share * total_w:
-                chosen, reach = deepest, True
+            found = [o for o in deepest if o is not None]
+            if len(found) == len(deepest) and sum(o.power_w for o in found) <= share * total_w:
+                chosen, reach = found, True
         out.append(([o.out for o in chosen], [o.cap for o in chosen], reach))
     return out
 
@@ -676,7 +686,7 @@ def gridflex(instance: Instance, fleet: str, depths_pct=DEFAULT_DEPTHS_PCT, *, e
     warm: dict[tuple[int, ...], FleetResult] = {}
     for outs, _, _ in levers:
         if tuple(outs) not in warm:
-            warm[tuple(outs)] = evaluate_plans(instance, [replace(p, replicas=p.replicas - k)
+            warm[tuple(outs)] = evaluate_plans(instance, [replace(p, replicas=_count(p) - k)
                                                           for p, k in zip(plans, outs)], fleet_p99=False)
     relax_s = max((q.relaxation_s for f in warm.values() for q in f.pools
                    if q.arrival_rate > 0 and math.isfinite(q.relaxation_s)), default=0.0)
@@ -688,7 +698,7 @@ def gridflex(instance: Instance, fleet: str, depths_pct=DEFAULT_DEPTHS_PCT, *, e
 
     rows = []
     for d, (outs, caps, reach) in zip(depths, levers):
-        at_cap: FleetResult = evaluate_plans(instance, [replace(p, replicas=p.replicas - k, max_num_seqs=n)
+        at_cap: FleetResult = evaluate_plans(instance, [replace(p, replicas=_count(p) - k, max_num_seqs=n)
                                                         for p, k, n in zip(plans, outs, caps)])
         simulated = event and min(caps) >= 1
         if simulated:

@@ -51,12 +51,15 @@ import math
 import os
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 from collections.abc import Callable, Mapping, Sequence
 
 from fleetopt.optimizer.errors import InstanceError
 from fleetopt.optimizer.output.writes import check_target as output_target
 from fleetopt.optimizer.output.writes import to_jsonable, write_bytes
+
+if TYPE_CHECKING:   # matplotlib is the optional plot extra, imported where a figure is built
+    from matplotlib.typing import RcKeyType
 
 __all__ = ["FORMATS", "FIGSIZE_IN", "DPI", "SVG_HASHSALT", "check_target", "require_matplotlib", "as_json",
            "render", "write_figure", "write_atomic", "plot_split_table", "plot_frontier", "plot_whatif",
@@ -122,7 +125,7 @@ def as_json(result: Any) -> dict:
     data = result.to_json() if hasattr(result, "to_json") else result
     if not isinstance(data, Mapping):
         raise InstanceError(f"expected a result record or its JSON object, got {type(data).__name__}")
-    return to_jsonable(dict(data))
+    return cast(dict, to_jsonable(dict(data)))      # to_jsonable maps a dict to a dict
 
 
 def _f(x) -> float:
@@ -153,7 +156,7 @@ def render(fig, fmt: str, *, text_as_paths: bool = True) -> bytes:
 
     if fmt not in FORMATS.values():
         raise ValueError(f"fmt must be one of {sorted(FORMATS.values())}; got {fmt!r}")
-    rc = {"svg.hashsalt": SVG_HASHSALT, "svg.fonttype": "path" if text_as_paths else "none",
+    rc: dict[RcKeyType, Any] = {"svg.hashsalt": SVG_HASHSALT, "svg.fonttype": "path" if text_as_paths else "none",
           "path.simplify": True, "savefig.dpi": DPI}
     buf = io.BytesIO()
     with matplotlib.rc_context(rc):
@@ -171,7 +174,7 @@ def write_figure(fig, path: str | os.PathLike) -> Path:
     return write_atomic(path, render(fig, fmt))
 
 
-def write_atomic(path: str | os.PathLike, data: bytes, flag: str = "-o") -> Path:
+def write_atomic(path: str | Path, data: bytes, flag: str = "-o") -> Path:
     """Write ``data`` to ``path`` by :func:`fleetopt.optimizer.output.writes.write_bytes`: atomically over a regular
     file (its mode kept), through a device or FIFO, never over a file the command read."""
     return write_bytes(data, path, flag)
@@ -251,19 +254,24 @@ def log_ticks(vmin: float, vmax: float, max_ticks: int = MAX_LOG_TICKS) -> list[
 def _log_ms(axis) -> None:
     """A log-scale millisecond axis labelled in plain numbers (10, 100, 1,000) at :func:`log_ticks` (several
     labels even within one decade), no minor labels."""
+    from matplotlib.axis import XAxis, YAxis
     from matplotlib.ticker import FuncFormatter, Locator, NullFormatter
 
     class _Plain(Locator):
+        def _axis(self) -> XAxis | YAxis:
+            assert isinstance(self.axis, (XAxis, YAxis))    # attached below to a plot's x or y axis
+            return self.axis
+
         def __call__(self):
-            return self.tick_values(*self.axis.get_view_interval())
+            return self.tick_values(*self._axis().get_view_interval())
 
         def tick_values(self, vmin, vmax):
             return log_ticks(min(vmin, vmax), max(vmin, vmax), self._room())
 
         def _room(self) -> int:
             """Labels the axis has room for: one per 50 px across, one per 20 px up (at :data:`DPI`)."""
-            box = self.axis.axes.bbox
-            span, pitch = (box.width, 50.0) if self.axis.axis_name == "x" else (box.height, 20.0)
+            box = self._axis().axes.bbox
+            span, pitch = (box.width, 50.0) if self._axis().axis_name == "x" else (box.height, 20.0)
             return max(2, min(MAX_LOG_TICKS, int(span / pitch)))
 
     axis.set_major_locator(_Plain())

@@ -38,9 +38,10 @@ import math
 import re
 from dataclasses import dataclass
 
+import numpy as np
 from scipy.optimize import brentq
 
-from fleetopt.models.fleet import PoolResult
+from fleetopt.models.fleet import FleetResult, PoolResult
 
 from fleetopt.optimizer.errors import InstanceError
 from fleetopt.optimizer.io.instance import Instance
@@ -198,9 +199,9 @@ def rho_sweep(instance: Instance, fleet: str, rhos=DEFAULT_RHOS) -> RhoSweep:
     if not rhos or not all(0.0 < r < 1.0 for r in rhos):
         raise InstanceError(f"--rho: {rhos!r}: give utilisations in (0, 1)")
     plans, now = fixed_pools(instance, fleet)
-    cache: dict[float, object] = {}
+    cache: dict[float, FleetResult] = {}
 
-    def result(lam: float):
+    def result(lam: float) -> FleetResult:
         if lam not in cache:
             cache[lam] = evaluate_plans(at_rate(instance, lam), plans)
         return cache[lam]
@@ -224,7 +225,9 @@ def rho_sweep(instance: Instance, fleet: str, rhos=DEFAULT_RHOS) -> RhoSweep:
                 if hi > _MAX_RATE:
                     raise InstanceError(f"--rho: pool {label} does not reach utilisation {rho:g} below "
                                         f"{_MAX_RATE:g} req/s")
-            lam = brentq(excess, lo, hi, args=(k, rho), xtol=1e-14, rtol=1e-15, maxiter=500)
+            # scipy ships no stubs: rtol's type is inferred from its float64 default, the result as either return
+            lam = brentq(excess, lo, hi, args=(k, rho), xtol=1e-14, rtol=np.float64(1e-15), maxiter=500)
+            assert not isinstance(lam, tuple)       # without full_output, the root alone
             if abs(excess(lam, k, rho)) > RHO_TOLERANCE:    # brentq's last step may land beside a kink
                 raise InstanceError(f"--rho: pool {label}: no rate gives utilisation {rho:g} within "
                                     f"{RHO_TOLERANCE:g} (the utilisation jumps there)")

@@ -71,7 +71,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from fleetopt.models.units import MS_PER_S
 
@@ -377,7 +377,7 @@ def solve_scenario(instance: Instance, sim_options: SimOptions | None = None,
                               "total_gpus": None, "power_kw": None, "fleet": None, "pools": [], "binding": [],
                               "limits_at_bound": [], "binding_note": "", "sim": None}
     if plan is None:
-        return to_jsonable(record)
+        return cast(dict, to_jsonable(record))      # to_jsonable maps a dict to a dict
     f = plan.fleet
     pools = [{"min_tokens": p.min_tokens, "max_tokens": p.max_tokens, "gpu": p.gpu, "replicas": p.replicas,
               "gpus": p.gpus, "ttft_p99_ms": p.ttft_p99_ms, "capacity_load": p.capacity_load,
@@ -393,7 +393,7 @@ def solve_scenario(instance: Instance, sim_options: SimOptions | None = None,
         record["sim"] = {"slo_met": bool(rep.slo_met), "ttft_p99_ms": rep.ttft_p99_ms,
                          "ttft_p99_ci_ms": list(rep.ttft_p99_ci_ms), "requests_measured": rep.requests_measured,
                          "seed": rep.seed}
-    return to_jsonable(record)
+    return cast(dict, to_jsonable(record))          # to_jsonable maps a dict to a dict
 
 
 # --------------------------------------------------------------------------------------------
