@@ -92,6 +92,7 @@ def run_axes(instance: str, axes: str, points: int | None, overrides, json_out: 
         result = frontier(inst, axis, points=points, backend=backend, on_step=shown.step)
     if "-" not in (json_out, csv_out):
         render_frontier(console, result)
+    assert inst.path is not None                    # load_instance read it from a file
     if json_out:
         write_document(result.to_json(), json_out, (inst.path,))
     if csv_out:

@@ -16,7 +16,7 @@ import datetime
 import math
 
 import click
-from rich.console import Console
+from rich.console import Console, JustifyMethod
 from rich.table import Table
 
 from fleetopt.models.calibration import DEFAULT_MAX_REL_ERROR, ProfileFit
@@ -83,8 +83,10 @@ def _render(c: Console, fit: ProfileFit, document: dict) -> None:
         c.print(f"  power: not fitted (too few power_w cells); the profile uses the catalogue curve "
                 f"({document['power']['quality']})")
     t = Table(title="measured (median) vs fitted, per point", title_justify="left")
-    for name, just in (("kind", "left"), ("phase", "left"), ("batch", "right"), ("context", "right"),
-                       ("prompt", "right"), ("measured", "right"), ("predicted", "right"), ("error", "right")):
+    columns: tuple[tuple[str, JustifyMethod], ...] = (
+        ("kind", "left"), ("phase", "left"), ("batch", "right"), ("context", "right"), ("prompt", "right"),
+        ("measured", "right"), ("predicted", "right"), ("error", "right"))
+    for name, just in columns:
         t.add_column(name, justify=just)
     for p in fit.points:
         scale, unit = (1e3, "ms") if p.unit == "s" else (1.0, "W")

@@ -14,7 +14,8 @@ from pathlib import Path
 import click
 from pydantic import ValidationError
 
-from fleetopt.optimizer.commands.workflows import CONTEXT_SETTINGS, _guard
+from fleetopt.optimizer.commands import CONTEXT_SETTINGS
+from fleetopt.optimizer.commands import guard as _guard
 from fleetopt.optimizer.errors import InstanceError
 from fleetopt.optimizer.output.contract import DOCUMENTS, validate_document
 from fleetopt.optimizer.io.schema import pydantic_field_path, pydantic_message
