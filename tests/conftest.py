@@ -13,6 +13,14 @@ FLEETOPT_SCRIPT = Path(sys.executable).parent / "fleetopt"
 """Where pip puts the ``fleetopt`` console script ([project.scripts] in pyproject.toml): beside the interpreter."""
 
 
+@pytest.fixture(autouse=True)
+def _no_inherited_columns(monkeypatch):
+    """Every test sees the width a plain pipe has (no ``COLUMNS``): pytest-xdist's workers inherit ``COLUMNS=80``
+    from execnet, which would wrap piped prose at 80 under ``-n`` and not without it. A test that wants a width
+    sets ``COLUMNS`` itself."""
+    monkeypatch.delenv("COLUMNS", raising=False)
+
+
 @pytest.fixture(scope="session")
 def catalog():
     from fleetopt.optimizer.io.catalog import load_catalog
