@@ -13,6 +13,20 @@ FLEETOPT_SCRIPT = Path(sys.executable).parent / "fleetopt"
 """Where pip puts the ``fleetopt`` console script ([project.scripts] in pyproject.toml): beside the interpreter."""
 
 
+SLOW_CASES = Path(__file__).with_name("slow_cases.txt")
+"""Node ids of cases that run in the slow set without a ``slow`` mark in their file (measured, dated there)."""
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config, items):
+    """Mark the cases listed in :data:`SLOW_CASES` ``slow`` before ``-m`` selects (a parametrised case is one
+    id, so its siblings stay where they are)."""
+    listed = {line.strip() for line in SLOW_CASES.read_text().splitlines() if line.strip() and line[0] != "#"}
+    for item in items:
+        if item.nodeid in listed:
+            item.add_marker(pytest.mark.slow)
+
+
 @pytest.fixture(autouse=True)
 def _no_inherited_columns(monkeypatch):
     """Every test sees the width a plain pipe has (no ``COLUMNS``): pytest-xdist's workers inherit ``COLUMNS=80``
