@@ -5,7 +5,7 @@ import json
 import subprocess
 import sys
 
-OPTIMIZER_BUDGET = 252
+OPTIMIZER_BUDGET = 113
 """The pyright error count of optimizer/ when it was last recorded; lower it as errors are fixed."""
 
 

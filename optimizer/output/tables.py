@@ -106,7 +106,7 @@ class Output:
     def width(self) -> int:
         return self.console.width
 
-    def print(self, obj="", **kwargs) -> None:
+    def print(self, obj: Table | Text | str = "", **kwargs) -> None:
         if isinstance(obj, Table):
             self._table(obj)
         elif self.format == "table":
