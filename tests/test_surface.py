@@ -200,13 +200,13 @@ def test_group_widths_are_rich_measurements():
             group = [0, *cols]
             assert width(group) == table_width(c, _sub_table(t, grid, group, "")), group
 
+
 def test_plain_markdown_and_csv_hold_every_cell():
     """The non-terminal formats keep every cell whole: csv parses back to the table, markdown has one pipe row per
     row, plain one aligned line per row (the header's columns in order)."""
     t = _wide_table()
     header = [c.header for c in t.columns]
     rows = [list(r) for r in zip(*[list(c.cells) for c in t.columns])]
-    footer = [c.footer for c in t.columns]
     texts = {}
     for fmt in ("plain", "markdown", "csv"):
         buf = io.StringIO()
