@@ -341,3 +341,15 @@ def test_figures_in_chromium_have_their_labels_and_no_overprint(kind, solve_json
                    or t["box"][1] < y0 - 1 or t["box"][3] > y1 + 1]
         assert outside == [], (f["svg"], outside)
         assert _overlaps(f["texts"]) == [], (f["svg"], _overlaps(f["texts"]))
+
+
+def test_the_page_names_fleetopt_s_version_and_each_input_s_sha256(page, solve_json):
+    """Provenance of the page itself: the fleetopt that wrote it and the SHA-256 of the JSON it was built from
+    (computed here from the file's bytes)."""
+    import hashlib
+    from importlib.metadata import version
+
+    text = page.read_text()
+    digest = hashlib.sha256(solve_json.read_bytes()).hexdigest()
+    assert f"<td>input {solve_json.name}</td><td>SHA-256 {digest}</td>" in text
+    assert f"<td>page written by</td><td>fleetopt {version('fleetopt')}</td>" in text

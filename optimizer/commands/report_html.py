@@ -8,6 +8,7 @@ output that would overwrite an input), as the main command's guard does.
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 
@@ -19,7 +20,7 @@ from fleetopt.optimizer.commands import guard as _guard
 from fleetopt.optimizer.errors import InstanceError
 from fleetopt.optimizer.output.contract import DOCUMENTS, validate_document
 from fleetopt.optimizer.io.schema import pydantic_field_path, pydantic_message
-from fleetopt.optimizer.io.files import read_text
+from fleetopt.optimizer.io.files import read_bytes, read_text
 from fleetopt.optimizer.workflows.html_report import build_html, detect_kind
 from fleetopt.optimizer.workflows.plots import write_atomic
 
@@ -80,6 +81,14 @@ def _check_contract(data: dict, where: str) -> None:
                                 f"{pydantic_message({**error, 'loc': loc}, lambda _loc: '')}") from None
 
 
+def _sha256(path: str) -> str:
+    """The SHA-256 of an input already read whole (:func:`load_result`), for the page's provenance."""
+    data, reason = read_bytes(Path(path))
+    if data is None:
+        raise InstanceError(f"{path}: cannot read: {reason}")
+    return hashlib.sha256(data).hexdigest()
+
+
 @click.command(context_settings=CONTEXT_SETTINGS)
 @click.argument("result", type=click.Path(dir_okay=True))
 @click.option("-o", "--output", required=True, metavar="FILE.html", help="The page to write (atomically).")
@@ -98,8 +107,9 @@ def report(result, output, sim_file):
         raise InstanceError(f"--output: {output}: folder {out.parent} does not exist")
     data = load_result(result)
     sim = None if sim_file is None else load_result(sim_file, "--sim")
+    inputs = [(Path(p).name, _sha256(p)) for p in (result, sim_file) if p is not None]
     try:
-        page = build_html(data, sim=sim, source=f"RESULT: {result}", sim_source=f"--sim: {sim_file}")
+        page = build_html(data, sim=sim, source=f"RESULT: {result}", sim_source=f"--sim: {sim_file}", inputs=inputs)
     except (KeyError, TypeError, ValueError, IndexError, AttributeError, ZeroDivisionError) as err:
         # The contract checks each key's type at its declared looseness; an edited document can still hold a
         # value the page cannot use (a mapping where the baseline's cost is read). Such a file is bad input, not

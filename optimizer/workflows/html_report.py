@@ -34,6 +34,7 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 
 from fleetopt.optimizer.errors import InstanceError
+from fleetopt.optimizer.output.export import fleetopt_version
 
 __all__ = ["KINDS", "detect_kind", "build_html", "pool_diagram", "same_plan", "hover_titles"]
 
@@ -707,7 +708,8 @@ _TITLES = {"solve": "fleet plan", "simulate": "simulation", "pareto --split-tabl
            "headroom --range": "capacity steps", "tpw": "tokens per watt"}
 
 
-def build_html(data: Mapping, *, sim: Mapping | None = None, source: str = "", sim_source: str = "--sim") -> str:
+def build_html(data: Mapping, *, sim: Mapping | None = None, source: str = "", sim_source: str = "--sim",
+               inputs: Sequence[tuple[str, str]] = ()) -> str:
     """The report page of one result JSON (module docstring).
 
     Parameters
@@ -718,6 +720,9 @@ def build_html(data: Mapping, *, sim: Mapping | None = None, source: str = "", s
         With a ``solve`` result: the ``simulate`` JSON of the same plan.
     source, sim_source : str
         Names of the inputs for error lines.
+    inputs : sequence of (name, SHA-256 hex digest)
+        The files the page was built from; the provenance table names each with its digest and the fleetopt
+        version that wrote the page (:func:`fleetopt.optimizer.output.export.fleetopt_version`).
 
     Raises
     ------
@@ -773,7 +778,9 @@ def build_html(data: Mapping, *, sim: Mapping | None = None, source: str = "", s
     if data.get("overrides"):
         sub.append("overrides " + ", ".join(f"<code>--set {_e(o)}</code>" for o in data["overrides"]))
     warnings = "".join(f'<p class="note">warning: {_e(w)}</p>' for w in data.get("warnings") or [])
-    prov_rows = [f"<td>{_e(what)}</td><td>{_e(src)}</td>" for what, src in prov + figs.sources]
+    made = [("page written by", f"fleetopt {fleetopt_version()}")] if inputs else []
+    made += [(f"input {name}", f"SHA-256 {digest}") for name, digest in inputs]
+    prov_rows = [f"<td>{_e(what)}</td><td>{_e(src)}</td>" for what, src in prov + figs.sources + made]
     return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
             "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
             f"<title>{_e(title)}</title><style>{_CSS}</style></head><body>"
