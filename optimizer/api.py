@@ -27,7 +27,7 @@ from fleetopt.optimizer.simulation.options import EngineOptions, SimOptions
 __all__ = ["load", "summarize_instance", "evaluate_report", "EvaluationReport", "solve", "verify", "exit_code",
            "fleet_exit_code", "evaluation_exit_code", "simulation_exit_code", "tpw_rows", "simulate_report",
            "simulate_plan", "SimOptions", "EngineOptions", "VERIFY_SIM_OPTIONS", "VerifyReport", "DICT_LABEL",
-           "prefill_warnings"]
+           "prefill_warnings", "diff"]
 
 DEFAULT_CONTEXTS = "2048,4096,8192,16384,32768,65536,131072"
 VERIFY_SIM_OPTIONS = SimOptions(requests=100_000)
@@ -328,6 +328,15 @@ def simulate_plan(inst: Instance, pools, options: SimOptions = SimOptions(), **p
     from fleetopt.optimizer.simulation.simulate import simulate_plan as run
 
     return run(inst, pools, options, **per_call)
+
+
+def diff(path_a: str | Path, path_b: str | Path, plan_a: int | None = None, plan_b: int | None = None):
+    """What changes from plan ``plan_a`` of the result file ``path_a`` to plan ``plan_b`` of ``path_b``
+    (``fleetopt diff``): a :class:`fleetopt.optimizer.workflows.diff.PlanDiff` (pools added, removed, resized or
+    moved, GPUs to buy or release per hardware, ``delta()`` of the headline figures, ``to_json()``)."""
+    from fleetopt.optimizer.workflows.diff import diff_files   # the workflow loads on first use
+
+    return diff_files(path_a, path_b, plan_a, plan_b)
 
 
 def exit_code(report, verification=None) -> int:

@@ -193,3 +193,15 @@ def test_solve_at_two_rates_differs_by_the_plans_own_totals(repo_root, monkeypat
     assert {h["hardware"]: h["physical_gpus_delta"] for h in d["change"]["hardware"]} == \
         {k: hb.get(k, 0) - ha.get(k, 0) for k in set(ha) | set(hb)}
     assert "arrival rate 60 vs 140 req/s" in d["instance_note"]
+
+
+def test_the_notebook_api_diffs_like_the_command(tmp_path, repo_root):
+    """``fleetopt.api.diff`` is the command's comparison: a plan against itself changes nothing."""
+    from fleetopt import api
+
+    out = tmp_path / "q.json"
+    res = CliRunner().invoke(main, ["solve", str(repo_root / "instances" / "quickstart.yaml"), "--json", str(out)])
+    assert res.exit_code == 0, res.output
+    d = api.diff(out, out)
+    assert d.same_instance and all(v == 0 for v in d.delta().values() if v is not None)
+    assert d.to_json()["command"] == "diff"
