@@ -76,7 +76,7 @@ def fleet_json(r: FleetResult, source: str = ANALYTIC, violations=None, instance
         "scope": r.scope,
         "ttft_p99_ms": r.ttft_p99_ms,
         "slo_miss_share": r.slo_miss_share,
-        "pools": [pool_json(p, source, per.get(p.gpu)) for p in r.pools],
+        "pools": [_with_chunk(pool_json(p, source, per.get(p.gpu)), instance) for p in r.pools],
         "analytic": fleet_analytic(r, per),
         "simulated": None,
         "source": source,
@@ -85,6 +85,16 @@ def fleet_json(r: FleetResult, source: str = ANALYTIC, violations=None, instance
         out["feasible"] = bool(r.feasible and not violations)
         out["violations"] = list(violations)
     return out
+
+
+def _with_chunk(pool: dict, instance) -> dict:
+    """``pool`` with ``chunk_tokens``, its GPU option's prefill chunk (what a deployment sets as vLLM's
+    ``--max-num-batched-tokens``), when the instance is known."""
+    if instance is not None:
+        chunk = {g.name: int(g.profile.chunk_tokens) for g in instance.gpus}.get(pool.get("gpu"))
+        if chunk is not None:
+            pool["chunk_tokens"] = chunk
+    return pool
 
 
 def tpw_json(rows: list[ContextPoint]) -> dict:
@@ -96,7 +106,7 @@ def tpw_json(rows: list[ContextPoint]) -> dict:
 
 
 def _pool_contract(p: PoolResult, source: str, instance=None) -> dict:
-    d = pool_json(p, source, replica_units(instance).get(p.gpu))
+    d = _with_chunk(pool_json(p, source, replica_units(instance).get(p.gpu)), instance)
     d["routing_share"] = p.routing_share
     return d
 
