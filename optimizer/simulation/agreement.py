@@ -280,6 +280,17 @@ def _window_trace_csv(trace: RequestTrace, lo: int, hi: int, folder: Path) -> tu
     return path, float(np.mean(keep))
 
 
+def _window_entry(lengths, lo: int, hi: int, folder: Path) -> tuple[dict | None, float]:
+    """The workload entry of an instance that serves only ``(lo, hi]`` of ``lengths`` (the CDF conditioned on the
+    window, or the trace's requests in it written to a CSV in ``folder``) and the window's share of the workload;
+    entry None when the window holds too little of it (:data:`MIN_WINDOW_SHARE`, or no trace request)."""
+    if isinstance(lengths, RequestTrace):
+        path, share = _window_trace_csv(lengths, lo, hi, folder)
+        return (None if path is None else {"trace": str(path)}), share
+    points, share = _window_cdf(lengths, lo, hi)
+    return (None if share < MIN_WINDOW_SHARE else {"cdf": points}), share
+
+
 def _instance(workload_entry: dict, gpu_entry: dict, hi: int, rate_req_per_s: float, ttft_model: str) -> Instance:
     return instance_from_dict({
         "name": "agreement-pool", "workload": {**workload_entry, "arrival_rate": rate_req_per_s},
@@ -342,16 +353,9 @@ def draw_pool(rng: np.random.Generator, workloads=WORKLOADS, gpu_choices=GPU_CHO
     lengths = _workload_lengths(workload)
     spec = f"0-{hi}:gx{replicas}"
     with tempfile.TemporaryDirectory() as folder:
-        if isinstance(lengths, RequestTrace):
-            path, share = _window_trace_csv(lengths, lo, hi, Path(folder))
-            if path is None:
-                return None
-            entry = {"trace": str(path)}
-        else:
-            points, share = _window_cdf(lengths, lo, hi)
-            if share < MIN_WINDOW_SHARE:
-                return None
-            entry = {"cdf": points}
+        entry, share = _window_entry(lengths, lo, hi, Path(folder))
+        if entry is None:
+            return None
         try:
             probe = _evaluate(_instance(entry, gpu_entry, hi, 1.0, ttft_model), spec)
         except InstanceError:  # the profile cannot hold the window
@@ -736,16 +740,9 @@ def draw_pair(rng: np.random.Generator, workloads=WORKLOADS, groups=PD_GPU_GROUP
     sim_seed = int(rng.integers(2**31 - 1))
     lengths = _workload_lengths(workload)
     with tempfile.TemporaryDirectory() as folder:
-        if isinstance(lengths, RequestTrace):
-            path, share = _window_trace_csv(lengths, lo, hi, Path(folder))
-            if path is None:
-                return None
-            entry = {"trace": str(path)}
-        else:
-            points, share = _window_cdf(lengths, lo, hi)
-            if share < MIN_WINDOW_SHARE:
-                return None
-            entry = {"cdf": points}
+        entry, share = _window_entry(lengths, lo, hi, Path(folder))
+        if entry is None:
+            return None
         try:
             probe = _pd_instance(entry, p_entry, d_entry, hi, 1.0)
         except InstanceError:
