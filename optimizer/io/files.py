@@ -96,6 +96,21 @@ def read_text(path: Path) -> tuple[str | None, str | None]:
         return None, f"not UTF-8 text ({err.reason} at byte {err.start})"
 
 
+def read_json(path: Path) -> tuple[Any, str | None]:
+    """The parsed JSON of the regular file ``path`` (:func:`read_text`), or ``(None, problem)`` with problem
+    ``cannot read it: WHY``, ``JSON nested too deeply to read`` or ``not JSON (line N: MESSAGE)``: the reading of a
+    result file fleetopt wrote (a solve's plan, a side of ``diff``)."""
+    text, reason = read_text(path)
+    if text is None:
+        return None, f"cannot read it: {reason}"
+    try:
+        return json.loads(text), None
+    except RecursionError:
+        return None, "JSON nested too deeply to read"
+    except json.JSONDecodeError as err:
+        return None, f"not JSON (line {err.lineno}: {err.msg})"
+
+
 def json_position(err: json.JSONDecodeError) -> str:
     return f"line {err.lineno}, column {err.colno}: {err.msg}"
 

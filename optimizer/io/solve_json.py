@@ -21,14 +21,13 @@ number test both readers use for a pool's fields.
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from fleetopt.optimizer.errors import InstanceError, format_problem
-from fleetopt.optimizer.io.files import read_text
+from fleetopt.optimizer.io.files import read_json
 
 __all__ = ["SolvePlan", "read_solve_plan", "json_kind", "whole_number"]
 
@@ -93,15 +92,10 @@ def read_solve_plan(path: str | Path, rank: int | None = None, *, flag: str = "-
     def fail(field: str, message: str) -> InstanceError:
         return InstanceError(format_problem(path, field, message))
 
-    text, reason = read_text(path)
-    if text is None:
-        raise fail("", f"cannot read it: {reason}; give the JSON file 'fleetopt solve --json' wrote")
-    try:
-        data = json.loads(text)
-    except RecursionError:
-        raise fail("", "JSON nested too deeply to read") from None
-    except json.JSONDecodeError as err:
-        raise fail("", f"not JSON (line {err.lineno}: {err.msg})") from None
+    data, problem = read_json(path)
+    if problem is not None:
+        hint = "; give the JSON file 'fleetopt solve --json' wrote" if data is None and "cannot read" in problem else ""
+        raise fail("", problem + hint)
     if not isinstance(data, dict) or data.get("command") != "solve":
         raise fail("command", f"not the JSON output of 'fleetopt solve' ({_HINT})")
     solved_for = data.get("instance", path.stem)

@@ -44,7 +44,6 @@ name, the rate, the P99 TTFT SLO or the overrides differ) are compared all the s
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -53,7 +52,7 @@ from pathlib import Path
 from fleetopt.models.fleet import FleetResult
 from fleetopt.models.profiles import ReplicaUnit
 from fleetopt.optimizer.errors import InstanceError, format_problem
-from fleetopt.optimizer.io.files import read_text
+from fleetopt.optimizer.io.files import read_json
 from fleetopt.optimizer.io.solve_json import json_kind, read_solve_plan, whole_number
 from fleetopt.optimizer.output.contract import SCHEMA_VERSION
 
@@ -484,15 +483,9 @@ def read_plan(path: str | Path, plan: int | None = None, *, flag: str = "--plan"
     def fail(field: str, message: str) -> InstanceError:
         return InstanceError(format_problem(path, field, message))
 
-    text, reason = read_text(path)
-    if text is None:
-        raise fail("", f"cannot read it: {reason}; {_HINT}")
-    try:
-        data = json.loads(text)
-    except RecursionError:
-        raise fail("", "JSON nested too deeply to read") from None
-    except json.JSONDecodeError as err:
-        raise fail("", f"not JSON (line {err.lineno}: {err.msg}); {_HINT}") from None
+    data, problem = read_json(path)
+    if problem is not None:
+        raise fail("", problem if "nested" in problem else f"{problem}; {_HINT}")
     command = data.get("command") if isinstance(data, dict) else None
     if command not in PLAN_COMMANDS:
         got = json_kind(command) if isinstance(data, dict) else f"the document is {json_kind(data)}"
