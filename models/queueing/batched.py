@@ -941,7 +941,8 @@ def coarrival_exceed_prob(x0, spread, ell, rate):
     c0 = np.asarray(rate, dtype=float) * np.asarray(spread, dtype=float)   # without x0's and ell's axes
     small0 = c0 < 1e-9
     cs0 = np.where(small0, 1.0, c0)
-    wholes0 = [special.gammainc(m + 1, cs0) / cs0 for m in range(_COARRIVALS + 1)]
+    orders = np.arange(1.0, _COARRIVALS + 2.0).reshape((-1,) + (1,) * cs0.ndim)
+    wholes0 = special.gammainc(orders, cs0) / cs0                        # P(m + 1, c)/c, m = 0.._COARRIVALS
     rest0 = np.maximum(1.0 - sum(wholes0), 0.0)  # E_U[P(M > _COARRIVALS | U)], taken to exceed: a bound
     x0, b, ell, c, small, rest = np.broadcast_arrays(*(np.asarray(v, dtype=float) for v in (x0, spread, ell, c0)),
                                                     small0, rest0)
@@ -951,11 +952,24 @@ def coarrival_exceed_prob(x0, spread, ell, rate):
     mid = ~small & (x0 > 0.0) & (x0 < b + _COARRIVALS * ell)
     out = np.where(small, 1.0 - np.clip(x0 / b, 0.0, 1.0), np.where(x0 <= 0.0, 1.0, rest))
     if np.any(mid):
-        xm, bm, lm, cm = x0[mid], b[mid], ell[mid], c[mid]
-        acc = rest[mid].copy()
+        at = np.nonzero(mid)
+
+        def pick(v):  # v[mid] for v broadcast to x0's shape, read from v's own (smaller) array
+            v = np.asarray(v, dtype=float)
+            v = v.reshape((1,) * (mid.ndim - v.ndim) + v.shape)
+            return v[tuple(i if n > 1 else 0 for i, n in zip(at, v.shape))]
+
+        xm, bm, lm, cm = x0[mid], pick(spread), pick(ell), pick(c0)
+        wm = [pick(w) for w in wholes0]
+        acc = pick(rest0)
         for m in range(_COARRIVALS + 1):
+            # u_m = 0 adds the whole P(m + 1, c)/c and u_m = 1 adds exactly 0 (the same quotient twice): the
+            # incomplete gamma function is evaluated only where 0 < u_m < 1, a small share of the nodes.
             u = np.clip((xm - m * lm) / bm, 0.0, 1.0)
-            acc += np.broadcast_to(wholes0[m], x0.shape)[mid] - special.gammainc(m + 1, cm * u) / cm
+            part = np.flatnonzero((u > 0.0) & (u < 1.0))
+            term = np.where(u > 0.0, 0.0, wm[m])
+            term[part] = wm[m][part] - special.gammainc(m + 1, cm[part] * u[part]) / cm[part]
+            acc += term
         out[mid] = acc
     return np.clip(out, 0.0, 1.0)
 
