@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import NamedTuple
 
@@ -48,35 +48,32 @@ def load(path: str | Path | Mapping, overrides=()) -> Instance:
 
 
 def summarize_instance(inst: Instance) -> dict:
-    """What the instance asks for, with the derived facts a planner checks first."""
-    w = inst.workload
+    """What the instance asks for, with the derived facts a planner checks first: the body of ``validate``'s
+    document, built by its model (:class:`fleetopt.optimizer.output.contract.InstanceSummary`: its keys, types
+    and order)."""
+    from fleetopt.optimizer.output.contract import InstanceSummary, build
+
+    w, slo = inst.workload, inst.slo
     top = inst.pools.max_context_tokens
-    return {
-        "name": inst.name,
-        "workload": {"kind": w.kind, "source": _normalized(w.source), "arrival_rate": w.arrival_rate_req_per_s,
-                     "input_fraction": w.input_fraction if w.kind == "cdf" else None,
-                     "truncated_share": w.truncated_share},
-        "slo": {"ttft_p99_ms": inst.slo.ttft_p99_s * MS_PER_S, "ttft_model": inst.slo.ttft_model,
-                "scope": inst.slo.scope,
-                "tpot_p99_ms": None if inst.slo.tpot_p99_s is None else inst.slo.tpot_p99_s * MS_PER_S,
-                "ttft_margin": inst.slo.ttft_margin, "ttft_sizing_ms": inst.slo.ttft_sizing_s * MS_PER_S},
-        "gpus": [{"name": g.name, "profile": g.profile.name, "kind": g.kind, "model": g.profile.model_name,
-                  **replica_unit(g.profile).to_json(),
-                  "cost_per_hr": g.profile.cost_usd_per_hr,
-                  "n_slots_at_max_context": int(g.profile.n_slots(top)), "max_count": g.max_count,
-                  "availability": g.availability, "quality": f"latency {g.profile.latency_quality} / "
-                                                             f"power {g.profile.power.quality}"}
-                 for g in inst.gpus],
-        "pools": {"max_pools": inst.pools.max_pools, "max_context": top, "routing": inst.pools.routing,
-                  "boundaries": list(inst.pools.boundaries)},
-        "constraints": {"max_utilization": inst.constraints.max_utilization,
-                        "max_power_kw": inst.constraints.max_power_kw,
-                        "max_cost_per_hr": inst.constraints.max_cost_per_hr,
-                        "max_total_gpus": inst.constraints.max_total_gpus},
-        "objective": inst.objective,
-        "valid": True,
-        "warnings": prefill_warnings(inst) + instance_warnings(inst),
-    }
+    gpus = [{"name": g.name, "profile": g.profile.name, "kind": g.kind, "model": g.profile.model_name,
+             **replica_unit(g.profile).to_json(), "cost_per_hr": g.profile.cost_usd_per_hr,
+             "n_slots_at_max_context": int(g.profile.n_slots(top)), "max_count": g.max_count,
+             "availability": g.availability,
+             "quality": f"latency {g.profile.latency_quality} / power {g.profile.power.quality}"}
+            for g in inst.gpus]
+    return build(
+        InstanceSummary, name=inst.name,
+        workload={"kind": w.kind, "source": _normalized(w.source), "arrival_rate": w.arrival_rate_req_per_s,
+                  "input_fraction": w.input_fraction if w.kind == "cdf" else None,
+                  "truncated_share": w.truncated_share},
+        slo={"ttft_p99_ms": slo.ttft_p99_s * MS_PER_S, "ttft_model": slo.ttft_model, "scope": slo.scope,
+             "tpot_p99_ms": None if slo.tpot_p99_s is None else slo.tpot_p99_s * MS_PER_S,
+             "ttft_margin": slo.ttft_margin, "ttft_sizing_ms": slo.ttft_sizing_s * MS_PER_S},
+        gpus=gpus,
+        pools={"max_pools": inst.pools.max_pools, "max_context": top, "routing": inst.pools.routing,
+               "boundaries": list(inst.pools.boundaries)},
+        constraints=asdict(inst.constraints),
+        objective=inst.objective, valid=True, warnings=prefill_warnings(inst) + instance_warnings(inst))
 
 
 LONG_CONTEXT_TOKENS = 16_384

@@ -46,7 +46,8 @@ __all__ = ["SCHEMA_VERSION", "Document", "PoolAnalytic", "PoolSimulated", "Fleet
            "Fleet", "DOCUMENTS", "COMMANDS", "FRONTIER_KINDS", "FrontierDocument", "envelope", "with_envelope",
            "pool_analytic", "fleet_analytic",
            "pool_simulated", "fleet_simulated", "document_model", "validate_document", "check_document", "schema_for",
-           "top_level_fields", "pool_identity", "physical_gpus", "usd_per_million_output_tokens",
+           "top_level_fields", "build", "InstanceSummary",
+           "pool_identity", "physical_gpus", "usd_per_million_output_tokens",
            "SECONDS_PER_HOUR", "TOKENS_PER_MILLION", "fleet_output_tok_per_s"]
 
 SCHEMA_VERSION = "2.3"
@@ -295,6 +296,49 @@ def _dump(model: type[_Open], **values) -> dict:
     return model.model_validate({k: _plain(v) for k, v in values.items()}).model_dump()
 
 
+def _undeclared(model: BaseModel, where: str = "") -> list[str]:
+    """The keys of a validated ``model`` (and of the models it holds) that no model declares."""
+    out = [f"{where}{k}" for k in (model.model_extra or {})]
+    for name in type(model).model_fields:
+        value = getattr(model, name)
+        for k, item in enumerate(value if isinstance(value, list) else [value]):
+            if isinstance(item, BaseModel):
+                out += _undeclared(item, f"{where}{name}{f'[{k}]' if isinstance(value, list) else ''}.")
+    return out
+
+
+def build(model: type[BaseModel], record: object = None, /, **values) -> dict:
+    """The JSON object of a ``model`` built from its declared fields, in their order: each field's value from
+    ``values`` when given there, else the attribute of that name of ``record`` (a workflow's dataclass), validated
+    (strict types) and dumped by the model, so the model is the one declaration of a document's keys, their types
+    and their order. numpy scalars become Python ones and tuples lists; nested objects may be given as mappings.
+
+    Raises
+    ------
+    ValueError
+        A bug, not bad input: a value the model does not declare (at any depth), or one of the wrong type.
+
+    Examples
+    --------
+    >>> build(_ValidatePools, routing="length", boundaries=(0, 4096), max_pools=2, max_context=4096)
+    {'max_pools': 2, 'max_context': 4096, 'routing': 'length', 'boundaries': [0, 4096]}
+    """
+    fields = model.model_fields
+    unknown = [k for k in values if k not in fields]
+    if unknown:
+        raise ValueError(f"{model.__name__} declares no {', '.join(unknown)}")
+    data = {name: _plain(values[name] if name in values else getattr(record, name)) for name in fields
+            if name in values or hasattr(record, name)}
+    try:
+        instance = model.model_validate(data)
+    except ValidationError as err:
+        raise ValueError(f"{model.__name__}: {err}") from None
+    undeclared = _undeclared(instance)
+    if undeclared:
+        raise ValueError(f"{model.__name__} declares no {', '.join(undeclared)}")
+    return instance.model_dump()
+
+
 def pool_analytic(p: PoolResult) -> dict:
     """The ``analytic`` sub-object of a pool."""
     return _dump(PoolAnalytic, source="analytic", arrival_rate=float(p.arrival_rate),
@@ -396,11 +440,9 @@ class _ValidateConstraints(_Open):
     max_total_gpus: int | None
 
 
-class ValidateDocument(Document):
-    """``fleetopt validate``: what the instance asks for."""
+class InstanceSummary(_Open):
+    """What an instance asks for (``fleetopt validate``'s document without its envelope)."""
 
-    command: Literal["validate"]
-    instance: str
     name: str
     workload: _ValidateWorkload
     slo: _ValidateSlo
@@ -410,6 +452,13 @@ class ValidateDocument(Document):
     objective: str
     valid: bool
     warnings: list[str]
+
+
+class ValidateDocument(InstanceSummary, Document):
+    """``fleetopt validate``: what the instance asks for."""
+
+    command: Literal["validate"]
+    instance: str
 
 
 class EvaluatedFleet(Fleet):
