@@ -234,6 +234,8 @@ class OperatingPoint:
 def _nb_cdf(m, r, x):
     """:math:`P(J \\le m)` for :math:`J` negative binomial with shape :math:`r` and ratio :math:`x` (0 for m < 0)."""
     m = np.asarray(m, dtype=float)
+    if not np.any(m >= 0):      # a partial sum from 0 asks for P(J <= -1), -2, ...: no beta function needed
+        return np.zeros(np.broadcast_shapes(m.shape, np.shape(r), np.shape(x)))
     return np.where(m >= 0, special.betainc(r, np.maximum(m, 0.0) + 1.0, 1.0 - x), 0.0)
 
 
