@@ -31,7 +31,6 @@ from __future__ import annotations
 import math
 import threading
 import time
-from dataclasses import dataclass
 
 import numpy as np
 import pyomo.environ as pyo
@@ -39,44 +38,9 @@ from pyomo.contrib.solver.common.factory import SolverFactory
 
 from fleetopt.solvers.outcome import Outcome, Termination, outcome_of
 from fleetopt.solvers.problem import FleetProblem
+from fleetopt.solvers.result import Solution, SolveResult
 
 __all__ = ["build_model", "solve", "SolveResult", "Solution", "lp_bound"]
-
-
-@dataclass(frozen=True)
-class Solution:
-    """One fleet: the chosen replica choices and its objective value."""
-
-    choices: tuple[int, ...]
-    objective: float
-
-
-@dataclass(frozen=True)
-class SolveResult:
-    """What the solver proved. ``solutions`` are best first (several with ``top > 1``).
-
-    ``termination`` is why the (first) solve stopped (:class:`fleetopt.solvers.outcome.Termination`); with a
-    limit, ``solutions`` may still hold the incumbent. ``rel_gap`` is :math:`|ub - lb| / |ub|` as HiGHS
-    defines it (None without an incumbent). ``condition`` is the solver interface's own word for why it
-    stopped (a Pyomo ``TerminationCondition`` name; empty for the graph oracle).
-    """
-
-    termination: Termination
-    solutions: tuple[Solution, ...]
-    bound: float | None
-    rel_gap: float | None
-    wall_s: float
-    solver: str
-    options: dict
-    message: str = ""
-    tie_break: str = "skipped"
-    """Lexicographic tie-break (fewest GPUs, then pools): ``proven``, ``best-effort`` (budget ran out) or
-    ``skipped``."""
-    condition: str = ""
-
-    @property
-    def best(self) -> Solution | None:
-        return self.solutions[0] if self.solutions else None
 
 
 # ---------------------------------------------------------------- model

@@ -30,9 +30,8 @@ import warnings
 from dataclasses import dataclass
 from types import MappingProxyType
 
-from pyomo.contrib.solver.common.results import SolutionStatus, TerminationCondition
 
-__all__ = ["Termination", "TERMINATION", "termination_of", "Outcome", "outcome_of", "relative_gap"]
+__all__ = ["Termination", "TERMINATION", "termination_of", "Outcome", "outcome_of", "relative_gap"]  # noqa: F822
 
 
 class Termination(enum.Enum):
@@ -63,26 +62,41 @@ class Termination(enum.Enum):
     """The solver gave no reason (Pyomo's ``unknown``), or one this table does not know (with a warning)."""
 
 
-TERMINATION = MappingProxyType({
-    TerminationCondition.convergenceCriteriaSatisfied: Termination.OPTIMAL,
-    TerminationCondition.maxTimeLimit: Termination.TIME_LIMIT,
-    TerminationCondition.iterationLimit: Termination.ITERATION_LIMIT,
-    TerminationCondition.objectiveLimit: Termination.OBJECTIVE_LIMIT,
-    TerminationCondition.minStepLength: Termination.ERROR,
-    TerminationCondition.unbounded: Termination.UNBOUNDED,
-    TerminationCondition.provenInfeasible: Termination.INFEASIBLE,
-    TerminationCondition.locallyInfeasible: Termination.ERROR,
-    TerminationCondition.infeasibleOrUnbounded: Termination.INFEASIBLE_OR_UNBOUNDED,
-    TerminationCondition.error: Termination.ERROR,
-    TerminationCondition.interrupted: Termination.INTERRUPTED,
-    TerminationCondition.licensingProblems: Termination.ERROR,
-    TerminationCondition.emptyModel: Termination.ERROR,
-    TerminationCondition.unknown: Termination.UNKNOWN,
-})
-"""Pyomo's termination condition -> fleetopt's, one entry per member (``tests/test_solver_outcomes.py`` checks
-that the table covers the enum)."""
+def _tables() -> tuple[MappingProxyType, frozenset]:
+    """:data:`TERMINATION` and the solution statuses that hold a solution, built on first use so that importing
+    this module (the graph oracle's path, a report's status table) does not import Pyomo."""
+    global _TABLES
+    if _TABLES is None:
+        from pyomo.contrib.solver.common.results import SolutionStatus, TerminationCondition
 
-_HAS_SOLUTION = frozenset({SolutionStatus.feasible, SolutionStatus.optimal})
+        _TABLES = (MappingProxyType({
+            TerminationCondition.convergenceCriteriaSatisfied: Termination.OPTIMAL,
+            TerminationCondition.maxTimeLimit: Termination.TIME_LIMIT,
+            TerminationCondition.iterationLimit: Termination.ITERATION_LIMIT,
+            TerminationCondition.objectiveLimit: Termination.OBJECTIVE_LIMIT,
+            TerminationCondition.minStepLength: Termination.ERROR,
+            TerminationCondition.unbounded: Termination.UNBOUNDED,
+            TerminationCondition.provenInfeasible: Termination.INFEASIBLE,
+            TerminationCondition.locallyInfeasible: Termination.ERROR,
+            TerminationCondition.infeasibleOrUnbounded: Termination.INFEASIBLE_OR_UNBOUNDED,
+            TerminationCondition.error: Termination.ERROR,
+            TerminationCondition.interrupted: Termination.INTERRUPTED,
+            TerminationCondition.licensingProblems: Termination.ERROR,
+            TerminationCondition.emptyModel: Termination.ERROR,
+            TerminationCondition.unknown: Termination.UNKNOWN,
+        }), frozenset({SolutionStatus.feasible, SolutionStatus.optimal}))
+    return _TABLES
+
+
+_TABLES: tuple[MappingProxyType, frozenset] | None = None
+
+
+def __getattr__(name: str):
+    """``TERMINATION``: Pyomo's termination condition -> fleetopt's, one entry per member
+    (``tests/test_solver_outcomes.py`` checks that the table covers the enum); built on first access."""
+    if name == "TERMINATION":
+        return _tables()[0]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def termination_of(condition) -> Termination:
@@ -104,7 +118,7 @@ def termination_of(condition) -> Termination:
         For a condition :data:`TERMINATION` does not list (named in the message).
     """
     try:
-        return TERMINATION[condition]
+        return _tables()[0][condition]
     except (KeyError, TypeError):  # TypeError: an unhashable stand-in
         warnings.warn(f"unrecognised solver termination condition {condition!r}: reported as "
                       f"{Termination.UNKNOWN.value!r}", RuntimeWarning, stacklevel=2)
@@ -148,7 +162,7 @@ def outcome_of(results) -> Outcome:
     """
     cond = results.termination_condition
     termination = termination_of(cond)
-    has_solution = results.solution_status in _HAS_SOLUTION
+    has_solution = results.solution_status in _tables()[1]
     if termination is Termination.OPTIMAL and not has_solution:
         termination = Termination.ERROR
     ub, lb = results.incumbent_objective, results.objective_bound

@@ -19,10 +19,9 @@ import numpy as np
 
 from fleetopt.models.fleet import DecodeStage, FleetResult, PoolPlan
 from fleetopt.models.units import P99_TAIL
-from fleetopt.solvers.mip import SolveResult, solve as solve_mip
-from fleetopt.solvers.oracle import NoFleetError, shortest_fleet
 from fleetopt.solvers.outcome import Termination
 from fleetopt.solvers.problem import FleetProblem, GpuUse
+from fleetopt.solvers.result import Solution, SolveResult
 
 from fleetopt.optimizer.plan.candidates import (Candidates, Deadline, WindowCut, generate_candidates, prune_dominated,
                                                 restrict)
@@ -319,6 +318,8 @@ def solve_instance(instance: Instance, options: SolveOptions = SolveOptions()) -
     elif use_oracle:
         result = _oracle(problem)
     else:
+        from fleetopt.solvers.mip import solve as solve_mip   # Pyomo only on the MIP path
+
         result = solve_mip(problem, top=options.top, time_limit_s=_mip_time_limit_s(deadline),
                            mip_gap=options.mip_gap, threads=options.threads, verbose=options.verbose)
     plans = tuple(Plan(k + 1, s.objective, evaluate_plans(instance, _pool_plans(instance, cands, s.choices)))
@@ -513,6 +514,8 @@ def _solve_semantic(instance: Instance, options: SolveOptions) -> SolveReport:
         elif use_oracle:
             result = _oracle(problem)
         else:
+            from fleetopt.solvers.mip import solve as solve_mip
+
             result = solve_mip(problem, top=options.top, time_limit_s=_mip_time_limit_s(deadline),
                                mip_gap=options.mip_gap, threads=options.threads, verbose=options.verbose)
         methods.add("oracle" if use_oracle else "mip")
@@ -599,7 +602,7 @@ def _no_tiling(c: Candidates) -> SolveResult:
 
 
 def _oracle(problem: FleetProblem) -> SolveResult:
-    from fleetopt.solvers.mip import Solution
+    from fleetopt.solvers.oracle import NoFleetError, shortest_fleet
 
     t0 = time.perf_counter()
     try:
