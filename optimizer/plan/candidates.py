@@ -239,7 +239,7 @@ def generate_candidates(instance: Instance, deadline: Deadline | None = None,
     grid = np.unique(np.concatenate([b] + [g * b[1:-1] for g in gammas[1:]]))
     grid = grid[grid <= b[-1]]
     pools, choices, dropped = _Columns(), _Columns(), []
-    bases: dict[int, object] = {}
+    raws: dict[int, object] = {}  # chunk tokens -> raw sums of every row (_traffic)
     unsized: list[str] = []
     aggregated = instance.pools.disaggregation != "only"
     for g_idx, opt in enumerate(instance.gpus if aggregated else ()):
@@ -249,10 +249,10 @@ def generate_candidates(instance: Instance, deadline: Deadline | None = None,
         inputs = None if cache is None else cache.inputs.get(g_idx)
         if inputs is None:
             chunk = opt.profile.chunk_tokens
-            if chunk not in bases:
-                bases[chunk] = segment_basis(w.lengths, grid, chunk, w.input_fraction)
-            raw = _traffic(instance, bases[chunk], grid, b, gammas, rows, chunk)
-            inputs = _option_inputs(instance, opt, raw, b, rows)
+            if chunk not in raws:  # the basis and the raw sums depend on the option through its chunk only
+                basis = segment_basis(w.lengths, grid, chunk, w.input_fraction)
+                raws[chunk] = _traffic(instance, basis, grid, b, gammas, rows, chunk)
+            inputs = _option_inputs(instance, opt, raws[chunk], b, rows)
             if cache is not None:
                 cache.inputs[g_idx] = inputs
         _size_option(instance, g_idx, opt, inputs, b, rows, pools, choices, dropped, cache)
