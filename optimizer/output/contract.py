@@ -651,20 +651,37 @@ class BenchDocument(Document):
 
 
 class _SplitRow(_Open):
+    """One boundary of the split table (``fleetopt.optimizer.workflows.split_table.SplitRow``)."""
+
     boundary_tokens: int
-    share_short: float
+    share_short: float = Field(description="F(B): the share of requests of at most boundary_tokens tokens")
     replicas_short: int
     replicas_long: int
     total_gpus: int
     cost_per_hr: float
     cost_per_year: float
+    saving_pct: Figure = Field(description="100 (C0 - C) / C0 against the baseline's cost C0")
     ttft_p99_ms_short: Figure
     ttft_p99_ms_long: Figure
     slo_met: bool
     pareto: bool
     fleet: str
+    miss_reason: str = Field(description="why a pool misses the SLO (empty when the row meets it)")
     limits_ok: bool = Field(description="the row's fleet breaks no limit of the instance")
     violations: list[str] = Field(description="every instance limit the row's fleet breaks (as evaluate's)")
+
+
+class _SplitBaseline(_Open):
+    """The homogeneous fleet of the split table's GPU option the savings are measured against."""
+
+    replicas: int
+    total_gpus: int
+    cost_per_hr: float
+    cost_per_year: float
+    ttft_p99_ms: Figure
+    slo_met: bool
+    fleet: str
+    violations: list[str] = Field(description="every instance limit the baseline breaks")
 
 
 class ParetoDocument(Document):
@@ -672,12 +689,18 @@ class ParetoDocument(Document):
 
     command: Literal["pareto --split-table"]
     instance: str
+    source: Literal["analytic"]
     gpu: str
     arrival_rate: float
     slo_ttft_p99_ms: float
-    baseline: dict
+    ttft_model: str
+    max_utilization: float
+    max_context_tokens: int
+    baseline: _SplitBaseline
     rows: list[_SplitRow]
-    recommended: int | None
+    recommended: int | None = Field(description="0-based index into rows of the cost optimum meeting the SLO "
+                                                "within the instance's limits; null when none does")
+    overrides: list[str] = Field(description="the --set overrides the instance was loaded with")
 
 
 FRONTIER_KINDS = ("pareto --axes cost,power", "pareto --axes cost,ttft", "pareto --axes cost,pools")

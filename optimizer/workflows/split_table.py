@@ -39,6 +39,9 @@ from fleetopt.models.units import MS_PER_S
 
 from fleetopt.optimizer.errors import InstanceError
 from fleetopt.optimizer.io.instance import GpuOption, Instance
+from fleetopt.optimizer.output.contract import ParetoDocument, build
+from fleetopt.optimizer.output.contract import _SplitBaseline as _SplitBaselineModel
+from fleetopt.optimizer.output.contract import _SplitRow as _SplitRowModel
 from fleetopt.optimizer.plan.evaluate import evaluate_plans, limit_violations
 
 __all__ = ["SCHEMA_VERSION", "CSV_COLUMNS", "SplitRow", "SplitBaseline", "SplitTable", "split_table",
@@ -89,13 +92,9 @@ class SplitRow:
         return max(self.ttft_p99_ms_short, self.ttft_p99_ms_long)
 
     def to_json(self) -> dict:
-        return {"boundary_tokens": self.boundary_tokens, "share_short": self.share_short,
-                "replicas_short": self.replicas_short, "replicas_long": self.replicas_long,
-                "total_gpus": self.total_gpus, "cost_per_hr": self.cost_per_hr, "cost_per_year": self.cost_per_year,
-                "saving_pct": self.saving_pct, "ttft_p99_ms_short": self.ttft_p99_ms_short,
-                "ttft_p99_ms_long": self.ttft_p99_ms_long, "slo_met": self.slo_met, "pareto": self.pareto,
-                "fleet": self.fleet, "miss_reason": self.miss_reason, "limits_ok": self.limits_ok,
-                "violations": list(self.violations)}
+        """The row's JSON object, built by its model (:class:`fleetopt.optimizer.output.contract._SplitRow`: the
+        keys, their types and order; each value is the field or property of that name)."""
+        return build(_SplitRowModel, self)
 
 
 @dataclass(frozen=True)
@@ -113,9 +112,9 @@ class SplitBaseline:
     """Every limit of the instance the baseline breaks."""
 
     def to_json(self) -> dict:
-        return {"replicas": self.replicas, "total_gpus": self.total_gpus, "cost_per_hr": self.cost_per_hr,
-                "cost_per_year": self.cost_per_year, "ttft_p99_ms": self.ttft_p99_ms, "slo_met": self.slo_met,
-                "fleet": self.fleet, "violations": list(self.violations)}
+        """The baseline's JSON object, built by its model
+        (:class:`fleetopt.optimizer.output.contract._SplitBaseline`)."""
+        return build(_SplitBaselineModel, self)
 
 
 @dataclass(frozen=True)
@@ -136,13 +135,10 @@ class SplitTable:
     overrides: tuple[str, ...] = ()
 
     def to_json(self) -> dict:
-        """The stable JSON contract (``schema_version`` :data:`SCHEMA_VERSION`)."""
-        return {"schema_version": SCHEMA_VERSION, "command": "pareto --split-table", "instance": self.instance,
-                "source": "analytic", "gpu": self.gpu, "arrival_rate": self.arrival_rate,
-                "slo_ttft_p99_ms": self.slo_ttft_p99_ms, "ttft_model": self.ttft_model,
-                "max_utilization": self.max_utilization, "max_context_tokens": self.max_context_tokens,
-                "baseline": self.baseline.to_json(), "rows": [r.to_json() for r in self.rows],
-                "recommended": self.recommended, "overrides": list(self.overrides)}
+        """The stable JSON contract (``schema_version`` :data:`SCHEMA_VERSION`), built by its model
+        (:class:`fleetopt.optimizer.output.contract.ParetoDocument`)."""
+        return build(ParetoDocument, self, schema_version=SCHEMA_VERSION, command="pareto --split-table",
+                     source="analytic", baseline=self.baseline.to_json(), rows=[r.to_json() for r in self.rows])
 
     def to_csv(self) -> str:
         """The rows as CSV (:data:`CSV_COLUMNS`; times in ms, costs in US$/yr, booleans as true/false)."""
