@@ -7,9 +7,14 @@ without a plan becomes a typed error only in :func:`require_plan`.
 
 from __future__ import annotations
 
+import dataclasses
 import enum
+import hashlib
+import math
 import numbers
+import pickle
 import time
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -295,8 +300,59 @@ def _prune(instance: Instance, c: Candidates, top: int) -> Candidates:
     return prune_dominated(c, unlimited, protected)
 
 
+REPORT_CACHE_SIZE = 8
+"""Most solve reports :func:`solve_instance` keeps for a repeated solve of the same instance and options."""
+
+_REPORTS: OrderedDict[bytes, SolveReport] = OrderedDict()
+
+
+def _report_key(instance: Instance, options: SolveOptions) -> bytes | None:
+    """The content key of a solve: a SHA-256 of the pickled instance and the options that shape the answer; None
+    (no caching) with a time limit (the answer depends on the clock), with ``verbose`` (the user asked to see the
+    solver run) or for anything that does not pickle.
+
+    Pickling writes every field's value (a length distribution's arrays byte by byte, floats exactly), so two
+    instances with one key hold the same content; an instance loaded again from the same file hits, one with any
+    field changed misses. Dictionaries pickle in insertion order: equal content built in another order only misses.
+    """
+    if options.verbose or (options.time_limit_s is not None and math.isfinite(options.time_limit_s)):
+        return None
+    fields = (options.top, options.mip_gap, options.threads, options.method, options.min_replicas,
+              options.forbidden, options.window_cuts, options.compute_baseline)
+    try:
+        blob = pickle.dumps((instance, fields), protocol=pickle.HIGHEST_PROTOCOL)
+    except Exception:   # noqa: BLE001 - an unpicklable field: solve without the cache
+        return None
+    return hashlib.sha256(blob).digest()
+
+
+def clear_report_cache() -> None:
+    """Forget every cached solve report (:func:`solve_instance`)."""
+    _REPORTS.clear()
+
+
 def solve_instance(instance: Instance, options: SolveOptions = SolveOptions()) -> SolveReport:
-    """Find the optimal fleet(s) of ``instance`` and re-evaluate them exactly."""
+    """Find the optimal fleet(s) of ``instance`` and re-evaluate them exactly.
+
+    A solve without a time limit is deterministic in the instance's content and the options: the last
+    :data:`REPORT_CACHE_SIZE` reports are kept under :func:`_report_key`, and a repeated solve (a notebook's
+    second call, the same instance loaded again) returns the kept report with this call's ``instance`` and
+    ``solve_seconds``. An instance with any field changed is solved afresh. The report's plans are shared between
+    the calls: treat them as read-only."""
+    t0 = time.perf_counter()
+    key = _report_key(instance, options)
+    if key is not None and key in _REPORTS:
+        _REPORTS.move_to_end(key)
+        return dataclasses.replace(_REPORTS[key], instance=instance, solve_seconds=time.perf_counter() - t0)
+    report = _solve_instance(instance, options)
+    if key is not None:
+        _REPORTS[key] = report
+        while len(_REPORTS) > REPORT_CACHE_SIZE:
+            _REPORTS.popitem(last=False)
+    return report
+
+
+def _solve_instance(instance: Instance, options: SolveOptions) -> SolveReport:
     if instance.pools.routing == "split":
         return _solve_split(instance, options)
     if instance.semantic is not None:   # one tiling per model class (fleetopt.optimizer.plan.semantic)
@@ -444,7 +500,6 @@ def _split_cut_loop(instance: Instance, model, options: SolveOptions, deadline: 
     (:func:`fleetopt.optimizer.plan.split_candidates.slo_cut`) and solve again, at most :data:`SPLIT_CUT_ROUNDS`
     times. Returns the last solve's result and plans, the cuts, the solves made and whether cuts were still being
     added when the rounds ran out. Ends early when a solve is not proven optimal (its plans are the incumbent)."""
-    import dataclasses
 
     from fleetopt.solvers.split import solve_split
 
