@@ -17,8 +17,10 @@ from fleetopt.models.fleet import FleetResult, PoolResult
 from fleetopt.models.profiles import replica_unit
 from fleetopt.models.service import ContextPoint
 
-from fleetopt.optimizer.output.contract import (envelope, fleet_analytic, fleet_output_tok_per_s, physical_gpus,
-                                                pool_analytic, pool_identity, usd_per_million_output_tokens)
+from fleetopt.optimizer.output.contract import (TpwDocument, build, envelope, fleet_analytic, fleet_output_tok_per_s,
+                                                physical_gpus, pool_analytic, pool_identity,
+                                                usd_per_million_output_tokens)
+from fleetopt.optimizer.output.contract import _TpwRow as TpwRow
 from fleetopt.optimizer.io.instance import gpu_warnings
 from fleetopt.optimizer.plan.evaluate import fleet_name_ambiguities, fleet_spec, limit_violations
 
@@ -98,11 +100,10 @@ def _with_chunk(pool: dict, instance) -> dict:
 
 
 def tpw_json(rows: list[ContextPoint]) -> dict:
-    """The ``tpw`` document (:class:`fleetopt.optimizer.output.contract.TpwDocument`)."""
-    return {**envelope("tpw", None),
-            "rows": [{"profile": r.profile, "model": r.model, "context": r.context_tokens, "n_slots": r.n_slots,
-                      "iter_latency_ms": r.iter_latency_ms, "tok_per_s": r.tok_per_s, "power_w": r.power_w,
-                      "tok_per_watt": r.tok_per_watt, "quality": r.quality, "source": ANALYTIC} for r in rows]}
+    """The ``tpw`` document, built by its model (:class:`fleetopt.optimizer.output.contract.TpwDocument`; a row's
+    values are the :class:`~fleetopt.models.service.ContextPoint`'s fields of the same names)."""
+    return build(TpwDocument, **envelope("tpw", None),
+                 rows=[build(TpwRow, r, context=r.context_tokens, source=ANALYTIC) for r in rows])
 
 
 def _pool_contract(p: PoolResult, source: str, instance=None) -> dict:
