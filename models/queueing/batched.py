@@ -954,14 +954,16 @@ def coarrival_exceed_prob(x0, spread, ell, rate):
     mid = ~small & (x0 > 0.0) & (x0 < b + _COARRIVALS * ell)
     out = np.where(small, 1.0 - np.clip(x0 / b, 0.0, 1.0), np.where(x0 <= 0.0, 1.0, rest))
     if np.any(mid):
+        mid = mid.reshape(mid.shape or (1,))     # scalars as one-element arrays (views: out is written through)
         at = np.nonzero(mid)
 
         def pick(v):  # v[mid] for v broadcast to x0's shape, read from v's own (smaller) array
             v = np.asarray(v, dtype=float)
             v = v.reshape((1,) * (mid.ndim - v.ndim) + v.shape)
-            return v[tuple(i if n > 1 else 0 for i, n in zip(at, v.shape))]
+            r = v[tuple(i if n > 1 else 0 for i, n in zip(at, v.shape))]
+            return r if np.shape(r) == at[0].shape else np.full(at[0].shape, r)
 
-        xm, bm, lm, cm = x0[mid], pick(spread), pick(ell), pick(c0)
+        xm, bm, lm, cm = pick(x0), pick(spread), pick(ell), pick(c0)
         wm = [pick(w) for w in wholes0]
         acc = pick(rest0)
         for m in range(_COARRIVALS + 1):
@@ -972,7 +974,7 @@ def coarrival_exceed_prob(x0, spread, ell, rate):
             term = np.where(u > 0.0, 0.0, wm[m])
             term[part] = wm[m][part] - special.gammainc(m + 1, cm[part] * u[part]) / cm[part]
             acc += term
-        out[mid] = acc
+        out.reshape(mid.shape)[mid] = acc
     return np.clip(out, 0.0, 1.0)
 
 
