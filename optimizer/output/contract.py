@@ -609,6 +609,8 @@ class TpwDocument(Document):
 
 
 class _RhoPoint(_Open):
+    """The fleet at one utilisation of every pool (``fleet_points``, ``fleet_now``)."""
+
     rho: Figure = Field(description="utilisation (null: the pool is unstable now)")
     power_w: Figure
     output_tok_per_s: Figure
@@ -616,11 +618,32 @@ class _RhoPoint(_Open):
     usd_per_mtok: Figure
 
 
+class _RhoPoolPoint(_Open):
+    """One pool brought to a utilisation by scaling the arrival rate (``now``: the instance's own rate)."""
+
+    rho: Figure = Field(description="utilisation (null: the pool is unstable now)")
+    fleet_arrival_rate: Figure = Field(description="the fleet's req/s that brings the pool to rho")
+    arrival_rate: Figure = Field(description="the pool's own req/s there")
+    utilization: Figure
+    mean_batch: Figure
+    power_w: Figure
+    output_tok_per_s: Figure
+    tok_per_watt: Figure
+    usd_per_mtok: Figure
+    cost_per_hr: float
+    ttft_p99_ms: Figure
+    slo_met: bool
+
+
 class _RhoPool(_Open):
     pool: str
     gpu: str
     replicas: int
-    points: list[_RhoPoint]
+    batch_cap: int
+    quality: str
+    routing_share: Figure
+    points: list[_RhoPoolPoint]
+    now: _RhoPoolPoint
 
 
 class RhoSweepDocument(Document):
@@ -629,10 +652,14 @@ class RhoSweepDocument(Document):
     command: Literal["tpw --rho-sweep"]
     instance: str
     fleet: str
+    arrival_rate: float
+    ttft_model: str
+    source: Literal["analytic"]
     rhos: list[float]
     pools: list[_RhoPool]
     fleet_points: list[_RhoPoint]
     fleet_now: _RhoPoint
+    overrides: list[str] = Field(description="the --set overrides the instance was loaded with")
 
 
 class _BenchRow(_Open):

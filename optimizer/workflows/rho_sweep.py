@@ -53,6 +53,8 @@ __all__ = ["SCHEMA_VERSION", "DEFAULT_RHOS", "RHO_TOLERANCE", "SECONDS_PER_HOUR"
 
 from fleetopt.optimizer.output.contract import SCHEMA_VERSION  # noqa: E402 (one contract version)
 from fleetopt.optimizer.output.contract import usd_per_million_output_tokens  # noqa: E402 (one formula)
+from fleetopt.optimizer.output.contract import RhoSweepDocument, build  # noqa: E402
+from fleetopt.optimizer.output.contract import _RhoPoint, _RhoPool, _RhoPoolPoint  # noqa: E402
 DEFAULT_RHOS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)
 RHO_TOLERANCE = 1e-9
 """The root's utilisation is within this of the target (checked after the search)."""
@@ -101,11 +103,8 @@ class RhoPoint:
                    bool(p.slo_met))
 
     def to_json(self) -> dict:
-        return {"rho": self.rho, "fleet_arrival_rate": self.fleet_arrival_rate, "arrival_rate": self.arrival_rate,
-                "utilization": self.utilization, "mean_batch": self.mean_batch, "power_w": self.power_w,
-                "output_tok_per_s": self.output_tok_per_s, "tok_per_watt": self.tok_per_watt,
-                "usd_per_mtok": self.usd_per_mtok, "cost_per_hr": self.cost_per_hr,
-                "ttft_p99_ms": self.ttft_p99_ms, "slo_met": self.slo_met}
+        """Built by its model (:class:`fleetopt.optimizer.output.contract._RhoPoolPoint`) from these fields."""
+        return build(_RhoPoolPoint, self)
 
 
 @dataclass(frozen=True)
@@ -120,9 +119,9 @@ class PoolSweep:
     now: RhoPoint
 
     def to_json(self) -> dict:
-        return {"pool": self.label, "gpu": self.gpu, "replicas": self.replicas, "batch_cap": self.batch_cap,
-                "quality": self.quality, "routing_share": self.routing_share,
-                "points": [q.to_json() for q in self.points], "now": self.now.to_json()}
+        """Built by its model (:class:`fleetopt.optimizer.output.contract._RhoPool`)."""
+        return build(_RhoPool, self, pool=self.label, points=[q.to_json() for q in self.points],
+                     now=self.now.to_json())
 
 
 @dataclass(frozen=True)
@@ -136,8 +135,8 @@ class FleetPoint:
     usd_per_mtok: float
 
     def to_json(self) -> dict:
-        return {"rho": self.rho, "power_w": self.power_w, "output_tok_per_s": self.output_tok_per_s,
-                "tok_per_watt": self.tok_per_watt, "usd_per_mtok": self.usd_per_mtok}
+        """Built by its model (:class:`fleetopt.optimizer.output.contract._RhoPoint`) from these fields."""
+        return build(_RhoPoint, self)
 
 
 @dataclass(frozen=True)
@@ -153,11 +152,10 @@ class RhoSweep:
     overrides: tuple[str, ...] = ()
 
     def to_json(self) -> dict:
-        return {"schema_version": SCHEMA_VERSION, "command": "tpw --rho-sweep", "instance": self.instance,
-                "fleet": self.fleet, "arrival_rate": self.arrival_rate, "ttft_model": self.ttft_model,
-                "source": "analytic", "rhos": list(self.rhos), "pools": [p.to_json() for p in self.pools],
-                "fleet_points": [f.to_json() for f in self.fleet_points], "fleet_now": self.fleet_now.to_json(),
-                "overrides": list(self.overrides)}
+        """The document, built by its model (:class:`fleetopt.optimizer.output.contract.RhoSweepDocument`)."""
+        return build(RhoSweepDocument, self, schema_version=SCHEMA_VERSION, command="tpw --rho-sweep",
+                     source="analytic", pools=[p.to_json() for p in self.pools],
+                     fleet_points=[f.to_json() for f in self.fleet_points], fleet_now=self.fleet_now.to_json())
 
 
 def parse_rhos(text: str | None, field: str = "--rho") -> tuple[float, ...]:
