@@ -21,6 +21,7 @@ reason; dominated choices are pruned (:func:`prune_dominated`).
 from __future__ import annotations
 
 import time
+from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from functools import partial
@@ -240,6 +241,7 @@ def generate_candidates(instance: Instance, deadline: Deadline | None = None,
     grid = grid[grid <= b[-1]]
     pools, choices, dropped = _Columns(), _Columns(), []
     raws: dict[int, object] = {}  # chunk tokens -> raw sums of every row (_traffic)
+    uses = Counter(opt.profile.chunk_tokens for opt in instance.gpus)
     unsized: list[str] = []
     aggregated = instance.pools.disaggregation != "only"
     for g_idx, opt in enumerate(instance.gpus if aggregated else ()):
@@ -253,6 +255,9 @@ def generate_candidates(instance: Instance, deadline: Deadline | None = None,
                 basis = segment_basis(w.lengths, grid, chunk, w.input_fraction)
                 raws[chunk] = _traffic(instance, basis, grid, b, gammas, rows, chunk)
             inputs = _option_inputs(instance, opt, raws[chunk], b, rows)
+            uses[chunk] -= 1
+            if not uses[chunk]:  # kept only while a later option has the same chunk (peak memory)
+                del raws[chunk]
             if cache is not None:
                 cache.inputs[g_idx] = inputs
         _size_option(instance, g_idx, opt, inputs, b, rows, pools, choices, dropped, cache)
