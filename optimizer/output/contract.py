@@ -311,7 +311,9 @@ def build(model: type[BaseModel], record: object = None, /, **values) -> dict:
     """The JSON object of a ``model`` built from its declared fields, in their order: each field's value from
     ``values`` when given there, else the attribute of that name of ``record`` (a workflow's dataclass), validated
     (strict types) and dumped by the model, so the model is the one declaration of a document's keys, their types
-    and their order. numpy scalars become Python ones and tuples lists; nested objects may be given as mappings.
+    and their order. A field with a default (a key written only sometimes) is left out unless given in ``values``
+    or ``record`` holds another value.
+    numpy scalars become Python ones and tuples lists; nested objects may be given as mappings.
 
     Raises
     ------
@@ -328,7 +330,8 @@ def build(model: type[BaseModel], record: object = None, /, **values) -> dict:
     if unknown:
         raise ValueError(f"{model.__name__} declares no {', '.join(unknown)}")
     data = {name: _plain(values[name] if name in values else getattr(record, name)) for name in fields
-            if name in values or hasattr(record, name)}
+            if name in values or hasattr(record, name) and (fields[name].is_required()
+                                                             or getattr(record, name) != fields[name].default)}
     try:
         instance = model.model_validate(data)
     except ValidationError as err:
@@ -336,7 +339,7 @@ def build(model: type[BaseModel], record: object = None, /, **values) -> dict:
     undeclared = _undeclared(instance)
     if undeclared:
         raise ValueError(f"{model.__name__} declares no {', '.join(undeclared)}")
-    return instance.model_dump()
+    return instance.model_dump(exclude_unset=True)
 
 
 def pool_analytic(p: PoolResult) -> dict:
@@ -783,12 +786,55 @@ class FrontierDocument(Document):
 
 
 class _HeadroomPool(_Open):
+    """One pool's analytic limit (``fleetopt.optimizer.workflows.headroom.PoolLimit``)."""
+
     min_tokens: int
     max_tokens: int
     gpu: str
     replicas: int
-    max_arrival_rate: Figure
-    limited_by: str
+    routing_share: Figure
+    max_arrival_rate: Figure = Field(description="the largest fleet rate at which the pool carries its share "
+                                                 "(null: no traffic, or no limit below the search's top)")
+    pool_arrival_rate: Figure = Field(description="routing_share x max_arrival_rate")
+    limited_by: str = Field(description="what fails just above the limit (empty: nothing)")
+    ttft_p99_ms: Figure = Field(description="the pool's analytic P99 TTFT at the limit")
+    capacity_load: Figure = Field(description="the pool's capacity load at the limit")
+    ttft_p99_ms_above: Figure = Field(description="the pool's analytic P99 TTFT one grid step above the limit")
+    capacity_load_above: Figure
+
+
+class _HeadroomProbe(_Open):
+    """One simulated rate of a pool's search: the pool alone at its share of the fleet rate."""
+
+    arrival_rate: float = Field(description="the fleet rate (req/s)")
+    pool_arrival_rate: Figure
+    slo_met: bool
+    ttft_p99_ms: Figure
+    ttft_p99_ci_ms: Interval
+    requests: int = Field(description="measured requests of the pool (all replications)")
+
+
+class _HeadroomPoolSim(_Open):
+    """One pool's simulated limit: the largest passing and the smallest failing fleet rate of the grid."""
+
+    pool: str
+    routing_share: Figure
+    max_arrival_rate_sim: Figure
+    min_failing_rate_sim: Figure
+    probes: list[_HeadroomProbe]
+
+
+class _HeadroomSim(_Open):
+    """The simulated limit (``headroom --verify``): the least of the pools'."""
+
+    max_arrival_rate_sim: Figure
+    binding_pool: str | None
+    tolerance_req_per_s: float
+    rule: str
+    ci: str
+    simulations: int
+    options: dict = Field(description="the simulation settings")
+    pools: list[_HeadroomPoolSim]
 
 
 class HeadroomDocument(Document):
@@ -797,17 +843,30 @@ class HeadroomDocument(Document):
     command: Literal["headroom"]
     instance: str
     fleet: str
+    source: Literal["analytic"]
     arrival_rate: float
     slo_ttft_p99_ms: float
+    ttft_model: str
+    scope: str
+    max_utilization: float
     max_arrival_rate: Figure
     binding_pool: str | None
+    binding_pool_index: int | None = Field(description="0-based index into pools of binding_pool (null: the "
+                                                       "fleet-wide P99 binds, or nothing)")
     limited_by: str
+    fleet_p99_limit: Figure = Field(description="fleet scope only: the largest rate at which the fleet-wide P99 "
+                                                "meets the SLO")
+    tolerance_req_per_s: float
+    evaluations: int = Field(description="analytic evaluations of the fleet the search made")
     pools: list[_HeadroomPool]
+    overrides: list[str] = Field(description="the --set overrides the instance was loaded with")
     slo_met: bool = Field(description="the fleet meets its SLO at the instance's arrival_rate")
     limits_ok: bool = Field(description="the fleet breaks no limit of the instance at its arrival_rate "
                                         "(false: exit code 6)")
     violations: list[str] = Field(description="every instance limit the fleet breaks at its arrival_rate "
                                               "(as evaluate's)")
+    max_arrival_rate_sim: Figure = Field(None, description="--verify only: sim.max_arrival_rate_sim")
+    sim: _HeadroomSim | None = Field(None, description="--verify only: the simulated limit")
 
 
 class _DiffPoolChange(_Open):

@@ -93,6 +93,8 @@ __all__ = ["SCHEMA_VERSION", "RATE_TOLERANCE_REQ_PER_S", "MAX_RATE_REQ_PER_S", "
            "parse_range", "MAX_RANGE_POINTS"]
 
 from fleetopt.optimizer.output.contract import SCHEMA_VERSION  # noqa: E402 (one contract version)
+from fleetopt.optimizer.output.contract import HeadroomDocument, build  # noqa: E402
+from fleetopt.optimizer.output.contract import _HeadroomPool, _HeadroomPoolSim, _HeadroomProbe, _HeadroomSim  # noqa: E402
 """Version of the JSON contracts of :meth:`Headroom.to_json` and :meth:`StepSchedule.to_json`."""
 RATE_TOLERANCE_REQ_PER_S = 0.01
 r"""Grid :math:`\delta` of the analytic limit (req/s): the limit is carried, the limit plus :math:`\delta` is not."""
@@ -141,12 +143,8 @@ class PoolLimit:
         return f"{self.min_tokens}-{self.max_tokens}:{self.gpu}x{self.replicas}"
 
     def to_json(self) -> dict:
-        return {"min_tokens": self.min_tokens, "max_tokens": self.max_tokens, "gpu": self.gpu,
-                "replicas": self.replicas, "routing_share": self.routing_share,
-                "max_arrival_rate": self.max_arrival_rate,
-                "pool_arrival_rate": self.routing_share * self.max_arrival_rate,
-                "limited_by": self.limited_by, "ttft_p99_ms": self.ttft_p99_ms, "capacity_load": self.capacity_load,
-                "ttft_p99_ms_above": self.ttft_p99_ms_above, "capacity_load_above": self.capacity_load_above}
+        """Built by its model (:class:`fleetopt.optimizer.output.contract._HeadroomPool`) from these fields."""
+        return build(_HeadroomPool, self, pool_arrival_rate=self.routing_share * self.max_arrival_rate)
 
 
 @dataclass(frozen=True)
@@ -163,9 +161,8 @@ class SimProbe:
     """Measured requests of the pool (all replications)."""
 
     def to_json(self) -> dict:
-        return {"arrival_rate": self.arrival_rate, "pool_arrival_rate": self.pool_arrival_rate,
-                "slo_met": self.slo_met, "ttft_p99_ms": self.ttft_p99_ms, "ttft_p99_ci_ms": list(self.ttft_p99_ci_ms),
-                "requests": self.requests}
+        """Built by its model (:class:`fleetopt.optimizer.output.contract._HeadroomProbe`) from these fields."""
+        return build(_HeadroomProbe, self)
 
 
 @dataclass(frozen=True)
@@ -181,8 +178,9 @@ class PoolSimLimit:
     probes: tuple[SimProbe, ...]
 
     def to_json(self) -> dict:
-        return {"pool": self.label, "routing_share": self.share, "max_arrival_rate_sim": self.max_arrival_rate_sim,
-                "min_failing_rate_sim": self.min_failing_rate_sim, "probes": [q.to_json() for q in self.probes]}
+        """Built by its model (:class:`fleetopt.optimizer.output.contract._HeadroomPoolSim`)."""
+        return build(_HeadroomPoolSim, self, pool=self.label, routing_share=self.share,
+                     probes=[q.to_json() for q in self.probes])
 
 
 @dataclass(frozen=True)
@@ -203,11 +201,10 @@ class SimLimit:
         return sum(len(q.probes) for q in self.pools)
 
     def to_json(self) -> dict:
-        return {"max_arrival_rate_sim": self.max_arrival_rate_sim,
-                "binding_pool": None if self.binding_pool is None else self.pools[self.binding_pool].label,
-                "tolerance_req_per_s": self.tolerance_req_per_s, "rule": self.rule, "ci": self.ci,
-                "simulations": self.simulations, "options": self.options.to_json(),
-                "pools": [q.to_json() for q in self.pools]}
+        """Built by its model (:class:`fleetopt.optimizer.output.contract._HeadroomSim`)."""
+        return build(_HeadroomSim, self,
+                     binding_pool=None if self.binding_pool is None else self.pools[self.binding_pool].label,
+                     options=self.options.to_json(), pools=[q.to_json() for q in self.pools])
 
 
 @dataclass(frozen=True)
@@ -247,19 +244,13 @@ class Headroom:
         return "fleet P99 TTFT" if self.fleet_p99_limit is not None and math.isfinite(self.max_arrival_rate) else None
 
     def to_json(self) -> dict:
-        out = {"schema_version": SCHEMA_VERSION, "command": "headroom", "instance": self.instance,
-               "fleet": self.fleet, "source": "analytic", "arrival_rate": self.arrival_rate,
-               "slo_ttft_p99_ms": self.slo_ttft_p99_ms, "ttft_model": self.ttft_model, "scope": self.scope,
-               "max_utilization": self.max_utilization, "max_arrival_rate": self.max_arrival_rate,
-               "binding_pool": self.binding_label, "binding_pool_index": self.binding_pool,
-               "limited_by": self.limited_by, "fleet_p99_limit": self.fleet_p99_limit,
-               "tolerance_req_per_s": self.tolerance_req_per_s, "evaluations": self.evaluations,
-               "pools": [p.to_json() for p in self.pools], "overrides": list(self.overrides),
-               "slo_met": self.slo_met, "limits_ok": not self.violations, "violations": list(self.violations)}
-        if self.sim is not None:
-            out["max_arrival_rate_sim"] = self.sim.max_arrival_rate_sim
-            out["sim"] = self.sim.to_json()
-        return out
+        """The document, built by its model (:class:`fleetopt.optimizer.output.contract.HeadroomDocument`); the
+        simulated limit (``max_arrival_rate_sim``, ``sim``) only with ``--verify``."""
+        sim = {} if self.sim is None else {"max_arrival_rate_sim": self.sim.max_arrival_rate_sim,
+                                           "sim": self.sim.to_json()}
+        return build(HeadroomDocument, self, schema_version=SCHEMA_VERSION, command="headroom", source="analytic",
+                     binding_pool=self.binding_label, binding_pool_index=self.binding_pool,
+                     pools=[p.to_json() for p in self.pools], limits_ok=not self.violations, **sim)
 
 
 @dataclass(frozen=True)
