@@ -1025,21 +1025,59 @@ class _DepthEvent(_Open):
     undecided_pools: list[str]
 
 
+class _DepthPool(_Open):
+    """One pool at one curtailment depth (``fleetopt.optimizer.workflows.gridflex.PoolDepth``)."""
+
+    pool: str
+    replicas: int = Field(description="replicas left in service")
+    replicas_out: int = Field(description="replicas taken out of service")
+    batch_cap: int
+    power_cap_w: Figure
+    replica_power_at_cap_w: Figure
+    power_w: Figure
+    utilization: Figure
+    ttft_p99_ms_analytic: Figure
+    ttft_p99_ms_event: Figure
+    ttft_p99_ci_ms_event: Interval
+    power_w_event: Figure
+    drain_s_event: Figure
+    measured_event: int
+    sustained_ok: bool
+    event_ok: bool
+    event_verdict: str = Field(description="met, breach or undecided; empty when not simulated")
+
+
 class _Depth(_Open):
     depth: float
+    batch_cap: int | None = Field(description="the cap of a one-pool fleet (null with several pools)")
+    power_kw: Figure
+    ttft_p99_ms_analytic: Figure
+    ttft_p99_ms_event: Figure
+    ttft_p99_ci_ms_event: Interval
+    power_kw_event: Figure
+    drain_s_event: Figure
+    sustained_ok: bool
+    event_ok: bool
+    simulated: bool
     lever: str
     delivered_reduction: Figure
     draw_kw: Figure
     uncurtailed_draw_kw: Figure
     source: Literal["analytic"]
     verdict: Literal["met", "breach"]
+    delivers: bool
     event: _DepthEvent
-    power_kw: Figure
-    ttft_p99_ms_analytic: Figure
-    ttft_p99_ms_event: Figure
-    sustained_ok: bool
-    event_ok: bool
-    pools: list[dict]
+    pools: list[_DepthPool]
+
+
+class _GridFlexSources(_Open):
+    """Where each figure of a depth comes from."""
+
+    batch_cap: str
+    power_kw: str
+    delivered_reduction: str
+    ttft_p99_ms_analytic: str
+    ttft_p99_ms_event: str
 
 
 class GridFlexDocument(Document):
@@ -1049,11 +1087,25 @@ class GridFlexDocument(Document):
     command: Literal["gridflex"]
     instance: str
     fleet: str
+    arrival_rate: float
+    slo_ttft_p99_ms: float
+    ttft_model: str
+    scope: str
     convention: Literal["delivered", "seed"]
-    undecided_pools: list[str]
+    convention_label: str
+    source: _GridFlexSources
+    event_seconds: float
+    warmup_seconds: float
+    tail_seconds: float
+    replications: int
+    seed: int
+    event_model: str
     depths: list[_Depth]
     max_safe_depth_sustained: float | None
     max_safe_depth_event: float | None
+    undecided_pools: list[str]
+    overrides: list[str] = Field(description="the --set overrides the instance was loaded with")
+    wall_seconds: float = Field(description="wall-clock time of the sweep (s)")
 
 
 class ProfileFitDocument(Document):

@@ -141,6 +141,7 @@ __all__ = ["SCHEMA_VERSION", "DEFAULT_DEPTHS_PCT", "CONVENTIONS", "DELIVERED_LAB
            "PoolDepth", "DepthRow", "GridFlex", "cap_under", "parse_depths", "drain_s", "event_replication", "gridflex"]
 
 from fleetopt.optimizer.output.contract import SCHEMA_VERSION  # noqa: E402 (one contract version)
+from fleetopt.optimizer.output.contract import GridFlexDocument, _Depth, _DepthPool, build  # noqa: E402
 """Version of the JSON contract of :meth:`GridFlex.to_json`."""
 DEFAULT_DEPTHS_PCT = tuple(range(0, 55, 5))
 """Depths of ``--depths`` by default, in % of the uncurtailed power: 0, 5, ..., 50."""
@@ -201,14 +202,8 @@ class PoolDepth:
     """``met`` / ``breach`` / ``undecided`` (module docstring, "Event verdict"); empty when not simulated."""
 
     def to_json(self) -> dict:
-        return {"pool": self.label, "replicas": self.replicas, "replicas_out": self.replicas_out,
-                "batch_cap": self.batch_cap,
-                "power_cap_w": self.power_cap_w, "replica_power_at_cap_w": self.replica_power_at_cap_w,
-                "power_w": self.power_w, "utilization": self.utilization,
-                "ttft_p99_ms_analytic": self.ttft_p99_ms_analytic, "ttft_p99_ms_event": self.ttft_p99_ms_event,
-                "ttft_p99_ci_ms_event": list(self.ttft_p99_ci_ms_event), "power_w_event": self.power_w_event,
-                "drain_s_event": self.drain_s_event, "measured_event": self.measured_event,
-                "sustained_ok": self.sustained_ok, "event_ok": self.event_ok, "event_verdict": self.event_verdict}
+        """Built by its model (:class:`fleetopt.optimizer.output.contract._DepthPool`) from these fields."""
+        return build(_DepthPool, self, pool=self.label)
 
 
 @dataclass(frozen=True)
@@ -254,17 +249,12 @@ class DepthRow:
         return self.pools[0].batch_cap if len(self.pools) == 1 else None
 
     def to_json(self) -> dict:
-        return {"depth": self.depth, "batch_cap": self.batch_cap, "power_kw": self.power_kw,
-                "ttft_p99_ms_analytic": self.ttft_p99_ms_analytic, "ttft_p99_ms_event": self.ttft_p99_ms_event,
-                "ttft_p99_ci_ms_event": list(self.ttft_p99_ci_ms_event), "power_kw_event": self.power_kw_event,
-                "drain_s_event": self.drain_s_event, "sustained_ok": self.sustained_ok, "event_ok": self.event_ok,
-                "simulated": self.simulated, "lever": self.lever, "delivered_reduction": self.delivered_reduction,
-                "draw_kw": self.power_kw, "uncurtailed_draw_kw": self.uncurtailed_draw_kw, "source": "analytic",
-                "verdict": self.verdict, "delivers": self.delivers,
-                "event": {"delivered_reduction": self.event_delivered_reduction, "draw_kw": self.power_kw_event,
-                          "uncurtailed_draw_kw": self.event_uncurtailed_draw_kw, "source": "simulated",
-                          "verdict": self.event_verdict or None, "undecided_pools": list(self.undecided_pools)},
-                "pools": [p.to_json() for p in self.pools]}
+        """Built by its model (:class:`fleetopt.optimizer.output.contract._Depth`) from these fields."""
+        return build(_Depth, self, draw_kw=self.power_kw, source="analytic",
+                     event={"delivered_reduction": self.event_delivered_reduction, "draw_kw": self.power_kw_event,
+                            "uncurtailed_draw_kw": self.event_uncurtailed_draw_kw, "source": "simulated",
+                            "verdict": self.event_verdict or None, "undecided_pools": list(self.undecided_pools)},
+                     pools=[p.to_json() for p in self.pools])
 
 
 @dataclass(frozen=True)
@@ -300,23 +290,17 @@ class GridFlex:
         return next((r for r in self.depths if r.depth == d), None)
 
     def to_json(self) -> dict:
-        return {"schema_version": SCHEMA_VERSION, "command": "gridflex", "instance": self.instance,
-                "fleet": self.fleet, "arrival_rate": self.arrival_rate, "slo_ttft_p99_ms": self.slo_ttft_p99_ms,
-                "ttft_model": self.ttft_model, "scope": self.scope, "convention": self.convention,
-                "convention_label": self.convention_label,
-                "source": {"batch_cap": ("inverse of the power model" if self.convention == "seed"
-                                         else "lever search (analytic)"), "power_kw": "analytic",
-                           "delivered_reduction": "analytic (event.delivered_reduction: simulated)",
-                           "ttft_p99_ms_analytic": "analytic (steady state at the cap)",
-                           "ttft_p99_ms_event": "simulated event window from the loaded steady state"},
-                "event_seconds": self.event_s, "warmup_seconds": self.warmup_s, "tail_seconds": self.tail_s,
-                "replications": self.replications, "seed": self.seed, "event_model": self.event_model,
-                "depths": [r.to_json() for r in self.depths],
-                "max_safe_depth_sustained": self.max_safe_depth_sustained,
-                "max_safe_depth_event": self.max_safe_depth_event,
-                "undecided_pools": sorted({x for r in self.depths for x in r.undecided_pools}),
-                "overrides": list(self.overrides),
-                "wall_seconds": self.wall_s}
+        """The document, built by its model (:class:`fleetopt.optimizer.output.contract.GridFlexDocument`)."""
+        return build(GridFlexDocument, self, schema_version=SCHEMA_VERSION, command="gridflex",
+                     source={"batch_cap": ("inverse of the power model" if self.convention == "seed"
+                                           else "lever search (analytic)"), "power_kw": "analytic",
+                             "delivered_reduction": "analytic (event.delivered_reduction: simulated)",
+                             "ttft_p99_ms_analytic": "analytic (steady state at the cap)",
+                             "ttft_p99_ms_event": "simulated event window from the loaded steady state"},
+                     event_seconds=self.event_s, warmup_seconds=self.warmup_s, tail_seconds=self.tail_s,
+                     depths=[r.to_json() for r in self.depths],
+                     undecided_pools=sorted({x for r in self.depths for x in r.undecided_pools}),
+                     wall_seconds=self.wall_s)
 
     def to_csv_rows(self) -> list[dict]:
         return [{"depth": r.depth, "lever": r.lever, "batch_cap": "" if r.batch_cap is None else r.batch_cap,
