@@ -54,7 +54,9 @@ from fleetopt.models.profiles import ReplicaUnit
 from fleetopt.optimizer.errors import InstanceError, format_problem
 from fleetopt.optimizer.io.files import read_json
 from fleetopt.optimizer.io.solve_json import json_kind, read_solve_plan, whole_number
-from fleetopt.optimizer.output.contract import SCHEMA_VERSION
+from fleetopt.optimizer.output.contract import SCHEMA_VERSION, DiffDocument, build
+from fleetopt.optimizer.output.contract import FleetChange as FleetChangeModel
+from fleetopt.optimizer.output.contract import _DiffHardware, _DiffOption, _DiffPlan, _DiffPoolChange
 
 __all__ = ["PLAN_COMMANDS", "PoolRow", "PoolChange", "OptionChange", "HardwareChange", "FleetChange", "PlanSide",
            "PlanDiff", "hardware_of", "result_rows", "compare_pools", "read_plan", "diff_plans", "diff_files",
@@ -133,18 +135,16 @@ class PoolChange:
         return (0 if self.b is None else self.b.physical_gpus) - (0 if self.a is None else self.a.physical_gpus)
 
     def to_json(self) -> dict:
+        """Built by its model (:class:`fleetopt.optimizer.output.contract._DiffPoolChange`); an absent side has no
+        segment and no replicas."""
         r, a, b = self.row, self.a, self.b
-        return {"change": self.change, "gpu": r.gpu, "phase": r.phase, "hardware": r.hardware,
-                "physical_gpus_per_replica": r.physical_gpus_per_replica,
-                "min_tokens_a": None if a is None else a.min_tokens,
-                "max_tokens_a": None if a is None else a.max_tokens,
-                "min_tokens_b": None if b is None else b.min_tokens,
-                "max_tokens_b": None if b is None else b.max_tokens,
-                "replicas_a": 0 if a is None else a.replicas, "replicas_b": 0 if b is None else b.replicas,
-                "replicas_delta": self.replicas_delta,
-                "physical_gpus_a": 0 if a is None else a.physical_gpus,
-                "physical_gpus_b": 0 if b is None else b.physical_gpus,
-                "physical_gpus_delta": self.physical_gpus_delta}
+        return build(_DiffPoolChange, self, gpu=r.gpu, phase=r.phase, hardware=r.hardware,
+                     physical_gpus_per_replica=r.physical_gpus_per_replica,
+                     min_tokens_a=None if a is None else a.min_tokens, max_tokens_a=None if a is None else a.max_tokens,
+                     min_tokens_b=None if b is None else b.min_tokens, max_tokens_b=None if b is None else b.max_tokens,
+                     replicas_a=0 if a is None else a.replicas, replicas_b=0 if b is None else b.replicas,
+                     physical_gpus_a=0 if a is None else a.physical_gpus,
+                     physical_gpus_b=0 if b is None else b.physical_gpus)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -158,10 +158,9 @@ class OptionChange:
     physical_gpus_b: int
 
     def to_json(self) -> dict:
-        return {"gpu": self.gpu, "replicas_a": self.replicas_a, "replicas_b": self.replicas_b,
-                "replicas_delta": self.replicas_b - self.replicas_a, "physical_gpus_a": self.physical_gpus_a,
-                "physical_gpus_b": self.physical_gpus_b,
-                "physical_gpus_delta": self.physical_gpus_b - self.physical_gpus_a}
+        """Built by its model (:class:`fleetopt.optimizer.output.contract._DiffOption`) from these fields."""
+        return build(_DiffOption, self, replicas_delta=self.replicas_b - self.replicas_a,
+                     physical_gpus_delta=self.physical_gpus_b - self.physical_gpus_a)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -181,8 +180,8 @@ class HardwareChange:
         return "buy" if self.delta > 0 else "release" if self.delta < 0 else "keep"
 
     def to_json(self) -> dict:
-        return {"hardware": self.hardware, "physical_gpus_a": self.physical_gpus_a,
-                "physical_gpus_b": self.physical_gpus_b, "physical_gpus_delta": self.delta, "action": self.action}
+        """Built by its model (:class:`fleetopt.optimizer.output.contract._DiffHardware`) from these fields."""
+        return build(_DiffHardware, self, physical_gpus_delta=self.delta)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -229,15 +228,12 @@ class FleetChange:
         return text
 
     def to_json(self) -> dict:
-        return {"pools": [c.to_json() for c in self.pools], "options": [o.to_json() for o in self.options],
-                "hardware": [h.to_json() for h in self.hardware], "boundaries_a": list(self.boundaries_a),
-                "boundaries_b": list(self.boundaries_b),
-                "boundary_moves": [{"from_tokens": a, "to_tokens": b} for a, b in self.boundary_moves],
-                "boundaries_added": list(self.boundaries_added), "boundaries_removed": list(self.boundaries_removed),
-                "replicas_delta": self.replicas_delta, "physical_gpus_delta": self.physical_gpus_delta,
-                "cost_per_hr_delta": self.cost_per_hr_delta,
-                "cost_per_year_delta": None if self.cost_per_hr_delta is None else self.cost_per_hr_delta * _HOURS,
-                "unchanged": self.unchanged, "summary": self.summary()}
+        """Built by its model (:class:`fleetopt.optimizer.output.contract.FleetChange`) from these fields."""
+        return build(FleetChangeModel, self, pools=[c.to_json() for c in self.pools],
+                     options=[o.to_json() for o in self.options], hardware=[h.to_json() for h in self.hardware],
+                     boundary_moves=[{"from_tokens": a, "to_tokens": b} for a, b in self.boundary_moves],
+                     cost_per_year_delta=None if self.cost_per_hr_delta is None else self.cost_per_hr_delta * _HOURS,
+                     summary=self.summary())
 
 
 _HOURS = 8760.0
@@ -371,14 +367,8 @@ class PlanSide:
     ttft_p99_ci_ms: tuple[float | None, float | None] | None
 
     def to_json(self) -> dict:
-        return {"file": self.file, "command": self.command, "instance": self.instance, "plan": self.label,
-                "fleet": self.fleet, "overrides": list(self.overrides), "slo_ttft_p99_ms": self.slo_ttft_p99_ms,
-                "arrival_rate": self.arrival_rate, "physical_gpus": self.physical_gpus,
-                "total_replicas": self.total_replicas, "cost_per_hr": self.cost_per_hr,
-                "cost_per_year": self.cost_per_year, "power_kw": self.power_kw, "tok_per_watt": self.tok_per_watt,
-                "usd_per_million_output_tokens": self.usd_per_million_output_tokens, "slo_met": self.slo_met,
-                "slo_source": self.slo_source, "ttft_p99_ms": self.ttft_p99_ms,
-                "ttft_p99_ci_ms": None if self.ttft_p99_ci_ms is None else list(self.ttft_p99_ci_ms)}
+        """Built by its model (:class:`fleetopt.optimizer.output.contract._DiffPlan`) from these fields."""
+        return build(_DiffPlan, self, plan=self.label)
 
 
 def _number(value) -> float | None:
@@ -571,10 +561,10 @@ class PlanDiff:
                                                         a.usd_per_million_output_tokens)}
 
     def to_json(self) -> dict:
+        """The document, built by its model (:class:`fleetopt.optimizer.output.contract.DiffDocument`)."""
         same = self.a.instance if self.a.instance == self.b.instance else None
-        return {"schema_version": SCHEMA_VERSION, "command": "diff", "instance": same,
-                "same_instance": self.same_instance, "instance_note": self.instance_note,
-                "a": self.a.to_json(), "b": self.b.to_json(), "change": self.change.to_json(), "delta": self.delta()}
+        return build(DiffDocument, self, schema_version=SCHEMA_VERSION, command="diff", instance=same,
+                     a=self.a.to_json(), b=self.b.to_json(), change=self.change.to_json(), delta=self.delta())
 
 
 def _instance_note(a: PlanSide, b: PlanSide) -> str | None:
