@@ -930,10 +930,41 @@ class FleetChange(_Open):
     summary: str = Field(description="the change in words: GPUs to buy / release per hardware, the $/hr delta")
 
 
+class _RangePool(_Open):
+    min_tokens: int
+    max_tokens: int
+    gpu: str
+    replicas: int
+    phase: Literal["both", "prefill", "decode"] = "both"
+    hardware: str = Field("", description="the profile's GPU (its name up to the first /), else the GPU option")
+    physical_gpus: int = 0
+
+
+class _RangeFleet(_Open):
+    """The optimal fleet at one rate of ``headroom --range`` (no plan: ``fleet`` null and costs null)."""
+
+    arrival_rate: float
+    status: str = Field(description="the solve's status at this rate")
+    fleet: str | None
+    total_gpus: int | None
+    total_replicas: int | None
+    physical_gpus: int | None
+    cost_per_hr: Figure
+    cost_per_year: Figure
+    pools: list[_RangePool]
+
+
+class _RangePlateau(_RangeFleet):
+    add_capacity_before: Figure = Field(description="the step rate that ends the plateau (null: it lasts to the "
+                                                    "range's top)")
+    change: FleetChange | None = Field(description="from the current fleet (--fleet) to the plateau's fleet "
+                                                   "(null without --fleet)")
+
+
 class _RangeStep(_Open):
     arrival_rate: float
-    before: dict
-    after: dict
+    before: _RangeFleet
+    after: _RangeFleet
     change: FleetChange = Field(description="what to add at the step: from the current fleet (--fleet) or else "
                                             "from the previous step's fleet")
     change_from_previous: FleetChange
@@ -944,13 +975,17 @@ class HeadroomRangeDocument(Document):
 
     command: Literal["headroom --range"]
     instance: str
+    source: str
     range: list[float] = Field(min_length=2, max_length=2)
-    steps: list[_RangeStep]
-    plateaus: list[dict]
-    solved: list[dict]
-    current_fleet: dict | None = Field(description="the --fleet at the instance's rate (null without --fleet)")
+    slo_ttft_p99_ms: float
+    ttft_model: str
+    current_fleet: _RangeFleet | None = Field(description="the --fleet at the instance's rate (null without --fleet)")
     reference: Literal["current fleet", "previous step"] = Field(
         description="what each step's change is measured from")
+    steps: list[_RangeStep]
+    plateaus: list[_RangePlateau]
+    solved: list[_RangeFleet] = Field(description="every rate solved, by increasing rate")
+    overrides: list[str] = Field(description="the --set overrides the instance was loaded with")
 
 
 class _DiffPlan(_Open):

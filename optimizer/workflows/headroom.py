@@ -93,7 +93,8 @@ __all__ = ["SCHEMA_VERSION", "RATE_TOLERANCE_REQ_PER_S", "MAX_RATE_REQ_PER_S", "
            "parse_range", "MAX_RANGE_POINTS"]
 
 from fleetopt.optimizer.output.contract import SCHEMA_VERSION  # noqa: E402 (one contract version)
-from fleetopt.optimizer.output.contract import HeadroomDocument, build  # noqa: E402
+from fleetopt.optimizer.output.contract import HeadroomDocument, HeadroomRangeDocument, build  # noqa: E402
+from fleetopt.optimizer.output.contract import _RangeFleet, _RangeStep  # noqa: E402
 from fleetopt.optimizer.output.contract import _HeadroomPool, _HeadroomPoolSim, _HeadroomProbe, _HeadroomSim  # noqa: E402
 """Version of the JSON contracts of :meth:`Headroom.to_json` and :meth:`StepSchedule.to_json`."""
 RATE_TOLERANCE_REQ_PER_S = 0.01
@@ -274,13 +275,12 @@ class RangePoint:
         return sum(r.physical_gpus for r in self.rows) if self.fleet is not None else None
 
     def to_json(self) -> dict:
+        """Built by its model (:class:`fleetopt.optimizer.output.contract._RangeFleet`) from these fields; a pool
+        with its :attr:`rows` entry says its phase, hardware and physical GPUs."""
         pools = [{"min_tokens": lo, "max_tokens": hi, "gpu": g, "replicas": n} for lo, hi, g, n in self.pools]
         for d, r in zip(pools, self.rows):
             d.update(phase=r.phase, hardware=r.hardware, physical_gpus=r.physical_gpus)
-        return {"arrival_rate": self.arrival_rate, "status": self.status, "fleet": self.fleet,
-                "total_gpus": self.total_gpus, "total_replicas": self.total_replicas,
-                "physical_gpus": self.physical_gpus, "cost_per_hr": self.cost_per_hr,
-                "cost_per_year": self.cost_per_year, "pools": pools}
+        return build(_RangeFleet, self, pools=pools)
 
 
 def fleet_change(a: RangePoint, b: RangePoint) -> FleetChange:
@@ -313,8 +313,9 @@ class FleetStep:
         return fleet_change(self.before if self.current is None else self.current, self.after)
 
     def to_json(self) -> dict:
-        return {"arrival_rate": self.arrival_rate, "before": self.before.to_json(), "after": self.after.to_json(),
-                "change": self.change.to_json(), "change_from_previous": self.change_from_previous.to_json()}
+        """Built by its model (:class:`fleetopt.optimizer.output.contract._RangeStep`)."""
+        return build(_RangeStep, self, before=self.before.to_json(), after=self.after.to_json(),
+                     change=self.change.to_json(), change_from_previous=self.change_from_previous.to_json())
 
 
 @dataclass(frozen=True)
@@ -336,17 +337,16 @@ class StepSchedule:
     before."""
 
     def to_json(self) -> dict:
-        return {"schema_version": SCHEMA_VERSION, "command": "headroom --range", "instance": self.instance,
-                "source": "analytic (re-solved at each rate)", "range": [self.lo, self.hi],
-                "slo_ttft_p99_ms": self.slo_ttft_p99_ms, "ttft_model": self.ttft_model,
-                "current_fleet": None if self.current is None else self.current.to_json(),
-                "reference": "previous step" if self.current is None else "current fleet",
-                "steps": [s.to_json() for s in self.steps],
-                "plateaus": [{**p.to_json(), "add_capacity_before": until,
-                              "change": None if self.current is None else fleet_change(self.current, p).to_json()}
-                             for p, until in self.plateaus],
-                "solved": [p.to_json() for p in sorted(self.solved, key=lambda p: p.arrival_rate)],
-                "overrides": list(self.overrides)}
+        """The document, built by its model (:class:`fleetopt.optimizer.output.contract.HeadroomRangeDocument`)."""
+        return build(HeadroomRangeDocument, self, schema_version=SCHEMA_VERSION, command="headroom --range",
+                     source="analytic (re-solved at each rate)", range=[self.lo, self.hi],
+                     current_fleet=None if self.current is None else self.current.to_json(),
+                     reference="previous step" if self.current is None else "current fleet",
+                     steps=[s.to_json() for s in self.steps],
+                     plateaus=[{**p.to_json(), "add_capacity_before": until,
+                                "change": None if self.current is None else fleet_change(self.current, p).to_json()}
+                               for p, until in self.plateaus],
+                     solved=[p.to_json() for p in sorted(self.solved, key=lambda p: p.arrival_rate)])
 
 
 # --------------------------------------------------------------------------------------------
