@@ -28,6 +28,15 @@ def pytest_collection_modifyitems(config, items):
 
 
 @pytest.fixture(autouse=True)
+def _fresh_solves():
+    """Every test solves afresh: the report cache of ``solve_instance`` (the notebook's repeated call) keys on the
+    instance and the options, not on module settings a test patches (``SPLIT_CUT_ROUNDS``, budgets)."""
+    from fleetopt.optimizer.plan.solve import clear_report_cache
+
+    clear_report_cache()
+
+
+@pytest.fixture(autouse=True)
 def _no_inherited_columns(monkeypatch):
     """Every test sees the width a plain pipe has (no ``COLUMNS``): pytest-xdist's workers inherit ``COLUMNS=80``
     from execnet, which would wrap piped prose at 80 under ``-n`` and not without it. A test that wants a width
