@@ -394,18 +394,24 @@ def sample_pools(rng: np.random.Generator, n: int, *, workloads=WORKLOADS, gpu_c
     ValueError
         For ``n < 0``, or when ``max_attempts`` attempts give fewer than ``n`` pools.
     """
+    return _draw_until(n, lambda: draw_pool(rng, workloads, gpu_choices, ttft_model), max_attempts, "pools")
+
+
+def _draw_until(n: int, draw, max_attempts: int | None, what: str) -> tuple:
+    """``n`` results of ``draw()``, calling it again where it returns None (a skipped draw); ``ValueError`` for
+    ``n < 0`` or when ``max_attempts`` calls (default ``50 n + 50``) give fewer."""
     if n < 0:
         raise ValueError(f"n: {n} must be >= 0")
     limit = 50 * n + 50 if max_attempts is None else int(max_attempts)
-    out: list[SampledPool] = []
+    out: list = []
     attempts = 0
     while len(out) < n:
         if attempts >= limit:
-            raise ValueError(f"max_attempts: {limit} attempts gave {len(out)} of {n} pools; widen the choices")
+            raise ValueError(f"max_attempts: {limit} attempts gave {len(out)} of {n} {what}; widen the choices")
         attempts += 1
-        pool = draw_pool(rng, workloads, gpu_choices, ttft_model)
-        if pool is not None:
-            out.append(pool)
+        item = draw()
+        if item is not None:
+            out.append(item)
     return tuple(out)
 
 
@@ -786,19 +792,7 @@ def sample_pairs(rng: np.random.Generator, n: int, *, workloads=WORKLOADS, group
                  max_attempts: int | None = None) -> tuple[SampledPair, ...]:
     """``n`` pairs drawn by :func:`draw_pair` from ``rng`` (skipped draws are drawn again; ``ValueError`` when
     ``max_attempts``, default ``50 n + 50``, give fewer)."""
-    if n < 0:
-        raise ValueError(f"n: {n} must be >= 0")
-    limit = 50 * n + 50 if max_attempts is None else int(max_attempts)
-    out: list[SampledPair] = []
-    attempts = 0
-    while len(out) < n:
-        if attempts >= limit:
-            raise ValueError(f"max_attempts: {limit} attempts gave {len(out)} of {n} pairs; widen the choices")
-        attempts += 1
-        pair = draw_pair(rng, workloads, groups)
-        if pair is not None:
-            out.append(pair)
-    return tuple(out)
+    return _draw_until(n, lambda: draw_pair(rng, workloads, groups), max_attempts, "pairs")
 
 
 def measure_pair(pair: SampledPair, options: SimOptions = agreement_options()) -> PairAgreement:  # noqa: B008 frozen dataclass default
