@@ -317,8 +317,8 @@ def _report_key(instance: Instance, options: SolveOptions) -> bytes | None:
     """
     if options.verbose or (options.time_limit_s is not None and math.isfinite(options.time_limit_s)):
         return None
-    fields = (options.top, options.mip_gap, options.threads, options.method, options.min_replicas,
-              options.forbidden, options.window_cuts, options.compute_baseline)
+    # every option but the clock (time is excluded above) shapes the answer: a field added later is keyed too
+    fields = tuple((f.name, getattr(options, f.name)) for f in dataclasses.fields(options) if f.name != "clock")
     try:
         blob = pickle.dumps((instance, fields), protocol=pickle.HIGHEST_PROTOCOL)
     except Exception:   # noqa: BLE001 - an unpicklable field: solve without the cache
