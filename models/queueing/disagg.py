@@ -75,6 +75,13 @@ REFERENCE_INPUT_SHARE = 0.75
 other 0.25). fleetopt's CDF workloads use :data:`fleetopt.models.workload.DEFAULT_INPUT_FRACTION` (0.8)."""
 
 
+def _cv2(probs: np.ndarray, values: np.ndarray) -> float:
+    """Squared coefficient of variation :math:`E[X^2]/E[X]^2 - 1` of a discrete law (0 where the mean is 0;
+    never below 0, which only rounding could give)."""
+    m = float(probs @ values)
+    return max(float(probs @ values**2) / (m * m) - 1.0, 0.0) if m > 0 else 0.0
+
+
 # ----------------------------------------------------------------------------------------------- KV transfer
 
 
@@ -326,8 +333,7 @@ class PhaseTraffic:
     @property
     def cv2_output(self) -> float:
         """Squared coefficient of variation of the output tokens (0 without output)."""
-        m = self.mean_output_tokens
-        return float(self.probs @ self.output_tokens**2 / (m * m) - 1.0) if m > 0 else 0.0
+        return _cv2(self.probs, self.output_tokens)
 
     @property
     def decode_context_sum_tokens(self) -> np.ndarray:
@@ -485,8 +491,7 @@ class PrefillStation:
     @property
     def cv2_service(self) -> float:
         """:math:`c_s^2 = E[S_p^2]/E[S_p]^2 - 1` (0 for an empty segment)."""
-        m = self.mean_service_s
-        return max(float(self.probs @ self.service_s**2) / (m * m) - 1.0, 0.0) if m > 0 else 0.0
+        return _cv2(self.probs, self.service_s)
 
     @property
     def ttft_atoms_s(self) -> np.ndarray:
