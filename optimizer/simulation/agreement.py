@@ -52,9 +52,11 @@ import csv
 import math
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from functools import cache
 from pathlib import Path
+from typing import TypeVar
 
 import numpy as np
 
@@ -397,13 +399,16 @@ def sample_pools(rng: np.random.Generator, n: int, *, workloads=WORKLOADS, gpu_c
     return _draw_until(n, lambda: draw_pool(rng, workloads, gpu_choices, ttft_model), max_attempts, "pools")
 
 
-def _draw_until(n: int, draw, max_attempts: int | None, what: str) -> tuple:
+_T = TypeVar("_T")
+
+
+def _draw_until(n: int, draw: Callable[[], _T | None], max_attempts: int | None, what: str) -> tuple[_T, ...]:
     """``n`` results of ``draw()``, calling it again where it returns None (a skipped draw); ``ValueError`` for
     ``n < 0`` or when ``max_attempts`` calls (default ``50 n + 50``) give fewer."""
     if n < 0:
         raise ValueError(f"n: {n} must be >= 0")
     limit = 50 * n + 50 if max_attempts is None else int(max_attempts)
-    out: list = []
+    out: list[_T] = []
     attempts = 0
     while len(out) < n:
         if attempts >= limit:
