@@ -33,9 +33,8 @@ import threading
 import time
 
 import numpy as np
-import pyomo.environ as pyo
-from pyomo.contrib.solver.common.factory import SolverFactory
 
+from fleetopt.solvers.pyomo_env import SolverFactory, pyo
 from fleetopt.solvers.outcome import Outcome, Termination, outcome_of
 from fleetopt.solvers.problem import FleetProblem
 from fleetopt.solvers.result import Solution, SolveResult

@@ -32,9 +32,9 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-import pyomo.environ as pyo
 
 from fleetopt.solvers.mip import Solution, SolveResult, _highs, _solve_once
+from fleetopt.solvers.pyomo_env import pyo
 
 __all__ = ["SplitProblem", "build_split_model", "slo_cut_rule", "solve_split"]
 

@@ -1,0 +1,22 @@
+"""``solvers/pyomo_env.py``: Pyomo loads without scipy's unused submodules, and scipy stays one module."""
+
+import subprocess
+import sys
+
+PROBE = """
+import sys
+import scipy, scipy.special
+from fleetopt.solvers import mip
+assert sys.modules["scipy"] is scipy, "scipy was loaded twice"
+print("stats" if "scipy.stats" in sys.modules else "no-stats")
+from pyomo.common.dependencies import scipy as deferred, scipy_available
+assert bool(scipy_available)
+assert deferred.special is scipy.special, "Pyomo's scipy is another module"
+print("stats" if "scipy.stats" in sys.modules else "no-stats")
+"""
+
+
+def test_pyomo_defers_scipy_and_resolves_to_the_loaded_module():
+    out = subprocess.run([sys.executable, "-c", PROBE], check=True, capture_output=True, text=True).stdout.split()
+    # not imported with the MIP; Pyomo's own finalisation still runs once Pyomo asks for scipy
+    assert out == ["no-stats", "stats"]
