@@ -451,10 +451,13 @@ def _simulate_routers(inst, fleet, plan_file, router, routers, spill_bound, json
               help="Double each agreement pool's run (up to 2 million requests) until its P99 TTFT interval is "
                    "within this percentage of it (default 5%, half the +-10% band it is judged by; none with "
                    "--quick; 'off': fixed-length runs).")
+@click.option("--reference-sim", default=None, metavar="CMD",
+              help="The reference tool's simulator command (e.g. vllm-sr-sim): its 'simulate' of the same fleet runs "
+                   "beside fleetopt's, and the simulate row gives the ratio.")
 @_json_opt
 @format_option
 @guard
-def bench(quick, json_out, agreement_pools, workers, agreement_precision, fmt):
+def bench(quick, json_out, agreement_pools, workers, agreement_precision, reference_sim, fmt):
     """Run the benchmarks, print a table of medians and write JSON."""
     from fleetopt.optimizer.bench import run_benchmarks, render_bench
 
@@ -468,7 +471,7 @@ def bench(quick, json_out, agreement_pools, workers, agreement_precision, fmt):
     result = run_benchmarks(repeats=1 if quick else 5, enumeration_limit_s=5.0 if quick else 60.0, memory=not quick,
                             heavy=not quick,
                             agreement_pools=pools, agreement_requests=20_000 if quick else 50_000,
-                            agreement_workers=workers, agreement_precision=precision)
+                            agreement_workers=workers, agreement_precision=precision, reference_sim=reference_sim)
     _emit(lambda c: render_bench(c, result), contract.with_envelope(result, "bench", None), json_out, (), fmt)
 
 
