@@ -29,16 +29,18 @@ pair are built here from the stations (:func:`pair_rows`; :func:`analytic_fleet`
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from fleetopt.models.fleet import FleetResult, PoolPlan, PoolResult, ServiceLevel, inflate_for_availability, summarize
 from fleetopt.models.profiles import quality_label
-from fleetopt.models.queueing.disagg import (DecodeStation, KVTransfer, PhaseTraffic, PrefillStation, evaluate_pair,
-                                             prefill_service_s)
 from fleetopt.models.units import MS_PER_S
 from fleetopt.models.workload import RequestTrace
-from fleetopt.solvers.des.disagg import DisaggPair
+
+if TYPE_CHECKING:   # the stations and the simulator's pair load with the first pair (a plan without pairs skips them)
+    from fleetopt.models.queueing.disagg import DecodeStation, KVTransfer, PhaseTraffic, PrefillStation
+    from fleetopt.solvers.des.disagg import DisaggPair
 
 from fleetopt.optimizer.errors import InstanceError
 from fleetopt.optimizer.io.instance import Instance
@@ -72,6 +74,8 @@ def pair_name(lo: int, hi: int, prefill_gpu: str, decode_gpu: str) -> str:
 def pair_traffic(instance: Instance, lo: int, hi: int, chunk_tokens: int) -> PhaseTraffic:
     """The requests of the instance's workload whose total length lies in :math:`(lo, hi]`, as the stations read
     them (:class:`~fleetopt.models.queueing.disagg.PhaseTraffic`; chunk cuts at ``chunk_tokens``)."""
+    from fleetopt.models.queueing.disagg import PhaseTraffic
+
     w = instance.workload
     if isinstance(w.lengths, RequestTrace):
         return PhaseTraffic.from_trace(w.lengths, lo, hi, w.arrival_rate_req_per_s)
@@ -88,6 +92,8 @@ def _transfer(plan: PoolPlan) -> KVTransfer:
 
 def pair_stations(instance: Instance, plan: PoolPlan, level: ServiceLevel) -> tuple[PrefillStation, DecodeStation]:
     """The analytic prefill and decode stations of a pair plan on its segment's traffic."""
+    from fleetopt.models.queueing.disagg import DecodeStation, PrefillStation
+
     d = plan.decode
     if d is None:
         raise ValueError("pair_stations: the pool is no P/D pair (PoolPlan.decode is None)")
@@ -109,6 +115,8 @@ def pair_rows(instance: Instance, plan: PoolPlan, level: ServiceLevel) -> tuple[
     utilisation cap), inflated for availability. Relaxation times (the warm-up floor's scale): prefill
     :math:`E[S_p](1 + c_s^2)/(1 - \rho_p)`, decode :math:`E[l_{out}]\,\bar t\,(1 + c_{out}^2)`.
     """
+    from fleetopt.models.queueing.disagg import evaluate_pair
+
     pre, dec = pair_stations(instance, plan, level)
     d = plan.decode
     if plan.replicas is None:
@@ -204,6 +212,8 @@ def analytic_fleet(instance: Instance, pools: list[PoolPlan]) -> FleetResult:
 def disagg_pair(plan: PoolPlan, prefill: PoolResult, decode: PoolResult) -> DisaggPair:
     """The simulator's pair for a pair plan at its evaluated counts and decode batch cap (pool-queue prefill,
     module docstring)."""
+    from fleetopt.solvers.des.disagg import DisaggPair
+
     d = plan.decode
     return DisaggPair(prefill_profile=plan.profile, prefill_replicas=int(prefill.replicas), decode_profile=d.profile,
                       decode_replicas=int(decode.replicas), window_tokens=int(plan.hi_tokens),
@@ -213,6 +223,8 @@ def disagg_pair(plan: PoolPlan, prefill: PoolResult, decode: PoolResult) -> Disa
 def transfer_times(plan: PoolPlan, prompt_tokens: np.ndarray) -> np.ndarray:
     """Each request's KV-transfer seconds: :meth:`KVTransfer.time_s` of its prompt and its prefill alone on the
     prefill profile (:func:`prefill_service_s`, the pool-queue station's service; module docstring)."""
+    from fleetopt.models.queueing.disagg import prefill_service_s
+
     prompt = np.asarray(prompt_tokens)
     return np.asarray(_transfer(plan).time_s(prompt, prefill_service_s(plan.profile, prompt)), dtype=float)
 

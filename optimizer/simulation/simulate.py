@@ -160,6 +160,8 @@ import math
 import time
 from dataclasses import dataclass, replace
 from collections.abc import Callable
+from functools import partial
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -170,7 +172,6 @@ from fleetopt.models.workload import RequestTrace
 from fleetopt.solvers.des.state import SimPool
 from fleetopt.solvers.des.records import Outcome
 from fleetopt.solvers.des.engine import simulate
-from fleetopt.solvers.des.disagg import DisaggPair, simulate_disaggregated
 from fleetopt.solvers.des.arrivals import diurnal_arrivals, mmpp_arrivals
 from fleetopt.solvers.des.metrics import e2e_s, littles_law, replicate, tpot_s, ttft_s, wait_s
 from fleetopt.solvers.des.routers import CompressRouter, SpilloverRouter
@@ -204,6 +205,7 @@ from fleetopt.optimizer.simulation.options import (  # the settings and their ch
     parse_precision,
     sample_up,
 )
+from fleetopt.optimizer.simulation.forked import ordered_map, workers_for
 from fleetopt.optimizer.simulation.records import (
     MIN_POOL_REQUESTS,
     Latency,
@@ -220,6 +222,9 @@ from fleetopt.optimizer.plan.split_candidates import SplitRouting, evaluate_rout
 from fleetopt.optimizer.plan.semantic import ROLES, evaluate_semantic
 from fleetopt.optimizer.simulation.pairs import (analytic_fleet, disagg_pair, has_pairs, pair_name,
                                                  transfer_times, unit_rows)
+
+if TYPE_CHECKING:   # the P/D pairs' simulator loads with the first plan that has a pair
+    from fleetopt.solvers.des.disagg import DisaggPair
 
 __all__ = ["ROUTERS", "DISPATCHES", "ARRIVALS", "MODES", "MIN_REQUESTS_PER_REPLICATION", "DEFAULT_SPILL_BOUND",
            "COOLDOWN_SHARE", "THIN_POOL_REQUESTS", "THIN_SCALED_DRAWN", "THIN_MAX_DRAWN", "Latency", "SimPoolReport",
@@ -458,7 +463,7 @@ class _Unit:
 def simulate_plan(instance: Instance, pools: list[PoolPlan], options: SimOptions = SimOptions(), *,  # noqa: B008 frozen dataclass default
                   routing: SplitRouting | None = None, split_shares=None,
                   progress: Callable[[int, int], None] | None = None, keep_requests: bool = False,
-                  semantic: SemanticRouting | None = None) -> SimReport:
+                  semantic: SemanticRouting | None = None, workers: int | None = None) -> SimReport:
     """Simulate a fleet plan and report simulated latencies, SLO attainment and power with 95 % intervals.
 
     Parameters
@@ -514,6 +519,12 @@ def simulate_plan(instance: Instance, pools: list[PoolPlan], options: SimOptions
         A semantic plan's rule and each pool's class (:func:`semantic_routing` of a solved plan; module docstring,
         "Semantic plans"): each class's pools tile :math:`(0, B_c]` on their own, the analytic numbers are
         :func:`fleetopt.optimizer.plan.semantic.evaluate_semantic`'s and the report's rows carry the roles.
+    workers : int or None
+        Processes the replications run on (:mod:`fleetopt.optimizer.simulation.forked`): None picks them (one per
+        replication up to a few per core, on Linux, for replications of at least
+        :data:`~fleetopt.optimizer.simulation.forked.MIN_FORKED_REQUESTS` requests; a worker process simulates
+        serially), 1 runs them in this process. The report is the same whatever the number, except
+        ``wall_seconds``.
 
     Returns
     -------
@@ -540,18 +551,20 @@ def simulate_plan(instance: Instance, pools: list[PoolPlan], options: SimOptions
                     tuple(instance.gpu(analytic.pools[u.rows[0]].gpu).availability for u in units if u.engine >= 0),
                     units=tuple(units), semantic=semantic)
 
-    def one(n: int):
-        def run(rng: np.random.Generator) -> Replication:
-            out = _replication(spec, n, rng)
-            done[0] += n
-            if progress is not None:
-                progress(done[0], planned)
-            return out
-        return run
+    def counted(n: int):
+        """A map that runs the replications of ``n`` requests (forked where that pays: :mod:`.forked`) and reports
+        each as it comes back, in this process."""
+        def mapper(run, rngs):
+            for out in _forked_map(run, rngs, per_rep=n, workers=workers):
+                done[0] += n
+                if progress is not None:
+                    progress(done[0], planned)
+                yield out
+        return mapper
 
     precision = options.precision
     while True:
-        runs = replicate(one(n_rep), options.seed, R).results
+        runs = replicate(partial(_replication, spec, n_rep), options.seed, R, counted(n_rep)).results
         fleet = p99_estimate([r.ttft_s for r in runs])
         if precision is None:
             stop = "requests"
@@ -574,7 +587,7 @@ def simulate_plan(instance: Instance, pools: list[PoolPlan], options: SimOptions
                           requests_simulated=R * n_rep, relaxation_s=relax_s,
                           routing_source=None if options.router != "split" else "shares" if routing is None else "plan",
                           wall_s=time.perf_counter() - t0)
-    report = _thin_pool_runs(spec, report, R)
+    report = _thin_pool_runs(spec, report, R, workers)
     if semantic is not None:
         report = _with_roles(report, semantic, runs)
     report = replace(report, wall_seconds=time.perf_counter() - t0)   # the dedicated runs' time included
@@ -934,6 +947,8 @@ def _mixed_replication(spec: _RunSpec, req: Requests, route, horizon_s: float, w
     (its KV transfer per request, :func:`fleetopt.optimizer.simulation.pairs.transfer_times`). A measured request
     is charged to its unit's first row (a pair's prefill row, which reports its TTFT; the report's decode row reads
     the same requests' TPOT, :func:`fleetopt.optimizer.simulation.records.build_report`)."""
+    from fleetopt.solvers.des.disagg import simulate_disaggregated
+
     o = spec.options
     n, n_rows = len(req), len(spec.analytic.pools)
     unit = np.asarray(route.route(req.prompt_tokens, req.output_tokens), dtype=np.int64)
@@ -1082,6 +1097,11 @@ def _routed_to(spec: _RunSpec, route, n: int, rng: np.random.Generator) -> Reque
     return Requests(at_s, prompt, output)
 
 
+def _forked_map(run, rngs, *, per_rep: int, workers: int | None):
+    """The replications ``run(rng)`` of ``per_rep`` requests each, in order, forked where that pays (:mod:`.forked`)."""
+    return ordered_map(run, rngs, workers_for(len(rngs), per_rep, workers))
+
+
 def _no_dedicated_run(options: SimOptions) -> str | None:
     """Why the run's options allow no thin pool a dedicated run (module docstring, "Thin pools"); None if they do."""
     if options.arrivals == "trace":
@@ -1096,7 +1116,7 @@ def _no_dedicated_run(options: SimOptions) -> str | None:
     return None
 
 
-def _thin_pool_runs(spec: _RunSpec, report: SimReport, replications: int) -> SimReport:
+def _thin_pool_runs(spec: _RunSpec, report: SimReport, replications: int, workers: int | None = None) -> SimReport:
     """Measure each thin pool of ``report`` (``too_few_requests``) in a dedicated run and put its latency
     statistics and verdict in its row, with a note (module docstring, "Thin pools"); a thin pool that gets none
     keeps its row and a note says why."""
@@ -1130,8 +1150,8 @@ def _thin_pool_runs(spec: _RunSpec, report: SimReport, replications: int) -> Sim
         own_spec = replace(spec, only_pool=u,
                            warmup_floor_s=2.0 * max(spec.analytic.pools[j].relaxation_s for j in rows))
         seed = int(np.random.SeedSequence([int(o.seed), _THIN_SEED_KEY, k]).generate_state(1)[0])
-        runs = replicate(lambda rng, own_spec=own_spec, per_rep=per_rep: _replication(own_spec, per_rep, rng), seed,
-                         replications).results
+        runs = replicate(partial(_replication, own_spec, per_rep), seed, replications,
+                         partial(_forked_map, per_rep=per_rep, workers=workers)).results
         own_rows = build_report(spec.instance, spec.analytic, runs, p99_estimate([r.ttft_s for r in runs]), o,
                                 replications=replications, stopped_by="requests", requests_simulated=0,
                                 relaxation_s=0.0, routing_source=None, wall_s=0.0).pools

@@ -200,25 +200,7 @@ class _State:
         self.preempt = [0] * R                       # KV-cache preemptions per replica
         self.spilled = [0] * P                       # requests a live router moved out of each pool
         self.finish = []                             # the stations' end-of-run hooks, called with the end instant
-
-    def batch_to(self, r: int, t: float) -> None:
-        """Integrate replica ``r``'s batch and power up to instant ``t`` (clipped to the window)."""
-        t = self.lo_s if t < self.lo_s else (self.hi_s if t > self.hi_s else t)
-        dt = t - self.batch_last[r]
-        if dt > 0:
-            b = self.batch[r]
-            self.batch_area[r] += b * dt
-            self.energy[r] += self.power[r][b] * dt
-            self.batch_last[r] = t
-
-    def system_to(self, p: int, t: float, delta: int) -> None:
-        """Integrate pool ``p``'s number in system up to ``t``, then change it by ``delta``."""
-        t = self.lo_s if t < self.lo_s else (self.hi_s if t > self.hi_s else t)
-        dt = t - self.system_last[p]
-        if dt > 0:
-            self.system_area[p] += self.in_system[p] * dt
-            self.system_last[p] = t
-        self.in_system[p] += delta
+        self.batch_to, self.system_to = _integrators(self)
 
     def result(self, mode, names, requests: Requests, pool_of, accepted, end_s: float, events: int) -> SimResult:
         for r in range(len(self.batch)):
@@ -250,3 +232,35 @@ class _State:
         for a in pre:
             a.flags.writeable = False
         return SimResult(mode, names, *columns, self.lo_s, end_s, *pools, events, *pre)
+
+
+def _integrators(st: _State):
+    """``batch_to(r, t)``: integrate replica ``r``'s batch and power up to instant ``t``; ``system_to(p, t, delta)``:
+    integrate pool ``p``'s number in system up to ``t``, then change it by ``delta``; both clip ``t`` to the
+    window ``[lo_s, hi_s]``.
+
+    Closures over the state's lists rather than methods: every arrival and event calls them, and a closure's
+    reads of its free variables are cheaper than attribute reads through ``self``.
+    """
+    lo_s, hi_s = st.lo_s, st.hi_s
+    batch, batch_last, batch_area, energy, power = st.batch, st.batch_last, st.batch_area, st.energy, st.power
+    in_system, system_last, system_area = st.in_system, st.system_last, st.system_area
+
+    def batch_to(r: int, t: float) -> None:
+        t = lo_s if t < lo_s else (hi_s if t > hi_s else t)
+        dt = t - batch_last[r]
+        if dt > 0:
+            b = batch[r]
+            batch_area[r] += b * dt
+            energy[r] += power[r][b] * dt
+            batch_last[r] = t
+
+    def system_to(p: int, t: float, delta: int) -> None:
+        t = lo_s if t < lo_s else (hi_s if t > hi_s else t)
+        dt = t - system_last[p]
+        if dt > 0:
+            system_area[p] += in_system[p] * dt
+            system_last[p] = t
+        in_system[p] += delta
+
+    return batch_to, system_to
