@@ -22,7 +22,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from functools import singledispatch
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -33,10 +33,12 @@ from fleetopt.models.queueing.erlang import prefill_p99_s, ttft_miss_prob, ttft_
 from fleetopt.models.segments import compressed_band, raw_between, segment_basis, stats_from_raw
 from fleetopt.models.power import ActivityPower
 from fleetopt.models.service import decode_power_curve, tpot_batch_cap, tpot_bound_s
-from fleetopt.models.queueing.disagg import DecodeStation, KVTransfer, PhaseTraffic, PrefillStation, evaluate_pair
 from fleetopt.models.queueing.ttft import BatchedModel, SlotModel, TTFTModel, ttft_model
 from fleetopt.models.units import HOURS_PER_YEAR, MS_PER_S, P99_TAIL
 from fleetopt.models.workload import LengthDistribution, RequestTrace
+
+if TYPE_CHECKING:   # the disaggregated pairs' model loads with the first pair (_phase_traffic, _evaluate_pair)
+    from fleetopt.models.queueing.disagg import KVTransfer, PhaseTraffic
 
 __all__ = ["PoolPlan", "DecodeStage", "PHASES", "PoolResult", "FleetResult", "ServiceLevel", "evaluate_fleet",
            "evaluate_traffic", "sizing_target_s", "inflate_for_availability"]
@@ -240,6 +242,8 @@ def evaluate_fleet(pools: list[PoolPlan], workload: LengthDistribution | Request
 
 def _phase_traffic(plan: PoolPlan, workload, arrival_rate: float, input_fraction: float) -> PhaseTraffic:
     """The requests of a pair's segment as a discrete law (:class:`fleetopt.models.queueing.disagg.PhaseTraffic`)."""
+    from fleetopt.models.queueing.disagg import PhaseTraffic
+
     if plan.compress_gamma != 1.0:
         raise ValueError(f"pool {plan.lo_tokens}-{plan.hi_tokens}: a disaggregated pair takes no compressed band "
                          "(compress_gamma must be 1)")
@@ -573,6 +577,8 @@ def _evaluate_pair(traffic: PhaseTraffic, plan: PoolPlan, level: ServiceLevel):
     the SLOs themselves: the prefill row meets its SLO when P99 TTFT and its utilisation do, the decode row when
     the TPOT bound, its utilisation and the slot wait do.
     """
+    from fleetopt.models.queueing.disagg import DecodeStation, PrefillStation, evaluate_pair
+
     if plan.transfer is None:
         raise ValueError(f"pool {plan.lo_tokens}-{plan.hi_tokens}: a disaggregated pair needs its KV transfer")
     d = plan.decode

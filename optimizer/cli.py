@@ -26,8 +26,8 @@ from fleetopt.optimizer.commands import (CONTEXT_SETTINGS, OUTPUT_PARAMS, catalo
 from fleetopt.optimizer.errors import EXIT_CODES, InstanceError
 from fleetopt.optimizer.io.files import input_scope
 from fleetopt.optimizer.output.writes import write_document, write_json
-from fleetopt.optimizer.commands.sim_flags import sim_options
-from fleetopt.optimizer.simulation.options import DEFAULT_SPILL_BOUND, DISPATCHES, EngineOptions, parse_precision
+# the flags' names alone: SimOptions (numpy, the simulator's records) loads in the commands that simulate
+from fleetopt.optimizer.simulation import DEFAULT_SPILL_BOUND, DISPATCHES
 
 _json_opt = click.option("--json", "json_out", metavar="FILE", help="Also write the result as JSON ('-' = stdout).")
 _set_opt = click.option("--set", "overrides", multiple=True, metavar="PATH=VALUE",
@@ -281,6 +281,9 @@ def solve(instance, top, max_pools, objective, time_limit, mip_gap, threads, met
     tee = [sys.stderr] if (verbose and json_out == "-") else verbose
     kwargs = dict(time_limit_s=time_limit, mip_gap=mip_gap, threads=threads, method=method, verbose=tee)
     if verify_top:
+        from fleetopt.optimizer.commands.sim_flags import sim_options
+        from fleetopt.optimizer.simulation.options import EngineOptions
+
         sim = sim_options(_VERIFY_FLAGS, requests=sim_requests, replications=sim_replications, seed=seed,
                           engine=EngineOptions(kv=sim_kv, availability=sim_availability))
         from fleetopt.optimizer.commands.progress import reporter
@@ -399,7 +402,9 @@ def simulate(instance, fleets, plan_file, rank, n_requests, seed, router, spill_
 
     Exits 5 when the simulated fleet misses its SLO (with --routers: when every router misses it)."""
     from fleetopt.optimizer.commands.progress import progress_bar
+    from fleetopt.optimizer.commands.sim_flags import sim_options
     from fleetopt.optimizer.output.render import render_simulation
+    from fleetopt.optimizer.simulation.options import EngineOptions, parse_precision
 
     if len(fleets) > 1:
         raise InstanceError(f"--fleet: given {len(fleets)} times; simulate runs one fleet (run it once per fleet, "
@@ -428,6 +433,7 @@ def simulate(instance, fleets, plan_file, rank, n_requests, seed, router, spill_
 
 def _simulate_routers(inst, fleet, plan_file, router, routers, spill_bound, json_out, fmt, **settings) -> None:
     """``simulate --routers``: every router on the same stream (:mod:`fleetopt.optimizer.workflows.routers`)."""
+    from fleetopt.optimizer.commands.sim_flags import sim_options
     from fleetopt.optimizer.workflows.routers import compare_routers, parse_routers
 
     if plan_file is not None or fleet is None or router != "auto":
@@ -460,6 +466,7 @@ def _simulate_routers(inst, fleet, plan_file, router, routers, spill_bound, json
 def bench(quick, json_out, agreement_pools, workers, agreement_precision, reference_sim, fmt):
     """Run the benchmarks, print a table of medians and write JSON."""
     from fleetopt.optimizer.bench import run_benchmarks, render_bench
+    from fleetopt.optimizer.simulation.options import parse_precision
 
     pools = (12 if quick else 200) if agreement_pools is None else agreement_pools
     if agreement_precision is None:

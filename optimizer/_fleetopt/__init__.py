@@ -29,12 +29,6 @@ maps that folder to the package root and ``models/``, ``solvers/``,
 from __future__ import annotations
 
 from importlib import import_module
-from importlib.metadata import PackageNotFoundError, version
-
-try:
-    __version__ = version("fleetopt")
-except PackageNotFoundError:  # pragma: no cover - running from an unbuilt tree
-    __version__ = "0+unknown"
 
 __all__ = ["__version__", "api", "load", "solve", "evaluate", "simulate", "verify"]
 
@@ -42,9 +36,24 @@ _NOTEBOOK = ("load", "solve", "evaluate", "simulate", "verify")
 """The notebook functions of ``fleetopt.api`` (``docs/api.md``), reachable as ``fleetopt.<name>``."""
 
 
+def _version() -> str:
+    """The installed distribution's version (its metadata), or ``0+unknown`` in a tree that was never built."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("fleetopt")
+    except PackageNotFoundError:  # pragma: no cover - running from an unbuilt tree
+        return "0+unknown"
+
+
 def __getattr__(name: str):
-    """``fleetopt.api`` and its notebook functions on first use, so ``import fleetopt`` stays cheap (numpy,
-    scipy, pydantic and Pyomo load only when one is used)."""
+    """``__version__``, ``fleetopt.api`` and its notebook functions on first use, so ``import fleetopt`` stays cheap:
+    numpy, scipy, pydantic and Pyomo load only when one is used, and ``importlib.metadata`` (with the ``email``
+    package it parses metadata with, about 25 ms) only when the version is read; every command imports this
+    package."""
+    if name == "__version__":
+        globals()["__version__"] = value = _version()
+        return value
     if name == "api":
         return import_module("fleetopt.api")
     if name in _NOTEBOOK:

@@ -28,13 +28,12 @@ import yaml
 from fleetopt.models.hardware import HardwareSpec, ModelSpec, MoESpec, RooflineDefaults
 from fleetopt.models.power import PowerCurve
 from fleetopt.models.profiles import CalibratedProfile
-from fleetopt.models.roofline import MoELatencyTable
 
 from fleetopt.optimizer.errors import InstanceError
-from fleetopt.optimizer.io.hf_config import model_config_problems
 from fleetopt.optimizer.io.schema import show_value
 
-if TYPE_CHECKING:   # the user-file format loads on first use: its pydantic models cost 0.2 s at start-up
+if TYPE_CHECKING:   # both load on first use: the user-file format (its pydantic models: 0.2 s) and the roofline
+    from fleetopt.models.roofline import MoELatencyTable
     from fleetopt.optimizer.io.catalog_file import CatalogEntry, CatalogLines
 
 __all__ = ["Catalog", "UserEntry", "data_dir", "instances_dir", "load_catalog", "bundled_catalog", "catalog_files",
@@ -105,6 +104,8 @@ class Catalog:
     @property
     def moe_latency_table(self) -> MoELatencyTable:
         """The MoE per-layer latency table as a record for :func:`fleetopt.models.roofline.computed_profile`."""
+        from fleetopt.models.roofline import MoELatencyTable   # the roofline loads with the first computed profile
+
         return MoELatencyTable.from_mapping(self.moe_layer_tables, self.moe_reference_bandwidth_bytes_per_s,
                                             self.moe_bandwidth_exponent, self.moe_decode_reference_tokens)
 
@@ -371,6 +372,8 @@ def _user_record(entry: CatalogEntry, lines: CatalogLines):
     except ValueError as err:
         lines.add(entry.file, entry.field, f"{err}")
         return None
+    from fleetopt.optimizer.io.hf_config import model_config_problems   # only a user entry with a config file
+
     spec, problems = model_config_problems(entry.config, entry.name)
     for line in problems:
         lines.add(entry.file, f"{entry.field}.config", f"{entry.config_given!r} (resolved to {entry.config}): {line}")

@@ -8,12 +8,12 @@ import contextvars
 import json
 import os
 import stat
-import tomllib
 from collections.abc import Iterator
+from functools import cache
 from pathlib import Path
 from typing import Any
 
-import yaml
+# yaml and tomllib load with the first file parsed: every command imports this module (input_scope), --help too
 
 __all__ = ["MAX_INPUT_BYTES", "read_bytes", "read_text", "parse_text", "yaml_message", "json_position",
            "input_scope", "inputs_read"]
@@ -115,23 +115,31 @@ def json_position(err: json.JSONDecodeError) -> str:
     return f"line {err.lineno}, column {err.colno}: {err.msg}"
 
 
-class _UniqueKeyLoader(yaml.SafeLoader):
-    """A safe YAML loader that rejects a key given twice in one mapping."""
+@cache
+def _unique_key_loader() -> type:
+    """A safe YAML loader that rejects a key given twice in one mapping (the class is built on first use)."""
+    import yaml
 
-    def construct_mapping(self, node, deep=False):
-        seen = set()
-        for key_node, _ in node.value:
-            key = self.construct_object(key_node, deep=deep)
-            if isinstance(key, (str, int, float, bool)):
-                if key in seen:
-                    raise yaml.constructor.ConstructorError(
-                        None, None, f"duplicate key {key!r}", key_node.start_mark)
-                seen.add(key)  # a list or mapping key is not hashable: the base class rejects it
-        return super().construct_mapping(node, deep=deep)
+    class _UniqueKeyLoader(yaml.SafeLoader):
+        def construct_mapping(self, node, deep=False):
+            seen = set()
+            for key_node, _ in node.value:
+                key = self.construct_object(key_node, deep=deep)
+                if isinstance(key, (str, int, float, bool)):
+                    if key in seen:
+                        raise yaml.constructor.ConstructorError(
+                            None, None, f"duplicate key {key!r}", key_node.start_mark)
+                    seen.add(key)  # a list or mapping key is not hashable: the base class rejects it
+            return super().construct_mapping(node, deep=deep)
+
+    return _UniqueKeyLoader
 
 
-def yaml_message(err: yaml.YAMLError) -> str:
-    """One line: where and what (a reader error, e.g. a control character, has no mark but a byte position)."""
+def yaml_message(err) -> str:
+    """One line of a ``yaml.YAMLError``: where and what (a reader error, e.g. a control character, has no mark but a
+    byte position)."""
+    import yaml
+
     mark = getattr(err, "problem_mark", None)
     where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
     if isinstance(err, yaml.reader.ReaderError):
@@ -144,8 +152,10 @@ def yaml_message(err: yaml.YAMLError) -> str:
 def parse_text(text: str, suffix: str) -> tuple[Any, str | None]:
     """Parse ``text`` by file type; returns ``(data, None)`` or ``(None, message)``."""
     if suffix in (".yaml", ".yml"):
+        import yaml
+
         try:
-            return yaml.load(text, Loader=_UniqueKeyLoader), None
+            return yaml.load(text, Loader=_unique_key_loader()), None
         except yaml.YAMLError as err:
             return None, yaml_message(err)
         except (ValueError, TypeError, OverflowError) as err:  # a scalar YAML cannot build, e.g. 2024-02-30
@@ -159,6 +169,8 @@ def parse_text(text: str, suffix: str) -> tuple[Any, str | None]:
             return None, f"JSON syntax error at {json_position(err)}; fix the file so it parses as JSON"
         except RecursionError:
             return None, "JSON nested too deeply to read; fix the file so it parses as JSON"
+    import tomllib
+
     try:
         return tomllib.loads(text), None
     except tomllib.TOMLDecodeError as err:

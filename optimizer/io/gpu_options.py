@@ -32,8 +32,6 @@ from typing import NamedTuple, cast
 from fleetopt.models.profiles import ServingProfile
 
 from fleetopt.optimizer.io.catalog import Catalog, instance_catalog
-from fleetopt.optimizer.io.hf_config import model_config_problems
-from fleetopt.optimizer.io.profile_file import profile_file_problems
 from fleetopt.optimizer.io.schema import Problems, RawGpu, gpu_choices, validate_section
 
 __all__ = ["ResolvedGpu", "Configuration", "resolve_gpus", "check_context_fits", "configuration_name"]
@@ -106,6 +104,8 @@ def _resolved_path(problems: Problems, given: str) -> Path:
 def _config_model(given: str, prefix: str, problems: Problems):
     """The :class:`~fleetopt.models.hardware.ModelSpec` of the entry's ``model_config`` file ``given``, or None after
     reporting each problem as ``gpus[i].model_config: 'GIVEN' (resolved to PATH): KEY: problem``."""
+    from fleetopt.optimizer.io.hf_config import model_config_problems   # only an entry with model_config reads one
+
     file = _resolved_path(problems, given)
     model, lines = model_config_problems(file)
     for line in lines:
@@ -244,6 +244,8 @@ def _count_problems(raw: RawGpu, profile, prefix: str, problems: Problems) -> No
 
 def _file_profile(raw: RawGpu, prefix: str, problems: Problems):
     """The profile in ``profile_file``, resolved against the instance file's folder (the current one without)."""
+    from fleetopt.optimizer.io.profile_file import profile_file_problems   # only an entry with profile_file
+
     assert raw.profile_file is not None             # _gpu_kind gives "file" only with profile_file
     file = _resolved_path(problems, raw.profile_file)
     profile, lines = profile_file_problems(file)

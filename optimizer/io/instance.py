@@ -38,13 +38,12 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from fleetopt.models.fleet import sizing_target_s
 from fleetopt.models.profiles import ServingProfile
-from fleetopt.models.queueing.disagg import KVTransfer, kv_bytes_per_token, link_bandwidth_bytes_per_s
 from fleetopt.models.semantic import ShareRule, large_model_share
 from fleetopt.models.units import MS_PER_S
 from fleetopt.models.workload import LengthDistribution, RequestTrace
@@ -70,6 +69,9 @@ from fleetopt.optimizer.io.schema import (
     validate_section,
 )
 from fleetopt.optimizer.io.workloads import TRACE_COLUMNS, LoadedWorkload, load_workload, read_instance_file
+
+if TYPE_CHECKING:   # the disaggregated pairs' model loads when an instance allows pairs (_kv_transfers)
+    from fleetopt.models.queueing.disagg import KVTransfer
 
 __all__ = [
     "Instance",
@@ -492,6 +494,8 @@ def _kv_transfers(raw: RawPools, options: Sequence[GpuOption], catalog_section, 
     neither, which is one problem naming the field to give."""
     if raw.disaggregation == "none":
         return ()
+    from fleetopt.models.queueing.disagg import KVTransfer, kv_bytes_per_token, link_bandwidth_bytes_per_s
+
     kv = raw.kv_transfer if raw.kv_transfer is not None else RawKVTransfer()
     pairs = [(p, d) for p in options for d in options if p.profile.model_name == d.profile.model_name]
     if kv.model == "seed-factor":

@@ -60,31 +60,23 @@ from typing import TYPE_CHECKING
 from fleetopt.solvers.des.arrivals import DEFAULT_MEAN_DWELL_S
 from fleetopt.solvers.des.state import MODES, SimPool
 
-if TYPE_CHECKING:                                 # the CLI imports this module at start-up: keep it light
+if TYPE_CHECKING:                                 # the settings do not load the performance models
     from fleetopt.models.fleet import FleetResult
 
 from fleetopt.optimizer.errors import InstanceError
+# the names and the spillover default live in the package, without numpy: the CLI declares its flags with them
+from fleetopt.optimizer.simulation import (ARRIVALS, AVAILABILITY_MODES, DEFAULT_SPILL_BOUND, DISPATCHES, KV_MODES,
+                                            ROUTERS)
 
 __all__ = ["KV_MODES", "AVAILABILITY_MODES", "ROUTERS", "DISPATCHES", "ARRIVALS", "MODES",
            "MIN_REQUESTS_PER_REPLICATION", "VLLM_DEFAULT_MAX_NUM_SEQS", "DEFAULT_SPILL_BOUND", "EngineOptions",
            "SimOptions", "SimOptionsError", "parse_precision", "engine_pools", "sample_up", "DownPoolsRouter"]
 
-KV_MODES = ("reserve", "paged")
-AVAILABILITY_MODES = ("all-up", "sampled")
-ROUTERS = ("length", "split", "random", "compress", "spillover")
-"""The routers between pools; :class:`SimOptions` also takes ``"auto"``, the one the plan was solved for."""
-DISPATCHES = ("jsq", "round-robin", "least-queue")
-"""Replica choice within a pool: join-shortest-queue (fewest running plus waiting), round robin, or least-queue
-(fewest waiting, the reference tool's rule); :mod:`fleetopt.solvers.des.routing`."""
-ARRIVALS = ("poisson", "trace", "mmpp", "diurnal")
 MIN_REQUESTS_PER_REPLICATION = 100
 """Fewest requests a replication may have (``SimOptions.requests`` over ``SimOptions.replications``)."""
 _MAX_ENGINE_CAP = 1 << 30
 VLLM_DEFAULT_MAX_NUM_SEQS = 256
 """vLLM's default ``max_num_seqs``, the per-replica batch cap of ``kv="paged"`` unless given."""
-DEFAULT_SPILL_BOUND = 8
-"""``router="spillover"``: requests waiting in a pool beyond which an arrival spills to the next pool up
-(``spill_bound=None`` in :func:`fleetopt.optimizer.simulation.simulate.simulate_plan`)."""
 
 
 @dataclass(frozen=True)

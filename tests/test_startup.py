@@ -1,0 +1,47 @@
+"""What a process start loads: ``import fleetopt`` and ``fleetopt --help`` stay off numpy, YAML and the package
+metadata, and a solve loads the disaggregated pairs' model only for an instance that allows pairs. Each check runs
+a fresh interpreter from an empty folder (``sys.modules`` of the test process says nothing)."""
+
+import json
+import subprocess
+import sys
+from importlib.metadata import version
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _loaded(code: str, names, cwd) -> list[str]:
+    """The modules of ``names`` that are loaded after ``code`` runs in a fresh interpreter."""
+    probe = f"{code}\nimport json, sys\nprint(json.dumps(sorted(m for m in {sorted(names)!r} if m in sys.modules)))"
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True, cwd=cwd)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def test_import_fleetopt_reads_the_version_only_when_asked(tmp_path):
+    assert _loaded("import fleetopt", ["importlib.metadata", "email"], tmp_path) == []
+    assert _loaded("import fleetopt; fleetopt.__version__", ["importlib.metadata"], tmp_path) == ["importlib.metadata"]
+    code = "import fleetopt; print(fleetopt.__version__)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=tmp_path)
+    assert out.stdout.strip() == version("fleetopt")
+
+
+def test_cli_start_up_leaves_numpy_yaml_and_the_metadata_unloaded(tmp_path):
+    """``fleetopt --help`` pays for what the CLI module imports: the simulation flags' names come without
+    SimOptions (numpy), the YAML and TOML parsers load with the first file read."""
+    heavy = ["numpy", "yaml", "tomllib", "importlib.metadata", "fleetopt.optimizer.simulation.options",
+             "fleetopt.solvers.des.state"]
+    assert _loaded("import fleetopt.optimizer.cli", heavy, tmp_path) == []
+
+
+def test_a_solve_without_pairs_leaves_the_disaggregated_model_unloaded(tmp_path):
+    """A plain solve loads neither the P/D pairs' model nor the files only some instances name (a model_config
+    or profile_file entry, a computed profile's roofline)."""
+    code = ("import sys\nfrom fleetopt.optimizer.cli import main\n"
+            f"sys.argv = ['fleetopt', 'solve', {str(REPO / 'instances' / 'ref_puzzle10_lmsys.yaml')!r}, '--json', "
+            f"{str(tmp_path / 'out.json')!r}]\n"
+            "try:\n    main()\nexcept SystemExit as done:\n    assert done.code == 0, done.code")
+    unused = ["fleetopt.models.queueing.disagg", "fleetopt.optimizer.io.hf_config",
+              "fleetopt.optimizer.io.profile_file", "fleetopt.models.roofline",
+              "fleetopt.optimizer.simulation.simulate", "pyomo"]
+    assert _loaded(code, unused + ["networkx"], tmp_path) == ["networkx"]   # the oracle ran
