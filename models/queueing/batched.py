@@ -638,8 +638,7 @@ def _nodes(traffic: BatchedTraffic, op: OperatingPoint) -> tuple:
     blocks = _blocks(traffic)
     own = None
     if traffic.prefill_compute_s is not None and np.any(traffic.prefill_compute_s > 0):
-        mean, var = own_prefill_context(traffic, op)
-        own = [traffic.W_s + _context_nodes_2d(mean[rows, a:b], var[rows, a:b]) for rows, a, b in blocks]
+        own = [traffic.W_s + _context_nodes_2d(mean, var) for mean, var in _own_prefill_cells(traffic, op, blocks)]
     return (blocks, traffic.W_s + _context_nodes(op.busy_context_mean, op.busy_context_var),
             traffic.W_s + _context_nodes(op.full_context_mean, op.full_context_var), own, *prefill_lumps(traffic, op))
 
@@ -869,15 +868,23 @@ def own_prefill_context(traffic: BatchedTraffic, op: OperatingPoint) -> tuple[np
     ----------
     .. [1] F. P. Kelly, *Reversibility and Stochastic Networks*, Wiley (1979), ch. 3 (symmetric queues).
     """
+    return _own_prefill_cells(traffic, op, [(np.arange(traffic.chunk_probs.shape[0]), 0,
+                                             traffic.chunk_probs.shape[1])])[0]
+
+
+def _own_prefill_cells(traffic: BatchedTraffic, op: OperatingPoint, blocks) -> list[tuple[np.ndarray, np.ndarray]]:
+    """:func:`own_prefill_context` of the cells of each block ``(rows, a, b)`` only (pools ``rows``, classes
+    ``a:b``): the per-pool sums over all classes, then each block's cells, element by element (the same values as
+    the whole (S, Q) arrays sliced, at the cost of the cells a block holds)."""
     mean0, var0 = op.busy_context_mean, op.busy_context_var
     probs = traffic.chunk_probs
-    S, Q = probs.shape
-    same = (np.broadcast_to(mean0[:, None], (S, Q)), np.broadcast_to(var0[:, None], (S, Q)))
     if traffic.prefill_compute_s is None or not np.any(traffic.prefill_compute_s > 0):
-        return same
-    k = traffic.chunks[None, :]
+        return [(np.broadcast_to(mean0[rows, None], (len(rows), b - a)),
+                 np.broadcast_to(var0[rows, None], (len(rows), b - a))) for rows, a, b in blocks]
+    chunks = traffic.chunks
+    k = chunks[None, :]
     mass = np.maximum(probs.sum(axis=1), 1e-300)
-    ek = probs @ traffic.chunks / mass
+    ek = probs @ chunks / mass
     wp = np.sum(probs * traffic.own_prefill_s, axis=1) / mass
     with np.errstate(divide="ignore", invalid="ignore"):
         eks = np.where(ek > 0, ek, 1.0)
@@ -897,14 +904,21 @@ def own_prefill_context(traffic: BatchedTraffic, op: OperatingPoint) -> tuple[np
         p_mean = n_mean / N
         v_pool = ell * ell * n_var / (N * N)
         v_local = ell * ell * p_mean * (1.0 - 1.0 / N) + p_mean * ell_var
-        keep = np.clip(1.0 - 1.0 / np.maximum(k * ek[:, None], 1.0), 0.0, 1.0)
-        mean = mean0[:, None] + keep * (C_d + ell * p_mean - mean0)[:, None]
-        var = (1.0 - keep) * var0[:, None] + keep * ((var0 * share_d ** 2)[:, None]
-                                                     + _window_share(k, ek / (1.0 - rho)) * v_pool[:, None]
-                                                     + _window_share(k, ek) * v_local[:, None])
-    okk = ok[:, None]
-    return np.where(okk, mean, same[0]), np.where(okk, var, same[1])
-
+        shift = C_d + ell * p_mean - mean0
+        busy_part = var0 * share_d ** 2
+        tau_pool = ek / (1.0 - rho)
+    out = []
+    for rows, a, b in blocks:
+        kb = chunks[None, a:b]
+        m0, v0, okk = mean0[rows, None], var0[rows, None], ok[rows, None]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            keep = np.clip(1.0 - 1.0 / np.maximum(kb * ek[rows, None], 1.0), 0.0, 1.0)
+            mean = m0 + keep * shift[rows, None]
+            var = (1.0 - keep) * v0 + keep * (busy_part[rows, None]
+                                              + _window_share(kb, tau_pool[rows]) * v_pool[rows, None]
+                                              + _window_share(kb, ek[rows]) * v_local[rows, None])
+        out.append((np.where(okk, mean, m0), np.where(okk, var, v0)))
+    return out
 
 
 def _context_nodes_2d(mean, var) -> np.ndarray:
@@ -1154,12 +1168,19 @@ def mean_activity_power_w(power, traffic: BatchedTraffic, op: OperatingPoint) ->
     return power.idle_w * (1.0 - fb) + lump + rest
 
 
-def _meets(traffic: BatchedTraffic, N, slo_s, rho_max: float) -> np.ndarray:
-    """:math:`N` replicas are stable, within :math:`\\rho_f \\le \\rho_{max}` and meet the P99 target (no check of
-    idle pools, empty batches or the prefill limit: :func:`batched_carries` adds them)."""
+def _probe(traffic: BatchedTraffic, N, slo_s, rho_max: float) -> tuple[np.ndarray, np.ndarray]:
+    """Whether :math:`N` replicas are stable, within :math:`\\rho_f \\le \\rho_{max}` and meet the P99 target, and the
+    miss probability :math:`P(T > t_{SLO} \\mid N)` that decided it (1 where unstable; no check of idle pools, empty
+    batches or the prefill limit: :func:`batched_carries` adds them)."""
     op = operating_point(traffic, N)
-    return op.stable & (op.full_load <= rho_max * (1 + 1e-12)) & (
-        batched_miss_prob(slo_s, traffic, N, op) <= P99_TAIL * (1 + 1e-12))
+    miss = batched_miss_prob(slo_s, traffic, N, op)
+    return op.stable & (op.full_load <= rho_max * (1 + 1e-12)) & (miss <= P99_TAIL * (1 + 1e-12)), miss
+
+
+def _meets(traffic: BatchedTraffic, N, slo_s, rho_max: float) -> np.ndarray:
+    """:math:`N` replicas are stable, within :math:`\\rho_f \\le \\rho_{max}` and meet the P99 target
+    (:func:`_probe`)."""
+    return _probe(traffic, N, slo_s, rho_max)[0]
 
 
 def batched_carries(traffic: BatchedTraffic, replicas, slo_s, rho_max: float = 0.85) -> np.ndarray:
@@ -1177,6 +1198,44 @@ def batched_carries(traffic: BatchedTraffic, replicas, slo_s, rho_max: float = 0
     if idx.size:
         out[idx] = _meets(traffic.take(idx), N[idx], slo[idx], rho_max)
     return out
+
+
+_EXTRAPOLATE_MAX = 8.0
+"""Most a probe beyond every count tried may multiply the last failing count by (:func:`_next_count`)."""
+_OVERSHOOT = 1.05
+"""An extrapolated probe aims this factor above the estimated least count, so that it usually passes and closes the
+bracket (:func:`_next_count`)."""
+
+
+def _next_count(lo, g_lo, hi, g_hi, lo_prev, g_prev, step, hinted, run) -> np.ndarray:
+    r"""The next count to probe in :func:`batched_min_replicas`' search, per pool, given the failing count ``lo``
+    and, where one passed, the passing count ``hi`` (inf before), with :math:`g = \log(P(T > t_{SLO}) / q)` at
+    each (``g_prev`` at the failing count ``lo_prev`` before ``lo``; nan where not known).
+
+    The miss probability falls with :math:`N` roughly as a power, so :math:`g` is interpolated linearly in
+    :math:`\log N`: between the bracket's ends (regula falsi, with the Illinois halving of an end kept for two
+    probes in a row, ``run``, and bisection once it is kept for three), or beyond the last two failing counts
+    (at most :data:`_EXTRAPOLATE_MAX` times the last, aiming :data:`_OVERSHOOT` high). Without two usable points
+    the search doubles (from a caller's count, ``hinted``: adds ``step``, 1, 2, 4, ...). Every probe lies strictly
+    inside the bracket, so the search ends, at the least passing count, whatever the estimates.
+    """
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        l_lo, l_hi = np.log(np.maximum(lo, 1.0)), np.log(hi)
+        # an end kept twice in a row counts half (Illinois), so the next estimate moves toward it
+        w_lo = np.where(run >= 2, 0.5, 1.0) * g_lo
+        w_hi = np.where(run <= -2, 0.5, 1.0) * g_hi
+        inside = np.exp(l_lo + w_lo * (l_hi - l_lo) / (w_lo - w_hi))
+        steer = np.isfinite(inside) & np.isfinite(g_lo) & np.isfinite(g_hi) & (np.abs(run) < 3)
+        inside = np.where(steer, np.ceil(inside * (1 - 1e-12)),
+                          np.floor((lo + hi) / 2))
+        inside = np.clip(inside, lo + 1, hi - 1)
+        slope = (g_lo - g_prev) / (l_lo - np.log(np.maximum(lo_prev, 1.0)))
+        beyond = np.exp(l_lo - g_lo / slope) * _OVERSHOOT
+        usable = np.isfinite(beyond) & (slope < 0) & (lo_prev >= 1) & (g_lo > 0)
+        grow = np.where(hinted, lo + step, np.maximum(lo, 1.0) * 2)
+        beyond = np.where(usable, np.clip(np.ceil(beyond), lo + 1, np.maximum(lo, 1.0) * _EXTRAPOLATE_MAX), grow)
+        out = np.where(np.isfinite(hi), inside, np.minimum(beyond, _MAX_REPLICAS))
+    return np.maximum(out, 1.0)
 
 
 def batched_min_replicas(traffic: BatchedTraffic, slo_s, rho_max: float = 0.85, min_count: int = 1,
@@ -1222,31 +1281,34 @@ def batched_min_replicas(traffic: BatchedTraffic, slo_s, rho_max: float = 0.85, 
     active = ~idle & ~no_slots & limit_ok
     safe = replace(traffic, arrival_rate=lam, cap=cap)
 
-    def ok(N, idx):
-        return _meets(safe.take(idx), N, slo[idx], rho_max)
+    def probe(N, idx):
+        return _probe(safe.take(idx), N, slo[idx], rho_max)
 
-    # Gallop up from N0 (doubling; from a caller's count, +1, +2, +4, ...: such counts are usually close), then
-    # bisect between the last count that failed and the first that passed.
+    # Bracket the least count between one that fails (lo) and one that passes (hi), steering each probe by the miss
+    # probabilities seen (_next_count); the answer is the least passing count, as a plain gallop and bisection finds.
     hinted = N0 > N_rho
-    hi, lo, step = N0.copy(), N0 - 1, np.ones_like(N0)
-    passed = ~active
-    todo = np.flatnonzero(~passed)
+    lo, hi = N0 - 1, np.full_like(N0, np.inf)
+    g_lo, g_hi = np.full_like(N0, np.nan), np.full_like(N0, np.nan)
+    lo_prev, g_prev = np.zeros_like(N0), np.full_like(N0, np.nan)
+    step, run = np.ones_like(N0), np.zeros_like(N0)
+    nxt = N0.copy()
+    todo = np.flatnonzero(active)
+    log_q = np.log(P99_TAIL * (1 + 1e-12))
     while todo.size:
-        good = ok(hi[todo], todo)
-        passed[todo[good]] = True
-        todo = todo[~good]
-        lo[todo] = hi[todo]
-        todo = todo[hi[todo] < _MAX_REPLICAS]
-        hi[todo] = np.minimum(np.where(hinted[todo], hi[todo] + step[todo], hi[todo] * 2), _MAX_REPLICAS)
+        good, miss = probe(nxt[todo], todo)
+        with np.errstate(divide="ignore"):
+            g = np.log(np.maximum(miss, 0.0)) - log_q          # > 0 fails, <= 0 passes (unless unstable)
+        up, down = todo[good], todo[~good]
+        run[up] = np.where(run[up] > 0, run[up] + 1, 1)        # consecutive probes on the same side
+        run[down] = np.where(run[down] < 0, run[down] - 1, -1)
+        hi[up], g_hi[up] = nxt[up], g[good]
+        lo_prev[down], g_prev[down] = lo[down], g_lo[down]
+        lo[down], g_lo[down] = nxt[down], g[~good]
+        todo = todo[(hi[todo] - lo[todo] > 1) & (lo[todo] < _MAX_REPLICAS)]
+        nxt[todo] = _next_count(lo[todo], g_lo[todo], hi[todo], g_hi[todo], lo_prev[todo], g_prev[todo],
+                                step[todo], hinted[todo], run[todo])
         step[todo] *= 2
-    capped = ~passed
-    todo = np.flatnonzero(active & ~capped & (hi - lo > 1))
-    while todo.size:
-        mid = np.floor((lo[todo] + hi[todo]) / 2)
-        good = ok(np.maximum(mid, 1), todo)
-        hi[todo[good]] = mid[good]
-        lo[todo[~good]] = mid[~good]
-        todo = todo[hi[todo] - lo[todo] > 1]
+    capped = active & ~np.isfinite(hi)
     feasible = (active & ~capped) | idle
     replicas = np.where(idle, min_count, np.where(feasible, hi, 0)).astype(np.int64)
     reason = np.where(feasible, "", np.where(no_slots, "no-slots", np.where(~limit_ok, "prefill", "cap")))
