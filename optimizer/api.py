@@ -113,20 +113,17 @@ class EvaluationReport:
         """The stable JSON contract (:class:`fleetopt.optimizer.output.contract.EvaluateDocument`): always a
         ``fleets`` list; with one fleet its keys also sit at top level (the deprecated 1.0 layout). ``feasible``
         is true when the fleet meets its SLO and breaks no limit, ``violations`` names each limit it breaks."""
-        from fleetopt.optimizer.output.contract import envelope
+        from fleetopt.optimizer.output.contract import EvaluatedFleet, EvaluateDocument, build, envelope
 
         inst = self.instance
-        head = {**envelope("evaluate", inst.name), "ttft_model": inst.slo.ttft_model,
-                "slo_ttft_p99_ms": inst.slo.ttft_p99_s * MS_PER_S,
-                "max_utilization": inst.constraints.max_utilization,
-                "truncated_share": inst.workload.truncated_share}
-        results = [{"fleet": text, **fleet_json(r, violations=self.fleet_violations(k), instance=inst)}
+        results = [fleet_json(r, violations=self.fleet_violations(k), instance=inst, model=EvaluatedFleet, fleet=text)
                    for k, (text, r) in enumerate(self.fleets)]
-        tail = {"baseline": None if self.baseline is None else fleet_json(self.baseline, instance=inst,
-                                                                           violations=self.baseline_violations)}
-        if len(results) == 1:
-            return {**head, **results[0], "fleets": results, **tail}
-        return {**head, "fleets": results, **tail}
+        return build(EvaluateDocument, **envelope("evaluate", inst.name), ttft_model=inst.slo.ttft_model,
+                     slo_ttft_p99_ms=inst.slo.ttft_p99_s * MS_PER_S,
+                     max_utilization=inst.constraints.max_utilization,
+                     truncated_share=inst.workload.truncated_share, **(results[0] if len(results) == 1 else {}),
+                     fleets=results, baseline=None if self.baseline is None else fleet_json(
+                         self.baseline, instance=inst, violations=self.baseline_violations))
 
     def rows(self) -> list[dict]:
         """One row per pool of every fleet (its spec first), then the baseline's (fleet ``baseline``); analytic."""

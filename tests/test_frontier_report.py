@@ -64,18 +64,27 @@ def test_frontier_documents_validate_against_the_contract(axis):
     doc = _doc(axis=axis)
     assert list(doc)[:3] == ["schema_version", "command", "instance"]
     assert doc["schema_version"] == SCHEMA_VERSION and doc["command"] == f"pareto --axes cost,{axis}"
-    assert type(validate_document(doc)) is contract.FrontierDocument
+    assert type(validate_document(doc)) is contract.FRONTIER_DOCUMENTS[axis]     # one model per axis
+    assert isinstance(validate_document(doc), contract.FrontierDocument)
     check_document(doc)                                             # what write_document runs before writing
     assert doc["slo_ttft_p99_ms"] == SLO_MS and [p["physical_gpus"] for p in doc["points"]] == [32, 40, 56]
+    for point in [*doc["points"], doc["baseline"]]:                 # the axis' own key right after cost_per_year
+        assert list(point)[3] == axis
+        if axis == "pools":                                         # the pool count itself, once, an integer
+            assert list(point).count("pools") == 1 and point["pools"] == int(point["axis_value"])
+            assert type(point["pools"]) is int
+        else:
+            assert point[axis] == point["axis_value"] and type(point["pools"]) is int
 
 
 def test_schema_lists_the_frontier_documents():
     assert set(contract.FRONTIER_KINDS) <= set(DOCUMENTS) and set(contract.FRONTIER_KINDS) <= set(COMMANDS["pareto"])
     one_of = schema_for("pareto")["oneOf"]
-    assert {r["$ref"].rsplit("/", 1)[-1] for r in one_of} == {"ParetoDocument", "FrontierDocument"}
+    assert {r["$ref"].rsplit("/", 1)[-1] for r in one_of} == {"ParetoDocument", "PowerFrontierDocument",
+                                                              "TtftFrontierDocument", "PoolsFrontierDocument"}
     props = schema_for("pareto --axes cost,ttft")["properties"]
     assert props["schema_version"]["const"] == SCHEMA_VERSION
-    assert set(props["command"]["enum"]) == set(contract.FRONTIER_KINDS)
+    assert props["command"]["const"] == "pareto --axes cost,ttft"
 
 
 def test_the_schema_command_prints_a_frontier_kind():

@@ -4,7 +4,10 @@ Every document a command writes with ``--json FILE|-`` carries the envelope :cla
 ``schema_version`` (:data:`SCHEMA_VERSION`), ``command`` (the document's kind, e.g. ``"solve"``,
 ``"tpw --rho-sweep"``) and ``instance`` (the instance's name; null for a command without one: ``tpw`` context
 sweep, ``bench``, ``profile fit``, ``catalog list``). The models below list the keys a consumer may rely on and
-their types; a document may hold more keys (``extra="allow"``), which are details, not contract.
+their types. Most documents are built by their model (:func:`build`: its fields, in their order, and no other
+key), so ``fleetopt schema``, the JSON and the tests cannot diverge; ``validate``, ``bench``, ``profile fit``
+and ``catalog list`` are checked against theirs before they are written. A document read back may hold more
+keys (``extra="allow"``: a later version's).
 
 Figures and where they come from
 --------------------------------
@@ -43,14 +46,14 @@ from fleetopt.models.fleet import FleetResult, PoolResult
 from fleetopt.models.profiles import ReplicaUnit, replica_unit
 
 __all__ = ["SCHEMA_VERSION", "Document", "PoolAnalytic", "PoolSimulated", "FleetAnalytic", "FleetSimulated", "Pool",
-           "Fleet", "DOCUMENTS", "COMMANDS", "FRONTIER_KINDS", "FrontierDocument", "envelope", "with_envelope",
-           "pool_analytic", "fleet_analytic",
+           "SimulatedPool", "Fleet", "EvaluatedFleet", "DOCUMENTS", "COMMANDS", "FRONTIER_KINDS", "FRONTIER_DOCUMENTS",
+           "FRONTIER_POINTS", "FrontierDocument", "PowerFrontierDocument", "TtftFrontierDocument",
+           "PoolsFrontierDocument", "DROPPED_LINES", "envelope", "with_envelope", "pool_analytic", "fleet_analytic",
            "pool_simulated", "fleet_simulated", "document_model", "validate_document", "check_document", "schema_for",
-           "top_level_fields", "build", "InstanceSummary",
-           "pool_identity", "physical_gpus", "usd_per_million_output_tokens",
-           "SECONDS_PER_HOUR", "TOKENS_PER_MILLION", "fleet_output_tok_per_s"]
+           "top_level_fields", "build", "InstanceSummary", "pool_identity", "physical_gpus",
+           "usd_per_million_output_tokens", "SECONDS_PER_HOUR", "TOKENS_PER_MILLION", "fleet_output_tok_per_s"]
 
-SCHEMA_VERSION = "2.3"
+SCHEMA_VERSION = "2.4"
 """Version of the JSON contract (``docs/json.md`` has the changelog). 1.0: the documents before this contract
 (the workflow commands wrote ``schema_version: 1``, the others none); 2.0: the envelope on every document,
 ``evaluate``'s ``fleets`` list, and the ``analytic`` / ``simulated`` sub-objects; 2.1: what a replica is
@@ -59,7 +62,10 @@ option, ``physical_gpus`` per fleet); 2.2: the headline in physical GPUs (``anal
 ``output_tok_per_s`` and ``usd_per_million_output_tokens`` per fleet; ``cost_per_hr``, ``power_kw``,
 ``output_tok_per_s``, ``tok_per_watt`` and ``usd_per_million_output_tokens`` per pool); 2.3: the
 ``pareto --axes cost,AXIS`` documents (:class:`FrontierDocument`; they wrote ``schema_version: 1`` outside the
-contract), with the instance's SLO and each point's physical GPUs."""
+contract), with the instance's SLO and each point's physical GPUs; 2.4: ``solve``'s ``candidates.dropped`` a bounded
+summary (``dropped_total``, at most :data:`DROPPED_LINES` example reasons, ``dropped_by_option``) instead of every
+dropped candidate's reason, and every key of ``solve``, ``evaluate``, ``simulate``, ``simulate --routers``,
+``pareto --axes`` and ``whatif`` declared (each document built by its model)."""
 
 SECONDS_PER_HOUR = 3600.0
 TOKENS_PER_MILLION = 1.0e6
@@ -134,7 +140,7 @@ class _Open(BaseModel):
 class Document(_Open):
     """The envelope every ``--json`` document carries."""
 
-    schema_version: Literal["2.3"] = Field(description="Version of this contract")
+    schema_version: Literal["2.4"] = Field(description="Version of this contract")
     command: str = Field(description="The document's kind: the command (and variant) that wrote it")
     instance: str | None = Field(description="The instance's name; null for a command without an instance")
 
@@ -230,54 +236,152 @@ _Unit = Annotated[Literal["gpu", "seed_unit"], Field(
                 "calibrated TP=N server priced and powered as one GPU")]
 
 
-class Pool(_Open):
-    """One pool of a fleet: its identity and its figures."""
+class _PoolHead(_Open):
+    """What every pool of a fleet states first: its segment, GPU option and count, the deprecated 1.0 figures, what
+    it serves and what a replica is, and its ``analytic`` and ``simulated`` sub-objects."""
 
     min_tokens: int
     max_tokens: int
     gpu: str
-    model: str = Field(description="the model its profile serves (the profile's label)")
     replicas: int
     gpus: int = Field(description="GPUs counted, priced and powered: replicas x gpus_per_replica")
-    gpus_per_replica: int
-    physical_gpus_per_replica: int = Field(description="physical GPUs one replica's constants describe (TP)")
-    physical_gpus: int = Field(description="replicas x physical_gpus_per_replica")
-    unit: _Unit
-    phase: Literal["both", "prefill", "decode"] = Field(
-        "both", description="what its replicas do: both (aggregated), or prefill / decode (the two pools of a "
-                    "disaggregated pair over the same segment, prefill first)")
-    analytic: PoolAnalytic
-    simulated: PoolSimulated | None
     arrival_rate: float = _deprecated("analytic.arrival_rate")
     utilization: Figure = _deprecated("analytic.utilization")
     ttft_p99_ms: Figure = _deprecated("analytic.ttft_p99_ms")
     power_w: Figure = _deprecated("analytic.power_w")
     slo_met: bool = _deprecated("analytic.slo_met")
+    model: str = Field(description="the model its profile serves (the profile's label)")
+    gpus_per_replica: int
+    physical_gpus_per_replica: int = Field(description="physical GPUs one replica's constants describe (TP)")
+    unit: _Unit
+    unit_note: str = Field(description="what a replica is, in words")
+    physical_gpus: int = Field(description="replicas x physical_gpus_per_replica")
+    analytic: PoolAnalytic
+    simulated: PoolSimulated | None
 
 
-class SimulatedPool(Pool):
-    """A pool of ``simulate``: both sub-objects."""
+_Phase = Annotated[Literal["both", "prefill", "decode"], Field(
+    description="what its replicas do: both (aggregated), or prefill / decode (the two pools of a disaggregated pair "
+                "over the same segment, prefill first)")]
+_Batch = Annotated[float | int | None, Field(
+    description="the analytic mean running batch per replica (a decode pool whose batch is unbounded: its cap, an "
+                "integer)")]
+_Role = Annotated[str | None, Field(
+    None, description="semantic routing only: the model class the pool serves (small | large)")]
+
+
+class Pool(_PoolHead):
+    """One pool of an analytically evaluated fleet: its identity, its figures, then the details of its evaluation
+    (:class:`fleetopt.models.fleet.PoolResult`'s fields of the same names)."""
+
+    profile: str = Field(description="the serving profile its figures rest on")
+    quality: str = Field(description="the profile's quality: what its constants rest on")
+    sized: bool = Field(description="the count was sized by the model (false: given)")
+    n_slots: int = Field(description="KV slots of one replica at the pool's window")
+    routing_share: float = Field(description="share of the fleet's requests routed to the pool")
+    prefill_p99_ms: Figure = Field(description="P99 prefill time of the pool's requests on an idle replica")
+    mean_prefill_ms: Figure
+    mean_service_s: Figure = Field(description="mean time a request holds a slot")
+    cv2_service: Figure = Field(description="squared coefficient of variation of the service time")
+    mean_batch: _Batch
+    output_tok_per_s: Figure
+    tok_per_watt: Figure
+    cost_per_hr: float
+    utilization_ok: bool = Field(description="capacity_load within constraints.max_utilization")
+    miss_reason: str = Field(description="why the pool misses its SLO (empty when it meets it)")
+    slo_miss_prob: Figure = Field(description="P(TTFT > SLO) for the pool's requests")
+    compress_gamma: float = Field(description="compress-and-route factor: the pool also serves compressed "
+                                              "requests up to this multiple of its window")
+    max_num_seqs: int = Field(description="the batch cap per replica (n_slots)")
+    tpot_p99_ms: Figure = Field(description="upper bound: one iteration at the batch cap with full contexts")
+    capacity_load: Figure = Field(description="offered load over the throughput at a full batch (null: not "
+                                              "computed)")
+    relaxation_s: Figure = Field(description="time scale over which the pool's occupancy forgets its start")
+    phase: _Phase
+    overloaded: bool = Field(description="an unstable queue (utilization null)")
+    source: str = Field(description="where the figures come from (analytic)")
+    chunk_tokens: int | None = Field(None, description="the GPU option's prefill chunk (vLLM's "
+                                                       "--max-num-batched-tokens); with the instance known")
+    role: _Role
+
+
+class _Latency(_Open):
+    """Percentiles of one latency, in ms (null: no measured request has it, or some never got it)."""
+
+    p50: Figure
+    p90: Figure
+    p99: Figure
+
+
+class _LatenciesMs(_Open):
+    """P50/P90/P99 in ms of the time to first token, per output token, queueing wait and end to end."""
+
+    ttft: _Latency
+    tpot: _Latency
+    wait: _Latency
+    e2e: _Latency
+
+
+class SimulatedPool(_PoolHead):
+    """A pool of ``simulate``: both sub-objects, then the simulated details (``*_sim`` the deprecated 1.0 aliases
+    of ``simulated``'s figures)."""
 
     simulated: PoolSimulated
     ttft_p99_ms_sim: Figure = _deprecated("simulated.ttft_p99_ms")
+    ttft_p99_ci_ms: Interval = _deprecated("simulated.ttft_p99_ci_ms")
+    tpot_p99_ms_sim: Figure = _deprecated("simulated.tpot_p99_ms")
+    slo_attainment: Figure = _deprecated("simulated.slo_attainment")
+    mean_batch: Figure = _deprecated("simulated.mean_batch")
+    preemptions: int = Field(description="KV preemptions (--kv paged), all replications")
+    replicas_up_mean: float = Field(description="replicas simulated, mean over the replications")
+    spilled: int = Field(description="requests the spillover router moved to the next pool up")
+    max_num_seqs_sim: int = Field(description="batch cap per replica in the engine")
+    tpot_p99_ci_ms: Interval = _deprecated("simulated.tpot_p99_ci_ms")
     slo_met_sim: bool = _deprecated("simulated.slo_met")
+    utilization_sim: Figure = _deprecated("simulated.utilization")
+    power_w_sim: Figure = _deprecated("simulated.power_w")
+    energy_per_output_token_j: Figure = Field(description="energy over the window per output token completed")
+    arrival_rate_sim: Figure = _deprecated("simulated.arrival_rate")
+    requests: int = _deprecated("simulated.requests")
+    too_few_requests: bool = _deprecated("simulated.too_few_requests")
+    p99_requests: int = _deprecated("simulated.p99_requests")
+    p99_source: Literal["main run", "dedicated run"] = _deprecated("simulated.p99_source")
+    unfinished: int = Field(description="measured requests not completed at the horizon")
+    rejected: int = Field(description="measured requests their router rejected")
+    max_num_seqs: int = Field(description="the analytic batch cap per replica")
+    compress_gamma: float = Field(description="compress-and-route factor of the pool")
+    mean_batch_analytic: _Batch
+    tpot_p99_ms_bound: Figure = Field(description="analytic.tpot_p99_ms: the analytic upper bound")
+    latency_ms: _LatenciesMs
+    profile: str
+    quality: str
+    source: Literal["simulated"]
+    phase: _Phase
+    role: _Role
 
 
 class Fleet(_Open):
-    """An analytically evaluated fleet (``evaluate``'s fleets and baseline, ``solve``'s solutions)."""
+    """An analytically evaluated fleet (``evaluate``'s fleets and baseline, ``solve``'s solutions): the headline
+    first, then its pools and figures."""
 
-    pools: list[Pool]
     physical_gpus: int = Field(description="physical GPUs of every pool (total_gpus counts priced GPUs)")
+    cost_per_hr: float = _deprecated("analytic.cost_per_hr")
+    cost_per_year: float = _deprecated("analytic.cost_per_year")
+    power_kw: Figure = _deprecated("analytic.power_kw")
+    tok_per_watt: Figure = _deprecated("analytic.tok_per_watt")
     usd_per_million_output_tokens: Figure = Field(description="analytic.usd_per_million_output_tokens: the "
                                                               "headline $ per million output tokens")
-    analytic: FleetAnalytic
-    simulated: FleetSimulated | None
-    cost_per_hr: float = _deprecated("analytic.cost_per_hr")
+    total_replicas: int = _deprecated("analytic.total_replicas")
     total_gpus: int = _deprecated("analytic.total_gpus")
-    power_kw: Figure = _deprecated("analytic.power_kw")
-    ttft_p99_ms: Figure = _deprecated("analytic.ttft_p99_ms")
     slo_met: bool = _deprecated("analytic.slo_met")
     feasible: bool = _deprecated("analytic.feasible")
+    scope: Literal["pool", "fleet"] = Field(description="the SLO's scope: each pool's P99, or the fleet-wide one")
+    ttft_p99_ms: Figure = _deprecated("analytic.ttft_p99_ms")
+    slo_miss_share: Figure = _deprecated("analytic.slo_miss_share")
+    pools: list[Pool]
+    analytic: FleetAnalytic
+    simulated: FleetSimulated | None
+    source: str = Field(description="where the figures come from (analytic)")
 
 
 # --------------------------------------------------------------------------------------------
@@ -464,19 +568,31 @@ class ValidateDocument(InstanceSummary, Document):
     instance: str
 
 
-class EvaluatedFleet(Fleet):
-    """One fleet given to ``evaluate``, judged against the instance's limits."""
-
+class _FleetSpec(_Open):
     fleet: str = Field(description="the fleet spec, LO-HI:GPUxN,...")
+
+
+class EvaluatedFleet(Fleet, _FleetSpec):
+    """One fleet given to ``evaluate`` (its spec first), judged against the instance's limits."""
+
     violations: list[str] = Field(description="every instance limit it breaks")
 
 
 class _Baseline(Fleet):
-    violations: list[str]
+    """The homogeneous baseline: the cheapest fleet of one pool of one GPU option."""
+
+    violations: list[str] = Field(description="every instance limit it breaks")
+
+
+def _one_fleet(key: str) -> Any:
+    """A top-level key of an ``evaluate`` document of one fleet: fleets[0]'s, in the 1.0 layout."""
+    return Field(None, description=f"one fleet only: fleets[0].{key} (the deprecated 1.0 layout)",
+                 json_schema_extra={"deprecated": True})
 
 
 class EvaluateDocument(Document):
-    """``fleetopt evaluate``: every given fleet (always a list) and the homogeneous baseline."""
+    """``fleetopt evaluate``: every given fleet (always a list) and the homogeneous baseline; with one fleet its
+    keys also sit at top level (the deprecated 1.0 layout), before ``fleets``."""
 
     command: Literal["evaluate"]
     instance: str
@@ -484,98 +600,230 @@ class EvaluateDocument(Document):
     slo_ttft_p99_ms: float
     max_utilization: float
     truncated_share: float
+    fleet: str | None = _one_fleet("fleet")
+    physical_gpus: int | None = _one_fleet("physical_gpus")
+    cost_per_hr: float | None = _one_fleet("cost_per_hr")
+    cost_per_year: float | None = _one_fleet("cost_per_year")
+    power_kw: Figure = _one_fleet("power_kw")
+    tok_per_watt: Figure = _one_fleet("tok_per_watt")
+    usd_per_million_output_tokens: Figure = _one_fleet("usd_per_million_output_tokens")
+    total_replicas: int | None = _one_fleet("total_replicas")
+    total_gpus: int | None = _one_fleet("total_gpus")
+    slo_met: bool | None = _one_fleet("slo_met")
+    feasible: bool | None = _one_fleet("feasible")
+    scope: Literal["pool", "fleet"] | None = _one_fleet("scope")
+    ttft_p99_ms: Figure = _one_fleet("ttft_p99_ms")
+    slo_miss_share: Figure = _one_fleet("slo_miss_share")
+    pools: list[Pool] | None = _one_fleet("pools")
+    analytic: FleetAnalytic | None = _one_fleet("analytic")
+    simulated: FleetSimulated | None = _one_fleet("simulated")
+    source: str | None = _one_fleet("source")
+    violations: list[str] | None = _one_fleet("violations")
     fleets: list[EvaluatedFleet] = Field(min_length=1)
     baseline: _Baseline | None
 
 
 class _Objective(_Open):
-    name: str
-    value: float | None
+    name: str = Field(description="the instance's objective")
+    value: float | None = Field(description="the selected plan's objective value, in unit (null without a plan)")
     unit: str
-    bound: float | None
+    bound: float | None = Field(description="the solver's best bound on the objective")
+    lp_bound: float | None = Field(description="the LP relaxation's bound")
+    minimizes: str = Field(description="what the solver minimises, in words")
 
 
-class _Solution(Fleet):
-    rank: int
-    objective: float
+class _Routing(_Open):
+    """A split-routing plan's routing: per elementary length segment, the req/s sent to each pool."""
+
+    boundaries_tokens: list[int] = Field(description="the elementary segments' boundaries")
+    rate_req_per_s: list[list[float]] = Field(description="per segment, the req/s to each pool (columns in the "
+                                                          "order of the plan's pools)")
+    source: Literal["MIP"]
+
+
+class _SolutionHead(_Open):
+    rank: int = Field(description="1-based, by increasing objective")
+    objective: float = Field(description="the plan's objective value, in objective.unit")
+
+
+class _Solution(Fleet, _SolutionHead):
+    """One plan the solver found: its rank and objective, then the fleet's keys."""
+
     fleet: str | None = Field(description="the fleet spec, LO-HI:GPUxN,...; null for a split-routing plan, whose "
                               "pools overlap (its routing says how)")
-    routing: dict | None
+    routing: _Routing | None
+
+
+DROPPED_LINES = 12
+"""At most this many dropped candidates' reasons are listed in ``candidates.dropped`` (the rest are counted)."""
+
+
+class _DroppedReason(_Open):
+    """The dropped candidates of one GPU option that share one reason (its wording less the numbers)."""
+
+    count: int = Field(description="candidates dropped for this reason")
+    example: str = Field(description="one of them, with its segment and reason: LO-HI on GPU: why")
+
+
+class _DroppedOption(_Open):
+    """The candidates of one GPU option the sizing dropped."""
+
+    gpu: str = Field(description="the GPU option (a semantic plan's: role, share and option)")
+    dropped: int = Field(description="candidate segments dropped")
+    reasons: list[_DroppedReason] = Field(description="per reason, most frequent first (at most 3; the rest in "
+                                                      "other)")
+    other: int = Field(description="dropped for a reason not listed")
 
 
 class _Candidates(_Open):
-    generated: int
-    feasible: int
-    after_pruning: int
-    dropped: list[str]
+    generated: int = Field(description="candidate pools (segment x GPU option) generated")
+    feasible: int = Field(description="those a replica count makes meet the SLO")
+    after_pruning: int = Field(description="those left after dominated ones are pruned")
+    dropped_total: int = Field(description="candidates dropped: no replica count makes them meet the SLO")
+    dropped: list[str] = Field(description=f"the reasons of representative dropped candidates (at most "
+                                           f"{DROPPED_LINES}, the most frequent reason of each option first)")
+    dropped_by_option: list[_DroppedOption] = Field(description="per GPU option, how many were dropped and why")
 
 
 class SolveDocument(Document):
-    """``fleetopt solve``: the chosen plan's fleet at top level (null without a plan), every solution."""
+    """``fleetopt solve``: the chosen plan's fleet at top level (its keys null without a plan), every solution."""
 
     command: Literal["solve"]
     instance: str
     overrides: list[str]
     status: str
     method: str
+    solver: str | None = Field(description="the solver that selected the plan")
     explanation: str
     objective: _Objective
-    fleet: str | None
-    routing: dict | None
-    pools: list[Pool] | None
     physical_gpus: int | None = Field(description="physical GPUs of the plan (null without a plan)")
+    cost_per_hr: float | None = Field(description="deprecated alias of analytic.cost_per_hr (null without a plan)",
+                                      json_schema_extra={"deprecated": True})
+    cost_per_year: float | None = _deprecated("analytic.cost_per_year")
+    power_kw: Figure = _deprecated("analytic.power_kw")
+    tok_per_watt: Figure = _deprecated("analytic.tok_per_watt")
     usd_per_million_output_tokens: Figure = Field(description="the plan's $ per million output tokens "
                                                               "(analytic.usd_per_million_output_tokens; null "
                                                               "without a plan)")
+    total_replicas: int | None = _deprecated("analytic.total_replicas")
+    total_gpus: int | None = _deprecated("analytic.total_gpus")
+    slo_met: bool | None = _deprecated("analytic.slo_met")
+    feasible: bool | None = _deprecated("analytic.feasible")
+    scope: Literal["pool", "fleet"] | None = Field(None, description="the SLO's scope (absent without a plan)")
+    ttft_p99_ms: Figure = Field(None, description="deprecated alias of analytic.ttft_p99_ms (absent without a plan)",
+                                json_schema_extra={"deprecated": True})
+    slo_miss_share: Figure = Field(None, description="deprecated alias of analytic.slo_miss_share (absent without "
+                                                     "a plan)", json_schema_extra={"deprecated": True})
+    pools: list[Pool] | None
     analytic: FleetAnalytic | None
     simulated: FleetSimulated | None
+    source: str | None = Field(None, description="where the plan's figures come from (absent without a plan)")
+    semantic: dict | None = Field(description="a semantic plan's model classes (null for one model class)")
+    fleet: str | None
+    routing: _Routing | None
     baseline: _Baseline | None
     warnings: list[str]
     solve_seconds: float
     mip_gap: float | None
+    ttft_model: str
     slo_ttft_p99_ms: float
     ttft_margin: float = Field(description="share of the SLO the plans were sized to keep free (slo.ttft_margin; 0 "
                                            "with --verify-top)")
     ttft_sizing_ms: float = Field(description="the P99 TTFT the candidates were sized to: the SLO less the margin")
+    power_linearization_error_w: Figure = Field(description="largest error of the MIP's linearised power")
+    candidates: _Candidates = Field(description="the candidate pools generated, feasible and kept; the dropped ones "
+                                                "summarised")
     solutions: list[_Solution]
     verified: bool | None = Field(description="null without --verify-top")
+    verification: dict | None = Field(None, description="--verify-top only: every simulated plan, per round, the "
+                                                        "pool sizing and the trim")
     provenance: dict
-    candidates: _Candidates | None = Field(None, description="the candidate pools generated, feasible and kept")
-    cost_per_hr: float | None = Field(None,
-                                      description="deprecated alias of analytic.cost_per_hr (null without a plan)")
-    cost_per_year: float | None = Field(None, description="deprecated alias of analytic.cost_per_year")
-    total_replicas: int | None = Field(None, description="deprecated alias of analytic.total_replicas")
-    total_gpus: int | None = Field(None, description="deprecated alias of analytic.total_gpus")
-    power_kw: Figure = Field(None, description="deprecated alias of analytic.power_kw")
-    tok_per_watt: Figure = Field(None, description="deprecated alias of analytic.tok_per_watt")
-    ttft_p99_ms: Figure = Field(None, description="deprecated alias of analytic.ttft_p99_ms")
 
 
 class SimulateDocument(Document):
-    """``fleetopt simulate``: one fleet simulated, next to its analytic figures."""
+    """``fleetopt simulate``: one fleet simulated, next to its analytic figures (the top-level figures before
+    ``pools`` are the deprecated 1.0 aliases of ``simulated``'s)."""
 
     command: Literal["simulate"]
     instance: str
-    pools: list[SimulatedPool]
-    analytic: FleetAnalytic
-    simulated: FleetSimulated
-    slo_ttft_p99_ms: float
-    slo_tpot_p99_ms: float | None
     requests_simulated: int
-    seed: int
-    replications: int
-    confidence: float
-    options: dict
-    notes: list[str]
+    simulated_seconds: float = Field(description="simulated time of the runs (s)")
+    wall_seconds: float = Field(description="wall-clock time of the simulation (s)")
     ttft_p99_ms: Figure = _deprecated("simulated.ttft_p99_ms")
     ttft_p99_ci_ms: Interval = _deprecated("simulated.ttft_p99_ci_ms")
+    tpot_p99_ms: Figure = _deprecated("simulated.tpot_p99_ms")
     slo_met: bool = _deprecated("simulated.slo_met")
+    slo_attainment: Figure = _deprecated("simulated.slo_attainment")
     power_kw: Figure = _deprecated("simulated.power_kw")
+    energy_per_output_token_j: Figure = _deprecated("simulated.energy_per_output_token_j")
+    energy_per_token_j: Figure = Field(description="energy over the window per token (prompt and output) completed")
+    pools: list[SimulatedPool]
+    source: Literal["simulated"]
+    slo_ttft_p99_ms: float
+    slo_tpot_p99_ms: float | None
+    scope: Literal["pool", "fleet"]
+    ttft_model: str
+    slo_met_point: bool = _deprecated("simulated.slo_met_point")
+    tpot_p99_ci_ms: Interval = _deprecated("simulated.tpot_p99_ci_ms")
+    requests_measured: int = _deprecated("simulated.requests_measured")
+    utilization_sim: Figure = _deprecated("simulated.utilization")
+    unfinished: int = Field(description="measured requests not completed at the horizon")
+    rejected: int = Field(description="measured requests their router rejected")
+    preemptions: int = Field(description="KV preemptions of every pool (--kv paged)")
+    latency_ms: _LatenciesMs
+    seed: int
+    mode: Literal["iteration", "slot"]
+    router: str
+    dispatch: str = Field(description="replica choice within a pool (pool-fcfs in slot mode)")
+    arrivals: str
+    spill_bound: int | None = Field(description="--router spillover only: the queue beyond which arrivals spill")
+    routing_source: str | None = Field(description="--router split only: where its weights came from (plan or "
+                                                   "shares)")
+    engine: dict = Field(description="the simulation engine's settings")
+    replications: int
+    options: dict = Field(description="the simulation settings")
+    confidence: float = Field(description="confidence level of every interval")
+    ci_method: str
+    stopped_by: str = Field(description="what ended the run (requests, or --precision reached)")
+    precision: float | None = Field(description="--precision's target half-width in %")
+    warmup_s: float = Field(description="mean warm-up discarded per replication, simulated s")
+    cooldown_s: float = Field(description="mean unmeasured end of a replication, simulated s")
+    relaxation_s: Figure = Field(description="the largest pool relaxation time (s)")
+    littles_law_rel_error: Figure = Field(description="largest |L - lambda W| / L over pools and replications")
+    analytic: FleetAnalytic
+    simulated: FleetSimulated
+    notes: list[str]
+    semantic: dict | None = Field(None, description="semantic plans only: the rule and, per model class, its "
+                                                    "pools and shares")
+
+
+class _RouterPool(_Open):
+    """One pool's simulated figures under one router."""
+
+    pool: str = Field(description="LO-HI:GPU")
+    replicas: int
+    ttft_p99_ms: Figure
+    ttft_p99_ci_ms: Interval
+    slo_attainment: Figure
+    utilization: Figure
+    slo_met: bool
 
 
 class _RouterRun(_Open):
+    """One router's run on the common stream: the fleet's figures, each pool's, and its whole ``simulate``
+    document."""
+
     router: str
+    ttft_p99_ms: Figure
+    ttft_p99_ci_ms: Interval
+    slo_attainment: Figure
+    utilization: Figure = Field(description="the pools' simulated utilisations weighted by their batch places")
     slo_met: bool
+    power_kw: Figure
+    simulated_seconds: float
+    requests_simulated: int
+    note: str
+    pools: list[_RouterPool]
     report: SimulateDocument
 
 
@@ -585,8 +833,11 @@ class SimulateRoutersDocument(Document):
     command: Literal["simulate --routers"]
     instance: str
     fleet: str
+    slo_ttft_p99_ms: float
+    source: str
     seed: int
-    stream_sha256: str
+    stream_sha256: str = Field(description="digest of the common request stream")
+    options: dict = Field(description="the simulation settings")
     routers: list[_RouterRun] = Field(min_length=1)
 
 
@@ -737,13 +988,30 @@ FRONTIER_KINDS = ("pareto --axes cost,power", "pareto --axes cost,ttft", "pareto
 """The ``command`` values of the ``pareto --axes`` documents, one per second axis."""
 
 
-class _FrontierPoint(_Open):
-    """One point of a ``pareto --axes`` curve: an optimal plan of a re-solve, re-judged on the instance itself."""
-
-    rank: int = Field(description="1-based, by increasing cost")
+class _FrontierHead(_Open):
     fleet: str = Field(description="the plan's fleet spec, LO-HI:GPUxN,... (one entry per pool)")
     cost_per_hr: float
     cost_per_year: float
+
+
+class _PowerAxis(_FrontierHead):
+    power: Figure = Field(description="the point's value on the power axis: axis_value, kW")
+
+
+class _TtftAxis(_FrontierHead):
+    ttft: Figure = Field(description="the point's value on the ttft axis: axis_value, ms")
+
+
+class _PoolsAxis(_FrontierHead):
+    pools: int = Field(description="number of pools of the plan (the pools axis: axis_value)")
+
+
+class _FrontierPoint(_FrontierHead):
+    """One point of a ``pareto --axes`` curve: an optimal plan of a re-solve, re-judged on the instance itself.
+    Its value on the second axis is ``axis_value``, and also under the axis' name (``power``, ``ttft``), after
+    ``cost_per_year``; on the pools axis that key is ``pools`` itself, there (the points of each axis:
+    :class:`_PowerPoint`, :class:`_TtftPoint`, :class:`_PoolsPoint`)."""
+
     axis_value: Figure = Field(description="the plan's value on the second axis, in axis_unit")
     axis_unit: str
     total_gpus: int = Field(description="GPUs as the options price them (seed units count one per TP=8 server)")
@@ -756,12 +1024,27 @@ class _FrontierPoint(_Open):
     slo_met: bool = Field(description="the plan meets the instance's own SLO, re-evaluated at its counts")
     violations: list[str] = Field(description="every limit of the instance the plan breaks")
     constraint: str = Field(description="the --set of the re-solve that found it")
+    rank: int = Field(description="1-based, by increasing cost (the baseline: 0)")
     recommended: bool
     knee: bool
 
 
+class _PowerPoint(_FrontierPoint, _PowerAxis):
+    """A point of the cost,power curve (``power``: its kW)."""
+
+
+class _TtftPoint(_FrontierPoint, _TtftAxis):
+    """A point of the cost,ttft curve (``ttft``: its worst P99 TTFT, ms)."""
+
+
+class _PoolsPoint(_FrontierPoint, _PoolsAxis):
+    """A point of the cost,pools curve (``pools`` right after ``cost_per_year``)."""
+
+
 class FrontierDocument(Document):
-    """``fleetopt pareto --axes cost,AXIS``: the exact least-cost curve against power, P99 TTFT or pools."""
+    """``fleetopt pareto --axes cost,AXIS``: the exact least-cost curve against power, P99 TTFT or pools (one
+    model per axis: :class:`PowerFrontierDocument`, :class:`TtftFrontierDocument`, :class:`PoolsFrontierDocument`,
+    whose points carry the axis' key)."""
 
     command: Literal["pareto --axes cost,power", "pareto --axes cost,ttft", "pareto --axes cost,pools"]
     instance: str
@@ -775,14 +1058,50 @@ class FrontierDocument(Document):
     points: list[_FrontierPoint] = Field(description="non-dominated, by increasing cost")
     recommended: int | None = Field(description="0-based index into points of the cheapest point meeting the SLO "
                                                 "within the instance's limits; null when none does")
+    recommended_index: int | None = Field(description="recommended, under a second name")
     recommended_reason: str
+    recommendation_rule: str = Field(description="what recommended means, in words")
     knee_index: int | None = Field(description="0-based index into points of the knee (an alternative)")
+    knee_rule: str = Field(description="what the knee is, in words")
     baseline: _FrontierPoint | None = Field(description="the homogeneous baseline (its rank 0, never recommended)")
     baseline_dominated: bool | None
     solves: int
     solve_seconds: float
-    truncated: bool
+    truncated: bool = Field(description="a consecutive sweep stopped at its point limit before the curve's end")
     overrides: list[str]
+    solves_unused: int = Field(description="solves made ahead on the backend's workers the sweep did not ask for")
+    backend: str = Field(description="where the re-solves ran")
+
+
+class PowerFrontierDocument(FrontierDocument):
+    """``fleetopt pareto --axes cost,power``."""
+
+    command: Literal["pareto --axes cost,power"]
+    points: list[_PowerPoint] = Field(description="non-dominated, by increasing cost")
+    baseline: _PowerPoint | None = Field(description="the homogeneous baseline (its rank 0, never recommended)")
+
+
+class TtftFrontierDocument(FrontierDocument):
+    """``fleetopt pareto --axes cost,ttft``."""
+
+    command: Literal["pareto --axes cost,ttft"]
+    points: list[_TtftPoint] = Field(description="non-dominated, by increasing cost")
+    baseline: _TtftPoint | None = Field(description="the homogeneous baseline (its rank 0, never recommended)")
+
+
+class PoolsFrontierDocument(FrontierDocument):
+    """``fleetopt pareto --axes cost,pools``."""
+
+    command: Literal["pareto --axes cost,pools"]
+    points: list[_PoolsPoint] = Field(description="non-dominated, by increasing cost")
+    baseline: _PoolsPoint | None = Field(description="the homogeneous baseline (its rank 0, never recommended)")
+
+
+FRONTIER_DOCUMENTS: dict[str, type[FrontierDocument]] = {
+    "power": PowerFrontierDocument, "ttft": TtftFrontierDocument, "pools": PoolsFrontierDocument}
+"""The document model of each ``pareto --axes cost,AXIS``, by AXIS."""
+FRONTIER_POINTS: dict[str, type[_FrontierPoint]] = {"power": _PowerPoint, "ttft": _TtftPoint, "pools": _PoolsPoint}
+"""The model of a point (and of the baseline) of each ``pareto --axes cost,AXIS``, by AXIS."""
 
 
 class _HeadroomPool(_Open):
@@ -988,7 +1307,19 @@ class HeadroomRangeDocument(Document):
     overrides: list[str] = Field(description="the --set overrides the instance was loaded with")
 
 
-class _DiffPlan(_Open):
+class _DiffFigures(_Open):
+    """A plan's headline figures (``diff``'s ``a`` and ``b``), or their change B - A (``delta``)."""
+
+    physical_gpus: int
+    total_replicas: int
+    cost_per_hr: float
+    cost_per_year: float
+    power_kw: Figure
+    tok_per_watt: Figure
+    usd_per_million_output_tokens: Figure
+
+
+class _DiffPlanHead(_Open):
     file: str
     command: Literal["solve", "evaluate", "simulate"]
     instance: str | None
@@ -997,27 +1328,19 @@ class _DiffPlan(_Open):
     overrides: list[str]
     slo_ttft_p99_ms: float | None
     arrival_rate: Figure = Field(description="req/s: the sum of its pools' analytic arrival_rate (decode rows out)")
-    physical_gpus: int
-    total_replicas: int
-    cost_per_hr: float
-    cost_per_year: float
-    power_kw: Figure
-    tok_per_watt: Figure
-    usd_per_million_output_tokens: Figure
+
+
+class _DiffPlan(_DiffFigures, _DiffPlanHead):
+    """One side of a ``diff``: which plan, its headline figures, its SLO verdict."""
+
     slo_met: bool | None
     slo_source: Literal["analytic", "simulated"]
     ttft_p99_ms: Figure
     ttft_p99_ci_ms: Interval | None = Field(description="simulated only: the P99 TTFT's 95 % interval")
 
 
-class _DiffDelta(_Open):
-    physical_gpus: int
-    total_replicas: int
-    cost_per_hr: float
-    cost_per_year: float
-    power_kw: Figure
-    tok_per_watt: Figure
-    usd_per_million_output_tokens: Figure
+class _DiffDelta(_DiffFigures):
+    """B - A of each headline figure."""
 
 
 class DiffDocument(Document):
@@ -1033,11 +1356,96 @@ class DiffDocument(Document):
     delta: _DiffDelta = Field(description="B - A of each headline figure (null where a side's is null)")
 
 
-class _Scenario(_Open):
+class _WhatIfPool(_Open):
+    """One pool of a scenario's plan (analytic)."""
+
+    min_tokens: int
+    max_tokens: int
+    gpu: str
+    replicas: int
+    gpus: int
+    ttft_p99_ms: Figure
+    capacity_load: Figure
+    cost_per_hr: float
+
+
+class _WhatIfBinding(_Open):
+    """What a pool breaks with one deployed replica fewer (``fleetopt.optimizer.workflows.whatif.binding``)."""
+
+    pool: str = Field(description="LO-HI:GPUxN")
+    binds: list[str] = Field(description="P99 TTFT, TPOT, utilization cap; or one replica, or above least count")
+    replicas_tested: int | None = Field(description="the up count tested (null: the pool has no traffic)")
+    ttft_p99_ms: Figure = Field(description="the pool's P99 TTFT at replicas_tested (null: not evaluated)")
+    capacity_load: Figure
+
+
+class _WhatIfSim(_Open):
+    """--verify only: the scenario's plan simulated."""
+
+    slo_met: bool = Field(description="the upper end of the 95 % P99 TTFT interval within the SLO")
+    ttft_p99_ms: Figure
+    ttft_p99_ci_ms: Interval
+    requests_measured: int
+    seed: int
+
+
+class _WhatIfRecord(_Open):
+    """A solve's record: the base instance's, or one scenario's (``fleetopt.optimizer.workflows.whatif.RECORD_KEYS``;
+    the plan's keys null without a plan)."""
+
+    status: str
+    method: str
+    explanation: str
+    mip_gap: float | None
+    cost_per_hr: float | None
+    cost_per_year: float | None
+    total_replicas: int | None
+    total_gpus: int | None
+    power_kw: Figure
+    fleet: str | None
+    pools: list[_WhatIfPool]
+    binding: list[_WhatIfBinding]
+    limits_at_bound: list[str] = Field(description="the fleet-wide limits the plan meets with equality")
+    binding_note: str = Field(description="why the per-pool binding is not determined (empty: it is)")
+    sim: _WhatIfSim | None = Field(description="--verify only (null without)")
+
+
+class _PoolResize(_Open):
+    pool: str = Field(description="LO-HI:GPU")
+    replicas_base: int
+    replicas: int
+
+
+class _WhatIfDeltas(_Open):
+    """A scenario against the base (null where either has no plan)."""
+
+    cost_per_year: float | None = Field(description="$/yr: the scenario's - the base's")
+    cost_pct: float | None = Field(description="cost_per_year over the base's, in %")
+    replicas: int | None
+    gpus: int | None
+    pools_added: list[str]
+    pools_removed: list[str]
+    pools_resized: list[_PoolResize]
+    gpu_types_added: list[str]
+    gpu_types_removed: list[str]
+    same_fleet: bool | None
+
+
+class _ScenarioHead(_Open):
     index: int
     key: str
-    overrides: dict
-    status: str
+    overrides: dict = Field(description="the swept values by dotted path")
+
+
+class _Scenario(_WhatIfRecord, _ScenarioHead):
+    """One scenario of the grid: its place, its values, its record and its deltas against the base."""
+
+    deltas: _WhatIfDeltas
+
+
+class _Sweep(_Open):
+    path: str = Field(description="the dotted instance field swept")
+    values: list = Field(description="its values, as YAML reads them")
 
 
 class WhatIfDocument(Document):
@@ -1045,10 +1453,15 @@ class WhatIfDocument(Document):
 
     command: Literal["whatif"]
     instance: str
+    instance_file: str
+    source: str
     slo_ttft_p99_ms: float
-    sweeps: list[dict]
-    base: dict
+    ttft_model: str
+    overrides: list[str] = Field(description="the --set overrides of the base and every scenario")
+    sweeps: list[_Sweep]
+    base: _WhatIfRecord
     scenarios: list[_Scenario]
+    sim_options: dict | None = Field(None, description="--verify only: the simulation settings")
 
 
 class _DepthEvent(_Open):
@@ -1169,7 +1582,8 @@ class CatalogDocument(Document):
 DOCUMENTS: dict[str, type[Document]] = {
     kind: m  # each of the Literal's values (pareto --axes: one per second axis)
     for m in (ValidateDocument, EvaluateDocument, SolveDocument, SimulateDocument, SimulateRoutersDocument,
-              TpwDocument, RhoSweepDocument, BenchDocument, ParetoDocument, FrontierDocument, HeadroomDocument,
+              TpwDocument, RhoSweepDocument, BenchDocument, ParetoDocument, *FRONTIER_DOCUMENTS.values(),
+              HeadroomDocument,
               HeadroomRangeDocument, WhatIfDocument, GridFlexDocument, ProfileFitDocument, CatalogDocument,
               DiffDocument)
     for kind in get_args(m.model_fields["command"].annotation)}

@@ -10,28 +10,25 @@ from __future__ import annotations
 import csv
 import io
 import math
-from dataclasses import asdict
-from typing import Any
+import re
 
 from fleetopt.models.fleet import FleetResult, PoolResult
 from fleetopt.models.profiles import replica_unit
 from fleetopt.models.service import ContextPoint
 
-from fleetopt.optimizer.output.contract import (TpwDocument, build, envelope, fleet_analytic, fleet_output_tok_per_s,
-                                                physical_gpus, pool_analytic, pool_identity,
+from fleetopt.optimizer.output.contract import (DROPPED_LINES, Fleet, Pool, SolveDocument,
+                                                TpwDocument, _Baseline, _Solution, build, envelope, fleet_analytic,
+                                                fleet_output_tok_per_s, physical_gpus, pool_analytic, pool_identity,
                                                 usd_per_million_output_tokens)
 from fleetopt.optimizer.output.contract import _TpwRow as TpwRow
 from fleetopt.optimizer.io.instance import gpu_warnings
 from fleetopt.optimizer.plan.evaluate import fleet_name_ambiguities, fleet_spec, limit_violations
 
-__all__ = ["ANALYTIC", "fleet_json", "gridflex_csv", "instance_warnings", "pool_json", "replica_units", "routing_json",
-           "simulated_pools", "solve_json", "solve_warnings", "tpw_json", "trim_json", "verification_json"]
+__all__ = ["ANALYTIC", "dropped_summary", "fleet_json", "gridflex_csv", "instance_warnings", "pool_json",
+           "replica_units", "routing_json", "simulated_pools", "solve_json", "solve_warnings", "tpw_json", "trim_json",
+           "verification_json"]
 
 ANALYTIC = "analytic"
-
-
-_POOL_KEYS = ("min_tokens", "max_tokens", "gpu", "replicas", "gpus", "arrival_rate", "utilization", "ttft_p99_ms",
-              "power_w", "slo_met")
 
 
 def replica_units(instance) -> dict:
@@ -40,63 +37,39 @@ def replica_units(instance) -> dict:
     return {} if instance is None else {g.name: replica_unit(g.profile) for g in instance.gpus}
 
 
-def pool_json(p: PoolResult, source: str = ANALYTIC, unit=None) -> dict:
-    """The contract keys first (:class:`fleetopt.optimizer.output.contract.Pool`: what it serves and what a replica
-    is, the ``analytic`` sub-object, no ``simulated`` one), then the details; the flat figures are the
-    deprecated 1.0 aliases of ``analytic``'s. ``unit``: the pool's profile's
-    :func:`~fleetopt.models.profiles.replica_unit`, when known."""
-    d = asdict(p)
-    out = {k: d.pop(k) for k in _POOL_KEYS}
-    d.pop("model")
-    out.update(pool_identity(p, unit))
-    out.update(analytic=pool_analytic(p), simulated=None)
-    out.update(d)
+def pool_json(p: PoolResult, source: str = ANALYTIC, unit=None, **values) -> dict:
+    """A pool's object, built by its model (:class:`fleetopt.optimizer.output.contract.Pool`): what it serves and
+    what a replica is, the ``analytic`` sub-object, no ``simulated`` one, then the details (the
+    :class:`~fleetopt.models.fleet.PoolResult`'s fields of the same names); the flat figures are the deprecated 1.0
+    aliases of ``analytic``'s. ``unit``: the pool's profile's :func:`~fleetopt.models.profiles.replica_unit`, when
+    known; ``values``: the keys written only sometimes (``chunk_tokens``, ``role``)."""
     # utilization null: an unstable queue; capacity_load says by how much
-    out["overloaded"] = not math.isfinite(p.utilization)
-    out["source"] = source
-    return out
+    return build(Pool, p, **pool_identity(p, unit), analytic=pool_analytic(p), simulated=None,
+                 overloaded=not math.isfinite(p.utilization), source=source, **values)
 
 
-def fleet_json(r: FleetResult, source: str = ANALYTIC, violations=None, instance=None) -> dict:
-    """A fleet's contract keys, the headline first: physical GPUs, $/hr, $/yr, kW, tok/W and $ per million
-    output tokens (:func:`fleetopt.optimizer.output.contract.usd_per_million_output_tokens`). With
+def fleet_json(r: FleetResult, source: str = ANALYTIC, violations=None, instance=None, *,
+               model: type[Fleet] | None = None, roles=(), **values) -> dict:
+    """A fleet's object, built by its model (:class:`fleetopt.optimizer.output.contract.Fleet`, or ``model``: a
+    fleet with more keys given in ``values``), the headline first: physical GPUs, $/hr, $/yr, kW, tok/W and $ per
+    million output tokens (:func:`fleetopt.optimizer.output.contract.usd_per_million_output_tokens`). With
     ``violations`` (the instance limits it breaks, :func:`fleetopt.optimizer.plan.evaluate.limit_violations`)
-    they are listed under ``violations`` and ``feasible`` is true only when the SLO is met and none is broken.
-    With ``instance``, each pool's ``gpus_per_replica`` is its profile's (else read from the pool)."""
+    they are listed under ``violations`` (the model: :class:`~fleetopt.optimizer.output.contract._Baseline`
+    unless given) and ``feasible`` is true only when the SLO is met and none is broken. With ``instance``, each
+    pool's ``gpus_per_replica`` is its profile's (else read from the pool) and its ``chunk_tokens`` is written;
+    ``roles``: a semantic plan's model class per pool."""
     per = replica_units(instance)
-    out = {
-        "physical_gpus": physical_gpus(r, per),
-        "cost_per_hr": r.cost_per_hr,
-        "cost_per_year": r.cost_per_year,
-        "power_kw": r.power_kw,
-        "tok_per_watt": r.tok_per_watt,
-        "usd_per_million_output_tokens": usd_per_million_output_tokens(r.cost_per_hr, fleet_output_tok_per_s(r)),
-        "total_replicas": r.total_replicas,
-        "total_gpus": r.total_gpus,
-        "slo_met": r.slo_met,
-        "feasible": r.feasible,
-        "scope": r.scope,
-        "ttft_p99_ms": r.ttft_p99_ms,
-        "slo_miss_share": r.slo_miss_share,
-        "pools": [_with_chunk(pool_json(p, source, per.get(p.gpu)), instance) for p in r.pools],
-        "analytic": fleet_analytic(r, per),
-        "simulated": None,
-        "source": source,
-    }
+    chunks = {} if instance is None else {g.name: int(g.profile.chunk_tokens) for g in instance.gpus}
+    pools = [pool_json(p, source, per.get(p.gpu),
+                       **({"chunk_tokens": chunks[p.gpu]} if p.gpu in chunks else {}),
+                       **({"role": role} if role is not None else {}))
+             for p, role in zip(r.pools, list(roles) + [None] * (len(r.pools) - len(roles)))]
     if violations is not None:
-        out["feasible"] = bool(r.feasible and not violations)
-        out["violations"] = list(violations)
-    return out
-
-
-def _with_chunk(pool: dict, instance) -> dict:
-    """``pool`` with ``chunk_tokens``, its GPU option's prefill chunk (what a deployment sets as vLLM's
-    ``--max-num-batched-tokens``), when the instance is known."""
-    if instance is not None:
-        chunk = {g.name: int(g.profile.chunk_tokens) for g in instance.gpus}.get(pool.get("gpu"))
-        if chunk is not None:
-            pool["chunk_tokens"] = chunk
-    return pool
+        values.update(feasible=bool(r.feasible and not violations), violations=list(violations))
+    return build(model or (Fleet if violations is None else _Baseline), r, physical_gpus=physical_gpus(r, per),
+                 usd_per_million_output_tokens=usd_per_million_output_tokens(r.cost_per_hr,
+                                                                             fleet_output_tok_per_s(r)),
+                 pools=pools, analytic=fleet_analytic(r, per), simulated=None, source=source, **values)
 
 
 def tpw_json(rows: list[ContextPoint]) -> dict:
@@ -104,12 +77,6 @@ def tpw_json(rows: list[ContextPoint]) -> dict:
     values are the :class:`~fleetopt.models.service.ContextPoint`'s fields of the same names)."""
     return build(TpwDocument, **envelope("tpw", None),
                  rows=[build(TpwRow, r, context=r.context_tokens, source=ANALYTIC) for r in rows])
-
-
-def _pool_contract(p: PoolResult, source: str, instance=None) -> dict:
-    d = _with_chunk(pool_json(p, source, replica_units(instance).get(p.gpu)), instance)
-    d["routing_share"] = p.routing_share
-    return d
 
 
 def simulated_pools(vp) -> list:
@@ -187,48 +154,91 @@ def routing_json(routing) -> dict | None:
             "rate_req_per_s": [list(row) for row in routing.rate_req_per_s], "source": "MIP"}
 
 
+_NO_PLAN = ("physical_gpus", "cost_per_hr", "cost_per_year", "power_kw", "tok_per_watt",
+            "usd_per_million_output_tokens", "total_replicas", "total_gpus", "slo_met", "feasible", "pools", "analytic",
+            "simulated")
+"""The keys of the plan's fleet a ``solve`` document writes as null without a plan."""
+
+
 def solve_json(report, verification=None) -> dict:
-    """The stable JSON contract of ``fleetopt solve`` (see README); with a verification, its chosen plan heads it."""
+    """The ``solve`` document, built by its model (:class:`fleetopt.optimizer.output.contract.SolveDocument`); with a
+    verification, its chosen plan heads it."""
     inst = report.instance
-    unit = OBJECTIVE_UNITS[inst.objective]
     best = report.best
     if verification is not None and verification.chosen is not None:
         best = verification.chosen.plan
-    out = {**envelope("solve", inst.name), "overrides": list(inst.overrides),
-           "status": str(report.status), "method": report.method,
-           "solver": report.solver, "explanation": report.explanation,
-           "objective": {"name": inst.objective, "value": None if best is None else best.objective, "unit": unit,
-                         "bound": report.bound, "lp_bound": report.lp_bound,
-                         "minimizes": OBJECTIVE_MEANINGS[inst.objective]}}
-    fleet: dict[str, Any] = fleet_json(best.fleet, "analytic", instance=inst) if best else {k: None for k in (
-        "physical_gpus", "cost_per_hr", "cost_per_year", "power_kw", "tok_per_watt", "usd_per_million_output_tokens",
-        "total_replicas", "total_gpus", "slo_met", "feasible", "pools", "analytic", "simulated")}
     if best:
-        fleet["pools"] = [_pool_contract(p, "analytic", inst) for p in best.fleet.pools]
-        for pool, role in zip(fleet["pools"], best.semantic.roles if best.semantic is not None else ()):
-            pool["role"] = role     # semantic routing: the model class the pool serves (small | large)
-    fleet["semantic"] = None if best is None or best.semantic is None else best.semantic.to_json()
-    fleet["fleet"] = fleet_spec(inst, best.fleet) if best else None
-    fleet["routing"] = routing_json(best.routing) if best else None
-    out.update(fleet)
-    out["baseline"] = (None if report.baseline is None else
-                       fleet_json(report.baseline, violations=limit_violations(inst, report.baseline), instance=inst))
-    out["warnings"] = solve_warnings(report)
-    out.update({
-        "solve_seconds": report.solve_seconds, "mip_gap": report.mip_gap,
-        "ttft_model": inst.slo.ttft_model, "slo_ttft_p99_ms": inst.slo.ttft_p99_s * 1000.0,
-        "ttft_margin": inst.slo.ttft_margin, "ttft_sizing_ms": inst.slo.ttft_sizing_s * 1000.0,
-        "power_linearization_error_w": report.power_error_w,
-        "candidates": {"generated": report.candidates_generated, "feasible": report.candidates_feasible,
-                       "after_pruning": report.candidates_after_pruning, "dropped": list(report.dropped_reasons)},
-        "solutions": [{"rank": p.rank, "objective": p.objective, **fleet_json(p.fleet, instance=inst),
-                       "fleet": fleet_spec(inst, p.fleet), "routing": routing_json(p.routing)} for p in report.plans],
-        "verified": None if verification is None else verification.verified,
+        roles = best.semantic.roles if best.semantic is not None else ()
+        fleet = fleet_json(best.fleet, ANALYTIC, instance=inst, roles=roles)
+    else:
+        fleet = dict.fromkeys(_NO_PLAN)
+    return build(
+        SolveDocument, **envelope("solve", inst.name), overrides=list(inst.overrides), status=str(report.status),
+        method=report.method, solver=report.solver, explanation=report.explanation,
+        objective={"name": inst.objective, "value": None if best is None else best.objective,
+                   "unit": OBJECTIVE_UNITS[inst.objective], "bound": report.bound, "lp_bound": report.lp_bound,
+                   "minimizes": OBJECTIVE_MEANINGS[inst.objective]},
+        **fleet, semantic=None if best is None or best.semantic is None else best.semantic.to_json(),
+        fleet=fleet_spec(inst, best.fleet) if best else None, routing=routing_json(best.routing) if best else None,
+        baseline=(None if report.baseline is None else
+                  fleet_json(report.baseline, violations=limit_violations(inst, report.baseline), instance=inst)),
+        warnings=solve_warnings(report), solve_seconds=report.solve_seconds, mip_gap=report.mip_gap,
+        ttft_model=inst.slo.ttft_model, slo_ttft_p99_ms=inst.slo.ttft_p99_s * 1000.0,
+        ttft_margin=inst.slo.ttft_margin, ttft_sizing_ms=inst.slo.ttft_sizing_s * 1000.0,
+        power_linearization_error_w=report.power_error_w,
+        candidates={"generated": report.candidates_generated, "feasible": report.candidates_feasible,
+                    "after_pruning": report.candidates_after_pruning, **dropped_summary(report.dropped_reasons)},
+        solutions=[fleet_json(p.fleet, instance=inst, model=_Solution, rank=p.rank, objective=p.objective,
+                              fleet=fleet_spec(inst, p.fleet), routing=routing_json(p.routing)) for p in report.plans],
+        verified=None if verification is None else verification.verified,
         **({} if verification is None else {"verification": verification_json(verification, inst)}),
-        "provenance": {"selection": report.method, "numbers": "analytic re-evaluation of the selected pools",
-                       "profiles": sorted({f"{p.gpu}: {p.quality}" for p in (best.fleet.pools if best else ())})},
-    })
-    return out
+        provenance={"selection": report.method, "numbers": "analytic re-evaluation of the selected pools",
+                    "profiles": sorted({f"{p.gpu}: {p.quality}" for p in (best.fleet.pools if best else ())})})
+
+
+_DROPPED = re.compile(r"(?P<head>.*?)(?P<segment>[\d,]+-[\d,]+) on (?P<gpu>[^:]+): (?P<reason>.*)", re.S)
+"""A dropped candidate's reason as the solve writes it: ``[ROLE (share S) ]LO-HI on GPU: why``."""
+_NUMBER = re.compile(r"\d[\d,.]*")
+_REASONS_PER_OPTION = 3
+
+
+def dropped_summary(reasons, lines: int = DROPPED_LINES, per_option: int = _REASONS_PER_OPTION) -> dict:
+    """A bounded summary of the dropped candidates' ``reasons`` (``LO-HI on GPU: why``, one per candidate; tens of
+    thousands on a large instance): ``dropped_total``; per GPU option (in order of first appearance) how many were
+    dropped and, per reason (its wording with the numbers taken out, most frequent first, at most ``per_option``;
+    the rest counted in ``other``), how many and one example; and ``dropped``, at most ``lines`` examples: each
+    option's most frequent reason first, then their second ones.
+
+    Examples
+    --------
+    >>> s = dropped_summary(["0-4,096 on a100: P99 prefill is 523 ms, above 485 ms",
+    ...                      "0-8,192 on a100: P99 prefill is 597 ms, above 485 ms",
+    ...                      "0-8,192 on a100: TPOT bound 80 ms above 50 ms",
+    ...                      "0-8,192 on h100: TPOT bound 60 ms above 50 ms"],
+    ...                     lines=2)
+    >>> s["dropped_total"], s["dropped"]
+    (4, ['0-4,096 on a100: P99 prefill is 523 ms, above 485 ms', '0-8,192 on h100: TPOT bound 60 ms above 50 ms'])
+    >>> [(o["gpu"], o["dropped"], [r["count"] for r in o["reasons"]], o["other"]) for o in s["dropped_by_option"]]
+    [('a100', 3, [2, 1], 0), ('h100', 1, [1], 0)]
+    """
+    options: dict[str, dict[str, list]] = {}        # option -> reason's wording -> [count, example]
+    for text in reasons:
+        m = _DROPPED.fullmatch(text)
+        option = f"{m['head']}{m['gpu']}" if m else ""
+        kinds = options.setdefault(option, {})
+        kind = _NUMBER.sub("#", m["reason"] if m else text)
+        entry = kinds.get(kind)
+        if entry is None:
+            kinds[kind] = [1, text]
+        else:
+            entry[0] += 1
+    ranked = {o: sorted(kinds.values(), key=lambda e: -e[0]) for o, kinds in options.items()}
+    examples = [e[1] for depth in range(per_option) for kinds in ranked.values() if depth < len(kinds)
+                for e in (kinds[depth],)][:lines]
+    return {"dropped_total": len(reasons), "dropped": examples,
+            "dropped_by_option": [{"gpu": o, "dropped": sum(e[0] for e in kinds),
+                                   "reasons": [{"count": e[0], "example": e[1]} for e in kinds[:per_option]],
+                                   "other": sum(e[0] for e in kinds[per_option:])} for o, kinds in ranked.items()]}
 
 
 def instance_warnings(inst) -> list[str]:

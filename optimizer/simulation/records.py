@@ -154,9 +154,11 @@ class SimPoolReport(_Measured):
     slo_met = property(lambda self: self.analytic.slo_met)
 
     def to_json(self) -> dict:
-        """The pool's contract (:class:`fleetopt.optimizer.output.contract.SimulatedPool`): its ``analytic`` and
-        ``simulated`` figures; the flat keys are the deprecated 1.0 aliases (analytic, ``*_sim`` simulated)."""
-        from fleetopt.optimizer.output.contract import pool_analytic, pool_identity, pool_simulated
+        """The pool's object, built by its model (:class:`fleetopt.optimizer.output.contract.SimulatedPool`, the
+        values its fields of the same names): its ``analytic`` and ``simulated`` figures; the flat keys are the
+        deprecated 1.0 aliases (analytic, ``*_sim`` simulated); ``role`` only for a semantic plan."""
+        from fleetopt.optimizer.output.contract import (SimulatedPool, build, pool_analytic, pool_identity,
+                                                        pool_simulated)
 
         a = self.analytic
         simulated = pool_simulated(
@@ -165,27 +167,10 @@ class SimPoolReport(_Measured):
             utilization=self.utilization_sim, ttft_p99_ms=self.ttft_p99_ms_sim, ttft_p99_ci_ms=self.ttft_p99_ci_ms,
             tpot_p99_ms=self.tpot_p99_ms_sim, tpot_p99_ci_ms=self.tpot_p99_ci_ms, mean_batch=self.mean_batch,
             power_w=self.power_w_sim, slo_attainment=self.slo_attainment, slo_met=self.slo_met_sim)
-        return {
-            **{k: getattr(a, k) for k in ANALYTIC_POOL_KEYS}, **pool_identity(a),
-            "analytic": pool_analytic(a), "simulated": simulated,
-            "ttft_p99_ms_sim": self.ttft_p99_ms_sim, "ttft_p99_ci_ms": self.ttft_p99_ci_ms,
-            "tpot_p99_ms_sim": self.tpot_p99_ms_sim, "slo_attainment": self.slo_attainment,
-            "mean_batch": self.mean_batch, "preemptions": self.preemptions, "replicas_up_mean": self.replicas_up_mean,
-            "spilled": self.spilled,
-            "max_num_seqs_sim": self.max_num_seqs_sim,
-            "tpot_p99_ci_ms": self.tpot_p99_ci_ms, "slo_met_sim": self.slo_met_sim,
-            "utilization_sim": self.utilization_sim, "power_w_sim": self.power_w_sim,
-            "energy_per_output_token_j": self.energy_per_output_token_j,
-            "arrival_rate_sim": self.arrival_rate_sim, "requests": self.requests,
-            "too_few_requests": self.too_few_requests, "p99_requests": self.p99_requests,
-            "p99_source": self.p99_source, "unfinished": self.unfinished,
-            "rejected": self.rejected, "max_num_seqs": a.max_num_seqs, "compress_gamma": a.compress_gamma,
-            "mean_batch_analytic": a.mean_batch, "tpot_p99_ms_bound": a.tpot_p99_ms,
-            "latency_ms": self._latency_json(),
-            "profile": a.profile, "quality": a.quality, "source": _SOURCE,
-            "phase": getattr(a, "phase", "both"),
-            **({} if self.role is None else {"role": self.role}),
-        }
+        return build(SimulatedPool, self, **pool_identity(a), analytic=pool_analytic(a), simulated=simulated,
+                     max_num_seqs=a.max_num_seqs, compress_gamma=a.compress_gamma, mean_batch_analytic=a.mean_batch,
+                     tpot_p99_ms_bound=a.tpot_p99_ms, latency_ms=self._latency_json(), profile=a.profile,
+                     quality=a.quality, source=_SOURCE, phase=getattr(a, "phase", "both"))
 
 
 @dataclass(frozen=True)
@@ -286,48 +271,26 @@ class SimReport(_Measured):
         return out
 
     def to_json(self) -> dict:
-        """The stable JSON contract (:class:`fleetopt.optimizer.output.contract.SimulateDocument`): the envelope,
-        the keys of the issue, then provenance and details. The fleet's figures are in ``analytic`` and
-        ``simulated``; the top-level ones are the deprecated 1.0 aliases of ``simulated``'s."""
-        from fleetopt.optimizer.output.contract import envelope, fleet_analytic, fleet_simulated
+        """The document, built by its model (:class:`fleetopt.optimizer.output.contract.SimulateDocument`, the values
+        its fields of the same names): the envelope, the keys of the issue, then provenance and details. The
+        fleet's figures are in ``analytic`` and ``simulated``; the top-level ones are the deprecated 1.0 aliases of
+        ``simulated``'s."""
+        from fleetopt.optimizer.output.contract import (SimulateDocument, build, envelope, fleet_analytic,
+                                                        fleet_simulated)
 
-        a = self.analytic
         simulated = fleet_simulated(
             requests_measured=self.requests_measured, ttft_p99_ms=self.ttft_p99_ms,
             ttft_p99_ci_ms=self.ttft_p99_ci_ms, tpot_p99_ms=self.tpot_p99_ms, tpot_p99_ci_ms=self.tpot_p99_ci_ms,
             slo_attainment=self.slo_attainment, slo_met=self.slo_met, slo_met_point=self.slo_met_point,
             utilization=self.utilization_sim, power_kw=self.power_kw,
             energy_per_output_token_j=self.energy_per_output_token_j)
-        return {
-            **envelope("simulate", self.instance_name),
-            "requests_simulated": self.requests_simulated, "simulated_seconds": self.simulated_seconds,
-            "wall_seconds": self.wall_seconds, "ttft_p99_ms": self.ttft_p99_ms,
-            "ttft_p99_ci_ms": self.ttft_p99_ci_ms, "tpot_p99_ms": self.tpot_p99_ms, "slo_met": self.slo_met,
-            "slo_attainment": self.slo_attainment, "power_kw": self.power_kw,
-            "energy_per_output_token_j": self.energy_per_output_token_j,
-            "energy_per_token_j": self.energy_per_token_j,
-            "pools": [p.to_json() for p in self.pools],
-            "source": _SOURCE,
-            "slo_ttft_p99_ms": self.slo_ttft_p99_ms, "slo_tpot_p99_ms": self.slo_tpot_p99_ms,
-            "scope": self.scope, "ttft_model": self.ttft_model, "slo_met_point": self.slo_met_point,
-            "tpot_p99_ci_ms": self.tpot_p99_ci_ms, "requests_measured": self.requests_measured,
-            "utilization_sim": self.utilization_sim,
-            "unfinished": self.unfinished, "rejected": self.rejected,
-            "preemptions": int(sum(p.preemptions for p in self.pools)),
-            "latency_ms": self._latency_json(),
-            "seed": self.seed, "mode": self.mode, "router": self.router, "dispatch": self.dispatch,
-            "arrivals": self.arrivals, "spill_bound": self.spill_bound, "routing_source": self.routing_source,
-            "engine": self.engine.to_json(),
-            "replications": self.replications,
-            "options": self.options.to_json(),
-            "confidence": CONFIDENCE,
-            "ci_method": self.ci_method, "stopped_by": self.stopped_by, "precision": self.precision,
-            "warmup_s": self.warmup_s, "cooldown_s": self.cooldown_s, "relaxation_s": self.relaxation_s,
-            "littles_law_rel_error": self.littles_law_rel_error,
-            "analytic": fleet_analytic(a), "simulated": simulated,
-            "notes": [*self.undecided_notes(), *self.notes],
-            **({} if self.semantic is None else {"semantic": self.semantic}),
-        }
+        return build(SimulateDocument, self, **envelope("simulate", self.instance_name),
+                     pools=[p.to_json() for p in self.pools], source=_SOURCE,
+                     preemptions=int(sum(p.preemptions for p in self.pools)), latency_ms=self._latency_json(),
+                     engine=self.engine.to_json(), options=self.options.to_json(), confidence=CONFIDENCE,
+                     analytic=fleet_analytic(self.analytic), simulated=simulated,
+                     notes=[*self.undecided_notes(), *self.notes],
+                     **({} if self.semantic is None else {"semantic": self.semantic}))
 
     def rows(self) -> list[dict]:
         """One row per pool: the analytic figures next to the simulated ones (ms, W)."""

@@ -110,7 +110,8 @@ from fleetopt.solvers.outcome import Termination
 
 from fleetopt.optimizer.errors import InstanceError, SolverError
 from fleetopt.optimizer.io.instance import Instance, load_instance
-from fleetopt.optimizer.output.contract import SCHEMA_VERSION, physical_gpus
+from fleetopt.optimizer.output.contract import (FRONTIER_DOCUMENTS, FRONTIER_POINTS, SCHEMA_VERSION, build, envelope,
+                                                physical_gpus)
 from fleetopt.optimizer.plan.candidates import Candidates, SizingCache, TighteningCandidates, generate_candidates
 from fleetopt.optimizer.plan.evaluate import baseline, evaluate_plans, fleet_spec, limit_violations, pool_plans_of
 from fleetopt.optimizer.plan.solve import _pool_plans, _prune, build_problem
@@ -210,14 +211,12 @@ class FrontierPoint:
     """Physical GPUs of the plan's pools (:func:`fleetopt.optimizer.output.contract.physical_gpus`): the headline
     count; :attr:`total_gpus` counts the GPUs as the options price them."""
 
-    def to_json(self, axis: Axis) -> dict:
-        return {"fleet": self.fleet, "cost_per_hr": self.cost_per_hr, "cost_per_year": self.cost_per_year,
-                axis.name: self.axis_value, "axis_value": self.axis_value, "axis_unit": axis.unit,
-                "total_gpus": self.total_gpus, "physical_gpus": self.physical_gpus, "pools": self.pools,
-                "power_kw": self.power_kw,
-                "worst_ttft_p99_ms": self.worst_ttft_p99_ms, "worst_tpot_p99_ms": self.worst_tpot_p99_ms,
-                "slo_miss_share": self.slo_miss_share, "slo_met": self.slo_met, "violations": list(self.violations),
-                "constraint": self.constraint}
+    def to_json(self, axis: Axis, **values) -> dict:
+        """Built by the model of ``axis``' points (:data:`fleetopt.optimizer.output.contract.FRONTIER_POINTS`)
+        from these fields: the value on the axis is ``axis_value`` and also sits under the axis' name (on the
+        pools axis that key is ``pools``, the pool count); ``values``: ``rank``, ``recommended``, ``knee``."""
+        at_axis = {} if axis.name == "pools" else {axis.name: self.axis_value}
+        return build(FRONTIER_POINTS[axis.name], self, **at_axis, axis_unit=axis.unit, **values)
 
 
 @dataclass(frozen=True)
@@ -259,24 +258,20 @@ class Frontier:
         ``schema_version`` :data:`~fleetopt.optimizer.output.contract.SCHEMA_VERSION`). ``recommended`` and
         ``recommended_index`` are the same index (the cheapest point meeting the instance's SLO within its
         limits); ``knee_index`` is the alternative."""
-        return {"schema_version": SCHEMA_VERSION, "command": f"pareto --axes cost,{self.axis.name}",
-                "instance": self.instance, "source": "analytic; each point an optimal re-solve",
-                "axes": ["cost", self.axis.name], "axis_unit": self.axis.unit, "sweep": self.sweep,
-                "slo_ttft_p99_ms": self.slo_ttft_p99_ms, "slo_tpot_p99_ms": self.slo_tpot_p99_ms, "slo": self.slo,
-                "points": [dict(p.to_json(self.axis), rank=k + 1, recommended=k == self.recommended,
-                                knee=k == self.knee) for k, p in enumerate(self.points)],
-                "recommended": self.recommended, "recommended_index": self.recommended,
-                "recommended_reason": self.recommended_reason,
-                "recommendation_rule": "the cheapest point that meets the instance's own SLO and breaks none of its "
-                                       "limits (ties: the lower axis value)",
-                "knee_index": self.knee,
-                "knee_rule": "max (C_axis_opt - C_k) / (a_k - a_axis_opt): most saved per unit of the axis given "
-                             "up, from the axis-optimal point",
-                "baseline": None if self.baseline is None else dict(self.baseline.to_json(self.axis), rank=0,
-                                                                     recommended=False, knee=False),
-                "baseline_dominated": self.baseline_dominated, "solves": self.solves,
-                "solve_seconds": self.seconds, "truncated": self.truncated, "overrides": list(self.overrides),
-                "solves_unused": self.solves_unused, "backend": self.backend}
+        return build(
+            FRONTIER_DOCUMENTS[self.axis.name], self, **envelope(f"pareto --axes cost,{self.axis.name}", self.instance),
+            source="analytic; each point an optimal re-solve", axes=["cost", self.axis.name], axis_unit=self.axis.unit,
+            points=[p.to_json(self.axis, rank=k + 1, recommended=k == self.recommended, knee=k == self.knee)
+                    for k, p in enumerate(self.points)],
+            recommended_index=self.recommended,
+            recommendation_rule="the cheapest point that meets the instance's own SLO and breaks none of its limits "
+                                "(ties: the lower axis value)",
+            knee_index=self.knee,
+            knee_rule="max (C_axis_opt - C_k) / (a_k - a_axis_opt): most saved per unit of the axis given up, from "
+                      "the axis-optimal point",
+            baseline=None if self.baseline is None else self.baseline.to_json(self.axis, rank=0, recommended=False,
+                                                                               knee=False),
+            solve_seconds=self.seconds, overrides=list(self.overrides))
 
     def to_csv(self) -> str:
         """The points as CSV (:data:`CSV_COLUMNS`)."""

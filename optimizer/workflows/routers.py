@@ -52,16 +52,16 @@ class RouterRun:
         return float(np.dot(w, u) / w.sum()) if w.sum() > 0 else float("nan")
 
     def to_json(self) -> dict:
+        """Built by its model (:class:`fleetopt.optimizer.output.contract._RouterRun`)."""
+        from fleetopt.optimizer.output.contract import _RouterPool, _RouterRun, build
+
         r = self.report
-        return {"router": self.router, "ttft_p99_ms": r.ttft_p99_ms, "ttft_p99_ci_ms": list(r.ttft_p99_ci_ms),
-                "slo_attainment": r.slo_attainment, "utilization": self.utilization_sim, "slo_met": r.slo_met,
-                "power_kw": r.power_kw, "simulated_seconds": r.simulated_seconds,
-                "requests_simulated": r.requests_simulated, "note": self.note,
-                "pools": [{"pool": f"{p.analytic.min_tokens}-{p.analytic.max_tokens}:{p.analytic.gpu}",
-                           "replicas": p.analytic.replicas, "ttft_p99_ms": p.ttft_p99_ms_sim,
-                           "ttft_p99_ci_ms": list(p.ttft_p99_ci_ms), "slo_attainment": p.slo_attainment,
-                           "utilization": p.utilization_sim, "slo_met": p.slo_met_sim} for p in r.pools],
-                "report": r.to_json()}
+        return build(_RouterRun, r, router=self.router, utilization=self.utilization_sim, note=self.note,
+                     pools=[build(_RouterPool, pool=f"{p.analytic.min_tokens}-{p.analytic.max_tokens}:{p.analytic.gpu}",
+                                  replicas=p.analytic.replicas, ttft_p99_ms=p.ttft_p99_ms_sim,
+                                  ttft_p99_ci_ms=p.ttft_p99_ci_ms, slo_attainment=p.slo_attainment,
+                                  utilization=p.utilization_sim, slo_met=p.slo_met_sim) for p in r.pools],
+                     report=r.to_json())
 
 
 @dataclass(frozen=True)
@@ -74,10 +74,12 @@ class RouterComparison:
     runs: tuple[RouterRun, ...]
 
     def to_json(self) -> dict:
-        return {"command": "simulate --routers", "instance": self.instance, "fleet": self.fleet,
-                "slo_ttft_p99_ms": self.slo_ttft_p99_ms, "source": "simulated (common random numbers)",
-                "seed": self.options.seed, "stream_sha256": self.stream_sha256,
-                "options": self.options.to_json(), "routers": [r.to_json() for r in self.runs]}
+        """The document, built by its model (:class:`fleetopt.optimizer.output.contract.SimulateRoutersDocument`)."""
+        from fleetopt.optimizer.output.contract import SimulateRoutersDocument, build, envelope
+
+        return build(SimulateRoutersDocument, self, **envelope("simulate --routers", self.instance),
+                     source="simulated (common random numbers)", seed=self.options.seed,
+                     options=self.options.to_json(), routers=[r.to_json() for r in self.runs])
 
 
 def parse_routers(text: str, field: str = "--routers") -> tuple[str, ...]:

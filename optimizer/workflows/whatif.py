@@ -452,14 +452,13 @@ class WhatIf:
                  "deltas": deltas(rec, self.base)} for sc, rec in zip(self.scenarios, self.records)]
 
     def to_json(self) -> dict:
-        out = {"schema_version": SCHEMA_VERSION, "command": "whatif", "instance": self.instance,
-               "instance_file": self.instance_file, "source": "analytic (each scenario re-solved exactly: graph "
-               "oracle or MIP)", "slo_ttft_p99_ms": self.slo_ttft_p99_ms, "ttft_model": self.ttft_model,
-               "overrides": list(self.sets), "sweeps": [s.to_json() for s in self.sweeps],
-               "base": self.base, "scenarios": self.rows()}
-        if self.sim_options is not None:
-            out["sim_options"] = self.sim_options.to_json()
-        return out
+        """The document, built by its model (:class:`fleetopt.optimizer.output.contract.WhatIfDocument`)."""
+        from fleetopt.optimizer.output.contract import WhatIfDocument, build, envelope
+
+        return build(WhatIfDocument, self, **envelope("whatif", self.instance),
+                     source="analytic (each scenario re-solved exactly: graph oracle or MIP)",
+                     overrides=list(self.sets), sweeps=[s.to_json() for s in self.sweeps], scenarios=self.rows(),
+                     **({} if self.sim_options is None else {"sim_options": self.sim_options.to_json()}))
 
     def to_csv(self) -> str:
         cols = [s.path for s in self.sweeps] + ["status", "cost_per_year", "delta_cost_per_year", "total_replicas",
