@@ -72,3 +72,15 @@ def test_a_solve_summarises_its_dropped_candidates(repo_root: Path):
     assert {o["gpu"]: o["dropped"] for o in cand["dropped_by_option"]} == dict(per_gpu)
     assert per_gpu["a100"] > per_gpu["h100"] > 0
     assert 0 < len(cand["dropped"]) <= DROPPED_LINES and set(cand["dropped"]) <= set(full)
+
+
+def test_solve_verbose_names_each_options_drops():
+    """``solve --verbose``: the total, then one line per option with its count and its most frequent reason."""
+    from fleetopt.optimizer.output.render import dropped_lines
+
+    reasons = _reasons({"a100": (5, 2), "h100": (0, 3)})
+    assert dropped_lines(reasons) == [
+        "dropped 10 candidates (no replica count meets the SLO):",
+        f"  a100: 7 dropped, 5 of them like {reasons[0]}",
+        f"  h100: 3 dropped, 3 of them like {reasons[7]}"]
+    assert dropped_lines([]) == []

@@ -22,10 +22,11 @@ from fleetopt.optimizer.output.contract import (fleet_output_tok_per_s, physical
 from fleetopt.optimizer.plan.evaluate import fleet_spec, limit_violations
 from fleetopt.optimizer.io.overrides import set_flags
 from fleetopt.optimizer.simulation.options import EngineOptions, SimOptions
-from fleetopt.optimizer.output.documents import ANALYTIC, replica_units, simulated_pools, solve_warnings
+from fleetopt.optimizer.output.documents import (ANALYTIC, dropped_summary, replica_units, simulated_pools,
+                                                 solve_warnings)
 
-__all__ = ["answer_lines", "gpu_configuration", "render_answer", "render_solve_answer",
-           "fleet_notes", "fleet_table", "fmt_ms", "fmt_usd_per_mtok", "headline", "margin_note", "objective_line",
+__all__ = ["answer_lines", "gpu_configuration", "render_answer", "render_solve_answer", "fleet_notes", "fleet_table",
+           "fmt_ms", "fmt_usd_per_mtok", "headline", "margin_note", "objective_line", "dropped_lines",
            "render_evaluation", "render_fields", "render_gridflex", "render_rho_sweep", "render_routers",
            "render_simulation", "render_solve", "render_summary", "render_trim", "render_verification", "saving_claim",
            "semantic_lines", "sim_options_line", "tpw_table", "unit_lines", "util_text", "violations_lines"]
@@ -485,6 +486,20 @@ def semantic_lines(sem) -> list[str]:
     return out
 
 
+def dropped_lines(reasons) -> list[str]:
+    """The dropped candidates in a few lines (``solve --verbose``): the total, then per GPU option how many and
+    its most frequent reason, with an example (:func:`fleetopt.optimizer.output.documents.dropped_summary`, what
+    the JSON's ``candidates`` holds)."""
+    s = dropped_summary(reasons)
+    if not s["dropped_total"]:
+        return []
+    lines = [f"dropped {s['dropped_total']:,} candidates (no replica count meets the SLO):"]
+    for o in s["dropped_by_option"]:
+        top = o["reasons"][0]
+        lines.append(f"  {o['gpu']}: {o['dropped']:,} dropped, {top['count']:,} of them like {top['example']}")
+    return lines
+
+
 def render_solve(c: Console, report, verification=None, *, verbose: bool = False, json_path: str | None = None,
                  answer: bool = True) -> None:
     """Print a solve (and its verification): each plan's table and notes, the baseline, the verification, and
@@ -496,6 +511,9 @@ def render_solve(c: Console, report, verification=None, *, verbose: bool = False
     c.print(f"[bold]{inst.name}[/bold]: {report.status} ({report.method}, {report.solver}; gap {gap}; "
             f"{report.solve_seconds:.2f} s; candidates {report.candidates_generated} -> feasible "
             f"{report.candidates_feasible} -> after pruning {report.candidates_after_pruning})")
+    if verbose:
+        for line in dropped_lines(report.dropped_reasons):
+            c.print(line, markup=False)
     if not report.plans:
         c.print(f"no plan: {report.explanation}")
         if verification is not None:       # the cuts of a verification may be why: it says which and why
