@@ -3,15 +3,16 @@
 :func:`ordered_map` is ``map(fn, items)`` (the results in the order of ``items``), run either in this process or,
 when that pays, on worker processes *forked* from it: a fork inherits ``fn`` and ``items`` (the run's spec, its
 generators) as they are, so nothing is pickled on the way out and a closure is fine; only the results are
-pickled back. A replication is a function of its own generator alone (:func:`fleetopt.solvers.des.metrics.
-replication_rngs`), so the results are the same, bit for bit, whatever the number of workers.
+pickled back. A replication is a function of its own generator alone
+(:func:`fleetopt.solvers.des.metrics.replication_rngs`), so the results are the same, bit for bit, whatever the
+number of workers.
 
 When it forks (:func:`workers_for`): on Linux only (fork is the platform's default start method there; macOS
-frameworks are not fork-safe), in a process that is not itself a worker (no nesting: a plan verifier that
-simulates plans on worker processes simulates each plan's replications serially), with at least two replications
-of at least :data:`MIN_FORKED_REQUESTS` requests each (below that, starting the workers costs more than it
-saves). One worker per replication up to :data:`OVERSUBSCRIBE` per usable core: on 2 cores, 5 replications on
-5 workers take 2.5 replications' time where 2 workers take 3.
+frameworks are not fork-safe), from the main thread of a process that is not itself a worker (no nesting: a plan
+verifier that simulates plans on worker processes simulates each plan's replications serially), with at least two
+replications of at least :data:`MIN_FORKED_REQUESTS` requests each (below that, starting the workers costs more
+than it saves). One worker per replication up to :data:`OVERSUBSCRIBE` per usable core: on 2 cores, 5
+replications on 5 workers take 2.5 replications' time where 2 workers take 3.
 
 The children only run numpy and the engine: a thread pool of the parent (HiGHS's, after a solve) is inherited
 without its threads, which is harmless as long as the children never call into it, and they do not.
@@ -50,8 +51,11 @@ def workers_for(tasks: int, requests_per_task: int, workers: int | None = None) 
     if tasks < 2 or sys.platform != "linux":
         return 1
     import multiprocessing
+    import threading
 
     if multiprocessing.parent_process() is not None:     # a worker itself: no nested pools
+        return 1
+    if threading.current_thread() is not threading.main_thread():   # a fork copies only the calling thread
         return 1
     if workers is not None:
         return max(1, min(int(workers), tasks))

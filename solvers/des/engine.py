@@ -407,7 +407,7 @@ def simulate(pools: Sequence[SimPool], requests: Requests, router: Router, *, mo
                                 requests.total_tokens, [p.window_tokens for p in pools], state.spilled)
     chunks = _arrival_chunks(requests.arrival_at_s, accepted)
     if fused is not None and not isinstance(router, LiveRouter):    # every replica plain: the inlined loop
-        last_at, events = _plain_loop(fused, state, serve)(chunks, hi_s)
+        last_at, events = _plain_loop(fused, state, serve, type(dispatch) is JoinShortestQueue)(chunks, hi_s)
     else:
         last_at, events = _run(state.heap, arrive, serve, chunks, hi_s)
     del fused
@@ -928,11 +928,12 @@ def _plain_handlers(s: IterationStation):
     return arrive, serve, admit, reschedule
 
 
-def _plain_loop(s: IterationStation, st: _State, other):
+def _plain_loop(s: IterationStation, st: _State, other, jsq: bool = False):
     r"""``loop(chunks, horizon_s) -> (last_at, events)``: :func:`_run` with the handlers of station ``s`` inlined,
     for a run whose replicas are all plain and whose router is not live (module docstring, "The plain loop");
     ``st`` is the run's state and ``other(at, seq, kind, target)`` handles heap entries that are not replica
-    boundaries (cap changes).
+    boundaries (cap changes). ``jsq``: the run dispatches by :class:`~fleetopt.solvers.des.routing.JoinShortestQueue`,
+    whose choice (the first replica of the pool with the fewest outstanding requests) is then made inline.
 
     It does *exactly* what ``_run`` with :func:`_plain_handlers` and :func:`_anchor_functions` does, in the same
     order and with the same floating-point expressions (the jump :math:`T(m)`, the quadratic for the first
@@ -940,7 +941,7 @@ def _plain_loop(s: IterationStation, st: _State, other):
     are grouped differently but exactly: a boundary where several sequences complete integrates the pool's number
     in system once, then lowers it by all of them (the closures' later calls integrate over an empty interval);
     and the jump's two coefficients are read once per event instead of once per evaluation of :math:`T(m)` (the
-    same floats). Activity power stays with ``credit`` and dispatch with the bound policy ``choose``.
+    same floats). Activity power stays with ``credit`` and any other dispatch with the bound policy ``choose``.
     """
     it, ref, c0, g, d0, d1, seqs, waiting, token = s.it, s.ref, s.c0, s.g, s.d0, s.d1, s.seqs, s.waiting, s.token
     run, cap, outstanding, replica_pool = s.run, s.cap, s.outstanding, s.replica_pool
@@ -948,6 +949,7 @@ def _plain_loop(s: IterationStation, st: _State, other):
     alpha, beta, chunk, gd, W, h, M, metered = s.alpha, s.beta, s.chunk, s.gd, s.W, s.h, s.M, s.metered
     heap, counter, BOUNDARY, choose, credit = s.heap, s.counter, s.boundary_kind, s.choose, s.credit
     lo_s, hi_s = st.lo_s, st.hi_s
+    spans = [(x.start, x.stop) for x in s.ranges]
     batch_last, batch_area, energy, power = st.batch_last, st.batch_area, st.energy, st.power
     in_system, system_last, system_area = st.in_system, st.system_last, st.system_area
     push, pop = heapq.heappush, heapq.heappop
@@ -990,7 +992,8 @@ def _plain_loop(s: IterationStation, st: _State, other):
                     energy[r] += power[r][n] * dt
                     batch_last[r] = t
                 done = 0
-                while sq and sq[0] // M == e:
+                lim = (e + 1) * M                 # keys of iteration e are below it
+                while sq and sq[0] < lim:
                     key = pop(sq)
                     i = (key % M) >> 2
                     li, lo = lin[i], lout[i]
@@ -1075,7 +1078,13 @@ def _plain_loop(s: IterationStation, st: _State, other):
                 system_area[p] += in_system[p] * dt
                 system_last[p] = t
             in_system[p] += 1
-            r = choose(p)
+            if jsq:                               # JoinShortestQueue's choose(p)
+                r, hi = spans[p]
+                if hi - r > 1:
+                    o = outstanding[r:hi]
+                    r += o.index(min(o))
+            else:
+                r = choose(p)
             outstanding[r] += 1
             rep[i] = r
             n = run[r]

@@ -278,10 +278,12 @@ def quantile_ci(groups, q: float = 99.0, confidence: float = 0.95) -> Estimate:
     if not 0.0 < confidence < 1.0:
         raise ValueError(f"confidence must lie in (0, 1); got {confidence}")
     pooled = np.sort(np.concatenate(gs))
-    value = float(percentile(pooled, q))
-    x = np.unique(pooled)
-    if x.size > 20_000:  # search a fine grid of the pooled quantiles instead of every distinct value
+    value = float(percentile(pooled, q))                 # raises on NaN: the values below compare as numbers
+    distinct = np.concatenate(([True], pooled[1:] != pooled[:-1]))     # np.unique of the sorted sample, no re-sort
+    if np.count_nonzero(distinct) > 20_000:  # search a fine grid of the pooled quantiles instead of every value
         x = np.unique(pooled[_inverted_cdf_index(np.linspace(0.0, 100.0, 20_001) / 100.0, pooled.size)])
+    else:
+        x = pooled[distinct]
     F = np.array([np.searchsorted(g, x, side="right") / g.size for g in gs])
     t = _t_quantile(0.5 + confidence / 2.0, len(gs) - 1)
     mean, half = F.mean(axis=0), t * F.std(axis=0, ddof=1) / np.sqrt(len(gs))
