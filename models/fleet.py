@@ -496,9 +496,11 @@ def _evaluate_pool_batched(model: BatchedModel, s, plan: PoolPlan, lam: float, c
     replicas = _replicas(model, traffic, plan, level)
     live = lam > 0 and replicas > 0 and cap >= 1
     op = operating_point(traffic, [replicas])
+    # one miss function (its operating point and context nodes) for the SLO's miss share and the fleet's P99
+    miss_of = _first(model.miss_function(traffic, [replicas]))
     if live:
         ttft = float(model.p99_ttft_s(traffic, [replicas])[0])
-        miss = float(model.miss_probability(level.ttft_p99_s, traffic, [replicas])[0])
+        miss = miss_of(level.ttft_p99_s)
         pf99 = float(model.prefill_floor_s(traffic)[0])
         mean_pf = float(mean_prefill_s(traffic, op)[0])
         util = float(op.utilization[0]) if op.stable[0] else math.inf
@@ -538,11 +540,10 @@ def _evaluate_pool_batched(model: BatchedModel, s, plan: PoolPlan, lam: float, c
         or ("" if tpot_ok or level.tpot_p99_s is None
             else f"TPOT bound {tpot * MS_PER_S:,.1f} ms at batch cap {max(cap, 1)} "
                  f"exceeds the {level.tpot_p99_s * MS_PER_S:,.0f} ms SLO"))
-    reps = [replicas]
     if live and op.stable[0]:
         result = replace(result, relaxation_s=float(op.residence_s[0] * (1.0 + traffic.cv2_iterations[0])
                                                      / (1.0 - op.context_load[0])))
-    return result, (_first(model.miss_function(traffic, reps)), ttft)
+    return result, (miss_of, ttft)
 
 
 def _miss_reason(n, lam, util, ttft, prefill_floor_s, level: ServiceLevel, load: float | None = None) -> str:
