@@ -960,13 +960,18 @@ def coarrival_exceed_prob(x0, spread, ell, rate):
     orders = np.arange(1.0, _COARRIVALS + 2.0).reshape((-1,) + (1,) * cs0.ndim)
     wholes0 = special.gammainc(orders, cs0) / cs0                        # P(m + 1, c)/c, m = 0.._COARRIVALS
     rest0 = np.maximum(1.0 - sum(wholes0), 0.0)  # E_U[P(M > _COARRIVALS | U)], taken to exceed: a bound
-    x0, b, ell, c, small, rest = np.broadcast_arrays(*(np.asarray(v, dtype=float) for v in (x0, spread, ell, c0)),
-                                                    small0, rest0)
-    small = small.astype(bool)
+    x0 = np.asarray(x0, dtype=float)
+    shape = np.broadcast_shapes(x0.shape, np.shape(spread), np.shape(ell), c0.shape)
+    full = lambda v: v if v.shape == shape else np.broadcast_to(v, shape)  # noqa: E731
     # Every u_m is 0 where x0 <= 0 (the sum is 1) and 1 where x0 >= b + _COARRIVALS ell (only the uncounted rest
-    # is left): the integrals are evaluated where neither holds, which in a P99 search is a small share.
-    mid = ~small & (x0 > 0.0) & (x0 < b + _COARRIVALS * ell)
-    out = np.where(small, 1.0 - np.clip(x0 / b, 0.0, 1.0), np.where(x0 <= 0.0, 1.0, rest))
+    # is left): the integrals are evaluated where neither holds, which in a P99 search is a small share. Each test
+    # reads x0 once at its own shape and the other arguments at theirs (they lack x0's axis of classes).
+    out = np.where(full(x0 <= 0.0), 1.0, rest0)
+    mid = (x0 > 0.0) & (x0 < np.asarray(spread, dtype=float) + _COARRIVALS * np.asarray(ell, dtype=float))
+    if np.any(small0):
+        out = np.where(small0, 1.0 - np.clip(x0 / np.asarray(spread, dtype=float), 0.0, 1.0), out)
+        mid = mid & ~small0
+    mid = full(mid)
     if np.any(mid):
         mid = mid.reshape(mid.shape or (1,))     # scalars as one-element arrays (views: out is written through)
         at = np.nonzero(mid)
@@ -988,8 +993,8 @@ def coarrival_exceed_prob(x0, spread, ell, rate):
             term = np.where(u > 0.0, 0.0, wm[m])
             term[part] = wm[m][part] - special.gammainc(m + 1, cm[part] * u[part]) / cm[part]
             acc += term
-        out.reshape(mid.shape)[mid] = acc
-    return np.clip(out, 0.0, 1.0)
+        out.reshape(mid.shape)[mid] = np.clip(acc, 0.0, 1.0)
+    return out         # in [0, 1]: 1, the rest and 1 - clip(x0/b) are, and the integrals are clipped
 
 
 def _miss_block(t, probs, *, k, own, T_busy, T_full, p_idle, p_full, theta, W_s: float, lump=None,
