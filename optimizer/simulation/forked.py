@@ -75,12 +75,15 @@ def ordered_map(fn: Callable[[Any], Any], items: Sequence[Any], workers: int) ->
     if workers <= 1 or len(items) <= 1:
         yield from map(fn, items)
         return
+    import gc
     import multiprocessing
 
     global _TASK
     _TASK = (fn, items)
+    gc.freeze()     # the parent's objects out of the children's collections, which would copy every page they touch
     try:
         with multiprocessing.get_context("fork").Pool(min(workers, len(items))) as pool:
             yield from pool.imap(_child, range(len(items)))
     finally:
+        gc.unfreeze()
         _TASK = None
