@@ -1008,19 +1008,24 @@ def _miss_block(t, probs, *, k, own, T_busy, T_full, p_idle, p_full, theta, W_s:
     tt = t[:, None, None]
     T_own = T_busy[:, None, :] if T_own is None else T_own
     start = k[None, :, None] * T_own + own[:, :, None]
-    lumpy = np.flatnonzero(lump_share > 0) if lump_share is not None else np.zeros(0, dtype=int)
-    busy = (1.0 - np.clip((tt - start) / T_busy[:, None, :], 0.0, 1.0)) @ weights
+    has_lump = lump_share > 0 if lump_share is not None else np.zeros(len(t), dtype=bool)
+    lumpy = np.flatnonzero(has_lump)
+    every = lumpy.size == len(t)        # the usual case with prefill compute: no rows to gather
+    busy = np.empty(probs.shape)
+    if not every:                       # the rows without a lump: a plain residual
+        plain = np.flatnonzero(~has_lump)
+        busy[plain] = (1.0 - np.clip((tt[plain] - start[plain]) / T_busy[plain][:, None, :], 0.0, 1.0)) @ weights
     if lumpy.size:
         assert lump is not None and lump_share is not None and lam_r is not None   # lumpy is empty without them
         # The residual iteration may carry a prefill lump (prefill_lumps), and the requests that arrive during
         # the residual join the first iteration with theirs (coarrival_exceed_prob).
-        x0 = tt[lumpy] - start[lumpy]
+        x0 = tt - start if every else tt[lumpy] - start[lumpy]
         ell, rate = lump[lumpy][:, None, None], lam_r[lumpy][:, None, None]
         T = T_busy[lumpy][:, None, :]
-        busy[lumpy] = coarrival_exceed_prob(x0, T, ell, rate) @ weights
+        alone = coarrival_exceed_prob(x0, T, ell, rate) @ weights
         with_lump = coarrival_exceed_prob(x0, T + ell, ell, rate) @ weights
         f = lump_share[lumpy][:, None]
-        busy[lumpy] = (1.0 - f) * busy[lumpy] + f * with_lump
+        busy[lumpy] = (1.0 - f) * alone + f * with_lump
     idle = (k[None, :] * W_s + own) > t[:, None]
     p0, pf = p_idle[:, None], p_full[:, None]
     out = np.sum(probs * (p0 * idle + (1.0 - p0 - pf) * busy), axis=1)
