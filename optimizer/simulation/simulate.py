@@ -1173,19 +1173,20 @@ def _thin_pool_runs(spec: _RunSpec, report: SimReport, replications: int, worker
 
 
 def simulate_solved_plan(instance: Instance, plan, options: SimOptions = SimOptions(), *,  # noqa: B008 frozen dataclass default
-                         progress: Callable[[int, int], None] | None = None) -> SimReport:
+                         progress: Callable[[int, int], None] | None = None, workers: int | None = None) -> SimReport:
     """Simulate a plan of :func:`fleetopt.optimizer.plan.solve.solve_instance` (its pools and, for a split plan, its
     routing ``plan.routing``; a semantic plan's rule and classes, ``plan.semantic``); with ``options.router="auto"``
-    (default) under the router it was planned for."""
+    (default) under the router it was planned for. ``workers``: as :func:`simulate_plan`'s."""
     return simulate_pools(instance, plans_from_fleet(instance, plan.fleet), plan.routing, options, progress=progress,
-                          semantic=semantic_routing(instance, plan))
+                          semantic=semantic_routing(instance, plan), workers=workers)
 
 
 def simulate_pools(instance: Instance, pools: list, routing=None, options: SimOptions = SimOptions(), *,  # noqa: B008 frozen dataclass default
                    progress: Callable[[int, int], None] | None = None,
-                   semantic: SemanticRouting | None = None) -> SimReport:
+                   semantic: SemanticRouting | None = None, workers: int | None = None) -> SimReport:
     """Simulate pools (``fleetopt.models.fleet.PoolPlan`` with replica counts) and a split plan's ``routing`` (or
     None); with ``options.router="auto"`` (default) under the router they were planned for
     (:func:`planned_router`): split with a routing, compress-and-route when a pool has ``@gamma``, else length; a
-    semantic plan's classes with ``semantic`` (:class:`SemanticRouting`)."""
-    return simulate_plan(instance, pools, options, routing=routing, progress=progress, semantic=semantic)
+    semantic plan's classes with ``semantic`` (:class:`SemanticRouting`). ``workers``: as :func:`simulate_plan`'s."""
+    return simulate_plan(instance, pools, options, routing=routing, progress=progress, semantic=semantic,
+                         workers=workers)
