@@ -973,8 +973,9 @@ def coarrival_exceed_prob(x0, spread, ell, rate):
         mid = mid & ~small0
     mid = full(mid)
     if np.any(mid):
-        mid = mid.reshape(mid.shape or (1,))     # scalars as one-element arrays (views: out is written through)
-        at = np.nonzero(mid)
+        mid = mid.reshape(mid.shape or (1,))     # scalars as one-element arrays
+        flat = np.flatnonzero(mid)
+        at = np.unravel_index(flat, mid.shape)
 
         def pick(v):  # v[mid] for v broadcast to x0's shape, read from v's own (smaller) array
             v = np.asarray(v, dtype=float)
@@ -993,7 +994,9 @@ def coarrival_exceed_prob(x0, spread, ell, rate):
             term = np.where(u > 0.0, 0.0, wm[m])
             term[part] = wm[m][part] - special.gammainc(m + 1, cm[part] * u[part]) / cm[part]
             acc += term
-        out.reshape(mid.shape)[mid] = np.clip(acc, 0.0, 1.0)
+        out = out.reshape(mid.shape)     # out is a new array of that size: a view, written through
+        out.ravel()[flat] = np.clip(acc, 0.0, 1.0)
+        out = out.reshape(shape)
     return out         # in [0, 1]: 1, the rest and 1 - clip(x0/b) are, and the integrals are clipped
 
 
