@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from fleetopt.models.fleet import PHASES, PoolPlan
 
@@ -40,7 +41,9 @@ from fleetopt.optimizer.io.schema import MAX_CONTEXT_LIMIT_TOKENS
 from fleetopt.optimizer.simulation.pairs import analytic_fleet
 from fleetopt.optimizer.simulation.simulate import (SemanticRouting, pair_plan, planned_router, roles_of,
                                                     semantic_problems, semantic_analytic)
-from fleetopt.optimizer.plan.split_candidates import SplitRouting, evaluate_routing
+
+if TYPE_CHECKING:   # a split plan's routing loads with the first plan that has one
+    from fleetopt.optimizer.plan.split_candidates import SplitRouting
 
 __all__ = ["SolvedPlan", "load_solved_plan", "MAX_REPLICAS"]
 
@@ -199,6 +202,8 @@ def _routing(routing, where: str, fail) -> SplitRouting | None:
             for row in rates):
         raise fail(f"{where}.rate_req_per_s", f"{_kind(rates)} is not allowed; give a list of rows of numbers "
                                               "(req/s, one row per length segment, one column per pool)")
+    from fleetopt.optimizer.plan.split_candidates import SplitRouting
+
     try:
         return SplitRouting.from_array(b, rates)
     except ValueError as err:  # ragged rows
@@ -267,6 +272,8 @@ def _check_plan(instance: Instance, pools: list[PoolPlan], routing, field: str, 
         return InstanceError(format_problem(path, where, message))
 
     if routing is not None:
+        from fleetopt.optimizer.plan.split_candidates import evaluate_routing
+
         try:
             evaluate_routing(instance, pools, routing)
         except InstanceError as err:

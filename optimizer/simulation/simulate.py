@@ -218,12 +218,11 @@ from fleetopt.optimizer.simulation.records import (
     rejudged,
     with_dedicated_latency,
 )
-from fleetopt.optimizer.plan.split_candidates import SplitRouting, evaluate_routing
-from fleetopt.optimizer.plan.semantic import ROLES, evaluate_semantic
 from fleetopt.optimizer.simulation.pairs import (analytic_fleet, disagg_pair, has_pairs, pair_name,
                                                  transfer_times, unit_rows)
 
-if TYPE_CHECKING:   # the P/D pairs' simulator loads with the first plan that has a pair
+if TYPE_CHECKING:   # P/D pairs' simulator, split routing and model classes load with the first plan that has them
+    from fleetopt.optimizer.plan.split_candidates import SplitRouting
     from fleetopt.solvers.des.disagg import DisaggPair
 
 __all__ = ["ROUTERS", "DISPATCHES", "ARRIVALS", "MODES", "MIN_REQUESTS_PER_REPLICATION", "DEFAULT_SPILL_BOUND",
@@ -369,6 +368,8 @@ class SemanticRouter:
     """
 
     def __init__(self, rule: ShareRule, boundaries, roles, pool_names, rng: np.random.Generator) -> None:
+        from fleetopt.optimizer.plan.semantic import ROLES
+
         self.rule = rule
         self.pool_names = tuple(pool_names)
         self._rng = rng
@@ -668,9 +669,13 @@ def _checked(instance: Instance, pools: list[PoolPlan], options: SimOptions, rou
         elif pairs:
             analytic = analytic_fleet(instance, list(pools))
             rows_of = unit_rows(pools, analytic.pools)
-        else:
-            analytic = (evaluate_plans(instance, list(pools)) if routing is None  # a split plan: routed mixes
-                        else evaluate_routing(instance, list(pools), routing))
+        elif routing is None:
+            analytic = evaluate_plans(instance, list(pools))
+            rows_of = [(k,) for k in range(len(analytic.pools))]
+        else:                                   # a split plan: routed mixes
+            from fleetopt.optimizer.plan.split_candidates import evaluate_routing
+
+            analytic = evaluate_routing(instance, list(pools), routing)
             rows_of = [(k,) for k in range(len(analytic.pools))]
     except ValueError as err:
         raise InstanceError(f"--fleet: {err}") from err
@@ -734,6 +739,8 @@ def semantic_problems(instance: Instance, pools: list[PoolPlan], options: SimOpt
     """What a semantic plan needs (module docstring, "Semantic plans"): a semantic instance, one role per pool,
     length routing within the classes, and each class's pools consecutive and in order, tiling :math:`(0, B_c]`
     with :math:`B_c` at least its longest request and at most ``pools.max_context``, with replica counts."""
+    from fleetopt.optimizer.plan.semantic import ROLES
+
     if instance.semantic is None:
         return ["semantic: the plan routes by model class, but the instance has no semantic section"]
     out = []
@@ -787,6 +794,8 @@ def semantic_analytic(instance: Instance, pools: list[PoolPlan], semantic: Seman
     """The analytic fleet of a semantic plan: :func:`fleetopt.optimizer.plan.semantic.evaluate_semantic` over its
     classes in plan order (each class's pools consecutive, so its rows are in plan order too)."""
     traffic = {t.role: t for t in split_by_model(instance.workload.lengths, semantic.rule)}
+    from fleetopt.optimizer.plan.semantic import evaluate_semantic
+
     classes = [(traffic[role], [p for p, r in zip(pools, semantic.roles) if r == role])
                for role in dict.fromkeys(semantic.roles)]
     return evaluate_semantic(instance, classes)
@@ -795,6 +804,8 @@ def semantic_analytic(instance: Instance, pools: list[PoolPlan], semantic: Seman
 def _with_roles(report: SimReport, semantic: SemanticRouting, runs: list[Replication]) -> SimReport:
     """A semantic plan's report: each row's ``role`` and ``SimReport.semantic``, each class's measured share of
     the requests beside its analytic :math:`\\pi_c` (module docstring, "Semantic plans")."""
+    from fleetopt.optimizer.plan.semantic import ROLES
+
     pools = tuple(replace(p, role=r) for p, r in zip(report.pools, semantic.roles))
     measured = sum(len(r.pool) for r in runs)
     total_rate = sum(p.arrival_rate for p in report.analytic.pools)
@@ -865,6 +876,8 @@ def _router(kind: str, instance: Instance, analytic: FleetResult, names: list[st
     if kind == "random":
         shares = np.array([p.arrival_rate for p in analytic.pools])
         return RandomRouter(dict(zip(names, shares if shares.sum() > 0 else np.ones(len(names)))), rng)
+    if kind == "split":
+        from fleetopt.optimizer.plan.split_candidates import SplitRouting
     if kind == "split" and isinstance(split_shares, SplitRouting):  # a split plan's own segments and rates
         return SplitRouter(split_shares.boundaries_tokens, names,
                            split_shares.router_weights([p.max_tokens for p in analytic.pools]), rng)

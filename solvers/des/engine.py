@@ -260,11 +260,8 @@ import numpy as np
 
 from fleetopt.models.power import ActivityPower
 from fleetopt.models.service import compute_coefficients, iteration_coefficients, prefill_chunks, prefill_compute_terms
-from fleetopt.solvers.des.budget import budget_handlers
-from fleetopt.solvers.des.kv import kv_handlers
 from fleetopt.solvers.des.records import SimResult
 from fleetopt.solvers.des.routing import Dispatch, JoinShortestQueue, LiveRouter, Requests, Router
-from fleetopt.solvers.des.slot import slot_station
 from fleetopt.solvers.des.spill import live_targets, spill_arrivals
 from fleetopt.solvers.des.state import MODES, QUEUES, CapChange, EventKind, SimPool, _State
 
@@ -390,6 +387,8 @@ def simulate(pools: Sequence[SimPool], requests: Requests, router: Router, *, mo
     if mode == "slot":
         if cap_changes:
             raise ValueError("cap changes need mode='iteration' (slot mode has one fixed cap per pool)")
+        from fleetopt.solvers.des.slot import slot_station      # each path's handlers load with its first run
+
         arrive, serve, queued, reroute = slot_station(state, pools, requests, pool_of, accepted, queue, dispatch,
                                                       EventKind.SLOT_FREED)
         set_cap = fused = None
@@ -696,8 +695,12 @@ class IterationStation:
         self.after, self.boundary_at, self.credit, self.advance = _anchor_functions(self)
         self.arrive_tracked = self.serve_tracked = self.arrive_budget = self.serve_budget = _unused
         if _TRACKED in self.path:
+            from fleetopt.solvers.des.kv import kv_handlers
+
             self.arrive_tracked, self.serve_tracked = kv_handlers(self)
         if _BUDGETED in self.path:
+            from fleetopt.solvers.des.budget import budget_handlers
+
             self.arrive_budget, self.serve_budget = budget_handlers(self)
         self.arrive, self.serve, self.admit, self.reschedule = _plain_handlers(self)
 
