@@ -28,7 +28,9 @@ the SLO). A plan with no failing pool and an undecided one is simulated again wi
 :data:`~fleetopt.optimizer.simulation.pool_sizing.ESCALATION_STEP` times the requests, until it is decided or
 its requests reach :func:`~fleetopt.optimizer.simulation.pool_sizing.escalation_cap` (16 times
 ``sim_options.requests``, at most 2 million unless those are more; :func:`simulate_plan_checked`; not with a
-``precision`` target, whose own loop sets the run's length). Only a failing pool is cut, so an interval
+``precision`` target, whose own loop sets the run's length: the doubling ladder of
+:func:`~fleetopt.optimizer.simulation.simulate.simulate_plan`, whose rungs too short for the target are skipped,
+:mod:`fleetopt.optimizer.simulation.pool_sizing`, "Precision ladder"). Only a failing pool is cut, so an interval
 too wide to decide never becomes replicas. A pool still undecided at the cap is settled by its point estimate
 (:func:`~fleetopt.optimizer.simulation.pool_sizing.settled_outcome`): above the SLO it fails (and is cut); within
 it the plan is *accepted undecided*: it may be chosen like a passing plan (the analytic model and the point of
@@ -156,8 +158,8 @@ from fleetopt.optimizer.io.instance import Instance
 from fleetopt.optimizer.plan.solve import Plan, SolveOptions, SolveReport, solve_instance
 from fleetopt.optimizer.simulation.options import SimOptions
 from fleetopt.optimizer.simulation.pool_sizing import (ESCALATION_STEP, PoolCandidate, PoolSizer, PoolSizing,
-                                                       escalation_cap, judged_point_ms, pool_misses, pool_outcome,
-                                                       settled_outcome)
+                                                       escalation_cap, judged_point_ms, ladder_run, pool_misses,
+                                                       pool_outcome, settled_outcome)
 from fleetopt.optimizer.simulation.records import MIN_POOL_REQUESTS, interval_outcome
 from fleetopt.optimizer.simulation.simulate import simulate_solved_plan
 
@@ -552,21 +554,26 @@ def simulate_plan_checked(instance: Instance, plan: Plan, sim_options: SimOption
     ``--precision``; module docstring, "Per-pool statistics"), then, with a ``rule``, while no pool fails and one
     is undecided (:func:`judge_plan`), with :data:`~fleetopt.optimizer.simulation.pool_sizing.ESCALATION_STEP`
     times the requests, up to :func:`~fleetopt.optimizer.simulation.pool_sizing.escalation_cap` (module docstring,
-    "Undecided verdicts"; no ``--precision``, whose own loop sets the run's length). Returns ``(report,
-    simulations run)``; the report is the last run's. A module-level function, so an executor can run it in
-    another process."""
+    "Undecided verdicts"). With a ``precision`` target its own loop sets the run's length instead: the doubling
+    ladder of :func:`~fleetopt.optimizer.simulation.simulate.simulate_plan`, skipping the rungs the last one
+    shows to be too short (:func:`fleetopt.optimizer.simulation.pool_sizing.ladder_run`; counted as one simulation).
+    Returns ``(report, simulations run)``; the report is the last run's. A module-level function, so an executor
+    can run it in another process."""
+    if sim_options.precision is not None:     # the doubling ladder, skipping the rungs too short to meet it
+        return ladder_run(lambda o, shown: simulate_solved_plan(instance, plan, o, progress=shown), sim_options,
+                          instance.slo.scope, progress), 1
     requests = sim_options.requests
     sim = simulate_solved_plan(instance, plan, sim_options, progress=progress)
     runs = 1
     thin = [p for p in sim.pools if p.too_few_requests]
-    if thin and instance.slo.scope == "pool" and sim_options.precision is None:
+    if thin and instance.slo.scope == "pool":
         scale = THIN_MARGIN * max(MIN_POOL_REQUESTS / max(p.requests, 1) for p in thin)
         more = min(math.ceil(requests * scale), max(sim_options.max_requests, requests))
         if more > requests:
             requests = more
             sim = simulate_solved_plan(instance, plan, replace(sim_options, requests=requests), progress=progress)
             runs += 1
-    if rule is None or sim_options.precision is not None:
+    if rule is None:
         return sim, runs
     cap = escalation_cap(sim_options.requests)
     while requests < cap and sim.requests_simulated >= requests:     # (fewer: a trace ran out)
