@@ -194,7 +194,8 @@ class SimOptions:
     (None: :data:`DEFAULT_SPILL_BOUND`); only with that router."""
     precision: float | None = None
     """Target relative half-width of the fleet P99 TTFT interval (0.05 = 5 %); the requests per round double
-    until it is met or ``max_requests`` is reached. None: one round."""
+    until it is met or ``max_requests`` is reached. None: one round. The verification skips the rungs of that
+    ladder its last round shows too short (:mod:`fleetopt.optimizer.simulation.pool_sizing`, "Precision ladder")."""
     max_requests: int = 1_000_000
     """Cap on the requests of a round when doubling for ``precision`` (at least ``requests`` then)."""
     engine: EngineOptions = EngineOptions()
