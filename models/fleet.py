@@ -28,7 +28,8 @@ import numpy as np
 
 from fleetopt.models.profiles import ServingProfile, quality_label
 from fleetopt.models.queueing.batched import mean_activity_power_w, mean_power_w, mean_prefill_s, operating_point
-from fleetopt.models.numerics import bisect_boundary
+from fleetopt.models.queueing.batched import _nodes, batched_miss_grid, batched_miss_prob, batched_ttft_p99_s
+from fleetopt.models.numerics import bisect_boundary, bisect_level
 from fleetopt.models.queueing.erlang import prefill_p99_s, ttft_miss_prob, ttft_p99_s
 from fleetopt.models.segments import compressed_band, raw_between, segment_basis, stats_from_raw
 from fleetopt.models.power import ActivityPower
@@ -362,7 +363,10 @@ def _mixture_p99_s(rates: list[float], misses: list, p99s: list[float]) -> float
     hi = max(p99s)
     if not np.isfinite(hi) or miss(hi) > P99_TAIL + 1e-12:
         return math.inf
-    _, hi = bisect_boundary(lambda t: miss(float(t)) > P99_TAIL, 0.0, hi)
+    if all(callable(getattr(m, "grid", None)) for m in misses):   # many times per call, the same root
+        _, hi = bisect_level(lambda t: sum(r * m.grid(t) for r, m in zip(rates, misses)) / total, P99_TAIL, 0.0, hi)
+    else:
+        _, hi = bisect_boundary(lambda t: miss(float(t)) > P99_TAIL, 0.0, hi)
     return float(hi)
 
 
@@ -496,10 +500,11 @@ def _evaluate_pool_batched(model: BatchedModel, s, plan: PoolPlan, lam: float, c
     replicas = _replicas(model, traffic, plan, level)
     live = lam > 0 and replicas > 0 and cap >= 1
     op = operating_point(traffic, [replicas])
-    # one miss function (its operating point and context nodes) for the SLO's miss share and the fleet's P99
-    miss_of = _first(model.miss_function(traffic, [replicas]))
+    nodes = _nodes(traffic, op) if live else None    # what every miss probability at these replicas shares
+    # one miss function for the SLO's miss share and the fleet's P99
+    miss_of = _first(model.miss_function(traffic, [replicas])) if nodes is None else _BatchedMiss(traffic, op, nodes)
     if live:
-        ttft = float(model.p99_ttft_s(traffic, [replicas])[0])
+        ttft = float(batched_ttft_p99_s(traffic, [replicas], op, nodes)[0])
         miss = miss_of(level.ttft_p99_s)
         pf99 = float(model.prefill_floor_s(traffic)[0])
         mean_pf = float(mean_prefill_s(traffic, op)[0])
@@ -544,6 +549,24 @@ def _evaluate_pool_batched(model: BatchedModel, s, plan: PoolPlan, lam: float, c
         result = replace(result, relaxation_s=float(op.residence_s[0] * (1.0 + traffic.cv2_iterations[0])
                                                      / (1.0 - op.context_load[0])))
     return result, (miss_of, ttft)
+
+
+@dataclass(frozen=True, eq=False)
+class _BatchedMiss:
+    r"""A batched pool's :math:`t \mapsto P(T > t)` (:func:`fleetopt.models.queueing.batched.batched_miss_prob`) at
+    its operating point, with :meth:`grid` for many times at once (:func:`_mixture_p99_s`)."""
+
+    traffic: Any
+    op: Any
+    nodes: tuple
+
+    def __call__(self, t: float) -> float:
+        return float(batched_miss_prob(t, self.traffic, self.op.replicas, self.op, self.nodes)[0])
+
+    def grid(self, t: np.ndarray) -> np.ndarray:
+        """:math:`P(T > t)` at every element of ``t``, each to the last bit as :meth:`__call__` gives it."""
+        t = np.asarray(t, dtype=float)
+        return batched_miss_grid(t.reshape(1, -1), self.traffic, self.op, self.nodes).reshape(t.shape)
 
 
 def _miss_reason(n, lam, util, ttft, prefill_floor_s, level: ServiceLevel, load: float | None = None) -> str:

@@ -3,14 +3,19 @@
 Every monotone search over a real variable in fleetopt (a quantile of a length
 distribution, the P99 of TTFT for a pool or a fleet, the largest load a pool
 carries within its SLO) is the same bisection on a boolean predicate, written
-here once.
+here once (:func:`bisect_boundary`). :func:`bisect_level` returns the same bracket
+for a predicate :math:`f(x) > L` whose :math:`f` is cheaper at many points at once
+than at one point many times.
 """
 
 from __future__ import annotations
 
+import math
+from collections.abc import Callable
+
 import numpy as np
 
-__all__ = ["bisect_boundary", "MAX_HALVINGS"]
+__all__ = ["bisect_boundary", "bisect_level", "MAX_HALVINGS", "LEVEL_TREE_DEPTH", "LEVEL_PATH_POINTS"]
 
 MAX_HALVINGS = 2100
 """Guard on the number of halvings of :func:`bisect_boundary`, never reached for a finite bracket.
@@ -89,3 +94,164 @@ def bisect_boundary(is_below, lo, hi, *, max_halvings: int = MAX_HALVINGS) -> tu
             return lo, hi
         lo, hi = new_lo, new_hi
     raise RuntimeError(f"bisection did not settle in {max_halvings} halvings")
+
+
+LEVEL_TREE_DEPTH = 3
+""":func:`bisect_level`'s first call evaluates every midpoint of this many halvings (:math:`2^d - 1` points) and
+the two ends."""
+LEVEL_PATH_POINTS = 64
+"""Most points :func:`bisect_level` asks of ``f`` per element in one call after the first."""
+
+
+def _same(a: float, b: float) -> bool:
+    """``a`` and ``b`` equal, NaN equal to NaN (as :func:`numpy.array_equal` with ``equal_nan``)."""
+    return a == b or (a != a and b != b)
+
+
+def _key(x: float):
+    """``x`` as a key of the points seen: itself, but NaN as one key (NaN equals nothing) and the two zeros apart
+    (0.0 and -0.0 are equal keys)."""
+    if x != x:
+        return "nan"
+    return ("zero", math.copysign(1.0, x)) if x == 0.0 else x
+
+
+def _estimate(seen: dict, level: float, lo: float, hi: float) -> float:
+    """Where ``f`` crosses ``level`` by the points evaluated so far (``seen``: x -> f(x)): interpolated between
+    the largest x above the level and the smallest at or below it, linearly in :math:`\\log f` (a tail probability
+    falls about exponentially), else linearly in :math:`f`; an end of ``[lo, hi]`` when the evaluated points lie
+    all on one side. Only the speed of :func:`bisect_level` depends on it."""
+    points = [(x, v) for x, v in seen.items() if not isinstance(x, str)]
+    above = [(0.0 if isinstance(x, tuple) else x) for x, v in points if v > level]
+    below = [(0.0 if isinstance(x, tuple) else x) for x, v in points if not v > level]
+    if not below:
+        return hi
+    if not above:
+        return lo
+    a, b = max(above), min(below)
+    if not a < b:                       # not monotone at this resolution: any point between will do
+        return 0.5 * (a + b)
+    fa, fb = seen[_key(a)], seen[_key(b)]
+    share = 0.5
+    if fb > 0.0 and level > 0.0 and math.isfinite(fa) and math.log(fa) > math.log(fb):
+        share = (math.log(fa) - math.log(level)) / (math.log(fa) - math.log(fb))
+    elif math.isfinite(fa) and math.isfinite(fb):
+        share = (fa - level) / (fa - fb)
+    return a + (b - a) * min(max(share, 0.0), 1.0)
+
+
+def bisect_level(f: Callable[[np.ndarray], np.ndarray], level: float, lo, hi, *,
+                 max_halvings: int = MAX_HALVINGS) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`bisect_boundary` of the predicate :math:`f(x) > L` (``level``), the same bracket to the last bit, with
+    ``f`` asked for many points per call.
+
+    Parameters
+    ----------
+    f : callable
+        ``f(x)`` with ``x`` of shape (n, M), row :math:`i` holding M points of element :math:`i` of the flattened
+        broadcast of ``lo`` and ``hi``, returns an array of that shape whose ``[i, j]`` must equal, to the last
+        bit, what element :math:`i` of ``f`` evaluated at ``x[:, j]`` alone would be (each element computed on its
+        own). :math:`f(x) > L` is the predicate ``is_below`` of :func:`bisect_boundary`.
+    level : float
+        :math:`L`.
+    lo, hi, max_halvings
+        As in :func:`bisect_boundary`.
+
+    Returns
+    -------
+    lo, hi : numpy.ndarray
+        :func:`bisect_boundary`'s bracket for ``lambda x: f(x) > level``.
+
+    Notes
+    -----
+    The bisection's steps are replayed one by one, each midpoint :math:`m = (lo + hi)/2` computed as
+    :func:`bisect_boundary` computes it and each decision taken from :math:`f(m)` itself, so the result is that
+    bisection's whatever ``f`` is (no assumption on ``f`` beyond determinism); only which points are evaluated
+    when changes. The first call evaluates the bracket's ends and every midpoint of the first
+    :data:`LEVEL_TREE_DEPTH` halvings; each later call evaluates, per element, the path the bisection would take
+    from its current bracket if the boundary were at an estimate interpolated from the points seen so far
+    (:func:`_estimate`), down to a bracket an eighth of the estimate's error (the square of its last correction,
+    as for a secant step; at most :data:`LEVEL_PATH_POINTS` points). The replay follows that path until its first
+    midpoint on the other side of the boundary, so a path is used in full while the estimate is closer to the
+    boundary than the midpoints are, and the points it ends on bracket the boundary more tightly for the next
+    estimate. For the P99 of a pool's TTFT (55 to 60 halvings) that is six or seven calls of ``f`` over 1.3 to 1.5
+    times as many points as halvings: it pays where a call costs more than its points (small arrays, where
+    numpy's per-call overhead dominates), not where each point is dear.
+
+    Examples
+    --------
+    >>> lo, hi = bisect_level(lambda x: 2.0 - x * x, 0.0, 1.0, 2.0)
+    >>> blo, bhi = bisect_boundary(lambda x: x * x < 2.0, 1.0, 2.0)
+    >>> float(hi) == float(bhi) == math.sqrt(2.0), float(lo) == float(blo)
+    (True, True)
+    """
+    lo_a, hi_a = np.broadcast_arrays(np.asarray(lo, dtype=float), np.asarray(hi, dtype=float))
+    shape = lo_a.shape
+    los, his = [float(x) for x in lo_a.ravel()], [float(x) for x in hi_a.ravel()]
+    n = len(los)
+    seen: list[dict] = [{} for _ in range(n)]      # per element: _key(x) -> f(x) of every point evaluated
+    steps = [0] * n
+    last: dict[int, float] = {}
+    active = list(range(n))
+    first = True
+    while active:
+        plans: dict[int, list[float]] = {}
+        for i in active:
+            if first:       # the ends too: not steps of the bisection, but what the first estimate needs
+                points, layer = [los[i], his[i]], [(los[i], his[i])]
+                for _ in range(LEVEL_TREE_DEPTH):
+                    nxt = []
+                    for a, b in layer:
+                        m = (a + b) / 2.0
+                        points.append(m)
+                        nxt += [(m, b), (a, m)]
+                    layer = nxt
+            else:
+                r = _estimate(seen[i], level, los[i], his[i])
+                if i in last:   # the estimate's error: the square of the last correction (secant-like)
+                    d = abs(r - last[i])
+                    err = 4.0 * d * d / abs(r) if r != 0.0 and math.isfinite(d * d / r) else math.inf
+                else:
+                    err = (his[i] - los[i]) / 4.0
+                last[i] = r
+                points, a, b = [], los[i], his[i]
+                while len(points) < LEVEL_PATH_POINTS and not (points and b - a < err / 8.0):
+                    m = (a + b) / 2.0
+                    k = _key(m)
+                    if k not in seen[i]:
+                        points.append(m)
+                    below = seen[i][k] > level if k in seen[i] else m < r
+                    na, nb = (m, b) if below else (a, m)
+                    if _same(na, a) and _same(nb, b):
+                        break
+                    a, b = na, nb
+            plans[i] = points
+        first = False
+        width = max(len(p) for p in plans.values())
+        grid = np.empty((n, width))
+        for i in range(n):
+            p = plans.get(i) or [his[i]]
+            grid[i, :len(p)] = p
+            grid[i, len(p):] = p[-1]
+        values = np.asarray(f(grid), dtype=float)
+        for i, p in plans.items():
+            seen[i].update(zip(map(_key, p), values[i, :len(p)].tolist()))
+        still = []
+        for i in active:
+            a, b, known = los[i], his[i], seen[i]
+            while True:
+                m = (a + b) / 2.0
+                k = _key(m)
+                if k not in known:
+                    still.append(i)
+                    break
+                na, nb = (m, b) if known[k] > level else (a, m)
+                if _same(na, a) and _same(nb, b):
+                    break
+                a, b = na, nb
+                steps[i] += 1
+                if steps[i] >= max_halvings:
+                    raise RuntimeError(f"bisection did not settle in {max_halvings} halvings")
+            los[i], his[i] = a, b
+        active = still
+    return np.array(los).reshape(shape), np.array(his).reshape(shape)

@@ -77,12 +77,12 @@ import numpy as np
 from scipy import special
 
 from fleetopt.models.queueing.dispersion import count_dispersion
-from fleetopt.models.numerics import bisect_boundary
+from fleetopt.models.numerics import bisect_level
 from fleetopt.models.queueing.erlang import Sizing
 from fleetopt.models.units import P99_TAIL
 
 __all__ = ["CONTEXT_NODES", "BatchedTraffic", "OperatingPoint", "operating_point", "occupancy_dispersion",
-           "cluster_size",
+           "cluster_size", "batched_miss_grid",
            "waited_exceed_prob", "batched_miss_prob", "batched_miss_function", "batched_ttft_p99_s",
            "batched_min_replicas", "batched_carries", "prefill_limit_s", "departure_dispersion",
            "mean_prefill_s", "mean_power_w", "mean_activity_power_w", "prefill_lumps", "coarrival_exceed_prob",
@@ -671,6 +671,34 @@ def batched_miss_prob(t_s, traffic: BatchedTraffic, replicas, op: OperatingPoint
     return np.where(live, np.where(op.stable, miss, 1.0), 0.0)
 
 
+def batched_miss_grid(t_s, traffic: BatchedTraffic, op: OperatingPoint, nodes: tuple) -> np.ndarray:
+    """:func:`batched_miss_prob` at ``M`` times per pool in one pass: ``t_s`` of shape (S, M), the result too.
+
+    Each pool's row is repeated once per time and every block keeps its own columns, so element ``[s, j]`` is
+    ``batched_miss_prob(t_s[:, j], traffic, op.replicas, op, nodes)[s]`` to the last bit: what a search over
+    :math:`t` that evaluates many points at once (:func:`fleetopt.models.numerics.bisect_level`) relies on.
+    """
+    probs = traffic.chunk_probs
+    t = np.asarray(t_s, dtype=float)
+    S, M = t.shape
+    chunks = traffic.chunks
+    blocks, T_busy, T_full, T_own, lump, lump_share = nodes
+    lam_r = traffic.arrival_rate / np.maximum(op.replicas, 1.0)
+    join = 1.0 + lam_r * lump
+    scv = np.broadcast_to(op.wait_scv, S)
+    miss = np.zeros((S, M))
+    for n, (rows, a, b) in enumerate(blocks):
+        local = np.repeat(np.arange(len(rows)), M)
+        r = rows[local]
+        miss[rows] = _miss_block(t[rows].ravel(), probs[r, a:b], k=chunks[a:b], own=traffic.own_prefill_s[r, a:b],
+                                 T_busy=T_busy[r], T_full=T_full[r], p_idle=op.idle_prob[r], p_full=op.full_prob[r],
+                                 theta=op.wait_decay[r], W_s=traffic.W_s, lump=lump[r], lump_share=lump_share[r],
+                                 join=join[r], lam_r=lam_r[r], T_own=None if T_own is None else T_own[n][local],
+                                 scv=scv[r]).reshape(len(rows), M)
+    live = (traffic.arrival_rate > 0)[:, None]
+    return np.where(live, np.where(op.stable[:, None], miss, 1.0), 0.0)
+
+
 def batched_miss_function(traffic: BatchedTraffic, replicas):
     r""":math:`t \mapsto P(T > t)` per pool (:func:`batched_miss_prob`) with the operating point and the context
     nodes, which do not depend on :math:`t`, computed once: for a search over :math:`t` (a fleet's P99 mixes its
@@ -1048,12 +1076,16 @@ def _miss_block(t, probs, *, k, own, T_busy, T_full, p_idle, p_full, theta, W_s:
     return out
 
 
-def batched_ttft_p99_s(traffic: BatchedTraffic, replicas) -> np.ndarray:
-    """P99 TTFT per pool at ``replicas`` (inf where unstable; 0 without traffic)."""
-    op = operating_point(traffic, replicas)
+def batched_ttft_p99_s(traffic: BatchedTraffic, replicas, op: OperatingPoint | None = None,
+                       nodes: tuple | None = None) -> np.ndarray:
+    """P99 TTFT per pool at ``replicas`` (inf where unstable; 0 without traffic): the root of
+    :math:`P(T > t) = q` to float resolution (:func:`fleetopt.models.numerics.bisect_level` over
+    :func:`batched_miss_grid`). ``op`` and ``nodes``: the operating point at ``replicas`` and its
+    :func:`_nodes`, when the caller has them already."""
+    op = operating_point(traffic, replicas) if op is None else op
     probs = traffic.chunk_probs
     k_max = np.max(np.where(probs > 0, traffic.chunks[None, :], 0), axis=1)
-    nodes = _nodes(traffic, op)               # the same at every t of the search
+    nodes = _nodes(traffic, op) if nodes is None else nodes     # the same at every t of the search
     blocks, T_busy, T_full, T_own, lump, _ = nodes
     T_top = np.maximum(np.nanmax(T_full, axis=1), np.nanmax(T_busy, axis=1))
     if T_own is not None:   # the upper end of the search: the largest own-iteration node
@@ -1067,9 +1099,8 @@ def batched_ttft_p99_s(traffic: BatchedTraffic, replicas) -> np.ndarray:
         w99 = np.where(op.full_prob > P99_TAIL, d + np.log(np.maximum(op.full_prob, P99_TAIL) / P99_TAIL) / r_min, 0.0)
     hi = (k_max + 1) * T_top + own + w99 + lump + 1e-9
     live = op.stable & (traffic.arrival_rate > 0)
-    hi = np.where(live, hi, 1.0)
-    _, hi = bisect_boundary(lambda t: batched_miss_prob(t, traffic, op.replicas, op, nodes) > P99_TAIL,
-                            np.zeros_like(hi), hi)
+    hi = np.where(live, hi, 0.0)                # the others' root is not searched: they are inf or 0
+    _, hi = bisect_level(lambda t: batched_miss_grid(t, traffic, op, nodes), P99_TAIL, np.zeros_like(hi), hi)
     return np.where(traffic.arrival_rate > 0, np.where(op.stable, hi, np.inf), 0.0)
 
 

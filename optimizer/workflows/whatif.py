@@ -313,7 +313,8 @@ def binding(instance: Instance, fleet) -> tuple[list[dict], str]:
     plans = plans_from_fleet(instance, fleet)
     tested = [math.floor((p.replicas - 1) * instance.gpu(p.gpu).availability + 1e-9) for p in fleet.pools]
     trial = [replace(q, replicas=k if k >= 1 else q.replicas) for q, k in zip(plans, tested)]
-    below = evaluate_plans(instance, trial).pools if any(k >= 1 for k in tested) else ()
+    # only the pools are read: the fleet-wide P99 (a root search over every pool) is left out
+    below = evaluate_plans(instance, trial, fleet_p99=False).pools if any(k >= 1 for k in tested) else ()
     slo_ms = instance.slo.ttft_p99_s * MS_PER_S
     out = []
     for j, (p, k) in enumerate(zip(fleet.pools, tested)):
