@@ -1103,13 +1103,19 @@ def _plain_loop(s: IterationStation, st: _State, other, jsq: bool = False):
                     w, a = W[r] + hr * c0[r] + d0[r], hr * g[r] + d1[r]
                     x = now - b
                     m = ceil(x / w if a == 0 else (sqrt((w - a / 2) ** 2 + 2 * a * x) - (w - a / 2)) / a)
-                    while b + m * w + a * (m * (m - 1) // 2) < now:
+                    tm = b + m * w + a * (m * (m - 1) // 2)                # T(m), kept for the anchor
+                    while tm < now:
                         m += 1
-                    while m > 0 and b + (m - 1) * w + a * ((m - 1) * (m - 2) // 2) >= now:
+                        tm = b + m * w + a * (m * (m - 1) // 2)
+                    while m > 0:
+                        t = b + (m - 1) * w + a * ((m - 1) * (m - 2) // 2)
+                        if t < now:
+                            break
                         m -= 1
+                        tm = t
                     if metered:
                         credit(r, m)
-                    ref[r] = b = b + m * w + a * (m * (m - 1) // 2)
+                    ref[r] = b = tm
                     c0[r] += m * g[r]
                     d0[r] += m * d1[r]
                     it[r] += m
