@@ -19,6 +19,7 @@ Every number here is *analytic*; the report layer labels it so.
 from __future__ import annotations
 
 import math
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from functools import singledispatch
@@ -235,7 +236,7 @@ def evaluate_fleet(pools: list[PoolPlan], workload: LengthDistribution | Request
     fleet-wide P99 (a root of the pools' mixture, :func:`fleet_ttft_p99_s`) is left NaN: a caller that reads
     only the pools and the totals saves its bisection.
     """
-    raws, _ = _pool_traffic(pools, workload, input_fraction, compress_success)
+    raws = _pool_traffic_cached(pools, workload, input_fraction, compress_success)
     phases = [None if p.decode is None else _phase_traffic(p, workload, arrival_rate, input_fraction)
               for p in pools]
     return evaluate_traffic(raws, pools, arrival_rate, level, fleet_p99, phases)
@@ -283,6 +284,31 @@ def evaluate_traffic(raws: list, pools: list[PoolPlan], arrival_rate: float, lev
         p99 = _mixture_p99_s([r.arrival_rate for r, _ in live], [miss for _, (miss, _) in live],
                              [p99_s for _, (_, p99_s) in live])
     return summarize(results, p99, level)
+
+
+TRAFFIC_CACHE_SIZE = 8
+"""Tilings whose pools' traffic :func:`_pool_traffic_cached` keeps (a solve evaluates its plan, then a what-if
+scenario's binding trial the same windows at other counts)."""
+_TRAFFIC: OrderedDict[tuple, list] = OrderedDict()
+
+
+def _pool_traffic_cached(pools: list[PoolPlan], workload, input_fraction: float, p_c: float) -> list:
+    """The raw traffic sums of :func:`_pool_traffic`, kept for the last :data:`TRAFFIC_CACHE_SIZE` tilings.
+
+    They depend on the workload (a frozen object, keyed by identity: the key holds it, so its identity is not
+    reused while cached), the input fraction, the compression success and each pool's window, compression factor
+    and chunk size, not on its GPU or counts; the sums are frozen (:class:`fleetopt.models.segments.RawSums`),
+    so a hit hands out the same objects the miss computed."""
+    key = (workload, float(input_fraction), float(p_c),
+           tuple((p.lo_tokens, p.hi_tokens, float(p.compress_gamma), p.profile.chunk_tokens) for p in pools))
+    raws = _TRAFFIC.get(key)
+    if raws is None:
+        raws = _TRAFFIC[key] = _pool_traffic(pools, workload, input_fraction, p_c)[0]
+        while len(_TRAFFIC) > TRAFFIC_CACHE_SIZE:
+            _TRAFFIC.popitem(last=False)
+    else:
+        _TRAFFIC.move_to_end(key)
+    return list(raws)
 
 
 def _pool_traffic(pools: list[PoolPlan], workload, input_fraction: float, p_c: float):

@@ -116,22 +116,18 @@ def _key(x: float):
     return ("zero", math.copysign(1.0, x)) if x == 0.0 else x
 
 
-def _estimate(seen: dict, level: float, lo: float, hi: float) -> float:
-    """Where ``f`` crosses ``level`` by the points evaluated so far (``seen``: x -> f(x)): interpolated between
-    the largest x above the level and the smallest at or below it, linearly in :math:`\\log f` (a tail probability
-    falls about exponentially), else linearly in :math:`f`; an end of ``[lo, hi]`` when the evaluated points lie
-    all on one side. Only the speed of :func:`bisect_level` depends on it."""
-    points = [(x, v) for x, v in seen.items() if not isinstance(x, str)]
-    above = [(0.0 if isinstance(x, tuple) else x) for x, v in points if v > level]
-    below = [(0.0 if isinstance(x, tuple) else x) for x, v in points if not v > level]
-    if not below:
+def _estimate(a: float | None, fa: float, b: float | None, fb: float, level: float, lo: float, hi: float) -> float:
+    """Where ``f`` crosses ``level`` by the points evaluated so far: ``a`` the largest with :math:`f(a) > L`, ``b`` the
+    smallest with :math:`f(b) \\le L` (None where there is none), interpolated between them linearly in
+    :math:`\\log f` (a tail probability falls about exponentially), else linearly in :math:`f`; an end of
+    ``[lo, hi]`` when the evaluated points lie all on one side. Only the speed of :func:`bisect_level` depends on
+    it."""
+    if b is None:
         return hi
-    if not above:
+    if a is None:
         return lo
-    a, b = max(above), min(below)
     if not a < b:                       # not monotone at this resolution: any point between will do
         return 0.5 * (a + b)
-    fa, fb = seen[_key(a)], seen[_key(b)]
     share = 0.5
     if fb > 0.0 and level > 0.0 and math.isfinite(fa) and math.log(fa) > math.log(fb):
         share = (math.log(fa) - math.log(level)) / (math.log(fa) - math.log(fb))
@@ -190,6 +186,8 @@ def bisect_level(f: Callable[[np.ndarray], np.ndarray], level: float, lo, hi, *,
     los, his = [float(x) for x in lo_a.ravel()], [float(x) for x in hi_a.ravel()]
     n = len(los)
     seen: list[dict] = [{} for _ in range(n)]      # per element: _key(x) -> f(x) of every point evaluated
+    over: list = [(None, math.nan)] * n            # per element: the largest x evaluated with f(x) > L, f(x)
+    under: list = [(None, math.nan)] * n           # the smallest x with f(x) <= L, f(x)
     steps = [0] * n
     last: dict[int, float] = {}
     active = list(range(n))
@@ -207,7 +205,7 @@ def bisect_level(f: Callable[[np.ndarray], np.ndarray], level: float, lo, hi, *,
                         nxt += [(m, b), (a, m)]
                     layer = nxt
             else:
-                r = _estimate(seen[i], level, los[i], his[i])
+                r = _estimate(*over[i], *under[i], level, los[i], his[i])
                 if i in last:   # the estimate's error: the square of the last correction (secant-like)
                     d = abs(r - last[i])
                     err = 4.0 * d * d / abs(r) if r != 0.0 and math.isfinite(d * d / r) else math.inf
@@ -235,7 +233,18 @@ def bisect_level(f: Callable[[np.ndarray], np.ndarray], level: float, lo, hi, *,
             grid[i, len(p):] = p[-1]
         values = np.asarray(f(grid), dtype=float)
         for i, p in plans.items():
-            seen[i].update(zip(map(_key, p), values[i, :len(p)].tolist()))
+            fs = values[i, :len(p)].tolist()
+            seen[i].update(zip(map(_key, p), fs))
+            (a, fa), (b, fb) = over[i], under[i]
+            for x, v in zip(p, fs):
+                if x != x:
+                    continue
+                if v > level:
+                    if a is None or x > a:
+                        a, fa = x, v
+                elif b is None or x < b:
+                    b, fb = x, v
+            over[i], under[i] = (a, fa), (b, fb)
         still = []
         for i in active:
             a, b, known = los[i], his[i], seen[i]
