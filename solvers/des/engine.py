@@ -406,7 +406,7 @@ def simulate(pools: Sequence[SimPool], requests: Requests, router: Router, *, mo
                                 requests.total_tokens, [p.window_tokens for p in pools], state.spilled)
     chunks = _arrival_chunks(requests.arrival_at_s, accepted)
     if fused is not None and not isinstance(router, LiveRouter):    # every replica plain: the inlined loop
-        last_at, events = _plain_loop(fused, state, serve, type(dispatch) is JoinShortestQueue)(chunks, hi_s)
+        last_at, events = _plain_loop(fused, state, serve, type(dispatch) is JoinShortestQueue, chunks, hi_s)
     else:
         last_at, events = _run(state.heap, arrive, serve, chunks, hi_s)
     del fused
@@ -931,8 +931,9 @@ def _plain_handlers(s: IterationStation):
     return arrive, serve, admit, reschedule
 
 
-def _plain_loop(s: IterationStation, st: _State, other, jsq: bool = False):
-    r"""``loop(chunks, horizon_s) -> (last_at, events)``: :func:`_run` with the handlers of station ``s`` inlined,
+def _plain_loop(s: IterationStation, st: _State, other, jsq: bool, chunks: Iterator[tuple[list, list]],
+                horizon_s: float) -> tuple[float, int]:
+    r"""``(last_at, events)`` of :func:`_run` ``(chunks, horizon_s)`` with the handlers of station ``s`` inlined,
     for a run whose replicas are all plain and whose router is not live (module docstring, "The plain loop");
     ``st`` is the run's state and ``other(at, seq, kind, target)`` handles heap entries that are not replica
     boundaries (cap changes). ``jsq``: the run dispatches by :class:`~fleetopt.solvers.des.routing.JoinShortestQueue`,
@@ -958,196 +959,193 @@ def _plain_loop(s: IterationStation, st: _State, other, jsq: bool = False):
     push, pop = heapq.heappush, heapq.heappop
     ceil, sqrt, inf = math.ceil, math.sqrt, math.inf
 
-    def loop(chunks: Iterator[tuple[list, list]], horizon_s: float) -> tuple[float, int]:
-        times, order = next(chunks, ([], []))
-        times.append(inf)
-        j, events, last_at = 0, 0, 0.0
-        next_arrival = times[0]
-        while True:
-            service_at = heap[0][0] if heap else inf
-            if service_at <= next_arrival:
-                # ---- a heap event: a replica boundary (engine's serve) ----
-                if service_at > horizon_s or service_at == inf:
-                    break
-                at, seq, kind, r = pop(heap)
-                events += 1
-                last_at = at
-                if kind is not BOUNDARY:
-                    other(at, seq, kind, r)
-                    continue
-                if token[r] != seq:
-                    continue                      # superseded by a later schedule of this replica
-                sq, ch = seqs[r], chunk[r]
-                e = sq[0] // M
-                m = e - it[r]
-                if metered:
-                    credit(r, m)
-                gr = g[r]
-                c = c0[r] + m * gr
-                f0, f1, gdr = d0[r] + m * d1[r], d1[r], gd[r]
-                it[r] = e
-                ref[r] = at
-                t = lo_s if at < lo_s else (hi_s if at > hi_s else at)          # batch_to(r, at)
-                dt = t - batch_last[r]
-                n = run[r]
-                if dt > 0:
-                    batch_area[r] += n * dt
-                    energy[r] += power[r][n] * dt
-                    batch_last[r] = t
-                done = 0
-                lim = (e + 1) * M                 # keys of iteration e are below it
-                while sq and sq[0] < lim:
-                    key = pop(sq)
-                    i = (key % M) >> 2
-                    li, lo = lin[i], lout[i]
-                    if not key & 1:               # prefill ends: first token; context jumps to l_in
-                        first[i] = at
-                        c += li - kch[i] * ch
-                        gr += 1 - ch
-                        b_i = beta[i]
-                        f0 -= alpha[i] + b_i * kch[i]
-                        f1 -= b_i
-                        if lo:
-                            f0 += gdr
-                            push(sq, (e + lo) * M + 4 * i + 1)
-                            continue
-                    else:
-                        f0 -= gdr
-                    end[i] = at
-                    c -= li + lo
-                    gr -= 1
-                    done += 1
-                if done:                          # system_to(p, at, -done)
-                    p = replica_pool[r]
-                    dt = t - system_last[p]
-                    if dt > 0:
-                        system_area[p] += in_system[p] * dt
-                        system_last[p] = t
-                    in_system[p] -= done
-                    n -= done
-                    outstanding[r] -= done
-                if not n:
-                    f0 = f1 = 0.0                 # an idle replica drops the float residue
-                q = waiting[r]
-                if q:
-                    cr = cap[r]
-                    while q and n < cr:           # admit(r, q.popleft(), at)
-                        i = q.popleft()
-                        n += 1
-                        start[i] = at
-                        k = kch[i]
-                        if k:
-                            gr += ch
-                            f0 += alpha[i]
-                            f1 += beta[i]
-                            push(sq, (e + k) * M + 4 * i)
-                        else:
-                            first[i] = at
-                            gr += 1
-                            f0 += gdr
-                            push(sq, (e + lout[i]) * M + 4 * i + 1)
-                run[r] = n
-                c0[r], g[r], d0[r], d1[r] = c, gr, f0, f1
-                if n:                             # reschedule(r)
-                    m = sq[0] // M - e
-                    hr = h[r]
-                    sn = next(counter)
-                    push(heap, (at + m * (W[r] + hr * c + f0) + (hr * gr + f1) * (m * (m - 1) // 2), sn, BOUNDARY,
-                                r))
-                    token[r] = sn
-                else:
-                    token[r] = -1
-                continue
-            # ---- an arrival (engine's arrive) ----
-            now = next_arrival
-            if now > horizon_s:
+    times, order = next(chunks, ([], []))
+    times.append(inf)
+    j, events, last_at = 0, 0, 0.0
+    next_arrival = times[0]
+    while True:
+        service_at = heap[0][0] if heap else inf
+        if service_at <= next_arrival:
+            # ---- a heap event: a replica boundary (engine's serve) ----
+            if service_at > horizon_s or service_at == inf:
                 break
-            i = order[j]
-            j += 1
-            next_arrival = times[j]
-            if next_arrival == inf:               # the chunk's sentinel (arrival instants are finite)
-                nxt = next(chunks, None)
-                if nxt is not None:
-                    times, order = nxt
-                    times.append(inf)
-                    j = 0
-                    next_arrival = times[0]
+            at, seq, kind, r = pop(heap)
             events += 1
-            last_at = now
-            p = rpool[i]
-            t = lo_s if now < lo_s else (hi_s if now > hi_s else now)          # system_to(p, now, 1)
-            dt = t - system_last[p]
-            if dt > 0:
-                system_area[p] += in_system[p] * dt
-                system_last[p] = t
-            in_system[p] += 1
-            if jsq:                               # JoinShortestQueue's choose(p)
-                r, hi = spans[p]
-                if hi - r > 1:
-                    o = outstanding[r:hi]
-                    r += o.index(min(o))
-            else:
-                r = choose(p)
-            outstanding[r] += 1
-            rep[i] = r
-            n = run[r]
-            if n >= cap[r]:
-                waiting[r].append(i)
+            last_at = at
+            if kind is not BOUNDARY:
+                other(at, seq, kind, r)
                 continue
-            hr = h[r]
-            if not n:
-                ref[r] = b = now                  # idle: an iteration starts now (c0 = g = 0)
-            else:
-                b = ref[r]
-                if now > b:                       # advance(r, now): the first boundary at or after now
-                    w, a = W[r] + hr * c0[r] + d0[r], hr * g[r] + d1[r]
-                    x = now - b
-                    m = ceil(x / w if a == 0 else (sqrt((w - a / 2) ** 2 + 2 * a * x) - (w - a / 2)) / a)
-                    tm = b + m * w + a * (m * (m - 1) // 2)                # T(m), kept for the anchor
-                    while tm < now:
-                        m += 1
-                        tm = b + m * w + a * (m * (m - 1) // 2)
-                    while m > 0:
-                        t = b + (m - 1) * w + a * ((m - 1) * (m - 2) // 2)
-                        if t < now:
-                            break
-                        m -= 1
-                        tm = t
-                    if metered:
-                        credit(r, m)
-                    ref[r] = b = tm
-                    c0[r] += m * g[r]
-                    d0[r] += m * d1[r]
-                    it[r] += m
-            t = lo_s if b < lo_s else (hi_s if b > hi_s else b)                # batch_to(r, b)
+            if token[r] != seq:
+                continue                      # superseded by a later schedule of this replica
+            sq, ch = seqs[r], chunk[r]
+            e = sq[0] // M
+            m = e - it[r]
+            if metered:
+                credit(r, m)
+            gr = g[r]
+            c = c0[r] + m * gr
+            f0, f1, gdr = d0[r] + m * d1[r], d1[r], gd[r]
+            it[r] = e
+            ref[r] = at
+            t = lo_s if at < lo_s else (hi_s if at > hi_s else at)          # batch_to(r, at)
             dt = t - batch_last[r]
+            n = run[r]
             if dt > 0:
                 batch_area[r] += n * dt
                 energy[r] += power[r][n] * dt
                 batch_last[r] = t
-            run[r] = n + 1                        # admit(r, i, b)
-            start[i] = b
-            k = kch[i]
-            itr = it[r]
-            sq = seqs[r]
-            if k:
-                g[r] += chunk[r]
-                d0[r] += alpha[i]
-                d1[r] += beta[i]
-                push(sq, (itr + k) * M + 4 * i)
-            else:                                 # no prompt: decoding from the start
-                first[i] = b
-                g[r] += 1
-                d0[r] += gd[r]
-                push(sq, (itr + lout[i]) * M + 4 * i + 1)
-            m = sq[0] // M - itr                  # reschedule(r)
-            sn = next(counter)
-            push(heap, (b + m * (W[r] + hr * c0[r] + d0[r]) + (hr * g[r] + d1[r]) * (m * (m - 1) // 2), sn,
-                        BOUNDARY, r))
-            token[r] = sn
-        return last_at, events
-
-    return loop
+            done = 0
+            lim = (e + 1) * M                 # keys of iteration e are below it
+            while sq and sq[0] < lim:
+                key = pop(sq)
+                i = (key % M) >> 2
+                li, lo = lin[i], lout[i]
+                if not key & 1:               # prefill ends: first token; context jumps to l_in
+                    first[i] = at
+                    c += li - kch[i] * ch
+                    gr += 1 - ch
+                    b_i = beta[i]
+                    f0 -= alpha[i] + b_i * kch[i]
+                    f1 -= b_i
+                    if lo:
+                        f0 += gdr
+                        push(sq, (e + lo) * M + 4 * i + 1)
+                        continue
+                else:
+                    f0 -= gdr
+                end[i] = at
+                c -= li + lo
+                gr -= 1
+                done += 1
+            if done:                          # system_to(p, at, -done)
+                p = replica_pool[r]
+                dt = t - system_last[p]
+                if dt > 0:
+                    system_area[p] += in_system[p] * dt
+                    system_last[p] = t
+                in_system[p] -= done
+                n -= done
+                outstanding[r] -= done
+            if not n:
+                f0 = f1 = 0.0                 # an idle replica drops the float residue
+            q = waiting[r]
+            if q:
+                cr = cap[r]
+                while q and n < cr:           # admit(r, q.popleft(), at)
+                    i = q.popleft()
+                    n += 1
+                    start[i] = at
+                    k = kch[i]
+                    if k:
+                        gr += ch
+                        f0 += alpha[i]
+                        f1 += beta[i]
+                        push(sq, (e + k) * M + 4 * i)
+                    else:
+                        first[i] = at
+                        gr += 1
+                        f0 += gdr
+                        push(sq, (e + lout[i]) * M + 4 * i + 1)
+            run[r] = n
+            c0[r], g[r], d0[r], d1[r] = c, gr, f0, f1
+            if n:                             # reschedule(r)
+                m = sq[0] // M - e
+                hr = h[r]
+                sn = next(counter)
+                push(heap, (at + m * (W[r] + hr * c + f0) + (hr * gr + f1) * (m * (m - 1) // 2), sn, BOUNDARY,
+                            r))
+                token[r] = sn
+            else:
+                token[r] = -1
+            continue
+        # ---- an arrival (engine's arrive) ----
+        now = next_arrival
+        if now > horizon_s:
+            break
+        i = order[j]
+        j += 1
+        next_arrival = times[j]
+        if next_arrival == inf:               # the chunk's sentinel (arrival instants are finite)
+            nxt = next(chunks, None)
+            if nxt is not None:
+                times, order = nxt
+                times.append(inf)
+                j = 0
+                next_arrival = times[0]
+        events += 1
+        last_at = now
+        p = rpool[i]
+        t = lo_s if now < lo_s else (hi_s if now > hi_s else now)          # system_to(p, now, 1)
+        dt = t - system_last[p]
+        if dt > 0:
+            system_area[p] += in_system[p] * dt
+            system_last[p] = t
+        in_system[p] += 1
+        if jsq:                               # JoinShortestQueue's choose(p)
+            r, hi = spans[p]
+            if hi - r > 1:
+                o = outstanding[r:hi]
+                r += o.index(min(o))
+        else:
+            r = choose(p)
+        outstanding[r] += 1
+        rep[i] = r
+        n = run[r]
+        if n >= cap[r]:
+            waiting[r].append(i)
+            continue
+        hr = h[r]
+        if not n:
+            ref[r] = b = now                  # idle: an iteration starts now (c0 = g = 0)
+        else:
+            b = ref[r]
+            if now > b:                       # advance(r, now): the first boundary at or after now
+                w, a = W[r] + hr * c0[r] + d0[r], hr * g[r] + d1[r]
+                x = now - b
+                m = ceil(x / w if a == 0 else (sqrt((w - a / 2) ** 2 + 2 * a * x) - (w - a / 2)) / a)
+                tm = b + m * w + a * (m * (m - 1) // 2)                # T(m), kept for the anchor
+                while tm < now:
+                    m += 1
+                    tm = b + m * w + a * (m * (m - 1) // 2)
+                while m > 0:
+                    t = b + (m - 1) * w + a * ((m - 1) * (m - 2) // 2)
+                    if t < now:
+                        break
+                    m -= 1
+                    tm = t
+                if metered:
+                    credit(r, m)
+                ref[r] = b = tm
+                c0[r] += m * g[r]
+                d0[r] += m * d1[r]
+                it[r] += m
+        t = lo_s if b < lo_s else (hi_s if b > hi_s else b)                # batch_to(r, b)
+        dt = t - batch_last[r]
+        if dt > 0:
+            batch_area[r] += n * dt
+            energy[r] += power[r][n] * dt
+            batch_last[r] = t
+        run[r] = n + 1                        # admit(r, i, b)
+        start[i] = b
+        k = kch[i]
+        itr = it[r]
+        sq = seqs[r]
+        if k:
+            g[r] += chunk[r]
+            d0[r] += alpha[i]
+            d1[r] += beta[i]
+            push(sq, (itr + k) * M + 4 * i)
+        else:                                 # no prompt: decoding from the start
+            first[i] = b
+            g[r] += 1
+            d0[r] += gd[r]
+            push(sq, (itr + lout[i]) * M + 4 * i + 1)
+        m = sq[0] // M - itr                  # reschedule(r)
+        sn = next(counter)
+        push(heap, (b + m * (W[r] + hr * c0[r] + d0[r]) + (hr * g[r] + d1[r]) * (m * (m - 1) // 2), sn,
+                    BOUNDARY, r))
+        token[r] = sn
+    return last_at, events
 
 
 def _unused(*args) -> None:
