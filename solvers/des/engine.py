@@ -1094,13 +1094,14 @@ def _plain_loop(s: IterationStation, st: _State, other, jsq: bool, chunks: Itera
         if n >= cap[r]:
             waiting[r].append(i)
             continue
-        hr = h[r]
+        hr, wr = h[r], W[r]
+        cr, gr, f0, f1, itr = c0[r], g[r], d0[r], d1[r], it[r]      # the anchor, written back once below
         if not n:
             ref[r] = b = now                  # idle: an iteration starts now (c0 = g = 0)
         else:
             b = ref[r]
             if now > b:                       # advance(r, now): the first boundary at or after now
-                w, a = W[r] + hr * c0[r] + d0[r], hr * g[r] + d1[r]
+                w, a = wr + hr * cr + f0, hr * gr + f1
                 x = now - b
                 m = ceil(x / w if a == 0 else (sqrt((w - a / 2) ** 2 + 2 * a * x) - (w - a / 2)) / a)
                 tm = b + m * w + a * (m * (m - 1) // 2)                # T(m), kept for the anchor
@@ -1116,9 +1117,9 @@ def _plain_loop(s: IterationStation, st: _State, other, jsq: bool, chunks: Itera
                 if metered:
                     credit(r, m)
                 ref[r] = b = tm
-                c0[r] += m * g[r]
-                d0[r] += m * d1[r]
-                it[r] += m
+                cr += m * gr
+                f0 += m * f1
+                itr += m
         t = lo_s if b < lo_s else (hi_s if b > hi_s else b)                # batch_to(r, b)
         dt = t - batch_last[r]
         if dt > 0:
@@ -1128,22 +1129,21 @@ def _plain_loop(s: IterationStation, st: _State, other, jsq: bool, chunks: Itera
         run[r] = n + 1                        # admit(r, i, b)
         start[i] = b
         k = kch[i]
-        itr = it[r]
         sq = seqs[r]
         if k:
-            g[r] += chunk[r]
-            d0[r] += alpha[i]
-            d1[r] += beta[i]
+            gr += chunk[r]
+            f0 += alpha[i]
+            f1 += beta[i]
             push(sq, (itr + k) * M + 4 * i)
         else:                                 # no prompt: decoding from the start
             first[i] = b
-            g[r] += 1
-            d0[r] += gd[r]
+            gr += 1
+            f0 += gd[r]
             push(sq, (itr + lout[i]) * M + 4 * i + 1)
+        c0[r], g[r], d0[r], d1[r], it[r] = cr, gr, f0, f1, itr
         m = sq[0] // M - itr                  # reschedule(r)
         sn = next(counter)
-        push(heap, (b + m * (W[r] + hr * c0[r] + d0[r]) + (hr * g[r] + d1[r]) * (m * (m - 1) // 2), sn,
-                    BOUNDARY, r))
+        push(heap, (b + m * (wr + hr * cr + f0) + (hr * gr + f1) * (m * (m - 1) // 2), sn, BOUNDARY, r))
         token[r] = sn
     return last_at, events
 
