@@ -1246,40 +1246,39 @@ def batched_carries(traffic: BatchedTraffic, replicas, slo_s, rho_max: float = 0
 
 _EXTRAPOLATE_MAX = 8.0
 """Most a probe beyond every count tried may multiply the last failing count by (:func:`_next_count`)."""
-_OVERSHOOT = 1.05
-"""An extrapolated probe aims this factor above the estimated least count, so that it usually passes and closes the
-bracket (:func:`_next_count`)."""
+_PRIOR_SLOPE = 5.0
+"""The fall of :math:`\\log P(T > t_{SLO})` per unit of :math:`\\log N` assumed from a single failing count (the
+sizing of the shipped instances' candidates falls by 2 to 10 near their least counts; :func:`_next_count`)."""
 
 
-def _next_count(lo, g_lo, hi, g_hi, lo_prev, g_prev, step, hinted, run) -> np.ndarray:
-    r"""The next count to probe in :func:`batched_min_replicas`' search, per pool, given the failing count ``lo``
-    and, where one passed, the passing count ``hi`` (inf before), with :math:`g = \log(P(T > t_{SLO}) / q)` at
-    each (``g_prev`` at the failing count ``lo_prev`` before ``lo``; nan where not known).
+def _next_count(lo, hi, n1, g1, n2, g2, w1, w3, step, hinted) -> tuple[np.ndarray, np.ndarray]:
+    r"""The next count to probe in :func:`batched_min_replicas`' search, per pool: ``lo`` fails and ``hi`` passes
+    (inf before any count passed); the last probe was ``n1``, the one before ``n2`` (0: none), with
+    :math:`g = \log(P(T > t_{SLO}) / q)` at each; the bracket was ``w1`` wide after the last probe and ``w3`` two
+    probes earlier (inf: not known). Also returns where the search has stalled (it bisects there, and the caller
+    forgets the widths).
 
-    The miss probability falls with :math:`N` roughly as a power, so :math:`g` is interpolated linearly in
-    :math:`\log N`: between the bracket's ends (regula falsi, with the Illinois halving of an end kept for two
-    probes in a row, ``run``, and bisection once it is kept for three), or beyond the last two failing counts
-    (at most :data:`_EXTRAPOLATE_MAX` times the last, aiming :data:`_OVERSHOOT` high). Without two usable points
-    the search doubles (from a caller's count, ``hinted``: adds ``step``, 1, 2, 4, ...). Every probe lies strictly
-    inside the bracket, so the search ends, at the least passing count, whatever the estimates.
+    The miss probability falls with :math:`N` roughly as a power, so :math:`g` is extrapolated linearly in
+    :math:`\log N` through the last two probes (the secant method; from one probe, at the slope
+    :data:`_PRIOR_SLOPE`), to the count where it crosses 0, kept strictly inside the bracket and beyond a failing
+    count by at most :data:`_EXTRAPOLATE_MAX` times. Where the estimate is unusable the search doubles (from a
+    caller's count, ``hinted``: adds ``step``), and within a bracket that two probes did not halve it bisects.
+    Every probe lies strictly inside the bracket, so the search ends at the least passing count, whatever the
+    estimates (the tests check it against enumeration).
     """
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-        l_lo, l_hi = np.log(np.maximum(lo, 1.0)), np.log(hi)
-        # an end kept twice in a row counts half (Illinois), so the next estimate moves toward it
-        w_lo = np.where(run >= 2, 0.5, 1.0) * g_lo
-        w_hi = np.where(run <= -2, 0.5, 1.0) * g_hi
-        inside = np.exp(l_lo + w_lo * (l_hi - l_lo) / (w_lo - w_hi))
-        steer = np.isfinite(inside) & np.isfinite(g_lo) & np.isfinite(g_hi) & (np.abs(run) < 3)
-        inside = np.where(steer, np.ceil(inside * (1 - 1e-12)),
-                          np.floor((lo + hi) / 2))
-        inside = np.clip(inside, lo + 1, hi - 1)
-        slope = (g_lo - g_prev) / (l_lo - np.log(np.maximum(lo_prev, 1.0)))
-        beyond = np.exp(l_lo - g_lo / slope) * _OVERSHOOT
-        usable = np.isfinite(beyond) & (slope < 0) & (lo_prev >= 1) & (g_lo > 0)
-        grow = np.where(hinted, lo + step, np.maximum(lo, 1.0) * 2)
-        beyond = np.where(usable, np.clip(np.ceil(beyond), lo + 1, np.maximum(lo, 1.0) * _EXTRAPOLATE_MAX), grow)
-        out = np.where(np.isfinite(hi), inside, np.minimum(beyond, _MAX_REPLICAS))
-    return np.maximum(out, 1.0)
+        x1, x2 = np.log(np.maximum(n1, 1.0)), np.log(np.maximum(n2, 1.0))
+        slope = np.where(n2 >= 1, (g1 - g2) / (x1 - x2), -_PRIOR_SLOPE)
+        est = np.exp(x1 - g1 / slope)
+        steer = np.isfinite(est) & np.isfinite(g1) & (slope < 0)
+        est = np.ceil(est * (1 - 1e-12))
+        floor = np.maximum(lo, 1.0)
+        grow = np.where(hinted, lo + step, floor * 2)
+        beyond = np.where(steer, np.clip(est, lo + 1, floor * _EXTRAPOLATE_MAX), grow)
+        stalled = (w1 > w3 / 2) & (hi - lo > 2)
+        inside = np.where(steer & ~stalled, est, np.floor((lo + hi) / 2))
+        out = np.where(np.isfinite(hi), np.clip(inside, lo + 1, hi - 1), np.minimum(beyond, _MAX_REPLICAS))
+    return np.maximum(out, 1.0), stalled & np.isfinite(hi)
 
 
 def batched_min_replicas(traffic: BatchedTraffic, slo_s, rho_max: float = 0.85, min_count: int = 1,
@@ -1332,9 +1331,9 @@ def batched_min_replicas(traffic: BatchedTraffic, slo_s, rho_max: float = 0.85, 
     # probabilities seen (_next_count); the answer is the least passing count, as a plain gallop and bisection finds.
     hinted = N0 > N_rho
     lo, hi = N0 - 1, np.full_like(N0, np.inf)
-    g_lo, g_hi = np.full_like(N0, np.nan), np.full_like(N0, np.nan)
-    lo_prev, g_prev = np.zeros_like(N0), np.full_like(N0, np.nan)
-    step, run = np.ones_like(N0), np.zeros_like(N0)
+    n1, g1, n2, g2 = np.zeros_like(N0), np.full_like(N0, np.nan), np.zeros_like(N0), np.full_like(N0, np.nan)
+    w1, w2, w3 = (np.full_like(N0, np.inf) for _ in range(3))
+    step = np.ones_like(N0)
     nxt = N0.copy()
     todo = np.flatnonzero(active)
     log_q = np.log(P99_TAIL * (1 + 1e-12))
@@ -1342,15 +1341,14 @@ def batched_min_replicas(traffic: BatchedTraffic, slo_s, rho_max: float = 0.85, 
         good, miss = probe(nxt[todo], todo)
         with np.errstate(divide="ignore"):
             g = np.log(np.maximum(miss, 0.0)) - log_q          # > 0 fails, <= 0 passes (unless unstable)
-        up, down = todo[good], todo[~good]
-        run[up] = np.where(run[up] > 0, run[up] + 1, 1)        # consecutive probes on the same side
-        run[down] = np.where(run[down] < 0, run[down] - 1, -1)
-        hi[up], g_hi[up] = nxt[up], g[good]
-        lo_prev[down], g_prev[down] = lo[down], g_lo[down]
-        lo[down], g_lo[down] = nxt[down], g[~good]
+        hi[todo[good]] = nxt[todo[good]]
+        lo[todo[~good]] = nxt[todo[~good]]
+        n2[todo], g2[todo], n1[todo], g1[todo] = n1[todo], g1[todo], nxt[todo], g
+        w3[todo], w2[todo], w1[todo] = w2[todo], w1[todo], hi[todo] - lo[todo]
         todo = todo[(hi[todo] - lo[todo] > 1) & (lo[todo] < _MAX_REPLICAS)]
-        nxt[todo] = _next_count(lo[todo], g_lo[todo], hi[todo], g_hi[todo], lo_prev[todo], g_prev[todo],
-                                step[todo], hinted[todo], run[todo])
+        nxt[todo], stalled = _next_count(lo[todo], hi[todo], n1[todo], g1[todo], n2[todo], g2[todo], w1[todo],
+                                         w3[todo], step[todo], hinted[todo])
+        w1[todo[stalled]] = w2[todo[stalled]] = w3[todo[stalled]] = np.inf
         step[todo] *= 2
     capped = active & ~np.isfinite(hi)
     feasible = (active & ~capped) | idle
