@@ -392,9 +392,11 @@ class Fleet(_Open):
 
 
 def _plain(value):
-    """numpy scalars to Python ones, tuples to lists (the models are strict)."""
-    if isinstance(value, tuple):
+    """numpy scalars to Python ones, tuples to lists, at any depth of lists and mappings (the models are strict)."""
+    if isinstance(value, (tuple, list)):
         return [_plain(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
     return value.item() if hasattr(value, "item") and callable(value.item) else value
 
 
@@ -687,6 +689,128 @@ class _Candidates(_Open):
     dropped_by_option: list[_DroppedOption] = Field(description="per GPU option, how many were dropped and why")
 
 
+class _VerifiedPool(_Open):
+    """One pool of a simulated plan of ``solve --verify-top``."""
+
+    min_tokens: int
+    max_tokens: int
+    gpu: str
+    replicas: int
+    ttft_p99_ms_analytic: Figure
+    ttft_p99_ms_sim: Figure = Field(description="null: the plan's simulation has no row for the pool")
+    ttft_p99_ci_ms: Interval | None
+    slo_met_sim: bool
+    outcome: Literal["pass", "fail", "undecided"]
+    too_few_requests: bool
+    requests_measured: int | None
+    preemptions: int | None
+
+
+class _VerifiedPlan(_Open):
+    """One plan simulated by ``solve --verify-top``, in one round."""
+
+    round: int
+    rank: int
+    cost_per_hr: float
+    passed: bool
+    outcome: Literal["pass", "fail", "undecided"]
+    accepted: bool
+    verdict: str = Field(description="passes, misses or undecided in simulation at N requests")
+    ttft_p99_ms_sim: Figure
+    ttft_p99_ci_ms: Interval
+    requests_simulated: int
+    cached: bool = Field(description="judged in an earlier round, not simulated again")
+    pools: list[_VerifiedPool]
+
+
+class _SizingTrial(_Open):
+    """One simulated count of a pool sized alone."""
+
+    replicas: int
+    passed: bool
+    outcome: str
+    ttft_p99_ms_sim: Figure
+    ttft_p99_ci_ms: Interval
+    requests: int = Field(description="measured requests")
+    requests_simulated: int
+    source: str = Field(description="alone: the pool's own run; or the plan's run it was judged in")
+
+
+class _PoolSizing(_Open):
+    """A pool sized alone by simulation (``--verify-cuts pool``): its least passing count."""
+
+    min_tokens: int
+    max_tokens: int
+    gpu: str
+    max_num_seqs: int
+    least_replicas: int | None = Field(description="the least count that passes (null: none up to the cap)")
+    cap_replicas: int
+    reason: str | None
+    trials: list[_SizingTrial]
+
+
+class _TrimPool(_Open):
+    """One pool of the trimmed plan."""
+
+    min_tokens: int
+    max_tokens: int
+    gpu: str
+    replicas: int = Field(description="replicas to buy: replicas_up inflated by availability, at least min_count")
+    replicas_up: int = Field(description="replicas the simulations ran (the trimmed, confirmed count)")
+    replicas_verified: int = Field(description="the verified plan's count")
+    ttft_p99_ms_sim: Figure
+    ttft_p99_ci_ms: Interval
+    ttft_p99_ms_confirmation: Figure = Field(description="the independent confirmation run's P99 TTFT")
+    ttft_p99_ms_analytic: Figure
+    slo_met_analytic: bool
+
+
+class _Trim(_Open):
+    """``solve --trim``: the chosen plan's counts lowered while its simulation still meets the SLO."""
+
+    source: Literal["simulated"]
+    confirmed: bool = Field(description="an independent simulation confirms the trimmed plan")
+    cost_per_hr: float = Field(description="the trimmed plan's $/hr")
+    verified_cost_per_hr: float
+    savings: float = Field(description="$/hr saved against the verified plan")
+    ttft_p99_ms_sim: Figure
+    ttft_p99_ms_confirmation: Figure
+    fleet: str | None
+    fleet_simulated: str | None
+    trials: int
+    requests_per_trial: int
+    pools: list[_TrimPool]
+    options: dict = Field(description="the simulation settings")
+
+
+class _Verification(_Open):
+    """``solve --verify-top N``: every simulated plan, per round, the pools sized alone, and the trim."""
+
+    rule: str = Field(description="what meets the SLO in simulation (--verify-rule)")
+    rounds: int
+    cuts: list[str] = Field(description="why each cut was made, in order")
+    plans: list[_VerifiedPlan]
+    reason: str | None = Field(description="why no plan was chosen (null: one was)")
+    pool_sizing: list[_PoolSizing]
+    solves: int
+    plan_simulations: int
+    pool_simulations: int
+    pool_runs: int
+    engine: dict | None = Field(description="the simulation engine's settings (null: nothing simulated)")
+    options: dict = Field(description="the simulation settings")
+    outcome: Literal["pass", "fail", "undecided"] | None
+    verdict: str | None
+    chosen_rank: int | None
+    chosen_round: int | None
+    trim: _Trim | None = Field(description="--trim only (null without)")
+
+
+class _Provenance(_Open):
+    selection: str = Field(description="what selected the plan (the method)")
+    numbers: str = Field(description="where its figures come from")
+    profiles: list[str] = Field(description="per GPU option of the plan: the quality of its profile")
+
+
 class SolveDocument(Document):
     """``fleetopt solve``: the chosen plan's fleet at top level (its keys null without a plan), every solution."""
 
@@ -737,9 +861,9 @@ class SolveDocument(Document):
                                                 "summarised")
     solutions: list[_Solution]
     verified: bool | None = Field(description="null without --verify-top")
-    verification: dict | None = Field(None, description="--verify-top only: every simulated plan, per round, the "
-                                                        "pool sizing and the trim")
-    provenance: dict
+    verification: _Verification | None = Field(None, description="--verify-top only: every simulated plan, per "
+                                                                 "round, the pools sized alone and the trim")
+    provenance: _Provenance
 
 
 class SimulateDocument(Document):

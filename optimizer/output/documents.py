@@ -15,8 +15,9 @@ from fleetopt.models.fleet import FleetResult, PoolResult
 from fleetopt.models.profiles import replica_unit
 from fleetopt.models.service import ContextPoint
 
-from fleetopt.optimizer.output.contract import (DROPPED_LINES, Fleet, Pool, SolveDocument,
-                                                TpwDocument, _Baseline, _Solution, build, envelope, fleet_analytic,
+from fleetopt.optimizer.output.contract import (DROPPED_LINES, Fleet, Pool, SolveDocument, TpwDocument, _Baseline,
+                                                _PoolSizing, _SizingTrial, _Solution, _Trim, _TrimPool, _Verification,
+                                                _VerifiedPlan, _VerifiedPool, build, envelope, fleet_analytic,
                                                 fleet_output_tok_per_s, physical_gpus, pool_analytic, pool_identity,
                                                 usd_per_million_output_tokens)
 from fleetopt.optimizer.output.contract import _TpwRow as TpwRow
@@ -86,61 +87,52 @@ def simulated_pools(vp) -> list:
 
 
 def trim_json(trim, plan, instance) -> dict | None:
-    """The ``trim`` block of a verification (:mod:`fleetopt.optimizer.simulation.trim`); every count in it is
-    simulated."""
+    """The ``trim`` block of a verification (:mod:`fleetopt.optimizer.simulation.trim`), built by its model
+    (:class:`fleetopt.optimizer.output.contract._Trim`); every count in it is simulated."""
     if trim is None:
         return None
-    pools = []
-    for p, n, u, s, conf in zip(plan.fleet.pools, trim.counts, trim.up_counts, trim.sim.pools,
-                                trim.confirmation.pools):
-        pools.append({"min_tokens": p.min_tokens, "max_tokens": p.max_tokens, "gpu": p.gpu, "replicas": n,
-                      "replicas_up": u, "replicas_verified": p.replicas, "ttft_p99_ms_sim": s.ttft_p99_ms_sim,
-                      "ttft_p99_ci_ms": list(s.ttft_p99_ci_ms), "ttft_p99_ms_confirmation": conf.ttft_p99_ms_sim,
-                      "ttft_p99_ms_analytic": s.analytic.ttft_p99_ms, "slo_met_analytic": s.analytic.slo_met})
-    return {"source": "simulated", "confirmed": trim.confirmed, "cost_per_hr": trim.cost_per_hr,
-            "verified_cost_per_hr": trim.verified_cost_per_hr, "savings": trim.savings,
-            "ttft_p99_ms_sim": trim.sim.ttft_p99_ms, "ttft_p99_ms_confirmation": trim.confirmation.ttft_p99_ms,
-            "fleet": fleet_spec(instance, trim.sim.analytic, trim.counts),
-            "fleet_simulated": fleet_spec(instance, trim.sim.analytic), "trials": len(trim.steps),
-            "requests_per_trial": trim.requests_per_trial, "pools": pools, "options": trim.sim.options.to_json()}
+    pools = [build(_TrimPool, p, replicas=n, replicas_up=u, replicas_verified=p.replicas,
+                   ttft_p99_ms_sim=s.ttft_p99_ms_sim, ttft_p99_ci_ms=s.ttft_p99_ci_ms,
+                   ttft_p99_ms_confirmation=conf.ttft_p99_ms_sim, ttft_p99_ms_analytic=s.analytic.ttft_p99_ms,
+                   slo_met_analytic=s.analytic.slo_met)
+             for p, n, u, s, conf in zip(plan.fleet.pools, trim.counts, trim.up_counts, trim.sim.pools,
+                                         trim.confirmation.pools)]
+    return build(_Trim, trim, source="simulated", ttft_p99_ms_sim=trim.sim.ttft_p99_ms,
+                 ttft_p99_ms_confirmation=trim.confirmation.ttft_p99_ms,
+                 fleet=fleet_spec(instance, trim.sim.analytic, trim.counts),
+                 fleet_simulated=fleet_spec(instance, trim.sim.analytic), trials=len(trim.steps), pools=pools,
+                 options=trim.sim.options.to_json())
+
+
+def _verified_pool(vp, p, s) -> dict:
+    key = (p.min_tokens, p.max_tokens, p.gpu)
+    return build(_VerifiedPool, p, ttft_p99_ms_analytic=p.ttft_p99_ms,
+                 ttft_p99_ms_sim=None if s is None else s.ttft_p99_ms_sim,
+                 ttft_p99_ci_ms=None if s is None else s.ttft_p99_ci_ms,
+                 slo_met_sim=key not in vp.failing_pools and key not in vp.undecided_pools,
+                 outcome=("fail" if key in vp.failing_pools else "undecided"
+                          if key in vp.undecided_pools or key in vp.thin_pools else "pass"),
+                 too_few_requests=key in vp.thin_pools, requests_measured=None if s is None else s.requests,
+                 preemptions=None if s is None else s.preemptions)
 
 
 def verification_json(v, instance) -> dict:
-    """The ``verification`` block of ``solve --verify-top N``: every simulated plan, per round (and the trim)."""
-    plans = []
-    for vp in v.plans:
-        pools = []
-        for p, s in zip(vp.plan.fleet.pools, simulated_pools(vp)):
-            key = (p.min_tokens, p.max_tokens, p.gpu)
-            pools.append({"min_tokens": p.min_tokens, "max_tokens": p.max_tokens, "gpu": p.gpu, "replicas": p.replicas,
-                          "ttft_p99_ms_analytic": p.ttft_p99_ms,
-                          "ttft_p99_ms_sim": None if s is None else s.ttft_p99_ms_sim,
-                          "ttft_p99_ci_ms": None if s is None else list(s.ttft_p99_ci_ms),
-                          "slo_met_sim": key not in vp.failing_pools and key not in vp.undecided_pools,
-                          "outcome": ("fail" if key in vp.failing_pools else "undecided"
-                                      if key in vp.undecided_pools or key in vp.thin_pools else "pass"),
-                          "too_few_requests": (p.min_tokens, p.max_tokens, p.gpu) in vp.thin_pools,
-                          "requests_measured": None if s is None else s.requests,
-                          "preemptions": None if s is None else s.preemptions})
-        plans.append({"round": vp.round, "rank": vp.rank, "cost_per_hr": vp.plan.fleet.cost_per_hr, "passed": vp.passed,
-                      "outcome": vp.outcome, "accepted": vp.accepted, "verdict": vp.verdict(),
-                      "ttft_p99_ms_sim": vp.sim.ttft_p99_ms, "ttft_p99_ci_ms": list(vp.sim.ttft_p99_ci_ms),
-                      "requests_simulated": vp.sim.requests_simulated, "cached": vp.cached, "pools": pools})
-    sizing = [{"min_tokens": z.candidate.lo_tokens, "max_tokens": z.candidate.hi_tokens, "gpu": z.candidate.gpu,
-               "max_num_seqs": z.candidate.max_num_seqs, "least_replicas": z.least_replicas,
-               "cap_replicas": z.cap_replicas, "reason": z.reason,
-               "trials": [{"replicas": t.replicas, "passed": t.passed, "outcome": t.outcome,
-                           "ttft_p99_ms_sim": t.ttft_p99_ms_sim, "ttft_p99_ci_ms": list(t.ttft_p99_ci_ms),
-                           "requests": t.requests, "requests_simulated": t.requests_simulated, "source": t.source}
-                          for t in z.trials]} for z in v.sizings]
-    return {"rule": v.rule, "rounds": v.rounds, "cuts": list(v.cuts), "plans": plans, "reason": v.reason,
-            "pool_sizing": sizing, "solves": v.solves, "plan_simulations": v.plan_simulations,
-            "pool_simulations": v.pool_simulations, "pool_runs": v.pool_runs,
-            "engine": v.plans[0].sim.engine.to_json() if v.plans else None, "options": v.options.to_json(),
-            "outcome": v.outcome, "verdict": None if v.chosen is None else v.chosen.verdict(),
-            "chosen_rank": None if v.chosen is None else v.chosen.rank,
-            "chosen_round": None if v.chosen is None else v.chosen.round,
-            "trim": None if v.chosen is None else trim_json(v.trim, v.chosen.plan, instance)}
+    """The ``verification`` block of ``solve --verify-top N``, built by its model
+    (:class:`fleetopt.optimizer.output.contract._Verification`): every simulated plan, per round (and the trim)."""
+    plans = [build(_VerifiedPlan, vp, cost_per_hr=vp.plan.fleet.cost_per_hr, verdict=vp.verdict(),
+                   ttft_p99_ms_sim=vp.sim.ttft_p99_ms, ttft_p99_ci_ms=vp.sim.ttft_p99_ci_ms,
+                   requests_simulated=vp.sim.requests_simulated,
+                   pools=[_verified_pool(vp, p, s) for p, s in zip(vp.plan.fleet.pools, simulated_pools(vp))])
+             for vp in v.plans]
+    sizing = [build(_PoolSizing, z, min_tokens=z.candidate.lo_tokens, max_tokens=z.candidate.hi_tokens,
+                    gpu=z.candidate.gpu, max_num_seqs=z.candidate.max_num_seqs,
+                    trials=[build(_SizingTrial, t) for t in z.trials]) for z in v.sizings]
+    return build(_Verification, v, cuts=list(v.cuts), plans=plans, pool_sizing=sizing,
+                 engine=v.plans[0].sim.engine.to_json() if v.plans else None, options=v.options.to_json(),
+                 verdict=None if v.chosen is None else v.chosen.verdict(),
+                 chosen_rank=None if v.chosen is None else v.chosen.rank,
+                 chosen_round=None if v.chosen is None else v.chosen.round,
+                 trim=None if v.chosen is None else trim_json(v.trim, v.chosen.plan, instance))
 
 
 def routing_json(routing) -> dict | None:
