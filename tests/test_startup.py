@@ -45,3 +45,26 @@ def test_a_solve_without_pairs_leaves_the_disaggregated_model_unloaded(tmp_path)
               "fleetopt.optimizer.io.profile_file", "fleetopt.models.roofline",
               "fleetopt.optimizer.simulation.simulate", "pyomo"]
     assert _loaded(code, unused + ["networkx"], tmp_path) == ["networkx"]   # the oracle ran
+
+
+def test_a_process_run_freezes_the_heap_at_exit_and_a_caller_keeps_its_collector(tmp_path):
+    """The ``fleetopt`` process skips the interpreter's full collections at exit (``cli._freeze_at_exit``) and runs
+    with a larger young generation (``cli.PROCESS_GC_THRESHOLD``); a caller that passes arguments (a test runner, a
+    script) gets its own collector settings back and nothing frozen."""
+    import gc
+
+    from click.testing import CliRunner
+
+    from fleetopt.optimizer.cli import main
+
+    code = ("import atexit, gc, sys\n"
+            "atexit.register(lambda: print('frozen', gc.get_freeze_count() > 0))   # runs after fleetopt's own\n"
+            "from fleetopt.optimizer.cli import main\n"
+            "sys.argv = ['fleetopt', '--version']\n"
+            "main()")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines()[-1] == "frozen True"
+    threshold, frozen = gc.get_threshold(), gc.get_freeze_count()
+    assert CliRunner().invoke(main, ["--version"]).exit_code == 0
+    assert (gc.get_threshold(), gc.get_freeze_count()) == (threshold, frozen)
