@@ -433,11 +433,35 @@ def _evaluate_pool(raw, plan: PoolPlan, arrival_rate: float, level: ServiceLevel
     cap = full if plan.max_num_seqs is None else min(full, int(plan.max_num_seqs))
     if plan.max_num_seqs is None and level.tpot_p99_s is not None:
         cap = min(cap, int(tpot_batch_cap(plan.profile, plan.hi_tokens, level.tpot_p99_s)))
-    s = stats_from_raw(raw, [plan.lo_tokens], [plan.hi_tokens], plan.profile, n_slots=[cap])
+    s = _segment_stats(raw, plan, cap)
     tpot = float(tpot_bound_s(plan.profile, max(cap, 1), plan.hi_tokens))
     tpot_ok = level.tpot_p99_s is None or (cap >= 1 and tpot <= level.tpot_p99_s * (1 + 1e-12))
     lam = float(arrival_rate * s.rate_share[0])
     return _evaluate_under(level.model, s, plan, lam, cap, full, tpot, tpot_ok, level)
+
+
+STATS_CACHE_SIZE = 32
+"""Pools whose segment statistics :func:`_segment_stats` keeps (with :func:`_pool_traffic_cached`'s sums, the plan's
+pools read back when a what-if binding trial evaluates them at other counts)."""
+_STATS: OrderedDict[tuple, tuple] = OrderedDict()
+_BATCHED: OrderedDict[tuple, Any] = OrderedDict()
+"""The batched model's traffic of the pools :data:`_STATS` holds, by their statistics, rate and cap."""
+
+
+def _segment_stats(raw, plan: PoolPlan, cap: int):
+    """:func:`fleetopt.models.segments.stats_from_raw` of a pool's traffic at its window and batch cap, kept for the
+    last :data:`STATS_CACHE_SIZE` pools: they depend on the sums (frozen, keyed by identity), the window, the
+    profile (by identity, held by the entry) and the cap, not on the replicas."""
+    key = (raw, plan.lo_tokens, plan.hi_tokens, id(plan.profile), cap)
+    hit = _STATS.get(key)
+    if hit is not None and hit[0] is plan.profile:
+        _STATS.move_to_end(key)
+        return hit[1]
+    s = stats_from_raw(raw, [plan.lo_tokens], [plan.hi_tokens], plan.profile, n_slots=[cap])
+    _STATS[key] = (plan.profile, s)
+    while len(_STATS) > STATS_CACHE_SIZE:
+        _STATS.popitem(last=False)
+    return s
 
 
 @singledispatch
@@ -521,7 +545,12 @@ def _first(miss_of):
 def _evaluate_pool_batched(model: BatchedModel, s, plan: PoolPlan, lam: float, cap: int, full: int, tpot: float,
                            tpot_ok: bool, level: ServiceLevel):
     """One pool under the batched replica model (:mod:`fleetopt.models.queueing.batched`)."""
-    traffic = model.traffic(s, [lam], cap=[max(cap, 0)])
+    key = (s, lam, max(cap, 0))       # the statistics are frozen and kept (_segment_stats): keyed by identity
+    traffic = _BATCHED.get(key)
+    if traffic is None:
+        traffic = _BATCHED[key] = model.traffic(s, [lam], cap=[max(cap, 0)])
+        while len(_BATCHED) > STATS_CACHE_SIZE:
+            _BATCHED.popitem(last=False)
     sized = plan.replicas is None
     replicas = _replicas(model, traffic, plan, level)
     live = lam > 0 and replicas > 0 and cap >= 1
