@@ -64,6 +64,19 @@ def workers_for(tasks: int, requests_per_task: int, workers: int | None = None) 
     return min(tasks, OVERSUBSCRIBE * usable_cpus())
 
 
+def _own_streams() -> None:
+    """A forked worker's own ``sys.stdout`` and ``sys.stderr`` on the same files: another thread of the parent (a
+    progress bar's refresh) may have held the lock of the parent's objects at the fork, and a worker that wrote to
+    them (a warning) would wait for it forever."""
+    for name in ("stdout", "stderr"):
+        stream = getattr(sys, name)
+        try:
+            fd = stream.fileno()
+        except (AttributeError, OSError, ValueError):     # no file behind it (a test's capture)
+            continue
+        setattr(sys, name, open(os.dup(fd), "w", buffering=1, encoding=stream.encoding, errors=stream.errors))
+
+
 def _child(k: int):
     assert _TASK is not None
     fn, items = _TASK
@@ -82,7 +95,7 @@ def ordered_map(fn: Callable[[Any], Any], items: Sequence[Any], workers: int) ->
     _TASK = (fn, items)
     gc.freeze()     # the parent's objects out of the children's collections, which would copy every page they touch
     try:
-        with multiprocessing.get_context("fork").Pool(min(workers, len(items))) as pool:
+        with multiprocessing.get_context("fork").Pool(min(workers, len(items)), initializer=_own_streams) as pool:
             yield from pool.imap(_child, range(len(items)))
     finally:
         gc.unfreeze()
