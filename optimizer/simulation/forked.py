@@ -93,10 +93,13 @@ def ordered_map(fn: Callable[[Any], Any], items: Sequence[Any], workers: int) ->
 
     global _TASK
     _TASK = (fn, items)
-    gc.freeze()     # the parent's objects out of the children's collections, which would copy every page they touch
+    freeze = gc.get_freeze_count() == 0     # (a caller's own freeze is left as it is)
+    if freeze:
+        gc.freeze()     # the parent's objects out of the children's collections, which would copy every page touched
     try:
         with multiprocessing.get_context("fork").Pool(min(workers, len(items)), initializer=_own_streams) as pool:
             yield from pool.imap(_child, range(len(items)))
     finally:
-        gc.unfreeze()
+        if freeze:
+            gc.unfreeze()
         _TASK = None
