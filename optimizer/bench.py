@@ -534,21 +534,25 @@ def bench_warm_solve(repeats: int = 5) -> dict:
 
 def bench_small_solve_process(repeats: int = 5) -> dict:
     """``fleetopt solve`` from process start to exit on a small instance (Puzzle 10, LMSYS: the graph oracle's
-    path, no Pyomo), beside the floor of any fleetopt process in the same run: the interpreter importing numpy and
-    scipy.special (which the analytic models need)."""
+    path, no Pyomo), beside two floors measured in the same run: the interpreter importing numpy and scipy.special
+    (which the analytic models need), and importing every dependency this path loads (numpy, scipy.special,
+    networkx, pydantic, rich, click, yaml); fleetopt's own share is the difference."""
     cmd = _cli() + ["solve", str(bench_instance("ref_puzzle10_lmsys.yaml")), "--json", os.devnull]
     floor_cmd = [sys.executable, "-c", "import numpy, scipy.special"]
+    deps_cmd = [sys.executable, "-c", "import numpy, scipy.special, networkx, pydantic, rich.console, click, yaml"]
 
     def run(c=cmd):
         subprocess.run(c, check=True, capture_output=True)
 
     run()
     run(floor_cmd)
+    run(deps_cmd)
     median = _median_s(run, repeats)
     floor = _median_s(lambda: run(floor_cmd), repeats)
+    deps = _median_s(lambda: run(deps_cmd), repeats)
     return {"name": "fleetopt solve end-to-end, small instance (Puzzle 10)", "median_s": median,
             "target_s": SMALL_SOLVE_TARGET_S, "meets_target": median <= SMALL_SOLVE_TARGET_S,
-            "numpy_scipy_import_floor_s": floor}
+            "numpy_scipy_import_floor_s": floor, "dependencies_import_floor_s": deps}
 
 
 def run_benchmarks(repeats: int = 5, enumeration_limit_s: float = 60.0, memory: bool = True,
