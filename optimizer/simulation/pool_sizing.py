@@ -85,9 +85,9 @@ runs at that rung (same requests per replication, same seed), so:
   dedicated run (:mod:`fleetopt.optimizer.simulation.simulate`, "Thin pools") is sized from that rung's requests,
   where the doubling loop sizes it from the first rung's.
 
-The verification's whole-plan runs (:func:`fleetopt.optimizer.simulation.verify.simulate_plan_checked`) and the
-pools simulated alone (:class:`PoolSizer`) take this ladder; ``fleetopt simulate --precision`` keeps the doubling
-loop.
+The verification's whole-plan runs (:func:`fleetopt.optimizer.simulation.verify.simulate_plan_checked`), the
+pools simulated alone (:class:`PoolSizer`) and the trim's trials (:func:`fleetopt.optimizer.simulation.trim.trim_plan`)
+take this ladder; ``fleetopt simulate --precision`` keeps the doubling loop.
 
 The sample-size estimate (:func:`needed_requests`) is the usual :math:`1/\sqrt n` law of an interval's
 half-width: a pool whose P99 interval has relative half-width :math:`h` over :math:`m` measured requests needs

@@ -67,7 +67,7 @@ from fleetopt.models.fleet import inflate_for_availability
 from fleetopt.optimizer.io.instance import Instance
 from fleetopt.optimizer.plan.solve import Plan
 from fleetopt.optimizer.simulation.options import SimOptions
-from fleetopt.optimizer.simulation.pool_sizing import least_passing as _least_passing
+from fleetopt.optimizer.simulation.pool_sizing import ladder_run, least_passing as _least_passing
 from fleetopt.optimizer.simulation.records import MIN_POOL_REQUESTS
 
 __all__ = ["MAX_BACKOFFS", "TrimStep", "Trim", "trim_plan"]
@@ -137,7 +137,8 @@ def trim_plan(instance: Instance, plan: Plan, passes: Callable[[object], bool],
     ``passes(sim_report)`` is the verification rule; ``options`` are the verification's simulation settings
     (:class:`~fleetopt.optimizer.simulation.options.SimOptions`): the search runs them with their ``seed``, the
     confirmation with ``seed + 1``, and every trial with ``requests`` raised for the run length (step 1;
-    ``max_requests`` follows when a precision target would otherwise refuse them). ``relaxation_spans`` is the
+    ``max_requests`` follows when a precision target would otherwise refuse them; with one, each trial runs the
+    precision ladder of :func:`~fleetopt.optimizer.simulation.pool_sizing.ladder_run`). ``relaxation_spans`` is the
     least run length of a trial in start-up scales (0 keeps the verification's request count).
     ``progress(done, total)`` is passed to every simulation; ``on_step(message)``, if given, is called before
     each trial (one line: the pool and count tried, or the confirmation).
@@ -159,8 +160,9 @@ def trim_plan(instance: Instance, plan: Plan, passes: Callable[[object], bool],
         key = (counts, run_seed)
         if key not in cache:
             pools = [replace(p, replicas=n) for p, n in zip(base, counts)]
-            cache[key] = simulate_pools(instance, pools, plan.routing, replace(trial_options, seed=run_seed),
-                                        progress=progress, semantic=semantic)
+            cache[key] = ladder_run(      # with a precision target: its ladder, skipping rungs too short for it
+                lambda o, shown: simulate_pools(instance, pools, plan.routing, o, progress=shown, semantic=semantic),
+                replace(trial_options, seed=run_seed), instance.slo.scope, progress)
         return cache[key]
 
     def trial(k: int, counts: tuple[int, ...], run_seed: int) -> bool:
