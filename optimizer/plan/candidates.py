@@ -489,7 +489,10 @@ def _traffic(instance: Instance, basis, grid: np.ndarray, b: np.ndarray, gammas,
     gi = np.array([at[float(x)] for x in b[ii]], dtype=np.int64)
     gj = np.array([at[float(x)] for x in b[jj]], dtype=np.int64)
     gm = np.array([at.get(float(gammas[s] * b[i]), at[float(b[i])]) for i, s in zip(ii, sin)], dtype=np.int64)
-    raw = raw_between(basis, gi, gm).scaled(np.where(sin > 0, 1.0 - p_c, 1.0)) + raw_between(basis, gm, gj)
+    if np.any(sin > 0):
+        raw = raw_between(basis, gi, gm).scaled(np.where(sin > 0, 1.0 - p_c, 1.0)) + raw_between(basis, gm, gj)
+    else:   # no pool entered compressed: every range starts at its own boundary (gm = gi; the band's sums are 0)
+        raw = raw_between(basis, gm, gj)
     if len(gammas) == 1 or p_c == 0:
         return raw
     top = len(b) - 1
