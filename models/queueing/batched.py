@@ -1305,8 +1305,8 @@ def batched_min_replicas(traffic: BatchedTraffic, slo_s, rho_max: float = 0.85, 
 
     ``at_least`` (optional, per pool): a count the caller knows every smaller count fails (the answer at a looser
     SLO: :math:`P(T > t \\mid N)` grows as :math:`t` falls); the search starts there instead of at :math:`N_0`
-    and, until two probes give a slope, steps up by 1, 2, 4, ... (such a count is usually close) instead of
-    doubling. The answer is the same, with fewer evaluations.
+    and, where the miss probabilities give no estimate, steps up by 1, 2, 4, ... (such a count is usually close)
+    instead of doubling. The answer is the same, with fewer evaluations.
 
     (Tried and dropped, on the large instance's sizing: clearing the first counts by a bound with every context
     node at the top one cost as much as the exact miss probability and cleared only a third to a half of the pools
