@@ -19,6 +19,7 @@ Every number here is *analytic*; the report layer labels it so.
 from __future__ import annotations
 
 import math
+import threading
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -301,14 +302,32 @@ def _pool_traffic_cached(pools: list[PoolPlan], workload, input_fraction: float,
     so a hit hands out the same objects the miss computed."""
     key = (workload, float(input_fraction), float(p_c),
            tuple((p.lo_tokens, p.hi_tokens, float(p.compress_gamma), p.profile.chunk_tokens) for p in pools))
-    raws = _TRAFFIC.get(key)
+    raws = _kept(_TRAFFIC, key)
     if raws is None:
-        raws = _TRAFFIC[key] = _pool_traffic(pools, workload, input_fraction, p_c)[0]
-        while len(_TRAFFIC) > TRAFFIC_CACHE_SIZE:
-            _TRAFFIC.popitem(last=False)
-    else:
-        _TRAFFIC.move_to_end(key)
+        raws = _keep(_TRAFFIC, key, _pool_traffic(pools, workload, input_fraction, p_c)[0], TRAFFIC_CACHE_SIZE)
     return list(raws)
+
+
+_LOCK = threading.Lock()
+"""Guards the kept values' maps: a Dask worker runs tasks in threads of one process."""
+
+
+def _kept(cache: OrderedDict, key):
+    """``cache[key]`` marked as just used, or None."""
+    with _LOCK:
+        value = cache.get(key)
+        if value is not None:
+            cache.move_to_end(key)
+        return value
+
+
+def _keep(cache: OrderedDict, key, value, size: int):
+    """Store ``value`` under ``key``, dropping the least recently used beyond ``size`` entries; returns ``value``."""
+    with _LOCK:
+        cache[key] = value
+        while len(cache) > size:
+            cache.popitem(last=False)
+    return value
 
 
 def _pool_traffic(pools: list[PoolPlan], workload, input_fraction: float, p_c: float):
@@ -453,15 +472,11 @@ def _segment_stats(raw, plan: PoolPlan, cap: int):
     last :data:`STATS_CACHE_SIZE` pools: they depend on the sums (frozen, keyed by identity), the window, the
     profile (by identity, held by the entry) and the cap, not on the replicas."""
     key = (raw, plan.lo_tokens, plan.hi_tokens, id(plan.profile), cap)
-    hit = _STATS.get(key)
+    hit = _kept(_STATS, key)
     if hit is not None and hit[0] is plan.profile:
-        _STATS.move_to_end(key)
         return hit[1]
     s = stats_from_raw(raw, [plan.lo_tokens], [plan.hi_tokens], plan.profile, n_slots=[cap])
-    _STATS[key] = (plan.profile, s)
-    while len(_STATS) > STATS_CACHE_SIZE:
-        _STATS.popitem(last=False)
-    return s
+    return _keep(_STATS, key, (plan.profile, s), STATS_CACHE_SIZE)[1]
 
 
 @singledispatch
@@ -546,11 +561,9 @@ def _evaluate_pool_batched(model: BatchedModel, s, plan: PoolPlan, lam: float, c
                            tpot_ok: bool, level: ServiceLevel):
     """One pool under the batched replica model (:mod:`fleetopt.models.queueing.batched`)."""
     key = (s, lam, max(cap, 0))       # the statistics are frozen and kept (_segment_stats): keyed by identity
-    traffic = _BATCHED.get(key)
+    traffic = _kept(_BATCHED, key)
     if traffic is None:
-        traffic = _BATCHED[key] = model.traffic(s, [lam], cap=[max(cap, 0)])
-        while len(_BATCHED) > STATS_CACHE_SIZE:
-            _BATCHED.popitem(last=False)
+        traffic = _keep(_BATCHED, key, model.traffic(s, [lam], cap=[max(cap, 0)]), STATS_CACHE_SIZE)
     sized = plan.replicas is None
     replicas = _replicas(model, traffic, plan, level)
     live = lam > 0 and replicas > 0 and cap >= 1

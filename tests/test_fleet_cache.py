@@ -63,3 +63,20 @@ def test_the_caches_stay_bounded(quickstart, monkeypatch):
         evaluate_plans(quickstart, [replace(plans[0], max_num_seqs=n), plans[1]], fleet_p99=False)
     assert len(fleet_mod._STATS) == len(fleet_mod._BATCHED) == 3
     assert len(fleet_mod._TRAFFIC) == 2
+
+
+def test_threads_share_the_caches(quickstart, monkeypatch):
+    """A Dask worker evaluates in threads of one process: with the caches small enough to evict all the time,
+    every thread still gets what a fresh evaluation gives."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    monkeypatch.setattr(fleet_mod, "STATS_CACHE_SIZE", 1)
+    monkeypatch.setattr(fleet_mod, "TRAFFIC_CACHE_SIZE", 1)
+    plans = [spec_plans(quickstart, parse_fleet(s, quickstart)) for s in SPECS[:4]]
+    want = []
+    for p in plans:
+        _clear()
+        want.append(evaluate_plans(quickstart, p, fleet_p99=False))
+    with ThreadPoolExecutor(4) as pool:
+        got = list(pool.map(lambda k: evaluate_plans(quickstart, plans[k % 4], fleet_p99=False), range(16)))
+    assert all(g.pools == want[k % 4].pools for k, g in enumerate(got))      # (the fleet P99 is NaN: not asked)
