@@ -86,16 +86,26 @@ def _law(need: int, calls: list):
     return run
 
 
-def test_the_ladder_goes_from_the_first_rung_to_the_least_rung_at_the_estimate():
-    # 20,000 requests: h = 5 % x sqrt(5) -> needs 100,000; the rungs are 40k, 80k, 160k: 160k is the least at or
-    # above 100k, and the doubling loop would also stop there (80k has h = 5.6 %), so 40k and 80k are skipped
+def test_the_ladder_goes_to_the_largest_rung_at_or_below_the_estimate():
+    # 20,000 requests: h = 5 % x sqrt(5) -> needs 100,000; of the rungs 40k, 80k, 160k the largest at or below
+    # 100k is 80k (40k skipped); 80k has h = 5 % x sqrt(1.25) = 5.6 %, still short, and asks for 100k again:
+    # the next rung, 160k, meets it (h = 4 %), where the doubling loop stops too
     calls, seen = [], []
     o = SimOptions(requests=20_000, precision=0.05, max_requests=400_000)
     report = ladder_run(_law(100_000, calls), o, "fleet", lambda d, t: seen.append((d, t)))
-    assert calls == [20_000, 160_000]
+    assert calls == [20_000, 80_000, 160_000]
     assert report.stopped_by == "precision" and report.requests_simulated == 160_000
     assert report.options.requests == 20_000 and report.options.max_requests == 400_000   # as asked
-    assert seen == [(20_000, 20_000), (180_000, 180_000)]                                  # counted over both rungs
+    assert seen == [(20_000, 20_000), (100_000, 100_000), (260_000, 260_000)]            # counted over all rungs
+
+
+def test_a_rung_that_meets_the_target_is_not_skipped():
+    # needs 70,000: from 20k the estimate is 70k, so 40k (80k is above it); 40k asks for 70k again -> 80k, the
+    # first rung that meets it (h = 5 % x sqrt(70 / 80) = 4.7 %): the doubling loop's own rungs
+    calls = []
+    o = SimOptions(requests=20_000, precision=0.05, max_requests=400_000)
+    assert ladder_run(_law(70_000, calls), o, "fleet").requests_simulated == 80_000
+    assert calls == [20_000, 40_000, 80_000]
 
 
 def test_the_ladder_stops_at_the_top_rung_under_max_requests():
@@ -120,7 +130,7 @@ def test_rungs_are_whole_replications_and_no_target_is_one_run():
 @pytest.mark.slow
 def test_the_ladder_reports_what_the_doubling_loop_reports(repo_root):
     """Puzzle 2's first plan at 10 %: the doubling loop runs 5k, 10k, 20k, 40k (all short of it) and stops at 80k;
-    the ladder's estimate from 5k goes straight to 80k, and the report is the doubling loop's."""
+    the ladder skips some of those rungs and reports what the doubling loop reports."""
     inst = api.load(repo_root / "instances" / "ref_puzzle2_agent_h100.yaml")
     pools = plans_from_spec(inst, "0-16384:h100x8,16384-65536:h100x12")
     o = SimOptions(requests=5_000, precision=0.1, max_requests=80_000)
@@ -136,4 +146,4 @@ def test_the_ladder_reports_what_the_doubling_loop_reports(repo_root):
                        if k != "wall_seconds"}
     assert theirs.stopped_by == "precision" and theirs.requests_simulated == 80_000
     assert strip(ours) == strip(theirs)
-    assert calls == [5_000, 80_000]
+    assert calls[0] == 5_000 and calls[-1] == 80_000 and len(calls) < 5
