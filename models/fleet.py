@@ -409,7 +409,10 @@ def _mixture_p99_s(rates: list[float], misses: list, p99s: list[float]) -> float
     if not np.isfinite(hi) or miss(hi) > P99_TAIL + 1e-12:
         return math.inf
     if all(callable(getattr(m, "grid", None)) for m in misses):   # many times per call, the same root
-        _, hi = bisect_level(lambda t: sum(r * m.grid(t) for r, m in zip(rates, misses)) / total, P99_TAIL, 0.0, hi)
+        def miss_grid(t: np.ndarray) -> np.ndarray:
+            return np.asarray(sum(r * m.grid(t) for r, m in zip(rates, misses)) / total)
+
+        _, hi = bisect_level(miss_grid, P99_TAIL, 0.0, hi)
     else:
         _, hi = bisect_boundary(lambda t: miss(float(t)) > P99_TAIL, 0.0, hi)
     return float(hi)

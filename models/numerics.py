@@ -200,10 +200,11 @@ def bisect_level(f: Callable[[np.ndarray], np.ndarray], level: float, lo, hi, *,
     los, his = [float(x) for x in lo_a.ravel()], [float(x) for x in hi_a.ravel()]
     n = len(los)
     seen: list[dict] = [{} for _ in range(n)]      # per element: _key(x) -> f(x) of every point evaluated
-    over: list = [(None, math.nan)] * n            # per element: the largest x evaluated with f(x) > L, f(x)
-    under: list = [(None, math.nan)] * n           # the smallest x with f(x) <= L, f(x)
-    over2: list = [(None, math.nan)] * n           # the next ones: for a third point of the estimate
-    under2: list = [(None, math.nan)] * n
+    none: tuple[float | None, float] = (None, math.nan)
+    over: list[tuple[float | None, float]] = [none] * n     # per element: the largest x with f(x) > L, and f(x)
+    under: list[tuple[float | None, float]] = [none] * n    # the smallest x with f(x) <= L, and f(x)
+    over2: list[tuple[float | None, float]] = [none] * n    # the next ones: for a third point of the estimate
+    under2: list[tuple[float | None, float]] = [none] * n
     steps = [0] * n
     last: dict[int, float] = {}
     active = list(range(n))

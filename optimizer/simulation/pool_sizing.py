@@ -122,7 +122,7 @@ from fleetopt.models.workload import LengthDistribution, RequestTrace
 
 from fleetopt.optimizer.io.instance import Instance
 from fleetopt.optimizer.simulation.options import MIN_REQUESTS_PER_REPLICATION, SimOptions
-from fleetopt.optimizer.simulation.records import MIN_POOL_REQUESTS, interval_outcome
+from fleetopt.optimizer.simulation.records import MIN_POOL_REQUESTS, SimReport, interval_outcome
 
 __all__ = ["CAP_FACTOR", "CAP_REPLICAS", "MAX_DOUBLINGS", "ESCALATION_STEP", "ESCALATION_FACTOR",
            "ESCALATION_MAX_REQUESTS", "SIZING_BUDGET", "PoolCandidate", "PoolVerdict", "PoolSizing", "PoolSizer",
@@ -494,6 +494,7 @@ class PoolSizer:
         c, (least, n_star) = min(sized, key=lambda cs: (cs[0].hi_tokens != candidate.hi_tokens,
                                                         abs(cs[0].hi_tokens - candidate.hi_tokens),
                                                         abs(cs[0].lo_tokens - candidate.lo_tokens)))
+        assert least is not None and n_star is not None   # the filter above kept only sized pairs
         return max(1, math.ceil(analytic_replicas * least / n_star))
 
     def _trials(self, candidate: PoolCandidate) -> tuple[PoolVerdict, ...]:
@@ -526,7 +527,8 @@ class PoolSizer:
         self.simulations += 1
         for k in range(MAX_DOUBLINGS + 1):
             pool, done = self._run(candidate, replicas, requests, "too few measured requests" if k else "")
-            out = done < requests or (trace is not None and requests >= len(trace.arrived_at_s))   # a trace ran out
+            ran_out = isinstance(trace, RequestTrace) and requests >= len(trace.arrived_at_s)   # a trace ran out
+            out = done < requests or ran_out
             if pool.requests >= MIN_POOL_REQUESTS or out:
                 break
             requests *= 2
@@ -636,8 +638,8 @@ def _factor(value: float, ci, precision: float, default: float) -> float:
     return ((high - low) / 2.0 / value / precision) ** 2
 
 
-def ladder_run(run: Callable[[SimOptions, Callable | None], object], options: SimOptions, scope: str,
-               progress: Callable[[int, int], None] | None = None):
+def ladder_run(run: Callable[[SimOptions, Callable | None], SimReport], options: SimOptions, scope: str,
+               progress: Callable[[int, int], None] | None = None) -> SimReport:
     """The report of a ``precision`` run by the skipping ladder (module docstring, "Precision ladder"):
     ``run(rung_options, progress)`` simulates one round (``options`` with ``requests`` and ``max_requests`` set to
     the rung); the returned report carries ``options``' own ``requests`` and ``max_requests`` (what was asked),
@@ -652,6 +654,7 @@ def ladder_run(run: Callable[[SimOptions, Callable | None], object], options: Si
     done = [0]
 
     def counted(d: int, planned: int) -> None:
+        assert progress is not None
         progress(done[0] + d, done[0] + planned)
 
     while True:
