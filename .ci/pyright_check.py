@@ -5,7 +5,7 @@ import json
 import subprocess
 import sys
 
-OPTIMIZER_BUDGET = 113
+OPTIMIZER_BUDGET = 109
 """The pyright error count of optimizer/ when it was last recorded; lower it as errors are fixed."""
 
 

@@ -604,8 +604,10 @@ def batch_caps(instance: Instance, profile, windows: np.ndarray):
 
 def _tpot_reason(instance: Instance, profile, window: float) -> str:
     t = float(tpot_bound_s(profile, 1, window)) * MS_PER_S
+    tpot_s = instance.slo.tpot_p99_s
+    assert tpot_s is not None    # only a TPOT SLO drops a candidate for its TPOT
     return (f"one sequence at the {int(window):,}-token window decodes in {t:,.1f} ms per token, above the "
-            f"{instance.slo.tpot_p99_s * MS_PER_S:,.4g} ms TPOT SLO")
+            f"{tpot_s * MS_PER_S:,.4g} ms TPOT SLO")
 
 
 class _Columns:
@@ -742,13 +744,13 @@ def _reason_writer(model: TTFTModel, traffic, codes: np.ndarray, bad: np.ndarray
     of ``bad`` and the traffic of the candidates dropped for their prefill (keeping the whole option's traffic and
     statistics held every GPU option's arrays until the candidates were dropped: 1.3 GB on the large instance)."""
     floors: dict[int, float] = {}
-    codes = {int(k): str(codes[k]) for k in bad}
+    code_of = {int(k): str(codes[k]) for k in bad}
     hi_tokens = np.array(s.hi_tokens, dtype=float)
-    rows = np.array([k for k, c in codes.items() if c == "prefill"], dtype=np.int64)
+    rows = np.array([k for k, c in code_of.items() if c == "prefill"], dtype=np.int64)
     prefill_traffic = traffic.take(rows) if len(rows) else None
 
     def reason(k: int) -> str:
-        code = codes[k]
+        code = code_of[k]
         if code == "no-slots":
             return f"the {int(hi_tokens[k]):,}-token context window does not fit the KV cache"
         if code == "prefill":
