@@ -396,6 +396,10 @@ def bench_simulation_memory(n: int = 10_000_000) -> dict:
             "meets_target": run["peak_rss_mb"] < 1536, "peak_rss_mb": run["peak_rss_mb"], "target_mb": 1536}
 
 
+VERIFY_TARGET_S = 10.0
+"""Issue 32: ``solve --verify-top 3`` on Puzzle 2 (here at a 5 % P99 precision target)."""
+
+
 def bench_verification(repeats: int = 3) -> dict:
     """solve --verify-top 3 on the seed's Puzzle-2 agent instance with a 5 % P99 precision target."""
     from fleetopt.optimizer.io.instance import load_instance
@@ -411,8 +415,8 @@ def bench_verification(repeats: int = 3) -> dict:
         results.append(verify(inst, SolveOptions(method="mip"), sim, top=3)[1])
 
     median = _median_s(run, repeats)
-    return {"name": "verify top 3 (Puzzle 2, 5 % precision)", "median_s": median, "target_s": 20.0,
-            "meets_target": median <= 20.0, "verified": results[-1].verified,
+    return {"name": "verify top 3 (Puzzle 2, 5 % precision)", "median_s": median, "target_s": VERIFY_TARGET_S,
+            "meets_target": median <= VERIFY_TARGET_S, "verified": results[-1].verified,
             "requests_per_plan": [v.sim.requests_simulated for v in results[-1].plans]}
 
 
