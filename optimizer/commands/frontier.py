@@ -7,6 +7,7 @@ command delegates to when ``--axes`` is given.
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 from rich.table import Table
@@ -19,6 +20,9 @@ from fleetopt.optimizer.workflows import plots
 from fleetopt.optimizer.workflows.executor import Backend
 from fleetopt.optimizer.workflows.frontier import Frontier, frontier, parse_axes
 
+if TYPE_CHECKING:
+    from fleetopt.optimizer.output.tables import Output
+
 __all__ = ["run_axes", "render_frontier"]
 
 
@@ -28,7 +32,7 @@ def _num(x: float, unit: str) -> str:
     return f"{x:,.0f}" if unit == "pools" else f"{x:,.3f}" if unit == "kW" else f"{x:,.1f}"
 
 
-def render_frontier(c: Console, f: Frontier) -> None:
+def render_frontier(c: Console | Output, f: Frontier) -> None:
     """The curve as a table, then where its numbers come from, the recommended point (the cheapest meeting the
     instance's SLO within its limits) and the knee as a labelled alternative."""
     a = f.axis
@@ -70,7 +74,7 @@ def render_frontier(c: Console, f: Frontier) -> None:
 
 
 def run_axes(instance: str, axes: str, points: int | None, overrides, json_out: str | None, csv_out: str | None,
-             console: Console, write_text, *, plot_out: str | None = None, backend: Backend = Backend(),  # noqa: B008 frozen dataclass default
+             console: Console | Output, write_text, *, plot_out: str | None = None, backend: Backend = Backend(),  # noqa: B008 frozen dataclass default
              quiet: bool = False) -> Frontier:
     """``pareto --axes``: parse, load, sweep on ``backend`` (progress on stderr unless ``quiet``), render (unless
     JSON or CSV goes to stdout), write, plot (:func:`fleetopt.optimizer.workflows.plots.plot_frontier`).

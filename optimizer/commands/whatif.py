@@ -12,8 +12,10 @@ import click
 from rich.table import Table
 
 from fleetopt.optimizer.commands.progress import QUIET_HELP, reporter
-from fleetopt.optimizer.commands.workflows import (CONTEXT_SETTINGS, PLOT_HELP, _console, _format_opt, _guard,
-                                                   _write_text)
+from fleetopt.optimizer.commands import CONTEXT_SETTINGS, format_option as _format_opt, guard as _guard
+from fleetopt.optimizer.commands import output as _console
+from fleetopt.optimizer.commands.workflows import PLOT_HELP
+from fleetopt.optimizer.output.writes import write_text as _write_text
 from fleetopt.optimizer.errors import InstanceError
 from fleetopt.optimizer.output.writes import write_document
 from fleetopt.optimizer.commands.sim_flags import VERIFY_FLAGS, sim_options

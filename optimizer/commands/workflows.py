@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import replace
+from typing import TYPE_CHECKING
 
 import click
 from rich.console import Console
@@ -28,6 +29,11 @@ from fleetopt.optimizer.workflows.headroom import (Headroom, StepSchedule, fleet
                                                    headroom as find_headroom, parse_range, simulated_limit)
 from fleetopt.optimizer.workflows.split_table import SplitTable, parse_boundaries, split_table
 from fleetopt.optimizer.simulation.guards import refuse_semantic
+
+if TYPE_CHECKING:
+    from rich.console import JustifyMethod
+
+    from fleetopt.optimizer.output.tables import Output
 
 PLOT_HELP = "Also draw the result's figure to FILE (.png or .svg; needs pip install 'fleetopt[plot]')."
 
@@ -52,16 +58,17 @@ def _rate(x: float | None, digits: int = 2) -> str:
 # --------------------------------------------------------------------------------------------
 
 
-def render_split_table(c: Console, t: SplitTable) -> None:
+def render_split_table(c: Console | Output, t: SplitTable) -> None:
     b = t.baseline
     exact = getattr(c, "format", "table") == "csv"     # a spreadsheet gets whole dollars, not $K
     table = Table(title=f"{t.instance}: two-pool split table on {t.gpu}, {t.arrival_rate:g} req/s  "
                         f"[P99 TTFT SLO {t.slo_ttft_p99_ms:,.0f} ms, ttft_model {t.ttft_model}, "
                         f"utilisation cap {t.max_utilization:g}]", title_justify="left")
-    for name, justify in (("B tokens", "right"), ("short %", "right"), ("n_short", "right"), ("n_long", "right"),
-                          ("GPUs", "right"), ("$/yr", "right"), ("saving", "right"), ("P99 short ms", "right"),
-                          ("P99 long ms", "right"), ("SLO", "left"), ("limits", "left"), ("Pareto", "left"),
-                          ("", "left")):
+    columns: tuple[tuple[str, JustifyMethod], ...] = (
+        ("B tokens", "right"), ("short %", "right"), ("n_short", "right"), ("n_long", "right"), ("GPUs", "right"),
+        ("$/yr", "right"), ("saving", "right"), ("P99 short ms", "right"), ("P99 long ms", "right"), ("SLO", "left"),
+        ("limits", "left"), ("Pareto", "left"), ("", "left"))
+    for name, justify in columns:
         table.add_column(name, justify=justify, no_wrap=True)
     for k, r in enumerate(t.rows):
         table.add_row(f"{r.boundary_tokens:,}", f"{100 * r.share_short:.1f}", str(r.replicas_short),
@@ -157,7 +164,7 @@ def pareto(instance, split, boundaries, gpu, overrides, json_out, csv_out, plot_
 # --------------------------------------------------------------------------------------------
 
 
-def render_headroom(c: Console, h: Headroom) -> None:
+def render_headroom(c: Console | Output, h: Headroom) -> None:
     table = Table(title=f"{h.instance}: headroom of {h.fleet} (now {h.arrival_rate:g} req/s)  [P99 TTFT SLO "
                         f"{h.slo_ttft_p99_ms:,.0f} ms, ttft_model {h.ttft_model}, utilisation cap "
                         f"{h.max_utilization:g}]", title_justify="left")
@@ -196,7 +203,7 @@ def render_headroom(c: Console, h: Headroom) -> None:
                 f"{s.tolerance_req_per_s:g} req/s, {s.simulations} simulations; passes: {s.rule}", markup=False)
 
 
-def render_steps(c: Console, s: StepSchedule) -> None:
+def render_steps(c: Console | Output, s: StepSchedule) -> None:
     table = Table(title=f"{s.instance}: least-cost fleet over {s.lo:g}-{s.hi:g} req/s  [P99 TTFT SLO "
                         f"{s.slo_ttft_p99_ms:,.0f} ms, ttft_model {s.ttft_model}]", title_justify="left")
     against = "current fleet" if s.current is not None else "previous step"
@@ -259,21 +266,24 @@ def headroom(instance, fleet, verify, rate_range, sim_requests, sim_replications
         plots.check_target(plot_out, "--plot", (instance,))
     inst = load_instance(instance, overrides)
     refuse_semantic(inst, "headroom")
+    result: StepSchedule | Headroom
     if bounds is not None:
         result = fleet_steps(inst, *bounds, current=fleet)
-        render = render_steps
     else:
         result = find_headroom(inst, fleet)
         if verify:
             options = sim_options(VERIFY_FLAGS, requests=sim_requests, replications=sim_replications, seed=seed)
             with reporter(quiet) as shown:
-                step = None if shown.step is None else (
-                    lambda pool, rate: shown.step(f"headroom: simulating pool {pool} at {rate:g} req/s"))
+                say = shown.step        # a frozen Reporter: the callback cannot change under the lambda
+                step = None if say is None else (
+                    lambda pool, rate: say(f"headroom: simulating pool {pool} at {rate:g} req/s"))
                 result = replace(result, sim=simulated_limit(inst, fleet, options, start=result,
                                                               tolerance_req_per_s=sim_tolerance, progress=step))
-        render = render_headroom
     if json_out != "-":
-        render(_console(fmt), result)
+        if isinstance(result, StepSchedule):     # --range
+            render_steps(_console(fmt), result)
+        else:
+            render_headroom(_console(fmt), result)
     if json_out:
         write_document(result.to_json(), json_out, (inst.path,))
     if plot_out:

@@ -32,6 +32,7 @@ import stat
 import sys
 import tempfile
 from pathlib import Path
+from typing import cast
 
 TEXT_MODE = 0o666
 """Mode of a new output file before the umask (0644 under umask 022)."""
@@ -55,19 +56,19 @@ def to_jsonable(obj):
     return obj
 
 
-def write_json(data: dict, target: str, protect: tuple[Path, ...] = ()) -> None:
+def write_json(data: dict, target: str, protect: tuple[Path | None, ...] = ()) -> None:
     """Write ``data`` as JSON to ``target`` ('-' = stdout) by :func:`write_bytes` (flag ``--json``)."""
     write_text(json.dumps(to_jsonable(data), indent=2, sort_keys=False, allow_nan=False) + "\n", target, "--json",
                protect)
 
 
-def write_document(document: dict, target: str, protect: tuple[Path, ...] = ()) -> None:
+def write_document(document: dict, target: str, protect: tuple[Path | None, ...] = ()) -> None:
     """Write a command's ``--json`` document like :func:`write_json`, checked first against the model its
     ``command`` names (:func:`fleetopt.optimizer.output.contract.check_document`): a document that drifts from
     ``fleetopt schema`` is never written."""
     from fleetopt.optimizer.output.contract import check_document
 
-    data = to_jsonable(document)
+    data = cast("dict", to_jsonable(document))     # a dict comes back a dict
     check_document(data)
     write_text(json.dumps(data, indent=2, sort_keys=False, allow_nan=False) + "\n", target, "--json", protect)
 
