@@ -11,7 +11,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 from fleetopt.models.fleet import FleetResult
 from fleetopt.models.units import MS_PER_S
@@ -23,6 +23,10 @@ from fleetopt.optimizer.io.instance import Instance, instance_from_dict, load_in
 from fleetopt.models.profiles import replica_unit
 from fleetopt.optimizer.output.documents import fleet_json, instance_warnings
 from fleetopt.optimizer.simulation.options import EngineOptions, SimOptions
+
+if TYPE_CHECKING:
+    from fleetopt.optimizer.plan.solve import SolveReport
+    from fleetopt.optimizer.simulation.verify import Verification
 
 __all__ = ["load", "summarize_instance", "evaluate_report", "EvaluationReport", "solve", "verify", "exit_code",
            "fleet_exit_code", "evaluation_exit_code", "simulation_exit_code", "tpw_rows", "simulate_report",
@@ -243,9 +247,9 @@ class VerifyReport(NamedTuple):
     """What :func:`verify` returns: the last round's solve report and the verification record (it unpacks as
     the pair ``report, verification``)."""
 
-    report: object
+    report: SolveReport
     """The last round's :class:`fleetopt.optimizer.plan.solve.SolveReport`."""
-    verification: object
+    verification: Verification
     """The :class:`fleetopt.optimizer.simulation.verify.Verification` (``chosen`` is the verified plan, if any)."""
 
     def to_json(self) -> dict:
@@ -308,6 +312,7 @@ def simulate_report(inst: Instance, fleet: str | None = None, options: SimOption
 
         refuse_semantic(inst, "simulate --fleet", "simulate a solved plan with --plan FILE")
     else:
+        assert fleet is not None        # exactly one of fleet / plan_file (checked above)
         solved = SolvedPlan(plans_from_spec(inst, fleet), None, None)
     if solved.routing is not None and options.router not in ("auto", "split"):
         raise InstanceError(f"--router: {options.router!r}: a split-routing plan runs with its own routing "

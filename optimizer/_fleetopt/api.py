@@ -21,7 +21,8 @@ from pathlib import Path
 
 from fleetopt.optimizer.api import *  # noqa: F401,F403  (the public names, listed in its __all__)
 from fleetopt.optimizer.api import __all__ as _pipeline_all
-from fleetopt.optimizer.api import EvaluationReport, Instance, evaluate_report, simulate_report
+from fleetopt.optimizer.api import EvaluationReport, evaluate_report, simulate_report
+from fleetopt.optimizer.io.instance import Instance
 from fleetopt.optimizer.errors import FleetoptError, InstanceError
 from fleetopt.optimizer.simulation.options import EngineOptions, SimOptions
 
