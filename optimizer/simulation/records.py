@@ -12,7 +12,9 @@ miss) is in the docstring of :mod:`fleetopt.optimizer.simulation.simulate`.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
+from typing import cast
 
 import numpy as np
 
@@ -347,7 +349,7 @@ class RequestLatencies:
     """Each row's ``phase`` (empty: every row ``both``)."""
 
     @classmethod
-    def from_runs(cls, analytic: FleetResult, runs: list[Replication]) -> RequestLatencies:
+    def from_runs(cls, analytic: FleetResult, runs: Sequence[Replication]) -> RequestLatencies:
         phases = tuple(getattr(p, "phase", "both") for p in analytic.pools)
         labels = tuple(f"{p.min_tokens}-{p.max_tokens}:{p.gpu}" + ("" if ph == "both" else f" {ph}")
                        for p, ph in zip(analytic.pools, phases))
@@ -512,7 +514,7 @@ _NOTHING = Estimate(math.nan, math.nan, math.nan, CONFIDENCE, 0)
 """The estimate of a figure a row does not report (a P/D pair's TPOT on its prefill row, TTFT on its decode row)."""
 
 
-def _pool_report(instance: Instance, a: PoolResult, k: int, runs: list[Replication]) -> SimPoolReport:
+def _pool_report(instance: Instance, a: PoolResult, k: int, runs: Sequence[Replication]) -> SimPoolReport:
     """Row ``k`` of the report. A P/D pair's rows share the pair's requests (charged to its prefill row, ``k - 1``
     for the decode row): the prefill row reports and is judged on their TTFT (wait + prefill + KV transfer), the
     decode row on their TPOT (its ``wait`` latency: the wait for a decode slot); each leaves the other's figure
@@ -561,7 +563,7 @@ def _pool_report(instance: Instance, a: PoolResult, k: int, runs: list[Replicati
         e2e=_latency(np.concatenate(pooled("e2e_s"))))
 
 
-def build_report(instance: Instance, analytic: FleetResult, runs: list[Replication], fleet: Estimate,
+def build_report(instance: Instance, analytic: FleetResult, runs: Sequence[Replication], fleet: Estimate,
                  options: SimOptions, *, replications: int, stopped_by: str, requests_simulated: int,
                  relaxation_s: float, routing_source: str | None, wall_s: float) -> SimReport:
     """Pool the replications of a run into a :class:`SimReport`.
@@ -588,7 +590,8 @@ def build_report(instance: Instance, analytic: FleetResult, runs: list[Replicati
         power_kw=float(np.mean([r.power_w.sum() for r in runs])) / 1000.0,
         energy_per_output_token_j=_ratio(sum(r.energy_j.sum() for r in runs),
                                          sum(r.output_tokens_done.sum() for r in runs)),
-        energy_per_token_j=(_ratio(sum(r.energy_j.sum() for r in runs), sum(r.tokens_done.sum() for r in runs))
+        energy_per_token_j=(_ratio(sum(r.energy_j.sum() for r in runs),
+                                   sum(cast(np.ndarray, r.tokens_done).sum() for r in runs))   # all set: below
                             if all(r.tokens_done is not None for r in runs) else math.nan),
         utilization_sim=_mean_defined([_ratio(r.busy_slot_s.sum(), r.slot_s.sum()) for r in runs]),
         pools=pools, ci_method=ci_method, warmup_s=float(np.mean([r.warmup_s for r in runs])),
@@ -607,7 +610,7 @@ def build_report(instance: Instance, analytic: FleetResult, runs: list[Replicati
 
 
 def _notes(instance: Instance, options: SimOptions, routing_source: str | None, relaxation_s: float,
-           runs: list[Replication]) -> tuple[str, ...]:
+           runs: Sequence[Replication]) -> tuple[str, ...]:
     engine = options.engine
     if engine.kv == "paged":
         out = ["kv paged: vLLM admission by KV blocks up to max_num_seqs per replica, recompute preemption when the "

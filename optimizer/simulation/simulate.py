@@ -159,9 +159,9 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass, replace
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from functools import partial
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 import numpy as np
 
@@ -401,7 +401,7 @@ class SemanticRouter:
 def _class_rng(rng: np.random.Generator) -> np.random.Generator:
     """The semantic router's own generator: the replication generator's seed path with :data:`_CLASS_SEED_KEY`
     appended (the same for every plan simulated with one seed; nothing drawn from ``rng``)."""
-    seq = rng.bit_generator.seed_seq
+    seq = cast(np.random.SeedSequence, rng.bit_generator.seed_seq)   # default_rng's: typed as the ISeedSequence base
     return np.random.default_rng(np.random.SeedSequence(seq.entropy, spawn_key=(*seq.spawn_key, _CLASS_SEED_KEY)))
 
 
@@ -542,8 +542,9 @@ def simulate_plan(instance: Instance, pools: list[PoolPlan], options: SimOptions
     analytic, sim_pools, trace, units = _checked(instance, pools, options, routing, split_shares, semantic)
     R = 1 if options.arrivals == "trace" else int(options.replications)
     n_rep = int(math.ceil(options.requests / R))
+    trace_rows = len(trace.arrived_at_s) if trace is not None else 0   # read for a replay alone (_checked: a trace)
     if options.arrivals == "trace":
-        n_rep = min(n_rep, len(trace.arrived_at_s))
+        n_rep = min(n_rep, trace_rows)
     planned, done = R * n_rep, [0]
     relax_s = max((p.relaxation_s for p in analytic.pools if p.arrival_rate > 0), default=0.0)
     spec = _RunSpec(instance, analytic, tuple(sim_pools), options, 2.0 * relax_s,
@@ -573,14 +574,14 @@ def simulate_plan(instance: Instance, pools: list[PoolPlan], options: SimOptions
             stop = "p99_unbounded"
         elif _precise(instance, analytic, runs, fleet, precision):
             stop = "precision"
-        elif options.arrivals == "trace" and n_rep >= len(trace.arrived_at_s):
+        elif options.arrivals == "trace" and n_rep >= trace_rows:
             stop = "trace_length"
         elif 2 * n_rep * R > options.max_requests:
             stop = "max_requests"
         else:
             n_rep *= 2
             if options.arrivals == "trace":
-                n_rep = min(n_rep, len(trace.arrived_at_s))
+                n_rep = min(n_rep, trace_rows)
             planned = done[0] + R * n_rep
             continue
         break
@@ -597,7 +598,7 @@ def simulate_plan(instance: Instance, pools: list[PoolPlan], options: SimOptions
     return report
 
 
-def _precise(instance: Instance, analytic: FleetResult, runs: list[Replication], fleet, precision: float) -> bool:
+def _precise(instance: Instance, analytic: FleetResult, runs: Sequence[Replication], fleet, precision: float) -> bool:
     """Whether the P99 intervals that decide the verdict meet the ``precision`` target (module docstring): the
     fleet's under a fleet-scope SLO; under a pool-scope SLO every pool with traffic, with at least
     :data:`~fleetopt.optimizer.simulation.records.MIN_POOL_REQUESTS` measured requests (an unbounded pool P99
@@ -638,7 +639,7 @@ def _checked(instance: Instance, pools: list[PoolPlan], options: SimOptions, rou
     if options.arrivals == "trace" and trace is None:
         problems.append(f"--arrivals: 'trace' replays a trace's instants, but the workload of {instance.name} is a "
                         "length CDF; use poisson, mmpp or diurnal")
-    elif options.arrivals == "trace" and not math.isfinite(trace.mean_rate_req_per_s):
+    elif options.arrivals == "trace" and trace is not None and not math.isfinite(trace.mean_rate_req_per_s):
         # a replay rescales the trace's own rate to workload.arrival_rate; rows at one instant have no rate
         problems.append(f"--arrivals: 'trace' replays the trace's instants at workload.arrival_rate, but all "
                         f"{len(trace.arrived_at_s)} of its rows arrive at one instant (it spans no time), so it has no "
@@ -801,7 +802,7 @@ def semantic_analytic(instance: Instance, pools: list[PoolPlan], semantic: Seman
     return evaluate_semantic(instance, classes)
 
 
-def _with_roles(report: SimReport, semantic: SemanticRouting, runs: list[Replication]) -> SimReport:
+def _with_roles(report: SimReport, semantic: SemanticRouting, runs: Sequence[Replication]) -> SimReport:
     """A semantic plan's report: each row's ``role`` and ``SimReport.semantic``, each class's measured share of
     the requests beside its analytic :math:`\\pi_c` (module docstring, "Semantic plans")."""
     from fleetopt.optimizer.plan.semantic import ROLES
@@ -827,8 +828,8 @@ def _budget_problems(analytic: FleetResult, profiles: list, names: list[str], en
     if engine.max_batched_tokens is None:
         return []
     pools = engine_pools(analytic, profiles, names, replace(engine, max_batched_tokens=None))
-    widest = max(pools, key=lambda p: p.max_num_seqs)
-    if engine.max_batched_tokens >= widest.max_num_seqs:
+    widest = max(pools, key=lambda p: cast(int, p.max_num_seqs))   # engine_pools sets every pool's cap
+    if engine.max_batched_tokens >= cast(int, widest.max_num_seqs):
         return []
     return [f"--max-batched-tokens: {engine.max_batched_tokens} is below pool {widest.name}'s batch cap "
             f"{widest.max_num_seqs} (vLLM needs max_num_batched_tokens >= max_num_seqs); give at least "
@@ -852,7 +853,7 @@ def _stream(instance: Instance, n: int, rng: np.random.Generator, options: SimOp
     w = instance.workload
     rate = w.arrival_rate_req_per_s
     if options.arrivals == "trace":
-        full = replay_trace(w.lengths, rate)
+        full = replay_trace(cast(RequestTrace, w.lengths), rate)   # _checked refused a replay of a length CDF
         return Requests(full.arrival_at_s[:n], full.prompt_tokens[:n], full.output_tokens[:n])
     if options.arrivals == "mmpp":
         at = mmpp_arrivals(rate, options.peak_to_mean, n, rng, options.mean_dwell_s)
@@ -866,7 +867,7 @@ def _stream(instance: Instance, n: int, rng: np.random.Generator, options: SimOp
 
 
 def _router(kind: str, instance: Instance, analytic: FleetResult, names: list[str], rng, split_shares,
-            spill_bound: int = DEFAULT_SPILL_BOUND, semantic: SemanticRouting | None = None):
+            spill_bound: int | None = DEFAULT_SPILL_BOUND, semantic: SemanticRouting | None = None):
     """The router between pools (a :class:`CompressRouter` also rewrites the stream, see :func:`_replication`; a
     semantic plan's :class:`SemanticRouter` draws from its own generator, :func:`_class_rng`)."""
     if semantic is not None:
@@ -885,6 +886,7 @@ def _router(kind: str, instance: Instance, analytic: FleetResult, names: list[st
         shares = np.eye(len(names)) if split_shares is None else np.asarray(split_shares, dtype=float)
         return SplitRouter(edges, names, shares, rng)
     if kind == "spillover":
+        assert spill_bound is not None   # _resolved gave spillover its bound
         return SpilloverRouter(edges, names, int(spill_bound))
     if kind == "compress":
         return CompressRouter(edges, names, [p.compress_gamma for p in analytic.pools],
@@ -979,7 +981,7 @@ def _mixed_replication(spec: _RunSpec, req: Requests, route, horizon_s: float, w
     if spec.pools:
         rows = np.array([u.rows[0] for u in spec.units if u.engine >= 0], dtype=np.int64)   # engine pool -> row
         counts["up"][rows] = [p.replicas for p in spec.pools]
-        counts["cap"][rows] = [p.max_num_seqs for p in spec.pools]
+        counts["cap"][rows] = [cast(int, p.max_num_seqs) for p in spec.pools]   # engine_pools sets every cap
     if spec.pools and agg.size:
         pools, up = list(spec.pools), np.array([p.replicas for p in spec.pools], dtype=np.int64)
         fixed = _Assigned(tuple(p.name for p in pools), engine_of[unit[agg]])
@@ -1008,7 +1010,7 @@ def _mixed_replication(spec: _RunSpec, req: Requests, route, horizon_s: float, w
         per_row["busy"][rows] = res.pool_busy_slot_s * live
         per_row["slots"][rows] = res.pool_slots * res.window_s * live
         counts["preemptions"][rows], counts["spilled"][rows] = res.preemptions, res.spilled
-        counts["up"][rows], counts["cap"][rows] = up, [p.max_num_seqs for p in pools]
+        counts["up"][rows], counts["cap"][rows] = up, [cast(int, p.max_num_seqs) for p in pools]
     for k, u in enumerate(spec.units):
         if u.pair is None:
             continue
@@ -1086,6 +1088,7 @@ def _routed_to(spec: _RunSpec, route, n: int, rng: np.random.Generator) -> Reque
     draws, never the instants); the instants follow for the kept requests alone: the one at stream index
     :math:`j` arrives at :math:`\sum_{i \le j} E_i`, so from one kept request to the next, :math:`m` indices on,
     passes :math:`\mathrm{Gamma}(m, 1/\lambda)`."""
+    assert spec.only_pool is not None   # only a thin pool's own run comes here
     w = spec.instance.workload
     target = route.pool_names.index(spec.names[spec.only_pool])
     share = spec.entry.pools[spec.only_pool].arrival_rate / w.arrival_rate_req_per_s
