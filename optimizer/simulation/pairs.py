@@ -29,7 +29,7 @@ pair are built here from the stations (:func:`pair_rows`; :func:`analytic_fleet`
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -119,6 +119,7 @@ def pair_rows(instance: Instance, plan: PoolPlan, level: ServiceLevel) -> tuple[
 
     pre, dec = pair_stations(instance, plan, level)
     d = plan.decode
+    assert d is not None   # a pair plan: its decode stage is read right below
     if plan.replicas is None:
         s = pre.min_replicas(level.ttft_p99_s, rho_max=level.max_utilization,
                              margin=level.ttft_margin)
@@ -137,7 +138,7 @@ def pair_rows(instance: Instance, plan: PoolPlan, level: ServiceLevel) -> tuple[
     rho_p, rho_d = res.prefill_utilization, res.decode_utilization
     es = pre.mean_service_s
     share = lam / instance.workload.arrival_rate_req_per_s if instance.workload.arrival_rate_req_per_s > 0 else 0.0
-    common = dict(min_tokens=plan.lo_tokens, max_tokens=plan.hi_tokens, sized=False, arrival_rate=lam,
+    common: dict[str, Any] = dict(min_tokens=plan.lo_tokens, max_tokens=plan.hi_tokens, sized=False, arrival_rate=lam,
                   routing_share=share)
     p_ok = res.p99_ttft_s <= level.ttft_p99_s * (1 + 1e-12) and rho_p < 1.0
     prefill = PoolResult(
@@ -215,6 +216,7 @@ def disagg_pair(plan: PoolPlan, prefill: PoolResult, decode: PoolResult) -> Disa
     from fleetopt.solvers.des.disagg import DisaggPair
 
     d = plan.decode
+    assert d is not None   # a pair plan (has_pairs)
     return DisaggPair(prefill_profile=plan.profile, prefill_replicas=int(prefill.replicas), decode_profile=d.profile,
                       decode_replicas=int(decode.replicas), window_tokens=int(plan.hi_tokens),
                       decode_max_num_seqs=int(decode.max_num_seqs), prefill_queue="pool")
