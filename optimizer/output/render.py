@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 import shlex
 import textwrap
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 from rich.table import Table
@@ -24,6 +25,9 @@ from fleetopt.optimizer.io.overrides import set_flags
 from fleetopt.optimizer.simulation.options import EngineOptions, SimOptions
 from fleetopt.optimizer.output.documents import (ANALYTIC, dropped_summary, replica_units, simulated_pools,
                                                  solve_warnings)
+
+if TYPE_CHECKING:
+    from rich.console import JustifyMethod
 
 __all__ = ["answer_lines", "gpu_configuration", "render_answer", "render_solve_answer", "fleet_notes", "fleet_table",
            "fmt_ms", "fmt_usd_per_mtok", "headline", "margin_note", "objective_line", "dropped_lines",
@@ -216,9 +220,10 @@ def render_fields(c: Console, kinds: dict, schema_version: str) -> None:
 def tpw_table(rows: list[ContextPoint]) -> Table:
     t = Table(title="one replica at full concurrency (mean sequence = context/2) - analytic",
               title_justify="left")
-    for name, just in (("profile", "left"), ("model", "left"), ("context", "right"), ("n_slots", "right"),
-                       ("iter ms", "right"), ("tok/s", "right"), ("power W", "right"), ("tok/W", "right"),
-                       ("quality", "left")):
+    columns: tuple[tuple[str, JustifyMethod], ...] = (
+        ("profile", "left"), ("model", "left"), ("context", "right"), ("n_slots", "right"), ("iter ms", "right"),
+        ("tok/s", "right"), ("power W", "right"), ("tok/W", "right"), ("quality", "left"))
+    for name, just in columns:
         t.add_column(name, justify=just)
     for r in rows:
         t.add_row(r.profile, r.model, f"{r.context_tokens:,}", str(r.n_slots), f"{r.iter_latency_ms:.3f}",
@@ -380,6 +385,7 @@ def render_trim(c: Console, trim, plan, instance=None) -> None:
          + (f"; analytically these pools miss: {', '.join(missed)}" if missed else ""))
     spec = None if instance is None else fleet_spec(instance, trim.sim.analytic)
     if spec is not None:
+        assert instance is not None         # the spec comes from the instance
         e = trim.sim.engine
         flags = "".join(f" --{k.replace('_', '-')} {v}" for k, v in e.to_json().items()
                         if v is not None and v != _ENGINE_DEFAULTS.get(k))
@@ -675,6 +681,7 @@ def render_solve_answer(c: Console, report, verification=None, *, json_path: str
         sim = v.chosen.sim
         trimmed = v.trim is not None and v.trim.counts != v.trim.verified_counts and v.trim.confirmed
         if trimmed:     # the trimmed counts, judged by the independent seed's run (the one that decides)
+            assert v.trim is not None       # trimmed says so
             fleet, sim = v.trim.sim.analytic, v.trim.confirmation
         low, high = sim.ttft_p99_ci_ms
         word = "met" if v.chosen.passed else "undecided (the interval straddles the SLO)"

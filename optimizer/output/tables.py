@@ -13,6 +13,7 @@ import re
 import textwrap
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, cast
 
 from rich.cells import cell_len
 from rich.console import Console
@@ -20,6 +21,9 @@ from rich.errors import MarkupError
 from rich.measure import Measurement
 from rich.table import Table
 from rich.text import Text
+
+if TYPE_CHECKING:
+    from rich.console import JustifyMethod
 
 FORMATS = ("table", "plain", "markdown", "csv")
 """Values of every command's ``--format``: ``table`` (boxed; a table wider than the terminal is split into
@@ -165,7 +169,7 @@ class Grid:
 
     title: str
     headers: tuple[str, ...]
-    justify: tuple[str, ...]
+    justify: tuple[JustifyMethod, ...]
     rows: tuple[tuple[str, ...], ...]
     footer: tuple[str, ...] | None
     caption: str
@@ -223,8 +227,10 @@ def layout_table(c: Console, t: Table, grid: Grid | None = None) -> list:
         else:
             low = mid + 1
     groups = _column_groups(width, len(grid.headers), high)
-    out = [_sub_table(t, grid, g, grid.title if n == 0 else f"{grid.title} (continued)" if grid.title else "")
-           for n, g in enumerate(groups)]
+    assert groups is not None       # high is a cap the search found groups for (or c.width, which has them)
+    out: list[Table | Text] = [
+        _sub_table(t, grid, g, grid.title if n == 0 else f"{grid.title} (continued)" if grid.title else "")
+        for n, g in enumerate(groups)]
     if grid.caption:
         out.append(Text(grid.caption, style="dim"))
     return out
@@ -401,13 +407,14 @@ def _csv_parts(cell: str) -> dict[str, str]:
     m = _RANGE.match(text)
     if m:
         low, high, rest = m.groups()
-        got = {"min": _csv_number(low), "max": _csv_number(high)}
+        # digits and commas, which are always a number
+        got = {"min": cast(str, _csv_number(low)), "max": cast(str, _csv_number(high))}
         if rest:
             got["detail"] = _csv_label(rest.strip("()"))
         return got
     m = _NUMBER_NOTE.match(text)
     if m and _csv_number(m.group(1)) is not None:
-        return {"": _csv_number(m.group(1)), "note": _csv_label(m.group(2).strip("()"))}
+        return {"": cast(str, _csv_number(m.group(1))), "note": _csv_label(m.group(2).strip("()"))}
     if text.startswith("(") and text.endswith(")") and "(" not in text[1:]:
         return {"": _csv_label(text[1:-1])}
     m = _LABEL_NOTE.match(text)
