@@ -60,6 +60,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 from collections.abc import Callable
+from typing import cast
 
 import numpy as np
 
@@ -175,7 +176,7 @@ def trim_plan(instance: Instance, plan: Plan, passes: Callable[[object], bool],
         steps.append(TrimStep(k, counts[k] if k >= 0 else -1, counts, ok, sim.ttft_p99_ms, run_seed))
         return ok
 
-    verified = tuple(int(p.replicas) for p in base)
+    verified = tuple(int(cast(int, p.replicas)) for p in base)   # plans_from_fleet: the fleet's counts, all set
     paired = [p.decode is not None for p in base]
     if any(paired):                                   # a pair's first row stands for it; its count is kept
         from fleetopt.optimizer.simulation.pairs import unit_rows
@@ -183,8 +184,8 @@ def trim_plan(instance: Instance, plan: Plan, passes: Callable[[object], bool],
         fleet = replace(plan.fleet, pools=tuple(plan.fleet.pools[r[0]] for r in unit_rows(base, plan.fleet.pools)))
     else:
         fleet = plan.fleet
-    caps = [p.max_num_seqs for p in engine_pools(fleet, [p.profile for p in base],
-                                                 [str(k) for k in range(len(base))], engine)]
+    caps = [cast(int, p.max_num_seqs) for p in engine_pools(fleet, [p.profile for p in base],   # every cap set
+                                                            [str(k) for k in range(len(base))], engine)]
     floors = work_floors(instance, base, plan.routing, semantic)
     if plan.routing is not None or any(p.compress_gamma > 1 for p in base):   # pools share traffic: step 2
         floors = [max(a, b) for a, b in zip(_floors(fleet, caps, engine, instance.constraints.max_utilization),
@@ -202,7 +203,7 @@ def trim_plan(instance: Instance, plan: Plan, passes: Callable[[object], bool],
         trimmed = verified if backoff == MAX_BACKOFFS else tuple(min(n + 1, v) for n, v in zip(trimmed, verified))
     confirmation = run(trimmed, confirm_seed)
     final = _planner_counts(instance, base, trimmed, verified, engine.availability == "all-up")
-    kept = sum(p.decode.replicas * p.decode.profile.cost_usd_per_hr for p in base if p.decode is not None)
+    kept = sum(cast(int, p.decode.replicas) * p.decode.profile.cost_usd_per_hr for p in base if p.decode is not None)
     cost = sum(n * c for n, c in zip(final, per_replica)) + kept
     verified_cost = sum(n * c for n, c in zip(verified, per_replica)) + kept
     return Trim(verified, final, trimmed, run(trimmed, seed), confirmation, bool(passes(confirmation)),
@@ -275,7 +276,7 @@ def _planner_counts(instance: Instance, base, up: tuple[int, ...], verified: tup
                     ) -> tuple[int, ...]:
     """Replicas to buy for ``up`` replicas up (module docstring, step 5): inflated by availability when the
     simulation had every replica up, raised to each GPU option's ``min_count``, never above ``verified``."""
-    counts = [min(v, inflate_for_availability(n, p.availability) if inflate else n)
+    counts = [min(v, cast(int, inflate_for_availability(n, p.availability)) if inflate else n)   # an int for an int
               for p, n, v in zip(base, up, verified)]
     for g in instance.gpu_inventories():     # a gpus entry: its min_count binds the sum over its configurations
         if not g.min_count:
