@@ -122,7 +122,7 @@ from fleetopt.models.workload import LengthDistribution, RequestTrace
 
 from fleetopt.optimizer.io.instance import Instance
 from fleetopt.optimizer.simulation.options import MIN_REQUESTS_PER_REPLICATION, SimOptions
-from fleetopt.optimizer.simulation.records import MIN_POOL_REQUESTS, SimReport, interval_outcome
+from fleetopt.optimizer.simulation.records import MIN_POOL_REQUESTS, SimPoolReport, SimReport, interval_outcome
 
 __all__ = ["CAP_FACTOR", "CAP_REPLICAS", "MAX_DOUBLINGS", "ESCALATION_STEP", "ESCALATION_FACTOR",
            "ESCALATION_MAX_REQUESTS", "SIZING_BUDGET", "PoolCandidate", "PoolVerdict", "PoolSizing", "PoolSizer",
@@ -242,7 +242,7 @@ def least_passing(passes_at, hi: int, floor: int) -> int:
     return hi
 
 
-def pool_outcome(pool, rule: str, slo_ms: float, tpot_ms: float | None = None) -> str:
+def pool_outcome(pool: SimPoolReport, rule: str, slo_ms: float, tpot_ms: float | None = None) -> str:
     """What one run says of a simulated pool (:class:`~fleetopt.optimizer.simulation.records.SimPoolReport`)
     under ``rule``: ``"pass"``, ``"fail"`` or ``"undecided"``.
 
@@ -271,7 +271,7 @@ def pool_outcome(pool, rule: str, slo_ms: float, tpot_ms: float | None = None) -
     return "fail" if tpot_ms is not None and pool.tpot_p99_ms_sim > tpot_ms else out
 
 
-def _tpot_outcome(pool, rule: str, tpot_ms: float | None) -> str:
+def _tpot_outcome(pool: SimPoolReport, rule: str, tpot_ms: float | None) -> str:
     """A P/D pair's decode row under ``rule`` (:func:`pool_outcome`): its P99 TPOT interval (``ci-upper``), point
     (``point``, and ``ci-upper`` with an unbounded interval) or, for ``attainment``, the P99 point as well (the row
     keeps no per-request share within a TPOT limit)."""
