@@ -151,6 +151,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 from collections.abc import Callable
+from typing import cast
 
 from fleetopt.models.units import P99
 from fleetopt.optimizer.plan.candidates import WindowCut
@@ -160,7 +161,7 @@ from fleetopt.optimizer.simulation.options import SimOptions
 from fleetopt.optimizer.simulation.pool_sizing import (ESCALATION_STEP, PoolCandidate, PoolSizer, PoolSizing,
                                                        escalation_cap, judged_point_ms, ladder_run, pool_misses,
                                                        pool_outcome, settled_outcome)
-from fleetopt.optimizer.simulation.records import MIN_POOL_REQUESTS, interval_outcome
+from fleetopt.optimizer.simulation.records import MIN_POOL_REQUESTS, SimReport, interval_outcome
 from fleetopt.optimizer.simulation.simulate import simulate_solved_plan
 
 __all__ = ["RULES", "CUTS", "VerifiedPlan", "Verification", "PlanVerdict", "verify", "analytic_minima",
@@ -182,7 +183,7 @@ class VerifiedPlan:
     round: int
     rank: int
     plan: Plan
-    sim: object  # fleetopt.optimizer.simulation.simulate.SimReport
+    sim: SimReport
     passed: bool
     failing_pools: tuple[tuple[int, int, str], ...]
     """``(lo, hi, gpu)`` of the pools that miss under the rule."""
@@ -376,7 +377,7 @@ def verify(instance: Instance, options: SolveOptions = SolveOptions(),  # noqa: 
     min_replicas: dict = dict(user_min)
     forbidden: set = set(options.forbidden)
     forbidden_why: dict = {}
-    factors: dict = {}  # (lo, hi, gpu) -> the largest derating factor of its window cuts
+    factors: dict[tuple[int, int, str], float] = {}  # (lo, hi, gpu) -> the largest derating factor of its window cuts
     minima = None
     sizings: dict = {}
     judged: dict = {}   # plan key -> (sim, PlanVerdict)
@@ -416,15 +417,18 @@ def verify(instance: Instance, options: SolveOptions = SolveOptions(),  # noqa: 
         cand = _candidate(plan, k)
         pool = plan.fleet.pools[k]
         if sim_pool is not None:
+            assert sizer is not None   # a plan's failing pool is cut alone under a sizer alone
             sizer.record_miss(cand, pool.replicas, sim_pool)
-        line = _size_cut(round_, sizer, cand, pool, minima, sizings, min_replicas, user_min, forbidden,
-                         forbidden_why, sim_pool is not None)
+        # called under a sizer alone, and after round 1 set the minima
+        line = _size_cut(round_, cast(PoolSizer, sizer), cand, pool, cast(dict, minima), sizings, min_replicas,
+                         user_min, forbidden, forbidden_why, sim_pool is not None)
         if line and line not in cut_lines:    # several plans of a round may share a failing pool
             cut_lines.append(line)
 
     incumbent = None    # the cheapest plan that passed so far (module docstring, "Optimality")
 
     def screen_budget(cand: PoolCandidate) -> int:
+        assert sizer is not None   # screening runs under a sizer alone
         return sizer.budget(cand)
 
     def finish(chosen, rounds: int):
@@ -434,9 +438,10 @@ def verify(instance: Instance, options: SolveOptions = SolveOptions(),  # noqa: 
 
             trimmed = trim_plan(instance, chosen.plan, lambda sim: plan_verdict(sim, instance, rule)[0],
                                 sim_options, progress=progress, on_step=on_step)
-        return report, Verification(rule, rounds, tuple(verified), chosen, tuple(cut_lines), trimmed,
-                                    sim_options, None, tuple(sizings.values()), _sims(sizer), plan_sims[0],
-                                    solves[0], 0 if sizer is None else sizer.runs)
+        # finish follows a solve: report is set
+        return cast(SolveReport, report), Verification(
+            rule, rounds, tuple(verified), chosen, tuple(cut_lines), trimmed, sim_options, None,
+            tuple(sizings.values()), _sims(sizer), plan_sims[0], solves[0], 0 if sizer is None else sizer.runs)
 
     def beats(plan) -> bool:
         return incumbent is None or plan.fleet.cost_per_hr < incumbent.plan.fleet.cost_per_hr * (1 - 1e-9)
@@ -527,7 +532,7 @@ def verify(instance: Instance, options: SolveOptions = SolveOptions(),  # noqa: 
                 min_replicas[key] = raised
                 text = (f"round {round_}: {key[0]:,}-{key[1]:,} on {key[2]} needs at least {raised} replicas "
                         f"(simulated P99 misses with {current})")
-                n_star = minima.get(cand.key) if window_cuts else None
+                n_star = minima.get(cand.key) if window_cuts and minima is not None else None   # set: window cuts
                 if cuts == "window" and not window_cuts:
                     text += ("; no window cut under split routing (routing shares are free, so a lower start need "
                              "not carry this pool's traffic)")
@@ -541,10 +546,11 @@ def verify(instance: Instance, options: SolveOptions = SolveOptions(),  # noqa: 
     if report is not None and not report.plans:
         why = [forbidden_why[k] for k in sorted(forbidden_why)]
         reason = "; ".join(why + [str(report.explanation)]) if why else str(report.explanation)
-    return report, Verification(rule, len({v.round for v in verified}), tuple(verified), None, tuple(cut_lines),
-                                options=sim_options, reason=reason, sizings=tuple(sizings.values()),
-                                pool_simulations=_sims(sizer), plan_simulations=plan_sims[0], solves=solves[0],
-                                pool_runs=0 if sizer is None else sizer.runs)
+    # a solve ran unless max_rounds < 1 (the CLI's --max-rounds starts at 1; the API then returns report None)
+    return cast(SolveReport, report), Verification(
+        rule, len({v.round for v in verified}), tuple(verified), None, tuple(cut_lines), options=sim_options,
+        reason=reason, sizings=tuple(sizings.values()), pool_simulations=_sims(sizer), plan_simulations=plan_sims[0],
+        solves=solves[0], pool_runs=0 if sizer is None else sizer.runs)
 
 
 def simulate_plan_checked(instance: Instance, plan: Plan, sim_options: SimOptions, progress=None,
@@ -657,6 +663,7 @@ def _size_cut(round_: int, sizer: PoolSizer, cand: PoolCandidate, pool, minima: 
         forbidden.add(key)
         forbidden_why[key] = sizing.reason
         return f"round {round_}: {cand.label()} is forbidden: {sizing.reason}"
+    assert sizing.least_replicas is not None   # feasible
     least = max([s.least_replicas for c, s in sizings.items() if c.window == key and s.feasible])
     min_replicas[key] = max(least, user_min.get(key, 0))
     trials = {v.replicas: v for v in sizing.trials}
