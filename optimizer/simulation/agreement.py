@@ -56,11 +56,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from functools import cache
 from pathlib import Path
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 import numpy as np
 
-from fleetopt.models.fleet import PoolResult
+from fleetopt.models.fleet import PoolPlan, PoolResult
 from fleetopt.models.workload import LengthDistribution, RequestTrace
 from fleetopt.solvers.des.metrics import PERCENTILE_METHOD, percentile
 
@@ -71,6 +71,9 @@ from fleetopt.optimizer.io.schema import DEFAULT_MAX_UTILIZATION
 from fleetopt.optimizer.plan.evaluate import evaluate_plans
 from fleetopt.optimizer.simulation.options import SimOptions
 from fleetopt.optimizer.simulation.simulate import plans_from_spec, simulate_plan
+
+if TYPE_CHECKING:   # the P/D stations load with the first pair drawn
+    from fleetopt.models.queueing.disagg import KVTransfer
 
 __all__ = ["WORKLOADS", "GPU_CHOICES", "WINDOW_HI_TOKENS", "UTILIZATION_BAND", "MAX_REPLICAS", "METRICS", "BANDS",
            "RELAXATION_SPANS", "MAX_REQUESTS", "PINNED_HALF_WIDTH", "pinned",
@@ -244,6 +247,7 @@ def _workload_lengths(workload: str) -> LengthDistribution | RequestTrace:
     problems = Problems(None)
     loaded = load_workload(RawWorkload.model_validate({key: workload, "arrival_rate": 1.0}), data_dir(), problems)
     problems.raise_if_any()
+    assert loaded is not None   # raise_if_any raised for a workload that did not load
     return loaded.lengths
 
 
@@ -658,10 +662,10 @@ class SampledPair:
     decode_replicas: int
     arrival_rate_req_per_s: float
     window_share: float
-    transfer: object
+    transfer: KVTransfer
     sim_seed: int
     instance: Instance
-    plan: object
+    plan: PoolPlan
     prefill: PoolResult
     decode: PoolResult
     mean_tpot_ms: float
