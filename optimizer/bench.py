@@ -16,6 +16,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING, cast
 
 import numpy as np
 from rich.console import Console
@@ -26,6 +27,10 @@ from fleetopt.models.queueing.ttft import ttft_model
 from fleetopt.models.workload import LengthDistribution
 
 from fleetopt.optimizer.io.catalog import instances_dir, load_catalog
+
+if TYPE_CHECKING:
+    from fleetopt.models.profiles import ServingProfile
+    from fleetopt.optimizer.simulation.trim import Trim
 
 __all__ = ["run_benchmarks", "render_bench", "bench_instance", "BENCH_INSTANCES", "stress_pd_tp_data"]
 
@@ -57,7 +62,9 @@ def _median_s(fn, repeats: int, *, cold: bool = True) -> float:
 def bench_sizing(n_pairs: int = 20_000, repeats: int = 5) -> dict:
     """Segment statistics plus minimum replicas for ``n_pairs`` (segment, profile) pairs."""
     cat = load_catalog()
-    profiles = [cat.profiles[n] for n in ("A10G", "A100-80GB", "H100-80GB", "B200-projected")]
+    # a catalogue profile implements ServingProfile; its frozen fields are read-only, which the protocol's plain
+    # attributes do not express (as in optimizer/io/gpu_options.py)
+    profiles = [cast("ServingProfile", cat.profiles[n]) for n in ("A10G", "A100-80GB", "H100-80GB", "B200-projected")]
     dist = LengthDistribution.from_cdf([(t, f) for t, f in _lmsys()])
     per_profile = n_pairs // len(profiles)
     m = int(np.ceil((1 + np.sqrt(1 + 8 * per_profile)) / 2))  # m boundaries give m(m-1)/2 segments
@@ -434,7 +441,7 @@ def bench_trim() -> dict:
     t0 = time.perf_counter()
     v = verify(inst, SolveOptions(method="mip"), sim, top=1, trim=True)[1]
     wall_s = time.perf_counter() - t0
-    t = v.trim
+    t = cast("Trim | None", v.trim)     # Verification.trim is declared as object
     return {"name": "solve --verify-top 1 --trim --sim-kv paged (Puzzle 2)", "median_s": wall_s, "repeats": 1,
             "target_s": 60.0, "meets_target": wall_s <= 60.0,
             "trials": None if t is None else len(t.steps), "savings": None if t is None else t.savings}

@@ -21,7 +21,7 @@ from contextvars import ContextVar
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import yaml
 
@@ -196,7 +196,8 @@ def _profile(name: str, d: dict, model_name: str | None = None, source: str | No
         gpus_per_replica=1,
         # The physical GPUs the constants describe (8 for the seeds' TP=8 units counted as one GPU); default 1.
         physical_gpus_per_replica=int(d.get("physical_gpus_per_replica", 1)),
-        power=_power(d["power"], power_q),
+        # a profile's power block is required (catalog_file's _RawProfilePower), so it gives a curve
+        power=cast(PowerCurve, _power(d["power"], power_q)),
         latency_quality=latency_q,
         source=str(d.get("source", "")) if source is None else source,
         note=str(d.get("unit_note", "")),

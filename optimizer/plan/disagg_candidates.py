@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import cast
 
 import numpy as np
 
@@ -43,7 +44,7 @@ from fleetopt.models.queueing.disagg import (DecodeStation, DecodeStations, Phas
                                              PrefillStations, reference_disagg, stack_distribution,
                                              stack_traffic)
 from fleetopt.models.units import MS_PER_S, P99_TAIL
-from fleetopt.models.workload import RequestTrace
+from fleetopt.models.workload import LengthDistribution, RequestTrace
 
 from fleetopt.optimizer.io.instance import Instance
 
@@ -307,6 +308,7 @@ def _reference_pairs(instance: Instance, b: np.ndarray) -> PairColumns:
     :func:`~fleetopt.models.queueing.disagg.reference_disagg` (module docstring)."""
     opts, slo = instance.gpus, instance.slo
     w = instance.workload
+    lengths = cast(LengthDistribution, w.lengths)       # 'reference' takes only a CDF workload (load_instance)
     top = float(b[-1])
     pairs = _pairs(instance)
     pools = {k: [] for k in ("i", "j", "gpu", "decode_gpu", "decode_cap", "arrival_rate", "output_tok_per_s",
@@ -317,7 +319,7 @@ def _reference_pairs(instance: Instance, b: np.ndarray) -> PairColumns:
         x = instance.pools.transfer(opts[p].name, opts[d].name)
         assert x is not None                                    # _pairs keeps the pairs with a transfer
         pp, pd = opts[p].profile, opts[d].profile
-        r = reference_disagg(pp, pd, w.lengths, arrival_rate=w.arrival_rate_req_per_s, ttft_slo_s=slo.ttft_p99_s,
+        r = reference_disagg(pp, pd, lengths, arrival_rate=w.arrival_rate_req_per_s, ttft_slo_s=slo.ttft_p99_s,
                              tpot_slo_s=slo.tpot_p99_s if slo.tpot_p99_s is not None else math.inf,
                              window_tokens=int(top), ttft_factor=x.factor)
         name = pair_label(opts[p].name, opts[d].name)

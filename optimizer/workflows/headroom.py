@@ -71,6 +71,7 @@ import math
 import re
 from dataclasses import dataclass, replace
 from collections.abc import Callable
+from typing import cast
 
 import numpy as np
 
@@ -497,7 +498,7 @@ def _sim_pool(instance: Instance, p: PoolPlan, options: SimOptions, delta: float
                 progress(label, lam)
             q = simulate_plan(at_rate(alone, lam * share), plan, options).pools[0]
             probes[k] = SimProbe(lam, lam * share, bool(q.slo_met_sim), q.ttft_p99_ms_sim,
-                                 tuple(q.ttft_p99_ci_ms), int(q.requests))
+                                 cast("tuple[float, float]", tuple(q.ttft_p99_ci_ms)), int(q.requests))
         return probes[k].slo_met
 
     k = max(1, round(start / delta)) if math.isfinite(start) else 1

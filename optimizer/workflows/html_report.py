@@ -408,7 +408,8 @@ def _headline_kpis(f: Mapping, model: str, selected: str, prefix: str = "") -> s
     """A fleet's headline in physical GPUs (``analytic`` of a 2.2 document, else the flat keys): GPUs, $/hr,
     $/yr, kW, tok/W and $ per million output tokens. A fleet of the seeds' calibrated units says how many units
     it prices (a TP=8 server priced and powered as one GPU, ``seed_unit``). ``prefix``: of the element ids."""
-    a = f.get("analytic") if isinstance(f.get("analytic"), Mapping) else {}
+    analytic = f.get("analytic")
+    a = analytic if isinstance(analytic, Mapping) else {}
     get = lambda key: a.get(key, f.get(key))  # noqa: E731
     gpus = get("physical_gpus")
     units = _seed_units(f.get("pools"))
