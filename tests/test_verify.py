@@ -79,3 +79,12 @@ def test_verification_is_deterministic(repo_root):
     _, a = solve(*args)
     _, b = solve(*args)
     assert a["verification"] == b["verification"]
+
+
+def test_the_api_refuses_a_verification_without_a_round(repo_root):
+    """No round means no solve and no report: ``verify`` says so instead of returning a report of None."""
+    from fleetopt.optimizer import api
+
+    inst = api.load(repo_root / "instances" / "quickstart.yaml")
+    with pytest.raises(ValueError, match="max_rounds must be at least 1; got 0"):
+        api.verify(inst, max_rounds=0)

@@ -365,6 +365,8 @@ def verify(instance: Instance, options: SolveOptions = SolveOptions(),  # noqa: 
         raise ValueError(f"cuts must be one of {CUTS}; got {cuts!r}")
     if not isinstance(sim_options, SimOptions):
         raise ValueError(f"sim_options must be a SimOptions; got {sim_options!r}")
+    if max_rounds < 1:   # no solve would run, and there would be no report to return
+        raise ValueError(f"max_rounds must be at least 1; got {max_rounds!r}")
     # the simulator, not a margin, stands between the model and the SLO here: size to the SLO itself
     instance = replace(instance, slo=instance.slo.without_margin())
     length = instance.pools.routing == "length"
@@ -546,8 +548,8 @@ def verify(instance: Instance, options: SolveOptions = SolveOptions(),  # noqa: 
     if report is not None and not report.plans:
         why = [forbidden_why[k] for k in sorted(forbidden_why)]
         reason = "; ".join(why + [str(report.explanation)]) if why else str(report.explanation)
-    # a solve ran unless max_rounds < 1 (the CLI's --max-rounds starts at 1; the API then returns report None)
-    return cast(SolveReport, report), Verification(
+    assert report is not None    # max_rounds >= 1: the first round solved
+    return report, Verification(
         rule, len({v.round for v in verified}), tuple(verified), None, tuple(cut_lines), options=sim_options,
         reason=reason, sizings=tuple(sizings.values()), pool_simulations=_sims(sizer), plan_simulations=plan_sims[0],
         solves=solves[0], pool_runs=0 if sizer is None else sizer.runs)
