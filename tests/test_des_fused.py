@@ -16,7 +16,7 @@ import pytest
 from fleetopt.models.power import ActivityPower, PowerCurve
 from fleetopt.models.profiles import CalibratedProfile
 from fleetopt.optimizer import api
-from fleetopt.optimizer.simulation import forked
+from fleetopt.optimizer import forked
 from fleetopt.optimizer.simulation.options import SimOptions
 from fleetopt.optimizer.simulation.simulate import plans_from_spec, simulate_plan
 from fleetopt.solvers.des import engine

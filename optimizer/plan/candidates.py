@@ -229,22 +229,24 @@ def generate_candidates(instance: Instance, deadline: Deadline | None = None,
     across calls, and each count search starts at the count of the nearest looser SLO sized before; the
     candidates are the same as without it.
     """
-    from fleetopt.models.segments import segment_basis
-
     if cache is not None:
         cache.check(instance)
-    w = instance.workload
     b = np.asarray(instance.pools.boundaries, dtype=float)
     gammas = (1.0,) + tuple(instance.pools.compress_gammas)
     rows = _candidate_rows(b, gammas)
     grid = np.unique(np.concatenate([b] + [g * b[1:-1] for g in gammas[1:]]))
     grid = grid[grid <= b[-1]]
     pools, choices, dropped = _Columns(), _Columns(), []
-    raws: dict[int, object] = {}  # chunk tokens -> raw sums of every row (_traffic)
-    uses = Counter(opt.profile.chunk_tokens for opt in instance.gpus)
     unsized: list[str] = []
     aggregated = instance.pools.disaggregation != "only"
-    for g_idx, opt in enumerate(instance.gpus if aggregated else ()):
+    options = list(enumerate(instance.gpus)) if aggregated else []
+    workers = _sizing_workers(len(options), len(rows[0])) if cache is None and deadline is None else 1
+    if workers > 1:
+        _size_forked(instance, options, b, rows, gammas, grid, workers, pools, choices, dropped)
+        options = []
+    raws: dict[int, object] = {}  # chunk tokens -> raw sums of every row (_traffic)
+    uses = Counter(opt.profile.chunk_tokens for _, opt in options)
+    for g_idx, opt in options:
         if unsized or (deadline is not None and deadline.passed()):
             unsized.append(opt.name)
             continue
@@ -252,8 +254,7 @@ def generate_candidates(instance: Instance, deadline: Deadline | None = None,
         if inputs is None:
             chunk = opt.profile.chunk_tokens
             if chunk not in raws:  # the basis and the raw sums depend on the option through its chunk only
-                basis = segment_basis(w.lengths, grid, chunk, w.input_fraction)
-                raws[chunk] = _traffic(instance, basis, grid, b, gammas, rows, chunk)
+                raws[chunk] = _chunk_traffic(instance, b, gammas, grid, rows, chunk)
             inputs = _option_inputs(instance, opt, raws[chunk], b, rows)
             uses[chunk] -= 1
             if not uses[chunk]:  # kept only while a later option has the same chunk (peak memory)
@@ -293,6 +294,58 @@ def generate_candidates(instance: Instance, deadline: Deadline | None = None,
                       decode_gpu=P["decode_gpu"].astype(np.int64), decode_cap=P["decode_cap"].astype(np.int64),
                       choice_decode_replicas=C["decode_replicas"].astype(np.int64),
                       choice_decode_gpus=C["decode_gpus"].astype(np.int64), unsized_gpus=tuple(unsized))
+
+
+MIN_FORKED_ROWS = 20_000
+"""Fewest candidate rows (segments x compression states x GPU options) for which the GPU options are sized side by
+side on forked workers (:mod:`fleetopt.optimizer.forked`): at about 30 us a row, 0.6 s of sizing, against a few
+tens of milliseconds to start the workers and send their columns back."""
+
+
+def _sizing_workers(options: int, rows_per_option: int) -> int:
+    """Worker processes that size ``options`` GPU options of ``rows_per_option`` rows each: one per usable core up
+    to one per option where forking is allowed and the work pays for it (:data:`MIN_FORKED_ROWS`), else 1."""
+    from fleetopt.optimizer.forked import forkable, usable_cpus
+
+    if options < 2 or options * rows_per_option < MIN_FORKED_ROWS or not forkable():
+        return 1
+    return min(options, usable_cpus())
+
+
+def _chunk_traffic(instance: Instance, b, gammas, grid, rows, chunk: int):
+    """:func:`_traffic` of every row for options with ``chunk``-token prefill chunks (the basis and the raw sums
+    depend on an option through its chunk only)."""
+    from fleetopt.models.segments import segment_basis
+
+    w = instance.workload
+    return _traffic(instance, segment_basis(w.lengths, grid, chunk, w.input_fraction), grid, b, gammas, rows, chunk)
+
+
+def _size_forked(instance: Instance, options, b, rows, gammas, grid, workers: int, pools: _Columns,
+                 choices: _Columns, dropped: list) -> None:
+    """Each GPU option of ``options`` sized on its own forked worker (:func:`fleetopt.optimizer.forked.ordered_map`),
+    its columns appended in the options' order: the same columns as sizing them one after the other here. The raw
+    sums of each chunk size are computed here first, so every worker inherits them; a worker writes its dropped
+    candidates' reasons (the solve's report reads them all)."""
+    from fleetopt.optimizer.forked import ordered_map
+
+    raws = {chunk: _chunk_traffic(instance, b, gammas, grid, rows, chunk)
+            for chunk in dict.fromkeys(opt.profile.chunk_tokens for _, opt in options)}
+
+    def size(item):
+        g_idx, opt = item
+        p, c, d = _Columns(), _Columns(), []
+        _size_option(instance, g_idx, opt, _option_inputs(instance, opt, raws[opt.profile.chunk_tokens], b, rows),
+                     b, rows, p, c, d)
+        return p.arrays(), c.arrays(), [replace(x, why=x.reason) for x in d]
+
+    for p, c, d in ordered_map(size, options, workers):
+        first = len(pools)
+        if p:
+            pools.add(**p)
+        if c:
+            choices.add(**(c | {"pool": first + c["pool"]}))
+        dropped.extend(d)
 
 
 class SizingCache:

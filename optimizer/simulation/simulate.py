@@ -205,7 +205,7 @@ from fleetopt.optimizer.simulation.options import (  # the settings and their ch
     parse_precision,
     sample_up,
 )
-from fleetopt.optimizer.simulation.forked import ordered_map, workers_for
+from fleetopt.optimizer.forked import ordered_map, workers_for
 from fleetopt.optimizer.simulation.records import (
     MIN_POOL_REQUESTS,
     Latency,
@@ -521,9 +521,9 @@ def simulate_plan(instance: Instance, pools: list[PoolPlan], options: SimOptions
         "Semantic plans"): each class's pools tile :math:`(0, B_c]` on their own, the analytic numbers are
         :func:`fleetopt.optimizer.plan.semantic.evaluate_semantic`'s and the report's rows carry the roles.
     workers : int or None
-        Processes the replications run on (:mod:`fleetopt.optimizer.simulation.forked`): None picks them (one per
+        Processes the replications run on (:mod:`fleetopt.optimizer.forked`): None picks them (one per
         replication up to a few per core, on Linux, for replications of at least
-        :data:`~fleetopt.optimizer.simulation.forked.MIN_FORKED_REQUESTS` requests; a worker process simulates
+        :data:`~fleetopt.optimizer.forked.MIN_FORKED_REQUESTS` requests; a worker process simulates
         serially), 1 runs them in this process. The report is the same whatever the number, except
         ``wall_seconds``.
 

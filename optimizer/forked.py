@@ -1,21 +1,24 @@
-"""Independent replications of a simulation side by side on local processes, results in their order.
+"""Independent tasks side by side on local processes, results in their order: the replications of a simulation,
+the GPU options of a candidate sizing.
 
 :func:`ordered_map` is ``map(fn, items)`` (the results in the order of ``items``), run either in this process or,
-when that pays, on worker processes *forked* from it: a fork inherits ``fn`` and ``items`` (the run's spec, its
-generators) as they are, so nothing is pickled on the way out and a closure is fine; only the results are
-pickled back. A replication is a function of its own generator alone
-(:func:`fleetopt.solvers.des.metrics.replication_rngs`), so the results are the same, bit for bit, whatever the
-number of workers.
+when that pays, on worker processes *forked* from it: a fork inherits ``fn`` and ``items`` (a run's spec and its
+generators, an instance and its segment sums) as they are, so nothing is pickled on the way out and a closure is
+fine; only the results are pickled back. Each task is a function of its own item alone (a replication of its own
+generator, :func:`fleetopt.solvers.des.metrics.replication_rngs`; a GPU option's sizing of that option), so the
+results are the same, bit for bit, whatever the number of workers.
 
-When it forks (:func:`workers_for`): on Linux only (fork is the platform's default start method there; macOS
+Where it may fork (:func:`forkable`): on Linux only (fork is the platform's default start method there; macOS
 frameworks are not fork-safe), from the main thread of a process that is not itself a worker (no nesting: a plan
-verifier that simulates plans on worker processes simulates each plan's replications serially), with at least two
-replications of at least :data:`MIN_FORKED_REQUESTS` requests each (below that, starting the workers costs more
-than it saves). One worker per replication up to :data:`OVERSUBSCRIBE` per usable core: on 2 cores, 5
-replications on 5 workers take 2.5 replications' time where 2 workers take 3.
+verifier or a what-if that runs on worker processes runs each task's parts serially). Whether it pays is each
+caller's rule: replications of at least :data:`MIN_FORKED_REQUESTS` requests each (:func:`workers_for`; below
+that, starting the workers costs more than it saves), one worker per replication up to :data:`OVERSUBSCRIBE` per
+usable core (on 2 cores, 5 replications on 5 workers take 2.5 replications' time where 2 workers take 3);
+candidate sizing: :func:`fleetopt.optimizer.plan.candidates.generate_candidates`.
 
-The children only run numpy and the engine: a thread pool of the parent (HiGHS's, after a solve) is inherited
-without its threads, which is harmless as long as the children never call into it, and they do not.
+The children only run numpy, the engine and the analytic models: a thread pool of the parent (HiGHS's, after a
+solve) is inherited without its threads, which is harmless as long as the children never call into it, and they do
+not.
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ import sys
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
-__all__ = ["MIN_FORKED_REQUESTS", "OVERSUBSCRIBE", "usable_cpus", "workers_for", "ordered_map"]
+__all__ = ["MIN_FORKED_REQUESTS", "OVERSUBSCRIBE", "usable_cpus", "forkable", "workers_for", "ordered_map"]
 
 MIN_FORKED_REQUESTS = 5_000
 """Fewest requests per replication for which replications run on forked workers (about 30 ms of engine time each;
@@ -45,17 +48,22 @@ def usable_cpus() -> int:
         return os.cpu_count() or 1
 
 
-def workers_for(tasks: int, requests_per_task: int, workers: int | None = None) -> int:
-    """Worker processes for ``tasks`` replications of ``requests_per_task`` requests each: ``workers`` when given
-    (1: in this process), else as the module docstring says; 1 wherever forking is off."""
-    if tasks < 2 or sys.platform != "linux":
-        return 1
+def forkable() -> bool:
+    """Whether this process may fork workers (module docstring): Linux, not a worker itself, the main thread."""
+    if sys.platform != "linux":
+        return False
     import multiprocessing
     import threading
 
     if multiprocessing.parent_process() is not None:     # a worker itself: no nested pools
-        return 1
-    if threading.current_thread() is not threading.main_thread():   # a fork copies only the calling thread
+        return False
+    return threading.current_thread() is threading.main_thread()   # a fork copies only the calling thread
+
+
+def workers_for(tasks: int, requests_per_task: int, workers: int | None = None) -> int:
+    """Worker processes for ``tasks`` replications of ``requests_per_task`` requests each: ``workers`` when given
+    (1: in this process), else as the module docstring says; 1 wherever forking is off."""
+    if tasks < 2 or not forkable():
         return 1
     if workers is not None:
         return max(1, min(int(workers), tasks))
