@@ -254,10 +254,12 @@ def _highs(time_limit_s: float | None, mip_gap: float, threads: int | None, verb
     # Presolve is off for the path MIP: on a path network plus a few knapsack rows HiGHS's probing
     # costs several times the branch-and-bound it saves (0.39 s of 0.67 s on the stress benchmark).
     # The split-routing MIP (continuous flows) gains from it and turns it on.
-    # The time limit is always set (inf: none): Pyomo's HiGHS interface is persistent and keeps the last
-    # limit it was given, so a re-solve without one would inherit the tie-break's budget.
+    # The time limit and solve_relaxation are always set (inf: none; False: the MIP): Pyomo's HiGHS interface is
+    # persistent and keeps the last value it was given, so a re-solve would inherit the tie-break's budget or the
+    # root relaxation's solve_relaxation.
     opts = {"tee": verbose, "rel_gap": mip_gap, "load_solutions": False,
-            "raise_exception_on_nonoptimal_result": False, "solver_options": {"presolve": presolve},
+            "raise_exception_on_nonoptimal_result": False,
+            "solver_options": {"presolve": presolve, "solve_relaxation": False},
             "time_limit": math.inf if time_limit_s is None else time_limit_s}
     if threads is not None:
         opts["threads"] = threads
@@ -299,8 +301,12 @@ def _solve_once(m, solver, opts) -> tuple[Outcome, tuple[int, ...]]:
 
 
 def solve(problem: FleetProblem, *, top: int = 1, time_limit_s: float | None = None, mip_gap: float = 0.0,
-          threads: int | None = None, verbose: bool = False, tie_break: bool = True) -> SolveResult:
+          threads: int | None = None, verbose: bool = False, tie_break: bool = True,
+          relaxation: bool = False) -> SolveResult:
     """Solve the fleet MIP with HiGHS; with ``top > 1`` return up to ``top`` distinct fleets (no-good cuts).
+
+    With ``relaxation`` and a solution, ``lp_bound`` is the objective of the model's LP relaxation
+    (:func:`lp_bound`), solved on the model HiGHS already holds, before any tie-break or no-good cut changes it.
 
     With ``tie_break`` and a proven optimum, ties are broken lexicographically:
     among fleets within 1e-9 of the optimum, fewest physical GPUs, then fewest pools
@@ -316,6 +322,7 @@ def solve(problem: FleetProblem, *, top: int = 1, time_limit_s: float | None = N
     if not out.has_solution:
         return SolveResult(out.termination, (), None, None, time.perf_counter() - t0, name, options,
                            out.condition, condition=out.condition)
+    root = _relaxed(m, solver, opts) if relaxation else None
     weights = problem.choice_objective()
     tie = "skipped"
     if tie_break and out.termination is Termination.OPTIMAL:
@@ -332,7 +339,7 @@ def solve(problem: FleetProblem, *, top: int = 1, time_limit_s: float | None = N
             break
         solutions.append(Solution(nxt, float(weights[list(nxt)].sum())))
     return SolveResult(out.termination, tuple(solutions), out.bound, out.rel_gap, time.perf_counter() - t0, name,
-                       options, tie_break=tie, condition=out.condition)
+                       options, tie_break=tie, condition=out.condition, lp_bound=root)
 
 
 def _tie_break(m, problem, solver, opts, chosen, weights, budget_s: float):
@@ -361,10 +368,15 @@ def _tie_break(m, problem, solver, opts, chosen, weights, budget_s: float):
 
 
 def lp_bound(problem: FleetProblem) -> float | None:
-    """Objective of the LP relaxation (the root bound before cuts)."""
+    """Objective of the LP relaxation (the root bound before cuts): :math:`z_c \\in [0, 1]` for every choice, the
+    rest of the model as built (HiGHS's ``solve_relaxation``; ``solve(..., relaxation=True)`` gives the same number
+    from the model of its MIP solve)."""
     m = build_model(problem)
-    # a registered name: the factory returns None only for unknown ones
-    pyo.TransformationFactory("core.relax_integer_vars").apply_to(m)  # pyright: ignore[reportOptionalMemberAccess]
     solver, opts = _highs(None, 0.0, None, False)
-    res = _highs_solve(solver, m, opts)
+    return _relaxed(m, solver, opts)
+
+
+def _relaxed(m, solver, opts) -> float | None:
+    """The LP relaxation's objective of the model ``solver`` holds (None if HiGHS finds none)."""
+    res = _highs_solve(solver, m, dict(opts, solver_options=dict(opts["solver_options"], solve_relaxation=True)))
     return res.incumbent_objective

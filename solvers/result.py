@@ -43,6 +43,8 @@ class SolveResult:
     """Lexicographic tie-break (fewest GPUs, then pools): ``proven``, ``best-effort`` (budget ran out) or
     ``skipped``."""
     condition: str = ""
+    lp_bound: float | None = None
+    """The objective of the model's LP relaxation, when the solve was asked for it (the root bound before cuts)."""
 
     @property
     def best(self) -> Solution | None:

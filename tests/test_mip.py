@@ -359,3 +359,30 @@ def test_verification_cuts_raise_or_forbid_pools(repo_root):
     assert raised.fleet.cost_per_hr >= free.cost_per_hr
     barred = solve_instance(inst, SolveOptions(forbidden=(key,))).best.fleet
     assert key not in {(p.min_tokens, p.max_tokens, p.gpu) for p in barred.pools}
+
+
+@pytest.mark.parametrize("seed", [3, 11, 1011])
+def test_root_relaxation_from_the_solve_is_the_relaxed_model(seed):
+    """The LP bound a solve reports (HiGHS's ``solve_relaxation`` on the model of its MIP solve) equals the
+    relaxation Pyomo builds by transformation (every binary relaxed to [0, 1], solved as an LP), and bounds the
+    enumerated optimum from below."""
+    import pyomo.environ as pyo
+
+    from fleetopt.solvers import mip
+
+    _, problem = _problem(seed, caps=True)
+    res = solve_mip(problem, relaxation=True)
+    relaxed = mip.build_model(problem)
+    pyo.TransformationFactory("core.relax_integer_vars").apply_to(relaxed)   # pyright: ignore[reportOptionalMemberAccess]
+    solver, opts = mip._highs(None, 0.0, None, False)
+    independent = mip._highs_solve(solver, relaxed, opts).incumbent_objective
+    ref = enumerate_fleets(problem)
+    if ref is None:
+        assert res.best is None and res.lp_bound is None      # no fleet: the bound is not asked of HiGHS
+        return
+    # the relaxation solved first leaves the model a MIP: the tie-break after it still returns the optimum
+    assert res.best.objective == pytest.approx(ref[0], rel=1e-6)
+    assert res.lp_bound == pytest.approx(independent, rel=1e-9, abs=1e-9)
+    assert mip.lp_bound(problem) == pytest.approx(independent, rel=1e-9, abs=1e-9)
+    assert res.lp_bound <= ref[0] * (1 + 1e-9)
+    assert solve_mip(problem).lp_bound is None                 # not asked for: not solved

@@ -377,15 +377,12 @@ def _solve_instance(instance: Instance, options: SolveOptions) -> SolveReport:
         from fleetopt.solvers.mip import solve as solve_mip   # Pyomo only on the MIP path
 
         result = solve_mip(problem, top=options.top, time_limit_s=_mip_time_limit_s(deadline),
-                           mip_gap=options.mip_gap, threads=options.threads, verbose=options.verbose)
+                           mip_gap=options.mip_gap, threads=options.threads, verbose=options.verbose,
+                           relaxation=not cut)
     plans = tuple(Plan(k + 1, s.objective, evaluate_plans(instance, _pool_plans(instance, cands, s.choices)))
                   for k, s in enumerate(result.solutions))
     late = deadline is not None and deadline.passed()
-    root = None
-    if not use_oracle and plans and not cut and not late:
-        from fleetopt.solvers.mip import lp_bound
-
-        root = lp_bound(problem)
+    root = result.lp_bound if not use_oracle and plans and not cut and not late else None
     status = STATUS[result.termination]
     explanation = ""
     if cut:  # a subset of the candidates: neither its optimum nor its infeasibility says anything about the whole
