@@ -32,6 +32,7 @@ LAYERS = {
     "fleetopt.solvers": (1, SCIENCE | {"networkx", "pyomo", "highspy"}),
     "fleetopt.solvers.des": (1, SCIENCE),
     "fleetopt.optimizer.errors": (2, set()),
+    "fleetopt.optimizer.forked": (2, set()),   # independent tasks on forked workers (stdlib): sizing, replications
     "fleetopt.optimizer.io": (3, PIPELINE),
     "fleetopt.optimizer.output": (4, PIPELINE),     # the contract, safe writes, deployment files, table layout
     "fleetopt.optimizer.profiling": (5, PIPELINE),  # measures a GPU, fits a profile: reads the catalogue, writes
