@@ -55,7 +55,7 @@ def test_sizing_workers_rules(monkeypatch):
     monkeypatch.setattr(forked, "forkable", lambda: True)
     monkeypatch.setattr(forked, "usable_cpus", lambda: 2)
     assert cand._sizing_workers(1, 10**6) == 1                                # one option: nothing to share
-    assert cand._sizing_workers(16, cand.MIN_FORKED_ROWS // 16 - 1) == 1      # too little work to pay for workers
+    assert cand._sizing_workers(4, cand.MIN_FORKED_ROWS // 4 - 1) == 1        # too little work to pay for workers
     assert cand._sizing_workers(16, cand.MIN_FORKED_ROWS) == 2                # one worker per usable core
     monkeypatch.setattr(forked, "usable_cpus", lambda: 64)
     assert cand._sizing_workers(3, cand.MIN_FORKED_ROWS) == 3                 # at most one per option

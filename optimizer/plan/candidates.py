@@ -296,10 +296,12 @@ def generate_candidates(instance: Instance, deadline: Deadline | None = None,
                       choice_decode_gpus=C["decode_gpus"].astype(np.int64), unsized_gpus=tuple(unsized))
 
 
-MIN_FORKED_ROWS = 20_000
+MIN_FORKED_ROWS = 2_000
 """Fewest candidate rows (segments x compression states x GPU options) for which the GPU options are sized side by
-side on forked workers (:mod:`fleetopt.optimizer.forked`): at about 30 us a row, 0.6 s of sizing, against a few
-tens of milliseconds to start the workers and send their columns back."""
+side on forked workers (:mod:`fleetopt.optimizer.forked`). Measured on 2 cores (sizing in process, medians): 1,088
+rows of 8 options 0.20 -> 0.15 s, 8,648 rows 0.60 -> 0.38 s, the stress instance's 15,128 rows 0.83 -> 0.53 s;
+below about 1,000 rows starting the workers (15-20 ms) costs about what it saves (342 rows of 2 options: 0.049 s
+in process, 0.065 s forked)."""
 
 
 def _sizing_workers(options: int, rows_per_option: int) -> int:
