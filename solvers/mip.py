@@ -34,7 +34,7 @@ import time
 
 import numpy as np
 
-from fleetopt.solvers.pyomo_env import SolverFactory, pyo
+from fleetopt.solvers.pyomo_env import Highs, pyo
 from fleetopt.solvers.outcome import Outcome, Termination, outcome_of
 from fleetopt.solvers.problem import FleetProblem
 from fleetopt.solvers.result import Solution, SolveResult
@@ -263,7 +263,7 @@ def _highs(time_limit_s: float | None, mip_gap: float, threads: int | None, verb
             "time_limit": math.inf if time_limit_s is None else time_limit_s}
     if threads is not None:
         opts["threads"] = threads
-    return SolverFactory("highs"), opts
+    return Highs(), opts
 
 
 _HIGHS_LOCK = threading.Lock()

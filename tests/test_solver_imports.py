@@ -1,4 +1,5 @@
-"""``solvers/pyomo_env.py``: Pyomo loads without scipy's unused submodules, and scipy stays one module."""
+"""``solvers/pyomo_env.py``: Pyomo loads without scipy's unused submodules and without ``pyomo.environ``'s plugins,
+and scipy stays one module."""
 
 import subprocess
 import sys
@@ -8,6 +9,7 @@ import sys
 import scipy, scipy.special
 from fleetopt.solvers import mip
 assert sys.modules["scipy"] is scipy, "scipy was loaded twice"
+assert "pyomo.environ" not in sys.modules, "the MIP loaded pyomo.environ and every plugin with it"
 print("stats" if "scipy.stats" in sys.modules else "no-stats")
 from pyomo.common.dependencies import scipy as deferred, scipy_available
 assert bool(scipy_available)
