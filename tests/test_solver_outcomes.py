@@ -14,7 +14,6 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 from click.testing import CliRunner
-from pyomo.contrib.solver.common.factory import SolverFactory
 from pyomo.contrib.solver.common.results import SolutionStatus, TerminationCondition
 
 from fleetopt.optimizer.api import load
@@ -185,9 +184,9 @@ def test_time_limit_exit_code_through_the_cli(repo_root):
 
 def _pyomo_highs(model, **solver_options):
     """A direct HiGHS solve of ``model`` with extra HiGHS options (node or solution limits fleetopt does not set)."""
-    _, opts = mip._highs(None, 0.0, None, False)
+    solver, opts = mip._highs(None, 0.0, None, False)
     opts["solver_options"] = {**opts["solver_options"], **solver_options}
-    return outcome_of(SolverFactory("highs").solve(model, **opts))
+    return outcome_of(solver.solve(model, **opts))
 
 
 @pytest.mark.slow
