@@ -206,6 +206,17 @@ and the inlined loop takes about a quarter less CPU time for the same records, b
 (``tests/test_des_fused.py`` runs every case both ways; ``tests/test_des_regression.py`` pins the figures).
 The closures stay the reference, and serve the other paths, cap changes and live routing.
 
+The compiled loop
+-----------------
+Where the optional extension :mod:`fleetopt.solvers.des._cloop` was built (``solvers/des/_cloop.c``; ``pip
+install`` compiles it where a C compiler is found and installs without it where none is), a plain run dispatched
+by :class:`~fleetopt.solvers.des.routing.JoinShortestQueue`, with no cap change and no activity-metered profile,
+runs the same loop compiled: the station's state as C arrays, the same events in the same order and the same
+floating-point operations in the same order (compiled without fused multiply-adds), so the records are the same bit
+for bit (``tests/test_des_compiled.py`` runs every plain regression case and the edge streams both ways). It
+takes about a tenth of the Python loop's time. :func:`_plain_loop` stays the reference and serves every other plain
+run.
+
 Records
 -------
 Every request leaves exactly one record: ``COMPLETED`` (all times known),
@@ -250,7 +261,9 @@ References
 
 from __future__ import annotations
 
+import functools
 import heapq
+import importlib
 import math
 from collections import deque
 from collections.abc import Iterator, Sequence
@@ -405,7 +418,13 @@ def simulate(pools: Sequence[SimPool], requests: Requests, router: Router, *, mo
         arrive = spill_arrivals(arrive, queued, reroute, pool_of, spill_to, router.spill_bound,
                                 requests.total_tokens, [p.window_tokens for p in pools], state.spilled)
     chunks = _arrival_chunks(requests.arrival_at_s, accepted)
-    if fused is not None and not isinstance(router, LiveRouter):    # every replica plain: the inlined loop
+    compiled = _compiled_loop() if fused is not None and not isinstance(router, LiveRouter) else None
+    if compiled is not None and fused is not None and type(dispatch) is JoinShortestQueue and not fused.metered \
+            and not state.heap:             # the compiled plain loop where it applies (module docstring)
+        order = np.flatnonzero(accepted).astype(np.int64)
+        last_at, events = compiled.run(fused, state, np.ascontiguousarray(requests.arrival_at_s[order], dtype=float),
+                                       order, hi_s)
+    elif fused is not None and not isinstance(router, LiveRouter):    # every replica plain: the inlined loop
         last_at, events = _plain_loop(fused, state, serve, type(dispatch) is JoinShortestQueue, chunks, hi_s)
     else:
         last_at, events = _run(state.heap, arrive, serve, chunks, hi_s)
@@ -451,6 +470,26 @@ def _with_cap_changes(state: _State, serve, set_cap, pools: list[SimPool], chang
 _FUSED = True
 """Run :func:`_plain_loop` where every replica is plain and no live router moves requests (the same records; tests
 switch it off to compare the two loops)."""
+
+_COMPILED = True
+"""Run the compiled plain loop (:mod:`fleetopt.solvers.des._cloop`) where it is built and applies (module docstring,
+"The compiled loop"); tests switch it off to compare it with :func:`_plain_loop`."""
+
+
+@functools.cache
+def _compiled_module() -> Any:
+    """The compiled plain loop's module, or None where the optional extension was not built (no C compiler at
+    install): the Python loop then runs, with the same records."""
+    try:
+        return importlib.import_module("fleetopt.solvers.des._cloop")
+    except ImportError:
+        return None
+
+
+def _compiled_loop() -> Any:
+    """The compiled loop's module when :data:`_COMPILED` is on and it is built, else None."""
+    return _compiled_module() if _COMPILED else None
+
 
 _CHUNK = 1 << 16
 
