@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -32,7 +33,7 @@ def wheel(repo_root, tmp_path_factory):
     the wheel, and the checkout stays untouched."""
     out, src = tmp_path_factory.mktemp("wheel"), tmp_path_factory.mktemp("src") / "fleetopt"
     shutil.copytree(repo_root, src, ignore=shutil.ignore_patterns(".git", "build", "*.egg-info", "__pycache__",
-                                                                  ".hypothesis", ".venv", "venv", "tests"))
+                                                                  ".hypothesis", ".venv", "venv", "tests", "*.so"))
     res = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(out), str(src)],
                          capture_output=True, text=True)
     assert res.returncode == 0, res.stderr[-3000:]
@@ -52,6 +53,8 @@ def test_wheel_has_one_top_level_package_and_ships_data(wheel):
                  "fleetopt/data/workloads/lmsys_cdf.json", "fleetopt/data/workloads/azure_conv_trace.csv"):
         assert path in names, path
     assert any(n.endswith(".dist-info/licenses/LICENSE") or n.endswith(".dist-info/LICENSE") for n in names)
+    if os.environ.get("FLEETOPT_REQUIRE_COMPILED") == "1":    # CI: a C compiler is there, so the wheel has the loop
+        assert any(n.startswith("fleetopt/solvers/des/_cloop.") and n.endswith((".so", ".pyd")) for n in names)
 
 
 @pytest.mark.slow
