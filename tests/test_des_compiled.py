@@ -22,8 +22,9 @@ from fleetopt.optimizer import api
 from fleetopt.optimizer.simulation.options import SimOptions
 from fleetopt.optimizer.simulation.simulate import plans_from_spec, simulate_plan
 from fleetopt.solvers.des import engine
-from fleetopt.solvers.des.routing import JoinShortestQueue, LeastQueue, LengthRouter, Requests, poisson_arrivals
+from fleetopt.solvers.des.routing import JoinShortestQueue, LeastQueue, LengthRouter
 from fleetopt.solvers.des.state import CapChange, SimPool
+from tests.test_des_fused import _edge_requests
 from tests.test_des_regression import fingerprint
 
 BUILT = engine._compiled_module() is not None
@@ -44,19 +45,6 @@ ACTIVE = CalibratedProfile("active", "toy", 0.00643, 4.5e-8 * 8192, 8192, 512, 1
 def test_the_build_is_there_where_required():
     assert BUILT or os.environ.get("FLEETOPT_REQUIRE_COMPILED") != "1", \
         "FLEETOPT_REQUIRE_COMPILED=1 but fleetopt.solvers.des._cloop was not built"
-
-
-def _requests(seed: int, n: int, rate: float) -> Requests:
-    """Poisson arrivals with prompts and outputs of every kind: no prompt (decoding from the start), no output
-    (completes at its prefill's end), one chunk, many chunks."""
-    rng = np.random.default_rng(seed)
-    arrival = poisson_arrivals(rate, n, rng)
-    prompt = rng.integers(0, 3000, n)
-    output = rng.integers(0, 200, n)
-    prompt[::7] = 0
-    output[3::11] = 0
-    output[prompt + output < 1] = 1
-    return Requests(arrival, prompt, output)
 
 
 def _both(case: dict, monkeypatch) -> tuple[dict, dict, int]:
@@ -82,7 +70,7 @@ def _both(case: dict, monkeypatch) -> tuple[dict, dict, int]:
 def _case(profile, horizon, warmup, caps=(10, 6), rate=70.0, dispatch=None, cap_changes=()):
     pools = [SimPool("a", profile, 2, caps[0], 2048), SimPool("b", profile, 3, caps[1], 4096),
              SimPool("c", profile, 1, 4, 4096)]     # a one-replica pool: no dispatch choice
-    return dict(pools=pools, requests=_requests(21, 3000, rate),
+    return dict(pools=pools, requests=_edge_requests(21, 3000, rate),
                 router=LengthRouter([0, 1024, 2048, 4096], ["c", "a", "b"]), dispatch=dispatch, horizon_s=horizon,
                 warmup_s=warmup, cap_changes=list(cap_changes))
 
@@ -107,7 +95,7 @@ def test_compiled_loop_on_random_fleets(seed, monkeypatch):
     edges = [0] + sorted(int(x) for x in rng.choice(np.arange(256, 3072, 128), k - 1, replace=False)) + [4096]
     pools = [SimPool(f"p{q}", CURVE if rng.random() < 0.5 else COMPUTE, int(rng.integers(1, 5)),
                      int(rng.integers(1, 20)), 4096) for q in range(k)]
-    case = dict(pools=pools, requests=_requests(100 + seed, 2000, float(rng.uniform(10, 120))),
+    case = dict(pools=pools, requests=_edge_requests(100 + seed, 2000, float(rng.uniform(10, 120))),
                 router=LengthRouter(edges, [p.name for p in pools]),
                 horizon_s=None if rng.random() < 0.5 else float(rng.uniform(5, 40)),
                 warmup_s=float(rng.uniform(0, 3)))

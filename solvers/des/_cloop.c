@@ -35,66 +35,40 @@ static int grow(void **p, Py_ssize_t *cap, size_t size) {
     return 0;
 }
 
-/* heapq's min-heap on int64 keys (the same sift as heapq: the pop order of distinct keys is all that matters) */
-static int iheap_push(IntHeap *h, int64_t v) {
-    if (h->n == h->cap && grow((void **)&h->a, &h->cap, sizeof(int64_t))) return -1;
-    Py_ssize_t k = h->n++;
-    while (k > 0) {
-        Py_ssize_t p = (k - 1) >> 1;
-        if (h->a[p] <= v) break;
-        h->a[k] = h->a[p];
-        k = p;
+/* Binary min-heaps, as heapq's: a replica's sequence keys (int64) and the run's events, ordered by (instant, sequence
+   number). Distinct keys pop in one order whatever the layout, so the events come in the Python loop's order. */
+#define INT_LESS(x, y) ((x) < (y))
+#define EVENT_LESS(x, y) ((x).at < (y).at || ((x).at == (y).at && (x).seq < (y).seq))
+#define DEFINE_HEAP(NAME, HEAP, T, LESS)                                                                   \
+    static int NAME##_push(HEAP *h, T v) {                                                                 \
+        if (h->n == h->cap && grow((void **)&h->a, &h->cap, sizeof(T))) return -1;                         \
+        Py_ssize_t k = h->n++;                                                                              \
+        while (k > 0) {                                                                                     \
+            Py_ssize_t p = (k - 1) >> 1;                                                                    \
+            if (!LESS(v, h->a[p])) break;                                                                   \
+            h->a[k] = h->a[p];                                                                              \
+            k = p;                                                                                          \
+        }                                                                                                   \
+        h->a[k] = v;                                                                                        \
+        return 0;                                                                                           \
+    }                                                                                                       \
+    static T NAME##_pop(HEAP *h) {                                                                         \
+        T top = h->a[0], last = h->a[--h->n];                                                               \
+        Py_ssize_t k = 0, n = h->n;                                                                         \
+        while (1) {                                                                                         \
+            Py_ssize_t c = 2 * k + 1;                                                                       \
+            if (c >= n) break;                                                                              \
+            if (c + 1 < n && LESS(h->a[c + 1], h->a[c])) c++;                                               \
+            if (!LESS(h->a[c], last)) break;                                                                \
+            h->a[k] = h->a[c];                                                                              \
+            k = c;                                                                                          \
+        }                                                                                                   \
+        if (n) h->a[k] = last;                                                                              \
+        return top;                                                                                         \
     }
-    h->a[k] = v;
-    return 0;
-}
 
-static int64_t iheap_pop(IntHeap *h) {
-    int64_t top = h->a[0], last = h->a[--h->n];
-    Py_ssize_t k = 0, n = h->n;
-    while (1) {
-        Py_ssize_t c = 2 * k + 1;
-        if (c >= n) break;
-        if (c + 1 < n && h->a[c + 1] < h->a[c]) c++;
-        if (last <= h->a[c]) break;
-        h->a[k] = h->a[c];
-        k = c;
-    }
-    if (n) h->a[k] = last;
-    return top;
-}
-
-static int ev_less(const Event *x, const Event *y) {
-    return x->at < y->at || (x->at == y->at && x->seq < y->seq);
-}
-
-static int eheap_push(EventHeap *h, Event e) {
-    if (h->n == h->cap && grow((void **)&h->a, &h->cap, sizeof(Event))) return -1;
-    Py_ssize_t k = h->n++;
-    while (k > 0) {
-        Py_ssize_t p = (k - 1) >> 1;
-        if (!ev_less(&e, &h->a[p])) break;
-        h->a[k] = h->a[p];
-        k = p;
-    }
-    h->a[k] = e;
-    return 0;
-}
-
-static Event eheap_pop(EventHeap *h) {
-    Event top = h->a[0], last = h->a[--h->n];
-    Py_ssize_t k = 0, n = h->n;
-    while (1) {
-        Py_ssize_t c = 2 * k + 1;
-        if (c >= n) break;
-        if (c + 1 < n && ev_less(&h->a[c + 1], &h->a[c])) c++;
-        if (!ev_less(&h->a[c], &last)) break;
-        h->a[k] = h->a[c];
-        k = c;
-    }
-    if (n) h->a[k] = last;
-    return top;
-}
+DEFINE_HEAP(iheap, IntHeap, int64_t, INT_LESS)
+DEFINE_HEAP(eheap, EventHeap, Event, EVENT_LESS)
 
 static int fifo_push(Fifo *q, int64_t v) {
     if (q->n == q->cap) {
@@ -155,51 +129,55 @@ static int read_list(PyObject *owner, const char *name, PyObject **list, Py_ssiz
     return 0;
 }
 
-static int doubles(PyObject *owner, const char *name, double *out, Py_ssize_t n) {
-    PyObject *l;
-    if (read_list(owner, name, &l, n)) { Py_XDECREF(l); return -1; }
-    for (Py_ssize_t k = 0; k < n; k++) {
-        out[k] = PyFloat_AsDouble(PyList_GET_ITEM(l, k));
-        if (out[k] == -1.0 && PyErr_Occurred()) { Py_DECREF(l); return -1; }
+/* A list of Python numbers read into a C array, and a C array written back into that list, item by item. */
+#define DEFINE_LIST_IO(READ, WRITE, T, AS_C, FROM_C)                                                      \
+    static int READ(PyObject *owner, const char *name, T *out, Py_ssize_t n) {                             \
+        PyObject *l;                                                                                        \
+        if (read_list(owner, name, &l, n)) { Py_XDECREF(l); return -1; }                                    \
+        for (Py_ssize_t k = 0; k < n; k++) {                                                                \
+            out[k] = AS_C(PyList_GET_ITEM(l, k));                                                           \
+            if (out[k] == (T)-1 && PyErr_Occurred()) { Py_DECREF(l); return -1; }                           \
+        }                                                                                                   \
+        Py_DECREF(l);                                                                                       \
+        return 0;                                                                                           \
+    }                                                                                                       \
+    static int WRITE(PyObject *owner, const char *name, const T *v, Py_ssize_t n) {                        \
+        PyObject *l = PyObject_GetAttrString(owner, name);                                                  \
+        if (!l) return -1;                                                                                  \
+        for (Py_ssize_t k = 0; k < n; k++) {                                                                \
+            PyObject *x = FROM_C(v[k]);                                                                     \
+            if (!x || PyList_SetItem(l, k, x)) { Py_DECREF(l); return -1; }                                 \
+        }                                                                                                   \
+        Py_DECREF(l);                                                                                       \
+        return 0;                                                                                           \
     }
-    Py_DECREF(l);
-    return 0;
-}
 
-static int ints(PyObject *owner, const char *name, int64_t *out, Py_ssize_t n) {
-    PyObject *l;
-    if (read_list(owner, name, &l, n)) { Py_XDECREF(l); return -1; }
-    for (Py_ssize_t k = 0; k < n; k++) {
-        out[k] = PyLong_AsLongLong(PyList_GET_ITEM(l, k));
-        if (out[k] == -1 && PyErr_Occurred()) { Py_DECREF(l); return -1; }
-    }
-    Py_DECREF(l);
-    return 0;
-}
-
-static int put_doubles(PyObject *owner, const char *name, const double *v, Py_ssize_t n) {
-    PyObject *l = PyObject_GetAttrString(owner, name);
-    if (!l) return -1;
-    for (Py_ssize_t k = 0; k < n; k++) {
-        PyObject *x = PyFloat_FromDouble(v[k]);
-        if (!x || PyList_SetItem(l, k, x)) { Py_DECREF(l); return -1; }
-    }
-    Py_DECREF(l);
-    return 0;
-}
-
-static int put_ints(PyObject *owner, const char *name, const int64_t *v, Py_ssize_t n) {
-    PyObject *l = PyObject_GetAttrString(owner, name);
-    if (!l) return -1;
-    for (Py_ssize_t k = 0; k < n; k++) {
-        PyObject *x = PyLong_FromLongLong(v[k]);
-        if (!x || PyList_SetItem(l, k, x)) { Py_DECREF(l); return -1; }
-    }
-    Py_DECREF(l);
-    return 0;
-}
+DEFINE_LIST_IO(doubles, put_doubles, double, PyFloat_AsDouble, PyFloat_FromDouble)
+DEFINE_LIST_IO(ints, put_ints, int64_t, PyLong_AsLongLong, PyLong_FromLongLong)
 
 /* ---- the loop ---- */
+
+typedef struct { const Column *kch, *lout; const double *alpha, *beta; double *start, *first; } Requests;
+
+/* Request i joins a replica's batch at its anchor b, iteration it (the Python loop's admit): its start, and its
+   first prefill chunk's key (or, without a prompt, its first token now and its completion's key) on the replica's
+   heap; the batch's growth per iteration gr and its compute f0, f1 take the request's terms. */
+static inline int admit(const Requests *q, IntHeap *sq, int64_t i, double b, int64_t it, int64_t ch, double gdr,
+                        int64_t M, int64_t *gr, double *f0, double *f1) {
+    q->start[i] = b;
+    int64_t k = int_at(q->kch, i);
+    if (k) {
+        *gr += ch;
+        *f0 += q->alpha[i];
+        *f1 += q->beta[i];
+        return iheap_push(sq, (it + k) * M + 4 * i);
+    }
+    q->first[i] = b;
+    *gr += 1;
+    *f0 += gdr;
+    return iheap_push(sq, (it + int_at(q->lout, i)) * M + 4 * i + 1);
+}
+
 
 typedef struct {
     Py_ssize_t R, P;
@@ -426,6 +404,7 @@ static PyObject *run(PyObject *self, PyObject *args) {
     double *START = start.view.buf, *FIRST = first.view.buf, *END = end.view.buf;
     int64_t *REP = rep.view.buf;
     const double *ALPHA = alpha.view.buf, *BETA = beta.view.buf;
+    const Requests req = {&kch, &lout, ALPHA, BETA, START, FIRST};
     const double inf = INFINITY;
     Py_ssize_t j = 0;
     int64_t events = 0;
@@ -505,19 +484,7 @@ static PyObject *run(PyObject *self, PyObject *args) {
                 while (q->n && n < cr) {
                     int64_t i = fifo_pop(q);
                     n += 1;
-                    START[i] = at;
-                    int64_t k = int_at(&kch, i);
-                    if (k) {
-                        gr += ch;
-                        f0 += ALPHA[i];
-                        f1 += BETA[i];
-                        if (iheap_push(sq, (e + k) * M + 4 * i)) goto done;
-                    } else {
-                        FIRST[i] = at;
-                        gr += 1;
-                        f0 += gdr;
-                        if (iheap_push(sq, (e + int_at(&lout, i)) * M + 4 * i + 1)) goto done;
-                    }
+                    if (admit(&req, sq, i, at, e, ch, gdr, M, &gr, &f0, &f1)) goto done;
                 }
             }
             x.run[r] = n;
@@ -601,20 +568,8 @@ static PyObject *run(PyObject *self, PyObject *args) {
             x.batch_last[r] = t;
         }
         x.run[r] = n + 1;
-        START[i] = b;
-        int64_t k = int_at(&kch, i);
         IntHeap *sq = &x.seqs[r];
-        if (k) {
-            gr += x.chunk[r];
-            f0 += ALPHA[i];
-            f1 += BETA[i];
-            if (iheap_push(sq, (itr + k) * M + 4 * i)) goto done;
-        } else {
-            FIRST[i] = b;
-            gr += 1;
-            f0 += x.gd[r];
-            if (iheap_push(sq, (itr + int_at(&lout, i)) * M + 4 * i + 1)) goto done;
-        }
+        if (admit(&req, sq, i, b, itr, x.chunk[r], x.gd[r], M, &gr, &f0, &f1)) goto done;
         x.c0[r] = cr; x.g[r] = gr; x.d0[r] = f0; x.d1[r] = f1; x.it[r] = itr;
         int64_t m = sq->a[0] / M - itr;
         Event ne = {b + (double)m * (wr + hr * (double)cr + f0) + (hr * (double)gr + f1) * (double)(m * (m - 1) / 2),
