@@ -22,7 +22,7 @@ from fleetopt.optimizer import api
 from fleetopt.optimizer.simulation.options import SimOptions
 from fleetopt.optimizer.simulation.simulate import plans_from_spec, simulate_plan
 from fleetopt.solvers.des import engine
-from fleetopt.solvers.des.routing import JoinShortestQueue, LeastQueue, LengthRouter
+from fleetopt.solvers.des.routing import LeastQueue, LengthRouter
 from fleetopt.solvers.des.state import CapChange, SimPool
 from tests.test_des_fused import _edge_requests
 from tests.test_des_regression import fingerprint
@@ -117,16 +117,27 @@ def test_other_runs_keep_the_python_loop(case, monkeypatch):
 
 @needs_build
 def test_simulate_reports_the_same_either_way(repo_root, monkeypatch):
-    """A whole ``simulate`` of calibrated H100 pools on Azure lengths: the report, every figure, either way."""
+    """A whole ``simulate`` of calibrated H100 pools on LMSYS lengths (two replications on the compiled loop):
+    the report, every figure, either way."""
     inst = api.load(repo_root / "instances" / "ref_units_lmsys_a100_h100.yaml")
     plans = plans_from_spec(inst, "0-2048:h100x2,2048-65536:h100x3")
+    runs = []
+    real = engine._compiled_loop
+
+    class Counting:
+        @staticmethod
+        def run(*args):
+            runs.append(1)
+            return real().run(*args)
 
     def report() -> str:
         out = simulate_plan(inst, plans, SimOptions(requests=20_000, replications=2, seed=9), workers=1).to_json()
         out.pop("wall_seconds")
         return json.dumps(out, sort_keys=True)
 
+    monkeypatch.setattr(engine, "_compiled_loop", lambda: Counting)
     compiled = report()
+    assert len(runs) >= 2          # the replications (and any thin pool's dedicated runs) ran the compiled loop
+    monkeypatch.setattr(engine, "_compiled_loop", real)
     monkeypatch.setattr(engine, "_COMPILED", False)
     assert report() == compiled
-    assert type(JoinShortestQueue()) is JoinShortestQueue     # the default dispatch, which the compiled loop serves
