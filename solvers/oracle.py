@@ -50,11 +50,13 @@ def _best_choice_per_segment(problem: FleetProblem) -> dict[tuple[int, int], tup
 def segment_graph(problem: FleetProblem, commodity: int = 0) -> nx.DiGraph:
     """The layered boundary DAG, from ``(source, 0)`` to ``"end"`` for one commodity (its source and sink;
     another commodity's edges lie on nodes the source does not reach). Edge attributes: ``objective``, ``gpus``,
-    ``pools`` (1) and ``choice``."""
+    ``pools`` (1) and ``choice``. Edges are added in the order of their segments' nodes, so the graph (and the
+    path a search picks among equal ones) depends on each segment's best choice alone, not on which other choices
+    the candidates hold or in what order."""
     assert problem.sinks is not None   # filled by __post_init__
     g = nx.DiGraph()
     last = problem.sinks[commodity]
-    for (i, j), (w, gpus, c) in _best_choice_per_segment(problem).items():
+    for (i, j), (w, gpus, c) in sorted(_best_choice_per_segment(problem).items()):
         for h in range(problem.max_pools):
             g.add_edge((i, h), (j, h + 1), objective=w, gpus=float(gpus), pools=1.0, choice=c)
     for h in range(1, problem.max_pools + 1):
@@ -141,7 +143,7 @@ def _coupled_by_pool_count(problem: FleetProblem) -> tuple[float, tuple[int, ...
     by fewest GPUs, then fewest pools :math:`H`: the MIP's tie-break."""
     assert problem.pool_from_node is not None and problem.pool_to_node is not None   # filled by __post_init__
     edges: dict[int, list] = {}
-    for (i, j), (w, gpus, c) in _best_choice_per_segment(problem).items():
+    for (i, j), (w, gpus, c) in sorted(_best_choice_per_segment(problem).items()):   # as segment_graph
         edges.setdefault(i, []).append((j, w, gpus, c))
     total: dict[int, _Best] = {0: (0.0, 0, ())}
     for k in range(problem.n_commodities):
