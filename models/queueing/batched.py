@@ -84,7 +84,8 @@ from fleetopt.models.units import P99_TAIL
 __all__ = ["CONTEXT_NODES", "BatchedTraffic", "OperatingPoint", "operating_point", "occupancy_dispersion",
            "cluster_size", "batched_miss_grid",
            "waited_exceed_prob", "batched_miss_prob", "batched_miss_function", "batched_ttft_p99_s",
-           "batched_min_replicas", "batched_carries", "prefill_limit_s", "departure_dispersion",
+           "batched_min_replicas", "batched_utilization_floor", "batched_carries", "prefill_limit_s",
+           "departure_dispersion",
            "mean_prefill_s", "mean_power_w", "mean_activity_power_w", "prefill_lumps", "coarrival_exceed_prob",
            "own_prefill_context"]
 
@@ -1154,11 +1155,14 @@ def mean_power_w(power_w, op: OperatingPoint, cap) -> np.ndarray:
             pmf = np.exp(special.xlogy(b[None, :], ms) - ms - special.gammaln(b + 1.0)[None, :])
         pmf = np.where(b[None, :] < ns[:, None], pmf, 0.0)
         rest = np.maximum(1.0 - pmf.sum(axis=1), 0.0)
-        out[small] = pmf @ np.asarray(power_w(b), dtype=float) + rest * np.asarray(power_w(ns), dtype=float)
+        # row by row (a sum along each row, not a matrix product: BLAS sums a row in an order that depends on how
+        # many rows it is given), so a pool's power is the same whichever pools are evaluated with it
+        out[small] = np.sum(pmf * np.asarray(power_w(b), dtype=float), axis=1) + rest * np.asarray(power_w(ns),
+                                                                                                   dtype=float)
     if np.any(~small):
         ml, nl = m[~small][:, None], n[~small][:, None]
         b = np.clip(ml + np.sqrt(ml) * _GH_X[None, :], 0.0, nl)
-        out[~small] = np.asarray(power_w(b), dtype=float) @ _GH_W
+        out[~small] = np.sum(np.asarray(power_w(b), dtype=float) * _GH_W, axis=1)
     return out
 
 
@@ -1281,6 +1285,19 @@ def _next_count(lo, hi, n1, g1, n2, g2, w1, w3, step, hinted) -> tuple[np.ndarra
     return np.maximum(out, 1.0), stalled & np.isfinite(hi)
 
 
+def batched_utilization_floor(traffic: BatchedTraffic, rho_max: float = 0.85, min_count: int = 1) -> np.ndarray:
+    """The utilisation floor :math:`N_0 = \\max(\\lceil \\lambda (E[Y] + E[I] W / n) / \\rho_{max} \\rceil, N_{min})`
+    per pool (a pool without slots counts one per replica): the count :func:`batched_min_replicas` searches from,
+    so a lower bound on every count it returns (``tests/test_batched.py`` checks both).
+    """
+    lam = traffic.arrival_rate
+    cap = np.where(traffic.cap < 1, 1.0, traffic.cap)
+    with np.errstate(invalid="ignore"):
+        N0 = np.ceil((lam * traffic.mean_work + lam * traffic.mean_iterations * traffic.W_s / cap)
+                     / rho_max * (1 - 1e-12))
+    return np.maximum(np.nan_to_num(N0, nan=1.0), min_count)
+
+
 def batched_min_replicas(traffic: BatchedTraffic, slo_s, rho_max: float = 0.85, min_count: int = 1,
                          at_least=None) -> Sizing:
     """Smallest replica count meeting the P99-TTFT SLO with the full-batch load :math:`\\rho_f \\le \\rho_{max}`.
@@ -1320,11 +1337,7 @@ def batched_min_replicas(traffic: BatchedTraffic, slo_s, rho_max: float = 0.85, 
     idle = lam <= 0
     no_slots = traffic.cap < 1
     cap = np.where(no_slots, 1.0, traffic.cap)
-    with np.errstate(invalid="ignore"):
-        N0 = np.ceil((lam * traffic.mean_work + lam * traffic.mean_iterations * traffic.W_s / cap)
-                     / rho_max * (1 - 1e-12))
-    N0 = np.maximum(np.nan_to_num(N0, nan=1.0), min_count)
-    N_rho = N0
+    N0 = N_rho = batched_utilization_floor(traffic, rho_max, min_count)
     if at_least is not None:
         N0 = np.maximum(N0, np.minimum(np.asarray(at_least, dtype=float), _MAX_REPLICAS))
     limit = np.sum(np.where(prefill_limit_s(traffic) > slo[:, None], traffic.chunk_probs, 0.0), axis=1)

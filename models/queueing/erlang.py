@@ -55,8 +55,8 @@ from fleetopt.models.units import P99, P99_TAIL
 
 __all__ = [
     "erlang_c", "wait_decay_rate", "wait_exceed_prob", "wait_p99_from_tail_s", "wait_p99_s", "ttft_exceed_prob",
-    "ttft_miss_prob", "ttft_p99_s", "prefill_p99_s", "min_replicas", "max_load_erlangs", "miss_coefficients",
-    "Sizing", "TTFT_MODELS",
+    "ttft_miss_prob", "ttft_p99_s", "prefill_p99_s", "min_replicas", "utilization_floor", "max_load_erlangs",
+    "miss_coefficients", "Sizing", "TTFT_MODELS",
 ]
 
 TTFT_MODELS = ("tail", "mean-prefill")
@@ -340,6 +340,21 @@ def _slo_ok(N, lam, es, cv2, n, slo_s, tau, probs, mean_pf, model):
                         <= P99_TAIL * (1 + 1e-12))
 
 
+def utilization_floor(arrival_rate, mean_service_s, slots_per_replica, rho_max: float = 0.85,
+                      min_count: int = 1) -> np.ndarray:
+    """The utilisation floor :math:`N_\\rho = \\max(\\lceil \\lambda E[S] / (n \\rho_{max}) \\rceil, N_{min})`
+    (array-aware; a pool without slots counts one per replica): the count :func:`min_replicas` searches from,
+    so a lower bound on every count it returns.
+
+    >>> utilization_floor([10.0, 0.0], [1.7, 1.0], 4, 0.85).tolist()
+    [5.0, 1.0]
+    """
+    lam = np.atleast_1d(np.asarray(arrival_rate, dtype=float))
+    a = lam * np.nan_to_num(np.asarray(mean_service_s, dtype=float), nan=0.0)
+    n = np.broadcast_to(np.asarray(slots_per_replica, dtype=float), lam.shape)
+    return np.maximum(np.ceil(a / (np.where(n < 1, 1.0, n) * rho_max) * (1 - 1e-12)), min_count)
+
+
 def min_replicas(arrival_rate, mean_service_s, cv2, slots_per_replica, slo_s, prefill_times_s, prefill_probs,
                  mean_prefill_s, rho_max: float = 0.85, model: str = "tail", min_count: int = 1) -> Sizing:
     """Smallest replica count meeting the P99-TTFT SLO and utilisation :math:`\\rho \\le \\rho_{max}`.
@@ -368,9 +383,8 @@ def min_replicas(arrival_rate, mean_service_s, cv2, slots_per_replica, slo_s, pr
     mean_pf = np.broadcast_to(np.nan_to_num(np.asarray(mean_prefill_s, dtype=float), nan=0.0), lam.shape)
     idle = lam <= 0
     no_slots = n < 1
-    a = lam * es
     n_safe = np.where(no_slots, 1.0, n)
-    N_rho = np.maximum(np.ceil(a / (n_safe * rho_max) * (1 - 1e-12)), min_count)
+    N_rho = utilization_floor(lam, es, n, rho_max, min_count)
     # feasibility at N -> infinity: C -> 0, so only prefill remains
     if model == "mean-prefill":
         limit_ok = mean_pf <= slo * (1 + 1e-12)

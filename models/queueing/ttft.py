@@ -22,10 +22,12 @@ from typing import Protocol, runtime_checkable
 import numpy as np
 
 from fleetopt.models.queueing.batched import (BatchedTraffic, batched_carries, batched_min_replicas,
-                                              batched_miss_function, batched_miss_prob, batched_ttft_p99_s,
+                                              batched_utilization_floor, batched_miss_function, batched_miss_prob,
+                                              batched_ttft_p99_s,
                                               mean_activity_power_w, mean_power_w, operating_point, prefill_limit_s)
 from fleetopt.models.power import ActivityPower
-from fleetopt.models.queueing.erlang import Sizing, min_replicas, prefill_p99_s, ttft_miss_prob, ttft_p99_s
+from fleetopt.models.queueing.erlang import (Sizing, min_replicas, prefill_p99_s, ttft_miss_prob, ttft_p99_s,
+                                             utilization_floor)
 from fleetopt.models.service import decode_power_curve
 from fleetopt.models.units import MS_PER_S
 
@@ -59,6 +61,11 @@ class TTFTModel(Protocol):
     def min_replicas(self, traffic, slo_s, rho_max: float, at_least=None) -> Sizing:
         """Least replica counts meeting the P99 target ``slo_s`` under the utilisation cap ``rho_max`` (a pool
         without traffic needs one)."""
+        ...
+
+    def count_floor(self, traffic, rho_max: float) -> np.ndarray:
+        """The utilisation floor of each pool: the count :meth:`min_replicas` searches from, so a lower bound on
+        its least count (a pool without traffic: one). Closed-form: no miss probability is evaluated."""
         ...
 
     def carries(self, traffic, replicas, slo_s, rho_max: float) -> np.ndarray:
@@ -181,6 +188,10 @@ class SlotModel:
         t = traffic
         return min_replicas(t.arrival_rate, t.mean_service_s, t.cv2_service, t.n_slots, slo_s, t.prefill_times_s,
                             t.prefill_probs, t.mean_prefill_s, rho_max, self.name)
+
+    def count_floor(self, traffic: SlotTraffic, rho_max: float) -> np.ndarray:
+        """:math:`N_\\rho` (:func:`fleetopt.models.queueing.erlang.utilization_floor`)."""
+        return utilization_floor(traffic.arrival_rate, traffic.mean_service_s, traffic.n_slots, rho_max)
 
     def carries(self, traffic: SlotTraffic, replicas, slo_s, rho_max: float) -> np.ndarray:
         z = self.min_replicas(traffic, slo_s, rho_max)
@@ -305,6 +316,10 @@ class BatchedModel:
 
     def min_replicas(self, traffic: BatchedTraffic, slo_s, rho_max: float, at_least=None) -> Sizing:
         return batched_min_replicas(traffic, slo_s, rho_max, at_least=at_least)
+
+    def count_floor(self, traffic: BatchedTraffic, rho_max: float) -> np.ndarray:
+        """:math:`N_0` (:func:`fleetopt.models.queueing.batched.batched_utilization_floor`)."""
+        return batched_utilization_floor(traffic, rho_max)
 
     def carries(self, traffic: BatchedTraffic, replicas, slo_s, rho_max: float) -> np.ndarray:
         return batched_carries(traffic, replicas, slo_s, rho_max)
