@@ -55,7 +55,7 @@ def _present(data, loc: tuple) -> tuple:
     return tuple(out)
 
 
-EARLIER_VERSIONS = ("2.0", "2.1", "2.2", "2.3")
+EARLIER_VERSIONS = ("2.0", "2.1", "2.2", "2.3", "2.4")
 """``schema_version`` values of earlier contracts whose documents may lack keys the current one added: the page
 renders what they hold (:func:`detect_kind`'s checks name the keys it cannot do without)."""
 

@@ -53,7 +53,7 @@ __all__ = ["SCHEMA_VERSION", "Document", "PoolAnalytic", "PoolSimulated", "Fleet
            "top_level_fields", "build", "InstanceSummary", "pool_identity", "physical_gpus",
            "usd_per_million_output_tokens", "SECONDS_PER_HOUR", "TOKENS_PER_MILLION", "fleet_output_tok_per_s"]
 
-SCHEMA_VERSION = "2.4"
+SCHEMA_VERSION = "2.5"
 """Version of the JSON contract (``docs/json.md`` has the changelog). 1.0: the documents before this contract
 (the workflow commands wrote ``schema_version: 1``, the others none); 2.0: the envelope on every document,
 ``evaluate``'s ``fleets`` list, and the ``analytic`` / ``simulated`` sub-objects; 2.1: what a replica is
@@ -142,7 +142,7 @@ class _Open(BaseModel):
 class Document(_Open):
     """The envelope every ``--json`` document carries."""
 
-    schema_version: Literal["2.4"] = Field(description="Version of this contract")
+    schema_version: Literal["2.5"] = Field(description="Version of this contract")
     command: str = Field(description="The document's kind: the command (and variant) that wrote it")
     instance: str | None = Field(description="The instance's name; null for a command without an instance")
 
@@ -683,6 +683,10 @@ class _Candidates(_Open):
     generated: int = Field(description="candidate pools (segment x GPU option) generated")
     feasible: int = Field(description="those a replica count makes meet the SLO")
     after_pruning: int = Field(description="those left after dominated ones are pruned")
+    left_unsized: int = Field(description="candidates never sized because a feasible candidate of the same segment "
+                                          "costs less than their utilisation floor: no least-cost plan uses them "
+                                          "(a solve for one least-cost plan with no limit coupling the pools); "
+                                          "counted in generated, in neither feasible nor dropped_total")
     dropped_total: int = Field(description="candidates dropped: no replica count makes them meet the SLO")
     dropped: list[str] = Field(description=f"the reasons of representative dropped candidates (at most "
                                            f"{DROPPED_LINES}, the most frequent reason of each option first)")

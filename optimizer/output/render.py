@@ -506,6 +506,11 @@ def dropped_lines(reasons) -> list[str]:
     return lines
 
 
+def _unsized_note(report) -> str:
+    n = report.candidates_left_unsized
+    return f" ({n} unsized: a cheaper feasible one serves their segment)" if n else ""
+
+
 def render_solve(c: Console, report, verification=None, *, verbose: bool = False, json_path: str | None = None,
                  answer: bool = True) -> None:
     """Print a solve (and its verification): each plan's table and notes, the baseline, the verification, and
@@ -516,7 +521,7 @@ def render_solve(c: Console, report, verification=None, *, verbose: bool = False
     gap = "-" if report.mip_gap is None else f"{report.mip_gap:.2%}"
     c.print(f"[bold]{inst.name}[/bold]: {report.status} ({report.method}, {report.solver}; gap {gap}; "
             f"{report.solve_seconds:.2f} s; candidates {report.candidates_generated} -> feasible "
-            f"{report.candidates_feasible} -> after pruning {report.candidates_after_pruning})")
+            f"{report.candidates_feasible}{_unsized_note(report)} -> after pruning {report.candidates_after_pruning})")
     if verbose:
         for line in dropped_lines(report.dropped_reasons):
             c.print(line, markup=False)

@@ -15,7 +15,10 @@ Each candidate offers one or more *replica choices* :math:`c`:
 Counts are inflated to :math:`\\lceil N / A_g \\rceil` for availability
 :math:`A_g` (the SLO then holds while a share :math:`1 - A_g` of replicas is
 down). Candidates that cannot meet the SLO at any count are dropped with their
-reason; dominated choices are pruned (:func:`prune_dominated`).
+reason; dominated choices are pruned (:func:`prune_dominated`). A solve for one
+least-cost plan with nothing coupling its pools sizes only the candidates whose
+cost floor does not exceed a feasible candidate's of the same segment
+(:func:`_size_bounded`).
 """
 
 from __future__ import annotations
@@ -37,8 +40,8 @@ from fleetopt.models.units import MS_PER_S, P99_TAIL
 from fleetopt.optimizer.io.instance import Instance
 
 __all__ = ["Candidates", "Deadline", "Dropped", "WindowCut", "SizingCache", "TighteningCandidates",
-           "generate_candidates", "prune_dominated", "restrict", "least_counts", "batch_caps", "pool_counts",
-           "fleet_counts"]
+           "generate_candidates", "bounded_sizing_applies", "prune_dominated", "restrict", "least_counts",
+           "batch_caps", "pool_counts", "fleet_counts"]
 
 MAX_EXTRA_COUNTS = 64
 """Fleet scope: at most this many replica counts above the utilisation floor per candidate."""
@@ -146,6 +149,9 @@ class Candidates:
     """GPU options left unsized because the solve's :class:`Deadline` passed while candidates were built (empty:
     every option was sized). Non-empty: the candidates are a subset, so a plan among them is not proven optimal
     and infeasibility among them proves nothing."""
+    left_unsized: int = 0
+    """Candidate rows (segment x GPU option) never sized because a feasible candidate of the same segment costs less
+    than their utilisation floor could (``generate_candidates(..., bounded=True)``): no least-cost plan uses them."""
 
     def __post_init__(self) -> None:
         set_ = object.__setattr__
@@ -215,12 +221,12 @@ class Candidates:
         return Candidates(boundaries=self.boundaries, gpu_names=self.gpu_names,
                           choice_pool=renumber[self.choice_pool[keep]],
                           dropped=self.dropped, generated=self.generated, gammas=self.gammas,
-                          unsized_gpus=self.unsized_gpus, **pool_fields,
+                          unsized_gpus=self.unsized_gpus, left_unsized=self.left_unsized, **pool_fields,
                           **choice_fields)
 
 
 def generate_candidates(instance: Instance, deadline: Deadline | None = None,
-                        cache: SizingCache | None = None) -> Candidates:
+                        cache: SizingCache | None = None, *, bounded: bool = False) -> Candidates:
     """Size every (segment, GPU option, compression states, batch cap) candidate of the instance.
 
     With a ``deadline``, it is checked before each GPU option is sized; once it has passed, the remaining
@@ -228,6 +234,11 @@ def generate_candidates(instance: Instance, deadline: Deadline | None = None,
     sized only). With a ``cache`` (:class:`SizingCache`), what does not depend on the TTFT SLO is computed once
     across calls, and each count search starts at the count of the nearest looser SLO sized before; the
     candidates are the same as without it.
+
+    ``bounded`` (for a caller that wants the cheapest plan and nothing else: :func:`bounded_sizing_applies`; not
+    with a deadline or a cache): candidates that cost more than another of their segment are left unsized
+    (:func:`_size_bounded`, counted in ``Candidates.left_unsized``); every candidate sized has the columns the full
+    sizing gives it.
     """
     if cache is not None:
         cache.check(instance)
@@ -241,7 +252,11 @@ def generate_candidates(instance: Instance, deadline: Deadline | None = None,
     aggregated = instance.pools.disaggregation != "only"
     options = list(enumerate(instance.gpus)) if aggregated else []
     workers = _sizing_workers(len(options), len(rows[0])) if cache is None and deadline is None else 1
-    if workers > 1:
+    left_unsized = 0
+    if bounded and cache is None and deadline is None and len(options) > 1:
+        left_unsized = _size_bounded(instance, options, b, rows, gammas, grid, pools, choices, dropped)
+        options = []
+    elif workers > 1:
         _size_forked(instance, options, b, rows, gammas, grid, workers, pools, choices, dropped)
         options = []
     raws: dict[int, object] = {}  # chunk tokens -> raw sums of every row (_traffic)
@@ -261,10 +276,12 @@ def generate_candidates(instance: Instance, deadline: Deadline | None = None,
                 del raws[chunk]
             if cache is not None:
                 cache.inputs[g_idx] = inputs
+        dropped.extend(_slow_dropped(instance, opt, inputs, b, rows))
         _size_option(instance, g_idx, opt, inputs, b, rows, pools, choices, dropped, cache)
     empty = np.zeros(0)  # no option sized (the deadline passed first), or none with a feasible candidate
     P = {k: empty for k in ("i", "j", "gpu", "arrival_rate", "output_tok_per_s", "state_in", "state_out", "cap",
                             "load_erlangs", "min_replicas")} | pools.arrays()
+    P.pop("row", None)  # the sizing's own bookkeeping (_pool_columns)
     C = {k: empty for k in ("pool", "replicas", "gpus", "cost", "power", "miss")} | choices.arrays()
     generated = len(rows[0]) * (len(instance.gpus) - len(unsized)) if aggregated else 0
     P["decode_gpu"], P["decode_cap"] = np.full(len(P["i"]), -1), np.zeros(len(P["i"]))
@@ -293,7 +310,8 @@ def generate_candidates(instance: Instance, deadline: Deadline | None = None,
                       min_replicas_analytic=P["min_replicas"].astype(np.int64), gammas=gammas,
                       decode_gpu=P["decode_gpu"].astype(np.int64), decode_cap=P["decode_cap"].astype(np.int64),
                       choice_decode_replicas=C["decode_replicas"].astype(np.int64),
-                      choice_decode_gpus=C["decode_gpus"].astype(np.int64), unsized_gpus=tuple(unsized))
+                      choice_decode_gpus=C["decode_gpus"].astype(np.int64), unsized_gpus=tuple(unsized),
+                      left_unsized=left_unsized)
 
 
 MIN_FORKED_ROWS = 2_000
@@ -336,9 +354,10 @@ def _size_forked(instance: Instance, options, b, rows, gammas, grid, workers: in
 
     def size(item):
         g_idx, opt = item
-        p, c, d = _Columns(), _Columns(), []
-        _size_option(instance, g_idx, opt, _option_inputs(instance, opt, raws[opt.profile.chunk_tokens], b, rows),
-                     b, rows, p, c, d)
+        p, c = _Columns(), _Columns()
+        inputs = _option_inputs(instance, opt, raws[opt.profile.chunk_tokens], b, rows)
+        d = _slow_dropped(instance, opt, inputs, b, rows)
+        _size_option(instance, g_idx, opt, inputs, b, rows, p, c, d)
         return p.arrays(), c.arrays(), [replace(x, why=x.reason) for x in d]
 
     for p, c, d in ordered_map(size, options, workers):
@@ -348,6 +367,118 @@ def _size_forked(instance: Instance, options, b, rows, gammas, grid, workers: in
         if c:
             choices.add(**(c | {"pool": first + c["pool"]}))
         dropped.extend(d)
+
+
+def bounded_sizing_applies(instance: Instance, top: int = 1, method: str = "auto") -> bool:
+    """Whether a solve of ``instance`` may leave costlier candidates unsized (:func:`_size_bounded`): it wants one
+    plan (``top`` 1) of least cost under the pool-scope SLO, by the graph oracle (``method`` auto or oracle), and
+    no limit couples the pools (no inventory, pool-count, GPU, budget or power limit: the oracle's condition,
+    :attr:`fleetopt.solvers.problem.FleetProblem.separable`). Then a candidate that costs more than another of its
+    segment is in no optimal plan: swapping it for the cheaper one keeps the plan valid and lowers its cost."""
+    c = instance.constraints
+    return (top == 1 and method in ("auto", "oracle") and instance.objective == "cost"
+            and instance.slo.scope == "pool" and instance.semantic is None and instance.pools.routing != "split"
+            and c.max_total_gpus is None and c.max_cost_per_hr is None and c.max_power_kw is None
+            and all(g.max_count is None and not g.min_count and g.max_pools is None and not g.min_pools
+                    for g in instance.gpu_inventories()))
+
+
+def _floor_costs(instance: Instance, opt, raw, b, rows) -> np.ndarray:
+    """Per row of ``rows``: the least $/hr any candidate of the row on ``opt`` can cost, its deployed
+    utilisation floor (:meth:`fleetopt.models.queueing.ttft.TTFTModel.count_floor`, every batch cap's, the least);
+    inf for a row without a candidate. Closed form on the segment statistics, without the spectra the miss
+    probabilities read."""
+    from fleetopt.models.segments import stats_from_raw
+
+    ii, jj = rows[0], rows[1]
+    idx, caps, _ = batch_caps(instance, opt.profile, b[jj])
+    s = stats_from_raw(replace(raw, spectra=None).take(idx), b[ii[idx]], b[jj[idx]], opt.profile, n_slots=caps)
+    model = ttft_model(instance.slo.ttft_model)
+    floor = model.count_floor(model.traffic(s, instance.workload.arrival_rate_req_per_s * s.rate_share),
+                              instance.constraints.max_utilization)
+    out = np.full(len(ii), np.inf)
+    np.minimum.at(out, idx, _cost_per_hr(opt, inflate_for_availability(floor, opt.availability)))
+    return out
+
+
+def _size_bounded(instance: Instance, options, b, rows, gammas, grid, pools: _Columns, choices: _Columns,
+                  dropped: list) -> int:
+    r"""Size only the candidates a cheapest plan may use, in two rounds; returns how many rows were left unsized.
+
+    Each row (a segment :math:`(i, j)` with its compression states) is served by one candidate per GPU option
+    :math:`g` (several with batch caps); its cost is at least the floor :math:`f_g`, the deployed utilisation
+    floor's $/hr (:func:`_floor_costs`: the count search starts there). Round one sizes, per row, the option of the
+    least floor (the lowest index among equal ones); round two every other option whose floor is not above the
+    cost :math:`c^*` round one found,
+
+    .. math:: \text{sized} = \{g^*\} \cup \{g : f_g \le c^*\}, \qquad g^* = \arg\min_g f_g
+
+    (every option when round one's candidate is infeasible: :math:`c^* = \infty`). An option left out costs at
+    least :math:`f_g > c^*`: strictly more than a feasible candidate of the same row, so under
+    :func:`bounded_sizing_applies` no optimal plan uses it. Each round sizes the options on forked workers as
+    :func:`_size_forked` does; an option's candidates come back in its row order, the columns of each the same
+    as the full sizing's (each candidate's sizing reads its own row only: ``tests/test_bounded_sizing.py``).
+    """
+    from fleetopt.optimizer.forked import ordered_map
+
+    raws = {chunk: _chunk_traffic(instance, b, gammas, grid, rows, chunk)
+            for chunk in dict.fromkeys(opt.profile.chunk_tokens for _, opt in options)}
+    floors = np.stack([_floor_costs(instance, opt, raws[opt.profile.chunk_tokens], b, rows) for _, opt in options])
+    has = np.isfinite(floors)
+    anchor = np.argmin(floors, axis=0)                       # the first of the least floors
+    first = has & (np.arange(len(options))[:, None] == anchor[None, :])
+
+    def run(masks, report_slow: bool):
+        items = [(k, m) for k, m in enumerate(masks) if m.any() or report_slow]
+        workers = _sizing_workers(len(items), -(-int(sum(m.sum() for _, m in items)) // max(len(items), 1)))
+
+        def size(item):
+            k, mask = item
+            g_idx, opt = options[k]
+            p, c = _Columns(), _Columns()
+            inputs = _option_inputs(instance, opt, raws[opt.profile.chunk_tokens], b, rows, mask)
+            slow = _slow_dropped(instance, opt, inputs, b, rows) if report_slow else []
+            d: list[Dropped] = []
+            _size_option(instance, g_idx, opt, inputs, b, rows, p, c, d)
+            if workers > 1:     # reasons written here: the parent cannot call back into a worker
+                d = [replace(x, why=x.reason) for x in d]
+            return k, p.arrays(), c.arrays(), slow, d
+
+        return {k: (p, c, slow, d) for k, p, c, slow, d in ordered_map(size, items, workers)}
+
+    one = run(first, True)
+    best = np.full(len(rows[0]), np.inf)                    # c*: round one's cost per row
+    for p, c, _, _ in one.values():
+        if len(c.get("pool", ())):
+            np.minimum.at(best, p["row"][c["pool"].astype(np.int64)], c["cost"])
+    second = has & ~first & (floors <= best[None, :])
+    two = run(second, False)
+    empty: tuple = ({}, {}, [], [])
+    for k in range(len(options)):
+        _merge_rounds(one.get(k, empty), two.get(k, empty), pools, choices, dropped)
+    return int((has & ~first & ~second).sum())
+
+
+def _merge_rounds(a, b, pools: _Columns, choices: _Columns, dropped: list) -> None:
+    """One option's candidates of two rounds ``(pools, choices, slow rows, dropped)`` appended in row (then batch
+    cap) order with their choices (``pool`` renumbered), and its dropped candidates as one sizing of the option
+    lists them: the rows too slow for the TPOT SLO, then the others in segment order."""
+    parts = [x for x in (a, b) if x[0] and len(x[0]["row"])]
+    if parts:
+        P = {k: np.concatenate([x[0][k] for x in parts]) for k in parts[0][0]}
+        C = {k: np.concatenate([x[1][k] for x in parts]) for k in parts[0][1]}
+        if len(parts) == 2:
+            C["pool"] = C["pool"] + np.r_[np.zeros(len(parts[0][1]["pool"])), np.full(len(parts[1][1]["pool"]),
+                                                                                       len(parts[0][0]["row"]))]
+        order = np.lexsort((P["cap"], P["row"]))
+        at = np.empty(len(order), dtype=np.int64)
+        at[order] = np.arange(len(order))
+        C["pool"] = at[C["pool"].astype(np.int64)]
+        by = np.argsort(C["pool"], kind="stable")
+        first = len(pools)
+        pools.add(**{k: v[order] for k, v in P.items()})
+        choices.add(**({k: v[by] for k, v in C.items()} | {"pool": first + C["pool"][by]}))
+    dropped.extend(list(a[2]) + sorted(list(a[3]) + list(b[3]), key=lambda d: (d.lo_tokens, d.hi_tokens)))
 
 
 class SizingCache:
@@ -562,29 +693,40 @@ def _traffic(instance: Instance, basis, grid: np.ndarray, b: np.ndarray, gammas,
     return raw
 
 
-def _option_inputs(instance: Instance, opt, raw, b, rows) -> tuple:
+def _option_inputs(instance: Instance, opt, raw, b, rows, keep_rows: np.ndarray | None = None) -> tuple:
     """What sizing one GPU option's candidates reads that no TTFT SLO changes: rows and batch caps, the rows too
     slow for the TPOT SLO, segment statistics, arrival rates, the TTFT model's view of the traffic and the model
-    (:class:`fleetopt.models.queueing.ttft.TTFTModel`)."""
+    (:class:`fleetopt.models.queueing.ttft.TTFTModel`). ``keep_rows`` (a mask over ``rows``): only the
+    candidates of those rows (every statistic is a function of its own row: the same values as in the whole)."""
     from fleetopt.models.segments import stats_from_raw
 
     ii, jj = rows[0], rows[1]
     prof = opt.profile
     idx, caps, slow = batch_caps(instance, prof, b[jj])
+    if keep_rows is not None:
+        at = keep_rows[idx]
+        idx, caps = idx[at], caps[at]
     s = stats_from_raw(raw.take(idx), b[ii[idx]], b[jj[idx]], prof, n_slots=caps)
     lam = instance.workload.arrival_rate_req_per_s * s.rate_share
     model = ttft_model(instance.slo.ttft_model)
     return idx, caps, slow, s, lam, model.traffic(s, lam), model
 
 
+def _slow_dropped(instance: Instance, opt, inputs, b, rows) -> list[Dropped]:
+    """The rows of ``opt`` whose smallest batch already breaks the TPOT SLO (they have no candidate), as dropped
+    candidates (the uncompressed segments only: the compressed variants say nothing new)."""
+    ii, jj, sin, sout = rows
+    slow = inputs[2]
+    return [Dropped(int(b[ii[k]]), int(b[jj[k]]), opt.name, _tpot_reason(instance, opt.profile, b[jj[k]]))
+            for k in np.flatnonzero(slow & (sin == 0) & (sout == 0))]
+
+
 def _size_option(instance: Instance, g_idx: int, opt, inputs, b, rows, pools, choices, dropped,
                  cache: SizingCache | None = None) -> None:
-    """Sizing and replica choices of one GPU option's candidates (appended to the columns)."""
+    """Sizing and replica choices of one GPU option's candidates (appended to the columns; the candidates no
+    count serves to ``dropped``, the rows too slow for a TPOT SLO left to :func:`_slow_dropped`)."""
     ii, jj, sin, sout = rows
-    prof = opt.profile
     idx, caps, slow, s, lam, traffic, model = inputs
-    for k in np.flatnonzero(slow & (sin == 0) & (sout == 0)):
-        dropped.append(Dropped(int(b[ii[k]]), int(b[jj[k]]), opt.name, _tpot_reason(instance, prof, b[jj[k]])))
     if instance.slo.scope == "fleet":
         counts, ok, reasons = fleet_counts(instance, s, lam)
     else:
@@ -616,7 +758,7 @@ def _pool_columns(g_idx: int, inputs, rows, keep: np.ndarray, least_n: np.ndarra
     return dict(i=ii[idx[keep]], j=jj[idx[keep]], gpu=np.full(len(keep), g_idx), arrival_rate=lam[keep],
                 output_tok_per_s=lam[keep] * np.nan_to_num(s.mean_output_tokens[keep]),
                 state_in=sin[idx[keep]], state_out=sout[idx[keep]], cap=caps[keep], load_erlangs=load,
-                min_replicas=np.asarray(least_n, dtype=np.int64))
+                min_replicas=np.asarray(least_n, dtype=np.int64), row=idx[keep])
 
 
 def _choice_columns(opt, inputs, row: np.ndarray, counts: np.ndarray, miss: np.ndarray) -> dict:
@@ -626,8 +768,13 @@ def _choice_columns(opt, inputs, row: np.ndarray, counts: np.ndarray, miss: np.n
     _, _, _, s, lam, traffic, model = inputs
     n = inflate_for_availability(np.asarray(counts), opt.availability)
     power = model.power_w(prof, traffic.take(row), n)
-    return dict(replicas=n, gpus=n * prof.gpus_per_replica, cost=n * prof.cost_usd_per_hr, power=power,
+    return dict(replicas=n, gpus=n * prof.gpus_per_replica, cost=_cost_per_hr(opt, n), power=power,
                 miss=lam[row] * miss)
+
+
+def _cost_per_hr(opt, deployed) -> np.ndarray:
+    """$/hr of ``deployed`` replicas of ``opt`` (after availability inflation)."""
+    return np.asarray(deployed) * opt.profile.cost_usd_per_hr
 
 
 CAP_LEVELS = (1.0, 0.5, 0.25)

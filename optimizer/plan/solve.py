@@ -28,8 +28,8 @@ from fleetopt.solvers.outcome import Termination
 from fleetopt.solvers.problem import FleetProblem, GpuUse
 from fleetopt.solvers.result import Solution, SolveResult
 
-from fleetopt.optimizer.plan.candidates import (Candidates, Deadline, WindowCut, generate_candidates, prune_dominated,
-                                                restrict)
+from fleetopt.optimizer.plan.candidates import (Candidates, Deadline, WindowCut, bounded_sizing_applies,
+                                                generate_candidates, prune_dominated, restrict)
 from fleetopt.optimizer.plan.evaluate import baseline, evaluate_plans
 from fleetopt.optimizer.errors import (InfeasibleError, InstanceError, SolveInterruptedError, SolverError,
                                        SolverLimitError)
@@ -214,6 +214,10 @@ class SolveReport:
     """Split routing: largest over-estimate of one pool's power in the MIP (reported plans are re-evaluated)."""
     lp_bound: float | None = None
     """Objective of the MIP's LP relaxation (the root bound before cuts); None when the oracle solved it."""
+    candidates_left_unsized: int = 0
+    """Candidates never sized: a feasible one of the same segment costs less than their utilisation floor
+    (:func:`fleetopt.optimizer.plan.candidates.bounded_sizing_applies`); counted in ``candidates_generated``, in
+    neither ``candidates_feasible`` nor the dropped ones."""
 
     @property
     def best(self) -> Plan | None:
@@ -359,11 +363,15 @@ def _solve_instance(instance: Instance, options: SolveOptions) -> SolveReport:
         return _solve_semantic(instance, options)
     t0 = time.perf_counter()
     deadline = Deadline.after(options.time_limit_s, options.clock)
-    allc = generate_candidates(instance, deadline)
+    # one least-cost plan with nothing coupling the pools: the costlier candidates of a segment need no sizing
+    bounded = deadline is None and not options.has_cuts and bounded_sizing_applies(instance, options.top,
+                                                                                    options.method)
+    allc = generate_candidates(instance, deadline, bounded=bounded)
     if options.has_cuts:
         allc = restrict(allc, instance, dict(options.min_replicas), set(options.forbidden), options.window_cuts)
     cands = _prune(instance, allc, options.top)
     problem = build_problem(instance, cands)
+    assert not bounded or problem.separable, "bounded sizing needs the oracle's problem (bounded_sizing_applies)"
     if options.method == "oracle" and not (problem.separable and options.top == 1):
         raise InstanceError("--method: the graph oracle solves only instances without inventory, budget, power "
                             "or GPU-count limits, with --top 1; use --method mip or auto")
@@ -405,7 +413,7 @@ def _solve_instance(instance: Instance, options: SolveOptions) -> SolveReport:
         mip_gap=None if cut else result.rel_gap, bound=None if cut else result.bound, solver=result.solver,
         candidates_generated=allc.generated, candidates_feasible=len(allc), candidates_after_pruning=len(cands),
         dropped_reasons=tuple(f"{d.lo_tokens:,}-{d.hi_tokens:,} on {d.gpu}: {d.reason}" for d in allc.dropped),
-        lp_bound=root,
+        lp_bound=root, candidates_left_unsized=allc.left_unsized,
     )
 
 

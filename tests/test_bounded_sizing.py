@@ -1,0 +1,192 @@
+"""Bounded candidate sizing (:func:`fleetopt.optimizer.plan.candidates._size_bounded`) against sizing every
+candidate.
+
+A solve that wants one least-cost plan, with no limit coupling its pools, sizes per segment the GPU option of the
+least utilisation floor, then only the options whose floor does not cost more than what that one found. Each
+check compares it with the full sizing, which is computed independently of the bound: the candidates it sizes
+carry the same columns bit for bit, every candidate it leaves out costs strictly more than a feasible candidate
+of its segment in the full sizing, and the solve returns the same plan.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from fleetopt.models.queueing import ttft
+from fleetopt.models.queueing.batched import BatchedTraffic, batched_min_replicas, batched_utilization_floor
+from fleetopt.models.queueing.erlang import min_replicas, utilization_floor
+from fleetopt.optimizer import api
+from fleetopt.optimizer.plan import candidates as cand
+from fleetopt.optimizer.cli import main
+from fleetopt.optimizer.plan import solve as solve_mod
+
+CASES = {
+    # two options of physical GPUs, one precision each
+    "quickstart": ("quickstart.yaml", ()),
+    # six computed configurations with a TPOT SLO: several batch caps per segment, rows too slow to serve
+    "tp-tpot": ("llama70b_tp.yaml", ("slo.tpot_p99_ms=60", "slo.ttft_p99_ms=600", "gpus.h100.max_count=null")),
+    # calibrated units under availability below one (the floor is inflated as the counts are)
+    "units-availability": ("ref_units_lmsys_a100_h100.yaml", ("gpus.a100.availability=0.9",)),
+    # compress-and-route: the compression states are part of a segment
+    "compression": ("quickstart.yaml", ("pools.compress={gammas: [1.5], success_probability: 0.8}",)),
+    # a slot TTFT model (its own floor)
+    "tail-model": ("ref_units_lmsys_a100_h100.yaml", ("slo.ttft_model=tail",)),
+}
+
+
+def _key(c: cand.Candidates, p: int) -> tuple:
+    return (int(c.i[p]), int(c.j[p]), int(c.state_in[p]), int(c.state_out[p]), int(c.gpu[p]), int(c.cap[p]))
+
+
+def _load(repo_root, case):
+    name, overrides = CASES[case]
+    return api.load(repo_root / "instances" / name, list(overrides))
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_bounded_sizing_sizes_a_subset_with_the_same_columns(case, repo_root):
+    inst = _load(repo_root, case)
+    full = cand.generate_candidates(inst)
+    part = cand.generate_candidates(inst, bounded=True)
+    where = {_key(full, p): p for p in range(len(full))}
+    at = np.array([where[_key(part, q)] for q in range(len(part))])     # KeyError: a pool the full sizing lacks
+    assert part.left_unsized > 0 and len(part) < len(full)
+    assert np.all(np.diff(at) > 0)                                      # in the full sizing's order
+    for f in ("arrival_rate", "output_tok_per_s", "load_erlangs", "min_replicas_analytic", "i", "j", "gpu"):
+        a, b = getattr(full, f)[at], getattr(part, f)
+        assert a.dtype == b.dtype and np.array_equal(a, b), f
+    assert np.all(np.diff(part.choice_pool) >= 0)
+    for q, p in enumerate(at):
+        mine, theirs = np.flatnonzero(part.choice_pool == q), np.flatnonzero(full.choice_pool == p)
+        for f in ("choice_replicas", "choice_gpus", "choice_cost_per_hr", "choice_power_w", "choice_miss_rate"):
+            assert np.array_equal(getattr(part, f)[mine], getattr(full, f)[theirs]), (f, q)
+    # the dropped candidates it sized, with their reasons, in the full sizing's order
+    listed = [(d.lo_tokens, d.hi_tokens, d.gpu, d.reason) for d in full.dropped]
+    rest = iter(listed)
+    assert all(d in rest for d in [(d.lo_tokens, d.hi_tokens, d.gpu, d.reason) for d in part.dropped])
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_every_unsized_candidate_costs_more_than_a_feasible_one_of_its_segment(case, repo_root):
+    """The safety of the bound, checked on the full sizing: a (segment, option) left unsized has no candidate
+    as cheap as the cheapest feasible candidate of its segment, so no least-cost plan uses it."""
+    inst = _load(repo_root, case)
+    full = cand.generate_candidates(inst)
+    part = cand.generate_candidates(inst, bounded=True)
+    seg = lambda c: c.from_node * (len(c.boundaries) * len(c.gammas) + 1) + c.to_node  # noqa: E731
+    cost_full = {}
+    for p, (s, g) in enumerate(zip(seg(full), full.gpu)):
+        cost = float(full.choice_cost_per_hr[full.choice_pool == p].min())
+        cost_full[int(s), int(g)] = min(cost, cost_full.get((int(s), int(g)), np.inf))
+    sized = set(zip(seg(part).tolist(), part.gpu.tolist()))
+    best = {}
+    for (s, _g), cost in cost_full.items():
+        best[s] = min(best.get(s, np.inf), cost)
+    unsized = [(s, g) for (s, g) in cost_full if (s, g) not in sized]
+    assert unsized
+    assert all(cost_full[s, g] > best[s] for s, g in unsized)
+    # and each segment keeps its cheapest candidate
+    assert all((s, g) in sized for (s, g), cost in cost_full.items() if cost == best[s])
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_bounded_solve_returns_the_plan_of_the_full_sizing(case, repo_root, monkeypatch):
+    inst = _load(repo_root, case)
+    assert cand.bounded_sizing_applies(inst)
+    solve_mod.clear_report_cache()
+    bounded = api.solve(inst)
+    solve_mod.clear_report_cache()
+    monkeypatch.setattr(solve_mod, "bounded_sizing_applies", lambda *a: False)
+    full = api.solve(inst)
+    solve_mod.clear_report_cache()
+    assert bounded.candidates_left_unsized > 0 and full.candidates_left_unsized == 0
+    assert bounded.best is not None and full.best is not None
+    assert bounded.best.objective == full.best.objective
+    rows = lambda r: [(p.min_tokens, p.max_tokens, p.gpu, p.replicas, p.max_num_seqs) for p in r.best.fleet.pools]  # noqa: E731
+    assert rows(bounded) == rows(full)
+    assert bounded.best.fleet.power_kw == full.best.fleet.power_kw
+    assert bounded.candidates_generated == full.candidates_generated
+
+
+def test_bounded_sizing_only_where_nothing_but_cost_decides(repo_root):
+    quick = api.load(repo_root / "instances" / "quickstart.yaml")
+    assert cand.bounded_sizing_applies(quick)
+    assert not cand.bounded_sizing_applies(quick, top=2)            # runners-up may use costlier pools
+    assert not cand.bounded_sizing_applies(quick, method="mip")
+    for override in ("constraints.max_power_kw=100", "constraints.max_cost_per_hr=1000",
+                     "constraints.max_total_gpus=100", "gpus.h100.max_count=64", "gpus.h100.min_pools=1",
+                     "objective=power", "slo.scope=fleet"):
+        assert not cand.bounded_sizing_applies(api.load(repo_root / "instances" / "quickstart.yaml", [override])), \
+            override
+    # the stress instance has a binding power cap and inventories: everything is sized
+    stress = api.load(repo_root / "instances" / "ref_units_stress_60x8.yaml")
+    assert not cand.bounded_sizing_applies(stress)
+
+
+def _solve_json(*args) -> dict:
+    res = CliRunner().invoke(main, ["solve", *map(str, args), "--json", "-"])
+    assert res.exit_code == 0, res.output
+    return json.loads(res.output)
+
+
+def test_solve_json_counts_the_unsized_candidates(repo_root):
+    quick = repo_root / "instances" / "quickstart.yaml"
+    c = _solve_json(quick)["candidates"]
+    # no batch caps and no compression: each (segment, option) is one candidate, sized or not
+    assert c["left_unsized"] > 0
+    assert c["generated"] == c["feasible"] + c["dropped_total"] + c["left_unsized"]
+    c2 = _solve_json(quick, "--top", "2")["candidates"]
+    assert c2["left_unsized"] == 0 and c2["generated"] == c2["feasible"] + c2["dropped_total"]
+    plain = CliRunner().invoke(main, ["solve", str(quick), "--format", "plain"])
+    assert f"feasible {c['feasible']} ({c['left_unsized']} unsized: a cheaper feasible one serves their segment)" \
+        in " ".join(plain.output.split())
+
+
+# ------------------------------------------------------------------ the floors are lower bounds
+
+
+def _traffic(rng, n: int) -> BatchedTraffic:
+    q = 4
+    probs = rng.dirichlet(np.ones(q), size=n)
+    return BatchedTraffic(arrival_rate=rng.uniform(0.0, 40.0, n), cap=rng.integers(0, 64, n).astype(float),
+                          mean_iterations=rng.uniform(50, 500, n), cv2_iterations=rng.uniform(0.1, 2.0, n),
+                          mean_work=rng.uniform(0.0, 2.0, n), mean_work_sq=rng.uniform(0.0, 8.0, n),
+                          chunk_probs=probs, own_prefill_s=np.zeros((n, q)), W_s=0.02,
+                          mean_kv_work=rng.uniform(0.0, 1.0, n), prefill_compute_s=np.zeros(n),
+                          column_chunks=np.arange(q, dtype=float))
+
+
+def test_batched_floor_is_the_closed_form_and_below_every_least_count():
+    rng = np.random.default_rng(7)
+    t = _traffic(rng, 200)
+    floor = batched_utilization_floor(t, 0.85)
+    cap = np.where(t.cap < 1, 1.0, t.cap)
+    load = t.arrival_rate * (t.mean_work + t.mean_iterations * t.W_s / cap) / 0.85
+    assert np.all(floor >= 1) and np.all(floor >= load - 1e-9) and np.all(floor < np.maximum(load, 1.0) + 1)
+    z = batched_min_replicas(t, 2.0, 0.85)
+    assert np.all(z.replicas[z.feasible] >= floor[z.feasible])
+    assert np.array_equal(ttft.BatchedModel().count_floor(t, 0.85), floor)
+
+
+def test_slot_floor_is_the_closed_form_and_below_every_least_count():
+    rng = np.random.default_rng(11)
+    n = 200
+    lam, es, slots = rng.uniform(0.0, 30.0, n), rng.uniform(0.5, 20.0, n), rng.integers(1, 64, n).astype(float)
+    floor = utilization_floor(lam, es, slots, 0.85)
+    assert np.array_equal(floor, np.maximum(np.ceil(lam * es / (slots * 0.85) * (1 - 1e-12)), 1.0))
+    z = min_replicas(lam, es, np.ones(n), slots, 1.5, np.array([0.05, 0.2]), np.tile([0.7, 0.3], (n, 1)),
+                     np.full(n, 0.1), 0.85, "tail")
+    assert np.all(z.replicas[z.feasible] >= floor[z.feasible])
+
+
+def test_candidates_record_keeps_the_count_through_pruning(repo_root):
+    inst = api.load(repo_root / "instances" / "quickstart.yaml")
+    part = cand.generate_candidates(inst, bounded=True)
+    kept = part.keep_choices(np.ones(part.n_choices, dtype=bool))
+    assert kept.left_unsized == part.left_unsized > 0
+    assert dataclasses.replace(part).left_unsized == part.left_unsized
