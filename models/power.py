@@ -21,7 +21,7 @@ from typing import overload
 
 import numpy as np
 
-__all__ = ["PowerCurve", "ActivityPower", "pool_power_secant"]
+__all__ = ["PowerCurve", "ActivityPower", "pool_power_secant", "power_floor_w"]
 
 QUALITIES = ("measured", "one-anchor", "projected", "none")
 
@@ -278,3 +278,18 @@ def pool_power_secant(curve: PowerCurve, replicas: int, load_max_erlangs: float,
     gap = h - (h[-1] + slope * (a - load_max_erlangs))
     raise_w = max(0.0, float(gap.max()) + float(np.abs(np.diff(gap)).max(initial=0.0)))
     return float(h[-1] - slope * load_max_erlangs + raise_w), float(slope), raise_w
+
+
+def power_floor_w(power) -> float:
+    """The least power one replica of a profile with power model ``power`` draws at any batch and occupancy (W).
+
+    A :class:`PowerCurve` is a convex combination of its idle and nominal power at every batch (its logistic share
+    lies in [0, 1]), so every mean of it, the batched model's and the slot models', is at least
+    :math:`\\min(P_{idle}, P_{nom})`. An :class:`ActivityPower` model claims no floor here: 0.
+
+    >>> power_floor_w(PowerCurve(300.0, 700.0, 1.0, 4.0, "projected"))
+    300.0
+    """
+    if isinstance(power, PowerCurve):
+        return float(min(power.idle_w, power.nominal_w))
+    return 0.0

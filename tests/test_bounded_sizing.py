@@ -26,37 +26,45 @@ from fleetopt.optimizer.cli import main
 from fleetopt.optimizer.plan import solve as solve_mod
 
 CASES = {
-    # two options of physical GPUs, one precision each
-    "quickstart": ("quickstart.yaml", ()),
+    # name: (instance, overrides, the rule bounded_sizing picks)
+    # two options of physical GPUs, one precision each: nothing but cost decides
+    "quickstart": ("quickstart.yaml", (), "cost"),
     # six computed configurations with a TPOT SLO: several batch caps per segment, rows too slow to serve
-    "tp-tpot": ("llama70b_tp.yaml", ("slo.tpot_p99_ms=60", "slo.ttft_p99_ms=600", "gpus.h100.max_count=null")),
+    "tp-tpot": ("llama70b_tp.yaml", ("slo.tpot_p99_ms=60", "slo.ttft_p99_ms=600", "gpus.h100.max_count=null"),
+                "cost"),
     # calibrated units under availability below one (the floor is inflated as the counts are)
-    "units-availability": ("ref_units_lmsys_a100_h100.yaml", ("gpus.a100.availability=0.9",)),
+    "units-availability": ("ref_units_lmsys_a100_h100.yaml", ("gpus.a100.availability=0.9",), "cost"),
     # compress-and-route: the compression states are part of a segment
-    "compression": ("quickstart.yaml", ("pools.compress={gammas: [1.5], success_probability: 0.8}",)),
+    "compression": ("quickstart.yaml", ("pools.compress={gammas: [1.5], success_probability: 0.8}",), "cost"),
     # a slot TTFT model (its own floor)
-    "tail-model": ("ref_units_lmsys_a100_h100.yaml", ("slo.ttft_model=tail",)),
+    "tail-model": ("ref_units_lmsys_a100_h100.yaml", ("slo.ttft_model=tail",), "cost"),
+    # a binding power cap and inventories (the MIP): only dominated candidates may go unsized
+    "stress": ("ref_units_stress_60x8.yaml", (), "dominance"),
+    # one inventory shared by every configuration: none may stand in for another, nothing goes unsized
+    "tp-tpot-inventory": ("llama70b_tp.yaml", ("slo.tpot_p99_ms=60", "slo.ttft_p99_ms=600"), "dominance"),
+    # another objective: power
+    "power-objective": ("quickstart.yaml", ("objective=power",), "dominance"),
 }
+BOUND = {k: v[2] for k, v in CASES.items()}
+SKIPS_NONE = {"tp-tpot-inventory"}
+"""Cases where no candidate may go unsized (no option may stand in for another)."""
 
 
 def _key(c: cand.Candidates, p: int) -> tuple:
-    return (int(c.i[p]), int(c.j[p]), int(c.state_in[p]), int(c.state_out[p]), int(c.gpu[p]), int(c.cap[p]))
+    return (int(c.i[p]), int(c.j[p]), int(c.state_in[p]), int(c.state_out[p]), int(c.gpu[p]), int(c.cap[p]),
+            int(c.decode_gpu[p]))
 
 
 def _load(repo_root, case):
-    name, overrides = CASES[case]
+    name, overrides, _ = CASES[case]
     return api.load(repo_root / "instances" / name, list(overrides))
 
 
-@pytest.mark.parametrize("case", sorted(CASES))
-def test_bounded_sizing_sizes_a_subset_with_the_same_columns(case, repo_root):
-    inst = _load(repo_root, case)
-    full = cand.generate_candidates(inst)
-    part = cand.generate_candidates(inst, bounded=True)
+def _same_rows(full: cand.Candidates, part: cand.Candidates) -> None:
+    """``part``'s candidates are candidates of ``full``, in its order, with its columns bit for bit."""
     where = {_key(full, p): p for p in range(len(full))}
-    at = np.array([where[_key(part, q)] for q in range(len(part))])     # KeyError: a pool the full sizing lacks
-    assert part.left_unsized > 0 and len(part) < len(full)
-    assert np.all(np.diff(at) > 0)                                      # in the full sizing's order
+    at = np.array([where[_key(part, q)] for q in range(len(part))], dtype=np.int64)   # KeyError: one full lacks
+    assert np.all(np.diff(at) > 0)
     for f in ("arrival_rate", "output_tok_per_s", "load_erlangs", "min_replicas_analytic", "i", "j", "gpu"):
         a, b = getattr(full, f)[at], getattr(part, f)
         assert a.dtype == b.dtype and np.array_equal(a, b), f
@@ -65,19 +73,30 @@ def test_bounded_sizing_sizes_a_subset_with_the_same_columns(case, repo_root):
         mine, theirs = np.flatnonzero(part.choice_pool == q), np.flatnonzero(full.choice_pool == p)
         for f in ("choice_replicas", "choice_gpus", "choice_cost_per_hr", "choice_power_w", "choice_miss_rate"):
             assert np.array_equal(getattr(part, f)[mine], getattr(full, f)[theirs]), (f, q)
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_bounded_sizing_sizes_a_subset_with_the_same_columns(case, repo_root):
+    inst = _load(repo_root, case)
+    assert cand.bounded_sizing(inst) == BOUND[case]
+    full = cand.generate_candidates(inst)
+    part = cand.generate_candidates(inst, bounded=BOUND[case])
+    _same_rows(full, part)
+    if case not in SKIPS_NONE:
+        assert part.left_unsized > 0 and len(part) < len(full)
     # the dropped candidates it sized, with their reasons, in the full sizing's order
     listed = [(d.lo_tokens, d.hi_tokens, d.gpu, d.reason) for d in full.dropped]
     rest = iter(listed)
     assert all(d in rest for d in [(d.lo_tokens, d.hi_tokens, d.gpu, d.reason) for d in part.dropped])
 
 
-@pytest.mark.parametrize("case", sorted(CASES))
+@pytest.mark.parametrize("case", sorted(k for k, v in BOUND.items() if v == "cost"))
 def test_every_unsized_candidate_costs_more_than_a_feasible_one_of_its_segment(case, repo_root):
-    """The safety of the bound, checked on the full sizing: a (segment, option) left unsized has no candidate
-    as cheap as the cheapest feasible candidate of its segment, so no least-cost plan uses it."""
+    """The cost rule, checked on the full sizing: a (segment, option) left unsized has no candidate as cheap as
+    the cheapest feasible candidate of its segment, so no least-cost plan uses it."""
     inst = _load(repo_root, case)
     full = cand.generate_candidates(inst)
-    part = cand.generate_candidates(inst, bounded=True)
+    part = cand.generate_candidates(inst, bounded="cost")
     seg = lambda c: c.from_node * (len(c.boundaries) * len(c.gammas) + 1) + c.to_node  # noqa: E731
     cost_full = {}
     for p, (s, g) in enumerate(zip(seg(full), full.gpu)):
@@ -94,38 +113,51 @@ def test_every_unsized_candidate_costs_more_than_a_feasible_one_of_its_segment(c
     assert all((s, g) in sized for (s, g), cost in cost_full.items() if cost == best[s])
 
 
+@pytest.mark.parametrize("case", sorted(k for k, v in BOUND.items() if v == "dominance"))
+def test_dominance_leaves_the_pruned_candidates_of_the_full_sizing(case, repo_root):
+    """The dominance rule leaves unsized only candidates the pruning would drop: the pruned candidates, what the
+    MIP is built from, are those of the full sizing, each with its columns."""
+    inst = _load(repo_root, case)
+    full = solve_mod._prune(inst, cand.generate_candidates(inst), 1)
+    part = solve_mod._prune(inst, cand.generate_candidates(inst, bounded="dominance"), 1)
+    assert len(part) == len(full) and part.n_choices == full.n_choices
+    _same_rows(full, part)
+
+
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_bounded_solve_returns_the_plan_of_the_full_sizing(case, repo_root, monkeypatch):
     inst = _load(repo_root, case)
-    assert cand.bounded_sizing_applies(inst)
+    assert cand.bounded_sizing(inst) == BOUND[case]
     solve_mod.clear_report_cache()
     bounded = api.solve(inst)
     solve_mod.clear_report_cache()
-    monkeypatch.setattr(solve_mod, "bounded_sizing_applies", lambda *a: False)
+    monkeypatch.setattr(solve_mod, "bounded_sizing", lambda *a: None)
     full = api.solve(inst)
     solve_mod.clear_report_cache()
-    assert bounded.candidates_left_unsized > 0 and full.candidates_left_unsized == 0
+    assert full.candidates_left_unsized == 0
+    assert (bounded.candidates_left_unsized > 0) == (case not in SKIPS_NONE)
     assert bounded.best is not None and full.best is not None
     assert bounded.best.objective == full.best.objective
     rows = lambda r: [(p.min_tokens, p.max_tokens, p.gpu, p.replicas, p.max_num_seqs) for p in r.best.fleet.pools]  # noqa: E731
     assert rows(bounded) == rows(full)
     assert bounded.best.fleet.power_kw == full.best.fleet.power_kw
     assert bounded.candidates_generated == full.candidates_generated
+    if BOUND[case] == "dominance":      # the same pruned candidates: the same MIP
+        assert bounded.candidates_after_pruning == full.candidates_after_pruning
 
 
-def test_bounded_sizing_only_where_nothing_but_cost_decides(repo_root):
-    quick = api.load(repo_root / "instances" / "quickstart.yaml")
-    assert cand.bounded_sizing_applies(quick)
-    assert not cand.bounded_sizing_applies(quick, top=2)            # runners-up may use costlier pools
-    assert not cand.bounded_sizing_applies(quick, method="mip")
+def test_which_rule_a_solve_may_use(repo_root):
+    quick = repo_root / "instances" / "quickstart.yaml"
+    assert cand.bounded_sizing(api.load(quick)) == "cost"
+    assert cand.bounded_sizing(api.load(quick), top=2) is None            # runners-up may use any candidate
+    assert cand.bounded_sizing(api.load(quick), method="mip") == "dominance"
+    assert cand.bounded_sizing(api.load(quick, ["slo.scope=fleet"])) is None     # miss rates enter the MIP
     for override in ("constraints.max_power_kw=100", "constraints.max_cost_per_hr=1000",
                      "constraints.max_total_gpus=100", "gpus.h100.max_count=64", "gpus.h100.min_pools=1",
-                     "objective=power", "slo.scope=fleet"):
-        assert not cand.bounded_sizing_applies(api.load(repo_root / "instances" / "quickstart.yaml", [override])), \
-            override
-    # the stress instance has a binding power cap and inventories: everything is sized
-    stress = api.load(repo_root / "instances" / "ref_units_stress_60x8.yaml")
-    assert not cand.bounded_sizing_applies(stress)
+                     "objective=power"):
+        assert cand.bounded_sizing(api.load(quick, [override])) == "dominance", override
+    with pytest.raises(ValueError, match="bounded must be one of"):
+        cand.generate_candidates(api.load(quick), bounded="cheapest")
 
 
 def _solve_json(*args) -> dict:
@@ -186,7 +218,7 @@ def test_slot_floor_is_the_closed_form_and_below_every_least_count():
 
 def test_candidates_record_keeps_the_count_through_pruning(repo_root):
     inst = api.load(repo_root / "instances" / "quickstart.yaml")
-    part = cand.generate_candidates(inst, bounded=True)
+    part = cand.generate_candidates(inst, bounded="cost")
     kept = part.keep_choices(np.ones(part.n_choices, dtype=bool))
     assert kept.left_unsized == part.left_unsized > 0
     assert dataclasses.replace(part).left_unsized == part.left_unsized

@@ -16,9 +16,8 @@ Counts are inflated to :math:`\\lceil N / A_g \\rceil` for availability
 :math:`A_g` (the SLO then holds while a share :math:`1 - A_g` of replicas is
 down). Candidates that cannot meet the SLO at any count are dropped with their
 reason; dominated choices are pruned (:func:`prune_dominated`). A solve for one
-least-cost plan with nothing coupling its pools sizes only the candidates whose
-cost floor does not exceed a feasible candidate's of the same segment
-(:func:`_size_bounded`).
+plan sizes only the candidates that another of their segment does not rule out
+by its floors (:func:`bounded_sizing`, :func:`_size_bounded`).
 """
 
 from __future__ import annotations
@@ -40,7 +39,7 @@ from fleetopt.models.units import MS_PER_S, P99_TAIL
 from fleetopt.optimizer.io.instance import Instance
 
 __all__ = ["Candidates", "Deadline", "Dropped", "WindowCut", "SizingCache", "TighteningCandidates",
-           "generate_candidates", "bounded_sizing_applies", "prune_dominated", "restrict", "least_counts",
+           "generate_candidates", "bounded_sizing", "BOUNDS", "prune_dominated", "restrict", "least_counts",
            "batch_caps", "pool_counts", "fleet_counts"]
 
 MAX_EXTRA_COUNTS = 64
@@ -150,8 +149,8 @@ class Candidates:
     every option was sized). Non-empty: the candidates are a subset, so a plan among them is not proven optimal
     and infeasibility among them proves nothing."""
     left_unsized: int = 0
-    """Candidate rows (segment x GPU option) never sized because a feasible candidate of the same segment costs less
-    than their utilisation floor could (``generate_candidates(..., bounded=True)``): no least-cost plan uses them."""
+    """Candidate rows (segment x GPU option) never sized because a feasible candidate of the same segment rules them
+    out (``generate_candidates(..., bounded=...)``, :func:`bounded_sizing`)."""
 
     def __post_init__(self) -> None:
         set_ = object.__setattr__
@@ -226,7 +225,7 @@ class Candidates:
 
 
 def generate_candidates(instance: Instance, deadline: Deadline | None = None,
-                        cache: SizingCache | None = None, *, bounded: bool = False) -> Candidates:
+                        cache: SizingCache | None = None, *, bounded: str | None = None) -> Candidates:
     """Size every (segment, GPU option, compression states, batch cap) candidate of the instance.
 
     With a ``deadline``, it is checked before each GPU option is sized; once it has passed, the remaining
@@ -235,10 +234,9 @@ def generate_candidates(instance: Instance, deadline: Deadline | None = None,
     across calls, and each count search starts at the count of the nearest looser SLO sized before; the
     candidates are the same as without it.
 
-    ``bounded`` (for a caller that wants the cheapest plan and nothing else: :func:`bounded_sizing_applies`; not
-    with a deadline or a cache): candidates that cost more than another of their segment are left unsized
-    (:func:`_size_bounded`, counted in ``Candidates.left_unsized``); every candidate sized has the columns the full
-    sizing gives it.
+    ``bounded`` (a rule of :func:`bounded_sizing`, for a solve that wants one plan; not with a deadline or a
+    cache): candidates another of their segment rules out are left unsized (:func:`_size_bounded`, counted in
+    ``Candidates.left_unsized``); every candidate sized has the columns the full sizing gives it.
     """
     if cache is not None:
         cache.check(instance)
@@ -253,8 +251,10 @@ def generate_candidates(instance: Instance, deadline: Deadline | None = None,
     options = list(enumerate(instance.gpus)) if aggregated else []
     workers = _sizing_workers(len(options), len(rows[0])) if cache is None and deadline is None else 1
     left_unsized = 0
-    if bounded and cache is None and deadline is None and len(options) > 1:
-        left_unsized = _size_bounded(instance, options, b, rows, gammas, grid, pools, choices, dropped)
+    if bounded is not None and cache is None and deadline is None and len(options) > 1:
+        if bounded not in BOUNDS:
+            raise ValueError(f"bounded must be one of {BOUNDS} or None; got {bounded!r}")
+        left_unsized = _size_bounded(instance, options, b, rows, gammas, grid, pools, choices, dropped, bounded)
         options = []
     elif workers > 1:
         _size_forked(instance, options, b, rows, gammas, grid, workers, pools, choices, dropped)
@@ -369,25 +369,41 @@ def _size_forked(instance: Instance, options, b, rows, gammas, grid, workers: in
         dropped.extend(d)
 
 
-def bounded_sizing_applies(instance: Instance, top: int = 1, method: str = "auto") -> bool:
-    """Whether a solve of ``instance`` may leave costlier candidates unsized (:func:`_size_bounded`): it wants one
-    plan (``top`` 1) of least cost under the pool-scope SLO, by the graph oracle (``method`` auto or oracle), and
-    no limit couples the pools (no inventory, pool-count, GPU, budget or power limit: the oracle's condition,
-    :attr:`fleetopt.solvers.problem.FleetProblem.separable`). Then a candidate that costs more than another of its
-    segment is in no optimal plan: swapping it for the cheaper one keeps the plan valid and lowers its cost."""
+BOUNDS = ("cost", "dominance")
+"""The rules by which a solve may leave candidates unsized (:func:`bounded_sizing`, :func:`_size_bounded`)."""
+
+
+def bounded_sizing(instance: Instance, top: int = 1, method: str = "auto") -> str | None:
+    """Which candidates a solve of ``instance`` may leave unsized (:func:`_size_bounded`), or None: size them all.
+
+    Both rules need one plan (``top`` 1: runners-up may use any candidate) under the pool-scope SLO (a candidate's
+    miss rate is then not a figure of the MIP), routed by length to one model class:
+
+    * ``"dominance"``: a candidate another candidate of its segment dominates, as :func:`prune_dominated` would
+      drop it (strictly cheaper, no more power and GPUs, and free to stand in for it). The pruned candidates are
+      then exactly those of the full sizing, so the MIP (or the oracle) is the same and so is its answer;
+    * ``"cost"``, where nothing but cost decides (objective ``cost``, solved by the graph oracle: no inventory,
+      pool-count, GPU, budget or power limit, :attr:`fleetopt.solvers.problem.FleetProblem.separable`): a
+      candidate that costs more than a feasible candidate of its segment, whatever its power and GPUs. Swapping it
+      for the cheaper one keeps any plan valid and lowers its cost, so it is in no optimal plan, and the oracle's
+      graph holds each segment's best choice alone (:func:`fleetopt.solvers.oracle.segment_graph`).
+    """
+    if top != 1 or instance.slo.scope != "pool" or instance.semantic is not None or instance.pools.routing == "split":
+        return None
     c = instance.constraints
-    return (top == 1 and method in ("auto", "oracle") and instance.objective == "cost"
-            and instance.slo.scope == "pool" and instance.semantic is None and instance.pools.routing != "split"
-            and c.max_total_gpus is None and c.max_cost_per_hr is None and c.max_power_kw is None
-            and all(g.max_count is None and not g.min_count and g.max_pools is None and not g.min_pools
-                    for g in instance.gpu_inventories()))
+    separable = (c.max_total_gpus is None and c.max_cost_per_hr is None and c.max_power_kw is None
+                 and all(g.max_count is None and not g.min_count and g.max_pools is None and not g.min_pools
+                         for g in instance.gpu_inventories()))
+    if separable and instance.objective == "cost" and method in ("auto", "oracle"):
+        return "cost"
+    return "dominance"
 
 
-def _floor_costs(instance: Instance, opt, raw, b, rows) -> np.ndarray:
-    """Per row of ``rows``: the least $/hr any candidate of the row on ``opt`` can cost, its deployed
-    utilisation floor (:meth:`fleetopt.models.queueing.ttft.TTFTModel.count_floor`, every batch cap's, the least);
-    inf for a row without a candidate. Closed form on the segment statistics, without the spectra the miss
-    probabilities read."""
+def _count_floors(instance: Instance, opt, raw, b, rows) -> np.ndarray:
+    """Per row of ``rows``: the fewest replicas (deployed: after availability inflation) any candidate of the row
+    on ``opt`` can have, the least of its batch caps' utilisation floors
+    (:meth:`fleetopt.models.queueing.ttft.TTFTModel.count_floor`, where every count search starts); inf for a row
+    without a candidate. Closed form on the segment statistics, without the spectra the miss probabilities read."""
     from fleetopt.models.segments import stats_from_raw
 
     ii, jj = rows[0], rows[1]
@@ -397,36 +413,50 @@ def _floor_costs(instance: Instance, opt, raw, b, rows) -> np.ndarray:
     floor = model.count_floor(model.traffic(s, instance.workload.arrival_rate_req_per_s * s.rate_share),
                               instance.constraints.max_utilization)
     out = np.full(len(ii), np.inf)
-    np.minimum.at(out, idx, _cost_per_hr(opt, inflate_for_availability(floor, opt.availability)))
+    np.minimum.at(out, idx, inflate_for_availability(floor, opt.availability).astype(float))
     return out
 
 
 def _size_bounded(instance: Instance, options, b, rows, gammas, grid, pools: _Columns, choices: _Columns,
-                  dropped: list) -> int:
-    r"""Size only the candidates a cheapest plan may use, in two rounds; returns how many rows were left unsized.
+                  dropped: list, bound: str) -> int:
+    r"""Size only the candidates the solve may need, in two rounds; returns how many (row, option) pairs were left
+    unsized.
 
     Each row (a segment :math:`(i, j)` with its compression states) is served by one candidate per GPU option
-    :math:`g` (several with batch caps); its cost is at least the floor :math:`f_g`, the deployed utilisation
-    floor's $/hr (:func:`_floor_costs`: the count search starts there). Round one sizes, per row, the option of the
-    least floor (the lowest index among equal ones); round two every other option whose floor is not above the
-    cost :math:`c^*` round one found,
+    :math:`g` (several with batch caps). Every count search starts at the utilisation floor, so a candidate has at
+    least :math:`\underline n_g` deployed replicas (:func:`_count_floors`) and costs at least
+    :math:`\underline\kappa_g = \kappa^{rep}_g \underline n_g`, with at least :math:`\underline P_g =
+    P^{min}_g \underline n_g` watts (:func:`fleetopt.models.power.power_floor_w`) and
+    :math:`\underline G_g = G^{rep}_g \underline n_g` GPUs. Round one sizes, per row, the option :math:`a` of the
+    least :math:`\underline\kappa` among those that may stand in for any other (no inventory or pool-count limit;
+    under ``bound="cost"`` every option); round two every other option unless round one's feasible candidate
+    :math:`y` of the row (its cheapest) rules it out:
 
-    .. math:: \text{sized} = \{g^*\} \cup \{g : f_g \le c^*\}, \qquad g^* = \arg\min_g f_g
+    .. math::
 
-    (every option when round one's candidate is infeasible: :math:`c^* = \infty`). An option left out costs at
-    least :math:`f_g > c^*`: strictly more than a feasible candidate of the same row, so under
-    :func:`bounded_sizing_applies` no optimal plan uses it. Each round sizes the options on forked workers as
-    :func:`_size_forked` does; an option's candidates come back in its row order, the columns of each the same
-    as the full sizing's (each candidate's sizing reads its own row only: ``tests/test_bounded_sizing.py``).
+        \kappa_y < \underline\kappa_g \quad (\text{``cost''}), \qquad
+        \kappa_y < \underline\kappa_g,\ P_y \le \underline P_g,\ G_y \le \underline G_g,
+        \ g \text{ without a lower bound} \quad (\text{``dominance''})
+
+    (:func:`bounded_sizing` says why either suffices). Each round sizes the options on forked workers as
+    :func:`_size_forked` does; an option's candidates come back in its row order, each with the columns the full
+    sizing gives it (a candidate's sizing reads its own row only: ``tests/test_bounded_sizing.py``).
     """
+    from fleetopt.models.power import power_floor_w
     from fleetopt.optimizer.forked import ordered_map
 
     raws = {chunk: _chunk_traffic(instance, b, gammas, grid, rows, chunk)
             for chunk in dict.fromkeys(opt.profile.chunk_tokens for _, opt in options)}
-    floors = np.stack([_floor_costs(instance, opt, raws[opt.profile.chunk_tokens], b, rows) for _, opt in options])
-    has = np.isfinite(floors)
-    anchor = np.argmin(floors, axis=0)                       # the first of the least floors
-    first = has & (np.arange(len(options))[:, None] == anchor[None, :])
+    counts = np.stack([_count_floors(instance, opt, raws[opt.profile.chunk_tokens], b, rows) for _, opt in options])
+    profiles = [opt.profile for _, opt in options]
+    cost = counts * np.array([p.cost_usd_per_hr for p in profiles])[:, None]
+    has = np.isfinite(counts)
+    inventories, entry_of = instance.gpu_inventories(), instance.inventory_of_options()
+    entries = [inventories[entry_of[g_idx]] for g_idx, _ in options]
+    free = np.array([bound == "cost" or (e.max_count is None and e.max_pools is None) for e in entries])
+    guarded = np.array([bound != "cost" and bool(e.min_count or e.min_pools) for e in entries])
+    anchor = np.argmin(np.where(free[:, None], cost, np.inf), axis=0)      # the first of the least floors
+    first = has & free[:, None] & (np.arange(len(options))[:, None] == anchor[None, :])
 
     def run(masks, report_slow: bool):
         items = [(k, m) for k, m in enumerate(masks) if m.any() or report_slow]
@@ -447,11 +477,21 @@ def _size_bounded(instance: Instance, options, b, rows, gammas, grid, pools: _Co
         return {k: (p, c, slow, d) for k, p, c, slow, d in ordered_map(size, items, workers)}
 
     one = run(first, True)
-    best = np.full(len(rows[0]), np.inf)                    # c*: round one's cost per row
+    # y: round one's cheapest feasible candidate of each row, with its power and GPUs
+    best = np.full((3, len(rows[0])), np.inf)
     for p, c, _, _ in one.values():
-        if len(c.get("pool", ())):
-            np.minimum.at(best, p["row"][c["pool"].astype(np.int64)], c["cost"])
-    second = has & ~first & (floors <= best[None, :])
+        if not len(c.get("pool", ())):
+            continue
+        row = p["row"][c["pool"].astype(np.int64)]
+        order = np.lexsort((c["cost"], row))                # by row, the cheapest first
+        lead = order[np.r_[True, row[order][1:] != row[order][:-1]]]
+        best[:, row[lead]] = np.stack([c["cost"], c["power"], c["gpus"]])[:, lead]
+    ruled_out = best[0][None, :] < cost
+    if bound == "dominance":
+        power = counts * np.array([power_floor_w(p.power) for p in profiles])[:, None]
+        gpus = counts * np.array([p.gpus_per_replica for p in profiles])[:, None]
+        ruled_out &= (best[1][None, :] <= power) & (best[2][None, :] <= gpus) & ~guarded[:, None]
+    second = has & ~first & ~ruled_out
     two = run(second, False)
     empty: tuple = ({}, {}, [], [])
     for k in range(len(options)):
@@ -768,13 +808,11 @@ def _choice_columns(opt, inputs, row: np.ndarray, counts: np.ndarray, miss: np.n
     _, _, _, s, lam, traffic, model = inputs
     n = inflate_for_availability(np.asarray(counts), opt.availability)
     power = model.power_w(prof, traffic.take(row), n)
-    return dict(replicas=n, gpus=n * prof.gpus_per_replica, cost=_cost_per_hr(opt, n), power=power,
+    return dict(replicas=n, gpus=n * prof.gpus_per_replica, cost=n * prof.cost_usd_per_hr, power=power,
                 miss=lam[row] * miss)
 
 
-def _cost_per_hr(opt, deployed) -> np.ndarray:
-    """$/hr of ``deployed`` replicas of ``opt`` (after availability inflation)."""
-    return np.asarray(deployed) * opt.profile.cost_usd_per_hr
+
 
 
 CAP_LEVELS = (1.0, 0.5, 0.25)

@@ -28,7 +28,7 @@ from fleetopt.solvers.outcome import Termination
 from fleetopt.solvers.problem import FleetProblem, GpuUse
 from fleetopt.solvers.result import Solution, SolveResult
 
-from fleetopt.optimizer.plan.candidates import (Candidates, Deadline, WindowCut, bounded_sizing_applies,
+from fleetopt.optimizer.plan.candidates import (Candidates, Deadline, WindowCut, bounded_sizing,
                                                 generate_candidates, prune_dominated, restrict)
 from fleetopt.optimizer.plan.evaluate import baseline, evaluate_plans
 from fleetopt.optimizer.errors import (InfeasibleError, InstanceError, SolveInterruptedError, SolverError,
@@ -215,9 +215,9 @@ class SolveReport:
     lp_bound: float | None = None
     """Objective of the MIP's LP relaxation (the root bound before cuts); None when the oracle solved it."""
     candidates_left_unsized: int = 0
-    """Candidates never sized: a feasible one of the same segment costs less than their utilisation floor
-    (:func:`fleetopt.optimizer.plan.candidates.bounded_sizing_applies`); counted in ``candidates_generated``, in
-    neither ``candidates_feasible`` nor the dropped ones."""
+    """Candidates never sized: a feasible one of the same segment rules them out by their floors
+    (:func:`fleetopt.optimizer.plan.candidates.bounded_sizing`); counted in ``candidates_generated``, in neither
+    ``candidates_feasible`` nor the dropped ones."""
 
     @property
     def best(self) -> Plan | None:
@@ -363,15 +363,15 @@ def _solve_instance(instance: Instance, options: SolveOptions) -> SolveReport:
         return _solve_semantic(instance, options)
     t0 = time.perf_counter()
     deadline = Deadline.after(options.time_limit_s, options.clock)
-    # one least-cost plan with nothing coupling the pools: the costlier candidates of a segment need no sizing
-    bounded = deadline is None and not options.has_cuts and bounded_sizing_applies(instance, options.top,
-                                                                                    options.method)
+    # one plan: the candidates another of their segment rules out need no sizing (bounded_sizing says which)
+    bounded = None if deadline is not None or options.has_cuts else bounded_sizing(instance, options.top,
+                                                                                  options.method)
     allc = generate_candidates(instance, deadline, bounded=bounded)
     if options.has_cuts:
         allc = restrict(allc, instance, dict(options.min_replicas), set(options.forbidden), options.window_cuts)
     cands = _prune(instance, allc, options.top)
     problem = build_problem(instance, cands)
-    assert not bounded or problem.separable, "bounded sizing needs the oracle's problem (bounded_sizing_applies)"
+    assert bounded != "cost" or problem.separable, "the cost bound needs the oracle's problem (bounded_sizing)"
     if options.method == "oracle" and not (problem.separable and options.top == 1):
         raise InstanceError("--method: the graph oracle solves only instances without inventory, budget, power "
                             "or GPU-count limits, with --top 1; use --method mip or auto")
