@@ -222,3 +222,28 @@ def test_candidates_record_keeps_the_count_through_pruning(repo_root):
     kept = part.keep_choices(np.ones(part.n_choices, dtype=bool))
     assert kept.left_unsized == part.left_unsized > 0
     assert dataclasses.replace(part).left_unsized == part.left_unsized
+
+
+@pytest.mark.parametrize("case", ["quickstart", "compression", "tail-model", "tp-tpot"])
+def test_count_floors_are_those_of_the_full_statistics(case, repo_root):
+    """_count_floors reads the sums without the histograms and spectra; its floors are the ones the model gives on
+    the full statistics of every candidate, the least over each row's batch caps."""
+    from fleetopt.models.fleet import inflate_for_availability
+    from fleetopt.models.segments import stats_from_raw
+
+    inst = _load(repo_root, case)
+    b = np.asarray(inst.pools.boundaries, dtype=float)
+    gammas = (1.0,) + tuple(inst.pools.compress_gammas)
+    rows = cand._candidate_rows(b, gammas)
+    grid = np.unique(np.concatenate([b] + [g * b[1:-1] for g in gammas[1:]]))
+    grid = grid[grid <= b[-1]]
+    model = ttft.ttft_model(inst.slo.ttft_model)
+    for opt in inst.gpus:
+        raw = cand._chunk_traffic(inst, b, gammas, grid, rows, opt.profile.chunk_tokens)
+        idx, caps, _ = cand.batch_caps(inst, opt.profile, b[rows[1]])
+        s = stats_from_raw(raw.take(idx), b[rows[0][idx]], b[rows[1][idx]], opt.profile, n_slots=caps)
+        floor = model.count_floor(model.traffic(s, inst.workload.arrival_rate_req_per_s * s.rate_share),
+                                  inst.constraints.max_utilization)
+        want = np.full(len(rows[0]), np.inf)
+        np.minimum.at(want, idx, inflate_for_availability(floor, opt.availability).astype(float))
+        assert np.array_equal(cand._count_floors(inst, opt, raw, b, rows), want), opt.name

@@ -403,12 +403,16 @@ def _count_floors(instance: Instance, opt, raw, b, rows) -> np.ndarray:
     """Per row of ``rows``: the fewest replicas (deployed: after availability inflation) any candidate of the row
     on ``opt`` can have, the least of its batch caps' utilisation floors
     (:meth:`fleetopt.models.queueing.ttft.TTFTModel.count_floor`, where every count search starts); inf for a row
-    without a candidate. Closed form on the segment statistics, without the spectra the miss probabilities read."""
+    without a candidate. Closed form on the segment statistics' means: the sums are read without what only the miss
+    probabilities read (the chunk histogram past its first column, the prompt bins and the spectra), so the
+    statistics of those are not computed (``tests/test_bounded_sizing.py`` checks the floors against the full
+    statistics')."""
     from fleetopt.models.segments import stats_from_raw
 
     ii, jj = rows[0], rows[1]
     idx, caps, _ = batch_caps(instance, opt.profile, b[jj])
-    s = stats_from_raw(replace(raw, spectra=None).take(idx), b[ii[idx]], b[jj[idx]], opt.profile, n_slots=caps)
+    means = replace(raw, k_hist=raw.k_hist[:, :1], prompt_bins=None, spectra=None)
+    s = stats_from_raw(means.take(idx), b[ii[idx]], b[jj[idx]], opt.profile, n_slots=caps)
     model = ttft_model(instance.slo.ttft_model)
     floor = model.count_floor(model.traffic(s, instance.workload.arrival_rate_req_per_s * s.rate_share),
                               instance.constraints.max_utilization)
