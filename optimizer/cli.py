@@ -73,13 +73,14 @@ def _inputs(inst, *files) -> tuple:
     return tuple(f for f in read if f is not None)
 
 
-def _emit(table_fn, data: dict, json_out: str | None, protect=(), fmt: str = "table") -> None:
+def _emit(table_fn, data: dict | None, json_out: str | None, protect=(), fmt: str = "table") -> None:
     """Print the table unless the JSON goes to stdout; write ``data`` (a document of the contract,
     :mod:`fleetopt.optimizer.output.contract`, checked against its model) atomically to ``json_out``, never over
     a file in ``protect``."""
     if json_out != "-":
         table_fn(output(fmt))
     if json_out:
+        assert data is not None, "a command that writes JSON builds its document"
         write_document(data, json_out, protect)
 
 
@@ -325,14 +326,16 @@ def solve(instance, top, max_pools, objective, time_limit, mip_gap, threads, met
         if trim:
             raise InstanceError("--trim: trims the plan --verify-top N chose; give --verify-top")
         rep, ver = api.solve(inst, top=top, **kwargs), None
-    doc = documents.solve_json(rep, ver)
+    # the document only where it is written (the tables need none of the contract's models)
+    doc = documents.solve_json(rep, ver) if json_out else None
     shown = dict(verbose=verbose, json_path=json_out)
     render = lambda c: rendering.render_solve(c, rep, ver, **shown)  # noqa: E731
     if explain and rep.plans:
         from fleetopt.optimizer.commands.explain_render import explain_with_headroom, render_explanation
 
         why = explain_with_headroom(inst, rep)
-        doc["explain"] = why.to_json()
+        if doc is not None:
+            doc["explain"] = why.to_json()
         render = lambda c: (rendering.render_solve(c, rep, ver, answer=False, **shown),  # noqa: E731
                             render_explanation(c, why), rendering.render_solve_answer(c, rep, ver, json_path=json_out))
     _emit(render, doc, json_out, _inputs(inst), fmt)

@@ -47,6 +47,20 @@ def test_a_solve_without_pairs_leaves_the_disaggregated_model_unloaded(tmp_path)
     assert _loaded(code, unused + ["networkx"], tmp_path) == ["networkx"]   # the oracle ran
 
 
+def test_a_solve_printing_tables_builds_no_contract_models(tmp_path):
+    """The contract's models (about a hundred pydantic classes) load where a document is written: a solve that
+    prints tables reads its figures from ``fleetopt.optimizer.output.figures``; with ``--json`` the contract
+    loads."""
+    def code(*extra):
+        return ("import sys\nfrom fleetopt.optimizer.cli import main\n"
+                f"sys.argv = ['fleetopt', 'solve', {str(REPO / 'instances' / 'ref_puzzle10_lmsys.yaml')!r}, "
+                f"*{list(extra)!r}]\n"
+                "try:\n    main()\nexcept SystemExit as done:\n    assert done.code == 0, done.code")
+    names = ["fleetopt.optimizer.output.contract", "fleetopt.optimizer.output.figures"]
+    assert _loaded(code(), names, tmp_path) == ["fleetopt.optimizer.output.figures"]
+    assert _loaded(code("--json", str(tmp_path / "o.json")), names, tmp_path) == names
+
+
 def test_a_process_run_freezes_the_heap_at_exit_and_a_caller_keeps_its_collector(tmp_path):
     """The ``fleetopt`` process skips the interpreter's full collections at exit (``cli._freeze_at_exit``) and runs
     with a larger young generation (``cli.PROCESS_GC_THRESHOLD``); a caller that passes arguments (a test runner, a

@@ -43,7 +43,12 @@ from typing import Annotated, Any, Literal, Union, get_args
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
 from fleetopt.models.fleet import FleetResult, PoolResult
-from fleetopt.models.profiles import ReplicaUnit, replica_unit
+from fleetopt.models.profiles import ReplicaUnit
+
+# the figures and layout constants the documents hold, declared without pydantic (the text output reads them too)
+from fleetopt.optimizer.output.figures import (DROPPED_LINES, SECONDS_PER_HOUR, TOKENS_PER_MILLION,
+                                               fleet_output_tok_per_s, physical_gpus, pool_identity,
+                                               usd_per_million_output_tokens)
 
 __all__ = ["SCHEMA_VERSION", "Document", "PoolAnalytic", "PoolSimulated", "FleetAnalytic", "FleetSimulated", "Pool",
            "SimulatedPool", "Fleet", "EvaluatedFleet", "DOCUMENTS", "COMMANDS", "FRONTIER_KINDS", "FRONTIER_DOCUMENTS",
@@ -66,59 +71,6 @@ contract), with the instance's SLO and each point's physical GPUs; 2.4: ``solve`
 summary (``dropped_total``, at most :data:`DROPPED_LINES` example reasons, ``dropped_by_option``) instead of every
 dropped candidate's reason, and every key of ``solve``, ``evaluate``, ``simulate``, ``simulate --routers``,
 ``pareto --axes`` and ``whatif`` declared (each document built by its model)."""
-
-SECONDS_PER_HOUR = 3600.0
-TOKENS_PER_MILLION = 1.0e6
-
-
-def usd_per_million_output_tokens(cost_per_hr: float, output_tok_per_s: float) -> float:
-    """Dollars per million output tokens of a pool or fleet, :math:`C / (3600\\, r) \\cdot 10^6` for a cost
-    :math:`C` in $/hr and an output rate :math:`r` in tokens/s (inf without output). The cost is what the
-    profile prices (physical GPUs x $/GPU-hour for computed and fitted profiles).
-
-    Examples
-    --------
-    One H100-SXM-80GB replica of Llama-3.1-70B at TP=8 ($4.02/GPU-hour x 8 = $32.16/hr) writing 2,000 tokens/s:
-    32.16 / 7.2 = $4.4667 per million.
-
-    >>> round(usd_per_million_output_tokens(32.16, 2000.0), 4)
-    4.4667
-    >>> usd_per_million_output_tokens(32.16, 0.0)
-    inf
-    """
-    if not output_tok_per_s > 0:
-        return float("inf")
-    return cost_per_hr / (SECONDS_PER_HOUR * output_tok_per_s) * TOKENS_PER_MILLION
-
-def _pool_unit(p: PoolResult, unit: ReplicaUnit | None) -> ReplicaUnit:
-    """A pool's :class:`~fleetopt.models.profiles.ReplicaUnit`: ``unit`` (its profile's, when the caller has it),
-    else that of the catalogue profile the pool names, else its GPUs over its replicas (one GPU without a
-    replica), each a physical one."""
-    if unit is not None:
-        return unit
-    from fleetopt.optimizer.io.catalog import load_catalog
-
-    profile = load_catalog().profiles.get(p.profile)
-    if profile is not None:
-        return replica_unit(profile)
-    n = p.gpus // p.replicas if p.replicas > 0 else 1
-    return ReplicaUnit(n, n)
-
-
-def pool_identity(p: PoolResult, unit: ReplicaUnit | None = None) -> dict:
-    """The keys of a pool that say what it serves and what its replicas are: ``model`` (the profile's model
-    label), ``gpus_per_replica``, ``physical_gpus_per_replica``, ``physical_gpus``, ``unit``, ``unit_note``
-    (``unit``: the pool's profile's :func:`~fleetopt.models.profiles.replica_unit`, when the caller has it)."""
-    u = _pool_unit(p, unit)
-    return {"model": p.model, **u.to_json(), "physical_gpus": int(p.replicas) * u.physical_gpus_per_replica}
-
-
-def physical_gpus(r: FleetResult, units: Mapping[str, ReplicaUnit] | None = None) -> int:
-    """The physical GPUs of a fleet: per pool, replicas x the physical GPUs of one
-    (:func:`~fleetopt.models.profiles.replica_unit`); ``units`` maps a pool's ``gpu`` to its profile's
-    :func:`~fleetopt.models.profiles.replica_unit`, when the caller has them."""
-    per = units or {}
-    return sum(int(p.replicas) * _pool_unit(p, per.get(p.gpu)).physical_gpus_per_replica for p in r.pools)
 
 Figure = Annotated[float | None, Field(description="null: infinite (an unstable queue) or undefined")]
 Interval = Annotated[list[Figure], Field(min_length=2, max_length=2,
@@ -461,11 +413,6 @@ def pool_analytic(p: PoolResult) -> dict:
                  slo_met=bool(p.slo_met))
 
 
-def fleet_output_tok_per_s(r: FleetResult) -> float:
-    """Output tokens per second of a fleet: the sum over its pools."""
-    return float(sum(p.output_tok_per_s for p in r.pools))
-
-
 def fleet_analytic(r: FleetResult, units: Mapping[str, ReplicaUnit] | None = None) -> dict:
     """The ``analytic`` sub-object of a fleet (``units``: as :func:`physical_gpus`)."""
     out = fleet_output_tok_per_s(r)
@@ -658,8 +605,6 @@ class _Solution(Fleet, _SolutionHead):
     routing: _Routing | None
 
 
-DROPPED_LINES = 12
-"""At most this many dropped candidates' reasons are listed in ``candidates.dropped`` (the rest are counted)."""
 
 
 class _DroppedReason(_Open):

@@ -10,17 +10,19 @@ from __future__ import annotations
 import csv
 import io
 import math
+from typing import TYPE_CHECKING
 
 from fleetopt.models.fleet import FleetResult, PoolResult
 from fleetopt.models.profiles import replica_unit
 from fleetopt.models.service import ContextPoint
 
-from fleetopt.optimizer.output.contract import (DROPPED_LINES, Fleet, Pool, SolveDocument, TpwDocument, _Baseline,
-                                                _PoolSizing, _SizingTrial, _Solution, _Trim, _TrimPool, _Verification,
-                                                _VerifiedPlan, _VerifiedPool, build, envelope, fleet_analytic,
-                                                fleet_output_tok_per_s, physical_gpus, pool_analytic, pool_identity,
-                                                usd_per_million_output_tokens)
-from fleetopt.optimizer.output.contract import _TpwRow as TpwRow
+if TYPE_CHECKING:
+    from fleetopt.optimizer.output.contract import Fleet
+
+# The contract's models are imported where a document is built, not here: the tables read this module's notes
+# and warnings without building them (fleetopt.optimizer.output.figures).
+from fleetopt.optimizer.output.figures import (DROPPED_LINES, fleet_output_tok_per_s, physical_gpus, pool_identity,
+                                               usd_per_million_output_tokens)
 from fleetopt.optimizer.io.instance import gpu_warnings
 from fleetopt.optimizer.plan.evaluate import fleet_name_ambiguities, fleet_spec, limit_violations
 
@@ -43,6 +45,8 @@ def pool_json(p: PoolResult, source: str = ANALYTIC, unit=None, **values) -> dic
     :class:`~fleetopt.models.fleet.PoolResult`'s fields of the same names); the flat figures are the deprecated 1.0
     aliases of ``analytic``'s. ``unit``: the pool's profile's :func:`~fleetopt.models.profiles.replica_unit`, when
     known; ``values``: the keys written only sometimes (``chunk_tokens``, ``role``)."""
+    from fleetopt.optimizer.output.contract import Pool, build, pool_analytic
+
     # utilization null: an unstable queue; capacity_load says by how much
     return build(Pool, p, **pool_identity(p, unit), analytic=pool_analytic(p), simulated=None,
                  overloaded=not math.isfinite(p.utilization), source=source, **values)
@@ -52,12 +56,14 @@ def fleet_json(r: FleetResult, source: str = ANALYTIC, violations=None, instance
                model: type[Fleet] | None = None, roles=(), **values) -> dict:
     """A fleet's object, built by its model (:class:`fleetopt.optimizer.output.contract.Fleet`, or ``model``: a
     fleet with more keys given in ``values``), the headline first: physical GPUs, $/hr, $/yr, kW, tok/W and $ per
-    million output tokens (:func:`fleetopt.optimizer.output.contract.usd_per_million_output_tokens`). With
+    million output tokens (:func:`fleetopt.optimizer.output.figures.usd_per_million_output_tokens`). With
     ``violations`` (the instance limits it breaks, :func:`fleetopt.optimizer.plan.evaluate.limit_violations`)
     they are listed under ``violations`` (the model: :class:`~fleetopt.optimizer.output.contract._Baseline`
     unless given) and ``feasible`` is true only when the SLO is met and none is broken. With ``instance``, each
     pool's ``gpus_per_replica`` is its profile's (else read from the pool) and its ``chunk_tokens`` is written;
     ``roles``: a semantic plan's model class per pool."""
+    from fleetopt.optimizer.output.contract import Fleet, _Baseline, build, fleet_analytic
+
     per = replica_units(instance)
     chunks = {} if instance is None else {g.name: int(g.profile.chunk_tokens) for g in instance.gpus}
     pools = [pool_json(p, source, per.get(p.gpu),
@@ -75,6 +81,9 @@ def fleet_json(r: FleetResult, source: str = ANALYTIC, violations=None, instance
 def tpw_json(rows: list[ContextPoint]) -> dict:
     """The ``tpw`` document, built by its model (:class:`fleetopt.optimizer.output.contract.TpwDocument`; a row's
     values are the :class:`~fleetopt.models.service.ContextPoint`'s fields of the same names)."""
+    from fleetopt.optimizer.output.contract import TpwDocument, build, envelope
+    from fleetopt.optimizer.output.contract import _TpwRow as TpwRow
+
     return build(TpwDocument, **envelope("tpw", None),
                  rows=[build(TpwRow, r, context=r.context_tokens, source=ANALYTIC) for r in rows])
 
@@ -89,6 +98,8 @@ def simulated_pools(vp) -> list:
 def trim_json(trim, plan, instance) -> dict | None:
     """The ``trim`` block of a verification (:mod:`fleetopt.optimizer.simulation.trim`), built by its model
     (:class:`fleetopt.optimizer.output.contract._Trim`); every count in it is simulated."""
+    from fleetopt.optimizer.output.contract import _Trim, _TrimPool, build
+
     if trim is None:
         return None
     pools = [build(_TrimPool, p, replicas=n, replicas_up=u, replicas_verified=p.replicas,
@@ -105,6 +116,8 @@ def trim_json(trim, plan, instance) -> dict | None:
 
 
 def _verified_pool(vp, p, s) -> dict:
+    from fleetopt.optimizer.output.contract import _VerifiedPool, build
+
     key = (p.min_tokens, p.max_tokens, p.gpu)
     return build(_VerifiedPool, p, ttft_p99_ms_analytic=p.ttft_p99_ms,
                  ttft_p99_ms_sim=None if s is None else s.ttft_p99_ms_sim,
@@ -119,6 +132,9 @@ def _verified_pool(vp, p, s) -> dict:
 def verification_json(v, instance) -> dict:
     """The ``verification`` block of ``solve --verify-top N``, built by its model
     (:class:`fleetopt.optimizer.output.contract._Verification`): every simulated plan, per round (and the trim)."""
+    from fleetopt.optimizer.output.contract import (_PoolSizing, _SizingTrial, _Verification, _VerifiedPlan,
+                                                    build)
+
     plans = [build(_VerifiedPlan, vp, cost_per_hr=vp.plan.fleet.cost_per_hr, verdict=vp.verdict(),
                    ttft_p99_ms_sim=vp.sim.ttft_p99_ms, ttft_p99_ci_ms=vp.sim.ttft_p99_ci_ms,
                    requests_simulated=vp.sim.requests_simulated,
@@ -154,6 +170,8 @@ _NO_PLAN = ("physical_gpus", "cost_per_hr", "cost_per_year", "power_kw", "tok_pe
 def solve_json(report, verification=None) -> dict:
     """The ``solve`` document, built by its model (:class:`fleetopt.optimizer.output.contract.SolveDocument`); with a
     verification, its chosen plan heads it."""
+    from fleetopt.optimizer.output.contract import SolveDocument, _Solution, build, envelope
+
     inst = report.instance
     best = report.best
     if verification is not None and verification.chosen is not None:

@@ -18,8 +18,8 @@ from fleetopt.models.profiles import served_model
 from fleetopt.models.service import ContextPoint
 from fleetopt.models.units import P99_TAIL
 
-from fleetopt.optimizer.output.contract import (fleet_output_tok_per_s, physical_gpus, pool_identity,
-                                                usd_per_million_output_tokens)
+from fleetopt.optimizer.output.figures import (fleet_output_tok_per_s, physical_gpus, pool_identity,
+                                               usd_per_million_output_tokens)
 from fleetopt.optimizer.plan.evaluate import fleet_spec, limit_violations
 from fleetopt.optimizer.io.overrides import set_flags
 from fleetopt.optimizer.simulation.options import EngineOptions, SimOptions
@@ -61,7 +61,7 @@ def fmt_usd_per_mtok(x: float) -> str:
 
 def headline(r: FleetResult, instance=None) -> str:
     """A fleet's headline in physical GPUs: GPUs (and replicas), $/hr, $/yr, kW, tok/W and $ per million output
-    tokens (:func:`fleetopt.optimizer.output.contract.usd_per_million_output_tokens`). A fleet with the seeds'
+    tokens (:func:`fleetopt.optimizer.output.figures.usd_per_million_output_tokens`). A fleet with the seeds'
     calibrated units says how many units it prices (a unit: a TP=8 server priced and powered as one GPU).
 
     Examples

@@ -208,7 +208,7 @@ class FrontierPoint:
     slo_miss_share: float = 0.0
     """Share of all requests whose TTFT exceeds the instance's SLO (what a fleet-scope SLO bounds by 1 %)."""
     physical_gpus: int = 0
-    """Physical GPUs of the plan's pools (:func:`fleetopt.optimizer.output.contract.physical_gpus`): the headline
+    """Physical GPUs of the plan's pools (:func:`fleetopt.optimizer.output.figures.physical_gpus`): the headline
     count; :attr:`total_gpus` counts the GPUs as the options price them."""
 
     def to_json(self, axis: Axis, **values) -> dict:

@@ -52,7 +52,7 @@ __all__ = ["SCHEMA_VERSION", "DEFAULT_RHOS", "RHO_TOLERANCE", "SECONDS_PER_HOUR"
            "PoolSweep", "FleetPoint", "RhoSweep", "parse_rhos", "usd_per_mtok", "rho_sweep"]
 
 from fleetopt.optimizer.output.contract import SCHEMA_VERSION  # noqa: E402 (one contract version)
-from fleetopt.optimizer.output.contract import usd_per_million_output_tokens  # noqa: E402 (one formula)
+from fleetopt.optimizer.output.figures import usd_per_million_output_tokens  # noqa: E402 (one formula)
 from fleetopt.optimizer.output.contract import RhoSweepDocument, build  # noqa: E402
 from fleetopt.optimizer.output.contract import _RhoPoint, _RhoPool, _RhoPoolPoint  # noqa: E402
 DEFAULT_RHOS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)
@@ -66,7 +66,7 @@ _RHOS_RE = re.compile(r"^\s*(\d+(\.\d*)?|\.\d+)\s*$")
 
 def usd_per_mtok(cost_per_hr: float, output_tok_per_s: float) -> float:
     """Dollars per million output tokens, :math:`C / (3600\\, r) \\cdot 10^6` (inf without output;
-    :func:`fleetopt.optimizer.output.contract.usd_per_million_output_tokens`, the one definition).
+    :func:`fleetopt.optimizer.output.figures.usd_per_million_output_tokens`, the one definition).
 
     Examples
     --------
