@@ -417,7 +417,7 @@ def _count_floors(instance: Instance, opt, raw, b, rows) -> np.ndarray:
     floor = model.count_floor(model.traffic(s, instance.workload.arrival_rate_req_per_s * s.rate_share),
                               instance.constraints.max_utilization)
     out = np.full(len(ii), np.inf)
-    np.minimum.at(out, idx, inflate_for_availability(floor, opt.availability).astype(float))
+    np.minimum.at(out, idx, np.asarray(inflate_for_availability(floor, opt.availability), dtype=float))
     return out
 
 
