@@ -25,8 +25,9 @@ from __future__ import annotations
 import time
 from collections import Counter
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from functools import partial
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -37,6 +38,9 @@ from fleetopt.models.queueing.ttft import TTFTModel, ttft_model
 from fleetopt.models.units import MS_PER_S, P99_TAIL
 
 from fleetopt.optimizer.io.instance import Instance
+
+if TYPE_CHECKING:
+    from fleetopt.models.segments import RawSums, SegmentBasis
 
 __all__ = ["Candidates", "Deadline", "Dropped", "WindowCut", "SizingCache", "TighteningCandidates",
            "generate_candidates", "bounded_sizing", "BOUNDS", "prune_dominated", "restrict", "least_counts",
@@ -335,10 +339,67 @@ def _sizing_workers(options: int, rows_per_option: int) -> int:
 def _chunk_traffic(instance: Instance, b, gammas, grid, rows, chunk: int):
     """:func:`_traffic` of every row for options with ``chunk``-token prefill chunks (the basis and the raw sums
     depend on an option through its chunk only)."""
+    return _traffic(instance, _chunk_basis(instance, grid, chunk), grid, b, gammas, rows, chunk)
+
+
+def _chunk_basis(instance: Instance, grid, chunk: int) -> SegmentBasis:
+    """The workload's :class:`~fleetopt.models.segments.SegmentBasis` on ``grid`` for ``chunk``-token chunks."""
     from fleetopt.models.segments import segment_basis
 
     w = instance.workload
-    return _traffic(instance, segment_basis(w.lengths, grid, chunk, w.input_fraction), grid, b, gammas, rows, chunk)
+    return segment_basis(w.lengths, grid, chunk, w.input_fraction)
+
+
+class _RowSums:
+    """The raw sums of the candidate rows per chunk size, each row computed when a round first sizes it.
+
+    :meth:`means` gives every row's sums without the chunk histograms' columns past the first, the prompt bins and
+    the spectra (what the count floors read: :func:`_count_floors`); :meth:`sums` gives sums over every row whose
+    rows ``need`` hold the full sums of :func:`_traffic` (computed once each, row by row: the values of computing
+    every row) and zeros elsewhere, arrays the size of all rows so that an option's inputs index them as they index
+    the full sums. The zeros are never read: a round reads the rows it sizes. With compression states every row is
+    computed at once (a compressed band may widen the histograms)."""
+
+    def __init__(self, instance: Instance, b, gammas, grid, rows):
+        self._args = (instance, b, gammas, grid, rows)
+        self._bases: dict[int, SegmentBasis] = {}
+        self._sums: dict[int, RawSums] = {}
+        self._done: dict[int, np.ndarray] = {}
+
+    def _basis(self, chunk: int) -> SegmentBasis:
+        if chunk not in self._bases:
+            instance, _, _, grid, _ = self._args
+            self._bases[chunk] = _chunk_basis(instance, grid, chunk)
+        return self._bases[chunk]
+
+    def means(self, chunk: int) -> RawSums:
+        instance, b, gammas, grid, rows = self._args
+        if len(gammas) > 1:
+            return self.sums(chunk, np.ones(len(rows[0]), dtype=bool))
+        basis = self._basis(chunk)
+        narrow = replace(basis, chunk_mass_prefix=basis.chunk_mass_prefix[:, :1],
+                         prompt_bin_prefix=basis.prompt_bin_prefix[:, :1], spectra_prefix=None)
+        return _traffic(instance, narrow, grid, b, gammas, rows, chunk)
+
+    def sums(self, chunk: int, need: np.ndarray) -> RawSums:
+        from fleetopt.models.segments import RawSums
+
+        instance, b, gammas, grid, rows = self._args
+        n = len(rows[0])
+        if len(gammas) > 1:
+            need = np.ones(n, dtype=bool)
+        done = self._done.setdefault(chunk, np.zeros(n, dtype=bool))
+        at = np.flatnonzero(need & ~done)
+        if at.size or chunk not in self._sums:      # (no row yet: the arrays' shapes from none)
+            part = _traffic(instance, self._basis(chunk), grid, b, gammas, tuple(r[at] for r in rows), chunk)
+            held = [f.name for f in fields(RawSums) if getattr(part, f.name) is not None]
+            if chunk not in self._sums:     # zeros: untouched pages cost nothing until a row is written
+                self._sums[chunk] = replace(part, **{k: np.zeros((n,) + getattr(part, k).shape[1:]) for k in held})
+            full = self._sums[chunk]
+            for k in held:
+                getattr(full, k)[at] = getattr(part, k)
+            done[at] = True
+        return self._sums[chunk]
 
 
 def _size_forked(instance: Instance, options, b, rows, gammas, grid, workers: int, pools: _Columns,
@@ -442,16 +503,19 @@ def _size_bounded(instance: Instance, options, b, rows, gammas, grid, pools: _Co
         \kappa_y < \underline\kappa_g,\ P_y \le \underline P_g,\ G_y \le \underline G_g,
         \ g \text{ without a lower bound} \quad (\text{``dominance''})
 
-    (:func:`bounded_sizing` says why either suffices). Each round sizes the options on forked workers as
-    :func:`_size_forked` does; an option's candidates come back in its row order, each with the columns the full
-    sizing gives it (a candidate's sizing reads its own row only: ``tests/test_bounded_sizing.py``).
+    (:func:`bounded_sizing` says why either suffices). The floors read every row's means; the full raw sums (chunk
+    histograms, prompt bins, spectra) are computed for the rows a round sizes only (:class:`_RowSums`). Each round
+    sizes the options on forked workers as :func:`_size_forked` does; an option's candidates come back in its row
+    order, each with the columns the full sizing gives it (a candidate's sizing reads its own row only:
+    ``tests/test_bounded_sizing.py``).
     """
     from fleetopt.models.power import power_floor_w
     from fleetopt.optimizer.forked import ordered_map
 
-    raws = {chunk: _chunk_traffic(instance, b, gammas, grid, rows, chunk)
-            for chunk in dict.fromkeys(opt.profile.chunk_tokens for _, opt in options)}
-    counts = np.stack([_count_floors(instance, opt, raws[opt.profile.chunk_tokens], b, rows) for _, opt in options])
+    sums = _RowSums(instance, b, gammas, grid, rows)
+    means = {chunk: sums.means(chunk) for chunk in dict.fromkeys(opt.profile.chunk_tokens for _, opt in options)}
+    counts = np.stack([_count_floors(instance, opt, means[opt.profile.chunk_tokens], b, rows) for _, opt in options])
+    del means
     profiles = [opt.profile for _, opt in options]
     cost = counts * np.array([p.cost_usd_per_hr for p in profiles])[:, None]
     has = np.isfinite(counts)
@@ -465,6 +529,10 @@ def _size_bounded(instance: Instance, options, b, rows, gammas, grid, pools: _Co
     def run(masks, report_slow: bool):
         items = [(k, m) for k, m in enumerate(masks) if m.any() or report_slow]
         workers = _sizing_workers(len(items), -(-int(sum(m.sum() for _, m in items)) // max(len(items), 1)))
+        raws = {}       # each chunk's sums, with the rows this round sizes computed (here: the workers inherit them)
+        for k, m in items:
+            chunk = options[k][1].profile.chunk_tokens
+            raws[chunk] = sums.sums(chunk, m)
 
         def size(item):
             k, mask = item
