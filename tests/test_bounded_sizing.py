@@ -247,3 +247,26 @@ def test_count_floors_are_those_of_the_full_statistics(case, repo_root):
         want = np.full(len(rows[0]), np.inf)
         np.minimum.at(want, idx, inflate_for_availability(floor, opt.availability).astype(float))
         assert np.array_equal(cand._count_floors(inst, opt, raw, b, rows), want), opt.name
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_the_baseline_is_the_same_without_the_options_left_unsized_on_the_full_range(case, repo_root):
+    """The homogeneous baseline skips the options bounded sizing left unsized on (0, max_context]; it is the fleet
+    that evaluating every option gives."""
+    from fleetopt.optimizer.plan.evaluate import baseline
+
+    inst = _load(repo_root, case)
+    part = cand.generate_candidates(inst, bounded=BOUND[case])
+    losers = solve_mod.unsized_on_full_range(inst, part)
+    assert losers < {g.name for g in inst.gpus}
+    full, fast = baseline(inst), baseline(inst, losers)
+    assert full is not None and fast is not None
+    assert fast.cost_per_hr == full.cost_per_hr and fast.power_kw == full.power_kw
+    assert [(p.gpu, p.replicas) for p in fast.pools] == [(p.gpu, p.replicas) for p in full.pools]
+    if case in ("quickstart", "stress", "tp-tpot"):
+        assert losers        # some option is left out
+
+
+def test_nothing_is_left_out_of_the_baseline_when_every_candidate_was_sized(repo_root):
+    inst = api.load(repo_root / "instances" / "quickstart.yaml")
+    assert solve_mod.unsized_on_full_range(inst, cand.generate_candidates(inst)) == frozenset()

@@ -372,18 +372,20 @@ def limit_violations(instance: Instance, fleet: FleetResult) -> tuple[str, ...]:
     return tuple(out)
 
 
-def baseline(instance: Instance) -> FleetResult | None:
+def baseline(instance: Instance, losers: frozenset[str] = frozenset()) -> FleetResult | None:
     """The cheapest homogeneous fleet: one pool ``(0, max_context]`` on one GPU option, sized to its minimum.
 
     An option that meets the SLO within every limit of the instance (:func:`limit_violations`: inventory,
     GPU, power and budget caps, ...) wins over one that does not; among those that do not, one that meets the
     SLO wins, then the cheaper. So the result breaks a limit or misses the SLO only when every option does (the
     caller reports it as infeasible: see :func:`limit_violations`). None if no GPU holds the context window.
+    ``losers``: options the caller knows another beats (a solve's bounded sizing left them unsized on the full
+    range: :func:`fleetopt.optimizer.plan.solve.unsized_on_full_range`), not evaluated.
     """
     top = instance.pools.max_context_tokens
     best = None
     for g in instance.gpus:
-        if int(g.profile.n_slots(top)) < 1:
+        if int(g.profile.n_slots(top)) < 1 or g.name in losers:
             continue
         r = _run(instance, [PoolPlan(0, top, g.name, g.profile, None, g.availability)])
         key = (not (r.feasible and not limit_violations(instance, r)), not r.feasible, r.cost_per_hr)

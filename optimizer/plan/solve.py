@@ -408,13 +408,29 @@ def _solve_instance(instance: Instance, options: SolveOptions) -> SolveReport:
                                             "the homogeneous baseline was not computed") if x)
     return SolveReport(
         instance=instance, status=status, method="oracle" if use_oracle else "mip", plans=plans,
-        baseline=baseline(instance) if options.compute_baseline and not skip_baseline else None,
+        baseline=(baseline(instance, unsized_on_full_range(instance, allc))
+                  if options.compute_baseline and not skip_baseline else None),
         explanation=explanation, solve_seconds=time.perf_counter() - t0,
         mip_gap=None if cut else result.rel_gap, bound=None if cut else result.bound, solver=result.solver,
         candidates_generated=allc.generated, candidates_feasible=len(allc), candidates_after_pruning=len(cands),
         dropped_reasons=tuple(f"{d.lo_tokens:,}-{d.hi_tokens:,} on {d.gpu}: {d.reason}" for d in allc.dropped),
         lp_bound=root, candidates_left_unsized=allc.left_unsized,
     )
+
+
+def unsized_on_full_range(instance: Instance, c: Candidates) -> frozenset[str]:
+    """The GPU options bounded sizing left unsized on the whole range :math:`(0, B_{max}]`: none is the homogeneous
+    baseline (:func:`fleetopt.optimizer.plan.evaluate.baseline`). A feasible candidate of that segment on an option
+    free of limits costs less than each of them can, and under the dominance rule draws and takes no more, so its
+    one-pool fleet meets the SLO and breaks no limit that theirs does not, at a lower cost
+    (:func:`fleetopt.optimizer.plan.candidates.bounded_sizing`). Empty when every candidate was sized."""
+    if not c.left_unsized or c.unsized_gpus:
+        return frozenset()
+    top = len(c.boundaries) - 1
+    whole = (c.i == 0) & (c.j == top) & (c.state_in == 0) & (c.state_out == 0) & ~c.is_pair
+    seen = {c.gpu_names[g] for g in c.gpu[whole]}
+    seen |= {d.gpu for d in c.dropped if d.lo_tokens == 0 and d.hi_tokens == int(c.boundaries[-1])}
+    return frozenset(g.name for g in instance.gpus) - seen
 
 
 def _mip_time_limit_s(deadline: Deadline | None) -> float | None:
