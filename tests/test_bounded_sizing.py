@@ -46,6 +46,13 @@ CASES = {
     "power-objective": ("quickstart.yaml", ("objective=power",), "dominance"),
 }
 BOUND = {k: v[2] for k, v in CASES.items()}
+
+
+@pytest.fixture(autouse=True)
+def _bounded_at_any_size(monkeypatch):
+    """These instances are small: bounded sizing runs at any size here (a solve uses it from MIN_BOUNDED_ROWS
+    rows, where it pays)."""
+    monkeypatch.setattr(cand, "MIN_BOUNDED_ROWS", 0)
 SKIPS_NONE = {"tp-tpot-inventory"}
 """Cases where no candidate may go unsized (no option may stand in for another)."""
 
@@ -270,3 +277,11 @@ def test_the_baseline_is_the_same_without_the_options_left_unsized_on_the_full_r
 def test_nothing_is_left_out_of_the_baseline_when_every_candidate_was_sized(repo_root):
     inst = api.load(repo_root / "instances" / "quickstart.yaml")
     assert solve_mod.unsized_on_full_range(inst, cand.generate_candidates(inst)) == frozenset()
+
+
+def test_small_instances_size_every_candidate(repo_root, monkeypatch):
+    monkeypatch.setattr(cand, "MIN_BOUNDED_ROWS", 2_000)
+    quick = api.load(repo_root / "instances" / "quickstart.yaml")     # 342 rows: below the threshold
+    assert cand.generate_candidates(quick, bounded="cost").left_unsized == 0
+    monkeypatch.setattr(cand, "MIN_BOUNDED_ROWS", 342)
+    assert cand.generate_candidates(quick, bounded="cost").left_unsized > 0
