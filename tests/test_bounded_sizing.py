@@ -10,7 +10,6 @@ of its segment in the full sizing, and the solve returns the same plan.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 
 import numpy as np
@@ -228,7 +227,6 @@ def test_candidates_record_keeps_the_count_through_pruning(repo_root):
     part = cand.generate_candidates(inst, bounded="cost")
     kept = part.keep_choices(np.ones(part.n_choices, dtype=bool))
     assert kept.left_unsized == part.left_unsized > 0
-    assert dataclasses.replace(part).left_unsized == part.left_unsized
 
 
 @pytest.mark.parametrize("case", ["quickstart", "compression", "tail-model", "tp-tpot"])

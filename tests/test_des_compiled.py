@@ -47,9 +47,9 @@ def test_the_build_is_there_where_required():
         "FLEETOPT_REQUIRE_COMPILED=1 but fleetopt.solvers.des._cloop was not built"
 
 
-def _both(case: dict, monkeypatch) -> tuple[dict, dict, int]:
-    """The run's fingerprint with the compiled loop where it applies, then with the Python loop; and how many
-    times the compiled loop ran."""
+def _count_compiled_runs(monkeypatch) -> list:
+    """Make the engine's compiled loop (where it is built) count its runs: returns the list each run appends to,
+    and puts the loop back as it was when the test ends (monkeypatch)."""
     runs = []
     real = engine._compiled_loop
 
@@ -60,6 +60,13 @@ def _both(case: dict, monkeypatch) -> tuple[dict, dict, int]:
             return real().run(*args)
 
     monkeypatch.setattr(engine, "_compiled_loop", lambda: Counting if real() is not None else None)
+    return runs
+
+
+def _both(case: dict, monkeypatch) -> tuple[dict, dict, int]:
+    """The run's fingerprint with the compiled loop where it applies, then with the Python loop; and how many
+    times the compiled loop ran."""
+    runs = _count_compiled_runs(monkeypatch)
     compiled = fingerprint(engine.simulate(**case))
     monkeypatch.setattr(engine, "_COMPILED", False)
     python = fingerprint(engine.simulate(**case))
@@ -121,23 +128,16 @@ def test_simulate_reports_the_same_either_way(repo_root, monkeypatch):
     the report, every figure, either way."""
     inst = api.load(repo_root / "instances" / "ref_units_lmsys_a100_h100.yaml")
     plans = plans_from_spec(inst, "0-2048:h100x2,2048-65536:h100x3")
-    runs = []
-    real = engine._compiled_loop
-
-    class Counting:
-        @staticmethod
-        def run(*args):
-            runs.append(1)
-            return real().run(*args)
 
     def report() -> str:
         out = simulate_plan(inst, plans, SimOptions(requests=20_000, replications=2, seed=9), workers=1).to_json()
         out.pop("wall_seconds")
         return json.dumps(out, sort_keys=True)
 
-    monkeypatch.setattr(engine, "_compiled_loop", lambda: Counting)
+    runs = _count_compiled_runs(monkeypatch)
     compiled = report()
-    assert len(runs) >= 2          # the replications (and any thin pool's dedicated runs) ran the compiled loop
-    monkeypatch.setattr(engine, "_compiled_loop", real)
+    ran = len(runs)
+    assert ran >= 2                # the replications (and any thin pool's dedicated runs) ran the compiled loop
     monkeypatch.setattr(engine, "_COMPILED", False)
     assert report() == compiled
+    assert len(runs) == ran        # the second report ran the Python loop only

@@ -1288,7 +1288,7 @@ def _next_count(lo, hi, n1, g1, n2, g2, w1, w3, step, hinted) -> tuple[np.ndarra
 def batched_utilization_floor(traffic: BatchedTraffic, rho_max: float = 0.85, min_count: int = 1) -> np.ndarray:
     """The utilisation floor :math:`N_0 = \\max(\\lceil \\lambda (E[Y] + E[I] W / n) / \\rho_{max} \\rceil, N_{min})`
     per pool (a pool without slots counts one per replica): the count :func:`batched_min_replicas` searches from,
-    so a lower bound on every count it returns (``tests/test_batched.py`` checks both).
+    so a lower bound on every count it returns (``tests/test_bounded_sizing.py`` checks both).
     """
     lam = traffic.arrival_rate
     cap = np.where(traffic.cap < 1, 1.0, traffic.cap)

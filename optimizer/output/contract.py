@@ -70,7 +70,8 @@ option, ``physical_gpus`` per fleet); 2.2: the headline in physical GPUs (``anal
 contract), with the instance's SLO and each point's physical GPUs; 2.4: ``solve``'s ``candidates.dropped`` a bounded
 summary (``dropped_total``, at most :data:`DROPPED_LINES` example reasons, ``dropped_by_option``) instead of every
 dropped candidate's reason, and every key of ``solve``, ``evaluate``, ``simulate``, ``simulate --routers``,
-``pareto --axes`` and ``whatif`` declared (each document built by its model)."""
+``pareto --axes`` and ``whatif`` declared (each document built by its model); 2.5: ``solve``'s
+``candidates.left_unsized`` (the candidates bounded sizing never sized)."""
 
 Figure = Annotated[float | None, Field(description="null: infinite (an unstable queue) or undefined")]
 Interval = Annotated[list[Figure], Field(min_length=2, max_length=2,

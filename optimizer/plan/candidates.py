@@ -362,44 +362,45 @@ class _RowSums:
     """The raw sums of the candidate rows per chunk size, each row computed when a round first sizes it.
 
     :meth:`means` gives every row's sums without the chunk histograms' columns past the first, the prompt bins and
-    the spectra (what the count floors read: :func:`_count_floors`); :meth:`sums` gives sums over every row whose
+    the spectra (all the count floors read: :func:`_count_floors`); :meth:`sums` gives sums over every row whose
     rows ``need`` hold the full sums of :func:`_traffic` (computed once each, row by row: the values of computing
     every row) and zeros elsewhere, arrays the size of all rows so that an option's inputs index them as they index
     the full sums. The zeros are never read: a round reads the rows it sizes. With compression states every row is
     computed at once (a compressed band may widen the histograms)."""
 
     def __init__(self, instance: Instance, b, gammas, grid, rows):
-        self._args = (instance, b, gammas, grid, rows)
+        self.instance, self.b, self.gammas, self.grid, self.rows = instance, b, gammas, grid, rows
         self._bases: dict[int, SegmentBasis] = {}
         self._sums: dict[int, RawSums] = {}
         self._done: dict[int, np.ndarray] = {}
 
     def _basis(self, chunk: int) -> SegmentBasis:
         if chunk not in self._bases:
-            instance, _, _, grid, _ = self._args
-            self._bases[chunk] = _chunk_basis(instance, grid, chunk)
+            self._bases[chunk] = _chunk_basis(self.instance, self.grid, chunk)
         return self._bases[chunk]
 
+    def _traffic(self, basis, rows) -> RawSums:
+        return _traffic(self.instance, basis, self.grid, self.b, self.gammas, rows, basis.chunk_tokens)
+
     def means(self, chunk: int) -> RawSums:
-        instance, b, gammas, grid, rows = self._args
-        if len(gammas) > 1:
-            return self.sums(chunk, np.ones(len(rows[0]), dtype=bool))
+        if len(self.gammas) > 1:
+            full = self.sums(chunk, np.ones(len(self.rows[0]), dtype=bool))
+            return replace(full, k_hist=full.k_hist[:, :1], prompt_bins=None, spectra=None)
         basis = self._basis(chunk)
-        narrow = replace(basis, chunk_mass_prefix=basis.chunk_mass_prefix[:, :1],
-                         prompt_bin_prefix=basis.prompt_bin_prefix[:, :1], spectra_prefix=None)
-        return _traffic(instance, narrow, grid, b, gammas, rows, chunk)
+        return self._traffic(replace(basis, chunk_mass_prefix=basis.chunk_mass_prefix[:, :1],
+                                     prompt_bin_prefix=basis.prompt_bin_prefix[:, :1], spectra_prefix=None),
+                             self.rows)
 
     def sums(self, chunk: int, need: np.ndarray) -> RawSums:
         from fleetopt.models.segments import RawSums
 
-        instance, b, gammas, grid, rows = self._args
-        n = len(rows[0])
-        if len(gammas) > 1:
+        n = len(self.rows[0])
+        if len(self.gammas) > 1:
             need = np.ones(n, dtype=bool)
         done = self._done.setdefault(chunk, np.zeros(n, dtype=bool))
         at = np.flatnonzero(need & ~done)
         if at.size or chunk not in self._sums:      # (no row yet: the arrays' shapes from none)
-            part = _traffic(instance, self._basis(chunk), grid, b, gammas, tuple(r[at] for r in rows), chunk)
+            part = self._traffic(self._basis(chunk), tuple(r[at] for r in self.rows))
             held = [f.name for f in fields(RawSums) if getattr(part, f.name) is not None]
             if chunk not in self._sums:     # zeros: untouched pages cost nothing until a row is written
                 self._sums[chunk] = replace(part, **{k: np.zeros((n,) + getattr(part, k).shape[1:]) for k in held})
@@ -423,11 +424,8 @@ def _size_forked(instance: Instance, options, b, rows, gammas, grid, workers: in
 
     def size(item):
         g_idx, opt = item
-        p, c = _Columns(), _Columns()
-        inputs = _option_inputs(instance, opt, raws[opt.profile.chunk_tokens], b, rows)
-        d = _slow_dropped(instance, opt, inputs, b, rows)
-        _size_option(instance, g_idx, opt, inputs, b, rows, p, c, d)
-        return p.arrays(), c.arrays(), [replace(x, why=x.reason) for x in d]
+        p, c, slow, d = _option_columns(instance, g_idx, opt, raws[opt.profile.chunk_tokens], b, rows, written=True)
+        return p, c, slow + d
 
     for p, c, d in ordered_map(size, options, workers):
         first = len(pools)
@@ -436,6 +434,19 @@ def _size_forked(instance: Instance, options, b, rows, gammas, grid, workers: in
         if c:
             choices.add(**(c | {"pool": first + c["pool"]}))
         dropped.extend(d)
+
+
+def _option_columns(instance: Instance, g_idx: int, opt, raw, b, rows, keep_rows: np.ndarray | None = None, *,
+                    slow: bool = True, written: bool = False) -> tuple[dict, dict, list, list]:
+    """One GPU option's sizing as arrays, for a forked worker to send back: its pool and choice columns
+    (:func:`_size_option`; ``pool`` counts from 0), the rows too slow for a TPOT SLO (:func:`_slow_dropped`; none
+    without ``slow``) and the dropped candidates. ``keep_rows``: only those rows (:func:`_option_inputs`);
+    ``written``: every dropped reason written out (a worker's: the parent cannot call back into it)."""
+    p, c, d = _Columns(), _Columns(), []
+    inputs = _option_inputs(instance, opt, raw, b, rows, keep_rows)
+    _size_option(instance, g_idx, opt, inputs, b, rows, p, c, d)
+    too_slow = _slow_dropped(instance, opt, inputs, b, rows) if slow else []
+    return p.arrays(), c.arrays(), too_slow, [replace(x, why=x.reason) for x in d] if written else d
 
 
 BOUNDS = ("cost", "dominance")
@@ -472,16 +483,14 @@ def _count_floors(instance: Instance, opt, raw, b, rows) -> np.ndarray:
     """Per row of ``rows``: the fewest replicas (deployed: after availability inflation) any candidate of the row
     on ``opt`` can have, the least of its batch caps' utilisation floors
     (:meth:`fleetopt.models.queueing.ttft.TTFTModel.count_floor`, where every count search starts); inf for a row
-    without a candidate. Closed form on the segment statistics' means: the sums are read without what only the miss
-    probabilities read (the chunk histogram past its first column, the prompt bins and the spectra), so the
-    statistics of those are not computed (``tests/test_bounded_sizing.py`` checks the floors against the full
-    statistics')."""
+    without a candidate. Closed form on the segment statistics' means: ``raw`` may lack what only the miss
+    probabilities read (:meth:`_RowSums.means`; ``tests/test_bounded_sizing.py`` checks the floors against the
+    full statistics')."""
     from fleetopt.models.segments import stats_from_raw
 
     ii, jj = rows[0], rows[1]
     idx, caps, _ = batch_caps(instance, opt.profile, b[jj])
-    means = replace(raw, k_hist=raw.k_hist[:, :1], prompt_bins=None, spectra=None)
-    s = stats_from_raw(means.take(idx), b[ii[idx]], b[jj[idx]], opt.profile, n_slots=caps)
+    s = stats_from_raw(raw.take(idx), b[ii[idx]], b[jj[idx]], opt.profile, n_slots=caps)
     model = ttft_model(instance.slo.ttft_model)
     floor = model.count_floor(model.traffic(s, instance.workload.arrival_rate_req_per_s * s.rate_share),
                               instance.constraints.max_utilization)
@@ -545,14 +554,8 @@ def _size_bounded(instance: Instance, options, b, rows, gammas, grid, pools: _Co
         def size(item):
             k, mask = item
             g_idx, opt = options[k]
-            p, c = _Columns(), _Columns()
-            inputs = _option_inputs(instance, opt, raws[opt.profile.chunk_tokens], b, rows, mask)
-            slow = _slow_dropped(instance, opt, inputs, b, rows) if report_slow else []
-            d: list[Dropped] = []
-            _size_option(instance, g_idx, opt, inputs, b, rows, p, c, d)
-            if workers > 1:     # reasons written here: the parent cannot call back into a worker
-                d = [replace(x, why=x.reason) for x in d]
-            return k, p.arrays(), c.arrays(), slow, d
+            return k, *_option_columns(instance, g_idx, opt, raws[opt.profile.chunk_tokens], b, rows, mask,
+                                       slow=report_slow, written=workers > 1)
 
         return {k: (p, c, slow, d) for k, p, c, slow, d in ordered_map(size, items, workers)}
 
