@@ -377,6 +377,8 @@ def lp_bound(problem: FleetProblem) -> float | None:
 
 
 def _relaxed(m, solver, opts) -> float | None:
-    """The LP relaxation's objective of the model ``solver`` holds (None if HiGHS finds none)."""
+    """The LP relaxation's optimum for the model ``solver`` holds: None unless HiGHS proves it optimal (a limit's
+    incumbent bounds the LP's optimum from above, not below)."""
     res = _highs_solve(solver, m, dict(opts, solver_options=dict(opts["solver_options"], solve_relaxation=True)))
-    return res.incumbent_objective
+    out = outcome_of(res)
+    return out.objective if out.termination is Termination.OPTIMAL else None
