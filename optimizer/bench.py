@@ -544,13 +544,13 @@ def bench_warm_solve(repeats: int = 5) -> dict:
 
 
 def bench_small_solve_process(repeats: int = 5) -> dict:
-    """``fleetopt solve`` from process start to exit on a small instance (Puzzle 10, LMSYS: the graph oracle's
-    path, no Pyomo), beside two floors measured in the same run: the interpreter importing numpy and scipy.special
+    """``fleetopt solve`` from process start to exit on a small instance (Puzzle 10, LMSYS: the path-search
+    oracle, no Pyomo), beside two floors measured in the same run: the interpreter importing numpy and scipy.special
     (which the analytic models need), and importing every dependency this path loads (numpy, scipy.special,
-    networkx, pydantic, rich, click, yaml); fleetopt's own share is the difference."""
+    pydantic, rich, click, yaml); fleetopt's own share is the difference."""
     cmd = _cli() + ["solve", str(bench_instance("ref_puzzle10_lmsys.yaml")), "--json", os.devnull]
     floor_cmd = [sys.executable, "-c", "import numpy, scipy.special"]
-    deps_cmd = [sys.executable, "-c", "import numpy, scipy.special, networkx, pydantic, rich.console, click, yaml"]
+    deps_cmd = [sys.executable, "-c", "import numpy, scipy.special, pydantic, rich.console, click, yaml"]
 
     def run(c=cmd):
         subprocess.run(c, check=True, capture_output=True)

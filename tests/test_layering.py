@@ -23,13 +23,13 @@ ROOT_PACKAGE_DIR = "optimizer/_fleetopt"    # installs as the package root ``fle
 
 # (layer, rank, third-party packages it may import). A module's layer is the longest prefix that matches.
 SCIENCE = {"numpy", "scipy"}
-PIPELINE = SCIENCE | {"yaml", "pydantic", "rich", "click", "networkx", "pyomo", "highspy"}
+PIPELINE = SCIENCE | {"yaml", "pydantic", "rich", "click", "pyomo", "highspy"}
 SCALE_OUT = {"dask", "distributed", "matplotlib"}     # optional extras (scale, plot), imported where used
 FRAMES = {"pandas"}                                     # optional extra (frames): to_frame() on reports
 PROBE = {"torch", "pynvml"}                             # optional extra (probe): the GPU backend of profile probe
 LAYERS = {
     "fleetopt.models": (0, SCIENCE),
-    "fleetopt.solvers": (1, SCIENCE | {"networkx", "pyomo", "highspy"}),
+    "fleetopt.solvers": (1, SCIENCE | {"pyomo", "highspy"}),
     "fleetopt.solvers.des": (1, SCIENCE),
     "fleetopt.optimizer.errors": (2, set()),
     "fleetopt.optimizer.forked": (2, set()),   # independent tasks on forked workers (stdlib): sizing, replications

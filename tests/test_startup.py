@@ -36,7 +36,8 @@ def test_cli_start_up_leaves_numpy_yaml_and_the_metadata_unloaded(tmp_path):
 
 def test_a_solve_without_pairs_leaves_the_disaggregated_model_unloaded(tmp_path):
     """A plain solve loads neither the P/D pairs' model nor the files only some instances name (a model_config
-    or profile_file entry, a computed profile's roofline)."""
+    or profile_file entry, a computed profile's roofline); the oracle that picks Puzzle 10's fleet runs without
+    Pyomo and without networkx (a test dependency: the oracle's independent reference)."""
     code = ("import sys\nfrom fleetopt.optimizer.cli import main\n"
             f"sys.argv = ['fleetopt', 'solve', {str(REPO / 'instances' / 'ref_puzzle10_lmsys.yaml')!r}, '--json', "
             f"{str(tmp_path / 'out.json')!r}]\n"
@@ -44,7 +45,9 @@ def test_a_solve_without_pairs_leaves_the_disaggregated_model_unloaded(tmp_path)
     unused = ["fleetopt.models.queueing.disagg", "fleetopt.optimizer.io.hf_config",
               "fleetopt.optimizer.io.profile_file", "fleetopt.models.roofline",
               "fleetopt.optimizer.simulation.simulate", "pyomo"]
-    assert _loaded(code, unused + ["networkx"], tmp_path) == ["networkx"]   # the oracle ran
+    out = tmp_path / "out.json"
+    assert _loaded(code, unused + ["networkx", "fleetopt.solvers.oracle"], tmp_path) == ["fleetopt.solvers.oracle"]
+    assert json.loads(out.read_text())["method"] == "oracle"
 
 
 def test_a_solve_printing_tables_builds_no_contract_models(tmp_path):

@@ -466,7 +466,7 @@ def bounded_sizing(instance: Instance, top: int = 1, method: str = "auto") -> st
       pool-count, GPU, budget or power limit, :attr:`fleetopt.solvers.problem.FleetProblem.separable`): a
       candidate that costs more than a feasible candidate of its segment, whatever its power and GPUs. Swapping it
       for the cheaper one keeps any plan valid and lowers its cost, so it is in no optimal plan, and the oracle's
-      graph holds each segment's best choice alone (:func:`fleetopt.solvers.oracle.segment_graph`).
+      search reads each segment's best choice alone (:func:`fleetopt.solvers.oracle.shortest_fleet`).
     """
     if top != 1 or instance.slo.scope != "pool" or instance.semantic is not None or instance.pools.routing == "split":
         return None

@@ -46,6 +46,10 @@ __all__ = ["SolveOptions", "SolveStatus", "STATUS", "Plan", "SolveReport", "Spli
 METHODS = ("auto", "mip", "oracle")
 """Values of :attr:`SolveOptions.method`."""
 
+ORACLE_NAME = "exact path search"
+"""The solver a separable solve names (:func:`fleetopt.solvers.oracle.shortest_fleet`: dynamic programming over the
+boundary DAG)."""
+
 MIP_FLOOR_S = 0.05
 """Least time limit handed to the MIP when ``time_limit_s`` is (nearly) spent by candidate building: enough for
 HiGHS's presolve and first heuristics to find an incumbent among the candidates built, so a time-limited solve
@@ -684,10 +688,10 @@ def _oracle(problem: FleetProblem) -> SolveResult:
     try:
         value, choices = shortest_fleet(problem)
     except NoFleetError as err:
-        return SolveResult(Termination.INFEASIBLE, (), None, None, time.perf_counter() - t0, "networkx dijkstra",
-                           {}, str(err))
+        return SolveResult(Termination.INFEASIBLE, (), None, None, time.perf_counter() - t0, ORACLE_NAME, {},
+                           str(err))
     return SolveResult(Termination.OPTIMAL, (Solution(choices, value),), value, 0.0, time.perf_counter() - t0,
-                       "networkx dijkstra (exact)" if problem.n_commodities == 1 else
+                       ORACLE_NAME if problem.n_commodities == 1 else
                        "exact path search per model class, combined under the pool count", {})
 
 
