@@ -308,10 +308,10 @@ def solve(problem: FleetProblem, *, top: int = 1, time_limit_s: float | None = N
     With ``relaxation`` and a solution, ``lp_bound`` is the objective of the model's LP relaxation
     (:func:`lp_bound`), solved on the model HiGHS already holds, before any tie-break or no-good cut changes it.
 
-    With ``tie_break`` and a proven optimum, ties are broken lexicographically:
-    among fleets within 1e-9 of the optimum, fewest physical GPUs, then fewest pools
-    (:func:`_tie_break`). ``termination`` is that of the first solve; a limit with an incumbent
-    returns the incumbent (a result, not an error).
+    With ``tie_break`` and a proven optimum, ties are broken lexicographically: among fleets within 1e-9 of the
+    optimum, fewest physical GPUs, then fewest pools, then least power (least cost under a power objective)
+    (:func:`_tie_break`). ``termination`` is that of the first solve; a limit with an incumbent returns the
+    incumbent (a result, not an error).
     """
     t0 = time.perf_counter()
     m = build_model(problem)
@@ -343,19 +343,26 @@ def solve(problem: FleetProblem, *, top: int = 1, time_limit_s: float | None = N
 
 
 def _tie_break(m, problem, solver, opts, chosen, weights, budget_s: float):
-    r"""Among primary-optimal fleets, fewest physical GPUs, then fewest pools, in one solve.
+    r"""Among primary-optimal fleets, fewest physical GPUs, then fewest pools, then the least last-tie weight
+    :math:`v_c` (:meth:`~fleetopt.solvers.problem.FleetProblem.choice_last_tie`: kW under a cost objective, $/hr
+    under a power one), in one solve:
 
-    .. math:: \min \sum_c ((K + 1) G_c + 1) z_c \quad \text{s.t.} \quad \sum_c w_c z_c \le w^* (1 + 10^{-9})
+    .. math:: \min \sum_c \Bigl((K + 1) G_c + 1 + \frac{v_c}{V}\Bigr) z_c \quad \text{s.t.} \quad
+              \sum_c w_c z_c \le w^* (1 + 10^{-9}), \qquad V = 2 K \max_c v_c.
 
-    Pools number at most :math:`K`, so the integer weights order GPUs before
-    pools exactly. The solve gets ``budget_s``; any incumbent it returns is
-    still primary-optimal, so a timeout only leaves the tie-break unproven.
-    Returns the choices and whether the tie-break was proven.
+    Pools number at most :math:`K`, so the integer weights order GPUs before pools exactly, and a fleet's
+    :math:`\sum v_c / V \le 1/2` orders the fleets equal in both by :math:`\sum v_c` without reaching the next
+    integer. Without the last criterion the fleet reported among those equal in objective, GPUs and pools was
+    whichever HiGHS met first (on the stress instance, 50.41 kW of two 576 $/hr fleets, the other 50.29 kW). The
+    solve gets ``budget_s``; any incumbent it returns is still primary-optimal, so a timeout only leaves the
+    tie-break unproven. Returns the choices and whether the tie-break was proven.
     """
     best = float(weights[list(chosen)].sum())
     m.objective.deactivate()
     m.fix_primary = pyo.Constraint(expr=m.objective.expr <= best + 1e-9 * max(1.0, abs(best)))
-    coef = (problem.max_pools + 1) * problem.choice_gpus.astype(float) + 1.0
+    last = problem.choice_last_tie()
+    scale = 2.0 * problem.max_pools * float(last.max(initial=0.0))
+    coef = (problem.max_pools + 1) * problem.choice_gpus.astype(float) + 1.0 + (last / scale if scale > 0 else 0.0)
     m.tie = pyo.Objective(expr=pyo.quicksum(float(coef[c]) * m.z[c] for c in m.CHOICES))
     tie_opts = dict(opts, time_limit=budget_s)
     out, cand = _solve_once(m, solver, tie_opts)

@@ -39,15 +39,15 @@ class NoFleetError(Exception):
     """No fleet satisfies the problem (an outcome of the search, not bad input)."""
 
 
-def _best_choice_per_segment(problem: FleetProblem) -> dict[tuple[int, int], tuple[float, int, int]]:
-    """Per (tail node, head node), the choice with the least (objective, physical GPUs, index)."""
-    w = problem.choice_objective()
+def _best_choice_per_segment(problem: FleetProblem) -> dict[tuple[int, int], tuple[float, int, float, int]]:
+    """Per (tail node, head node), the choice with the least (objective, physical GPUs, last-tie weight, index)."""
+    w, last = problem.choice_objective(), problem.choice_last_tie()
     assert problem.pool_from_node is not None and problem.pool_to_node is not None   # filled by __post_init__
-    best: dict[tuple[int, int], tuple[float, int, int]] = {}
+    best: dict[tuple[int, int], tuple[float, int, float, int]] = {}
     for c in range(problem.n_choices):
         p = problem.choice_pool[c]
         key = (int(problem.pool_from_node[p]), int(problem.pool_to_node[p]))
-        cand = (float(w[c]), int(problem.choice_gpus[c]), c)
+        cand = (float(w[c]), int(problem.choice_gpus[c]), float(last[c]), c)
         if key not in best or cand < best[key]:
             best[key] = cand
     return best
@@ -57,8 +57,9 @@ def shortest_fleet(problem: FleetProblem) -> tuple[float, tuple[int, ...]]:
     """Optimal objective and choices of a separable problem (:func:`_coupled_by_pool_count`).
 
     Fleets within 1e-9 (relative) of the least objective are told apart by fewest physical GPUs, then fewest
-    pools: the MIP's tie-break (:func:`fleetopt.solvers.mip._tie_break`). The objective returned is the chosen
-    fleet's own sum of weights.
+    pools, then the least last-tie weight (power under a cost objective, cost under a power one): the MIP's
+    tie-break (:func:`fleetopt.solvers.mip._tie_break`). The objective returned is the chosen fleet's own sum of
+    weights.
 
     Raises
     ------
@@ -72,16 +73,21 @@ def shortest_fleet(problem: FleetProblem) -> tuple[float, tuple[int, ...]]:
     return _coupled_by_pool_count(problem)
 
 
-_Best = tuple[float, int, tuple[int, ...]]
-"""A partial fleet: objective, physical GPUs, choices."""
+_Best = tuple[float, int, float, tuple[int, ...]]
+"""A partial fleet: objective, physical GPUs, last-tie weight (:meth:`FleetProblem.choice_last_tie`), choices."""
 
 
-def _better(a: _Best, b: _Best | None) -> bool:
-    """``a`` before ``b`` lexicographically: less objective (beyond round-off, 1e-9 relative), then fewer GPUs."""
+def _better(a: _Best, b: _Best | None, last: bool = True) -> bool:
+    """``a`` before ``b`` lexicographically: less objective (beyond round-off, 1e-9 relative), then fewer GPUs,
+    then (with ``last``) a smaller last-tie weight (beyond round-off)."""
     if b is None:
         return True
     tol = 1e-9 * max(1.0, abs(b[0]))
-    return a[0] < b[0] - tol or (a[0] <= b[0] + tol and a[1] < b[1])
+    if a[0] < b[0] - tol:
+        return True
+    if a[0] > b[0] + tol or a[1] != b[1]:
+        return a[0] <= b[0] + tol and a[1] < b[1]
+    return last and a[2] < b[2] - 1e-9 * max(1.0, abs(b[2]))
 
 
 def _exact_hops(problem: FleetProblem, k: int, edges: dict[int, list]) -> dict[int, _Best]:
@@ -90,16 +96,16 @@ def _exact_hops(problem: FleetProblem, k: int, edges: dict[int, list]) -> dict[i
     above its tail node, so the node order is topological)."""
     assert problem.sources is not None and problem.sinks is not None   # filled by __post_init__
     first, last = problem.sources[k], problem.sinks[k]
-    table: dict[int, dict[int, _Best]] = {first: {0: (0.0, 0, ())}}
+    table: dict[int, dict[int, _Best]] = {first: {0: (0.0, 0, 0.0, ())}}
     for v in range(first, last):
         here = table.get(v)
         if not here:
             continue
-        for head, w, gpus, c in edges.get(v, ()):
+        for head, w, gpus, t, c in edges.get(v, ()):
             there = table.setdefault(head, {})
-            for h, (obj, n, chosen) in here.items():
+            for h, (obj, n, tie, chosen) in here.items():
                 if h < problem.max_pools:
-                    cand = (obj + w, n + gpus, chosen + (c,))
+                    cand = (obj + w, n + gpus, tie + t, chosen + (c,))
                     if _better(cand, there.get(h + 1)):
                         there[h + 1] = cand
     return {h: best for h, best in table.get(last, {}).items() if h > 0}
@@ -109,28 +115,28 @@ def _coupled_by_pool_count(problem: FleetProblem) -> tuple[float, tuple[int, ...
     """Several commodities sharing only the pool count :math:`K`, exactly.
 
     Per commodity :math:`k` and pool count :math:`h`, :math:`d_k(h)` is the best path with exactly :math:`h`
-    pools (:func:`_exact_hops`, by (objective, GPUs)). The paths are otherwise independent, and objective and
-    GPUs add over commodities (a lexicographic order is kept by addition), so the optimum is
+    pools (:func:`_exact_hops`, by (objective, GPUs, last-tie weight)). The paths are otherwise independent, and
+    the three add over commodities (a lexicographic order is kept by addition), so the optimum is
 
     .. math:: \\min_{h_1 + \\dots + h_C \\le K} \\sum_k d_k(h_k),
 
     a min-plus convolution over the commodities (:math:`D_k(H) = \\min_h D_{k-1}(H - h) + d_k(h)`), ties broken
-    by fewest GPUs, then fewest pools :math:`H`: the MIP's tie-break."""
+    by fewest GPUs, then fewest pools :math:`H`, then the least last-tie weight: the MIP's tie-break."""
     assert problem.pool_from_node is not None and problem.pool_to_node is not None   # filled by __post_init__
     edges: dict[int, list] = {}
-    for (i, j), (w, gpus, c) in sorted(_best_choice_per_segment(problem).items()):   # in node order
-        edges.setdefault(i, []).append((j, w, gpus, c))
-    total: dict[int, _Best] = {0: (0.0, 0, ())}
+    for (i, j), (w, gpus, t, c) in sorted(_best_choice_per_segment(problem).items()):   # in node order
+        edges.setdefault(i, []).append((j, w, gpus, t, c))
+    total: dict[int, _Best] = {0: (0.0, 0, 0.0, ())}
     for k in range(problem.n_commodities):
         hops = _exact_hops(problem, k, edges)
         if not hops:
             what = "the length range" + (f" of commodity {k}" if problem.n_commodities > 1 else "")
             raise NoFleetError(f"no tiling of {what} with at most {problem.max_pools} feasible pools")
         nxt: dict[int, _Best] = {}
-        for H, (obj, n, chosen) in total.items():
-            for h, (o2, n2, c2) in hops.items():
+        for H, (obj, n, tie, chosen) in total.items():
+            for h, (o2, n2, t2, c2) in hops.items():
                 if H + h <= problem.max_pools:
-                    cand = (obj + o2, n + n2, chosen + c2)
+                    cand = (obj + o2, n + n2, tie + t2, chosen + c2)
                     if _better(cand, nxt.get(H + h)):
                         nxt[H + h] = cand
         if not nxt:
@@ -138,11 +144,11 @@ def _coupled_by_pool_count(problem: FleetProblem) -> tuple[float, tuple[int, ...
                                "feasible pools in all")
         total = nxt
     best: tuple[_Best, int] | None = None
-    for H in sorted(total):              # fewest pools last: a tie in objective and GPUs keeps the smaller H
-        if best is None or _better(total[H], best[0]):
+    for H in sorted(total):     # pools before the last-tie weight: a tie in objective and GPUs keeps the smaller H
+        if best is None or _better(total[H], best[0], last=False):
             best = (total[H], H)
     assert best is not None
-    return float(best[0][0]), tuple(sorted(best[0][2]))
+    return float(best[0][0]), tuple(sorted(best[0][3]))
 
 
 def fleet_is_feasible(problem: FleetProblem, choices) -> bool:

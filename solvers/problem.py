@@ -216,6 +216,14 @@ class FleetProblem:
             return kw
         return self.choice_cost_per_hr + self.energy_usd_per_kwh * self.pue * kw
 
+    def choice_last_tie(self) -> np.ndarray:
+        """Each choice's weight in the last tie-break, among fleets equal in objective, GPUs and pools: its power
+        in kW under the cost objectives, its $/hr under the power ones (an operator who pays the same buys the
+        fleet that draws less, and one who draws the same, the fleet that costs less)."""
+        if self.objective in ("power", "tok_per_watt"):
+            return self.choice_cost_per_hr.astype(float)
+        return self.choice_power_w / 1000.0
+
     @property
     def separable(self) -> bool:
         r"""True when only the tiling and the pool count bind: the graph oracle solves it exactly.

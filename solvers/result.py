@@ -40,8 +40,8 @@ class SolveResult:
     options: dict
     message: str = ""
     tie_break: str = "skipped"
-    """Lexicographic tie-break (fewest GPUs, then pools): ``proven``, ``best-effort`` (budget ran out) or
-    ``skipped``."""
+    """Lexicographic tie-break (fewest GPUs, then pools, then least power; least cost under a power objective):
+    ``proven``, ``best-effort`` (budget ran out) or ``skipped``."""
     condition: str = ""
     lp_bound: float | None = None
     """The objective of the model's LP relaxation, when the solve was asked for it (the root bound before cuts)."""
