@@ -7,8 +7,9 @@ choice for segment :math:`(b_i, b_j]`. A pool's head node lies above its tail no
 topological, and the best path with exactly :math:`h` pools, for every :math:`h \\le K`, is one pass of dynamic
 programming over the nodes in that order (:func:`_exact_hops`).
 
-An edge reads only each choice's objective weight and total physical GPUs :math:`G_c` (the tie-break),
-never which GPU options the choice takes them from: without per-option or inventory-group limits (what
+An edge reads only each choice's objective weight, total physical GPUs :math:`G_c` and last-tie weight (the
+tie-break: :meth:`~fleetopt.solvers.problem.FleetProblem.choice_last_tie`), never which GPU options the choice
+takes them from: without per-option or inventory-group limits (what
 ``FleetProblem.separable`` requires) the options a choice uses change no constraint, so the search stays
 exact for pools on several options (prefill/decode pairs) and for options in inventory groups.
 
