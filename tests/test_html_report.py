@@ -323,7 +323,7 @@ def test_figures_in_chromium_have_their_labels_and_no_overprint(kind, solve_json
     if kind == "solve":
         assert "P99 time to first token (ms)" in words and "P99 TTFT SLO 500 ms" in words
         ticks = {w for w in words if w.replace(",", "").isdigit()}
-        assert {"50", "100", "200", "500"} <= ticks, sorted(ticks)
+        assert {"100", "200", "500"} <= ticks, sorted(ticks)     # the pools' P99s span 68-454 ms: three labels
     elif kind.startswith("pareto"):
         rec = data["recommended"]
         assert {"pools in the plan (count)", "P99 TTFT (ms)", "P99 TTFT SLO 500 ms",
