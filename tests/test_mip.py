@@ -184,6 +184,59 @@ def test_top_n_are_distinct_and_ordered():
     assert objectives == sorted(objectives)
 
 
+def _all_fleet_objectives(problem) -> list[float]:
+    """Every feasible fleet's objective, least first: each path of at most K pools x each choice per pool."""
+    w = problem.choice_objective()
+    leaving: dict[int, list[int]] = {}
+    for c in range(problem.n_choices):
+        leaving.setdefault(int(problem.pool_from_node[problem.choice_pool[c]]), []).append(c)
+    out: list[float] = []
+
+    def walk(node: int, path: list[int]) -> None:
+        if node == problem.sink_node:
+            if fleet_is_feasible(problem, path):
+                out.append(float(w[path].sum()))
+            return
+        if len(path) < problem.max_pools:
+            for c in leaving.get(node, ()):
+                walk(int(problem.pool_to_node[problem.choice_pool[c]]), path + [c])
+
+    walk(0, [])
+    return sorted(out)
+
+
+TOP_N_SEEDS = [7033, 7036, 7038] + [s for s in range(7000, 7040) if s not in (7033, 7036, 7038)]
+"""The first three: instances whose runners-up use a choice that one other choice dominates (pruning those for
+``--top N`` as for one plan loses a runner-up's objective)."""
+
+
+@pytest.mark.parametrize("seed", seeds(TOP_N_SEEDS, fast=6))
+def test_top_n_objectives_equal_enumeration_over_unpruned_candidates(seed):
+    """``--top N`` prunes a choice only when N others dominate it (prune_dominated): the N best objectives are
+    those of every feasible fleet over all candidates, enumerated (a third of the cases under a fleet-scope SLO,
+    whose pools offer several replica counts)."""
+    rng = np.random.default_rng(seed)
+    inst = random_instance(seed, caps=bool(seed % 2), scope="fleet" if seed % 3 == 0 else "pool")
+    top = int(rng.integers(2, 5))
+    every = _all_fleet_objectives(build_problem(inst, generate_candidates(inst)))
+    rep = solve_instance(inst, SolveOptions(method="mip", top=top))
+    got = [plan.objective for plan in rep.plans]
+    assert len(got) == min(top, len(every))
+    assert got == pytest.approx(every[:top], rel=1e-6, abs=1e-9)
+
+
+def test_top_n_pruning_drops_a_choice_only_with_n_dominators():
+    """A choice goes only with ``top`` dominators: the kept choices grow with ``top`` (top 1 drops some), and a top
+    above any segment's number of choices keeps them all."""
+    from fleetopt.optimizer.plan.candidates import prune_dominated
+
+    inst = random_instance(7001, caps=False)
+    c = generate_candidates(inst)
+    counts = [len(prune_dominated(c, np.ones(len(inst.gpus), bool), np.zeros(len(inst.gpus), bool), top))
+              for top in (1, 2, 3, 10_000)]
+    assert counts == sorted(counts) and counts[-1] == len(c) and counts[0] < len(c)
+
+
 def _problem(seed: int, caps: bool):
     inst = random_instance(seed, caps=caps)
     return inst, build_problem(inst, generate_candidates(inst))

@@ -1154,8 +1154,8 @@ def restrict(c: Candidates, instance: Instance, min_replicas: dict, forbidden: s
     return raised.keep_choices(keep)
 
 
-def prune_dominated(c: Candidates, unlimited_gpu: np.ndarray, protected_gpu: np.ndarray) -> Candidates:
-    """Drop replica choices another choice for the same segment beats on every resource.
+def prune_dominated(c: Candidates, unlimited_gpu: np.ndarray, protected_gpu: np.ndarray, top: int = 1) -> Candidates:
+    """Drop replica choices that at least ``top`` other choices for the same segment beat on every resource.
 
     Choice :math:`q` dominates :math:`p` (same path nodes, i.e. same :math:`(i, j)` and compression
     states; different pool)
@@ -1166,6 +1166,15 @@ def prune_dominated(c: Candidates, unlimited_gpu: np.ndarray, protected_gpu: np.
     constraints read, so pruning never changes the optimum. A disaggregated pair uses its prefill and its decode
     option: an aggregated pool on the pair's prefill option never stands in for it while the decode option's
     inventory is another (the GPUs would move between inventories).
+
+    With ``top`` :math:`N > 1` (``solve --top N``: the runners-up may use a dominated choice) a choice goes only when
+    :math:`N` or more choices dominate it, another count of its own pool included (a pool's counts stand in for one
+    another too), and the :math:`N` best plans keep their objectives. Domination so counted is transitive (each
+    condition is), so by induction on the number of its dominators a pruned choice has :math:`N` dominators that
+    are kept; a plan using pruned choices then has :math:`N` distinct kept plans, each swapping its pruned choices
+    for kept dominators (one of them in :math:`N` ways), feasible and no worse in any figure. For every
+    :math:`k \\le N` there are therefore :math:`k` kept plans no worse than the :math:`k`-th best of all: the
+    :math:`k`-th best objective is the same (``tests/test_mip.py`` checks the runners-up against enumeration).
     """
     cp = c.choice_pool
     n_nodes = len(c.boundaries) * len(c.gammas)
@@ -1205,10 +1214,11 @@ def prune_dominated(c: Candidates, unlimited_gpu: np.ndarray, protected_gpu: np.
         earlier = idx[:, :, None] < idx[:, None, :]
         one = single[idx]
         inventory_ok = free[idx][:, :, None] | ((one[:, :, None] == one[:, None, :]) & (one[:, :, None] >= 0))
-        other_pool = cp[idx][:, :, None] != cp[idx][:, None, :]
-        dom = (no_worse & (strictly | earlier) & inventory_ok & other_pool & ~guarded[idx][:, None, :]
+        dom = (no_worse & (strictly | earlier) & inventory_ok & ~guarded[idx][:, None, :]
                & valid[:, :, None] & valid[:, None, :])
-        dropped = dom.any(axis=1) & valid
+        if top == 1:
+            dom &= cp[idx][:, :, None] != cp[idx][:, None, :]
+        dropped = (dom.sum(axis=1) >= top) & valid
         keep[idx[dropped]] = False
     return c.keep_choices(keep)
 

@@ -298,14 +298,12 @@ def _gpu_use(instance: Instance, c: Candidates) -> GpuUse:
 
 
 def _prune(instance: Instance, c: Candidates, top: int) -> Candidates:
-    if top > 1:  # the runners-up may use dominated pools: keep them all
-        return c
     # a choice may stand in for another only on an option without inventory or pool-count limits (or its own),
     # and no option with a lower bound may lose choices
     inventories, entry_of = instance.gpu_inventories(), instance.inventory_of_options()
     unlimited = np.array([inventories[k].max_count is None and inventories[k].max_pools is None for k in entry_of])
     protected = np.array([bool(inventories[k].min_count) or bool(inventories[k].min_pools) for k in entry_of])
-    return prune_dominated(c, unlimited, protected)
+    return prune_dominated(c, unlimited, protected, top)
 
 
 REPORT_CACHE_SIZE = 8
