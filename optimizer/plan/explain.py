@@ -343,7 +343,8 @@ def _verdicts(costs: list[ConfigurationCost], unit: str) -> tuple[list[Configura
             text = (f"{amount(-delta)} cheaper on this pool alone, but the fleet's shared limits (the entry's "
                     "max_count/max_pools, power, budget, a fleet-scope SLO) rule it out with the other pools")
         elif abs(delta) <= 1e-9 * max(1.0, abs(chosen.objective)):
-            text = "as cheap; the tie-break prefers fewer GPUs, then fewer pools, then less power"
+            text = ("as cheap; the tie-break prefers fewer GPUs, then fewer pools, then less "
+                    + ("power" if money else "cost"))
         else:
             assert c.replicas is not None and c.gpus is not None and chosen.gpus is not None
             need = f"needs {c.replicas} replica{'s' if c.replicas != 1 else ''} x {c.tp} = {c.gpus} GPUs"
