@@ -96,52 +96,60 @@ def test_bounded_sizing_sizes_a_subset_with_the_same_columns(case, repo_root):
     assert all(d in rest for d in [(d.lo_tokens, d.hi_tokens, d.gpu, d.reason) for d in part.dropped])
 
 
+@pytest.mark.parametrize("top", [1, 2])
 @pytest.mark.parametrize("case", sorted(k for k, v in BOUND.items() if v == "cost"))
-def test_every_unsized_candidate_costs_more_than_a_feasible_one_of_its_segment(case, repo_root):
+def test_every_unsized_candidate_costs_more_than_top_feasible_ones_of_its_segment(case, top, repo_root):
     """The cost rule, checked on the full sizing: a (segment, option) left unsized has no candidate as cheap as
-    the cheapest feasible candidate of its segment, so no least-cost plan uses it."""
+    the ``top``-th cheapest feasible option of its segment, so none of the ``top`` least-cost plans uses it."""
     inst = _load(repo_root, case)
     full = cand.generate_candidates(inst)
-    part = cand.generate_candidates(inst, bounded="cost")
+    part = cand.generate_candidates(inst, bounded="cost", top=top)
     seg = lambda c: c.from_node * (len(c.boundaries) * len(c.gammas) + 1) + c.to_node  # noqa: E731
     cost_full = {}
     for p, (s, g) in enumerate(zip(seg(full), full.gpu)):
         cost = float(full.choice_cost_per_hr[full.choice_pool == p].min())
         cost_full[int(s), int(g)] = min(cost, cost_full.get((int(s), int(g)), np.inf))
     sized = set(zip(seg(part).tolist(), part.gpu.tolist()))
-    best = {}
+    by_segment: dict[int, list[float]] = {}
     for (s, _g), cost in cost_full.items():
-        best[s] = min(best.get(s, np.inf), cost)
+        by_segment.setdefault(s, []).append(cost)
+    best = {s: sorted(costs)[top - 1] if len(costs) >= top else np.inf for s, costs in by_segment.items()}
     unsized = [(s, g) for (s, g) in cost_full if (s, g) not in sized]
-    assert unsized
+    assert unsized or len(inst.gpus) <= top         # with no more options than plans wanted every one is sized
     assert all(cost_full[s, g] > best[s] for s, g in unsized)
     # and each segment keeps its cheapest candidate
-    assert all((s, g) in sized for (s, g), cost in cost_full.items() if cost == best[s])
+    assert all((s, g) in sized for (s, g), cost in cost_full.items() if cost == min(by_segment[s]))
 
 
+@pytest.mark.parametrize("top", [1, 2, 3])
 @pytest.mark.parametrize("case", sorted(k for k, v in BOUND.items() if v == "dominance"))
-def test_dominance_leaves_the_pruned_candidates_of_the_full_sizing(case, repo_root):
-    """The dominance rule leaves unsized only candidates the pruning would drop: the pruned candidates, what the
-    MIP is built from, are those of the full sizing, each with its columns."""
+def test_dominance_leaves_the_pruned_candidates_of_the_full_sizing(case, top, repo_root):
+    """The dominance rule leaves unsized only candidates the pruning would drop (for ``--top N``, those N
+    others dominate): the pruned candidates, what the MIP is built from, are those of the full sizing, each with
+    its columns."""
     inst = _load(repo_root, case)
-    full = solve_mod._prune(inst, cand.generate_candidates(inst), 1)
-    part = solve_mod._prune(inst, cand.generate_candidates(inst, bounded="dominance"), 1)
+    full = solve_mod._prune(inst, cand.generate_candidates(inst), top)
+    part = solve_mod._prune(inst, cand.generate_candidates(inst, bounded="dominance", top=top), top)
     assert len(part) == len(full) and part.n_choices == full.n_choices
     _same_rows(full, part)
 
 
+@pytest.mark.parametrize("top", [1, 3])
 @pytest.mark.parametrize("case", sorted(CASES))
-def test_bounded_solve_returns_the_plan_of_the_full_sizing(case, repo_root, monkeypatch):
+def test_bounded_solve_returns_the_plan_of_the_full_sizing(case, top, repo_root, monkeypatch):
+    """The plan, and with ``--top N`` every rank's objective, as sizing every candidate gives them."""
     inst = _load(repo_root, case)
-    assert cand.bounded_sizing(inst) == BOUND[case]
+    assert cand.bounded_sizing(inst, top) == BOUND[case]
     solve_mod.clear_report_cache()
-    bounded = api.solve(inst)
+    bounded = api.solve(inst, top=top)
     solve_mod.clear_report_cache()
     monkeypatch.setattr(solve_mod, "bounded_sizing", lambda *a: None)
-    full = api.solve(inst)
+    full = api.solve(inst, top=top)
     solve_mod.clear_report_cache()
     assert full.candidates_left_unsized == 0
-    assert (bounded.candidates_left_unsized > 0) == (case not in SKIPS_NONE)
+    assert [p.objective for p in bounded.plans] == pytest.approx([p.objective for p in full.plans], rel=1e-12)
+    if top == 1:
+        assert (bounded.candidates_left_unsized > 0) == (case not in SKIPS_NONE)
     assert bounded.best is not None and full.best is not None
     assert bounded.best.objective == full.best.objective
     rows = lambda r: [(p.min_tokens, p.max_tokens, p.gpu, p.replicas, p.max_num_seqs) for p in r.best.fleet.pools]  # noqa: E731
@@ -155,7 +163,7 @@ def test_bounded_solve_returns_the_plan_of_the_full_sizing(case, repo_root, monk
 def test_which_rule_a_solve_may_use(repo_root):
     quick = repo_root / "instances" / "quickstart.yaml"
     assert cand.bounded_sizing(api.load(quick)) == "cost"
-    assert cand.bounded_sizing(api.load(quick), top=2) is None            # runners-up may use any candidate
+    assert cand.bounded_sizing(api.load(quick), top=2) == "cost"          # what two cheaper ones rule out
     assert cand.bounded_sizing(api.load(quick), method="mip") == "dominance"
     assert cand.bounded_sizing(api.load(quick, ["slo.scope=fleet"])) is None     # miss rates enter the MIP
     for override in ("constraints.max_power_kw=100", "constraints.max_cost_per_hr=1000",
@@ -178,10 +186,11 @@ def test_solve_json_counts_the_unsized_candidates(repo_root):
     # no batch caps and no compression: each (segment, option) is one candidate, sized or not
     assert c["left_unsized"] > 0
     assert c["generated"] == c["feasible"] + c["dropped_total"] + c["left_unsized"]
-    c2 = _solve_json(quick, "--top", "2")["candidates"]
+    c2 = _solve_json(quick, "--top", "2")["candidates"]     # two options, both sized first: none left out
     assert c2["left_unsized"] == 0 and c2["generated"] == c2["feasible"] + c2["dropped_total"]
     plain = CliRunner().invoke(main, ["solve", str(quick), "--format", "plain"])
-    assert f"feasible {c['feasible']} ({c['left_unsized']} unsized: a cheaper feasible one serves their segment)" \
+    assert f"feasible {c['feasible']} ({c['left_unsized']} unsized: cheaper feasible candidates of their segment " \
+           "rule them out)" \
         in " ".join(plain.output.split())
 
 

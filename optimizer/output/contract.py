@@ -631,10 +631,10 @@ class _Candidates(_Open):
     generated: int = Field(description="candidate pools (segment x GPU option) generated")
     feasible: int = Field(description="those a replica count makes meet the SLO")
     after_pruning: int = Field(description="those left after dominated ones are pruned")
-    left_unsized: int = Field(description="candidates never sized because a feasible candidate of the same segment "
-                                          "rules them out by their cost (and power and GPU) floors, so the plan "
-                                          "is the same without them (a solve for one plan); counted in generated, "
-                                          "in neither feasible nor dropped_total")
+    left_unsized: int = Field(description="candidates never sized because feasible candidates of the same segment "
+                                          "(as many as the plans asked for) rule them out by their cost (and "
+                                          "power and GPU) floors, so the plans are the same without them; "
+                                          "counted in generated, in neither feasible nor dropped_total")
     dropped_total: int = Field(description="candidates dropped: no replica count makes them meet the SLO")
     dropped: list[str] = Field(description=f"the reasons of representative dropped candidates (at most "
                                            f"{DROPPED_LINES}, the most frequent reason of each option first)")

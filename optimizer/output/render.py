@@ -508,7 +508,7 @@ def dropped_lines(reasons) -> list[str]:
 
 def _unsized_note(report) -> str:
     n = report.candidates_left_unsized
-    return f" ({n} unsized: a cheaper feasible one serves their segment)" if n else ""
+    return f" ({n} unsized: cheaper feasible candidates of their segment rule them out)" if n else ""
 
 
 def render_solve(c: Console, report, verification=None, *, verbose: bool = False, json_path: str | None = None,

@@ -15,9 +15,9 @@ Each candidate offers one or more *replica choices* :math:`c`:
 Counts are inflated to :math:`\\lceil N / A_g \\rceil` for availability
 :math:`A_g` (the SLO then holds while a share :math:`1 - A_g` of replicas is
 down). Candidates that cannot meet the SLO at any count are dropped with their
-reason; dominated choices are pruned (:func:`prune_dominated`). A solve for one
-plan sizes only the candidates that another of their segment does not rule out
-by its floors (:func:`bounded_sizing`, :func:`_size_bounded`).
+reason; dominated choices are pruned (:func:`prune_dominated`). A solve for its
+``top`` best plans sizes only the candidates that ``top`` others of their segment
+do not rule out by their floors (:func:`bounded_sizing`, :func:`_size_bounded`).
 """
 
 from __future__ import annotations
@@ -229,7 +229,7 @@ class Candidates:
 
 
 def generate_candidates(instance: Instance, deadline: Deadline | None = None,
-                        cache: SizingCache | None = None, *, bounded: str | None = None) -> Candidates:
+                        cache: SizingCache | None = None, *, bounded: str | None = None, top: int = 1) -> Candidates:
     """Size every (segment, GPU option, compression states, batch cap) candidate of the instance.
 
     With a ``deadline``, it is checked before each GPU option is sized; once it has passed, the remaining
@@ -238,9 +238,10 @@ def generate_candidates(instance: Instance, deadline: Deadline | None = None,
     across calls, and each count search starts at the count of the nearest looser SLO sized before; the
     candidates are the same as without it.
 
-    ``bounded`` (a rule of :func:`bounded_sizing`, for a solve that wants one plan; not with a deadline or a
-    cache, nor below :data:`MIN_BOUNDED_ROWS` rows): candidates another of their segment rules out are left
-    unsized (:func:`_size_bounded`, counted in ``Candidates.left_unsized``); every candidate sized has the columns
+    ``bounded`` (a rule of :func:`bounded_sizing`, for a solve that wants its ``top`` best plans; not with a
+    deadline or a cache, nor below :data:`MIN_BOUNDED_ROWS` rows): candidates ``top`` others of their segment rule
+    out are left unsized (:func:`_size_bounded`, counted in ``Candidates.left_unsized``); every candidate sized has
+    the columns
     the full sizing gives it.
     """
     if cache is not None:
@@ -260,7 +261,8 @@ def generate_candidates(instance: Instance, deadline: Deadline | None = None,
         raise ValueError(f"bounded must be one of {BOUNDS} or None; got {bounded!r}")
     if bounded is not None and cache is None and deadline is None and len(options) > 1 \
             and len(options) * len(rows[0]) >= MIN_BOUNDED_ROWS:
-        left_unsized = _size_bounded(instance, options, b, rows, gammas, grid, pools, choices, dropped, bounded)
+        left_unsized = _size_bounded(instance, options, b, rows, gammas, grid, pools, choices, dropped, bounded,
+                                     top)
         options = []
     elif workers > 1:
         _size_forked(instance, options, b, rows, gammas, grid, workers, pools, choices, dropped)
@@ -456,19 +458,22 @@ BOUNDS = ("cost", "dominance")
 def bounded_sizing(instance: Instance, top: int = 1, method: str = "auto") -> str | None:
     """Which candidates a solve of ``instance`` may leave unsized (:func:`_size_bounded`), or None: size them all.
 
-    Both rules need one plan (``top`` 1: runners-up may use any candidate) under the pool-scope SLO (a candidate's
-    miss rate is then not a figure of the MIP), routed by length to one model class:
+    Both rules hold under the pool-scope SLO (a candidate's miss rate is then not a figure of the MIP), routed by
+    length to one model class, for a solve that wants its ``top`` :math:`N` best plans:
 
-    * ``"dominance"``: a candidate another candidate of its segment dominates, as :func:`prune_dominated` would
+    * ``"dominance"``: a candidate :math:`N` candidates of its segment dominate, as :func:`prune_dominated` would
       drop it (strictly cheaper, no more power and GPUs, and free to stand in for it). The pruned candidates are
-      then exactly those of the full sizing, so the MIP (or the oracle) is the same and so is its answer;
-    * ``"cost"``, where nothing but cost decides (objective ``cost``, solved by the graph oracle: no inventory,
-      pool-count, GPU, budget or power limit, :attr:`fleetopt.solvers.problem.FleetProblem.separable`): a
-      candidate that costs more than a feasible candidate of its segment, whatever its power and GPUs. Swapping it
-      for the cheaper one keeps any plan valid and lowers its cost, so it is in no optimal plan, and the oracle's
-      search reads each segment's best choice alone (:func:`fleetopt.solvers.oracle.shortest_fleet`).
+      then exactly those of the full sizing (what the unsized ones dominate, their dominators dominate too), so
+      the MIP (or the oracle) is the same and so is its answer;
+    * ``"cost"``, where nothing but cost decides (objective ``cost``, solved by the graph oracle or for
+      ``--top N`` by the MIP: no inventory, pool-count, GPU, budget or power limit,
+      :attr:`fleetopt.solvers.problem.FleetProblem.separable`): a candidate that costs more than :math:`N` feasible
+      candidates of its segment, whatever its power and GPUs. Swapping it for any of them keeps a plan valid and
+      lowers its cost, so a plan that uses it has :math:`N` cheaper ones and is not among the :math:`N` best; with
+      one plan, the oracle's search reads each segment's best choice alone
+      (:func:`fleetopt.solvers.oracle.shortest_fleet`).
     """
-    if top != 1 or instance.slo.scope != "pool" or instance.semantic is not None or instance.pools.routing == "split":
+    if instance.slo.scope != "pool" or instance.semantic is not None or instance.pools.routing == "split":
         return None
     c = instance.constraints
     separable = (c.max_total_gpus is None and c.max_cost_per_hr is None and c.max_power_kw is None
@@ -500,7 +505,7 @@ def _count_floors(instance: Instance, opt, raw, b, rows) -> np.ndarray:
 
 
 def _size_bounded(instance: Instance, options, b, rows, gammas, grid, pools: _Columns, choices: _Columns,
-                  dropped: list, bound: str) -> int:
+                  dropped: list, bound: str, top: int = 1) -> int:
     r"""Size only the candidates the solve may need, in two rounds; returns how many (row, option) pairs were left
     unsized.
 
@@ -509,10 +514,10 @@ def _size_bounded(instance: Instance, options, b, rows, gammas, grid, pools: _Co
     least :math:`\underline n_g` deployed replicas (:func:`_count_floors`) and costs at least
     :math:`\underline\kappa_g = \kappa^{rep}_g \underline n_g`, with at least :math:`\underline P_g =
     P^{min}_g \underline n_g` watts (:func:`fleetopt.models.power.power_floor_w`) and
-    :math:`\underline G_g = G^{rep}_g \underline n_g` GPUs. Round one sizes, per row, the option :math:`a` of the
-    least :math:`\underline\kappa` among those that may stand in for any other (no inventory or pool-count limit;
-    under ``bound="cost"`` every option); round two every other option unless round one's feasible candidate
-    :math:`y` of the row (its cheapest) rules it out:
+    :math:`\underline G_g = G^{rep}_g \underline n_g` GPUs. Round one sizes, per row, the ``top`` :math:`N` options
+    of the least :math:`\underline\kappa` among those that may stand in for any other (no inventory or pool-count
+    limit; under ``bound="cost"`` every option); round two every other option unless :math:`N` of round one's
+    feasible candidates :math:`y` of the row (each option's cheapest) rule it out:
 
     .. math::
 
@@ -540,8 +545,10 @@ def _size_bounded(instance: Instance, options, b, rows, gammas, grid, pools: _Co
     entries = [inventories[entry_of[g_idx]] for g_idx, _ in options]
     free = np.array([bound == "cost" or (e.max_count is None and e.max_pools is None) for e in entries])
     guarded = np.array([bound != "cost" and bool(e.min_count or e.min_pools) for e in entries])
-    anchor = np.argmin(np.where(free[:, None], cost, np.inf), axis=0)      # the first of the least floors
-    first = has & free[:, None] & (np.arange(len(options))[:, None] == anchor[None, :])
+    ranked = np.argsort(np.where(free[:, None], cost, np.inf), axis=0, kind="stable")   # ties: the first first
+    first = np.zeros_like(has)
+    np.put_along_axis(first, ranked[:top], True, axis=0)
+    first &= has & free[:, None]
 
     def run(masks, report_slow: bool):
         items = [(k, m) for k, m in enumerate(masks) if m.any() or report_slow]
@@ -560,21 +567,25 @@ def _size_bounded(instance: Instance, options, b, rows, gammas, grid, pools: _Co
         return {k: (p, c, slow, d) for k, p, c, slow, d in ordered_map(size, items, workers)}
 
     one = run(first, True)
-    # y: round one's cheapest feasible candidate of each row, with its power and GPUs
-    best = np.full((3, len(rows[0])), np.inf)
+    if bound == "dominance":
+        power = counts * np.array([power_floor_w(p.power) for p in profiles])[:, None]
+        gpus = counts * np.array([p.gpus_per_replica for p in profiles])[:, None]
+    # per row, how many of round one's options have a feasible candidate y (the option's cheapest of the row, with
+    # its power and GPUs) that rules each option out
+    beaten = np.zeros(cost.shape, dtype=np.int64)
     for p, c, _, _ in one.values():
         if not len(c.get("pool", ())):
             continue
         row = p["row"][c["pool"].astype(np.int64)]
         order = np.lexsort((c["cost"], row))                # by row, the cheapest first
         lead = order[np.r_[True, row[order][1:] != row[order][:-1]]]
+        best = np.full((3, len(rows[0])), np.inf)
         best[:, row[lead]] = np.stack([c["cost"], c["power"], c["gpus"]])[:, lead]
-    ruled_out = best[0][None, :] < cost
-    if bound == "dominance":
-        power = counts * np.array([power_floor_w(p.power) for p in profiles])[:, None]
-        gpus = counts * np.array([p.gpus_per_replica for p in profiles])[:, None]
-        ruled_out &= (best[1][None, :] <= power) & (best[2][None, :] <= gpus) & ~guarded[:, None]
-    second = has & ~first & ~ruled_out
+        rules = best[0][None, :] < cost
+        if bound == "dominance":
+            rules &= (best[1][None, :] <= power) & (best[2][None, :] <= gpus) & ~guarded[:, None]
+        beaten += rules
+    second = has & ~first & (beaten < top)
     two = run(second, False)
     empty: tuple = ({}, {}, [], [])
     for k in range(len(options)):

@@ -365,10 +365,10 @@ def _solve_instance(instance: Instance, options: SolveOptions) -> SolveReport:
         return _solve_semantic(instance, options)
     t0 = time.perf_counter()
     deadline = Deadline.after(options.time_limit_s, options.clock)
-    # one plan: the candidates another of their segment rules out need no sizing (bounded_sizing says which)
+    # the candidates `top` others of their segment rule out need no sizing (bounded_sizing says which)
     bounded = None if deadline is not None or options.has_cuts else bounded_sizing(instance, options.top,
                                                                                   options.method)
-    allc = generate_candidates(instance, deadline, bounded=bounded)
+    allc = generate_candidates(instance, deadline, bounded=bounded, top=options.top)
     if options.has_cuts:
         allc = restrict(allc, instance, dict(options.min_replicas), set(options.forbidden), options.window_cuts)
     cands = _prune(instance, allc, options.top)
