@@ -241,8 +241,7 @@ def generate_candidates(instance: Instance, deadline: Deadline | None = None,
     ``bounded`` (a rule of :func:`bounded_sizing`, for a solve that wants its ``top`` best plans; not with a
     deadline or a cache, nor below :data:`MIN_BOUNDED_ROWS` rows): candidates ``top`` others of their segment rule
     out are left unsized (:func:`_size_bounded`, counted in ``Candidates.left_unsized``); every candidate sized has
-    the columns
-    the full sizing gives it.
+    the columns the full sizing gives it.
     """
     if cache is not None:
         cache.check(instance)
