@@ -299,6 +299,10 @@ def test_prefill_and_decode_pools_get_kv_transfer_roles(tmp_path):
     rows = [r.split("\t") for r in table.read_text().splitlines() if not r.startswith("#")][1:]
     assert [(r[0], r[1], r[2], r[5]) for r in rows] == [("0", "8192", "gen-pool1-h100", "prefill"),
                                                         ("8192", "32768", "gen-pool3-h200", "both")]
+    # the pair's band enters at its prefill pool; its decode pool is where a P/D proxy sends the request next
+    assert [r[-1] for r in rows] == ["http://gen-pool2-h100d:8000/v1", ""]
+    assert "pools 1 and 2 are a prefill/decode pair on 0-8,192 tokens" in k8s.stderr
+    assert "a P/D proxy must stand" in k8s.stderr and "fleetopt writes no proxy" in k8s.stderr
     bad = _write(tmp_path, _plan(_pool(0, 10, "a", 1, 1, 4, "H100-SXM-80GB/Llama-3.1-70B/tp1/fp8", phase="mixed")),
                  "bad.json")
     res = run("export", bad, "--format", "vllm")

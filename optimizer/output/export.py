@@ -227,6 +227,12 @@ def read_plan(path: str | Path, plan: int | None = None, models: dict[str, str] 
     names = [p.service for p in pools]
     if len(set(names)) != len(names):
         raise fail(f"{field}pools", "two pools map to the same Kubernetes name; give --name")
+    for pre, dec in _pairs(pools):
+        warnings.append(f"pools {pre.index} and {dec.index} are a prefill/decode pair on {pre.min_tokens:,}-"
+                        f"{pre.max_tokens:,} tokens: the router files send the band to the prefill pool "
+                        f"({pre.service}), where a P/D proxy must stand that forwards each request to it and then "
+                        f"to {dec.service} (routes.tsv's decode_url); fleetopt writes no proxy (vLLM's "
+                        "disaggregated-serving proxy or llm-d's)")
     routing = chosen.get("routing")
     if routing is None:
         bands, policy = _length_bands(pools), "length"
@@ -308,6 +314,13 @@ def _pool(p, k: int, where: str, prefix: str, catalogue, models: dict[str, str],
                       dtype=dtype, kv_dtype=kv_dtype, tp=tp, replicas=counts["replicas"],
                       max_num_seqs=counts["max_num_seqs"], chunk_tokens=chunk, compress_gamma=float(gamma),
                       phase=phase, service=service), notes
+
+
+def _pairs(pools) -> list[tuple[ExportPool, ExportPool]]:
+    """The plan's disaggregated pairs: each prefill pool with the decode pool of the same window."""
+    decode = {(p.min_tokens, p.max_tokens): p for p in pools if p.phase == "decode"}
+    return [(p, decode[p.min_tokens, p.max_tokens]) for p in pools
+            if p.phase == "prefill" and (p.min_tokens, p.max_tokens) in decode]
 
 
 def _length_bands(pools: list[ExportPool]) -> list[RouteBand]:
@@ -561,15 +574,17 @@ def semantic_router_text(plan: ExportPlan, header: bool = True) -> str:
 
 
 ROUTE_COLUMNS = ("min_tokens", "max_tokens", "service", "url", "weight", "phase", "max_model_len", "max_num_seqs",
-                 "compress_gamma")
+                 "compress_gamma", "decode_url")
 """Columns of :func:`route_table`: a request of total length L (prompt + output tokens) with
-``min_tokens < L <= max_tokens`` goes to ``service`` with probability ``weight``."""
+``min_tokens < L <= max_tokens`` goes to ``service`` with probability ``weight``; ``decode_url``, on the prefill
+pool of a disaggregated pair, is its decode pool, where a P/D proxy sends the request next (empty otherwise)."""
 
 
 def route_table(plan: ExportPlan, header: bool = True) -> str:
     """The bands as a tab-separated table (one row per band and backend; ``#`` comment lines first), for any
     router that can measure a request's length."""
     by_service = {p.service: p for p in plan.pools}
+    decode = {pre.service: dec.service for pre, dec in _pairs(plan.pools)}
     lines = header_lines(plan, "length routes") if header else []
     lines.append("\t".join(ROUTE_COLUMNS))
     for b in plan.bands:
@@ -577,7 +592,9 @@ def route_table(plan: ExportPlan, header: bool = True) -> str:
             p = by_service[s]
             lines.append("\t".join(str(v) for v in (b.min_tokens, b.max_tokens, s,
                                                      f"http://{s}:{SERVICE_PORT}/v1", round(w, 6), p.phase,
-                                                     p.max_tokens, p.max_num_seqs, p.compress_gamma)))
+                                                     p.max_tokens, p.max_num_seqs, p.compress_gamma,
+                                                     f"http://{decode[s]}:{SERVICE_PORT}/v1" if s in decode
+                                                     else "")))
     return "\n".join(lines) + "\n"
 
 
