@@ -33,7 +33,7 @@ import numpy as np
 
 from fleetopt.solvers.problem import FleetProblem
 
-__all__ = ["shortest_fleet", "enumerate_fleets", "fleet_is_feasible", "NoFleetError"]
+__all__ = ["shortest_fleet", "enumerate_fleets", "fleet_objectives", "fleet_is_feasible", "NoFleetError"]
 
 
 class NoFleetError(Exception):
@@ -196,23 +196,17 @@ def fleet_is_feasible(problem: FleetProblem, choices) -> bool:
     return all(cap is None or value <= cap * (1 + 1e-9) + 1e-12 for cap, value in checks)
 
 
-def enumerate_fleets(problem: FleetProblem, time_limit_s: float | None = None) -> tuple[float, tuple[int, ...]] | None:
-    """Brute force: every source-to-sink path of at most K pools x every choice per pool (with several
-    commodities, every combination of one path per commodity, K pools in all). For tests.
-
-    Returns the optimum (objective, choices) or None when nothing is feasible; raises
-    ``TimeoutError`` when ``time_limit_s`` runs out first.
-    """
+def _walk_fleets(problem: FleetProblem, visit, time_limit_s: float | None = None) -> None:
+    """Call ``visit(path)`` (a list of choices, read it before returning) for every source-to-sink path of at most
+    K pools x every choice per pool (with several commodities, every combination of one path per commodity, K pools
+    in all), feasible or not; ``TimeoutError`` when ``time_limit_s`` runs out first."""
     deadline = None if time_limit_s is None else time.perf_counter() + time_limit_s
-    w = problem.choice_objective()
     from_node, to_node = problem.pool_from_node, problem.pool_to_node
     assert from_node is not None and to_node is not None   # filled by FleetProblem.__post_init__
     leaving: dict[int, list[int]] = {}
     for c in range(problem.n_choices):
         leaving.setdefault(int(from_node[problem.choice_pool[c]]), []).append(c)
-    best: list = [None]
     path: list[int] = []
-
     sources, sinks = problem.sources, problem.sinks
     assert sources is not None and sinks is not None   # filled by FleetProblem.__post_init__
 
@@ -222,10 +216,8 @@ def enumerate_fleets(problem: FleetProblem, time_limit_s: float | None = None) -
         if node == sinks[k]:
             if k + 1 < len(sources):        # this commodity's path is complete: start the next one's
                 walk(sources[k + 1], k + 1)
-                return
-            value = float(w[path].sum())
-            if (best[0] is None or value < best[0][0] - 1e-12) and fleet_is_feasible(problem, path):
-                best[0] = (value, tuple(sorted(path)))
+            else:
+                visit(path)
             return
         if len(path) == problem.max_pools:
             return
@@ -235,4 +227,30 @@ def enumerate_fleets(problem: FleetProblem, time_limit_s: float | None = None) -
             path.pop()
 
     walk(sources[0], 0)
+
+
+def enumerate_fleets(problem: FleetProblem, time_limit_s: float | None = None) -> tuple[float, tuple[int, ...]] | None:
+    """Brute force over every fleet (:func:`_walk_fleets`). For tests.
+
+    Returns the optimum (objective, choices) or None when nothing is feasible; raises
+    ``TimeoutError`` when ``time_limit_s`` runs out first.
+    """
+    w = problem.choice_objective()
+    best: list = [None]
+
+    def visit(path: list[int]) -> None:
+        value = float(w[path].sum())
+        if (best[0] is None or value < best[0][0] - 1e-12) and fleet_is_feasible(problem, path):
+            best[0] = (value, tuple(sorted(path)))
+
+    _walk_fleets(problem, visit, time_limit_s)
     return best[0]
+
+
+def fleet_objectives(problem: FleetProblem) -> list[float]:
+    """Every feasible fleet's objective, least first (brute force, :func:`_walk_fleets`): the reference of
+    ``solve --top N``'s runners-up. For tests."""
+    w = problem.choice_objective()
+    out: list[float] = []
+    _walk_fleets(problem, lambda path: out.append(float(w[path].sum())) if fleet_is_feasible(problem, path) else None)
+    return sorted(out)

@@ -14,7 +14,7 @@ from fleetopt.optimizer.plan.candidates import generate_candidates
 from fleetopt.optimizer.io.instance import instance_from_dict
 from fleetopt.optimizer.plan.solve import SolveOptions, build_problem, solve_instance
 from fleetopt.solvers.mip import Termination, solve as solve_mip
-from fleetopt.solvers.oracle import enumerate_fleets, fleet_is_feasible, shortest_fleet
+from fleetopt.solvers.oracle import enumerate_fleets, fleet_is_feasible, fleet_objectives, shortest_fleet
 
 PROFILES = ["A10G", "A100-80GB", "H100-80GB", "B200-projected"]
 
@@ -184,27 +184,6 @@ def test_top_n_are_distinct_and_ordered():
     assert objectives == sorted(objectives)
 
 
-def _all_fleet_objectives(problem) -> list[float]:
-    """Every feasible fleet's objective, least first: each path of at most K pools x each choice per pool."""
-    w = problem.choice_objective()
-    leaving: dict[int, list[int]] = {}
-    for c in range(problem.n_choices):
-        leaving.setdefault(int(problem.pool_from_node[problem.choice_pool[c]]), []).append(c)
-    out: list[float] = []
-
-    def walk(node: int, path: list[int]) -> None:
-        if node == problem.sink_node:
-            if fleet_is_feasible(problem, path):
-                out.append(float(w[path].sum()))
-            return
-        if len(path) < problem.max_pools:
-            for c in leaving.get(node, ()):
-                walk(int(problem.pool_to_node[problem.choice_pool[c]]), path + [c])
-
-    walk(0, [])
-    return sorted(out)
-
-
 TOP_N_SEEDS = [7033, 7036, 7038] + [s for s in range(7000, 7040) if s not in (7033, 7036, 7038)]
 """The first three: instances whose runners-up use a choice that one other choice dominates (pruning those for
 ``--top N`` as for one plan loses a runner-up's objective)."""
@@ -218,7 +197,7 @@ def test_top_n_objectives_equal_enumeration_over_unpruned_candidates(seed):
     rng = np.random.default_rng(seed)
     inst = random_instance(seed, caps=bool(seed % 2), scope="fleet" if seed % 3 == 0 else "pool")
     top = int(rng.integers(2, 5))
-    every = _all_fleet_objectives(build_problem(inst, generate_candidates(inst)))
+    every = fleet_objectives(build_problem(inst, generate_candidates(inst)))
     rep = solve_instance(inst, SolveOptions(method="mip", top=top))
     got = [plan.objective for plan in rep.plans]
     assert len(got) == min(top, len(every))
