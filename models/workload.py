@@ -98,7 +98,7 @@ class LengthDistribution:
         >>> round(float(d.cdf(1000.0)), 3)
         0.5
         """
-        from scipy.stats import norm
+        from fleetopt.models.scipy_env import special
 
         w = np.asarray(weights, dtype=float)
         m = np.asarray(median_tokens, dtype=float)
@@ -110,7 +110,7 @@ class LengthDistribution:
         if max_tokens <= 1 or points < 2:
             raise ValueError("max_tokens must be > 1 and points >= 2")
         grid = np.unique(np.round(np.geomspace(1.0, float(max_tokens), points)))
-        F = (w[None, :] * norm.cdf((np.log(grid)[:, None] - np.log(m)[None, :]) / s[None, :])).sum(axis=1)
+        F = (w[None, :] * special.ndtr((np.log(grid)[:, None] - np.log(m)[None, :]) / s[None, :])).sum(axis=1)
         return cls.from_cdf(np.column_stack([grid, F / F[-1]]))
 
     @property

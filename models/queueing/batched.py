@@ -74,8 +74,8 @@ from __future__ import annotations
 from dataclasses import dataclass, fields, replace
 
 import numpy as np
-from scipy import special
 
+from fleetopt.models.scipy_env import special
 from fleetopt.models.queueing.dispersion import count_dispersion
 from fleetopt.models.numerics import bisect_level
 from fleetopt.models.queueing.erlang import Sizing

@@ -44,8 +44,8 @@ from dataclasses import asdict, dataclass
 from typing import cast
 
 import numpy as np
-from scipy import special
 
+from fleetopt.models.scipy_env import special
 from fleetopt.models.power import ActivityPower, PowerCurve
 from fleetopt.models.profiles import ServingProfile
 from fleetopt.models.queueing.batched import _EXACT_BELOW, _GH_W, _GH_X, OperatingPoint, mean_power_w

@@ -48,8 +48,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from scipy import special
 
+from fleetopt.models.scipy_env import special
 from fleetopt.models.numerics import bisect_boundary
 from fleetopt.models.units import P99, P99_TAIL
 

@@ -39,7 +39,6 @@ import re
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.optimize import brentq
 
 from fleetopt.models.fleet import FleetResult, PoolResult
 
@@ -193,6 +192,8 @@ def rho_sweep(instance: Instance, fleet: str, rhos=DEFAULT_RHOS) -> RhoSweep:
     InstanceError
         A bad fleet spec or utilisation, or a pool whose utilisation cannot reach a target (no traffic).
     """
+    from scipy import optimize   # here: after fleetopt.models.scipy_env has loaded scipy.special lean
+
     rhos = tuple(sorted({float(r) for r in rhos}))
     if not rhos or not all(0.0 < r < 1.0 for r in rhos):
         raise InstanceError(f"--rho: {rhos!r}: give utilisations in (0, 1)")
@@ -224,7 +225,7 @@ def rho_sweep(instance: Instance, fleet: str, rhos=DEFAULT_RHOS) -> RhoSweep:
                     raise InstanceError(f"--rho: pool {label} does not reach utilisation {rho:g} below "
                                         f"{_MAX_RATE:g} req/s")
             # scipy ships no stubs: rtol's type is inferred from its float64 default, the result as either return
-            lam = brentq(excess, lo, hi, args=(k, rho), xtol=1e-14, rtol=np.float64(1e-15), maxiter=500)
+            lam = optimize.brentq(excess, lo, hi, args=(k, rho), xtol=1e-14, rtol=np.float64(1e-15), maxiter=500)
             assert not isinstance(lam, tuple)       # without full_output, the root alone
             if abs(excess(lam, k, rho)) > RHO_TOLERANCE:    # brentq's last step may land beside a kink
                 raise InstanceError(f"--rho: pool {label}: no rate gives utilisation {rho:g} within "

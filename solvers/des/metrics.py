@@ -212,14 +212,15 @@ def _t_quantile(p: float, df: int):
     """Quantile :math:`t_{df, p}` of Student's t with ``df`` degrees of freedom.
 
     ``scipy.special.stdtrit``, the function ``scipy.stats.t.ppf`` evaluates (so the same float), imported here
-    rather than ``scipy.stats``, whose import costs about half a second of CPU on every simulation.
+    rather than ``scipy.stats``, whose import costs about half a second of CPU on every simulation (and through
+    :mod:`fleetopt.models.scipy_env`, like every use of SciPy in the package).
 
     >>> round(float(_t_quantile(0.975, 4)), 4)
     2.7764
     """
-    from scipy.special import stdtrit
+    from fleetopt.models.scipy_env import special
 
-    return stdtrit(df, p)
+    return special.stdtrit(df, p)
 
 
 def _t_interval(samples: np.ndarray, confidence: float) -> Estimate:
