@@ -31,10 +31,11 @@ from __future__ import annotations
 import math
 import threading
 import time
+from typing import Any, NamedTuple
 
 import numpy as np
 
-from fleetopt.solvers.pyomo_env import Highs, pyo
+from fleetopt.solvers.pyomo_env import Highs, NoReducedCostsError, pyo
 from fleetopt.solvers.outcome import Outcome, Termination, outcome_of
 from fleetopt.solvers.problem import FleetProblem
 from fleetopt.solvers.result import Solution, SolveResult
@@ -322,14 +323,16 @@ def solve(problem: FleetProblem, *, top: int = 1, time_limit_s: float | None = N
     if not out.has_solution:
         return SolveResult(out.termination, (), None, None, time.perf_counter() - t0, name, options,
                            out.condition, condition=out.condition)
-    root = _relaxed(m, solver, opts) if relaxation else None
     weights = problem.choice_objective()
     tie = "skipped"
-    if tie_break and out.termination is Termination.OPTIMAL:
+    breaks = tie_break and out.termination is Termination.OPTIMAL
+    root = _relaxed(m, solver, opts) if relaxation or breaks else _Relaxation(None, None)
+    if breaks:
         budget = max(0.5, time.perf_counter() - t0)
         if time_limit_s is not None:
             budget = max(0.05, min(budget, time_limit_s - (time.perf_counter() - t0)))
-        chosen, proven = _tie_break(m, problem, solver, opts, chosen, weights, budget)
+        free = _could_be_optimal(root, float(weights[list(chosen)].sum()), len(weights))
+        chosen, proven = _tie_break(problem, opts, chosen, weights, budget, free)
         tie = "proven" if proven else "best-effort"
     solutions = [Solution(chosen, float(weights[list(chosen)].sum()))]
     while len(solutions) < top:
@@ -339,10 +342,11 @@ def solve(problem: FleetProblem, *, top: int = 1, time_limit_s: float | None = N
             break
         solutions.append(Solution(nxt, float(weights[list(nxt)].sum())))
     return SolveResult(out.termination, tuple(solutions), out.bound, out.rel_gap, time.perf_counter() - t0, name,
-                       options, tie_break=tie, condition=out.condition, lp_bound=root)
+                       options, tie_break=tie, condition=out.condition,
+                       lp_bound=root.objective if relaxation else None)
 
 
-def _tie_break(m, problem, solver, opts, chosen, weights, budget_s: float):
+def _tie_break(problem, opts, chosen, weights, budget_s: float, free: np.ndarray | None = None):
     r"""Among primary-optimal fleets, fewest physical GPUs, then fewest pools, then the least last-tie weight
     :math:`v_c` (:meth:`~fleetopt.solvers.problem.FleetProblem.choice_last_tie`: kW under a cost objective, $/hr
     under a power one), in one solve:
@@ -356,22 +360,60 @@ def _tie_break(m, problem, solver, opts, chosen, weights, budget_s: float):
     whichever HiGHS met first (on the stress instance, 50.41 kW of two 576 $/hr fleets, the other 50.29 kW). The
     solve gets ``budget_s``; any incumbent it returns is still primary-optimal, so a timeout only leaves the
     tie-break unproven. Returns the choices and whether the tie-break was proven.
+
+    The solve is over the choices ``free`` marks (a boolean per choice, :func:`_could_be_optimal`: those that may
+    be in a primary-optimal fleet) and the chosen ones, on a model of their own
+    (:meth:`~fleetopt.solvers.problem.FleetProblem.with_choices`): every other choice is in no fleet the
+    constraint admits. On the stress instance 100 of 3,076 choices stay and the tie-break takes 0.025 s instead of
+    0.075 s (a model of 100 choices built and solved, against the whole model's update and solve).
     """
     best = float(weights[list(chosen)].sum())
-    m.objective.deactivate()
-    m.fix_primary = pyo.Constraint(expr=m.objective.expr <= best + 1e-9 * max(1.0, abs(best)))
+    keep = np.ones(len(weights), dtype=bool) if free is None else free.copy()
+    keep[list(chosen)] = True
+    kept = np.flatnonzero(keep)
     last = problem.choice_last_tie()
     scale = 2.0 * problem.max_pools * float(last.max(initial=0.0))
     coef = (problem.max_pools + 1) * problem.choice_gpus.astype(float) + 1.0 + (last / scale if scale > 0 else 0.0)
-    m.tie = pyo.Objective(expr=pyo.quicksum(float(coef[c]) * m.z[c] for c in m.CHOICES))
-    tie_opts = dict(opts, time_limit=budget_s)
-    out, cand = _solve_once(m, solver, tie_opts)
-    m.tie.deactivate()
-    m.fix_primary.deactivate()
-    m.objective.activate()
-    if out.has_solution and float(coef[list(cand)].sum()) <= float(coef[list(chosen)].sum()):
-        chosen = cand
+    m: Any = build_model(problem.with_choices(kept))   # (its components typed as Pyomo's base Component)
+    m.objective.deactivate()
+    m.fix_primary = pyo.Constraint(expr=m.objective.expr <= best + 1e-9 * max(1.0, abs(best)))
+    m.tie = pyo.Objective(expr=pyo.quicksum(float(coef[c]) * m.z[k]  # pyright: ignore[reportOperatorIssue]
+                                            for k, c in enumerate(kept.tolist())))
+    out, cand = _solve_once(m, Highs(), dict(opts, time_limit=budget_s))
+    if out.has_solution:
+        cand = tuple(int(kept[k]) for k in cand)
+        if float(coef[list(cand)].sum()) <= float(coef[list(chosen)].sum()):
+            chosen = cand
     return chosen, out.termination is Termination.OPTIMAL
+
+
+class _Relaxation(NamedTuple):
+    """The LP relaxation of a model: its optimum and the choices' reduced costs (None where HiGHS proved none)."""
+
+    objective: float | None
+    reduced_costs: np.ndarray | None
+
+
+RC_MARGIN = 1e-6
+"""Share of the optimum (of 1 where it is smaller) by which a choice's reduced-cost bound must exceed the optimum
+before :func:`_could_be_optimal` rules the choice out: ten times HiGHS's default primal and dual feasibility
+tolerances (1e-7), against which the bound is computed. On the bundled instances a reduced cost is either 0 (to
+1e-12) or at least 0.02 $/hr, so the margin decides nothing there."""
+
+
+def _could_be_optimal(root: _Relaxation, best: float, n: int) -> np.ndarray | None:
+    r"""The choices that may be in a fleet of objective :math:`w^*` (``best``), by reduced-cost fixing.
+
+    With the LP relaxation's optimum :math:`w_{LP}` and reduced costs :math:`d_c` (duals :math:`y`,
+    :math:`d = w - A^\top y`), every integer-feasible fleet has :math:`w^\top z \ge w_{LP} + \sum_{d_c > 0} d_c
+    z_c + \sum_{d_c < 0} |d_c| (1 - z_c)`, so a choice with :math:`w_{LP} + d_c > w^*` is in no fleet of objective
+    :math:`w^*` (Nemhauser and Wolsey, *Integer and Combinatorial Optimization*, 1988, II.6.1). A choice is ruled
+    out when that bound exceeds :math:`w^*` by more than :data:`RC_MARGIN`. None (every choice may) without a
+    proven relaxation."""
+    if root.objective is None or root.reduced_costs is None or len(root.reduced_costs) != n:
+        return None
+    margin = RC_MARGIN * max(1.0, abs(best))
+    return root.objective + root.reduced_costs <= best + margin
 
 
 def lp_bound(problem: FleetProblem) -> float | None:
@@ -380,12 +422,18 @@ def lp_bound(problem: FleetProblem) -> float | None:
     from the model of its MIP solve)."""
     m = build_model(problem)
     solver, opts = _highs(None, 0.0, None, False)
-    return _relaxed(m, solver, opts)
+    return _relaxed(m, solver, opts).objective
 
 
-def _relaxed(m, solver, opts) -> float | None:
-    """The LP relaxation's optimum for the model ``solver`` holds: None unless HiGHS proves it optimal (a limit's
-    incumbent bounds the LP's optimum from above, not below)."""
+def _relaxed(m, solver, opts) -> _Relaxation:
+    """The LP relaxation of the model ``solver`` holds: its optimum and reduced costs, both None unless HiGHS
+    proves it optimal (a limit's incumbent bounds the LP's optimum from above, not below)."""
     res = _highs_solve(solver, m, dict(opts, solver_options=dict(opts["solver_options"], solve_relaxation=True)))
     out = outcome_of(res)
-    return out.objective if out.termination is Termination.OPTIMAL else None
+    if out.termination is not Termination.OPTIMAL:
+        return _Relaxation(None, None)
+    try:
+        rc = res.solution_loader.get_reduced_costs()
+    except NoReducedCostsError:     # HiGHS kept no dual solution: the optimum alone
+        return _Relaxation(out.objective, None)
+    return _Relaxation(out.objective, np.array([rc[m.z[c]] for c in m.CHOICES], dtype=float))

@@ -27,7 +27,7 @@ Sets and parameters (units in names):
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 
 import numpy as np
@@ -206,6 +206,24 @@ class FleetProblem:
     def gpu_use_by_option(self) -> list[tuple[np.ndarray, np.ndarray]]:
         """Per GPU option: the choices that use it (ascending) and the GPUs each takes from it."""
         return self.gpu_use.by_option(len(self.gpu_names))
+
+    def with_choices(self, keep) -> FleetProblem:
+        """The problem with the choices ``keep`` (ascending indices) alone, as if every other were fixed at
+        :math:`z_c = 0`: pools, nodes and limits stay, and ``choice_gpu_use`` is renumbered. Choice :math:`k` of the
+        result is choice ``keep[k]`` of this one."""
+        keep = np.asarray(keep, dtype=np.int64)
+        gpu_use = None
+        if self.choice_gpu_use is not None:
+            at = np.full(self.n_choices, -1, dtype=np.int64)
+            at[keep] = np.arange(len(keep))
+            use = self.choice_gpu_use
+            mine = at[use.choice] >= 0
+            gpu_use = GpuUse(choice=at[use.choice[mine]], option=np.asarray(use.option)[mine],
+                             gpus=np.asarray(use.gpus)[mine])
+        return replace(self, choice_pool=self.choice_pool[keep], choice_replicas=self.choice_replicas[keep],
+                       choice_gpus=self.choice_gpus[keep], choice_cost_per_hr=self.choice_cost_per_hr[keep],
+                       choice_power_w=self.choice_power_w[keep], choice_miss_rate=self.choice_miss_rate[keep],
+                       choice_gpu_use=gpu_use)
 
     def choice_objective(self) -> np.ndarray:
         """Objective coefficient of each choice: $/hr, kW, or $/hr + energy price x PUE x kW."""

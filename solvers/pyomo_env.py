@@ -36,6 +36,7 @@ def _register_scipy_deferred() -> None:
 _register_scipy_deferred()
 
 import pyomo.core as pyo  # noqa: E402
+from pyomo.contrib.solver.common.util import NoReducedCostsError  # noqa: E402
 from pyomo.contrib.solver.solvers.highs import Highs  # noqa: E402
 
-__all__ = ["pyo", "Highs"]
+__all__ = ["pyo", "Highs", "NoReducedCostsError"]

@@ -417,4 +417,4 @@ def test_root_relaxation_from_the_solve_is_the_relaxed_model(seed):
     assert res.lp_bound == pytest.approx(independent, rel=1e-9, abs=1e-9)
     assert mip.lp_bound(problem) == pytest.approx(independent, rel=1e-9, abs=1e-9)
     assert res.lp_bound <= ref[0] * (1 + 1e-9)
-    assert solve_mip(problem).lp_bound is None                 # not asked for: not solved
+    assert solve_mip(problem).lp_bound is None                 # not asked for: not reported
