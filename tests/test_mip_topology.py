@@ -461,11 +461,14 @@ def test_with_choices_is_the_problem_with_the_others_at_zero(seed):
     assert res.best.objective == pytest.approx(ref[0][0], rel=1e-9, abs=1e-12)
 
 
-def test_reduced_cost_fixing_keeps_every_optimal_fleet():
-    """:func:`fleetopt.solvers.mip._could_be_optimal` rules out only choices in no optimal fleet: on the
-    multi-option and inventory-group cases (caps around the free optimum, so the LP relaxation is at times
-    fractional) every fleet within 1e-9 of the enumerated optimum uses kept choices alone; the check is not empty
-    (of 50 feasible cases 21 had a fractional relaxation when written, and 86 % of the choices were ruled out)."""
+def test_relaxation_shortcuts_are_exact():
+    """The two uses of the LP relaxation, on the multi-option and inventory-group cases (caps around the free
+    optimum, so the relaxation is at times fractional), against enumeration:
+    :func:`fleetopt.solvers.mip._could_be_optimal` rules out only choices in no optimal fleet (every fleet within
+    1e-9 of the optimum uses kept choices alone), and :func:`fleetopt.solvers.mip._integral_optimum` returns a
+    fleet only when the relaxation's optimum is integral, and then an optimal one. Neither check is empty: of 50
+    feasible cases 21 had a relaxation below the optimum when written and 28 an integral one, each returned as an
+    optimal fleet; 86 % of the choices were ruled out."""
     from fleetopt.solvers import mip
 
     seen = Counter()
@@ -479,13 +482,20 @@ def test_reduced_cost_fixing_keeps_every_optimal_fleet():
         solver, opts = mip._highs(None, 0.0, None, False)
         root = mip._relaxed(m, solver, opts)
         best = ref[0][0]
+        optimal = {r[3] for r in ref if r[0] <= best + 1e-9 * max(1.0, abs(best))}
         free = mip._could_be_optimal(root, best, problem.n_choices)
         assert free is not None
-        for value, _, _, fleet in ref:
-            if value <= best + 1e-9 * max(1.0, abs(best)):
-                assert free[list(fleet)].all(), (seed, fleet)
+        for fleet in optimal:
+            assert free[list(fleet)].all(), (seed, fleet)
+        fleet = mip._integral_optimum(problem, root, problem.choice_objective())
+        integral = bool(np.all(np.minimum(np.abs(root.values), np.abs(1.0 - root.values)) <= 1e-6))
+        if fleet is not None:
+            assert integral and tuple(sorted(fleet)) in optimal, (seed, fleet)
+        seen["integral, returned"] += fleet is not None
+        seen["integral"] += integral
         seen["cases"] += 1
         seen["fractional"] += root.objective < best - 1e-6 * max(1.0, abs(best))
         seen["ruled out"] += int((~free).sum())
         seen["kept"] += int(free.sum())
     assert seen["cases"] >= 40 and seen["fractional"] >= 10 and seen["ruled out"] >= 4 * seen["kept"], seen
+    assert seen["integral, returned"] >= 20, seen
