@@ -167,21 +167,30 @@ def bench_stress_solve(repeats: int = 5) -> dict:
             "root_lp_gap": (opt - root) / opt if root is not None else None}
 
 
+_LAUNCHER = """\
+import os, sys, time
+t0 = time.perf_counter()
+pid = os.fork()
+if pid == 0:
+    os.dup2(os.open(os.devnull, os.O_WRONLY), 1)
+    os.execvp(sys.argv[1], sys.argv[1:])
+_, status, usage = os.wait4(pid, 0)
+print(time.perf_counter() - t0, usage.ru_maxrss, os.waitstatus_to_exitcode(status))
+"""
+"""Runs a command from a small process of its own and prints its wall seconds, peak resident memory (KB) and exit
+code. Linux keeps a process's peak across ``exec``, so a command started straight from the benchmark's process
+(hundreds of MB once it has solved in process) would report at least that process's size: started from this
+launcher, it reports its own."""
+
+
 def _process_once(cmd: list[str], ok: tuple[int, ...] = (0,)) -> tuple[float, float]:
     """Wall seconds and peak resident memory (MB) of one run of ``cmd`` from start to exit, its output discarded
-    (the operating system's accounting of that reaped child, ``wait4``)."""
-    import tempfile
-
-    with tempfile.TemporaryFile() as err:
-        t0 = time.perf_counter()
-        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err)
-        _, status, usage = os.wait4(proc.pid, 0)
-        wall_s = time.perf_counter() - t0
-        proc.returncode = os.waitstatus_to_exitcode(status)
-        if proc.returncode not in ok:
-            err.seek(0)
-            raise subprocess.CalledProcessError(proc.returncode, cmd, None, err.read()[-4000:])
-    return wall_s, usage.ru_maxrss / 1024
+    (the operating system's accounting of that reaped child, ``wait4``, from :data:`_LAUNCHER`)."""
+    run = subprocess.run([sys.executable, "-c", _LAUNCHER, *cmd], capture_output=True, text=True)
+    wall_s, peak_kb, code = run.stdout.split()
+    if int(code) not in ok:
+        raise subprocess.CalledProcessError(int(code), cmd, None, run.stderr[-4000:])
+    return float(wall_s), int(peak_kb) / 1024
 
 
 def _process_rows(cmd: list[str], repeats: int, ok: tuple[int, ...] = (0,)) -> tuple[float, float]:

@@ -72,3 +72,17 @@ def test_installed_wheel_resolves_and_loads_the_bench_instances(repo_root, tmp_p
                          env={"PYTHONPATH": str(target), "PATH": "/usr/bin:/bin"})
     assert res.returncode == 0, res.stderr[-2000:]
     assert res.stdout.strip().startswith(str(target))
+
+
+def test_a_process_row_reports_the_commands_own_peak_memory():
+    """Linux keeps a process's peak resident memory across ``exec``: a command started straight from a process of
+    300 MB reported at least 300 MB. Started through the bench's launcher it reports its own (an interpreter that
+    does nothing: well under 100 MB), and its exit code and wall time come back."""
+    held = bytearray(300 * 2**20)
+    held[::4096] = b"x" * len(held[::4096])      # touch every page: resident, not just reserved
+    wall_s, peak_mb = bench._process_once([sys.executable, "-c", "pass"])
+    assert 0 < wall_s < 10 and peak_mb < 100
+    with pytest.raises(subprocess.CalledProcessError):
+        bench._process_once([sys.executable, "-c", "raise SystemExit(3)"])
+    assert bench._process_once([sys.executable, "-c", "raise SystemExit(3)"], ok=(3,))[1] < 100
+    del held
