@@ -1,4 +1,4 @@
-"""Numerical building blocks shared by the models: one vectorised bisection.
+"""Numerical building blocks shared by the models: one vectorised bisection, and SciPy's special functions.
 
 Every monotone search over a real variable in fleetopt (a quantile of a length
 distribution, the P99 of TTFT for a pool or a fleet, the largest load a pool
@@ -6,16 +6,21 @@ carries within its SLO) is the same bisection on a boolean predicate, written
 here once (:func:`bisect_boundary`). :func:`bisect_level` returns the same bracket
 for a predicate :math:`f(x) > L` whose :math:`f` is cheaper at many points at once
 than at one point many times.
+
+``special`` is ``scipy.special``, imported on first use without the NumPy submodules it never uses
+(:func:`_import_special`); every use of SciPy in the package goes through it.
 """
 
 from __future__ import annotations
 
 import math
+import sys
 from collections.abc import Callable
 
 import numpy as np
 
-__all__ = ["bisect_boundary", "bisect_level", "MAX_HALVINGS", "LEVEL_TREE_DEPTH", "LEVEL_PATH_POINTS"]
+__all__ = ["bisect_boundary", "bisect_level", "MAX_HALVINGS", "LEVEL_TREE_DEPTH", "LEVEL_PATH_POINTS",  # noqa: F822
+           "special"]
 
 MAX_HALVINGS = 2100
 """Guard on the number of halvings of :func:`bisect_boundary`, never reached for a finite bracket.
@@ -287,3 +292,67 @@ def bisect_level(f: Callable[[np.ndarray], np.ndarray], level: float, lo, hi, *,
             los[i], his[i] = a, b
         active = still
     return np.array(los).reshape(shape), np.array(his).reshape(shape)
+
+
+# ---------------------------------------------------------------- scipy.special, imported lean
+
+_COMPAT_NUMPY = "scipy._lib.array_api_compat.numpy"
+"""SciPy's array-API namespace for NumPy, the module whose import copies ``numpy``'s names."""
+
+
+def _delegate_to_numpy(name: str):
+    """PEP 562 ``__getattr__`` for SciPy's NumPy namespace: a name it lacks is NumPy's (lazily loaded) one."""
+    try:
+        return getattr(np, name)
+    except AttributeError:
+        raise AttributeError(f"module {_COMPAT_NUMPY!r} has no attribute {name!r}") from None
+
+
+def _import_special():
+    """Import ``scipy.special`` without the NumPy submodules it never uses.
+
+    The analytic models need a handful of SciPy's special functions (``gammaln``, ``gammainc``, ``gammaincc``,
+    ``gammaincinv``, ``betainc``, ``xlogy``, ``ndtr``, ``ndtri``, ``stdtrit``). Since SciPy 1.15, importing
+    ``scipy.special`` also builds an array-API namespace for NumPy (its vendored ``array_api_compat.numpy``) by
+    copying every public name of ``numpy``: ``from numpy import *``, then ``getattr`` for each name of ``dir(numpy)``.
+    NumPy 2 loads its optional submodules (``f2py``, ``testing``, ``ma``, ``random``, ``polynomial``, ``ctypeslib``,
+    ``char``, ``rec``, ``strings``, ``core``) on first attribute access, so that copy imports all of them: about
+    0.09 s of every command's start-up on a 2-core machine (``numpy.f2py`` alone 0.04 s, compiling the regular
+    expressions of its Fortran parser), two fifths of ``import scipy.special``, for modules no command uses.
+
+    While ``scipy.special`` is imported here, the NumPy submodules not yet loaded are left out of ``numpy.__all__``
+    and ``dir(numpy)``; both are put back at once. The namespace SciPy built then lacks those names, so it gets a
+    module ``__getattr__`` (PEP 562) that hands any name it lacks to ``numpy``: ``xp.random`` still resolves there,
+    loading ``numpy.random`` on first use, as it would through ``numpy`` itself. Nothing numerical changes: the
+    functions are SciPy's own ufuncs. A SciPy without that namespace (before 1.15), or one already imported by the
+    caller, is used as it is. Every module of the package that needs SciPy asks for ``special`` here first
+    (``scipy.stats`` and ``scipy.optimize`` import ``scipy.special`` themselves). ``tests/test_scipy_special.py``
+    checks, in a fresh process, that the submodules stay unloaded, that NumPy's names are restored and that the
+    namespace still resolves them.
+    """
+    if "scipy.special" in sys.modules:
+        return sys.modules["scipy.special"]
+    lazy = {n for n in getattr(np, "__numpy_submodules__", ()) if f"numpy.{n}" not in sys.modules}
+    names = np.__dict__     # numpy's namespace: a module's __dir__ is an entry of it
+    saved_all, saved_dir = np.__all__, names.get("__dir__")
+    np.__all__ = [n for n in saved_all if n not in lazy]
+    if saved_dir is not None:
+        names["__dir__"] = lambda: [n for n in saved_dir() if n not in lazy]
+    try:
+        from scipy import special
+    finally:
+        np.__all__ = saved_all
+        if saved_dir is not None:
+            names["__dir__"] = saved_dir
+    compat = sys.modules.get(_COMPAT_NUMPY)
+    if compat is not None and "__getattr__" not in compat.__dict__:
+        compat.__getattr__ = _delegate_to_numpy
+    return special
+
+
+def __getattr__(name: str):
+    """``special`` (``scipy.special``, :func:`_import_special`), imported when first asked for: the bisections
+    alone need no SciPy."""
+    if name == "special":
+        return _import_special()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

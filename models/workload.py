@@ -98,7 +98,7 @@ class LengthDistribution:
         >>> round(float(d.cdf(1000.0)), 3)
         0.5
         """
-        from fleetopt.models.scipy_env import special
+        from fleetopt.models.numerics import special
 
         w = np.asarray(weights, dtype=float)
         m = np.asarray(median_tokens, dtype=float)

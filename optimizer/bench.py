@@ -555,10 +555,11 @@ def bench_warm_solve(repeats: int = 5) -> dict:
 def bench_small_solve_process(repeats: int = 5) -> dict:
     """``fleetopt solve`` from process start to exit on a small instance (Puzzle 10, LMSYS: the path-search
     oracle, no Pyomo), beside two floors measured in the same run: the interpreter importing numpy and scipy.special
-    (which the analytic models need) as the package imports them (:mod:`fleetopt.models.scipy_env`), and importing
-    every dependency this path loads (those, pydantic, rich, click, yaml); fleetopt's own share is the difference."""
+    (which the analytic models need) as the package imports them (``fleetopt.models.numerics.special``), and
+    importing every dependency this path loads (those, pydantic, rich, click, yaml); fleetopt's own share is the
+    difference."""
     cmd = _cli() + ["solve", str(bench_instance("ref_puzzle10_lmsys.yaml")), "--json", os.devnull]
-    lean = "from fleetopt.models.scipy_env import special"
+    lean = "from fleetopt.models.numerics import special"
     floor_cmd = [sys.executable, "-c", lean]
     deps_cmd = [sys.executable, "-c", f"{lean}; import pydantic, rich.console, click, yaml"]
 

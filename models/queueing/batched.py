@@ -75,7 +75,7 @@ from dataclasses import dataclass, fields, replace
 
 import numpy as np
 
-from fleetopt.models.scipy_env import special
+from fleetopt.models.numerics import special
 from fleetopt.models.queueing.dispersion import count_dispersion
 from fleetopt.models.numerics import bisect_level
 from fleetopt.models.queueing.erlang import Sizing

@@ -45,7 +45,7 @@ from typing import cast
 
 import numpy as np
 
-from fleetopt.models.scipy_env import special
+from fleetopt.models.numerics import special
 from fleetopt.models.power import ActivityPower, PowerCurve
 from fleetopt.models.profiles import ServingProfile
 from fleetopt.models.queueing.batched import _EXACT_BELOW, _GH_W, _GH_X, OperatingPoint, mean_power_w

@@ -192,7 +192,7 @@ def rho_sweep(instance: Instance, fleet: str, rhos=DEFAULT_RHOS) -> RhoSweep:
     InstanceError
         A bad fleet spec or utilisation, or a pool whose utilisation cannot reach a target (no traffic).
     """
-    from scipy import optimize   # here: after fleetopt.models.scipy_env has loaded scipy.special lean
+    from scipy import optimize   # here: after fleetopt.models.numerics has loaded scipy.special lean
 
     rhos = tuple(sorted({float(r) for r in rhos}))
     if not rhos or not all(0.0 < r < 1.0 for r in rhos):

@@ -213,12 +213,12 @@ def _t_quantile(p: float, df: int):
 
     ``scipy.special.stdtrit``, the function ``scipy.stats.t.ppf`` evaluates (so the same float), imported here
     rather than ``scipy.stats``, whose import costs about half a second of CPU on every simulation (and through
-    :mod:`fleetopt.models.scipy_env`, like every use of SciPy in the package).
+    :data:`fleetopt.models.numerics.special`, like every use of SciPy in the package).
 
     >>> round(float(_t_quantile(0.975, 4)), 4)
     2.7764
     """
-    from fleetopt.models.scipy_env import special
+    from fleetopt.models.numerics import special
 
     return special.stdtrit(df, p)
 

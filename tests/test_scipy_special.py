@@ -1,5 +1,5 @@
-"""``models/scipy_env.py``: ``scipy.special`` loads without NumPy's unused submodules, NumPy's names come back
-whole, and SciPy's NumPy namespace still resolves every name (each check in a fresh process)."""
+"""``fleetopt.models.numerics.special``: ``scipy.special`` loads without NumPy's unused submodules, NumPy's names
+come back whole, and SciPy's NumPy namespace still resolves every name (each check in a fresh process)."""
 
 import json
 import math
@@ -10,7 +10,7 @@ PROBE = """
 import json, sys
 import numpy
 all_before, dir_before, loaded_before = list(numpy.__all__), dir(numpy), set(sys.modules)
-from fleetopt.models.scipy_env import special
+from fleetopt.models.numerics import special
 out = {"all_restored": numpy.__all__ == all_before, "dir_restored": dir(numpy) == dir_before,
        "loaded": sorted(m for m in ("numpy.f2py", "numpy.testing", "numpy.random", "numpy.ctypeslib", "numpy.rec",
                                     "numpy.char", "numpy.strings") if m in set(sys.modules) - loaded_before),
@@ -58,6 +58,6 @@ def test_scipys_numpy_namespace_still_resolves_the_names_left_out():
 
 
 def test_an_already_imported_scipy_special_is_used_as_it_is():
-    code = ("import sys, scipy.special as s\nfrom fleetopt.models.scipy_env import special\n"
+    code = ("import sys, scipy.special as s\nfrom fleetopt.models.numerics import special\n"
             "print(__import__('json').dumps({'same': special is s, 'f2py': 'numpy.f2py' in sys.modules}))")
     assert _probe(code)["same"]
