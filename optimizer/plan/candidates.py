@@ -25,7 +25,7 @@ from __future__ import annotations
 import time
 from collections import Counter
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import TYPE_CHECKING
 
@@ -359,21 +359,34 @@ def _chunk_basis(instance: Instance, grid, chunk: int) -> SegmentBasis:
     return segment_basis(w.lengths, grid, chunk, w.input_fraction)
 
 
+class _Rows:
+    """The raw sums of some candidate rows, taken by row index as the sums of every row are (:meth:`take`, what an
+    option's inputs read: :func:`_option_inputs`)."""
+
+    def __init__(self, part: RawSums, at: np.ndarray, n: int):
+        self.part = part
+        self.pos = np.full(n, -1, dtype=np.int64)
+        self.pos[at] = np.arange(len(at))
+
+    def take(self, idx) -> RawSums:
+        at = self.pos[np.asarray(idx, dtype=np.int64)]
+        assert np.all(at >= 0), "a row the round did not compute"
+        return self.part.take(at)
+
+
 class _RowSums:
-    """The raw sums of the candidate rows per chunk size, each row computed when a round first sizes it.
+    """The raw sums of the candidate rows per chunk size, computed for the rows a round sizes.
 
     :meth:`means` gives every row's sums without the chunk histograms' columns past the first, the prompt bins and
-    the spectra (all the count floors read: :func:`_count_floors`); :meth:`sums` gives sums over every row whose
-    rows ``need`` hold the full sums of :func:`_traffic` (computed once each, row by row: the values of computing
-    every row) and zeros elsewhere, arrays the size of all rows so that an option's inputs index them as they index
-    the full sums. The zeros are never read: a round reads the rows it sizes. With compression states every row is
-    computed at once (a compressed band may widen the histograms)."""
+    the spectra (all the count floors read: :func:`_count_floors`); :meth:`sums` gives the full sums of
+    :func:`_traffic` of the rows ``need`` marks (row by row: the values of computing every row), indexed as the
+    sums of every row are (:class:`_Rows`). Nothing the size of all rows is allocated: a round's rows are about a
+    third of them, and the prompt bins and spectra take some 10 KB a row. With compression states every row is
+    computed (a compressed band may widen the histograms)."""
 
     def __init__(self, instance: Instance, b, gammas, grid, rows):
         self.instance, self.b, self.gammas, self.grid, self.rows = instance, b, gammas, grid, rows
         self._bases: dict[int, SegmentBasis] = {}
-        self._sums: dict[int, RawSums] = {}
-        self._done: dict[int, np.ndarray] = {}
 
     def _basis(self, chunk: int) -> SegmentBasis:
         if chunk not in self._bases:
@@ -385,31 +398,17 @@ class _RowSums:
 
     def means(self, chunk: int) -> RawSums:
         if len(self.gammas) > 1:
-            full = self.sums(chunk, np.ones(len(self.rows[0]), dtype=bool))
+            full = self.sums(chunk, np.ones(len(self.rows[0]), dtype=bool)).part
             return replace(full, k_hist=full.k_hist[:, :1], prompt_bins=None, spectra=None)
         basis = self._basis(chunk)
         return self._traffic(replace(basis, chunk_mass_prefix=basis.chunk_mass_prefix[:, :1],
                                      prompt_bin_prefix=basis.prompt_bin_prefix[:, :1], spectra_prefix=None),
                              self.rows)
 
-    def sums(self, chunk: int, need: np.ndarray) -> RawSums:
-        from fleetopt.models.segments import RawSums
-
+    def sums(self, chunk: int, need: np.ndarray) -> _Rows:
         n = len(self.rows[0])
-        if len(self.gammas) > 1:
-            need = np.ones(n, dtype=bool)
-        done = self._done.setdefault(chunk, np.zeros(n, dtype=bool))
-        at = np.flatnonzero(need & ~done)
-        if at.size or chunk not in self._sums:      # (no row yet: the arrays' shapes from none)
-            part = self._traffic(self._basis(chunk), tuple(r[at] for r in self.rows))
-            held = [f.name for f in fields(RawSums) if getattr(part, f.name) is not None]
-            if chunk not in self._sums:     # zeros: untouched pages cost nothing until a row is written
-                self._sums[chunk] = replace(part, **{k: np.zeros((n,) + getattr(part, k).shape[1:]) for k in held})
-            full = self._sums[chunk]
-            for k in held:
-                getattr(full, k)[at] = getattr(part, k)
-            done[at] = True
-        return self._sums[chunk]
+        at = np.arange(n) if len(self.gammas) > 1 else np.flatnonzero(need)
+        return _Rows(self._traffic(self._basis(chunk), tuple(r[at] for r in self.rows)), at, n)
 
 
 def _size_forked(instance: Instance, options, b, rows, gammas, grid, workers: int, pools: _Columns,
@@ -552,10 +551,11 @@ def _size_bounded(instance: Instance, options, b, rows, gammas, grid, pools: _Co
     def run(masks, report_slow: bool):
         items = [(k, m) for k, m in enumerate(masks) if m.any() or report_slow]
         workers = _sizing_workers(len(items), -(-int(sum(m.sum() for _, m in items)) // max(len(items), 1)))
-        raws = {}       # each chunk's sums, with the rows this round sizes computed (here: the workers inherit them)
+        need: dict[int, np.ndarray] = {}    # per chunk size, the rows this round sizes on an option that has it
         for k, m in items:
             chunk = options[k][1].profile.chunk_tokens
-            raws[chunk] = sums.sums(chunk, m)
+            need[chunk] = need[chunk] | m if chunk in need else m
+        raws = {chunk: sums.sums(chunk, m) for chunk, m in need.items()}     # (computed here: the workers inherit)
 
         def size(item):
             k, mask = item
