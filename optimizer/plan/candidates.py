@@ -364,13 +364,15 @@ class _Rows:
     option's inputs read: :func:`_option_inputs`)."""
 
     def __init__(self, part: RawSums, at: np.ndarray, n: int):
-        self.part = part
+        self.part, self.size = part, len(at)
         self.pos = np.full(n, -1, dtype=np.int64)
         self.pos[at] = np.arange(len(at))
 
     def take(self, idx) -> RawSums:
         at = self.pos[np.asarray(idx, dtype=np.int64)]
         assert np.all(at >= 0), "a row the round did not compute"
+        if len(at) == self.size and np.array_equal(at, np.arange(self.size)):
+            return self.part     # every row in order (an option alone on its chunk size): no copy (read only)
         return self.part.take(at)
 
 
