@@ -338,7 +338,7 @@ def solve(problem: FleetProblem, *, top: int = 1, time_limit_s: float | None = N
         budget = max(0.5, time.perf_counter() - t0)
         if time_limit_s is not None:
             budget = max(0.05, min(budget, time_limit_s - (time.perf_counter() - t0)))
-        free = _could_be_optimal(root, float(weights[list(chosen)].sum()), len(weights))
+        free = _could_be_optimal(root, float(weights[list(chosen)].sum()))
         chosen, proven = _tie_break(problem, opts, chosen, weights, budget, free)
         tie = "proven" if proven else "best-effort"
     solutions = [Solution(chosen, float(weights[list(chosen)].sum()))]
@@ -440,7 +440,7 @@ tolerances (1e-7), against which the bound is computed. On the bundled instances
 1e-12) or at least 0.02 $/hr, so the margin decides nothing there."""
 
 
-def _could_be_optimal(root: _Relaxation, best: float, n: int) -> np.ndarray | None:
+def _could_be_optimal(root: _Relaxation, best: float) -> np.ndarray | None:
     r"""The choices that may be in a fleet of objective :math:`w^*` (``best``), by reduced-cost fixing.
 
     With the LP relaxation's optimum :math:`w_{LP}` and reduced costs :math:`d_c` (duals :math:`y`,
@@ -449,7 +449,7 @@ def _could_be_optimal(root: _Relaxation, best: float, n: int) -> np.ndarray | No
     :math:`w^*` (Nemhauser and Wolsey, *Integer and Combinatorial Optimization*, 1988, II.6.1). A choice is ruled
     out when that bound exceeds :math:`w^*` by more than :data:`RC_MARGIN`. None (every choice may) without a
     proven relaxation."""
-    if root.objective is None or root.reduced_costs is None or len(root.reduced_costs) != n:
+    if root.objective is None or root.reduced_costs is None:
         return None
     margin = RC_MARGIN * max(1.0, abs(best))
     return root.objective + root.reduced_costs <= best + margin

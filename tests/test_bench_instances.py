@@ -81,7 +81,7 @@ def test_a_process_row_reports_the_commands_own_peak_memory():
     held = bytearray(300 * 2**20)
     held[::4096] = b"x" * len(held[::4096])      # touch every page: resident, not just reserved
     wall_s, peak_mb = bench._process_once([sys.executable, "-c", "pass"])
-    assert 0 < wall_s < 10 and peak_mb < 100
+    assert wall_s > 0 and peak_mb < 100
     with pytest.raises(subprocess.CalledProcessError):
         bench._process_once([sys.executable, "-c", "raise SystemExit(3)"])
     assert bench._process_once([sys.executable, "-c", "raise SystemExit(3)"], ok=(3,))[1] < 100

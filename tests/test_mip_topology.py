@@ -483,7 +483,7 @@ def test_relaxation_shortcuts_are_exact():
         root = mip._relaxed(m, solver, opts)
         best = ref[0][0]
         optimal = {r[3] for r in ref if r[0] <= best + 1e-9 * max(1.0, abs(best))}
-        free = mip._could_be_optimal(root, best, problem.n_choices)
+        free = mip._could_be_optimal(root, best)
         assert free is not None
         for fleet in optimal:
             assert free[list(fleet)].all(), (seed, fleet)
