@@ -53,9 +53,10 @@ def load(path: str | Path | Mapping, overrides=()) -> Instance:
 
 def summarize_instance(inst: Instance) -> dict:
     """What the instance asks for, with the derived facts a planner checks first: the body of ``validate``'s
-    document, built by its model (:class:`fleetopt.optimizer.output.contract.InstanceSummary`: its keys, types
+    document, built by its model (:class:`fleetopt.optimizer.output.contract.plan.InstanceSummary`: its keys, types
     and order)."""
-    from fleetopt.optimizer.output.contract import InstanceSummary, build
+    from fleetopt.optimizer.output.contract.plan import InstanceSummary
+    from fleetopt.optimizer.output.contract import build
 
     w, slo = inst.workload, inst.slo
     top = inst.pools.max_context_tokens
@@ -114,10 +115,11 @@ class EvaluationReport:
         return self.violations[k] if k < len(self.violations) else ()
 
     def to_json(self) -> dict:
-        """The stable JSON contract (:class:`fleetopt.optimizer.output.contract.EvaluateDocument`): always a
+        """The stable JSON contract (:class:`fleetopt.optimizer.output.contract.plan.EvaluateDocument`): always a
         ``fleets`` list; with one fleet its keys also sit at top level (the deprecated 1.0 layout). ``feasible``
         is true when the fleet meets its SLO and breaks no limit, ``violations`` names each limit it breaks."""
-        from fleetopt.optimizer.output.contract import EvaluatedFleet, EvaluateDocument, build, envelope
+        from fleetopt.optimizer.output.contract.plan import EvaluatedFleet, EvaluateDocument
+        from fleetopt.optimizer.output.contract import build, envelope
 
         inst = self.instance
         results = [fleet_json(r, violations=self.fleet_violations(k), instance=inst, model=EvaluatedFleet, fleet=text)

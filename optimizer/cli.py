@@ -527,12 +527,12 @@ def schema(command, fields, json_out, fmt):
 
     COMMAND is a command (tpw: both its documents) or one document kind ('tpw --rho-sweep', 'profile fit')."""
     name = " ".join(command) or None
-    COMMANDS, DOCUMENTS = contract.COMMANDS, contract.DOCUMENTS
-    if name is not None and name not in COMMANDS and name not in DOCUMENTS:
-        known = ", ".join(sorted(set(COMMANDS) | set(DOCUMENTS)))
+    COMMANDS, KINDS = contract.COMMANDS, contract.KINDS
+    if name is not None and name not in COMMANDS and name not in KINDS:
+        known = ", ".join(sorted(set(COMMANDS) | set(KINDS)))
         raise InstanceError(f"COMMAND: unknown command {name!r}; known: {known}")
     if fields:
-        kinds = COMMANDS.get(name, (name,)) if name else tuple(DOCUMENTS)
+        kinds = COMMANDS.get(name, (name,)) if name else KINDS
         rendering.render_fields(output(fmt), {kind: contract.top_level_fields(kind) for kind in kinds},
                              contract.SCHEMA_VERSION)
         return

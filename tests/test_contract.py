@@ -20,9 +20,11 @@ from pydantic import ValidationError
 
 from fleetopt.optimizer.cli import main
 from fleetopt.optimizer.errors import EXIT_CODES
-from fleetopt.optimizer.output.contract import (COMMANDS, DOCUMENTS, SCHEMA_VERSION, _undeclared, schema_for,
-                                                validate_document)
+from fleetopt.optimizer.output.contract import (COMMANDS, KINDS, MODULES, SCHEMA_VERSION, _undeclared, documents,
+                                                schema_for, validate_document)
 from fleetopt.optimizer.output.writes import write_document
+
+DOCUMENTS = documents()
 
 QUICK = "instances/ref_units_lmsys_a100_h100.yaml"     # the seeds' units: FLEET's figures are tuned to them
 UNITS = "lmsys-a100-h100-units"
@@ -104,6 +106,18 @@ def test_every_command_kind_has_a_run():
     """Each document kind of the contract is produced by one of the runs above (bench: its own test)."""
     assert set(DOCUMENTS) == set(RUNS) | set(SLOW_RUNS) | {"bench"}
     assert {k for kinds in COMMANDS.values() for k in kinds} == set(DOCUMENTS)
+
+
+def test_each_module_declares_its_commands_documents_in_order():
+    """Each command's documents are declared in the module :data:`MODULES` names for it, and only there; the
+    registry's order (``fleetopt schema``'s union) is :data:`COMMANDS`'."""
+    import importlib
+
+    for module in set(MODULES.values()):
+        declared = importlib.import_module(f"fleetopt.optimizer.output.contract.{module}").DOCUMENTS
+        assert set(declared) == {k for c, kinds in COMMANDS.items() if MODULES[c] == module for k in kinds}, module
+    assert set(MODULES) == set(COMMANDS)
+    assert tuple(DOCUMENTS) == KINDS
 
 
 def test_evaluate_always_lists_fleets(repo_root, monkeypatch):

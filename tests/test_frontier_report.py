@@ -18,8 +18,9 @@ from click.testing import CliRunner
 
 from fleetopt.optimizer.cli import main
 from fleetopt.optimizer.output import contract
-from fleetopt.optimizer.output.contract import COMMANDS, DOCUMENTS, SCHEMA_VERSION, check_document, schema_for, \
+from fleetopt.optimizer.output.contract import COMMANDS, SCHEMA_VERSION, check_document, documents, schema_for, \
     validate_document
+from fleetopt.optimizer.output.contract.workflows import FRONTIER_DOCUMENTS, FrontierDocument
 from fleetopt.optimizer.output.writes import to_jsonable
 from fleetopt.optimizer.workflows import plots
 from fleetopt.optimizer.workflows.frontier import AXES, Frontier, FrontierPoint
@@ -64,8 +65,8 @@ def test_frontier_documents_validate_against_the_contract(axis):
     doc = _doc(axis=axis)
     assert list(doc)[:3] == ["schema_version", "command", "instance"]
     assert doc["schema_version"] == SCHEMA_VERSION and doc["command"] == f"pareto --axes cost,{axis}"
-    assert type(validate_document(doc)) is contract.FRONTIER_DOCUMENTS[axis]     # one model per axis
-    assert isinstance(validate_document(doc), contract.FrontierDocument)
+    assert type(validate_document(doc)) is FRONTIER_DOCUMENTS[axis]     # one model per axis
+    assert isinstance(validate_document(doc), FrontierDocument)
     check_document(doc)                                             # what write_document runs before writing
     assert doc["slo_ttft_p99_ms"] == SLO_MS and [p["physical_gpus"] for p in doc["points"]] == [32, 40, 56]
     for point in [*doc["points"], doc["baseline"]]:                 # the axis' own key right after cost_per_year
@@ -78,7 +79,7 @@ def test_frontier_documents_validate_against_the_contract(axis):
 
 
 def test_schema_lists_the_frontier_documents():
-    assert set(contract.FRONTIER_KINDS) <= set(DOCUMENTS) and set(contract.FRONTIER_KINDS) <= set(COMMANDS["pareto"])
+    assert set(contract.FRONTIER_KINDS) <= set(documents()) and set(contract.FRONTIER_KINDS) <= set(COMMANDS["pareto"])
     one_of = schema_for("pareto")["oneOf"]
     assert {r["$ref"].rsplit("/", 1)[-1] for r in one_of} == {"ParetoDocument", "PowerFrontierDocument",
                                                               "TtftFrontierDocument", "PoolsFrontierDocument"}

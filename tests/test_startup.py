@@ -59,9 +59,14 @@ def test_a_solve_printing_tables_builds_no_contract_models(tmp_path):
                 f"sys.argv = ['fleetopt', 'solve', {str(REPO / 'instances' / 'ref_puzzle10_lmsys.yaml')!r}, "
                 f"*{list(extra)!r}]\n"
                 "try:\n    main()\nexcept SystemExit as done:\n    assert done.code == 0, done.code")
-    names = ["fleetopt.optimizer.output.contract", "fleetopt.optimizer.output.figures"]
+    names = ["fleetopt.optimizer.output.contract", "fleetopt.optimizer.output.contract.plan",
+             "fleetopt.optimizer.output.contract.simulation", "fleetopt.optimizer.output.contract.workflows",
+             "fleetopt.optimizer.output.figures"]
     assert _loaded(code(), names, tmp_path) == ["fleetopt.optimizer.output.figures"]
-    assert _loaded(code("--json", str(tmp_path / "o.json")), names, tmp_path) == names
+    # with --json, the solve document's module alone: not the other commands' documents
+    assert _loaded(code("--json", str(tmp_path / "o.json")), names, tmp_path) == [
+        "fleetopt.optimizer.output.contract", "fleetopt.optimizer.output.contract.plan",
+        "fleetopt.optimizer.output.figures"]
 
 
 def test_a_process_run_freezes_the_heap_at_exit_and_a_caller_keeps_its_collector(tmp_path):

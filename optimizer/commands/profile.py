@@ -36,7 +36,7 @@ __all__ = ["profile", "fit", "fit_report", "probe"]
 
 
 def fit_report(fit: ProfileFit, document: dict) -> dict:
-    """The ``--json`` document (:class:`fleetopt.optimizer.output.contract.ProfileFitDocument`): the envelope, the
+    """The ``--json`` document (:class:`fleetopt.optimizer.output.contract.workflows.ProfileFitDocument`): the envelope, the
     coefficients, every point, the summaries and the profile file's content."""
     it = fit.iteration
     points = []

@@ -18,7 +18,7 @@ from pydantic import ValidationError
 from fleetopt.optimizer.commands import CONTEXT_SETTINGS
 from fleetopt.optimizer.commands import guard as _guard
 from fleetopt.optimizer.errors import InstanceError
-from fleetopt.optimizer.output.contract import DOCUMENTS, validate_document
+from fleetopt.optimizer.output.contract import KINDS, validate_document
 from fleetopt.optimizer.io.schema import pydantic_field_path, pydantic_message
 from fleetopt.optimizer.io.files import read_bytes, read_text
 from fleetopt.optimizer.workflows.html_report import build_html, detect_kind
@@ -65,7 +65,7 @@ def _check_contract(data: dict, where: str) -> None:
     type, so the page renders what the command wrote: one :class:`InstanceError` line naming the first field that
     is not. A document of an earlier contract (:data:`EARLIER_VERSIONS`) may lack keys; any other document,
     whatever its ``schema_version`` says, is held to the current contract."""
-    if data.get("command") not in DOCUMENTS:
+    if data.get("command") not in KINDS:
         return  # a legacy tpw table without a command
     earlier = data.get("schema_version") in EARLIER_VERSIONS
     try:

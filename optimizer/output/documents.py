@@ -58,11 +58,12 @@ def fleet_json(r: FleetResult, source: str = ANALYTIC, violations=None, instance
     fleet with more keys given in ``values``), the headline first: physical GPUs, $/hr, $/yr, kW, tok/W and $ per
     million output tokens (:func:`fleetopt.optimizer.output.figures.usd_per_million_output_tokens`). With
     ``violations`` (the instance limits it breaks, :func:`fleetopt.optimizer.plan.evaluate.limit_violations`)
-    they are listed under ``violations`` (the model: :class:`~fleetopt.optimizer.output.contract._Baseline`
+    they are listed under ``violations`` (the model: :class:`~fleetopt.optimizer.output.contract.plan._Baseline`
     unless given) and ``feasible`` is true only when the SLO is met and none is broken. With ``instance``, each
     pool's ``gpus_per_replica`` is its profile's (else read from the pool) and its ``chunk_tokens`` is written;
     ``roles``: a semantic plan's model class per pool."""
-    from fleetopt.optimizer.output.contract import Fleet, _Baseline, build, fleet_analytic
+    from fleetopt.optimizer.output.contract import Fleet, build, fleet_analytic
+    from fleetopt.optimizer.output.contract.plan import _Baseline
 
     per = replica_units(instance)
     chunks = {} if instance is None else {g.name: int(g.profile.chunk_tokens) for g in instance.gpus}
@@ -79,10 +80,11 @@ def fleet_json(r: FleetResult, source: str = ANALYTIC, violations=None, instance
 
 
 def tpw_json(rows: list[ContextPoint]) -> dict:
-    """The ``tpw`` document, built by its model (:class:`fleetopt.optimizer.output.contract.TpwDocument`; a row's
+    """The ``tpw`` document, built by its model (:class:`fleetopt.optimizer.output.contract.workflows.TpwDocument`; a row's
     values are the :class:`~fleetopt.models.service.ContextPoint`'s fields of the same names)."""
-    from fleetopt.optimizer.output.contract import TpwDocument, build, envelope
-    from fleetopt.optimizer.output.contract import _TpwRow as TpwRow
+    from fleetopt.optimizer.output.contract.workflows import TpwDocument
+    from fleetopt.optimizer.output.contract import build, envelope
+    from fleetopt.optimizer.output.contract.workflows import _TpwRow as TpwRow
 
     return build(TpwDocument, **envelope("tpw", None),
                  rows=[build(TpwRow, r, context=r.context_tokens, source=ANALYTIC) for r in rows])
@@ -97,8 +99,9 @@ def simulated_pools(vp) -> list:
 
 def trim_json(trim, plan, instance) -> dict | None:
     """The ``trim`` block of a verification (:mod:`fleetopt.optimizer.simulation.trim`), built by its model
-    (:class:`fleetopt.optimizer.output.contract._Trim`); every count in it is simulated."""
-    from fleetopt.optimizer.output.contract import _Trim, _TrimPool, build
+    (:class:`fleetopt.optimizer.output.contract.plan._Trim`); every count in it is simulated."""
+    from fleetopt.optimizer.output.contract.plan import _Trim, _TrimPool
+    from fleetopt.optimizer.output.contract import build
 
     if trim is None:
         return None
@@ -116,7 +119,8 @@ def trim_json(trim, plan, instance) -> dict | None:
 
 
 def _verified_pool(vp, p, s) -> dict:
-    from fleetopt.optimizer.output.contract import _VerifiedPool, build
+    from fleetopt.optimizer.output.contract.plan import _VerifiedPool
+    from fleetopt.optimizer.output.contract import build
 
     key = (p.min_tokens, p.max_tokens, p.gpu)
     return build(_VerifiedPool, p, ttft_p99_ms_analytic=p.ttft_p99_ms,
@@ -131,9 +135,9 @@ def _verified_pool(vp, p, s) -> dict:
 
 def verification_json(v, instance) -> dict:
     """The ``verification`` block of ``solve --verify-top N``, built by its model
-    (:class:`fleetopt.optimizer.output.contract._Verification`): every simulated plan, per round (and the trim)."""
-    from fleetopt.optimizer.output.contract import (_PoolSizing, _SizingTrial, _Verification, _VerifiedPlan,
-                                                    build)
+    (:class:`fleetopt.optimizer.output.contract.plan._Verification`): every simulated plan, per round (and the trim)."""
+    from fleetopt.optimizer.output.contract.plan import _PoolSizing, _SizingTrial, _Verification, _VerifiedPlan
+    from fleetopt.optimizer.output.contract import build
 
     plans = [build(_VerifiedPlan, vp, cost_per_hr=vp.plan.fleet.cost_per_hr, verdict=vp.verdict(),
                    ttft_p99_ms_sim=vp.sim.ttft_p99_ms, ttft_p99_ci_ms=vp.sim.ttft_p99_ci_ms,
@@ -168,9 +172,10 @@ _NO_PLAN = ("physical_gpus", "cost_per_hr", "cost_per_year", "power_kw", "tok_pe
 
 
 def solve_json(report, verification=None) -> dict:
-    """The ``solve`` document, built by its model (:class:`fleetopt.optimizer.output.contract.SolveDocument`); with a
+    """The ``solve`` document, built by its model (:class:`fleetopt.optimizer.output.contract.plan.SolveDocument`); with a
     verification, its chosen plan heads it."""
-    from fleetopt.optimizer.output.contract import SolveDocument, _Solution, build, envelope
+    from fleetopt.optimizer.output.contract.plan import SolveDocument, _Solution
+    from fleetopt.optimizer.output.contract import build, envelope
 
     inst = report.instance
     best = report.best

@@ -156,11 +156,11 @@ class SimPoolReport(_Measured):
     slo_met = property(lambda self: self.analytic.slo_met)
 
     def to_json(self) -> dict:
-        """The pool's object, built by its model (:class:`fleetopt.optimizer.output.contract.SimulatedPool`, the
+        """The pool's object, built by its model (:class:`fleetopt.optimizer.output.contract.simulation.SimulatedPool`, the
         values its fields of the same names): its ``analytic`` and ``simulated`` figures; the flat keys are the
         deprecated 1.0 aliases (analytic, ``*_sim`` simulated); ``role`` only for a semantic plan."""
-        from fleetopt.optimizer.output.contract import (SimulatedPool, build, pool_analytic, pool_identity,
-                                                        pool_simulated)
+        from fleetopt.optimizer.output.contract.simulation import SimulatedPool
+        from fleetopt.optimizer.output.contract import build, pool_analytic, pool_identity, pool_simulated
 
         a = self.analytic
         simulated = pool_simulated(
@@ -273,12 +273,12 @@ class SimReport(_Measured):
         return out
 
     def to_json(self) -> dict:
-        """The document, built by its model (:class:`fleetopt.optimizer.output.contract.SimulateDocument`, the values
+        """The document, built by its model (:class:`fleetopt.optimizer.output.contract.simulation.SimulateDocument`, the values
         its fields of the same names): the envelope, the keys of the issue, then provenance and details. The
         fleet's figures are in ``analytic`` and ``simulated``; the top-level ones are the deprecated 1.0 aliases of
         ``simulated``'s."""
-        from fleetopt.optimizer.output.contract import (SimulateDocument, build, envelope, fleet_analytic,
-                                                        fleet_simulated)
+        from fleetopt.optimizer.output.contract.simulation import SimulateDocument
+        from fleetopt.optimizer.output.contract import build, envelope, fleet_analytic, fleet_simulated
 
         simulated = fleet_simulated(
             requests_measured=self.requests_measured, ttft_p99_ms=self.ttft_p99_ms,

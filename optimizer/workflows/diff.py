@@ -54,9 +54,10 @@ from fleetopt.models.profiles import ReplicaUnit
 from fleetopt.optimizer.errors import InstanceError, format_problem
 from fleetopt.optimizer.io.files import read_json
 from fleetopt.optimizer.io.solve_json import json_kind, read_solve_plan, whole_number
-from fleetopt.optimizer.output.contract import SCHEMA_VERSION, DiffDocument, build
-from fleetopt.optimizer.output.contract import FleetChange as FleetChangeModel
-from fleetopt.optimizer.output.contract import _DiffHardware, _DiffOption, _DiffPlan, _DiffPoolChange
+from fleetopt.optimizer.output.contract import SCHEMA_VERSION, build
+from fleetopt.optimizer.output.contract.workflows import DiffDocument
+from fleetopt.optimizer.output.contract.workflows import FleetChange as FleetChangeModel
+from fleetopt.optimizer.output.contract.workflows import _DiffHardware, _DiffOption, _DiffPlan, _DiffPoolChange
 
 __all__ = ["PLAN_COMMANDS", "PoolRow", "PoolChange", "OptionChange", "HardwareChange", "FleetChange", "PlanSide",
            "PlanDiff", "hardware_of", "result_rows", "compare_pools", "read_plan", "diff_plans", "diff_files",
@@ -135,7 +136,7 @@ class PoolChange:
         return (0 if self.b is None else self.b.physical_gpus) - (0 if self.a is None else self.a.physical_gpus)
 
     def to_json(self) -> dict:
-        """Built by its model (:class:`fleetopt.optimizer.output.contract._DiffPoolChange`); an absent side has no
+        """Built by its model (:class:`fleetopt.optimizer.output.contract.workflows._DiffPoolChange`); an absent side has no
         segment and no replicas."""
         r, a, b = self.row, self.a, self.b
         return build(_DiffPoolChange, self, gpu=r.gpu, phase=r.phase, hardware=r.hardware,
@@ -158,7 +159,7 @@ class OptionChange:
     physical_gpus_b: int
 
     def to_json(self) -> dict:
-        """Built by its model (:class:`fleetopt.optimizer.output.contract._DiffOption`) from these fields."""
+        """Built by its model (:class:`fleetopt.optimizer.output.contract.workflows._DiffOption`) from these fields."""
         return build(_DiffOption, self, replicas_delta=self.replicas_b - self.replicas_a,
                      physical_gpus_delta=self.physical_gpus_b - self.physical_gpus_a)
 
@@ -180,7 +181,7 @@ class HardwareChange:
         return "buy" if self.delta > 0 else "release" if self.delta < 0 else "keep"
 
     def to_json(self) -> dict:
-        """Built by its model (:class:`fleetopt.optimizer.output.contract._DiffHardware`) from these fields."""
+        """Built by its model (:class:`fleetopt.optimizer.output.contract.workflows._DiffHardware`) from these fields."""
         return build(_DiffHardware, self, physical_gpus_delta=self.delta)
 
 
@@ -228,7 +229,7 @@ class FleetChange:
         return text
 
     def to_json(self) -> dict:
-        """Built by its model (:class:`fleetopt.optimizer.output.contract.FleetChange`) from these fields."""
+        """Built by its model (:class:`fleetopt.optimizer.output.contract.workflows.FleetChange`) from these fields."""
         return build(FleetChangeModel, self, pools=[c.to_json() for c in self.pools],
                      options=[o.to_json() for o in self.options], hardware=[h.to_json() for h in self.hardware],
                      boundary_moves=[{"from_tokens": a, "to_tokens": b} for a, b in self.boundary_moves],
@@ -367,7 +368,7 @@ class PlanSide:
     ttft_p99_ci_ms: tuple[float | None, float | None] | None
 
     def to_json(self) -> dict:
-        """Built by its model (:class:`fleetopt.optimizer.output.contract._DiffPlan`) from these fields."""
+        """Built by its model (:class:`fleetopt.optimizer.output.contract.workflows._DiffPlan`) from these fields."""
         return build(_DiffPlan, self, plan=self.label)
 
 
@@ -561,7 +562,7 @@ class PlanDiff:
                                                         a.usd_per_million_output_tokens)}
 
     def to_json(self) -> dict:
-        """The document, built by its model (:class:`fleetopt.optimizer.output.contract.DiffDocument`)."""
+        """The document, built by its model (:class:`fleetopt.optimizer.output.contract.workflows.DiffDocument`)."""
         same = self.a.instance if self.a.instance == self.b.instance else None
         return build(DiffDocument, self, schema_version=SCHEMA_VERSION, command="diff", instance=same,
                      a=self.a.to_json(), b=self.b.to_json(), change=self.change.to_json(), delta=self.delta())

@@ -110,8 +110,8 @@ from fleetopt.solvers.outcome import Termination
 
 from fleetopt.optimizer.errors import InstanceError, SolverError
 from fleetopt.optimizer.io.instance import Instance, load_instance
-from fleetopt.optimizer.output.contract import (FRONTIER_DOCUMENTS, FRONTIER_POINTS, SCHEMA_VERSION, build, envelope,
-                                                physical_gpus)
+from fleetopt.optimizer.output.contract.workflows import FRONTIER_DOCUMENTS, FRONTIER_POINTS
+from fleetopt.optimizer.output.contract import SCHEMA_VERSION, build, envelope, physical_gpus
 from fleetopt.optimizer.plan.candidates import Candidates, SizingCache, TighteningCandidates, generate_candidates
 from fleetopt.optimizer.plan.evaluate import baseline, evaluate_plans, fleet_spec, limit_violations, pool_plans_of
 from fleetopt.optimizer.plan.solve import _pool_plans, _prune, build_problem
@@ -212,7 +212,7 @@ class FrontierPoint:
     count; :attr:`total_gpus` counts the GPUs as the options price them."""
 
     def to_json(self, axis: Axis, **values) -> dict:
-        """Built by the model of ``axis``' points (:data:`fleetopt.optimizer.output.contract.FRONTIER_POINTS`)
+        """Built by the model of ``axis``' points (:data:`fleetopt.optimizer.output.contract.workflows.FRONTIER_POINTS`)
         from these fields: the value on the axis is ``axis_value`` and also sits under the axis' name (on the
         pools axis that key is ``pools``, the pool count); ``values``: ``rank``, ``recommended``, ``knee``."""
         at_axis = {} if axis.name == "pools" else {axis.name: self.axis_value}
@@ -254,7 +254,7 @@ class Frontier:
     """The instance's SLO in words (:func:`slo_text`)."""
 
     def to_json(self) -> dict:
-        """The document of the JSON contract (:class:`fleetopt.optimizer.output.contract.FrontierDocument`,
+        """The document of the JSON contract (:class:`fleetopt.optimizer.output.contract.workflows.FrontierDocument`,
         ``schema_version`` :data:`~fleetopt.optimizer.output.contract.SCHEMA_VERSION`). ``recommended`` and
         ``recommended_index`` are the same index (the cheapest point meeting the instance's SLO within its
         limits); ``knee_index`` is the alternative."""

@@ -141,7 +141,8 @@ __all__ = ["SCHEMA_VERSION", "DEFAULT_DEPTHS_PCT", "CONVENTIONS", "DELIVERED_LAB
            "PoolDepth", "DepthRow", "GridFlex", "cap_under", "parse_depths", "drain_s", "event_replication", "gridflex"]
 
 from fleetopt.optimizer.output.contract import SCHEMA_VERSION  # noqa: E402 (one contract version)
-from fleetopt.optimizer.output.contract import GridFlexDocument, _Depth, _DepthPool, build  # noqa: E402
+from fleetopt.optimizer.output.contract.workflows import GridFlexDocument, _Depth, _DepthPool  # noqa: E402
+from fleetopt.optimizer.output.contract import build  # noqa: E402
 """Version of the JSON contract of :meth:`GridFlex.to_json`."""
 DEFAULT_DEPTHS_PCT = tuple(range(0, 55, 5))
 """Depths of ``--depths`` by default, in % of the uncurtailed power: 0, 5, ..., 50."""
@@ -202,7 +203,7 @@ class PoolDepth:
     """``met`` / ``breach`` / ``undecided`` (module docstring, "Event verdict"); empty when not simulated."""
 
     def to_json(self) -> dict:
-        """Built by its model (:class:`fleetopt.optimizer.output.contract._DepthPool`) from these fields."""
+        """Built by its model (:class:`fleetopt.optimizer.output.contract.workflows._DepthPool`) from these fields."""
         return build(_DepthPool, self, pool=self.label)
 
 
@@ -249,7 +250,7 @@ class DepthRow:
         return self.pools[0].batch_cap if len(self.pools) == 1 else None
 
     def to_json(self) -> dict:
-        """Built by its model (:class:`fleetopt.optimizer.output.contract._Depth`) from these fields."""
+        """Built by its model (:class:`fleetopt.optimizer.output.contract.workflows._Depth`) from these fields."""
         return build(_Depth, self, draw_kw=self.power_kw, source="analytic",
                      event={"delivered_reduction": self.event_delivered_reduction, "draw_kw": self.power_kw_event,
                             "uncurtailed_draw_kw": self.event_uncurtailed_draw_kw, "source": "simulated",
@@ -290,7 +291,7 @@ class GridFlex:
         return next((r for r in self.depths if r.depth == d), None)
 
     def to_json(self) -> dict:
-        """The document, built by its model (:class:`fleetopt.optimizer.output.contract.GridFlexDocument`)."""
+        """The document, built by its model (:class:`fleetopt.optimizer.output.contract.workflows.GridFlexDocument`)."""
         return build(GridFlexDocument, self, schema_version=SCHEMA_VERSION, command="gridflex",
                      source={"batch_cap": ("inverse of the power model" if self.convention == "seed"
                                            else "lever search (analytic)"), "power_kw": "analytic",

@@ -94,9 +94,10 @@ __all__ = ["SCHEMA_VERSION", "RATE_TOLERANCE_REQ_PER_S", "MAX_RATE_REQ_PER_S", "
            "parse_range", "MAX_RANGE_POINTS"]
 
 from fleetopt.optimizer.output.contract import SCHEMA_VERSION  # noqa: E402 (one contract version)
-from fleetopt.optimizer.output.contract import HeadroomDocument, HeadroomRangeDocument, build  # noqa: E402
-from fleetopt.optimizer.output.contract import _RangeFleet, _RangeStep  # noqa: E402
-from fleetopt.optimizer.output.contract import _HeadroomPool, _HeadroomPoolSim, _HeadroomProbe, _HeadroomSim  # noqa: E402
+from fleetopt.optimizer.output.contract.workflows import HeadroomDocument, HeadroomRangeDocument  # noqa: E402
+from fleetopt.optimizer.output.contract import build  # noqa: E402
+from fleetopt.optimizer.output.contract.workflows import _RangeFleet, _RangeStep  # noqa: E402
+from fleetopt.optimizer.output.contract.workflows import _HeadroomPool, _HeadroomPoolSim, _HeadroomProbe, _HeadroomSim  # noqa: E402
 """Version of the JSON contracts of :meth:`Headroom.to_json` and :meth:`StepSchedule.to_json`."""
 RATE_TOLERANCE_REQ_PER_S = 0.01
 r"""Grid :math:`\delta` of the analytic limit (req/s): the limit is carried, the limit plus :math:`\delta` is not."""
@@ -145,7 +146,7 @@ class PoolLimit:
         return f"{self.min_tokens}-{self.max_tokens}:{self.gpu}x{self.replicas}"
 
     def to_json(self) -> dict:
-        """Built by its model (:class:`fleetopt.optimizer.output.contract._HeadroomPool`) from these fields."""
+        """Built by its model (:class:`fleetopt.optimizer.output.contract.workflows._HeadroomPool`) from these fields."""
         return build(_HeadroomPool, self, pool_arrival_rate=self.routing_share * self.max_arrival_rate)
 
 
@@ -163,7 +164,7 @@ class SimProbe:
     """Measured requests of the pool (all replications)."""
 
     def to_json(self) -> dict:
-        """Built by its model (:class:`fleetopt.optimizer.output.contract._HeadroomProbe`) from these fields."""
+        """Built by its model (:class:`fleetopt.optimizer.output.contract.workflows._HeadroomProbe`) from these fields."""
         return build(_HeadroomProbe, self)
 
 
@@ -180,7 +181,7 @@ class PoolSimLimit:
     probes: tuple[SimProbe, ...]
 
     def to_json(self) -> dict:
-        """Built by its model (:class:`fleetopt.optimizer.output.contract._HeadroomPoolSim`)."""
+        """Built by its model (:class:`fleetopt.optimizer.output.contract.workflows._HeadroomPoolSim`)."""
         return build(_HeadroomPoolSim, self, pool=self.label, routing_share=self.share,
                      probes=[q.to_json() for q in self.probes])
 
@@ -203,7 +204,7 @@ class SimLimit:
         return sum(len(q.probes) for q in self.pools)
 
     def to_json(self) -> dict:
-        """Built by its model (:class:`fleetopt.optimizer.output.contract._HeadroomSim`)."""
+        """Built by its model (:class:`fleetopt.optimizer.output.contract.workflows._HeadroomSim`)."""
         return build(_HeadroomSim, self,
                      binding_pool=None if self.binding_pool is None else self.pools[self.binding_pool].label,
                      options=self.options.to_json(), pools=[q.to_json() for q in self.pools])
@@ -246,7 +247,7 @@ class Headroom:
         return "fleet P99 TTFT" if self.fleet_p99_limit is not None and math.isfinite(self.max_arrival_rate) else None
 
     def to_json(self) -> dict:
-        """The document, built by its model (:class:`fleetopt.optimizer.output.contract.HeadroomDocument`); the
+        """The document, built by its model (:class:`fleetopt.optimizer.output.contract.workflows.HeadroomDocument`); the
         simulated limit (``max_arrival_rate_sim``, ``sim``) only with ``--verify``."""
         sim = {} if self.sim is None else {"max_arrival_rate_sim": self.sim.max_arrival_rate_sim,
                                            "sim": self.sim.to_json()}
@@ -276,7 +277,7 @@ class RangePoint:
         return sum(r.physical_gpus for r in self.rows) if self.fleet is not None else None
 
     def to_json(self) -> dict:
-        """Built by its model (:class:`fleetopt.optimizer.output.contract._RangeFleet`) from these fields; a pool
+        """Built by its model (:class:`fleetopt.optimizer.output.contract.workflows._RangeFleet`) from these fields; a pool
         with its :attr:`rows` entry says its phase, hardware and physical GPUs."""
         pools = [{"min_tokens": lo, "max_tokens": hi, "gpu": g, "replicas": n} for lo, hi, g, n in self.pools]
         for d, r in zip(pools, self.rows):
@@ -314,7 +315,7 @@ class FleetStep:
         return fleet_change(self.before if self.current is None else self.current, self.after)
 
     def to_json(self) -> dict:
-        """Built by its model (:class:`fleetopt.optimizer.output.contract._RangeStep`)."""
+        """Built by its model (:class:`fleetopt.optimizer.output.contract.workflows._RangeStep`)."""
         return build(_RangeStep, self, before=self.before.to_json(), after=self.after.to_json(),
                      change=self.change.to_json(), change_from_previous=self.change_from_previous.to_json())
 
@@ -338,7 +339,7 @@ class StepSchedule:
     before."""
 
     def to_json(self) -> dict:
-        """The document, built by its model (:class:`fleetopt.optimizer.output.contract.HeadroomRangeDocument`)."""
+        """The document, built by its model (:class:`fleetopt.optimizer.output.contract.workflows.HeadroomRangeDocument`)."""
         return build(HeadroomRangeDocument, self, schema_version=SCHEMA_VERSION, command="headroom --range",
                      source="analytic (re-solved at each rate)", range=[self.lo, self.hi],
                      current_fleet=None if self.current is None else self.current.to_json(),

@@ -52,8 +52,9 @@ __all__ = ["SCHEMA_VERSION", "DEFAULT_RHOS", "RHO_TOLERANCE", "SECONDS_PER_HOUR"
 
 from fleetopt.optimizer.output.contract import SCHEMA_VERSION  # noqa: E402 (one contract version)
 from fleetopt.optimizer.output.figures import usd_per_million_output_tokens  # noqa: E402 (one formula)
-from fleetopt.optimizer.output.contract import RhoSweepDocument, build  # noqa: E402
-from fleetopt.optimizer.output.contract import _RhoPoint, _RhoPool, _RhoPoolPoint  # noqa: E402
+from fleetopt.optimizer.output.contract.workflows import RhoSweepDocument  # noqa: E402
+from fleetopt.optimizer.output.contract import build  # noqa: E402
+from fleetopt.optimizer.output.contract.workflows import _RhoPoint, _RhoPool, _RhoPoolPoint  # noqa: E402
 DEFAULT_RHOS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)
 RHO_TOLERANCE = 1e-9
 """The root's utilisation is within this of the target (checked after the search)."""
@@ -102,7 +103,7 @@ class RhoPoint:
                    bool(p.slo_met))
 
     def to_json(self) -> dict:
-        """Built by its model (:class:`fleetopt.optimizer.output.contract._RhoPoolPoint`) from these fields."""
+        """Built by its model (:class:`fleetopt.optimizer.output.contract.workflows._RhoPoolPoint`) from these fields."""
         return build(_RhoPoolPoint, self)
 
 
@@ -118,7 +119,7 @@ class PoolSweep:
     now: RhoPoint
 
     def to_json(self) -> dict:
-        """Built by its model (:class:`fleetopt.optimizer.output.contract._RhoPool`)."""
+        """Built by its model (:class:`fleetopt.optimizer.output.contract.workflows._RhoPool`)."""
         return build(_RhoPool, self, pool=self.label, points=[q.to_json() for q in self.points],
                      now=self.now.to_json())
 
@@ -134,7 +135,7 @@ class FleetPoint:
     usd_per_mtok: float
 
     def to_json(self) -> dict:
-        """Built by its model (:class:`fleetopt.optimizer.output.contract._RhoPoint`) from these fields."""
+        """Built by its model (:class:`fleetopt.optimizer.output.contract.workflows._RhoPoint`) from these fields."""
         return build(_RhoPoint, self)
 
 
@@ -151,7 +152,7 @@ class RhoSweep:
     overrides: tuple[str, ...] = ()
 
     def to_json(self) -> dict:
-        """The document, built by its model (:class:`fleetopt.optimizer.output.contract.RhoSweepDocument`)."""
+        """The document, built by its model (:class:`fleetopt.optimizer.output.contract.workflows.RhoSweepDocument`)."""
         return build(RhoSweepDocument, self, schema_version=SCHEMA_VERSION, command="tpw --rho-sweep",
                      source="analytic", pools=[p.to_json() for p in self.pools],
                      fleet_points=[f.to_json() for f in self.fleet_points], fleet_now=self.fleet_now.to_json())

@@ -52,8 +52,9 @@ class RouterRun:
         return float(np.dot(w, u) / w.sum()) if w.sum() > 0 else float("nan")
 
     def to_json(self) -> dict:
-        """Built by its model (:class:`fleetopt.optimizer.output.contract._RouterRun`)."""
-        from fleetopt.optimizer.output.contract import _RouterPool, _RouterRun, build
+        """Built by its model (:class:`fleetopt.optimizer.output.contract.simulation._RouterRun`)."""
+        from fleetopt.optimizer.output.contract.simulation import _RouterPool, _RouterRun
+        from fleetopt.optimizer.output.contract import build
 
         r = self.report
         return build(_RouterRun, r, router=self.router, utilization=self.utilization_sim, note=self.note,
@@ -74,8 +75,9 @@ class RouterComparison:
     runs: tuple[RouterRun, ...]
 
     def to_json(self) -> dict:
-        """The document, built by its model (:class:`fleetopt.optimizer.output.contract.SimulateRoutersDocument`)."""
-        from fleetopt.optimizer.output.contract import SimulateRoutersDocument, build, envelope
+        """The document, built by its model (:class:`fleetopt.optimizer.output.contract.simulation.SimulateRoutersDocument`)."""
+        from fleetopt.optimizer.output.contract.simulation import SimulateRoutersDocument
+        from fleetopt.optimizer.output.contract import build, envelope
 
         return build(SimulateRoutersDocument, self, **envelope("simulate --routers", self.instance),
                      source="simulated (common random numbers)", seed=self.options.seed,

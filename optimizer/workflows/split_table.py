@@ -39,9 +39,10 @@ from fleetopt.models.units import MS_PER_S
 
 from fleetopt.optimizer.errors import InstanceError
 from fleetopt.optimizer.io.instance import GpuOption, Instance
-from fleetopt.optimizer.output.contract import ParetoDocument, build
-from fleetopt.optimizer.output.contract import _SplitBaseline as _SplitBaselineModel
-from fleetopt.optimizer.output.contract import _SplitRow as _SplitRowModel
+from fleetopt.optimizer.output.contract.workflows import ParetoDocument
+from fleetopt.optimizer.output.contract import build
+from fleetopt.optimizer.output.contract.workflows import _SplitBaseline as _SplitBaselineModel
+from fleetopt.optimizer.output.contract.workflows import _SplitRow as _SplitRowModel
 from fleetopt.optimizer.plan.evaluate import evaluate_plans, limit_violations
 
 __all__ = ["SCHEMA_VERSION", "CSV_COLUMNS", "SplitRow", "SplitBaseline", "SplitTable", "split_table",
@@ -92,7 +93,7 @@ class SplitRow:
         return max(self.ttft_p99_ms_short, self.ttft_p99_ms_long)
 
     def to_json(self) -> dict:
-        """The row's JSON object, built by its model (:class:`fleetopt.optimizer.output.contract._SplitRow`: the
+        """The row's JSON object, built by its model (:class:`fleetopt.optimizer.output.contract.workflows._SplitRow`: the
         keys, their types and order; each value is the field or property of that name)."""
         return build(_SplitRowModel, self)
 
@@ -113,7 +114,7 @@ class SplitBaseline:
 
     def to_json(self) -> dict:
         """The baseline's JSON object, built by its model
-        (:class:`fleetopt.optimizer.output.contract._SplitBaseline`)."""
+        (:class:`fleetopt.optimizer.output.contract.workflows._SplitBaseline`)."""
         return build(_SplitBaselineModel, self)
 
 
@@ -136,7 +137,7 @@ class SplitTable:
 
     def to_json(self) -> dict:
         """The stable JSON contract (``schema_version`` :data:`SCHEMA_VERSION`), built by its model
-        (:class:`fleetopt.optimizer.output.contract.ParetoDocument`)."""
+        (:class:`fleetopt.optimizer.output.contract.workflows.ParetoDocument`)."""
         return build(ParetoDocument, self, schema_version=SCHEMA_VERSION, command="pareto --split-table",
                      source="analytic", baseline=self.baseline.to_json(), rows=[r.to_json() for r in self.rows])
 

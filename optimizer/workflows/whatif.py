@@ -453,8 +453,9 @@ class WhatIf:
                  "deltas": deltas(rec, self.base)} for sc, rec in zip(self.scenarios, self.records)]
 
     def to_json(self) -> dict:
-        """The document, built by its model (:class:`fleetopt.optimizer.output.contract.WhatIfDocument`)."""
-        from fleetopt.optimizer.output.contract import WhatIfDocument, build, envelope
+        """The document, built by its model (:class:`fleetopt.optimizer.output.contract.workflows.WhatIfDocument`)."""
+        from fleetopt.optimizer.output.contract.workflows import WhatIfDocument
+        from fleetopt.optimizer.output.contract import build, envelope
 
         return build(WhatIfDocument, self, **envelope("whatif", self.instance),
                      source="analytic (each scenario re-solved exactly: graph oracle or MIP)",
