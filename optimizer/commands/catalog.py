@@ -65,8 +65,8 @@ def _render(out: Output, listing: dict) -> None:
 
 
 def list_catalog(kind: str | None) -> dict:
-    """The ``--json`` document of ``catalog list`` (:class:`fleetopt.optimizer.output.contract.workflows.CatalogDocument`): the
-    envelope, ``kinds`` and the listing."""
+    """The ``--json`` document of ``catalog list``
+    (:class:`fleetopt.optimizer.output.contract.workflows.CatalogDocument`): the envelope, ``kinds`` and the listing."""
     kinds = CATALOG_KINDS if kind is None else (kind,)
     return {**envelope("catalog list", None), "kinds": list(kinds), **catalog_listing(kinds)}
 

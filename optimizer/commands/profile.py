@@ -36,8 +36,8 @@ __all__ = ["profile", "fit", "fit_report", "probe"]
 
 
 def fit_report(fit: ProfileFit, document: dict) -> dict:
-    """The ``--json`` document (:class:`fleetopt.optimizer.output.contract.workflows.ProfileFitDocument`): the envelope, the
-    coefficients, every point, the summaries and the profile file's content."""
+    """The ``--json`` document (:class:`fleetopt.optimizer.output.contract.workflows.ProfileFitDocument`): the
+    envelope, the coefficients, every point, the summaries and the profile file's content."""
     it = fit.iteration
     points = []
     for p in fit.points:

@@ -80,8 +80,8 @@ def fleet_json(r: FleetResult, source: str = ANALYTIC, violations=None, instance
 
 
 def tpw_json(rows: list[ContextPoint]) -> dict:
-    """The ``tpw`` document, built by its model (:class:`fleetopt.optimizer.output.contract.workflows.TpwDocument`; a row's
-    values are the :class:`~fleetopt.models.service.ContextPoint`'s fields of the same names)."""
+    """The ``tpw`` document, built by its model (:class:`fleetopt.optimizer.output.contract.workflows.TpwDocument`; a
+    row's values are the :class:`~fleetopt.models.service.ContextPoint`'s fields of the same names)."""
     from fleetopt.optimizer.output.contract.workflows import TpwDocument
     from fleetopt.optimizer.output.contract import build, envelope
     from fleetopt.optimizer.output.contract.workflows import _TpwRow as TpwRow
@@ -172,8 +172,8 @@ _NO_PLAN = ("physical_gpus", "cost_per_hr", "cost_per_year", "power_kw", "tok_pe
 
 
 def solve_json(report, verification=None) -> dict:
-    """The ``solve`` document, built by its model (:class:`fleetopt.optimizer.output.contract.plan.SolveDocument`); with a
-    verification, its chosen plan heads it."""
+    """The ``solve`` document, built by its model (:class:`fleetopt.optimizer.output.contract.plan.SolveDocument`);
+    with a verification, its chosen plan heads it."""
     from fleetopt.optimizer.output.contract.plan import SolveDocument, _Solution
     from fleetopt.optimizer.output.contract import build, envelope
 

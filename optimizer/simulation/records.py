@@ -156,8 +156,8 @@ class SimPoolReport(_Measured):
     slo_met = property(lambda self: self.analytic.slo_met)
 
     def to_json(self) -> dict:
-        """The pool's object, built by its model (:class:`fleetopt.optimizer.output.contract.simulation.SimulatedPool`, the
-        values its fields of the same names): its ``analytic`` and ``simulated`` figures; the flat keys are the
+        """The pool's object, built by its model (:class:`fleetopt.optimizer.output.contract.simulation.SimulatedPool`,
+        the values its fields of the same names): its ``analytic`` and ``simulated`` figures; the flat keys are the
         deprecated 1.0 aliases (analytic, ``*_sim`` simulated); ``role`` only for a semantic plan."""
         from fleetopt.optimizer.output.contract.simulation import SimulatedPool
         from fleetopt.optimizer.output.contract import build, pool_analytic, pool_identity, pool_simulated
@@ -273,8 +273,8 @@ class SimReport(_Measured):
         return out
 
     def to_json(self) -> dict:
-        """The document, built by its model (:class:`fleetopt.optimizer.output.contract.simulation.SimulateDocument`, the values
-        its fields of the same names): the envelope, the keys of the issue, then provenance and details. The
+        """The document, built by its model (:class:`fleetopt.optimizer.output.contract.simulation.SimulateDocument`,
+        the values its fields of the same names): the envelope, the keys of the issue, then provenance and details. The
         fleet's figures are in ``analytic`` and ``simulated``; the top-level ones are the deprecated 1.0 aliases of
         ``simulated``'s."""
         from fleetopt.optimizer.output.contract.simulation import SimulateDocument

@@ -136,8 +136,8 @@ class PoolChange:
         return (0 if self.b is None else self.b.physical_gpus) - (0 if self.a is None else self.a.physical_gpus)
 
     def to_json(self) -> dict:
-        """Built by its model (:class:`fleetopt.optimizer.output.contract.workflows._DiffPoolChange`); an absent side has no
-        segment and no replicas."""
+        """Built by its model (:class:`fleetopt.optimizer.output.contract.workflows._DiffPoolChange`); an absent side
+        has no segment and no replicas."""
         r, a, b = self.row, self.a, self.b
         return build(_DiffPoolChange, self, gpu=r.gpu, phase=r.phase, hardware=r.hardware,
                      physical_gpus_per_replica=r.physical_gpus_per_replica,
@@ -181,7 +181,8 @@ class HardwareChange:
         return "buy" if self.delta > 0 else "release" if self.delta < 0 else "keep"
 
     def to_json(self) -> dict:
-        """Built by its model (:class:`fleetopt.optimizer.output.contract.workflows._DiffHardware`) from these fields."""
+        """Built by its model (:class:`fleetopt.optimizer.output.contract.workflows._DiffHardware`) from these
+        fields."""
         return build(_DiffHardware, self, physical_gpus_delta=self.delta)
 
 

@@ -146,7 +146,8 @@ class PoolLimit:
         return f"{self.min_tokens}-{self.max_tokens}:{self.gpu}x{self.replicas}"
 
     def to_json(self) -> dict:
-        """Built by its model (:class:`fleetopt.optimizer.output.contract.workflows._HeadroomPool`) from these fields."""
+        """Built by its model (:class:`fleetopt.optimizer.output.contract.workflows._HeadroomPool`) from these
+        fields."""
         return build(_HeadroomPool, self, pool_arrival_rate=self.routing_share * self.max_arrival_rate)
 
 
@@ -164,7 +165,8 @@ class SimProbe:
     """Measured requests of the pool (all replications)."""
 
     def to_json(self) -> dict:
-        """Built by its model (:class:`fleetopt.optimizer.output.contract.workflows._HeadroomProbe`) from these fields."""
+        """Built by its model (:class:`fleetopt.optimizer.output.contract.workflows._HeadroomProbe`) from these
+        fields."""
         return build(_HeadroomProbe, self)
 
 
@@ -247,8 +249,8 @@ class Headroom:
         return "fleet P99 TTFT" if self.fleet_p99_limit is not None and math.isfinite(self.max_arrival_rate) else None
 
     def to_json(self) -> dict:
-        """The document, built by its model (:class:`fleetopt.optimizer.output.contract.workflows.HeadroomDocument`); the
-        simulated limit (``max_arrival_rate_sim``, ``sim``) only with ``--verify``."""
+        """The document, built by its model (:class:`fleetopt.optimizer.output.contract.workflows.HeadroomDocument`);
+        the simulated limit (``max_arrival_rate_sim``, ``sim``) only with ``--verify``."""
         sim = {} if self.sim is None else {"max_arrival_rate_sim": self.sim.max_arrival_rate_sim,
                                            "sim": self.sim.to_json()}
         return build(HeadroomDocument, self, schema_version=SCHEMA_VERSION, command="headroom", source="analytic",
@@ -277,8 +279,8 @@ class RangePoint:
         return sum(r.physical_gpus for r in self.rows) if self.fleet is not None else None
 
     def to_json(self) -> dict:
-        """Built by its model (:class:`fleetopt.optimizer.output.contract.workflows._RangeFleet`) from these fields; a pool
-        with its :attr:`rows` entry says its phase, hardware and physical GPUs."""
+        """Built by its model (:class:`fleetopt.optimizer.output.contract.workflows._RangeFleet`) from these fields; a
+        pool with its :attr:`rows` entry says its phase, hardware and physical GPUs."""
         pools = [{"min_tokens": lo, "max_tokens": hi, "gpu": g, "replicas": n} for lo, hi, g, n in self.pools]
         for d, r in zip(pools, self.rows):
             d.update(phase=r.phase, hardware=r.hardware, physical_gpus=r.physical_gpus)
@@ -339,7 +341,8 @@ class StepSchedule:
     before."""
 
     def to_json(self) -> dict:
-        """The document, built by its model (:class:`fleetopt.optimizer.output.contract.workflows.HeadroomRangeDocument`)."""
+        """The document, built by its model
+        (:class:`fleetopt.optimizer.output.contract.workflows.HeadroomRangeDocument`)."""
         return build(HeadroomRangeDocument, self, schema_version=SCHEMA_VERSION, command="headroom --range",
                      source="analytic (re-solved at each rate)", range=[self.lo, self.hi],
                      current_fleet=None if self.current is None else self.current.to_json(),

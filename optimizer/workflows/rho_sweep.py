@@ -103,7 +103,8 @@ class RhoPoint:
                    bool(p.slo_met))
 
     def to_json(self) -> dict:
-        """Built by its model (:class:`fleetopt.optimizer.output.contract.workflows._RhoPoolPoint`) from these fields."""
+        """Built by its model (:class:`fleetopt.optimizer.output.contract.workflows._RhoPoolPoint`) from these
+        fields."""
         return build(_RhoPoolPoint, self)
 
 

@@ -75,7 +75,8 @@ class RouterComparison:
     runs: tuple[RouterRun, ...]
 
     def to_json(self) -> dict:
-        """The document, built by its model (:class:`fleetopt.optimizer.output.contract.simulation.SimulateRoutersDocument`)."""
+        """The document, built by its model
+        (:class:`fleetopt.optimizer.output.contract.simulation.SimulateRoutersDocument`)."""
         from fleetopt.optimizer.output.contract.simulation import SimulateRoutersDocument
         from fleetopt.optimizer.output.contract import build, envelope
 

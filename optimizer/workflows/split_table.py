@@ -93,8 +93,8 @@ class SplitRow:
         return max(self.ttft_p99_ms_short, self.ttft_p99_ms_long)
 
     def to_json(self) -> dict:
-        """The row's JSON object, built by its model (:class:`fleetopt.optimizer.output.contract.workflows._SplitRow`: the
-        keys, their types and order; each value is the field or property of that name)."""
+        """The row's JSON object, built by its model (:class:`fleetopt.optimizer.output.contract.workflows._SplitRow`:
+        the keys, their types and order; each value is the field or property of that name)."""
         return build(_SplitRowModel, self)
 
 
