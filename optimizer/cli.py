@@ -113,6 +113,15 @@ its older generations 18 times, for about 0.07 s CPU of 0.9 s and nothing found;
 waits for at most this many allocations."""
 
 
+PROCESS_BLAS_THREADS = "1"
+"""``OPENBLAS_NUM_THREADS`` of a ``fleetopt`` process unless the environment sets it. NumPy and SciPy each load an
+OpenBLAS that starts a worker thread per further core at import; the workers spin, waiting for work, for about 0.1 s
+each (on 2 cores a small solve used 0.64 s CPU for 0.49 s of wall time; 0.48 s with one thread, wall 0.97 of it,
+paired). fleetopt's arrays are elementwise and small-matrix work that a single thread does, and its parallel work
+runs on forked workers, one per core (:mod:`fleetopt.optimizer.forked`), that the spinning threads would compete
+with. Processes it starts (a Dask cluster's workers) inherit it."""
+
+
 def _freeze_at_exit() -> None:
     """At interpreter exit, move every object to the collector's permanent generation (:func:`gc.freeze`): the
     interpreter's finalization otherwise runs full collections over the whole heap (about 0.1 s CPU after a small
@@ -190,10 +199,11 @@ class _Commands(click.Group):
     def main(self, *args, **kwargs):
         """The command, run; as the process itself (the ``fleetopt`` script calls this without arguments; a test
         runner or a caller passes them) with the garbage collector tuned for a short run (:data:`PROCESS_GC_THRESHOLD`
-        and :func:`_freeze_at_exit`)."""
+        and :func:`_freeze_at_exit`) and one BLAS thread (:data:`PROCESS_BLAS_THREADS`)."""
         process = not args and not kwargs
         before = gc.get_threshold()
         if process:
+            os.environ.setdefault("OPENBLAS_NUM_THREADS", PROCESS_BLAS_THREADS)     # before numpy loads
             gc.set_threshold(PROCESS_GC_THRESHOLD, *before[1:])
             atexit.register(_freeze_at_exit)
         try:

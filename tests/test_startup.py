@@ -3,10 +3,13 @@ metadata, and a solve loads the disaggregated pairs' model only for an instance 
 a fresh interpreter from an empty folder (``sys.modules`` of the test process says nothing)."""
 
 import json
+import os
 import subprocess
 import sys
 from importlib.metadata import version
 from pathlib import Path
+
+import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -90,3 +93,33 @@ def test_a_process_run_freezes_the_heap_at_exit_and_a_caller_keeps_its_collector
     threshold, frozen = gc.get_threshold(), gc.get_freeze_count()
     assert CliRunner().invoke(main, ["--version"]).exit_code == 0
     assert (gc.get_threshold(), gc.get_freeze_count()) == (threshold, frozen)
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="counts threads in Linux's /proc")
+@pytest.mark.parametrize("preset", [None, "2"])
+def test_a_process_run_loads_blas_with_one_thread_unless_told(tmp_path, preset):
+    """A ``fleetopt`` process sets ``OPENBLAS_NUM_THREADS`` to 1 before NumPy loads (``cli.PROCESS_BLAS_THREADS``):
+    after a solve (NumPy's and SciPy's OpenBLAS loaded) it runs one thread, where each OpenBLAS would start one
+    more per further core; a value the environment sets is kept, and a caller passing arguments gets no change."""
+    from click.testing import CliRunner
+
+    from fleetopt.optimizer.cli import main
+
+    code = ("import atexit, os, sys\n"
+            "atexit.register(lambda: print('blas', os.environ.get('OPENBLAS_NUM_THREADS'),"
+            " len(os.listdir('/proc/self/task'))))\n"
+            "from fleetopt.optimizer.cli import main\n"
+            f"sys.argv = ['fleetopt', 'solve', {str(REPO / 'instances' / 'ref_puzzle10_lmsys.yaml')!r}]\n"
+            "main()")
+    env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"}
+    if preset is not None:
+        env["OPENBLAS_NUM_THREADS"] = preset
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path, env=env)
+    assert out.returncode == 0, out.stderr
+    _, value, threads = out.stdout.splitlines()[-1].split()
+    assert value == (preset or "1")
+    if preset is None:
+        assert threads == "1"
+    before = os.environ.get("OPENBLAS_NUM_THREADS")
+    assert CliRunner().invoke(main, ["--version"]).exit_code == 0
+    assert os.environ.get("OPENBLAS_NUM_THREADS") == before
