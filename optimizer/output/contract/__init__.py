@@ -336,6 +336,7 @@ def build(model: type[BaseModel], record: object = None, /, **values) -> dict:
 
     Examples
     --------
+    >>> from fleetopt.optimizer.output.contract.plan import _ValidatePools
     >>> build(_ValidatePools, routing="length", boundaries=(0, 4096), max_pools=2, max_context=4096)
     {'max_pools': 2, 'max_context': 4096, 'routing': 'length', 'boundaries': [0, 4096]}
     """
