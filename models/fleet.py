@@ -31,7 +31,7 @@ import numpy as np
 from fleetopt.models.profiles import ServingProfile, quality_label
 from fleetopt.models.queueing.batched import mean_activity_power_w, mean_power_w, mean_prefill_s, operating_point
 from fleetopt.models.queueing.batched import _nodes, batched_miss_grid, batched_miss_prob, batched_ttft_p99_s
-from fleetopt.models.numerics import bisect_boundary, bisect_level
+from fleetopt.models.numerics import bisect_boundary, bisect_level, unique
 from fleetopt.models.queueing.erlang import prefill_p99_s, ttft_miss_prob, ttft_p99_s
 from fleetopt.models.segments import compressed_band, raw_between, segment_basis, stats_from_raw
 from fleetopt.models.power import ActivityPower
@@ -356,7 +356,7 @@ def _pool_traffic(pools: list[PoolPlan], workload, input_fraction: float, p_c: f
                 raise ValueError(f"the compression band of pool {p.lo_tokens}-{p.hi_tokens} ends at {top:g} tokens, "
                                  f"beyond the next pool's {pools[k + 1].hi_tokens}")
             tops.append(top)
-    grid = np.unique(np.asarray(edges + tops, dtype=float))
+    grid = unique(np.asarray(edges + tops, dtype=float))
     index = {float(x): n for n, x in enumerate(grid)}
     bases = {c: segment_basis(workload, grid, c, input_fraction)
              for c in sorted({p.profile.chunk_tokens for p in pools})}

@@ -30,6 +30,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from fleetopt.models.numerics import unique
 from fleetopt.models.queueing.dispersion import binned_spectra, combine_spectra
 from fleetopt.models.profiles import ServingProfile
 from fleetopt.models.service import compute_coefficients, iteration_coefficients
@@ -280,7 +281,7 @@ def segment_basis(workload: LengthDistribution | RequestTrace, boundaries, chunk
     top = float(b[-1])
     step = prompt_bin_tokens(chunk_tokens)           # chunk counts and prompt bins are constant between cuts
     chunk_cuts = np.arange(1, int(np.ceil(f * top / step)) + 1) * step / f
-    cuts = np.unique(np.concatenate((b, d.lo_tokens[pieces], d.hi_tokens[pieces], chunk_cuts[chunk_cuts < top])))
+    cuts = unique(np.concatenate((b, d.lo_tokens[pieces], d.hi_tokens[pieces], chunk_cuts[chunk_cuts < top])))
     u, v = cuts[:-1], cuts[1:]
     mid = (u + v) / 2.0
     # density of the piece each sub-interval lies in
@@ -451,8 +452,8 @@ def compressed_band(workload: LengthDistribution | RequestTrace, window_tokens: 
     # breakpoints of ceil((B - (1 - f) L) / chunk) inside (B, top]
     m = np.arange(np.floor((B - (1 - f) * top) / chunk_tokens), np.ceil(f * B / chunk_tokens) + 1)
     cuts = (B - m * chunk_tokens) / (1 - f)
-    grid = np.unique(np.concatenate(([B, top], cuts[(cuts > B) & (cuts < top)],
-                                     d.lo_tokens[pieces], d.hi_tokens[pieces])))
+    grid = unique(np.concatenate(([B, top], cuts[(cuts > B) & (cuts < top)],
+                                  d.lo_tokens[pieces], d.hi_tokens[pieces])))
     grid = grid[(grid >= B) & (grid <= top)]
     u, v = grid[:-1], grid[1:]
     mid = (u + v) / 2

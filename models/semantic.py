@@ -44,6 +44,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from fleetopt.models.numerics import unique
 from fleetopt.models.workload import LengthDistribution, RequestTrace
 
 __all__ = ["ShareRule", "ModelClass", "split_by_model", "large_model_share"]
@@ -126,7 +127,7 @@ def _pieces_at_edges(d: LengthDistribution, edges: np.ndarray):
     piece = ~atom & (prob > 0)
     plo, phi, pp = lo[piece], hi[piece], prob[piece]
     if pp.size:
-        grid = np.unique(np.concatenate((plo, phi, edges[(edges > plo.min()) & (edges < phi.max())])))
+        grid = unique(np.concatenate((plo, phi, edges[(edges > plo.min()) & (edges < phi.max())])))
         u, v = grid[:-1], grid[1:]
         mid = (u + v) / 2.0
         owner = np.minimum(np.searchsorted(phi, mid, side="left"), pp.size - 1)

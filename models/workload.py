@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from fleetopt.models.numerics import bisect_boundary
+from fleetopt.models.numerics import bisect_boundary, unique
 
 __all__ = ["LengthDistribution", "RequestTrace", "DEFAULT_INPUT_FRACTION"]
 
@@ -109,14 +109,14 @@ class LengthDistribution:
             raise ValueError("mixture weights, medians and sigmas must be > 0")
         if max_tokens <= 1 or points < 2:
             raise ValueError("max_tokens must be > 1 and points >= 2")
-        grid = np.unique(np.round(np.geomspace(1.0, float(max_tokens), points)))
+        grid = unique(np.round(np.geomspace(1.0, float(max_tokens), points)))
         F = (w[None, :] * special.ndtr((np.log(grid)[:, None] - np.log(m)[None, :]) / s[None, :])).sum(axis=1)
         return cls.from_cdf(np.column_stack([grid, F / F[-1]]))
 
     @property
     def breakpoints(self) -> np.ndarray:
         """The CDF's own token breakpoints (piece ends), ascending and unique."""
-        return np.unique(self.hi_tokens)
+        return unique(self.hi_tokens)
 
     @property
     def max_tokens(self) -> float:

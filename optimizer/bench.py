@@ -22,6 +22,7 @@ import numpy as np
 from rich.console import Console
 from rich.table import Table
 
+from fleetopt.models.numerics import unique
 from fleetopt.models.segments import segment_basis, segment_stats
 from fleetopt.models.queueing.ttft import ttft_model
 from fleetopt.models.workload import LengthDistribution
@@ -68,7 +69,7 @@ def bench_sizing(n_pairs: int = 20_000, repeats: int = 5) -> dict:
     dist = LengthDistribution.from_cdf([(t, f) for t, f in _lmsys()])
     per_profile = n_pairs // len(profiles)
     m = int(np.ceil((1 + np.sqrt(1 + 8 * per_profile)) / 2))  # m boundaries give m(m-1)/2 segments
-    grid = np.unique(np.round(np.geomspace(32, 65536, m)).astype(int))
+    grid = unique(np.round(np.geomspace(32, 65536, m)).astype(int))
     b = np.concatenate(([0], grid))
     ii, jj = np.triu_indices(len(b), k=1)
     ii, jj = ii[:per_profile], jj[:per_profile]

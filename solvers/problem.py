@@ -32,6 +32,8 @@ from functools import cached_property
 
 import numpy as np
 
+from fleetopt.models.numerics import unique
+
 __all__ = ["FleetProblem", "GpuUse", "InventoryGroup", "OBJECTIVES"]
 
 OBJECTIVES = ("cost", "power", "tok_per_watt", "cost+power")
@@ -266,7 +268,7 @@ def _check_gpu_use(use: GpuUse, choice_gpus: np.ndarray, n_options: int) -> None
         raise ValueError(f"choice_gpu_use: choices must lie in 0..{n - 1} and options in 0..{n_options - 1}")
     if len(choice) and gpus.min() < 1:
         raise ValueError("choice_gpu_use: every entry takes at least one GPU (leave an unused option out)")
-    if len(np.unique(choice.astype(np.int64) * n_options + option)) != len(choice):
+    if len(unique(choice.astype(np.int64) * n_options + option)) != len(choice):
         raise ValueError("choice_gpu_use: a (choice, option) pair appears twice")
     total = np.bincount(choice, weights=gpus, minlength=n)
     bad = np.flatnonzero(total != np.asarray(choice_gpus))

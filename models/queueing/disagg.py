@@ -45,7 +45,7 @@ from typing import cast
 
 import numpy as np
 
-from fleetopt.models.numerics import special
+from fleetopt.models.numerics import special, unique
 from fleetopt.models.power import ActivityPower, PowerCurve
 from fleetopt.models.profiles import ServingProfile
 from fleetopt.models.queueing.batched import _EXACT_BELOW, _GH_W, _GH_X, OperatingPoint, mean_power_w
@@ -280,7 +280,7 @@ class PhaseTraffic:
         plo, phi, pp = d.lo_tokens[pieces], d.hi_tokens[pieces], d.prob[pieces]
         chunk_cuts = [np.arange(1, int(np.ceil(f * hi / c)) + 1) * c / f
                       for c in np.atleast_1d(np.asarray(chunk_tokens, dtype=float)) if c > 0]
-        cuts = np.unique(np.concatenate([[lo, hi], plo, phi, *chunk_cuts]))
+        cuts = unique(np.concatenate([[lo, hi], plo, phi, *chunk_cuts]))
         cuts = cuts[(cuts >= lo) & (cuts <= hi)]
         u, v = cuts[:-1], cuts[1:]
         mid, half = (u + v) / 2.0, (v - u) / 2.0
@@ -865,7 +865,7 @@ def stack_distribution(workload: LengthDistribution, lo_tokens, hi_tokens, arriv
     top = float(hi_s.max()) if len(hi_s) else 0.0
     chunk_cuts = [np.arange(1, int(np.ceil(f * top / c)) + 1) * c / f
                   for c in np.atleast_1d(np.asarray(chunk_tokens, dtype=float)) if c > 0]
-    G = np.unique(np.concatenate([plo, phi, *chunk_cuts]))
+    G = unique(np.concatenate([plo, phi, *chunk_cuts]))
     x, w = _gauss_legendre(nodes)
     slope = pp / (phi - plo)
 
@@ -876,7 +876,7 @@ def stack_distribution(workload: LengthDistribution, lo_tokens, hi_tokens, arriv
         return mid[:, None] + half[:, None] * x[None, :], (half * dens)[:, None] * w[None, :]
 
     run_L, run_w = atoms(G[:-1], G[1:])
-    lows, highs = np.unique(lo_s), np.unique(hi_s)
+    lows, highs = unique(lo_s), unique(hi_s)
     s_of = np.searchsorted(G, lows, side="right")
     e_of = np.searchsorted(G, highs, side="left")
     head = atoms(lows, G[np.minimum(s_of, len(G) - 1)]) if len(G) else None

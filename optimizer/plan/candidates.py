@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from fleetopt.models.numerics import unique
 from fleetopt.models.fleet import inflate_for_availability
 from fleetopt.models.queueing.erlang import Sizing
 from fleetopt.models.service import decode_power_curve, tpot_batch_cap, tpot_bound_s
@@ -212,7 +213,7 @@ class Candidates:
     def keep_choices(self, keep: np.ndarray) -> Candidates:
         """Only the selected choices, and the candidates that still have one (indices renumbered)."""
         keep = np.asarray(keep, dtype=bool)
-        pools = np.unique(self.choice_pool[keep])
+        pools = unique(self.choice_pool[keep])
         renumber = np.full(len(self), -1)
         renumber[pools] = np.arange(len(pools))
         pool_fields = {f: getattr(self, f)[pools] for f in ("i", "j", "gpu", "arrival_rate", "output_tok_per_s",
@@ -248,7 +249,7 @@ def generate_candidates(instance: Instance, deadline: Deadline | None = None,
     b = np.asarray(instance.pools.boundaries, dtype=float)
     gammas = (1.0,) + tuple(instance.pools.compress_gammas)
     rows = _candidate_rows(b, gammas)
-    grid = np.unique(np.concatenate([b] + [g * b[1:-1] for g in gammas[1:]]))
+    grid = unique(np.concatenate([b] + [g * b[1:-1] for g in gammas[1:]]))
     grid = grid[grid <= b[-1]]
     pools, choices, dropped = _Columns(), _Columns(), []
     unsized: list[str] = []
@@ -743,7 +744,7 @@ class TighteningCandidates:
         unchanged = bool(self.alive[ids].all())
         inst = self.instance
         gpu = self._base.gpu
-        for g in np.unique(gpu[todo]):
+        for g in unique(gpu[todo]):
             t = todo[gpu[todo] == g]
             opt, inputs = inst.gpus[int(g)], self._cache.inputs[int(g)]
             rows = self._row_of[t]

@@ -43,6 +43,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from fleetopt.models.numerics import unique
 from fleetopt.models.fleet import FleetResult, PoolPlan, evaluate_traffic
 from fleetopt.models.profiles import replica_unit, served_model
 from fleetopt.models.segments import raw_between, segment_basis
@@ -268,7 +269,7 @@ def evaluate_semantic(instance: Instance, classes: list[tuple[ModelClass, list[P
     raws, pools = [], []
     for traffic, plans in classes:
         assert traffic.distribution is not None
-        edges = np.unique([p.lo_tokens for p in plans] + [p.hi_tokens for p in plans]).astype(float)
+        edges = unique([p.lo_tokens for p in plans] + [p.hi_tokens for p in plans]).astype(float)
         at = {float(x): n for n, x in enumerate(edges)}
         bases = {}
         for p in plans:

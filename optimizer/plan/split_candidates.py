@@ -28,6 +28,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from fleetopt.models.numerics import unique
 from fleetopt.models.fleet import FleetResult, PoolPlan, evaluate_traffic, inflate_for_availability
 from fleetopt.models.power import pool_power_secant
 from fleetopt.models.service import decode_power_curve
@@ -52,8 +53,8 @@ def replica_ladder(n_max: int, dense: int = 24) -> np.ndarray:
     geometric ladder under them (each count is exact; a missing count only costs optimality)."""
     if n_max <= dense:
         return np.arange(1, n_max + 1)
-    geometric = np.unique(np.round(np.geomspace(1, n_max, 24)).astype(int))
-    return np.unique(np.concatenate([geometric, np.arange(max(1, n_max - 15), n_max + 1)]))
+    geometric = unique(np.round(np.geomspace(1, n_max, 24)).astype(int))
+    return unique(np.concatenate([geometric, np.arange(max(1, n_max - 15), n_max + 1)]))
 
 
 @dataclass(frozen=True, eq=False)

@@ -122,6 +122,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from fleetopt.models.numerics import unique
 from fleetopt.models.fleet import FleetResult, PoolPlan
 from fleetopt.models.power import PowerCurve
 from fleetopt.models.service import decode_power_curve
@@ -420,7 +421,7 @@ def drain_s(start_s: np.ndarray, end_s: np.ndarray, replica: np.ndarray, replica
     out = np.zeros(len(replica_cap))
     running = (replica >= 0) & (start_s < t0_s) & ~(end_s <= t0_s)
     ends = np.where(np.isnan(end_s), np.inf, end_s)
-    for r in np.unique(replica[running]):
+    for r in unique(replica[running]):
         mine = np.sort(ends[running & (replica == r)])
         over = len(mine) - int(replica_cap[r])
         if over > 0:

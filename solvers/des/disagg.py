@@ -126,6 +126,7 @@ from typing import Any, cast
 
 import numpy as np
 
+from fleetopt.models.numerics import unique
 from fleetopt.models.power import ActivityPower, PowerCurve
 from fleetopt.models.profiles import ServingProfile
 from fleetopt.models.service import compute_coefficients, iteration_coefficients
@@ -686,7 +687,7 @@ def _busy_s(res: SimResult) -> float:
     e = np.clip(np.where(np.isnan(res.end_at_s[ok]), t1, res.end_at_s[ok]), t0, t1)
     rep = res.replica[ok]
     total = 0.0
-    for r in np.unique(rep):
+    for r in unique(rep):
         sel = rep == r
         order = np.argsort(s[sel], kind="stable")
         sr, er = s[sel][order], np.maximum.accumulate(e[sel][order])

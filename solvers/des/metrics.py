@@ -35,6 +35,7 @@ from collections.abc import Callable
 
 import numpy as np
 
+from fleetopt.models.numerics import unique
 from fleetopt.solvers.des.records import Outcome, SimResult
 
 __all__ = [
@@ -282,7 +283,7 @@ def quantile_ci(groups, q: float = 99.0, confidence: float = 0.95) -> Estimate:
     value = float(percentile(pooled, q))                 # raises on NaN: the values below compare as numbers
     distinct = np.concatenate(([True], pooled[1:] != pooled[:-1]))     # np.unique of the sorted sample, no re-sort
     if np.count_nonzero(distinct) > 20_000:  # search a fine grid of the pooled quantiles instead of every value
-        x = np.unique(pooled[_inverted_cdf_index(np.linspace(0.0, 100.0, 20_001) / 100.0, pooled.size)])
+        x = unique(pooled[_inverted_cdf_index(np.linspace(0.0, 100.0, 20_001) / 100.0, pooled.size)])
     else:
         x = pooled[distinct]
     F = np.array([np.searchsorted(g, x, side="right") / g.size for g in gs])
