@@ -114,12 +114,12 @@ waits for at most this many allocations."""
 
 
 PROCESS_BLAS_THREADS = "1"
-"""``OPENBLAS_NUM_THREADS`` of a ``fleetopt`` process unless the environment sets it. NumPy and SciPy each load an
-OpenBLAS that starts a worker thread per further core at import; the workers spin, waiting for work, for about 0.1 s
-each (on 2 cores a small solve used 0.64 s CPU for 0.49 s of wall time; 0.48 s with one thread, wall 0.97 of it,
-paired). fleetopt's arrays are elementwise and small-matrix work that a single thread does, and its parallel work
-runs on forked workers, one per core (:mod:`fleetopt.optimizer.forked`), that the spinning threads would compete
-with. Processes it starts (a Dask cluster's workers) inherit it."""
+"""``OPENBLAS_NUM_THREADS`` of a ``fleetopt`` process unless the environment sets it (to a non-empty value). NumPy
+and SciPy each load an OpenBLAS that starts a worker thread per further core at import; the workers spin, waiting
+for work, for about 0.1 s each (on 2 cores a small solve used 0.64 s CPU for 0.49 s of wall time; 0.48 s with one
+thread, wall 0.97 of it, paired). fleetopt's arrays are elementwise and small-matrix work that a single thread
+does, and its parallel work runs on forked workers, one per core (:mod:`fleetopt.optimizer.forked`), that the
+spinning threads would compete with. Processes it starts (a Dask cluster's workers) inherit it."""
 
 
 def _freeze_at_exit() -> None:
@@ -203,7 +203,8 @@ class _Commands(click.Group):
         process = not args and not kwargs
         before = gc.get_threshold()
         if process:
-            os.environ.setdefault("OPENBLAS_NUM_THREADS", PROCESS_BLAS_THREADS)     # before numpy loads
+            if not os.environ.get("OPENBLAS_NUM_THREADS"):     # unset or empty (OpenBLAS's default), before numpy
+                os.environ["OPENBLAS_NUM_THREADS"] = PROCESS_BLAS_THREADS
             gc.set_threshold(PROCESS_GC_THRESHOLD, *before[1:])
             atexit.register(_freeze_at_exit)
         try:

@@ -96,11 +96,12 @@ def test_a_process_run_freezes_the_heap_at_exit_and_a_caller_keeps_its_collector
 
 
 @pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="counts threads in Linux's /proc")
-@pytest.mark.parametrize("preset", [None, "2"])
+@pytest.mark.parametrize("preset", [None, "", "2"])
 def test_a_process_run_loads_blas_with_one_thread_unless_told(tmp_path, preset):
     """A ``fleetopt`` process sets ``OPENBLAS_NUM_THREADS`` to 1 before NumPy loads (``cli.PROCESS_BLAS_THREADS``):
     after a solve (NumPy's and SciPy's OpenBLAS loaded) it runs one thread, where each OpenBLAS would start one
-    more per further core; a value the environment sets is kept, and a caller passing arguments gets no change."""
+    more per further core; a value the environment sets is kept (an empty one is OpenBLAS's default, as if unset),
+    and a caller passing arguments gets no change."""
     from click.testing import CliRunner
 
     from fleetopt.optimizer.cli import main
@@ -117,8 +118,8 @@ def test_a_process_run_loads_blas_with_one_thread_unless_told(tmp_path, preset):
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path, env=env)
     assert out.returncode == 0, out.stderr
     _, value, threads = out.stdout.splitlines()[-1].split()
-    assert value == (preset or "1")
-    if preset is None:
+    assert value == (preset or "1")     # empty: OpenBLAS's default, as unset
+    if not preset:
         assert threads == "1"
     before = os.environ.get("OPENBLAS_NUM_THREADS")
     assert CliRunner().invoke(main, ["--version"]).exit_code == 0
