@@ -6,9 +6,8 @@ from typing import Literal, get_args
 
 from pydantic import Field
 
-from fleetopt.optimizer.output.contract import (Document, Figure, FleetAnalytic, FleetSimulated,
-                                                Interval, PoolSimulated, _Batch, _deprecated, _Open, _PoolHead,
-                                                _Phase, _Role)
+from fleetopt.optimizer.output.contract import (Document, Figure, FleetAnalytic, FleetSimulated, Interval,
+                                                PoolSimulated, _Batch, _deprecated, _Open, _PoolHead, _Phase, _Role)
 
 
 class _Latency(_Open):

@@ -6,7 +6,7 @@ from typing import Literal, get_args
 
 from pydantic import Field
 
-from fleetopt.optimizer.output.contract import (Document, Figure, Interval, _Open)
+from fleetopt.optimizer.output.contract import Document, Figure, Interval, _Open
 
 
 class _TpwRow(_Open):
