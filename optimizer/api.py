@@ -22,10 +22,10 @@ from fleetopt.optimizer.plan.evaluate import baseline, context_sweep, evaluate, 
 from fleetopt.optimizer.io.instance import Instance, instance_from_dict, load_instance
 from fleetopt.models.profiles import replica_unit
 from fleetopt.optimizer.output.documents import fleet_json, instance_warnings
-from fleetopt.optimizer.simulation.options import EngineOptions, SimOptions
 
 if TYPE_CHECKING:
     from fleetopt.optimizer.plan.solve import SolveReport
+    from fleetopt.optimizer.simulation.options import VERIFY_SIM_OPTIONS, EngineOptions, SimOptions
     from fleetopt.optimizer.simulation.verify import Verification
 
 __all__ = ["load", "summarize_instance", "evaluate_report", "EvaluationReport", "solve", "verify", "exit_code",
@@ -34,8 +34,20 @@ __all__ = ["load", "summarize_instance", "evaluate_report", "EvaluationReport", 
            "prefill_warnings", "diff"]
 
 DEFAULT_CONTEXTS = "2048,4096,8192,16384,32768,65536,131072"
-VERIFY_SIM_OPTIONS = SimOptions(requests=100_000)
-"""The simulation settings of :func:`verify` unless given (``solve --verify-top``'s defaults)."""
+
+_SIMULATION_NAMES = ("SimOptions", "EngineOptions", "VERIFY_SIM_OPTIONS")
+"""Names of :mod:`fleetopt.optimizer.simulation.options` this module hands out on first use (:func:`__getattr__`)."""
+
+
+def __getattr__(name: str):
+    """``SimOptions``, ``EngineOptions`` and ``VERIFY_SIM_OPTIONS`` (the verification's default settings), from
+    :mod:`fleetopt.optimizer.simulation.options` on first use: the simulation's settings and the simulator's records
+    they import stay out of the commands that never simulate (about 5 ms of a solve's start on 2 cores)."""
+    if name in _SIMULATION_NAMES:
+        from fleetopt.optimizer.simulation import options
+
+        return getattr(options, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 DICT_LABEL = "<dict>"
@@ -215,7 +227,7 @@ def solve(inst: Instance, *, top: int = 1, time_limit_s: float | None = None, mi
                                              verbose=verbose, method=method))
 
 
-def verify(inst: Instance, sim_options: SimOptions = VERIFY_SIM_OPTIONS, *, verify_top: int = 3,
+def verify(inst: Instance, sim_options: SimOptions | None = None, *, verify_top: int = 3,
            rule: str = "ci-upper", max_rounds: int = 3, time_limit_s: float | None = None, mip_gap: float = 0.0,
            threads: int | None = None, method: str = "auto", verbose=False, cuts: str = "pool", trim: bool = False,
            progress=None, on_step=None, workers: int = 1, scheduler=None):
@@ -231,7 +243,10 @@ def verify(inst: Instance, sim_options: SimOptions = VERIFY_SIM_OPTIONS, *, veri
     cluster at ``scheduler`` simulate the plans of a round side by side (:mod:`fleetopt.optimizer.workflows.executor`;
     the same results as one process: every plan runs on the same seed)."""
     from fleetopt.optimizer.plan.solve import SolveOptions
+    from fleetopt.optimizer.simulation.options import VERIFY_SIM_OPTIONS
     from fleetopt.optimizer.simulation.verify import verify as run
+
+    sim_options = VERIFY_SIM_OPTIONS if sim_options is None else sim_options
 
     options = SolveOptions(time_limit_s=time_limit_s, mip_gap=mip_gap, threads=threads, verbose=verbose,
                            method="mip" if method == "auto" else method)
@@ -291,17 +306,21 @@ class VerifyReport(NamedTuple):
                           v.reason or "")
 
 
-def simulate_report(inst: Instance, fleet: str | None = None, options: SimOptions = SimOptions(), *, plan_file=None,  # noqa: B008 frozen dataclass default
+def simulate_report(inst: Instance, fleet: str | None = None, options: SimOptions | None = None, *, plan_file=None,
                     rank: int | None = None, progress=None, keep_requests: bool = False):
     """Simulate one fleet spec (``"0-4096:a100x3,4096-65536:a100"``; no ``xN`` = sized analytically first) or a
     plan of a ``solve --json`` file (``plan_file``, solution ``rank``; :mod:`fleetopt.optimizer.simulation.plan_files`).
 
-    ``options`` (:class:`~fleetopt.optimizer.simulation.options.SimOptions`) are the run's settings; their default
-    ``router="auto"`` is the router the plan needs (its own split routing, compress-and-route for ``@gamma`` pools,
-    else length). ``keep_requests`` keeps the measured requests' latencies (``SimReport.latencies()``).
+    ``options`` (:class:`~fleetopt.optimizer.simulation.options.SimOptions`; None: its defaults) are the run's
+    settings; their default ``router="auto"`` is the router the plan needs (its own split routing,
+    compress-and-route for ``@gamma`` pools, else length). ``keep_requests`` keeps the measured requests' latencies
+    (``SimReport.latencies()``).
     """
+    from fleetopt.optimizer.simulation.options import SimOptions
     from fleetopt.optimizer.simulation.plan_files import SolvedPlan, load_solved_plan
     from fleetopt.optimizer.simulation.simulate import plans_from_spec, simulate_plan
+
+    options = SimOptions() if options is None else options
 
     if (fleet is None) == (plan_file is None):
         raise InstanceError("--fleet / --plan: give exactly one of them")
@@ -323,12 +342,14 @@ def simulate_report(inst: Instance, fleet: str | None = None, options: SimOption
                          keep_requests=keep_requests, semantic=solved.semantic)
 
 
-def simulate_plan(inst: Instance, pools, options: SimOptions = SimOptions(), **per_call):  # noqa: B008 frozen dataclass default
-    """Simulate pools (``fleetopt.models.fleet.PoolPlan``) of a plan with ``options``; ``per_call`` are ``routing``,
-    ``split_shares`` and ``progress`` (see :func:`fleetopt.optimizer.simulation.simulate.simulate_plan`)."""
+def simulate_plan(inst: Instance, pools, options: SimOptions | None = None, **per_call):
+    """Simulate pools (``fleetopt.models.fleet.PoolPlan``) of a plan with ``options`` (None: the defaults of
+    :class:`~fleetopt.optimizer.simulation.options.SimOptions`); ``per_call`` are ``routing``, ``split_shares`` and
+    ``progress`` (see :func:`fleetopt.optimizer.simulation.simulate.simulate_plan`)."""
+    from fleetopt.optimizer.simulation.options import SimOptions
     from fleetopt.optimizer.simulation.simulate import simulate_plan as run
 
-    return run(inst, pools, options, **per_call)
+    return run(inst, pools, SimOptions() if options is None else options, **per_call)
 
 
 def diff(path_a: str | Path, path_b: str | Path, plan_a: int | None = None, plan_b: int | None = None):

@@ -124,3 +124,21 @@ def test_a_process_run_loads_blas_with_one_thread_unless_told(tmp_path, preset):
     before = os.environ.get("OPENBLAS_NUM_THREADS")
     assert CliRunner().invoke(main, ["--version"]).exit_code == 0
     assert os.environ.get("OPENBLAS_NUM_THREADS") == before
+
+
+def test_a_solve_loads_no_simulation_settings_and_the_api_still_hands_them_out(tmp_path):
+    """``fleetopt solve`` never simulates: the simulation's settings (and the simulator's records they import) stay
+    unloaded; ``api.SimOptions``, ``api.EngineOptions`` and ``api.VERIFY_SIM_OPTIONS`` load them on first use."""
+    code = ("import sys\nfrom fleetopt.optimizer.cli import main\n"
+            f"sys.argv = ['fleetopt', 'solve', {str(REPO / 'instances' / 'ref_puzzle10_lmsys.yaml')!r}, '--json', "
+            f"{str(tmp_path / 'out.json')!r}]\n"
+            "try:\n    main()\nexcept SystemExit as done:\n    assert done.code == 0, done.code")
+    names = ["fleetopt.optimizer.simulation.options", "fleetopt.solvers.des.state", "fleetopt.solvers.des.records"]
+    assert _loaded(code, names, tmp_path) == []
+    from fleetopt.optimizer import api
+    from fleetopt.optimizer.simulation import options
+
+    assert api.SimOptions is options.SimOptions and api.EngineOptions is options.EngineOptions
+    assert api.VERIFY_SIM_OPTIONS is options.VERIFY_SIM_OPTIONS and api.VERIFY_SIM_OPTIONS.requests == 100_000
+    with pytest.raises(AttributeError, match="no_such_name"):
+        api.no_such_name  # noqa: B018

@@ -22,12 +22,13 @@ from fleetopt.optimizer.output.figures import (fleet_output_tok_per_s, physical_
                                                usd_per_million_output_tokens)
 from fleetopt.optimizer.plan.evaluate import fleet_spec, limit_violations
 from fleetopt.optimizer.io.overrides import set_flags
-from fleetopt.optimizer.simulation.options import EngineOptions, SimOptions
 from fleetopt.optimizer.output.documents import (ANALYTIC, dropped_summary, replica_units, simulated_pools,
                                                  solve_warnings)
 
 if TYPE_CHECKING:
     from rich.console import JustifyMethod
+
+    from fleetopt.optimizer.simulation.options import SimOptions
 
 __all__ = ["answer_lines", "gpu_configuration", "render_answer", "render_solve_answer", "fleet_notes", "fleet_table",
            "fmt_ms", "fmt_usd_per_mtok", "headline", "margin_note", "objective_line", "dropped_lines",
@@ -357,9 +358,6 @@ def render_verification(c: Console, v, slo_ms: float, instance=None) -> None:
             render_trim(c, v.trim, v.chosen.plan, instance)
 
 
-_ENGINE_DEFAULTS = EngineOptions().to_json()
-
-
 def render_trim(c: Console, trim, plan, instance=None) -> None:
     """The chosen plan trimmed by simulation (:mod:`fleetopt.optimizer.simulation.trim`): counts, P99s and the
     confirmation."""
@@ -385,10 +383,12 @@ def render_trim(c: Console, trim, plan, instance=None) -> None:
          + (f"; analytically these pools miss: {', '.join(missed)}" if missed else ""))
     spec = None if instance is None else fleet_spec(instance, trim.sim.analytic)
     if spec is not None:
+        from fleetopt.optimizer.simulation.options import EngineOptions, SimOptions
+
         assert instance is not None         # the spec comes from the instance
-        e = trim.sim.engine
+        e, defaults = trim.sim.engine, EngineOptions().to_json()
         flags = "".join(f" --{k.replace('_', '-')} {v}" for k, v in e.to_json().items()
-                        if v is not None and v != _ENGINE_DEFAULTS.get(k))
+                        if v is not None and v != defaults.get(k))
         if trim.sim.options.replications != SimOptions().replications:
             flags += f" --replications {trim.sim.options.replications}"
         sets = set_flags(instance.overrides)

@@ -70,7 +70,8 @@ from fleetopt.optimizer.simulation import (ARRIVALS, AVAILABILITY_MODES, DEFAULT
 
 __all__ = ["KV_MODES", "AVAILABILITY_MODES", "ROUTERS", "DISPATCHES", "ARRIVALS", "MODES",
            "MIN_REQUESTS_PER_REPLICATION", "VLLM_DEFAULT_MAX_NUM_SEQS", "DEFAULT_SPILL_BOUND", "EngineOptions",
-           "SimOptions", "SimOptionsError", "parse_precision", "engine_pools", "sample_up", "DownPoolsRouter"]
+           "SimOptions", "SimOptionsError", "VERIFY_SIM_OPTIONS", "parse_precision", "engine_pools", "sample_up",
+           "DownPoolsRouter"]
 
 MIN_REQUESTS_PER_REPLICATION = 100
 """Fewest requests a replication may have (``SimOptions.requests`` over ``SimOptions.replications``)."""
@@ -294,6 +295,11 @@ def _whole(x) -> bool:
 def _real(x) -> bool:
     """A real number (a Python or numpy integer or float, not a bool)."""
     return isinstance(x, (int, float, np.integer, np.floating)) and not isinstance(x, (bool, np.bool_))
+
+
+VERIFY_SIM_OPTIONS = SimOptions(requests=100_000)
+"""The simulation settings of a plan verification unless given (``solve --verify-top``'s defaults,
+:func:`fleetopt.optimizer.api.verify`)."""
 
 
 def engine_pools(analytic: FleetResult, profiles: list, names: list[str], engine: EngineOptions) -> list[SimPool]:
