@@ -385,11 +385,12 @@ class _RowSums:
     :func:`_traffic` of the rows ``need`` marks (row by row: the values of computing every row), indexed as the
     sums of every row are (:class:`_Rows`). Nothing the size of all rows is allocated: a round's rows are about a
     third of them, and the prompt bins and spectra take some 10 KB a row. With compression states every row is
-    computed (a compressed band may widen the histograms)."""
+    computed, once per chunk size, and kept for the rounds (a compressed band may widen the histograms)."""
 
     def __init__(self, instance: Instance, b, gammas, grid, rows):
         self.instance, self.b, self.gammas, self.grid, self.rows = instance, b, gammas, grid, rows
         self._bases: dict[int, SegmentBasis] = {}
+        self._every: dict[int, _Rows] = {}      # with compression states: every row's sums, per chunk size
 
     def _basis(self, chunk: int) -> SegmentBasis:
         if chunk not in self._bases:
@@ -410,7 +411,11 @@ class _RowSums:
 
     def sums(self, chunk: int, need: np.ndarray) -> _Rows:
         n = len(self.rows[0])
-        at = np.arange(n) if len(self.gammas) > 1 else np.flatnonzero(need)
+        if len(self.gammas) > 1:
+            if chunk not in self._every:
+                self._every[chunk] = _Rows(self._traffic(self._basis(chunk), self.rows), np.arange(n), n)
+            return self._every[chunk]
+        at = np.flatnonzero(need)
         return _Rows(self._traffic(self._basis(chunk), tuple(r[at] for r in self.rows)), at, n)
 
 
