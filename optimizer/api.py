@@ -67,8 +67,8 @@ def summarize_instance(inst: Instance) -> dict:
     """What the instance asks for, with the derived facts a planner checks first: the body of ``validate``'s
     document, built by its model (:class:`fleetopt.optimizer.output.contract.plan.InstanceSummary`: its keys, types
     and order)."""
-    from fleetopt.optimizer.output.contract.plan import InstanceSummary
     from fleetopt.optimizer.output.contract import build
+    from fleetopt.optimizer.output.contract.plan import InstanceSummary
 
     w, slo = inst.workload, inst.slo
     top = inst.pools.max_context_tokens
@@ -130,8 +130,8 @@ class EvaluationReport:
         """The stable JSON contract (:class:`fleetopt.optimizer.output.contract.plan.EvaluateDocument`): always a
         ``fleets`` list; with one fleet its keys also sit at top level (the deprecated 1.0 layout). ``feasible``
         is true when the fleet meets its SLO and breaks no limit, ``violations`` names each limit it breaks."""
-        from fleetopt.optimizer.output.contract.plan import EvaluatedFleet, EvaluateDocument
         from fleetopt.optimizer.output.contract import build, envelope
+        from fleetopt.optimizer.output.contract.plan import EvaluatedFleet, EvaluateDocument
 
         inst = self.instance
         results = [fleet_json(r, violations=self.fleet_violations(k), instance=inst, model=EvaluatedFleet, fleet=text)

@@ -75,9 +75,8 @@ from dataclasses import dataclass, fields, replace
 
 import numpy as np
 
-from fleetopt.models.numerics import special
 from fleetopt.models.queueing.dispersion import count_dispersion
-from fleetopt.models.numerics import bisect_level
+from fleetopt.models.numerics import bisect_level, special
 from fleetopt.models.queueing.erlang import Sizing
 from fleetopt.models.units import P99_TAIL
 

@@ -49,8 +49,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from fleetopt.models.numerics import special
-from fleetopt.models.numerics import bisect_boundary
+from fleetopt.models.numerics import bisect_boundary, special
 from fleetopt.models.units import P99, P99_TAIL
 
 __all__ = [

@@ -82,9 +82,8 @@ def fleet_json(r: FleetResult, source: str = ANALYTIC, violations=None, instance
 def tpw_json(rows: list[ContextPoint]) -> dict:
     """The ``tpw`` document, built by its model (:class:`fleetopt.optimizer.output.contract.workflows.TpwDocument`; a
     row's values are the :class:`~fleetopt.models.service.ContextPoint`'s fields of the same names)."""
-    from fleetopt.optimizer.output.contract.workflows import TpwDocument
     from fleetopt.optimizer.output.contract import build, envelope
-    from fleetopt.optimizer.output.contract.workflows import _TpwRow as TpwRow
+    from fleetopt.optimizer.output.contract.workflows import TpwDocument, _TpwRow as TpwRow
 
     return build(TpwDocument, **envelope("tpw", None),
                  rows=[build(TpwRow, r, context=r.context_tokens, source=ANALYTIC) for r in rows])
@@ -100,8 +99,8 @@ def simulated_pools(vp) -> list:
 def trim_json(trim, plan, instance) -> dict | None:
     """The ``trim`` block of a verification (:mod:`fleetopt.optimizer.simulation.trim`), built by its model
     (:class:`fleetopt.optimizer.output.contract.plan._Trim`); every count in it is simulated."""
-    from fleetopt.optimizer.output.contract.plan import _Trim, _TrimPool
     from fleetopt.optimizer.output.contract import build
+    from fleetopt.optimizer.output.contract.plan import _Trim, _TrimPool
 
     if trim is None:
         return None
@@ -119,8 +118,8 @@ def trim_json(trim, plan, instance) -> dict | None:
 
 
 def _verified_pool(vp, p, s) -> dict:
-    from fleetopt.optimizer.output.contract.plan import _VerifiedPool
     from fleetopt.optimizer.output.contract import build
+    from fleetopt.optimizer.output.contract.plan import _VerifiedPool
 
     key = (p.min_tokens, p.max_tokens, p.gpu)
     return build(_VerifiedPool, p, ttft_p99_ms_analytic=p.ttft_p99_ms,
@@ -136,8 +135,8 @@ def _verified_pool(vp, p, s) -> dict:
 def verification_json(v, instance) -> dict:
     """The ``verification`` block of ``solve --verify-top N``, built by its model
     (:class:`fleetopt.optimizer.output.contract.plan._Verification`): every simulated plan, per round (and the trim)."""
-    from fleetopt.optimizer.output.contract.plan import _PoolSizing, _SizingTrial, _Verification, _VerifiedPlan
     from fleetopt.optimizer.output.contract import build
+    from fleetopt.optimizer.output.contract.plan import _PoolSizing, _SizingTrial, _Verification, _VerifiedPlan
 
     plans = [build(_VerifiedPlan, vp, cost_per_hr=vp.plan.fleet.cost_per_hr, verdict=vp.verdict(),
                    ttft_p99_ms_sim=vp.sim.ttft_p99_ms, ttft_p99_ci_ms=vp.sim.ttft_p99_ci_ms,
@@ -174,8 +173,8 @@ _NO_PLAN = ("physical_gpus", "cost_per_hr", "cost_per_year", "power_kw", "tok_pe
 def solve_json(report, verification=None) -> dict:
     """The ``solve`` document, built by its model (:class:`fleetopt.optimizer.output.contract.plan.SolveDocument`);
     with a verification, its chosen plan heads it."""
-    from fleetopt.optimizer.output.contract.plan import SolveDocument, _Solution
     from fleetopt.optimizer.output.contract import build, envelope
+    from fleetopt.optimizer.output.contract.plan import SolveDocument, _Solution
 
     inst = report.instance
     best = report.best

@@ -159,8 +159,8 @@ class SimPoolReport(_Measured):
         """The pool's object, built by its model (:class:`fleetopt.optimizer.output.contract.simulation.SimulatedPool`,
         the values its fields of the same names): its ``analytic`` and ``simulated`` figures; the flat keys are the
         deprecated 1.0 aliases (analytic, ``*_sim`` simulated); ``role`` only for a semantic plan."""
-        from fleetopt.optimizer.output.contract.simulation import SimulatedPool
         from fleetopt.optimizer.output.contract import build, pool_analytic, pool_identity, pool_simulated
+        from fleetopt.optimizer.output.contract.simulation import SimulatedPool
 
         a = self.analytic
         simulated = pool_simulated(
@@ -277,8 +277,8 @@ class SimReport(_Measured):
         the values its fields of the same names): the envelope, the keys of the issue, then provenance and details. The
         fleet's figures are in ``analytic`` and ``simulated``; the top-level ones are the deprecated 1.0 aliases of
         ``simulated``'s."""
-        from fleetopt.optimizer.output.contract.simulation import SimulateDocument
         from fleetopt.optimizer.output.contract import build, envelope, fleet_analytic, fleet_simulated
+        from fleetopt.optimizer.output.contract.simulation import SimulateDocument
 
         simulated = fleet_simulated(
             requests_measured=self.requests_measured, ttft_p99_ms=self.ttft_p99_ms,

@@ -55,9 +55,8 @@ from fleetopt.optimizer.errors import InstanceError, format_problem
 from fleetopt.optimizer.io.files import read_json
 from fleetopt.optimizer.io.solve_json import json_kind, read_solve_plan, whole_number
 from fleetopt.optimizer.output.contract import SCHEMA_VERSION, build
-from fleetopt.optimizer.output.contract.workflows import DiffDocument
-from fleetopt.optimizer.output.contract.workflows import FleetChange as FleetChangeModel
-from fleetopt.optimizer.output.contract.workflows import _DiffHardware, _DiffOption, _DiffPlan, _DiffPoolChange
+from fleetopt.optimizer.output.contract.workflows import (DiffDocument, FleetChange as FleetChangeModel, _DiffHardware,
+                                                          _DiffOption, _DiffPlan, _DiffPoolChange)
 
 __all__ = ["PLAN_COMMANDS", "PoolRow", "PoolChange", "OptionChange", "HardwareChange", "FleetChange", "PlanSide",
            "PlanDiff", "hardware_of", "result_rows", "compare_pools", "read_plan", "diff_plans", "diff_files",

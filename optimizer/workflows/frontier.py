@@ -110,8 +110,8 @@ from fleetopt.solvers.outcome import Termination
 
 from fleetopt.optimizer.errors import InstanceError, SolverError
 from fleetopt.optimizer.io.instance import Instance, load_instance
-from fleetopt.optimizer.output.contract.workflows import FRONTIER_DOCUMENTS, FRONTIER_POINTS
 from fleetopt.optimizer.output.contract import SCHEMA_VERSION, build, envelope, physical_gpus
+from fleetopt.optimizer.output.contract.workflows import FRONTIER_DOCUMENTS, FRONTIER_POINTS
 from fleetopt.optimizer.plan.candidates import Candidates, SizingCache, TighteningCandidates, generate_candidates
 from fleetopt.optimizer.plan.evaluate import baseline, evaluate_plans, fleet_spec, limit_violations, pool_plans_of
 from fleetopt.optimizer.plan.solve import _pool_plans, _prune, build_problem

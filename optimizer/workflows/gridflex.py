@@ -142,8 +142,8 @@ __all__ = ["SCHEMA_VERSION", "DEFAULT_DEPTHS_PCT", "CONVENTIONS", "DELIVERED_LAB
            "PoolDepth", "DepthRow", "GridFlex", "cap_under", "parse_depths", "drain_s", "event_replication", "gridflex"]
 
 from fleetopt.optimizer.output.contract import SCHEMA_VERSION  # noqa: E402 (one contract version)
-from fleetopt.optimizer.output.contract.workflows import GridFlexDocument, _Depth, _DepthPool  # noqa: E402
 from fleetopt.optimizer.output.contract import build  # noqa: E402
+from fleetopt.optimizer.output.contract.workflows import GridFlexDocument, _Depth, _DepthPool  # noqa: E402
 """Version of the JSON contract of :meth:`GridFlex.to_json`."""
 DEFAULT_DEPTHS_PCT = tuple(range(0, 55, 5))
 """Depths of ``--depths`` by default, in % of the uncurtailed power: 0, 5, ..., 50."""

@@ -94,10 +94,10 @@ __all__ = ["SCHEMA_VERSION", "RATE_TOLERANCE_REQ_PER_S", "MAX_RATE_REQ_PER_S", "
            "parse_range", "MAX_RANGE_POINTS"]
 
 from fleetopt.optimizer.output.contract import SCHEMA_VERSION  # noqa: E402 (one contract version)
-from fleetopt.optimizer.output.contract.workflows import HeadroomDocument, HeadroomRangeDocument  # noqa: E402
 from fleetopt.optimizer.output.contract import build  # noqa: E402
-from fleetopt.optimizer.output.contract.workflows import _RangeFleet, _RangeStep  # noqa: E402
-from fleetopt.optimizer.output.contract.workflows import _HeadroomPool, _HeadroomPoolSim, _HeadroomProbe, _HeadroomSim  # noqa: E402
+from fleetopt.optimizer.output.contract.workflows import (HeadroomDocument, HeadroomRangeDocument,  # noqa: E402
+                                                          _RangeFleet, _RangeStep, _HeadroomPool, _HeadroomPoolSim,
+                                                          _HeadroomProbe, _HeadroomSim)
 """Version of the JSON contracts of :meth:`Headroom.to_json` and :meth:`StepSchedule.to_json`."""
 RATE_TOLERANCE_REQ_PER_S = 0.01
 r"""Grid :math:`\delta` of the analytic limit (req/s): the limit is carried, the limit plus :math:`\delta` is not."""

@@ -52,9 +52,9 @@ __all__ = ["SCHEMA_VERSION", "DEFAULT_RHOS", "RHO_TOLERANCE", "SECONDS_PER_HOUR"
 
 from fleetopt.optimizer.output.contract import SCHEMA_VERSION  # noqa: E402 (one contract version)
 from fleetopt.optimizer.output.figures import usd_per_million_output_tokens  # noqa: E402 (one formula)
-from fleetopt.optimizer.output.contract.workflows import RhoSweepDocument  # noqa: E402
 from fleetopt.optimizer.output.contract import build  # noqa: E402
-from fleetopt.optimizer.output.contract.workflows import _RhoPoint, _RhoPool, _RhoPoolPoint  # noqa: E402
+from fleetopt.optimizer.output.contract.workflows import (RhoSweepDocument, _RhoPoint, _RhoPool,  # noqa: E402
+                                                          _RhoPoolPoint)
 DEFAULT_RHOS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)
 RHO_TOLERANCE = 1e-9
 """The root's utilisation is within this of the target (checked after the search)."""

@@ -53,8 +53,8 @@ class RouterRun:
 
     def to_json(self) -> dict:
         """Built by its model (:class:`fleetopt.optimizer.output.contract.simulation._RouterRun`)."""
-        from fleetopt.optimizer.output.contract.simulation import _RouterPool, _RouterRun
         from fleetopt.optimizer.output.contract import build
+        from fleetopt.optimizer.output.contract.simulation import _RouterPool, _RouterRun
 
         r = self.report
         return build(_RouterRun, r, router=self.router, utilization=self.utilization_sim, note=self.note,
@@ -77,8 +77,8 @@ class RouterComparison:
     def to_json(self) -> dict:
         """The document, built by its model
         (:class:`fleetopt.optimizer.output.contract.simulation.SimulateRoutersDocument`)."""
-        from fleetopt.optimizer.output.contract.simulation import SimulateRoutersDocument
         from fleetopt.optimizer.output.contract import build, envelope
+        from fleetopt.optimizer.output.contract.simulation import SimulateRoutersDocument
 
         return build(SimulateRoutersDocument, self, **envelope("simulate --routers", self.instance),
                      source="simulated (common random numbers)", seed=self.options.seed,

@@ -39,10 +39,9 @@ from fleetopt.models.units import MS_PER_S
 
 from fleetopt.optimizer.errors import InstanceError
 from fleetopt.optimizer.io.instance import GpuOption, Instance
-from fleetopt.optimizer.output.contract.workflows import ParetoDocument
 from fleetopt.optimizer.output.contract import build
-from fleetopt.optimizer.output.contract.workflows import _SplitBaseline as _SplitBaselineModel
-from fleetopt.optimizer.output.contract.workflows import _SplitRow as _SplitRowModel
+from fleetopt.optimizer.output.contract.workflows import (ParetoDocument, _SplitBaseline as _SplitBaselineModel,
+                                                          _SplitRow as _SplitRowModel)
 from fleetopt.optimizer.plan.evaluate import evaluate_plans, limit_violations
 
 __all__ = ["SCHEMA_VERSION", "CSV_COLUMNS", "SplitRow", "SplitBaseline", "SplitTable", "split_table",

@@ -454,8 +454,8 @@ class WhatIf:
 
     def to_json(self) -> dict:
         """The document, built by its model (:class:`fleetopt.optimizer.output.contract.workflows.WhatIfDocument`)."""
-        from fleetopt.optimizer.output.contract.workflows import WhatIfDocument
         from fleetopt.optimizer.output.contract import build, envelope
+        from fleetopt.optimizer.output.contract.workflows import WhatIfDocument
 
         return build(WhatIfDocument, self, **envelope("whatif", self.instance),
                      source="analytic (each scenario re-solved exactly: graph oracle or MIP)",
