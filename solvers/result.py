@@ -45,6 +45,9 @@ class SolveResult:
     condition: str = ""
     lp_bound: float | None = None
     """The objective of the model's LP relaxation, when the solve was asked for it (the root bound before cuts)."""
+    branched: bool = False
+    """Whether the (first) fleet came from branch and bound; False when the LP relaxation's optimum was a fleet
+    (:func:`fleetopt.solvers.mip.solve`) or another solver answered."""
 
     @property
     def best(self) -> Solution | None:

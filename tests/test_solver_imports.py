@@ -7,7 +7,7 @@ import sys
 PROBE = """
 import sys
 import scipy, scipy.special
-from fleetopt.solvers import mip
+from fleetopt.solvers import pyomo_env  # noqa: F401  (the MIP's branch and bound imports Pyomo through it)
 assert sys.modules["scipy"] is scipy, "scipy was loaded twice"
 assert "pyomo.environ" not in sys.modules, "the MIP loaded pyomo.environ and every plugin with it"
 print("stats" if "scipy.stats" in sys.modules else "no-stats")

@@ -142,3 +142,26 @@ def test_a_solve_loads_no_simulation_settings_and_the_api_still_hands_them_out(t
     assert api.VERIFY_SIM_OPTIONS is options.VERIFY_SIM_OPTIONS and api.VERIFY_SIM_OPTIONS.requests == 100_000
     with pytest.raises(AttributeError, match="no_such_name"):
         api.no_such_name  # noqa: B018
+
+
+def test_a_mip_proven_at_the_root_loads_no_pyomo_and_keeps_stdout_one_document(tmp_path):
+    """The stress instance's MIP is proven optimal by its LP relaxation, solved from the formulation's matrix
+    through highspy: the process loads HiGHS but not Pyomo, and HiGHS's banner (printed by the first solver
+    object a process makes, highspy 1.9+) does not reach stdout, where the document is the whole output. With the
+    power cap at 50.3 kW its relaxation is fractional: branch and bound on the Pyomo model, stdout still one
+    document."""
+    stress = str(REPO / "instances" / "ref_units_stress_60x8.yaml")
+    code = ("import sys\nfrom fleetopt.optimizer.cli import main\n"
+            f"sys.argv = ['fleetopt', 'solve', {stress!r}, '--json', {str(tmp_path / 'out.json')!r}]\n"
+            "try:\n    main()\nexcept SystemExit as done:\n    assert done.code == 0, done.code")
+    assert _loaded(code, ["pyomo", "highspy", "fleetopt.solvers.mip"], tmp_path) == ["fleetopt.solvers.mip",
+                                                                                      "highspy"]
+    assert json.loads((tmp_path / "out.json").read_text())["method"] == "mip"
+    capped = code.replace("'--json'", "'--set', 'constraints.max_power_kw=50.3', '--json'")
+    assert _loaded(capped, ["pyomo"], tmp_path) == ["pyomo"]
+    for args in ([], ["--set", "constraints.max_power_kw=50.3"]):
+        probe = ("import runpy, sys\nsys.argv = ['fleetopt', 'solve', *sys.argv[1:]]\n"
+                 "runpy.run_module('fleetopt.optimizer.cli', run_name='__main__')")
+        out = subprocess.run([sys.executable, "-c", probe, stress, *args, "--json", "-"], capture_output=True,
+                             text=True, check=True, cwd=tmp_path)
+        assert json.loads(out.stdout)["status"] == "optimal"
