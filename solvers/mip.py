@@ -16,6 +16,7 @@ import os
 import sys
 import threading
 import time
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
@@ -318,12 +319,14 @@ def highs_version() -> str:
 
 
 def relax(form: Formulation, *, time_limit_s: float | None = None, threads: int | None = None,
-          verbose: bool = False) -> _Relaxation:
+          verbose: bool | Sequence = False) -> _Relaxation:
     r"""The LP relaxation of ``form`` (every :math:`z_c \in [0, 1]`), handed to HiGHS as its matrix through
     ``highspy``: the optimum, the values and the reduced costs :math:`d = w - A^\top y` there, None unless HiGHS
     proves it optimal (a limit's incumbent bounds the LP's optimum from above, not below); the reduced costs None
     without a dual solution. Presolve off, as for the MIP (:func:`_highs`). A family that no :math:`z` meets
-    (:attr:`~fleetopt.solvers.formulation.Formulation.infeasible`) is not handed to HiGHS."""
+    (:attr:`~fleetopt.solvers.formulation.Formulation.infeasible`) is not handed to HiGHS. ``verbose`` is Pyomo's
+    ``tee``: True shows HiGHS's log on stdout; a list of streams gets it instead (through Pyomo's own descriptor
+    capture, as a branch-and-bound solve's: ``fleetopt solve --verbose --json -`` keeps stdout for the document)."""
     if form.infeasible:
         return _Relaxation(None, None, None, "infeasible rows")
     A = form.matrix
@@ -332,7 +335,7 @@ def relax(form: Formulation, *, time_limit_s: float | None = None, threads: int 
     def run():
         import highspy
 
-        h = _quiet_highs(verbose)
+        h = _quiet_highs(bool(verbose))
         h.setOptionValue("presolve", "off")
         h.setOptionValue("time_limit", math.inf if time_limit_s is None else float(time_limit_s))
         if threads is not None:
@@ -342,7 +345,13 @@ def relax(form: Formulation, *, time_limit_s: float | None = None, threads: int 
         if A.n_rows:
             h.addRows(A.n_rows, A.lower, A.upper, len(A.index), A.start[:-1].astype(np.int32),
                       A.index.astype(np.int32), A.value)
-        h.run()
+        if verbose and not isinstance(verbose, bool):
+            from pyomo.common.tee import TeeStream, capture_output
+
+            with capture_output(TeeStream(*verbose), capture_fd=True):
+                h.run()
+        else:
+            h.run()
         status = h.getModelStatus()
         condition = h.modelStatusToString(status)
         if status != highspy.HighsModelStatus.kOptimal:

@@ -149,7 +149,7 @@ def test_a_mip_proven_at_the_root_loads_no_pyomo_and_keeps_stdout_one_document(t
     through highspy: the process loads HiGHS but not Pyomo, and HiGHS's banner (printed by the first solver
     object a process makes, highspy 1.9+) does not reach stdout, where the document is the whole output. With the
     power cap at 50.3 kW its relaxation is fractional: branch and bound on the Pyomo model, stdout still one
-    document."""
+    document; with ``--verbose`` HiGHS's log goes to stderr on either path."""
     stress = str(REPO / "instances" / "ref_units_stress_60x8.yaml")
     code = ("import sys\nfrom fleetopt.optimizer.cli import main\n"
             f"sys.argv = ['fleetopt', 'solve', {stress!r}, '--json', {str(tmp_path / 'out.json')!r}]\n"
@@ -159,9 +159,12 @@ def test_a_mip_proven_at_the_root_loads_no_pyomo_and_keeps_stdout_one_document(t
     assert json.loads((tmp_path / "out.json").read_text())["method"] == "mip"
     capped = code.replace("'--json'", "'--set', 'constraints.max_power_kw=50.3', '--json'")
     assert _loaded(capped, ["pyomo"], tmp_path) == ["pyomo"]
-    for args in ([], ["--set", "constraints.max_power_kw=50.3"]):
+    for args in ([], ["--set", "constraints.max_power_kw=50.3"], ["--verbose"],
+                 ["--verbose", "--set", "constraints.max_power_kw=50.3"]):
         probe = ("import runpy, sys\nsys.argv = ['fleetopt', 'solve', *sys.argv[1:]]\n"
                  "runpy.run_module('fleetopt.optimizer.cli', run_name='__main__')")
         out = subprocess.run([sys.executable, "-c", probe, stress, *args, "--json", "-"], capture_output=True,
                              text=True, check=True, cwd=tmp_path)
         assert json.loads(out.stdout)["status"] == "optimal"
+        # --verbose with the document on stdout: HiGHS's log (the relaxation's, and branch and bound's) on stderr
+        assert ("Model status" in out.stderr) == ("--verbose" in args), out.stderr[-2000:]
