@@ -395,9 +395,9 @@ def test_verification_cuts_raise_or_forbid_pools(repo_root):
 
 @pytest.mark.parametrize("seed", [3, 11, 1011])
 def test_root_relaxation_from_the_solve_is_the_relaxed_model(seed):
-    """The LP bound a solve reports (HiGHS's ``solve_relaxation`` on the model of its MIP solve) equals the
-    relaxation Pyomo builds by transformation (every binary relaxed to [0, 1], solved as an LP), and bounds the
-    enumerated optimum from below."""
+    """The LP bound a solve reports (the formulation's matrix handed to HiGHS, :func:`fleetopt.solvers.mip.relax`)
+    equals the relaxation Pyomo builds by transformation (every binary relaxed to [0, 1], solved as an LP), and
+    bounds the enumerated optimum from below."""
     import pyomo.environ as pyo
 
     from fleetopt.solvers import mip
