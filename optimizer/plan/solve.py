@@ -384,7 +384,7 @@ def _solve_instance(instance: Instance, options: SolveOptions) -> SolveReport:
     elif use_oracle:
         result = _oracle(problem)
     else:
-        from fleetopt.solvers.mip import solve as solve_mip   # Pyomo only on the MIP path
+        from fleetopt.solvers.mip import solve as solve_mip   # HiGHS only on the MIP path (Pyomo for branching)
 
         result = solve_mip(problem, top=options.top, time_limit_s=_mip_time_limit_s(deadline),
                            mip_gap=options.mip_gap, threads=options.threads, verbose=options.verbose,
