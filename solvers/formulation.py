@@ -43,7 +43,7 @@ import numpy as np
 
 from fleetopt.solvers.problem import FleetProblem
 
-__all__ = ["Rows", "Formulation", "formulation", "FAMILIES", "no_good_rows"]
+__all__ = ["Rows", "Formulation", "formulation", "FAMILIES", "no_good_rows", "one_row"]
 
 
 @dataclass(frozen=True, eq=False)
@@ -127,7 +127,7 @@ def _empty(name: str) -> Rows:
     return Rows(name, z.astype(np.int64), np.zeros(1, dtype=np.int64), z.astype(np.int64), z, z, z)
 
 
-def _one_row(name: str, coef, lower=-np.inf, upper=np.inf) -> Rows:
+def one_row(name: str, coef, lower=-np.inf, upper=np.inf) -> Rows:
     """A family of one row :math:`l \\le \\sum_c a_c z_c \\le u` over every choice (``coef`` :math:`a`)."""
     coef = np.asarray(coef, dtype=float)
     return _rows(name, [0], np.zeros(len(coef), dtype=np.int64), np.arange(len(coef)), coef, lower, upper)
@@ -177,7 +177,7 @@ def max_pools_rows(problem: FleetProblem) -> Rows:
     least the most pools a path can have, :attr:`FleetProblem.max_path_pools`)."""
     if problem.max_pools >= problem.max_path_pools:
         return _empty("max_pools")
-    return _one_row("max_pools", np.ones(problem.n_choices), upper=problem.max_pools)
+    return one_row("max_pools", np.ones(problem.n_choices), upper=problem.max_pools)
 
 
 def _by_option(problem: FleetProblem, name: str, options, per_choice, lower, upper) -> Rows:
@@ -248,20 +248,20 @@ def inventory_group_rows(problem: FleetProblem) -> Rows:
 def total_gpus_rows(problem: FleetProblem) -> Rows:
     """Fleet size: :math:`\\sum_c G_c z_c \\le G_{max}`."""
     cap = problem.max_total_gpus
-    return _empty("total_gpus") if cap is None else _one_row("total_gpus", problem.choice_gpus, upper=cap)
+    return _empty("total_gpus") if cap is None else one_row("total_gpus", problem.choice_gpus, upper=cap)
 
 
 def budget_rows(problem: FleetProblem) -> Rows:
     """Budget: :math:`\\sum_c \\kappa_c z_c \\le \\$_{max}` ($/hr)."""
     cap = problem.max_cost_per_hr
-    return _empty("budget") if cap is None else _one_row("budget", problem.choice_cost_per_hr, upper=cap)
+    return _empty("budget") if cap is None else one_row("budget", problem.choice_cost_per_hr, upper=cap)
 
 
 def power_cap_rows(problem: FleetProblem) -> Rows:
     """Power cap: :math:`\\sum_c \\pi_c z_c \\le P_{max}` (kW, with :math:`\\pi_c` in kW)."""
     cap = problem.max_power_w
     return _empty("power_cap") if cap is None else \
-        _one_row("power_cap", np.asarray(problem.choice_power_w, dtype=float) / 1000.0, upper=cap / 1000.0)
+        one_row("power_cap", np.asarray(problem.choice_power_w, dtype=float) / 1000.0, upper=cap / 1000.0)
 
 
 def fleet_slo_rows(problem: FleetProblem) -> Rows:
@@ -269,7 +269,7 @@ def fleet_slo_rows(problem: FleetProblem) -> Rows:
     :math:`\\sum_c m_c z_c \\le 0.01 \\Lambda`.
     """
     cap = problem.max_miss_rate
-    return _empty("fleet_slo") if cap is None else _one_row("fleet_slo", problem.choice_miss_rate, upper=cap)
+    return _empty("fleet_slo") if cap is None else one_row("fleet_slo", problem.choice_miss_rate, upper=cap)
 
 
 FAMILIES = (tiling_rows, one_count_rows, max_pools_rows, gpu_inventory_rows, gpu_minimum_rows, gpu_pool_count_rows,
@@ -283,7 +283,7 @@ def no_good_rows(n_choices: int, chosen) -> Rows:
     coef = np.ones(n_choices)
     mine = np.asarray(sorted(set(int(c) for c in chosen)), dtype=np.int64)
     coef[mine] = -1.0
-    return _one_row("no_good", coef, lower=1.0 - len(mine))
+    return one_row("no_good", coef, lower=1.0 - len(mine))
 
 
 @dataclass(frozen=True, eq=False)

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 
-from fleetopt.solvers.formulation import Formulation, Rows, formulation, no_good_rows
+from fleetopt.solvers.formulation import Formulation, Rows, formulation, no_good_rows, one_row
 from fleetopt.solvers.outcome import Outcome, Termination, outcome_of, relative_gap
 from fleetopt.solvers.problem import FleetProblem
 from fleetopt.solvers.result import Solution, SolveResult
@@ -247,8 +247,7 @@ def _tie_break(problem, chosen, weights, budget_s: float, free: np.ndarray | Non
     coef = (problem.max_pools + 1) * problem.choice_gpus.astype(float) + 1.0 + (last / scale if scale > 0 else 0.0)
     sub = problem.with_choices(kept)
     base = formulation(sub)
-    primary = Rows("fix_primary", np.zeros(1, dtype=np.int64), np.array([0, len(kept)]), np.arange(len(kept)),
-                   base.objective.copy(), np.array([-np.inf]), np.array([best + 1e-9 * max(1.0, abs(best))]))
+    primary = one_row("fix_primary", base.objective, upper=best + 1e-9 * max(1.0, abs(best)))
     form = base.with_rows(primary).with_objective(coef[kept])
     root = relax(form, time_limit_s=budget_s, threads=threads, verbose=verbose)
     cand = _integral_optimum(sub, root, form.objective, primary)
